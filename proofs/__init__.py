@@ -1,0 +1,8 @@
+"""Proof systems for verifiable rollouts: the canonical sampler and its replay check,
+activation commitments, and (optionally) zk proofs. Knows tensors and bytes; nothing about
+RL or networking, and never imports :mod:`vrl`."""
+
+from proofs.errors import InvalidParameters, MalformedCommitment, ProofsError
+from proofs.sampler import SamplingParams
+
+__all__ = ["InvalidParameters", "MalformedCommitment", "ProofsError", "SamplingParams"]

@@ -1,0 +1,19 @@
+"""Specific exception types of the proof systems. Verification outcomes are data (scores),
+never exceptions: these are raised only for inputs that cannot be interpreted at all."""
+
+
+class ProofsError(Exception):
+    """Base class of every error raised by :mod:`proofs`."""
+
+
+class InvalidParameters(ProofsError, ValueError):
+    """A parameter is out of its specified range; ``field`` names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class MalformedCommitment(ProofsError, ValueError):
+    """Commitment bytes that do not parse under the specified layout."""

@@ -1,0 +1,167 @@
+"""The canonical sampler and its check (specs/sampler.md).
+
+Sampling: temperature, then the optional top-k and top-p masks, then Gumbel-max with the
+stateless noise of :mod:`proofs.prf`. Because the noise is a pure function of
+``(sample_seed, position, token)``, a verifier that recomputes the logits by one prefill can
+replay every race: the claimed token must have won it, up to a margin ``tau`` that absorbs
+the honest numerical drift between a KV-cache decode and a batched prefill.
+
+All arithmetic is float64 on logits that the model produced (in its compute dtype, cast up).
+Margins are in raw-logit units (the race ``z/T + g`` multiplied by ``T``), so one tolerance
+serves every temperature: the drift is a property of the logits, not of ``T``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from proofs import prf
+from proofs.errors import InvalidParameters
+
+#: Margin of a token that the masks exclude outright, or that the verifier's masks could
+#: not have admitted even with the tolerance.
+EXCLUDED = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """What a rollout was sampled with; all of it is signed into the record."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = no top-k mask
+    top_p: float = 1.0  # 1.0 = no nucleus mask
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= 100.0):
+            raise InvalidParameters("sampling.temperature", "must be finite and in [0, 100]")
+        if not 0 <= self.top_k <= 1 << 24:
+            raise InvalidParameters("sampling.top_k", "must be in [0, 2^24]")
+        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
+            raise InvalidParameters("sampling.top_p", "must be in (0, 1]")
+        if not 1 <= self.max_new_tokens <= 1 << 20:
+            raise InvalidParameters("sampling.max_new_tokens", "must be in [1, 2^20]")
+        if any(not 0 <= t < 1 << 32 for t in self.stop_token_ids):
+            raise InvalidParameters("sampling.stop_token_ids", "must be u32 token ids")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _allowed(logits: torch.Tensor, params: SamplingParams, slack: float = 0.0) -> torch.Tensor:
+    """Boolean mask of the tokens the top-k / top-p masks keep, per row of float64 logits.
+
+    A token is kept by top-k when fewer than ``k`` tokens beat its logit, and by top-p when the
+    probability mass of the tokens that beat it is below ``p`` (the shortest prefix, in
+    descending logit order, whose mass reaches ``p``). Ties share one fate, so the order among
+    equal logits never decides membership. With ``slack > 0`` (the verifier's side) "beat"
+    means "exceed by more than ``slack``", and the mass bound is loosened by the same amount:
+    a logit drift of ``slack`` moves the mass above a token by at most ``slack``.
+    """
+    keep = torch.ones_like(logits, dtype=torch.bool)
+    if params.greedy:
+        return keep
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        keep &= logits + slack >= kth
+    if params.top_p < 1.0:
+        probs = torch.softmax(torch.where(keep, logits / params.temperature, -math.inf), dim=-1)
+        keep &= _mass_above(logits, probs, slack) < params.top_p + slack
+    return keep
+
+
+def _mass_above(logits: torch.Tensor, probs: torch.Tensor, slack: float) -> torch.Tensor:
+    """Per token, the probability mass of the tokens whose logit exceeds it by more than slack."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    cumulative = torch.cumsum(probs.gather(-1, order), dim=-1)
+    cumulative = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative], dim=-1)
+    # How many tokens exceed z + slack: a binary search in the ascending view of -logits.
+    beaten_by = torch.searchsorted(
+        (-sorted_logits).contiguous(), (-(logits + slack)).contiguous(), side="left"
+    )
+    return cumulative.gather(-1, beaten_by)
+
+
+def _noise(seeds: list[bytes], positions: list[int], vocab: int) -> torch.Tensor:
+    rows = [prf.gumbel(seed, position, vocab) for seed, position in zip(seeds, positions)]
+    return torch.from_numpy(np.stack(rows))
+
+
+def sample(
+    logits: torch.Tensor, seeds: list[bytes], positions: list[int], params: SamplingParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; returns ``(tokens, behaviour_logprobs)``.
+
+    Row ``b`` of ``logits`` is position ``positions[b]`` of the rollout seeded ``seeds[b]``.
+    The behaviour logprob is ``log softmax(z / T)`` over the kept tokens, the probability the
+    sampling distribution gave the token (0 for greedy decoding).
+    """
+    z = logits.detach().to(torch.float64)
+    if params.greedy:
+        tokens = torch.argmax(z, dim=-1)
+        return tokens, torch.zeros(len(tokens), dtype=torch.float64)
+    keep = _allowed(z, params)
+    race = torch.where(keep, z / params.temperature + _noise(seeds, positions, z.shape[-1]), -math.inf)
+    tokens = torch.argmax(race, dim=-1)  # first maximum: ties go to the lowest token id
+    return tokens, _logprob_of(z, keep, tokens, params)
+
+
+def _logprob_of(
+    z: torch.Tensor, keep: torch.Tensor, tokens: torch.Tensor, params: SamplingParams
+) -> torch.Tensor:
+    if params.greedy:
+        return torch.zeros(len(tokens), dtype=torch.float64)
+    scaled = torch.where(keep, z / params.temperature, -math.inf)
+    return torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None])[:, 0]
+
+
+@dataclass(frozen=True, slots=True)
+class RaceReplay:
+    """The verifier's replay of every sampled position of one rollout."""
+
+    margins: np.ndarray  # raw-logit margin by which each claimed token lost its race (0 = won)
+    logprobs: np.ndarray  # the verifier's logprob of each claimed token
+
+    def worst(self) -> tuple[int, float]:
+        """The position that lost by the most, and by how much."""
+        if len(self.margins) == 0:
+            return -1, 0.0
+        position = int(np.argmax(self.margins))
+        return position, float(self.margins[position])
+
+
+def replay(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    seed: bytes,
+    first_position: int,
+    params: SamplingParams,
+    slack: float,
+) -> RaceReplay:
+    """Replay the seeded races of one rollout against logits recomputed by a prefill.
+
+    ``logits[i]`` must be the logits that chose ``tokens[i]``, which was sampled at position
+    ``first_position + i``. The margin of token ``y`` is
+    ``T * (max_j (z_j/T + g_j) - (z_y/T + g_y))`` over the verifier's kept set plus ``y``, or
+    ``inf`` when ``y`` is outside the masks even with ``slack``; 0 means it won outright.
+    """
+    z = logits.detach().to(torch.float64)
+    y = tokens.to(torch.long)
+    rows = torch.arange(len(y))
+    if params.greedy:
+        margins = z.max(dim=-1).values - z[rows, y]
+        return RaceReplay(margins.numpy(), np.zeros(len(y)))
+    admissible = _allowed(z, params, slack)[rows, y]
+    keep = _allowed(z, params)
+    keep[rows, y] = True
+    positions = list(range(first_position, first_position + len(y)))
+    race = torch.where(keep, z + params.temperature * _noise([seed] * len(y), positions, z.shape[-1]), -math.inf)
+    margins = race.max(dim=-1).values - race[rows, y]
+    margins = torch.where(admissible, margins, EXCLUDED)
+    return RaceReplay(margins.numpy(), _logprob_of(z, keep, y, params).numpy())

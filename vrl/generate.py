@@ -1,0 +1,107 @@
+"""Generation of committed, signed rollouts: whole GRPO groups, seeds bound to the assignment."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from proofs import commitment
+from proofs.sampler import SamplingParams
+from vrl.forward import decode
+from vrl.keys import NodeKey
+from vrl.model import Model
+from vrl.rollout import Rollout, sample_seed
+from vrl.tasks import Task, exact_match_reward
+
+
+@dataclass
+class GenerationStats:
+    """Wall time split, for the benchmarks: decoding versus building commitments."""
+
+    tokens: int = 0
+    decode_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    commitment_bytes: int = 0
+    per_batch: list[float] = field(default_factory=list)
+
+
+def sampling_for(model: Model, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 max_new_tokens: int = 256) -> SamplingParams:
+    """Sampling parameters with the model's own stop tokens."""
+    return SamplingParams(temperature, top_k, top_p, max_new_tokens, model.stop_token_ids)
+
+
+def iter_generate(
+    model: Model,
+    tasks: Iterable[Task],
+    key: NodeKey,
+    *,
+    round_seed: bytes,
+    sampling: SamplingParams,
+    group_size: int = 4,
+    policy_version: int = 0,
+    batch_size: int = 8,
+    stats: GenerationStats | None = None,
+    on_step: Callable[[], None] | None = None,
+) -> Iterator[list[Rollout]]:
+    """Yield one whole GRPO group (``group_size`` signed rollouts) per task, in task order."""
+    if len(round_seed) != 32:
+        raise ValueError(f"round_seed must be 32 bytes, got {len(round_seed)}")
+    stats = stats if stats is not None else GenerationStats()
+    groups_per_batch = max(1, batch_size // group_size)
+    pending: list[Task] = []
+    for task in tasks:
+        pending.append(task)
+        if len(pending) == groups_per_batch:
+            yield from _generate_groups(model, pending, key, round_seed, sampling, group_size,
+                                        policy_version, stats, on_step)
+            pending = []
+    if pending:
+        yield from _generate_groups(model, pending, key, round_seed, sampling, group_size,
+                                    policy_version, stats, on_step)
+
+
+def _generate_groups(model, tasks, key, round_seed, sampling, group_size, policy_version, stats, on_step):
+    jobs = [(task, index) for task in tasks for index in range(group_size)]
+    prompts = {task.id: model.encode(task.prompt) for task in tasks}
+    for task in tasks:
+        if not prompts[task.id]:
+            raise ValueError(f"task {task.id!r}: the prompt encodes to no tokens")
+    seeds = [sample_seed(round_seed, key.node_id, task.id, index) for task, index in jobs]
+    started = time.perf_counter()
+    decoded = decode(model, [prompts[task.id] for task, _ in jobs], seeds, sampling, on_step)
+    stats.decode_seconds += time.perf_counter() - started
+    started = time.perf_counter()
+    commitments = commitment.build_many([result.hidden for result in decoded])
+    stats.commit_seconds += time.perf_counter() - started
+    rollouts = []
+    for (task, index), result, committed in zip(jobs, decoded, commitments):
+        stats.commitment_bytes += len(committed)
+        stats.tokens += len(result.tokens)
+        unsigned = Rollout(
+            node_id=key.node_id,
+            model_hash=model.model_hash,
+            policy_version=policy_version,
+            round_seed=round_seed,
+            task_id=task.id,
+            sample_index=index,
+            group_size=group_size,
+            prompt=task.prompt,
+            reference=task.answer,
+            prompt_tokens=tuple(prompts[task.id]),
+            completion_tokens=tuple(result.tokens),
+            finish_reason=result.finish_reason,
+            sampling=sampling,
+            behaviour_logprobs=tuple(float(x) for x in result.logprobs),
+            reward=exact_match_reward(model.decode(result.tokens), task.answer),
+            commitment=committed,
+        )
+        rollouts.append(unsigned.signed(key))
+    for start in range(0, len(rollouts), group_size):
+        yield rollouts[start : start + group_size]
+
+
+def generate(model: Model, tasks: Iterable[Task], key: NodeKey, **options) -> list[Rollout]:
+    """All groups for ``tasks`` as one list; see :func:`iter_generate` for the options."""
+    return [rollout for group in iter_generate(model, tasks, key, **options) for rollout in group]

@@ -1,0 +1,71 @@
+"""Node keys: Ed25519 through pyca/cryptography. A node's id is its raw 32-byte public key."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+NODE_ID_BYTES = 32
+SIGNATURE_BYTES = 64
+
+
+class KeyFileError(Exception):
+    """A key file that cannot be read as an Ed25519 private key."""
+
+
+@dataclass(frozen=True, eq=False)
+class NodeKey:
+    """An Ed25519 signing key. Immutable; the private bytes never appear in ``repr``."""
+
+    _private: Ed25519PrivateKey = field(repr=False)
+
+    @classmethod
+    def generate(cls) -> NodeKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> NodeKey:
+        """Deterministic key from 32 seed bytes (tests, devnets); never for real nodes."""
+        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+
+    @classmethod
+    def load(cls, path: str | Path) -> NodeKey:
+        try:
+            key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as error:
+            raise KeyFileError(f"{path}: not a readable key file: {error}") from error
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyFileError(f"{path}: not an Ed25519 key")
+        return cls(key)
+
+    def save(self, path: str | Path) -> None:
+        """Write PKCS#8 PEM, readable by the owner only; refuses to overwrite a key."""
+        pem = self._private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(pem)
+
+    @property
+    def node_id(self) -> bytes:
+        return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def sign(self, message: bytes) -> bytes:
+        return self._private.sign(message)
+
+
+def signature_valid(node_id: bytes, message: bytes, signature: bytes) -> bool:
+    """Ed25519 verification (constant-time inside the library); False on any malformed input."""
+    if len(node_id) != NODE_ID_BYTES or len(signature) != SIGNATURE_BYTES:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(node_id).verify(signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True

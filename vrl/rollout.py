@@ -1,0 +1,287 @@
+"""The signed rollout record (specs/record.md).
+
+A record is a msgpack map in canonical form: keys sorted by their UTF-8 bytes at every
+level, integers in their shortest encoding, floats as float64, text as str, byte strings as
+bin, and token or logprob arrays packed little-endian into bin. Decoding re-encodes and
+demands byte equality, so every record has exactly one encoding and the signature covers it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgpack
+
+from proofs.sampler import SamplingParams
+from vrl.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
+
+RECORD_VERSION = 1
+SIGNING_DOMAIN = b"vrl/rollout/v1\x00"
+SAMPLE_SEED_DOMAIN = b"vrl/sample-seed/v1\x00"
+FINISH_REASONS = ("stop", "length")
+#: Bounds from specs/record.md section 3: generous for real models, small enough that a
+#: hostile record cannot make a verifier allocate without limit.
+MAX_RECORD_BYTES = 16 << 20
+MAX_PROMPT_TOKENS = 1 << 16
+MAX_TEXT_BYTES = 1 << 20
+MAX_TASK_ID_BYTES = 256
+MAX_GROUP_SIZE = 1024
+
+
+class RecordError(ValueError):
+    """A record that does not decode or violates the schema; names the record and field."""
+
+    def __init__(self, field: str, problem: str, index: int | None = None) -> None:
+        self.field, self.problem, self.index = field, problem, index
+        where = f"record {index}: " if index is not None else ""
+        super().__init__(f"{where}field {field!r}: {problem}" if field else f"{where}{problem}")
+
+    def at(self, index: int) -> RecordError:
+        return RecordError(self.field, self.problem, index)
+
+
+def sample_seed(round_seed: bytes, node_id: bytes, task_id: str, sample_index: int) -> bytes:
+    """``H(round_seed, node_id, task_id, sample_index)``: the seed no node can choose."""
+    task = task_id.encode()
+    return hashlib.sha256(
+        SAMPLE_SEED_DOMAIN + round_seed + node_id + len(task).to_bytes(4, "big") + task
+        + sample_index.to_bytes(4, "big")
+    ).digest()
+
+
+def _pack_u32(values: tuple[int, ...]) -> bytes:
+    return struct.pack(f"<{len(values)}I", *values)
+
+
+def _pack_f32(values: tuple[float, ...]) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One sampled completion with everything a verifier needs to check it. Immutable."""
+
+    node_id: bytes
+    model_hash: bytes
+    policy_version: int
+    round_seed: bytes
+    task_id: str
+    sample_index: int
+    group_size: int
+    prompt: str
+    reference: str
+    prompt_tokens: tuple[int, ...]
+    completion_tokens: tuple[int, ...]
+    finish_reason: str
+    sampling: SamplingParams
+    behaviour_logprobs: tuple[float, ...]
+    reward: float
+    commitment: bytes
+    signature: bytes = b""
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def sample_seed(self) -> bytes:
+        return sample_seed(self.round_seed, self.node_id, self.task_id, self.sample_index)
+
+    @property
+    def group_key(self) -> tuple[bytes, bytes, int, str]:
+        """A GRPO group: the samples of one task by one node in one round, submitted whole."""
+        return (self.node_id, self.round_seed, self.policy_version, self.task_id)
+
+    # -- encoding -------------------------------------------------------------------------
+    def _wire(self, with_signature: bool) -> dict[str, Any]:
+        wire = {
+            "v": RECORD_VERSION,
+            "node_id": self.node_id,
+            "model_hash": self.model_hash,
+            "policy_version": self.policy_version,
+            "round_seed": self.round_seed,
+            "task_id": self.task_id,
+            "sample_index": self.sample_index,
+            "group_size": self.group_size,
+            "prompt": self.prompt,
+            "reference": self.reference,
+            "prompt_tokens": _pack_u32(self.prompt_tokens),
+            "completion_tokens": _pack_u32(self.completion_tokens),
+            "finish_reason": self.finish_reason,
+            "sampling": {
+                "temperature": float(self.sampling.temperature),
+                "top_k": self.sampling.top_k,
+                "top_p": float(self.sampling.top_p),
+                "max_new_tokens": self.sampling.max_new_tokens,
+                "stop_token_ids": list(self.sampling.stop_token_ids),
+            },
+            "behaviour_logprobs": _pack_f32(self.behaviour_logprobs),
+            "reward": float(self.reward),
+            "commitment": self.commitment,
+        }
+        if with_signature:
+            wire["signature"] = self.signature
+        return wire
+
+    def signing_payload(self) -> bytes:
+        """What the signature covers: the domain tag and the canonical record less the signature."""
+        return SIGNING_DOMAIN + canonical_bytes(self._wire(with_signature=False))
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self._wire(with_signature=True))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Rollout:
+        """Decode and validate; raises :class:`RecordError` naming the offending field."""
+        if len(data) > MAX_RECORD_BYTES:
+            raise RecordError("", f"oversized: {len(data)} bytes exceeds the {MAX_RECORD_BYTES}-byte limit")
+        try:
+            wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        except Exception as error:  # msgpack raises several unrelated types for bad bytes
+            raise RecordError("", f"not valid msgpack: {error}") from None
+        if not isinstance(wire, dict):
+            raise RecordError("", f"expected a msgpack map, got {type(wire).__name__}")
+        rollout = _from_wire(wire)
+        if rollout.to_bytes() != data:
+            raise RecordError("", "not in canonical encoding (key order, int width or float width)")
+        return rollout
+
+    # -- signing --------------------------------------------------------------------------
+    def signed(self, key: NodeKey, **changes: Any) -> Rollout:
+        """A copy with ``changes`` applied, the node id set to ``key``'s and a fresh signature."""
+        unsigned = replace(self, **changes, node_id=key.node_id, signature=b"")
+        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
+
+    def signature_valid(self) -> bool:
+        return signature_valid(self.node_id, self.signing_payload(), self.signature)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    return msgpack.packb(_sorted(value), use_bin_type=True, use_single_float=False, strict_types=True)
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value, key=lambda k: k.encode())}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+# -- decoding with field-level errors -------------------------------------------------------
+
+_TOP_LEVEL = {
+    "v", "node_id", "model_hash", "policy_version", "round_seed", "task_id", "sample_index",
+    "group_size", "prompt", "reference", "prompt_tokens", "completion_tokens", "finish_reason",
+    "sampling", "behaviour_logprobs", "reward", "commitment", "signature",
+}
+_SAMPLING = {"temperature", "top_k", "top_p", "max_new_tokens", "stop_token_ids"}
+
+
+def _take(wire: dict, name: str, kind: type, prefix: str = "") -> Any:
+    field = prefix + name
+    if name not in wire:
+        raise RecordError(field, "missing")
+    value = wire[name]
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise RecordError(field, f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _fixed_bytes(wire: dict, name: str, size: int) -> bytes:
+    value = _take(wire, name, bytes)
+    if len(value) != size:
+        raise RecordError(name, f"expected {size} bytes, got {len(value)}")
+    return value
+
+
+def _int(wire: dict, name: str, low: int, high: int, prefix: str = "") -> int:
+    value = _take(wire, name, int, prefix)
+    if not low <= value <= high:
+        raise RecordError(prefix + name, f"{value} is outside [{low}, {high}]")
+    return value
+
+
+def _text(wire: dict, name: str, limit: int) -> str:
+    value = _take(wire, name, str)
+    if len(value.encode()) > limit:
+        raise RecordError(name, f"longer than {limit} bytes")
+    return value
+
+
+def _float(wire: dict, name: str, prefix: str = "") -> float:
+    value = _take(wire, name, float, prefix)
+    if not math.isfinite(value):
+        raise RecordError(prefix + name, "not finite")
+    return value
+
+
+def _array(wire: dict, name: str, code: str, limit: int) -> tuple:
+    value = _take(wire, name, bytes)
+    if len(value) % 4:
+        raise RecordError(name, f"{len(value)} bytes is not a whole number of 4-byte items")
+    if len(value) // 4 > limit:
+        raise RecordError(name, f"{len(value) // 4} items exceeds the limit of {limit}")
+    return struct.unpack(f"<{len(value) // 4}{code}", value)
+
+
+def _from_wire(wire: dict) -> Rollout:
+    version = _take(wire, "v", int)
+    if version != RECORD_VERSION:
+        raise RecordError("v", f"unknown record version {version} (this reader knows {RECORD_VERSION})")
+    unknown = set(wire) - _TOP_LEVEL
+    if unknown:
+        raise RecordError(sorted(unknown)[0], "unknown field")
+    sampling_wire = _take(wire, "sampling", dict)
+    unknown = set(sampling_wire) - _SAMPLING
+    if unknown:
+        raise RecordError("sampling." + sorted(unknown)[0], "unknown field")
+    stops = _take(sampling_wire, "stop_token_ids", list, "sampling.")
+    if len(stops) > 64 or not all(isinstance(s, int) and not isinstance(s, bool) for s in stops):
+        raise RecordError("sampling.stop_token_ids", "expected at most 64 integers")
+    try:
+        sampling = SamplingParams(
+            temperature=_float(sampling_wire, "temperature", "sampling."),
+            top_k=_int(sampling_wire, "top_k", 0, 1 << 24, "sampling."),
+            top_p=_float(sampling_wire, "top_p", "sampling."),
+            max_new_tokens=_int(sampling_wire, "max_new_tokens", 1, 1 << 20, "sampling."),
+            stop_token_ids=tuple(stops),
+        )
+    except ValueError as error:  # InvalidParameters carries the field name
+        raise RecordError(getattr(error, "field", "sampling"), getattr(error, "problem", str(error))) from None
+
+    completion = _array(wire, "completion_tokens", "I", sampling.max_new_tokens)
+    if not completion:
+        raise RecordError("completion_tokens", "empty: a rollout has at least one token")
+    logprobs = _array(wire, "behaviour_logprobs", "f", sampling.max_new_tokens)
+    if len(logprobs) != len(completion):
+        raise RecordError("behaviour_logprobs", f"{len(logprobs)} values for {len(completion)} tokens")
+    if not all(math.isfinite(x) and x <= 0.0 for x in logprobs):
+        raise RecordError("behaviour_logprobs", "values must be finite and <= 0")
+    finish = _take(wire, "finish_reason", str)
+    if finish not in FINISH_REASONS:
+        raise RecordError("finish_reason", f"{finish!r} is not one of {', '.join(FINISH_REASONS)}")
+    prompt_tokens = _array(wire, "prompt_tokens", "I", MAX_PROMPT_TOKENS)
+    if not prompt_tokens:
+        raise RecordError("prompt_tokens", "empty")
+    group_size = _int(wire, "group_size", 1, MAX_GROUP_SIZE)
+    return Rollout(
+        node_id=_fixed_bytes(wire, "node_id", NODE_ID_BYTES),
+        model_hash=_fixed_bytes(wire, "model_hash", 32),
+        policy_version=_int(wire, "policy_version", 0, (1 << 63) - 1),
+        round_seed=_fixed_bytes(wire, "round_seed", 32),
+        task_id=_text(wire, "task_id", MAX_TASK_ID_BYTES),
+        sample_index=_int(wire, "sample_index", 0, MAX_GROUP_SIZE - 1),
+        group_size=group_size,
+        prompt=_text(wire, "prompt", MAX_TEXT_BYTES),
+        reference=_text(wire, "reference", MAX_TEXT_BYTES),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion,
+        finish_reason=finish,
+        sampling=sampling,
+        behaviour_logprobs=logprobs,
+        reward=_float(wire, "reward"),
+        commitment=_take(wire, "commitment", bytes),
+        signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES),
+    )

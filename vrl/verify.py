@@ -1,0 +1,298 @@
+"""The verification pipeline (specs/verification.md).
+
+Ordered stages, cheapest first; a rollout stops at the first stage it fails:
+
+1. schema and bounds        5. sampling: each token won its seeded race
+2. signature                6. termination: a sampled stop, or the length limit
+3. seed and assignment      7. behaviour logprobs
+   binding, model hash      8. reward, recomputed
+4. activation commitment, against one batched prefill
+
+Every rollout gets a :class:`Verdict`; verdicts are data, never exceptions. Stages 1 to 3 need
+no model work; stage 4 onward share one batched prefill per batch of surviving rollouts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from types import MappingProxyType
+
+import numpy as np
+import torch
+
+from proofs import commitment, sampler
+from proofs.errors import MalformedCommitment
+from vrl.forward import Prefilled, prefill
+from vrl.model import Model
+from vrl.rollout import RecordError, Rollout
+from vrl.tasks import Task, exact_match_reward
+
+
+class Stage(IntEnum):
+    SCHEMA = 1
+    SIGNATURE = 2
+    BINDING = 3
+    COMMITMENT = 4
+    SAMPLING = 5
+    TERMINATION = 6
+    LOGPROBS = 7
+    REWARD = 8
+    ACCEPTED = 9
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerances:
+    """Acceptance thresholds; defaults calibrated by ``bench/calibrate.py`` (specs section 5).
+
+    Each bound sits well above the worst honest value measured under benign variation
+    (batch 1 vs padded 4, sdpa vs eager, 1 vs 2 threads, decode vs prefill) on the tiny and
+    small presets in float32 and bfloat16, and well below what the attacks in the detection
+    table produce.
+    """
+
+    #: Share of committed values whose sign or exponent disagree. Honest worst: 0.000 in fp32,
+    #: see bench/calibrate.py for bf16; other model / int4 / 1% weights: >= 0.05.
+    commitment_miss_rate: float = 0.02
+    #: Mean mantissa error (bf16 ulps) over the agreeing values. Honest worst: see calibration.
+    commitment_mantissa_error: float = 0.5
+    #: Raw-logit margin by which a claimed token may lose its seeded race (TOPLOC2-style check;
+    #: shared research measured an honest worst of 0.019 at bf16; our calibration: see bench).
+    race_margin: float = 0.05
+    #: Largest |claimed - recomputed| behaviour logprob, nats.
+    logprob_error: float = 0.01
+
+
+DEFAULT_TOLERANCES = Tolerances()
+
+
+@dataclass(frozen=True, slots=True)
+class Expectations:
+    """What the verifier knows independently of the rollouts (all optional).
+
+    ``tasks`` pins prompts and reference answers; ``round_seed`` pins the round; ``sampling``
+    pins the sampling parameters the protocol prescribes.
+    """
+
+    tasks: Mapping[str, Task] | None = None
+    round_seed: bytes | None = None
+    sampling: sampler.SamplingParams | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome for one record: where it stopped, why, and the scores measured on the way."""
+
+    index: int
+    accepted: bool
+    stage: Stage
+    reason: str  # machine-readable code, "ok" when accepted
+    message: str  # one human sentence
+    node_id: str = ""
+    task_id: str = ""
+    sample_index: int = -1
+    scores: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index, "accepted": self.accepted, "stage": self.stage.name.lower(),
+            "reason": self.reason, "message": self.message, "node_id": self.node_id,
+            "task_id": self.task_id, "sample_index": self.sample_index, "scores": dict(self.scores),
+        }
+
+
+class _Rejected(Exception):
+    """Internal control flow of a stage check: never escapes :func:`verify`."""
+
+    def __init__(self, stage: Stage, reason: str, message: str) -> None:
+        self.stage, self.reason, self.message = stage, reason, message
+
+
+def _binding(rollout: Rollout, model: Model, expect: Expectations) -> None:
+    fail = lambda reason, message: _Rejected(Stage.BINDING, reason, message)  # noqa: E731
+    if rollout.model_hash != model.model_hash:
+        raise fail("model_mismatch", f"claims model {rollout.model_hash.hex()[:16]}, "
+                   f"verifier has {model.model_hash.hex()[:16]}")
+    if expect.round_seed is not None and rollout.round_seed != expect.round_seed:
+        raise fail("round_seed_mismatch", "round seed is not this round's")
+    if expect.sampling is not None and rollout.sampling != expect.sampling:
+        raise fail("sampling_params_mismatch", f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
+    if rollout.sampling.stop_token_ids != model.stop_token_ids:
+        raise fail("stop_tokens_mismatch", f"stop tokens {rollout.sampling.stop_token_ids} "
+                   f"are not the model's {model.stop_token_ids}")
+    if rollout.sample_index >= rollout.group_size:
+        raise fail("assignment_invalid", f"sample {rollout.sample_index} of a group of {rollout.group_size}")
+    if expect.tasks is not None:
+        task = expect.tasks.get(rollout.task_id)
+        if task is None:
+            raise fail("unknown_task", f"task {rollout.task_id!r} is not in the task set")
+        if (task.prompt, task.answer) != (rollout.prompt, rollout.reference):
+            raise fail("task_mismatch", f"prompt or reference differ from task {task.id!r}")
+    if list(rollout.prompt_tokens) != model.encode(rollout.prompt):
+        raise fail("prompt_mismatch", "prompt tokens are not the tokenization of the prompt")
+    if any(t >= model.vocab_size for t in rollout.completion_tokens):
+        raise fail("token_out_of_vocab", f"a completion token is >= the vocabulary size {model.vocab_size}")
+
+
+def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
+    """Whole-group rules: every sample index once, members agreeing on the group's terms."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for index, rollout in rollouts.items():
+        groups[rollout.group_key].append(index)
+    problems: dict[int, _Rejected] = {}
+    for members in groups.values():
+        first = rollouts[members[0]]
+        seen: dict[int, int] = {}
+        for index in members:
+            rollout = rollouts[index]
+            if (rollout.group_size, rollout.sampling, rollout.model_hash) != (
+                    first.group_size, first.sampling, first.model_hash):
+                problems[index] = _Rejected(Stage.BINDING, "group_inconsistent",
+                                            "group members disagree on group size, sampling or model")
+            elif rollout.sample_index in seen:
+                problems[index] = _Rejected(Stage.BINDING, "duplicate_sample",
+                                            f"sample {rollout.sample_index} appears twice in the group")
+            seen.setdefault(rollout.sample_index, index)
+        missing = sorted(set(range(first.group_size)) - set(seen))
+        if missing and first.group_size <= 1024:
+            for index in members:
+                problems.setdefault(index, _Rejected(
+                    Stage.BINDING, "group_incomplete",
+                    f"group submitted without samples {missing[:8]}{'...' if len(missing) > 8 else ''}"))
+    return problems
+
+
+def _checks_after_prefill(rollout: Rollout, recomputed: Prefilled, model: Model, tol: Tolerances,
+                          scores: dict[str, float]) -> None:
+    # 4. Activation commitment: the hidden states the prover committed are the claimed model's.
+    try:
+        agreement = commitment.check(rollout.commitment, recomputed.hidden)
+    except MalformedCommitment as error:
+        raise _Rejected(Stage.COMMITMENT, "commitment_malformed", str(error)) from None
+    scores["commitment_miss_rate"] = agreement.miss_rate
+    scores["commitment_mantissa_error"] = agreement.mantissa_error_mean
+    if agreement.miss_rate > tol.commitment_miss_rate or agreement.mantissa_error_mean > tol.commitment_mantissa_error:
+        raise _Rejected(Stage.COMMITMENT, "commitment_mismatch",
+                        f"{agreement.misses} of {agreement.comparisons} committed values disagree "
+                        f"(mantissa error {agreement.mantissa_error_mean:.2f} ulp)")
+
+    # 5. Sampling: replay every seeded race; the final token of a "stop" rollout is stage 6's.
+    tokens = torch.tensor(rollout.completion_tokens, dtype=torch.long)
+    races = sampler.replay(recomputed.logits, tokens, rollout.sample_seed, 0, rollout.sampling, tol.race_margin)
+    n = len(tokens)
+    body = n - 1 if rollout.finish_reason == "stop" else n
+    margins = races.margins[:body]
+    scores["race_margin_max"] = float(margins.max()) if body else 0.0
+    if body and scores["race_margin_max"] > tol.race_margin:
+        position = int(np.argmax(margins))
+        lost_by = "outside the sampling masks" if math.isinf(margins[position]) else f"by {margins[position]:.3f}"
+        raise _Rejected(Stage.SAMPLING, "sampling_mismatch",
+                        f"token {position} did not win its seeded race ({lost_by}; "
+                        f"{int((margins > tol.race_margin).sum())} of {body} tokens did not)")
+
+    # 6. Termination: a stop token ends the rollout only if it was really sampled there.
+    stops = set(rollout.sampling.stop_token_ids)
+    early = [i for i, t in enumerate(rollout.completion_tokens[:-1]) if t in stops]
+    if early:
+        raise _Rejected(Stage.TERMINATION, "continued_after_stop", f"a stop token at {early[0]} did not end the rollout")
+    last = rollout.completion_tokens[-1]
+    if rollout.finish_reason == "stop":
+        if last not in stops:
+            raise _Rejected(Stage.TERMINATION, "fake_stop", "finish reason is stop but the last token is not a stop token")
+        if races.margins[-1] > tol.race_margin:
+            raise _Rejected(Stage.TERMINATION, "stop_not_sampled",
+                            f"the stop token lost its seeded race by {races.margins[-1]:.3f}")
+    else:
+        if last in stops:
+            raise _Rejected(Stage.TERMINATION, "finish_reason_mismatch", "ends in a stop token but claims length")
+        if n != rollout.sampling.max_new_tokens:
+            raise _Rejected(Stage.TERMINATION, "truncated",
+                            f"claims the length limit after {n} of {rollout.sampling.max_new_tokens} tokens")
+
+    # 7. Behaviour logprobs: what GRPO's importance ratios will be computed against.
+    error = np.abs(races.logprobs - np.asarray(rollout.behaviour_logprobs, dtype=np.float64))
+    scores["logprob_error_max"] = float(error.max())
+    if scores["logprob_error_max"] > tol.logprob_error:
+        raise _Rejected(Stage.LOGPROBS, "logprob_mismatch",
+                        f"behaviour logprob of token {int(np.argmax(error))} is off by {error.max():.4f}")
+
+    # 8. Reward, recomputed from the completion text.
+    recomputed_reward = exact_match_reward(model.decode(list(rollout.completion_tokens)), rollout.reference)
+    scores["reward_recomputed"] = recomputed_reward
+    if recomputed_reward != rollout.reward:
+        raise _Rejected(Stage.REWARD, "reward_mismatch",
+                        f"claims reward {rollout.reward}, recomputed {recomputed_reward}")
+
+
+def verify(
+    records: Iterable[Rollout | RecordError],
+    model: Model,
+    *,
+    expect: Expectations | None = None,
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    batch_size: int = 4,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[Verdict]:
+    """Verify rollouts (or the :class:`RecordError` of records that did not decode).
+
+    Returns one verdict per input, in input order. ``on_progress(n)`` is called as ``n`` more
+    records are finished.
+    """
+    expect = expect or Expectations()
+    items = list(records)
+    verdicts: dict[int, Verdict] = {}
+    alive: dict[int, Rollout] = {}
+
+    def finish(index: int, rejected: _Rejected | None, scores: dict[str, float] | None = None) -> None:
+        item = items[index]
+        about = {}
+        if isinstance(item, Rollout):
+            about = {"node_id": item.node_id.hex(), "task_id": item.task_id, "sample_index": item.sample_index}
+        if rejected is None:
+            verdicts[index] = Verdict(index, True, Stage.ACCEPTED, "ok", "all checks passed",
+                                      scores=MappingProxyType(scores or {}), **about)
+        else:
+            verdicts[index] = Verdict(index, False, rejected.stage, rejected.reason, rejected.message,
+                                      scores=MappingProxyType(scores or {}), **about)
+        if on_progress is not None:
+            on_progress(1)
+
+    for index, item in enumerate(items):
+        if isinstance(item, RecordError):
+            reason = "malformed_record"
+            for prefix, code in (("truncated", "truncated_record"), ("oversized", "oversized_record"),
+                                 ("corrupt", "corrupt_record"), ("unknown record version", "unknown_version")):
+                if item.problem.startswith(prefix):
+                    reason = code
+            finish(index, _Rejected(Stage.SCHEMA, reason, str(item.at(index))))
+        elif not item.signature_valid():
+            finish(index, _Rejected(Stage.SIGNATURE, "bad_signature", "signature does not verify under node_id"))
+        else:
+            alive[index] = item
+    for index, problem in _group_problems(alive).items():
+        finish(index, problem)
+        del alive[index]
+    for index in list(alive):
+        try:
+            _binding(alive[index], model, expect)
+        except _Rejected as rejected:
+            finish(index, rejected)
+            del alive[index]
+
+    # One batched prefill per batch; sorting by length keeps padding small.
+    order = sorted(alive, key=lambda i: len(alive[i].prompt_tokens) + len(alive[i].completion_tokens))
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        recomputed = prefill(model, [(list(alive[i].prompt_tokens), list(alive[i].completion_tokens)) for i in batch])
+        for index, result in zip(batch, recomputed):
+            scores: dict[str, float] = {}
+            try:
+                _checks_after_prefill(alive[index], result, model, tolerances, scores)
+            except _Rejected as rejected:
+                finish(index, rejected, scores)
+            else:
+                finish(index, None, scores)
+    return [verdicts[i] for i in range(len(items))]
