@@ -39,6 +39,10 @@ ROWS_PER_CHUNK = 32
 #: Values kept per row. 3 keeps the size under TOPLOC's 8.06 B/token while every row is
 #: covered; bench/calibrate.py shows the sequence statistics separate honest from tampered.
 VALUES_PER_ROW = 3
+#: Values kept for the closing row (the row after the last token), committed as a chunk of its
+#: own: it is the only row a last-token edit changes, so it carries enough values for a
+#: per-row test (32 values: an honest row misses about 1 in bf16, an edited row most of them).
+CLOSING_VALUES = 32
 #: The largest prime below 2^16: every finite bf16 bit pattern (< 0xFF80) is a field element.
 FIELD_PRIME = 65521
 HEADER_BYTES = 3
@@ -120,13 +124,16 @@ def _injective_modulus(keys: np.ndarray) -> int:
     raise AssertionError("unreachable: m = len(keys) .. max(keys)+1 always succeeds")
 
 
-def _chunks(n_rows: int) -> list[tuple[int, int]]:
-    return [(start, min(start + ROWS_PER_CHUNK, n_rows)) for start in range(0, n_rows, ROWS_PER_CHUNK)]
+def _chunks(n_rows: int) -> list[tuple[int, int, int]]:
+    """(first row, end row, values per row): 32-row chunks of the body, then the closing row."""
+    body = n_rows - 1
+    spans = [(start, min(start + ROWS_PER_CHUNK, body), VALUES_PER_ROW) for start in range(0, body, ROWS_PER_CHUNK)]
+    return [*spans, (body, n_rows, CLOSING_VALUES)]
 
 
 def committed_size(n_rows: int) -> int:
     """Exact byte length of a commitment over ``n_rows`` rows."""
-    return HEADER_BYTES + sum(2 + 2 * (end - start) * VALUES_PER_ROW for start, end in _chunks(n_rows))
+    return HEADER_BYTES + sum(2 + 2 * (end - start) * k for start, end, k in _chunks(n_rows))
 
 
 def build(rows: torch.Tensor) -> bytes:
@@ -140,20 +147,19 @@ def build_many(row_sets: list[torch.Tensor]) -> list[bytes]:
     pieces: list[list[bytes]] = []
     by_length: dict[int, list[tuple[int, int, int, np.ndarray, np.ndarray]]] = {}
     for which, rows in enumerate(row_sets):
-        if rows.ndim != 2 or rows.shape[0] == 0:
-            raise ValueError(f"rows must be a non-empty 2-D tensor, got shape {tuple(rows.shape)}")
+        if rows.ndim != 2 or rows.shape[0] < 2 or rows.shape[1] < CLOSING_VALUES:
+            raise ValueError(f"rows must be 2-D with >= 2 rows and >= {CLOSING_VALUES} columns, "
+                             f"got shape {tuple(rows.shape)}")
         bits = bf16_bits(rows)
-        n_rows, width = bits.shape
-        columns = top_indices(bits, VALUES_PER_ROW)
-        values = np.take_along_axis(bits, columns, axis=1)
-        chunks = _chunks(n_rows)
+        width = bits.shape[1]
+        chunks = _chunks(bits.shape[0])
         pieces.append([b""] * len(chunks))
-        for index, (start, end) in enumerate(chunks):
-            keys = (np.arange(end - start)[:, None] * width + columns[start:end]).reshape(-1)
+        for index, (start, end, k) in enumerate(chunks):
+            columns = top_indices(bits[start:end], k)
+            keys = (np.arange(end - start)[:, None] * width + columns).reshape(-1)
             modulus = _injective_modulus(keys)
-            by_length.setdefault(len(keys), []).append(
-                (which, index, modulus, keys % modulus, values[start:end].reshape(-1))
-            )
+            values = np.take_along_axis(bits[start:end], columns, axis=1).reshape(-1)
+            by_length.setdefault(len(keys), []).append((which, index, modulus, keys % modulus, values))
     for group in by_length.values():
         poly = _interpolate(np.stack([item[3] for item in group]), np.stack([item[4] for item in group]))
         for (which, index, modulus, _, _), coefficients in zip(group, poly):
@@ -172,10 +178,11 @@ class CommitmentCheck:
     """
 
     rows: int
-    comparisons: int
+    comparisons: int  # over the body rows (the rows that chose the tokens)
     misses: int
     mantissa_error_mean: float
     rows_fully_missed: int
+    closing_misses: int  # of CLOSING_VALUES comparisons on the row after the last token
 
     @property
     def miss_rate(self) -> float:
@@ -197,8 +204,8 @@ def parse(data: bytes, n_rows: int) -> list[tuple[int, np.ndarray]]:
         raise MalformedCommitment(f"{len(data)} bytes for {n_rows} rows, expected {expected}")
     chunks = []
     offset = HEADER_BYTES
-    for start, end in _chunks(n_rows):
-        count = 1 + (end - start) * VALUES_PER_ROW
+    for start, end, k in _chunks(n_rows):
+        count = 1 + (end - start) * k
         words = np.frombuffer(data, dtype=">u2", count=count, offset=offset).astype(np.int64)
         offset += 2 * count
         modulus, coefficients = int(words[0]), words[1:]
@@ -214,21 +221,23 @@ def check(data: bytes, rows: torch.Tensor) -> CommitmentCheck:
     """Compare a commitment with hidden-state rows recomputed by the verifier."""
     bits = bf16_bits(rows)
     n_rows, width = bits.shape
-    chunks = parse(data, n_rows)
-    columns = top_indices(bits, VALUES_PER_ROW)
-    mine = np.take_along_axis(bits, columns, axis=1)
-    claimed = np.empty_like(mine)
-    for (start, end), (modulus, coefficients) in zip(_chunks(n_rows), chunks):
-        keys = ((np.arange(end - start)[:, None] * width + columns[start:end]) % modulus).reshape(1, -1)
-        claimed[start:end] = _evaluate(coefficients[None, :], keys).reshape(end - start, -1)
-    same_sign_and_exponent = (claimed >> _SIGN_EXPONENT_SHIFT) == (mine >> _SIGN_EXPONENT_SHIFT)
-    mantissa_error = np.abs((claimed & _MANTISSA_MASK) - (mine & _MANTISSA_MASK))
-    misses = int((~same_sign_and_exponent).sum())
-    matched = mantissa_error[same_sign_and_exponent]
+    missed, errors = [], []
+    for (start, end, k), (modulus, coefficients) in zip(_chunks(n_rows), parse(data, n_rows)):
+        columns = top_indices(bits[start:end], k)
+        mine = np.take_along_axis(bits[start:end], columns, axis=1)
+        keys = ((np.arange(end - start)[:, None] * width + columns) % modulus).reshape(1, -1)
+        claimed = _evaluate(coefficients[None, :], keys).reshape(mine.shape)
+        agree = (claimed >> _SIGN_EXPONENT_SHIFT) == (mine >> _SIGN_EXPONENT_SHIFT)
+        missed.append(~agree)
+        errors.append(np.where(agree, np.abs((claimed & _MANTISSA_MASK) - (mine & _MANTISSA_MASK)), -1))
+    body_missed = np.concatenate(missed[:-1]) if len(missed) > 1 else np.zeros((0, VALUES_PER_ROW), bool)
+    body_errors = np.concatenate(errors[:-1]) if len(errors) > 1 else np.zeros((0, VALUES_PER_ROW))
+    matched = body_errors[body_errors >= 0]
     return CommitmentCheck(
         rows=n_rows,
-        comparisons=int(mine.size),
-        misses=misses,
+        comparisons=int(body_missed.size),
+        misses=int(body_missed.sum()),
         mantissa_error_mean=float(matched.mean()) if matched.size else float(_MANTISSA_MASK),
-        rows_fully_missed=int((~same_sign_and_exponent).all(axis=1).sum()),
+        rows_fully_missed=int(body_missed.all(axis=1).sum()),
+        closing_misses=int(missed[-1].sum()),
     )

@@ -88,9 +88,18 @@ def _mass_above(logits: torch.Tensor, probs: torch.Tensor, slack: float) -> torc
     return cumulative.gather(-1, beaten_by)
 
 
-def _noise(seeds: list[bytes], positions: list[int], vocab: int) -> torch.Tensor:
-    rows = [prf.gumbel(seed, position, vocab) for seed, position in zip(seeds, positions)]
-    return torch.from_numpy(np.stack(rows))
+def _race(scaled: np.ndarray, words: np.ndarray, reference: int, slack: float) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens that can still win one race, and their scores ``z/T + g``.
+
+    ``scaled`` is ``z/T`` with ``-inf`` outside the masks. The noise never exceeds the Gumbel
+    value of the largest word drawn, so a token whose ``z/T`` plus that bound stays below the
+    reference token's score (less ``slack``) cannot win, and its logarithms are never taken.
+    This is exact, not an approximation: the result equals the full race over every token.
+    """
+    ceiling = float(prf.to_gumbel(words.max(keepdims=True))[0])
+    floor = scaled[reference] + float(prf.to_gumbel(words[reference : reference + 1])[0]) - slack
+    candidates = np.flatnonzero(scaled + ceiling >= floor)
+    return candidates, scaled[candidates] + prf.to_gumbel(words[candidates])
 
 
 def sample(
@@ -99,16 +108,21 @@ def sample(
     """Sample one token per row; returns ``(tokens, behaviour_logprobs)``.
 
     Row ``b`` of ``logits`` is position ``positions[b]`` of the rollout seeded ``seeds[b]``.
-    The behaviour logprob is ``log softmax(z / T)`` over the kept tokens, the probability the
-    sampling distribution gave the token (0 for greedy decoding).
+    The winner is ``argmax_j z_j/T + g_j`` over the kept tokens, ties to the lowest id. The
+    behaviour logprob is ``log softmax(z/T)`` over the kept tokens (0 for greedy decoding).
     """
     z = logits.detach().to(torch.float64)
     if params.greedy:
         tokens = torch.argmax(z, dim=-1)
         return tokens, torch.zeros(len(tokens), dtype=torch.float64)
     keep = _allowed(z, params)
-    race = torch.where(keep, z / params.temperature + _noise(seeds, positions, z.shape[-1]), -math.inf)
-    tokens = torch.argmax(race, dim=-1)  # first maximum: ties go to the lowest token id
+    scaled = torch.where(keep, z / params.temperature, -math.inf).numpy()
+    winners = []
+    for row, (seed, position) in enumerate(zip(seeds, positions)):
+        words = prf.raw_words(seed, position, scaled.shape[1])
+        candidates, scores = _race(scaled[row], words, int(np.argmax(scaled[row])), 0.0)
+        winners.append(int(candidates[np.argmax(scores)]))
+    tokens = torch.tensor(winners, dtype=torch.long)
     return tokens, _logprob_of(z, keep, tokens, params)
 
 
@@ -157,11 +171,17 @@ def replay(
     if params.greedy:
         margins = z.max(dim=-1).values - z[rows, y]
         return RaceReplay(margins.numpy(), np.zeros(len(y)))
-    admissible = _allowed(z, params, slack)[rows, y]
+    admissible = _allowed(z, params, slack)[rows, y].numpy()
     keep = _allowed(z, params)
     keep[rows, y] = True
-    positions = list(range(first_position, first_position + len(y)))
-    race = torch.where(keep, z + params.temperature * _noise([seed] * len(y), positions, z.shape[-1]), -math.inf)
-    margins = race.max(dim=-1).values - race[rows, y]
-    margins = torch.where(admissible, margins, EXCLUDED)
-    return RaceReplay(margins.numpy(), _logprob_of(z, keep, y, params).numpy())
+    scaled = torch.where(keep, z / params.temperature, -math.inf).numpy()
+    margins = np.empty(len(y))
+    for row, token in enumerate(y.tolist()):
+        if not admissible[row]:
+            margins[row] = EXCLUDED
+            continue
+        words = prf.raw_words(seed, first_position + row, scaled.shape[1])
+        candidates, scores = _race(scaled[row], words, token, slack / params.temperature)
+        mine = scores[np.searchsorted(candidates, token)]
+        margins[row] = params.temperature * (scores.max() - mine)
+    return RaceReplay(margins, _logprob_of(z, keep, y, params).numpy())

@@ -46,27 +46,42 @@ class Stage(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Tolerances:
-    """Acceptance thresholds; defaults calibrated by ``bench/calibrate.py`` (specs section 5).
+    """Acceptance thresholds (specs/verification.md, section 5).
 
-    Each bound sits well above the worst honest value measured under benign variation
-    (batch 1 vs padded 4, sdpa vs eager, 1 vs 2 threads, decode vs prefill) on the tiny and
-    small presets in float32 and bfloat16, and well below what the attacks in the detection
-    table produce.
+    The compute dtype is part of a model's identity, so the verifier knows which profile
+    applies: float32 replays agree almost bit for bit after rounding to bf16, bfloat16 decode
+    and prefill drift by about half an ulp. Every default sits above the worst honest value
+    that ``bench/calibrate.py`` measured under benign variation (batch 1 vs padded 4, sdpa vs
+    eager, 1 vs 2 threads, decode vs prefill) and below what the attacks in the detection
+    table produce; the numbers are in the comments of :data:`PROFILES`.
     """
 
-    #: Share of committed values whose sign or exponent disagree. Honest worst: 0.000 in fp32,
-    #: see bench/calibrate.py for bf16; other model / int4 / 1% weights: >= 0.05.
-    commitment_miss_rate: float = 0.02
-    #: Mean mantissa error (bf16 ulps) over the agreeing values. Honest worst: see calibration.
-    commitment_mantissa_error: float = 0.5
-    #: Raw-logit margin by which a claimed token may lose its seeded race (TOPLOC2-style check;
-    #: shared research measured an honest worst of 0.019 at bf16; our calibration: see bench).
-    race_margin: float = 0.05
-    #: Largest |claimed - recomputed| behaviour logprob, nats.
-    logprob_error: float = 0.01
+    commitment_miss_rate: float  # share of body values whose sign or exponent disagree
+    commitment_mantissa_error: float  # mean mantissa error (bf16 ulps) of the agreeing values
+    commitment_rows_fully_missed: int  # body rows with every value disagreeing
+    commitment_closing_misses: int  # of the closing row's 32 values
+    race_margin: float  # raw-logit margin by which a claimed token may lose its seeded race
+    logprob_error: float  # largest |claimed - recomputed| behaviour logprob, nats
+
+    @classmethod
+    def for_dtype(cls, dtype_name: str) -> Tolerances:
+        return PROFILES["float32" if dtype_name == "float32" else "bfloat16"]
 
 
-DEFAULT_TOLERANCES = Tolerances()
+PROFILES = {
+    # Calibration (bench/calibrate.py): honest worst miss rate 0.0, mantissa 0.0, no fully
+    # missed row, closing misses 0, race margin ~1e-6, logprob error ~3e-6. The int4 / 1% /
+    # other-model attacks sit at miss rate >= 0.03 and mantissa error >= 0.3.
+    "float32": Tolerances(commitment_miss_rate=0.01, commitment_mantissa_error=0.2,
+                          commitment_rows_fully_missed=0, commitment_closing_misses=8,
+                          race_margin=0.05, logprob_error=1e-3),
+    # Calibration: honest worst miss rate 0.033, mantissa 0.58, no fully missed row, race
+    # margin 0.010, logprob error 0.020 (small preset, 8 x 256 tokens). Shared research
+    # measured bf16 attacks at mantissa >= 1.78 (int8) and 2.10 (1% weights).
+    "bfloat16": Tolerances(commitment_miss_rate=0.08, commitment_mantissa_error=1.2,
+                           commitment_rows_fully_missed=2, commitment_closing_misses=8,
+                           race_margin=0.05, logprob_error=0.05),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +189,16 @@ def _checks_after_prefill(rollout: Rollout, recomputed: Prefilled, model: Model,
         raise _Rejected(Stage.COMMITMENT, "commitment_malformed", str(error)) from None
     scores["commitment_miss_rate"] = agreement.miss_rate
     scores["commitment_mantissa_error"] = agreement.mantissa_error_mean
-    if agreement.miss_rate > tol.commitment_miss_rate or agreement.mantissa_error_mean > tol.commitment_mantissa_error:
+    scores["commitment_rows_fully_missed"] = agreement.rows_fully_missed
+    scores["commitment_closing_misses"] = agreement.closing_misses
+    if (agreement.miss_rate > tol.commitment_miss_rate
+            or agreement.mantissa_error_mean > tol.commitment_mantissa_error
+            or agreement.rows_fully_missed > tol.commitment_rows_fully_missed
+            or agreement.closing_misses > tol.commitment_closing_misses):
         raise _Rejected(Stage.COMMITMENT, "commitment_mismatch",
-                        f"{agreement.misses} of {agreement.comparisons} committed values disagree "
+                        f"{agreement.misses} of {agreement.comparisons} committed values disagree, "
+                        f"{agreement.rows_fully_missed} rows entirely, {agreement.closing_misses} of "
+                        f"{commitment.CLOSING_VALUES} after the last token "
                         f"(mantissa error {agreement.mantissa_error_mean:.2f} ulp)")
 
     # 5. Sampling: replay every seeded race; the final token of a "stop" rollout is stage 6's.
@@ -232,7 +254,7 @@ def verify(
     model: Model,
     *,
     expect: Expectations | None = None,
-    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    tolerances: Tolerances | None = None,
     batch_size: int = 4,
     on_progress: Callable[[int], None] | None = None,
 ) -> list[Verdict]:
@@ -242,6 +264,7 @@ def verify(
     records are finished.
     """
     expect = expect or Expectations()
+    tolerances = tolerances or Tolerances.for_dtype(model.dtype_name)
     items = list(records)
     verdicts: dict[int, Verdict] = {}
     alive: dict[int, Rollout] = {}

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import vrl
+from vrl.model import Model
+from vrl.tasks import Task
+
+ROUND = bytes(range(32))
+TASKS = [Task(f"t{i}", f"{i}+{i + 3}=", str(2 * i + 3)) for i in range(3)]
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Model:
+    return vrl.load_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def node() -> vrl.NodeKey:
+    return vrl.NodeKey.from_seed(b"test-node".ljust(32, b"\0"))
+
+
+@pytest.fixture(scope="session")
+def other_node() -> vrl.NodeKey:
+    return vrl.NodeKey.from_seed(b"other-node".ljust(32, b"\0"))
+
+
+@pytest.fixture(scope="session")
+def sampling(tiny):
+    return vrl.sampling_for(tiny, max_new_tokens=40)
+
+
+@pytest.fixture(scope="session")
+def honest(tiny, node, sampling) -> list[vrl.Rollout]:
+    return vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, group_size=4, batch_size=12)
+
+
+def variant(model: Model, name: str, transform) -> Model:
+    """A copy of ``model`` whose every weight matrix went through ``transform`` (an attack)."""
+    network = copy.deepcopy(model.network)
+    generator = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for param_name, tensor in network.state_dict().items():
+            if tensor.ndim == 2:
+                tensor.copy_(transform(tensor, generator))
+    return Model(name=name, network=network, tokenizer=model.tokenizer, dtype_name=model.dtype_name)

@@ -1,0 +1,255 @@
+"""Every cheat a node can try is rejected, at the stage the spec's detection table names
+(specs/verification.md, section 4); honest rollouts pass under benign variation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import vrl
+from tests.conftest import ROUND, TASKS, variant
+from vrl.verify import Expectations, Stage
+
+
+def verdicts(records, model, **options):
+    return vrl.verify(records, model, **options)
+
+
+def single(group, index, model, **options):
+    """Verify a whole group and return the verdict of member ``index``."""
+    return verdicts(group, model, **options)[index]
+
+
+def quantize_int4(weight: torch.Tensor, _generator) -> torch.Tensor:
+    """Symmetric int4 weight-only quantization, groups of 32 along the input dimension."""
+    rows, cols = weight.shape
+    grouped = weight.reshape(rows, cols // 32, 32)
+    scale = grouped.abs().amax(dim=-1, keepdim=True) / 7
+    return (torch.clamp(torch.round(grouped / scale), -8, 7) * scale).reshape(rows, cols)
+
+
+def perturb_1pct(weight: torch.Tensor, generator) -> torch.Tensor:
+    return weight * (1 + 0.01 * torch.randn(weight.shape, generator=generator))
+
+
+def reinit(weight: torch.Tensor, generator) -> torch.Tensor:
+    return torch.randn(weight.shape, generator=generator) * 0.02
+
+
+# -- honest rollouts pass under benign variation ------------------------------------------------
+
+def test_honest_rollouts_accepted(tiny, honest):
+    result = verdicts(honest, tiny, expect=Expectations(tasks={t.id: t for t in TASKS}, round_seed=ROUND))
+    assert [v.reason for v in result] == ["ok"] * len(honest)
+    assert all(v.stage is Stage.ACCEPTED for v in result)
+
+
+def test_prefill_batch_size_does_not_matter(tiny, honest):
+    one = verdicts(honest, tiny, batch_size=1)
+    four = verdicts(honest, tiny, batch_size=4)
+    assert all(v.accepted for v in one + four)
+
+
+def test_eager_attention_verifier_accepts_sdpa_prover(honest):
+    eager = vrl.load_model("tiny", attention="eager")
+    assert eager.attention == "eager"
+    assert all(v.accepted for v in verdicts(honest, eager))
+
+
+def test_thread_count_does_not_matter(tiny, honest):
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert all(v.accepted for v in verdicts(honest, tiny)), threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_bfloat16_compute_honest_accepted(node):
+    model = vrl.load_model("tiny", dtype="bfloat16")
+    rollouts = vrl.generate(model, TASKS[:2], node, round_seed=ROUND,
+                            sampling=vrl.sampling_for(model, max_new_tokens=40), group_size=2)
+    result = verdicts(rollouts, model)
+    assert all(v.accepted for v in result), [v.message for v in result if not v.accepted]
+
+
+# -- a different or degraded model ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name,transform", [("another model", reinit), ("1% weights", perturb_1pct),
+                                            ("int4 weights", quantize_int4)])
+def test_cheaper_model_caught_by_commitment(tiny, node, sampling, name, transform):
+    cheap = variant(tiny, name, transform)
+    forged = [r.signed(node, model_hash=tiny.model_hash)
+              for r in vrl.generate(cheap, TASKS[:1], node, round_seed=ROUND, sampling=sampling, group_size=4)]
+    result = verdicts(forged, tiny)
+    assert {(v.stage, v.reason) for v in result} == {(Stage.COMMITMENT, "commitment_mismatch")}
+
+
+def test_declared_other_model_hash_caught_at_binding(tiny, honest, node):
+    forged = [r.signed(node, model_hash=bytes(32)) for r in honest[:4]]
+    assert {v.reason for v in verdicts(forged, tiny)} == {"model_mismatch"}
+
+
+def test_tokens_from_another_model_with_honest_commitment(tiny, node, sampling):
+    """TOPLOC's gap: generate cheaply, then commit with one honest prefill of the claimed model."""
+    cheap = variant(tiny, "cheap", reinit)
+    forged = []
+    for r in vrl.generate(cheap, TASKS[:1], node, round_seed=ROUND, sampling=sampling, group_size=4):
+        commitment = vrl.commit(tiny, list(r.prompt_tokens), list(r.completion_tokens))
+        forged.append(r.signed(node, model_hash=tiny.model_hash, commitment=commitment))
+    result = verdicts(forged, tiny)
+    assert {(v.stage, v.reason) for v in result} == {(Stage.SAMPLING, "sampling_mismatch")}
+    assert all(v.scores["commitment_miss_rate"] == 0.0 for v in result)  # the commitment itself is perfect
+
+
+# -- tampering with the record --------------------------------------------------------------------
+
+def replace_member(group, index, rollout):
+    group = list(group)
+    group[index] = rollout
+    return group
+
+
+def test_prompt_token_changed(tiny, honest, node):
+    tokens = list(honest[1].prompt_tokens)
+    tokens[0] = (tokens[0] + 1) % 256
+    forged = honest[1].signed(node, prompt_tokens=tuple(tokens))
+    verdict = single(replace_member(honest[:4], 1, forged), 1, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.BINDING, "prompt_mismatch")
+
+
+def test_prompt_rewritten_consistently_caught_by_task_set(tiny, honest, node):
+    original = honest[1]
+    forged = original.signed(node, prompt="9+9=", prompt_tokens=tuple(tiny.encode("9+9=")))
+    group = replace_member(honest[:4], 1, forged)
+    pinned = single(group, 1, tiny, expect=Expectations(tasks={t.id: t for t in TASKS}))
+    assert (pinned.stage, pinned.reason) == (Stage.BINDING, "task_mismatch")
+    unpinned = single(group, 1, tiny)  # without the task set, the hidden states give it away
+    assert (unpinned.stage, unpinned.reason) == (Stage.COMMITMENT, "commitment_mismatch")
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_completion_token_changed(tiny, honest, node, where):
+    victim = next(r for r in honest if r.finish_reason == "length")
+    tokens = list(victim.completion_tokens)
+    position = {"first": 0, "middle": len(tokens) // 2, "last": len(tokens) - 1}[where]
+    tokens[position] = (tokens[position] + 7) % 256
+    group = [r for r in honest if r.group_key == victim.group_key]
+    index = group.index(victim)
+    forged = victim.signed(node, completion_tokens=tuple(tokens))
+    verdict = single(replace_member(group, index, forged), index, tiny)
+    # The rows after the edit no longer match the commitment, including the extra row committed
+    # after the last token (TOPLOC leaves the last token uncovered).
+    assert (verdict.stage, verdict.reason) == (Stage.COMMITMENT, "commitment_mismatch"), verdict.message
+    # With the commitment redone by an honest prefill, the seeded race still catches the edit.
+    recommitted = victim.signed(node, completion_tokens=tuple(tokens),
+                                commitment=vrl.commit(tiny, list(victim.prompt_tokens), tokens))
+    verdict = single(replace_member(group, index, recommitted), index, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.SAMPLING, "sampling_mismatch"), verdict.message
+
+
+def test_truncation_with_fake_stop(tiny, honest, node):
+    victim = next(r for r in honest if r.finish_reason == "length")
+    group = [r for r in honest if r.group_key == victim.group_key]
+    index = group.index(victim)
+    cut = list(victim.completion_tokens[:10])
+    claimed_stop = victim.signed(node, completion_tokens=tuple(cut), behaviour_logprobs=victim.behaviour_logprobs[:10],
+                                 finish_reason="stop", commitment=vrl.commit(tiny, list(victim.prompt_tokens), cut))
+    verdict = single(replace_member(group, index, claimed_stop), index, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.TERMINATION, "fake_stop")
+    # Appending a stop token that was never sampled there.
+    stopped = [*cut, tiny.stop_token_ids[0]]
+    appended = victim.signed(node, completion_tokens=tuple(stopped),
+                             behaviour_logprobs=(*victim.behaviour_logprobs[:10], -1.0), finish_reason="stop",
+                             commitment=vrl.commit(tiny, list(victim.prompt_tokens), stopped))
+    verdict = single(replace_member(group, index, appended), index, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.TERMINATION, "stop_not_sampled")
+    # Or claiming the length limit was reached.
+    shortened = claimed_stop.signed(node, finish_reason="length")
+    verdict = single(replace_member(group, index, shortened), index, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.TERMINATION, "truncated")
+
+
+def test_fabricated_reward(tiny, honest, node):
+    forged = honest[0].signed(node, reward=1.0 - honest[0].reward)
+    verdict = single(replace_member(honest[:4], 0, forged), 0, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.REWARD, "reward_mismatch")
+
+
+def test_fabricated_logprobs(tiny, honest, node):
+    inflated = tuple(min(0.0, x + 0.5) for x in honest[0].behaviour_logprobs)
+    forged = honest[0].signed(node, behaviour_logprobs=inflated)
+    verdict = single(replace_member(honest[:4], 0, forged), 0, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.LOGPROBS, "logprob_mismatch")
+
+
+def test_different_temperature(tiny, node):
+    # The tiny random-init model has flat logits, so a small temperature change hardly moves
+    # its races; 0.5 against a claimed 1.0 is a clear lie for it (a trained model's sharper
+    # logits expose smaller changes).
+    cold = vrl.sampling_for(tiny, temperature=0.5, max_new_tokens=40)
+    generated = vrl.generate(tiny, TASKS[:1], node, round_seed=ROUND, sampling=cold, group_size=4)
+    claimed = dataclasses.replace(cold, temperature=1.0)
+    forged = [r.signed(node, sampling=claimed) for r in generated]
+    assert {(v.stage, v.reason) for v in verdicts(forged, tiny)} == {(Stage.SAMPLING, "sampling_mismatch")}
+    # A verifier that knows the protocol's temperature rejects the honest-but-cold rollouts earlier.
+    pinned = verdicts(generated, tiny, expect=Expectations(sampling=claimed))
+    assert {v.reason for v in pinned} == {"sampling_params_mismatch"}
+
+
+def test_best_of_n_seed_grinding(tiny, honest, node):
+    """Keep the best of 4 samples by relabelling it sample 0: its tokens lost sample 0's races."""
+    group = [r for r in honest if r.task_id == "t0"]
+    best = max(group[1:], key=lambda r: sum(r.behaviour_logprobs))
+    relabelled = best.signed(node, sample_index=0)
+    verdict = single(replace_member(group, 0, relabelled), 0, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.SAMPLING, "sampling_mismatch")
+    # Grinding the round seed instead is caught by a verifier that knows the round.
+    ground = vrl.generate(tiny, TASKS[:1], node, round_seed=bytes(32), sampling=group[0].sampling, group_size=4)
+    assert {v.reason for v in verdicts(ground, tiny, expect=Expectations(round_seed=ROUND))} == {"round_seed_mismatch"}
+    # Submitting only the good samples of a group is caught as an incomplete group.
+    assert {v.reason for v in verdicts(group[:2], tiny)} == {"group_incomplete"}
+
+
+def test_replay_under_another_key(tiny, honest, other_node):
+    stolen = [r.signed(other_node) for r in honest[:4]]
+    assert {(v.stage, v.reason) for v in verdicts(stolen, tiny)} == {(Stage.SAMPLING, "sampling_mismatch")}
+
+
+def test_unsigned_or_tampered_signature(tiny, honest):
+    tampered = dataclasses.replace(honest[0], reward=1.0 - honest[0].reward)  # not re-signed
+    verdict = single(replace_member(honest[:4], 0, tampered), 0, tiny)
+    assert (verdict.stage, verdict.reason) == (Stage.SIGNATURE, "bad_signature")
+
+
+# -- forged commitments ---------------------------------------------------------------------------
+
+def forged_commitments(rollout, donor):
+    size = len(rollout.commitment)
+    rows = len(rollout.completion_tokens) + 1
+    zero_coefficients = bytearray(rollout.commitment[:3])
+    for start in range(0, rows, 32):  # keep each chunk's modulus, zero its coefficients
+        zero_coefficients += rollout.commitment[len(zero_coefficients) : len(zero_coefficients) + 2]
+        zero_coefficients += bytes(2 * 3 * min(32, rows - start))
+    noise = torch.randint(0, 256, (size - 5,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    return {
+        "all-zero": bytes(size),
+        "zero coefficients": bytes(zero_coefficients),
+        "random bytes": rollout.commitment[:5] + noise.numpy().tobytes(),
+        "copied": donor.commitment,
+    }
+
+
+@pytest.mark.parametrize("kind", ["all-zero", "zero coefficients", "random bytes", "copied"])
+def test_forged_commitment(tiny, honest, node, kind):
+    victim = next(r for r in honest if r.finish_reason == "length")
+    donor = next(r for r in honest if r is not victim and len(r.completion_tokens) == len(victim.completion_tokens))
+    group = [r for r in honest if r.group_key == victim.group_key]
+    index = group.index(victim)
+    forged = victim.signed(node, commitment=forged_commitments(victim, donor)[kind])
+    verdict = single(replace_member(group, index, forged), index, tiny)
+    assert verdict.stage is Stage.COMMITMENT
+    assert verdict.reason in {"commitment_mismatch", "commitment_malformed"}
