@@ -1,10 +1,6 @@
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
-
 import vrl
 from vrl.model import Model
 from vrl.tasks import Task
@@ -36,14 +32,3 @@ def sampling(tiny):
 @pytest.fixture(scope="session")
 def honest(tiny, node, sampling) -> list[vrl.Rollout]:
     return vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, group_size=4, batch_size=12)
-
-
-def variant(model: Model, name: str, transform) -> Model:
-    """A copy of ``model`` whose every weight matrix went through ``transform`` (an attack)."""
-    network = copy.deepcopy(model.network)
-    generator = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for param_name, tensor in network.state_dict().items():
-            if tensor.ndim == 2:
-                tensor.copy_(transform(tensor, generator))
-    return Model(name=name, network=network, tokenizer=model.tokenizer, dtype_name=model.dtype_name)
