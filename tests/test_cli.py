@@ -1,0 +1,93 @@
+"""The command line, end to end on the tiny preset: exit codes and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import vrl
+from vrl.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "1+1=", "answer": "2"}\n'
+                       '{"id": "b", "prompt": "2+2=", "answer": "4"}\n'
+                       'not json\n'
+                       '{"id": "c", "prompt": "3+3="}\n')
+    key = root / "node.pem"
+    assert runner.invoke(app, ["keygen", "--out", str(key)]).exit_code == 0
+    out = root / "r.msgpack"
+    result = runner.invoke(app, ["generate", "--model", "tiny", "--prompts", str(prompts), "--key", str(key),
+                                 "--out", str(out), "--group-size", "2", "--max-new-tokens", "16",
+                                 "--round-seed", "7", "--json"])
+    assert result.exit_code == 0, result.output
+    return root, prompts, key, out
+
+
+def test_keygen_refuses_to_overwrite(workspace):
+    _, _, key, _ = workspace
+    result = runner.invoke(app, ["keygen", "--out", str(key)])
+    assert result.exit_code == 2 and "refusing to overwrite" in result.output
+
+
+def test_generate_skips_bad_lines_and_writes_whole_groups(workspace):
+    _, _, _, out = workspace
+    rollouts = list(vrl.read_rollouts(out))
+    assert [(r.task_id, r.sample_index) for r in rollouts] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert rollouts[0].round_seed == (7).to_bytes(32, "big")
+    assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_verify_accepts_and_reports_json(workspace):
+    _, prompts, _, out = workspace
+    result = runner.invoke(app, ["verify", str(out), "--model", "tiny", "--tasks", str(prompts),
+                                 "--round-seed", "7", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["accepted"] == 4 and report["rejected"] == 0
+
+
+def test_verify_rejects_tampered_with_exit_1(workspace, tmp_path):
+    _, _, key, out = workspace
+    node = vrl.NodeKey.load(key)
+    rollouts = list(vrl.read_rollouts(out))
+    rollouts[1] = rollouts[1].signed(node, reward=1.0 - rollouts[1].reward)
+    tampered = tmp_path / "t.msgpack"
+    vrl.write_rollouts(tampered, rollouts)
+    result = runner.invoke(app, ["verify", str(tampered), "--model", "tiny", "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["reasons"] == {"reward_mismatch": 1}
+    assert report["verdicts"][1]["stage"] == "reward"
+
+
+def test_unusable_input_exit_2(workspace, tmp_path):
+    _, _, _, out = workspace
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"junk")
+    for args in (["verify", str(junk), "--model", "tiny"], ["verify", str(out), "--model", str(tmp_path / "nope")],
+                 ["verify", str(tmp_path / "missing"), "--model", "tiny"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "error:" in result.output and "Traceback" not in result.output
+
+
+def test_inspect_lists_records(workspace):
+    _, _, _, out = workspace
+    result = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert result.exit_code == 0
+    assert [row["task_id"] for row in json.loads(result.stdout)] == ["a", "a", "b", "b"]
+
+
+def test_model_directory_loads_like_the_preset(tiny, tmp_path):
+    directory = tiny.save(tmp_path / "tiny-hf")
+    loaded = vrl.load_model(directory)
+    assert loaded.model_hash == tiny.model_hash
+    assert loaded.encode("12+3=") == tiny.encode("12+3=") and loaded.stop_token_ids == tiny.stop_token_ids

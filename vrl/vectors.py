@@ -1,0 +1,87 @@
+"""Test vectors for specs/vectors/ (written by ``scripts/make-vectors``, checked by tests).
+
+Every input is spelled out in the JSON, so a second implementation can check itself against
+the files without running this code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from proofs import commitment, prf
+from proofs.sampler import SamplingParams, sample
+from vrl.keys import NodeKey
+from vrl.model import load_model
+from vrl.rollout import Rollout, sample_seed
+
+VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
+SEED = hashlib.sha256(b"vrl test vector seed").digest()
+
+
+def logits_case(vocab: int = 16) -> list[float]:
+    return [round(math.sin(1.7 * i) * 2.5 + 0.1 * i, 6) for i in range(vocab)]
+
+
+def sampler_vectors() -> dict:
+    noise = [{"position": p, "key": prf.position_key(SEED, p).hex(),
+              "words": [f"{w:016x}" for w in prf.raw_words(SEED, p, 4)],
+              "gumbel": [float(g) for g in prf.gumbel(SEED, p, 4)]} for p in (0, 1, 255)]
+    races = []
+    z = logits_case()
+    for temperature, top_k, top_p in [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 4, 1.0), (1.0, 0, 0.6), (0.0, 0, 1.0)]:
+        params = SamplingParams(temperature, top_k, top_p, 16, ())
+        for position in (0, 7):
+            token, logprob = sample(torch.tensor([z], dtype=torch.float64), [SEED], [position], params)
+            races.append({"temperature": temperature, "top_k": top_k, "top_p": top_p, "position": position,
+                          "token": int(token[0]), "logprob": float(logprob[0])})
+    return {
+        "sample_seed": {"round_seed": bytes(range(32)).hex(), "node_id": bytes(32).hex(), "task_id": "t0",
+                        "sample_index": 3, "seed": sample_seed(bytes(range(32)), bytes(32), "t0", 3).hex()},
+        "seed": SEED.hex(), "noise": noise, "logits": z, "races": races,
+    }
+
+
+def commitment_rows() -> torch.Tensor:
+    rows, width = 35, 40  # one full 32-row body chunk, a 2-row chunk, the closing row
+    values = [[math.sin(0.37 * r + 1.3 * c) * (1 + (c % 7)) for c in range(width)] for r in range(rows)]
+    return torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
+
+
+def commitment_vectors() -> dict:
+    rows = commitment_rows()
+    bits = (rows.view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
+    return {"rows_bf16_bits": bits, "commitment": commitment.build(rows).hex()}
+
+
+def record_vectors() -> dict:
+    key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
+    rollout = Rollout(
+        node_id=key.node_id, model_hash=hashlib.sha256(b"model").digest(), policy_version=7,
+        round_seed=bytes(range(32)), task_id="add-2-3", sample_index=1, group_size=4, prompt="2+3=",
+        reference="5", prompt_tokens=(50, 43, 51, 61), completion_tokens=(53, 256), finish_reason="stop",
+        sampling=SamplingParams(1.0, 0, 1.0, 64, (256,)), behaviour_logprobs=(-0.5, -1.25), reward=1.0,
+        commitment=b"\x01\x20\x03" + bytes(8),
+    ).signed(key)
+    return {"private_key_seed": hashlib.sha256(b"vrl test vector key").hexdigest(), "node_id": key.node_id.hex(),
+            "signing_payload": rollout.signing_payload().hex(), "record": rollout.to_bytes().hex(),
+            "signature": rollout.signature.hex()}
+
+
+def model_vectors() -> dict:
+    return {"tiny": {"dtype": "float32", "model_hash": load_model("tiny").model_hash.hex()}}
+
+
+def main() -> None:
+    VECTORS.mkdir(parents=True, exist_ok=True)
+    for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
+                       ("record", record_vectors), ("model", model_vectors)]:
+        (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
+        print(f"wrote specs/vectors/{name}.json")
+
+
+if __name__ == "__main__":
+    main()
