@@ -61,8 +61,8 @@ def _allowed(logits: torch.Tensor, params: SamplingParams, slack: float = 0.0) -
     probability mass of the tokens that beat it is below ``p`` (the shortest prefix, in
     descending logit order, whose mass reaches ``p``). Ties share one fate, so the order among
     equal logits never decides membership. With ``slack > 0`` (the verifier's side) "beat"
-    means "exceed by more than ``slack``", and the mass bound is loosened by the same amount:
-    a logit drift of ``slack`` moves the mass above a token by at most ``slack``.
+    means "exceed by more than ``slack``", and the mass bound is loosened by ``exp(2 slack / T)``:
+    a logit drift of at most ``slack`` scales every probability by at most that factor.
     """
     keep = torch.ones_like(logits, dtype=torch.bool)
     if params.greedy:
@@ -72,7 +72,8 @@ def _allowed(logits: torch.Tensor, params: SamplingParams, slack: float = 0.0) -
         keep &= logits + slack >= kth
     if params.top_p < 1.0:
         probs = torch.softmax(torch.where(keep, logits / params.temperature, -math.inf), dim=-1)
-        keep &= _mass_above(logits, probs, slack) < params.top_p + slack
+        bound = params.top_p * math.exp(2 * slack / params.temperature) if slack else params.top_p
+        keep &= _mass_above(logits, probs, slack) < bound
     return keep
 
 

@@ -106,3 +106,21 @@ def test_writer_appends_and_atomic_write_replaces(tmp_path, honest):
     assert vrl.write_rollouts(path, honest[:3]) == 3
     assert list(vrl.read_rollouts(path)) == honest[:3]
     assert list(tmp_path.iterdir()) == [path]  # no temporary left behind
+
+
+def test_unknown_keys_of_mixed_types_are_named_not_fatal(honest):
+    data = wire(honest[0])
+    data["zzz"] = 1
+    raw = msgpack.packb({**data, b"bin-key": 1}, use_bin_type=True)
+    with pytest.raises(RecordError, match="unknown field"):
+        Rollout.from_bytes(raw)
+
+
+def test_bad_length_field_mid_file_does_not_lose_later_records(tmp_path, honest):
+    path = tmp_path / "r.msgpack"
+    broken = bytearray(frame(honest[0]))
+    broken[4:8] = (10**6).to_bytes(4, "big")  # a length running past the end of the file
+    path.write_bytes(FILE_MAGIC + bytes(broken) + frame(honest[1]))
+    items = list(iter_records(path))
+    assert isinstance(items[0], RecordError) and "runs past the end" in str(items[0])
+    assert items[1] == honest[1]

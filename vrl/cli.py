@@ -198,6 +198,8 @@ def verify(
         records = list(iter_records(rollouts))
     except RolloutFileError as error:
         raise _fail(str(error)) from None
+    if not records:
+        raise _fail(f"{rollouts}: no records")
     loaded = _load(model, dtype)
     with _progress(json_output) as bar:
         task_bar = bar.add_task("verifying", total=len(records))
@@ -211,7 +213,7 @@ def verify(
                              "reasons": dict(reasons), "verdicts": [v.to_json() for v in verdicts]})
     else:
         out.print(verdict_table(verdicts, f"{rollouts}: {accepted} of {len(verdicts)} accepted"))
-    raise typer.Exit(EXIT_ACCEPTED if verdicts and accepted == len(verdicts) else EXIT_REJECTED)
+    raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) else EXIT_REJECTED)
 
 
 @app.command()

@@ -63,8 +63,10 @@ def _frames(data: mmap.mmap, size: int) -> Iterator[Rollout | RecordError]:
         elif length > MAX_RECORD_BYTES:
             problem = f"oversized: {length} bytes exceeds the {MAX_RECORD_BYTES}-byte limit"
         elif body + length > size:
-            yield RecordError("", f"truncated: expected {length} bytes, file has {size - body}", index)
-            return
+            if data.find(FRAME_MAGIC, offset + 1) < 0:
+                yield RecordError("", f"truncated: expected {length} bytes, file has {size - body}", index)
+                return
+            problem = "corrupt: frame length runs past the end of the file"
         elif zlib.crc32(data[body : body + length]) != crc:
             problem = "corrupt: checksum mismatch"
         if problem is None:

@@ -232,11 +232,11 @@ def _from_wire(wire: dict) -> Rollout:
         raise RecordError("v", f"unknown record version {version} (this reader knows {RECORD_VERSION})")
     unknown = set(wire) - _TOP_LEVEL
     if unknown:
-        raise RecordError(sorted(unknown)[0], "unknown field")
+        raise RecordError(str(sorted(unknown, key=repr)[0]), "unknown field")
     sampling_wire = _take(wire, "sampling", dict)
     unknown = set(sampling_wire) - _SAMPLING
     if unknown:
-        raise RecordError("sampling." + sorted(unknown)[0], "unknown field")
+        raise RecordError(f"sampling.{sorted(unknown, key=repr)[0]}", "unknown field")
     stops = _take(sampling_wire, "stop_token_ids", list, "sampling.")
     if len(stops) > 64 or not all(isinstance(s, int) and not isinstance(s, bool) for s in stops):
         raise RecordError("sampling.stop_token_ids", "expected at most 64 integers")
