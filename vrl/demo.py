@@ -20,27 +20,29 @@ console = Console(width=None if Console().is_terminal else 150)
 TASKS = [Task(f"add-{a}-{b}", f"{a}+{b}=", str(a + b)) for a, b in ((2, 3), (17, 25), (40, 2))]
 
 
-def tampered_copies(honest: list, model) -> list:
-    """One cheat per kind a verifier must catch, each re-signed by its own cheating node so the
-    signature is valid, and completed with re-signed copies of its group's other members (a
-    group is submitted whole) so the table shows the check that catches the cheat itself."""
+def tampered_groups(honest: list, model, node: NodeKey) -> list[tuple[str, int, list]]:
+    """One cheat per kind a verifier must catch, each inside its whole group (a group is
+    submitted whole), re-signed so every signature is valid: (name, index of the cheat, group)."""
+    thief = NodeKey.from_seed(b"thief".ljust(32, b"\0"))
     first, second, fourth = honest[0], honest[1], honest[3]
     tokens = list(second.completion_tokens)
     tokens[len(tokens) // 2] = (tokens[len(tokens) // 2] + 1) % 256
     cheats = [
-        ("fabricated reward", dict(reward=1.0 - first.reward), first),
-        ("token edited, commitment redone by prefill",
+        ("fabricated reward", node, dict(reward=1.0 - first.reward), first),
+        ("token edited, commitment redone by prefill", node,
          dict(completion_tokens=tuple(tokens), commitment=commit(model, list(second.prompt_tokens), tokens)), second),
-        ("replayed by another node", {}, second),
-        ("seed grinding: sample 3 relabelled as 0", dict(sample_index=0), fourth),
-        ("forged all-zero commitment", dict(commitment=bytes(len(first.commitment))), first),
+        ("seed grinding: sample 3 relabelled as 0", node, dict(sample_index=0), fourth),
+        ("forged all-zero commitment", node, dict(commitment=bytes(len(first.commitment))), first),
+        ("replayed by another node", thief, {}, second),
     ]
     out = []
-    for number, (name, changes, victim) in enumerate(cheats):
-        key = NodeKey.from_seed(f"cheater-{number}".encode().ljust(32, b"\0"))
-        cheat = victim.signed(key, **changes)
-        rest = [r.signed(key) for r in honest if r.task_id == cheat.task_id and r.sample_index != cheat.sample_index]
-        out.append((name, [cheat, *rest]))
+    for name, key, changes, victim in cheats:
+        group = [r for r in honest if r.group_key == victim.group_key]
+        index = group.index(victim)
+        if key is not node:  # a thief re-signs the whole group as its own
+            group = [r.signed(key) for r in group]
+        group[index if "relabelled" not in name else 0] = victim.signed(key, **changes)
+        out.append((name, index if "relabelled" not in name else 0, group))
     return out
 
 
@@ -55,20 +57,17 @@ def main() -> None:
                         group_size=4, batch_size=12)
     console.print(f"generated {len(rollouts)} rollouts ({len(TASKS)} groups of 4) in "
                   f"{time.perf_counter() - started:.1f}s, each committed and signed")
-    cheats = tampered_copies(rollouts, model)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rollouts.msgpack"
-        write_rollouts(path, [*rollouts, *(r for _, group in cheats for r in group)])
+        write_rollouts(path, rollouts)
         records = list(iter_records(path))
-    verdicts = verify(records, model)
-    honest = verdicts[: len(rollouts)]
+    honest = verify(records, model)
     console.print(verdict_table(honest, f"honest node: {sum(v.accepted for v in honest)} of {len(honest)} accepted"))
     rows = []
-    position = len(rollouts)
-    for name, group in cheats:
-        rows.append(replace(verdicts[position], task_id=f"{group[0].task_id}: {name}"))
-        position += len(group)
-    console.print(verdict_table(rows, "tampered copies, re-signed by a cheating node"))
+    for name, index, group in tampered_groups(rollouts, model, node):
+        verdict = verify(group, model)[index]
+        rows.append(replace(verdict, task_id=f"{group[index].task_id}: {name}"))
+    console.print(verdict_table(rows, "tampered copies (each verified inside its whole group)"))
     caught = sum(not v.accepted for v in rows)
     console.print(f"[bold]{caught} of {len(rows)} cheats rejected[/], "
                   f"{sum(v.accepted for v in honest)} of {len(honest)} honest rollouts accepted.")
