@@ -255,9 +255,5 @@ def inspect(
     out.print(table)
 
 
-def main() -> None:  # pragma: no cover - console entry
-    app()
-
-
 if __name__ == "__main__":  # pragma: no cover
     app()

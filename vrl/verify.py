@@ -172,7 +172,7 @@ def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
                                             f"sample {rollout.sample_index} appears twice in the group")
             seen.setdefault(rollout.sample_index, index)
         missing = sorted(set(range(first.group_size)) - set(seen))
-        if missing and first.group_size <= 1024:
+        if missing:
             for index in members:
                 problems.setdefault(index, _Rejected(
                     Stage.BINDING, "group_incomplete",
