@@ -41,7 +41,7 @@ LIMITS = {"commitment_miss_rate": "commitment_miss_rate", "commitment_mantissa_e
 def honest_drift(model, rollouts) -> dict[str, dict[str, float]]:
     variations = {}
     before = torch.get_num_threads()
-    eager = vrl.load_model(model.name if model.name in ("tiny", "small") else model.name, dtype=model.dtype_name,
+    eager = vrl.load_model(model.name, dtype=model.dtype_name,
                            attention="eager")
     for name, verifier, batch, threads in [("batch 1", model, 1, before), ("padded batch 4", model, 4, before),
                                            ("eager attention", eager, 4, before), ("1 thread", model, 4, 1),

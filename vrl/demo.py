@@ -38,11 +38,11 @@ def tampered_groups(honest: list, model, node: NodeKey) -> list[tuple[str, int, 
     out = []
     for name, key, changes, victim in cheats:
         group = [r for r in honest if r.group_key == victim.group_key]
-        index = group.index(victim)
         if key is not node:  # a thief re-signs the whole group as its own
             group = [r.signed(key) for r in group]
-        group[index if "relabelled" not in name else 0] = victim.signed(key, **changes)
-        out.append((name, index if "relabelled" not in name else 0, group))
+        cheat = victim.signed(key, **changes)
+        group[cheat.sample_index] = cheat  # the cheat takes the slot of the sample it claims to be
+        out.append((name, cheat.sample_index, group))
     return out
 
 
