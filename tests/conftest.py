@@ -3,10 +3,9 @@ from __future__ import annotations
 import pytest
 import vrl
 from vrl.model import Model
-from vrl.tasks import Task
 
 ROUND = bytes(range(32))
-TASKS = [Task(f"t{i}", f"{i}+{i + 3}=", str(2 * i + 3)) for i in range(3)]
+TASKS = vrl.Arithmetic(digits=1)
 
 
 @pytest.fixture(scope="session")
@@ -31,4 +30,4 @@ def sampling(tiny):
 
 @pytest.fixture(scope="session")
 def honest(tiny, node, sampling) -> list[vrl.Rollout]:
-    return vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, group_size=4, batch_size=12)
+    return vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, groups=3, group_size=4, batch_size=12)

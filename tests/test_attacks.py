@@ -26,7 +26,7 @@ def single(group, index, model, **options):
 # -- honest rollouts pass under benign variation ------------------------------------------------
 
 def test_honest_rollouts_accepted(tiny, honest):
-    result = verdicts(honest, tiny, expect=Expectations(tasks={t.id: t for t in TASKS}, round_seed=ROUND))
+    result = verdicts(honest, tiny, expect=Expectations(tasks=TASKS, round_seed=ROUND))
     assert [v.reason for v in result] == ["ok"] * len(honest)
     assert all(v.stage is Stage.ACCEPTED for v in result)
 
@@ -55,7 +55,7 @@ def test_thread_count_does_not_matter(tiny, honest):
 
 def test_bfloat16_compute_honest_accepted(node):
     model = vrl.load_model("tiny", dtype="bfloat16")
-    rollouts = vrl.generate(model, TASKS[:2], node, round_seed=ROUND,
+    rollouts = vrl.generate(model, TASKS, node, groups=2, round_seed=ROUND,
                             sampling=vrl.sampling_for(model, max_new_tokens=40), group_size=2)
     result = verdicts(rollouts, model)
     assert all(v.accepted for v in result), [v.message for v in result if not v.accepted]
@@ -67,7 +67,7 @@ def test_bfloat16_compute_honest_accepted(node):
 def test_cheaper_model_caught_by_commitment(tiny, node, sampling, kind):
     cheap = degraded(tiny, kind)
     forged = [r.signed(node, model_hash=tiny.model_hash)
-              for r in vrl.generate(cheap, TASKS[:1], node, round_seed=ROUND, sampling=sampling, group_size=4)]
+              for r in vrl.generate(cheap, TASKS, node, groups=1, round_seed=ROUND, sampling=sampling, group_size=4)]
     result = verdicts(forged, tiny)
     assert {(v.stage, v.reason) for v in result} == {(Stage.COMMITMENT, "commitment_mismatch")}
 
@@ -81,7 +81,7 @@ def test_tokens_from_another_model_with_honest_commitment(tiny, node, sampling):
     """TOPLOC's gap: generate cheaply, then commit with one honest prefill of the claimed model."""
     cheap = degraded(tiny, "other-model")
     forged = []
-    for r in vrl.generate(cheap, TASKS[:1], node, round_seed=ROUND, sampling=sampling, group_size=4):
+    for r in vrl.generate(cheap, TASKS, node, groups=1, round_seed=ROUND, sampling=sampling, group_size=4):
         commitment = vrl.commit(tiny, list(r.prompt_tokens), list(r.completion_tokens))
         forged.append(r.signed(node, model_hash=tiny.model_hash, commitment=commitment))
     result = verdicts(forged, tiny)
@@ -109,7 +109,7 @@ def test_prompt_rewritten_consistently_caught_by_task_set(tiny, honest, node):
     original = honest[1]
     forged = original.signed(node, prompt="9+9=", prompt_tokens=tuple(tiny.encode("9+9=")))
     group = replace_member(honest[:4], 1, forged)
-    pinned = single(group, 1, tiny, expect=Expectations(tasks={t.id: t for t in TASKS}))
+    pinned = single(group, 1, tiny, expect=Expectations(tasks=TASKS))
     assert (pinned.stage, pinned.reason) == (Stage.BINDING, "task_mismatch")
     unpinned = single(group, 1, tiny)  # without the task set, the hidden states give it away
     assert (unpinned.stage, unpinned.reason) == (Stage.COMMITMENT, "commitment_mismatch")
@@ -175,7 +175,7 @@ def test_different_temperature(tiny, node):
     # its races; 0.5 against a claimed 1.0 is a clear lie for it (a trained model's sharper
     # logits expose smaller changes).
     cold = vrl.sampling_for(tiny, temperature=0.5, max_new_tokens=40)
-    generated = vrl.generate(tiny, TASKS[:1], node, round_seed=ROUND, sampling=cold, group_size=4)
+    generated = vrl.generate(tiny, TASKS, node, groups=1, round_seed=ROUND, sampling=cold, group_size=4)
     claimed = dataclasses.replace(cold, temperature=1.0)
     forged = [r.signed(node, sampling=claimed) for r in generated]
     assert {(v.stage, v.reason) for v in verdicts(forged, tiny)} == {(Stage.SAMPLING, "sampling_mismatch")}
@@ -186,13 +186,13 @@ def test_different_temperature(tiny, node):
 
 def test_best_of_n_seed_grinding(tiny, honest, node):
     """Keep the best of 4 samples by relabelling it sample 0: its tokens lost sample 0's races."""
-    group = [r for r in honest if r.task_id == "t0"]
+    group = [r for r in honest if r.group_index == 0]
     best = max(group[1:], key=lambda r: sum(r.behaviour_logprobs))
     relabelled = best.signed(node, sample_index=0)
     verdict = single(replace_member(group, 0, relabelled), 0, tiny)
     assert (verdict.stage, verdict.reason) == (Stage.SAMPLING, "sampling_mismatch")
     # Grinding the round seed instead is caught by a verifier that knows the round.
-    ground = vrl.generate(tiny, TASKS[:1], node, round_seed=bytes(32), sampling=group[0].sampling, group_size=4)
+    ground = vrl.generate(tiny, TASKS, node, groups=1, round_seed=bytes(32), sampling=group[0].sampling, group_size=4)
     assert {v.reason for v in verdicts(ground, tiny, expect=Expectations(round_seed=ROUND))} == {"round_seed_mismatch"}
     # Submitting only the good samples of a group is caught as an incomplete group.
     assert {v.reason for v in verdicts(group[:2], tiny)} == {"group_incomplete"}

@@ -24,8 +24,8 @@ def workspace(tmp_path_factory):
     key = root / "node.pem"
     assert runner.invoke(app, ["keygen", "--out", str(key)]).exit_code == 0
     out = root / "r.msgpack"
-    result = runner.invoke(app, ["generate", "--model", "tiny", "--prompts", str(prompts), "--key", str(key),
-                                 "--out", str(out), "--group-size", "2", "--max-new-tokens", "16",
+    result = runner.invoke(app, ["generate", "--model", "tiny", "--task", str(prompts), "--key", str(key),
+                                 "--out", str(out), "--groups", "2", "--group-size", "2", "--max-new-tokens", "16",
                                  "--round-seed", "7", "--json"])
     assert result.exit_code == 0, result.output
     return root, prompts, key, out
@@ -40,14 +40,15 @@ def test_keygen_refuses_to_overwrite(workspace):
 def test_generate_skips_bad_lines_and_writes_whole_groups(workspace):
     _, _, _, out = workspace
     rollouts = list(vrl.read_rollouts(out))
-    assert [(r.task_id, r.sample_index) for r in rollouts] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert [(r.group_index, r.sample_index) for r in rollouts] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert {r.task_id for r in rollouts} <= {"a", "b"}
     assert rollouts[0].round_seed == (7).to_bytes(32, "big")
     assert not out.with_name(out.name + ".partial").exists()
 
 
 def test_verify_accepts_and_reports_json(workspace):
     _, prompts, _, out = workspace
-    result = runner.invoke(app, ["verify", str(out), "--model", "tiny", "--tasks", str(prompts),
+    result = runner.invoke(app, ["verify", str(out), "--model", "tiny", "--task", str(prompts),
                                  "--round-seed", "7", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -83,7 +84,7 @@ def test_inspect_lists_records(workspace):
     _, _, _, out = workspace
     result = runner.invoke(app, ["inspect", str(out), "--json"])
     assert result.exit_code == 0
-    assert [row["task_id"] for row in json.loads(result.stdout)] == ["a", "a", "b", "b"]
+    assert [row["group_index"] for row in json.loads(result.stdout)] == [0, 0, 1, 1]
 
 
 def test_model_directory_loads_like_the_preset(tiny, tmp_path):

@@ -36,7 +36,7 @@ def wire(rollout) -> dict:
     ("completion_tokens", b"\x01\x02\x03", "field 'completion_tokens'"),
     ("node_id", b"short", "field 'node_id': expected 32 bytes"),
     ("finish_reason", "eos", "field 'finish_reason'"),
-    ("v", 2, "unknown record version 2"),
+    ("v", 1, "unknown record version 1"),
 ])
 def test_wrong_field_named(honest, field, value, message):
     data = wire(honest[0])

@@ -13,7 +13,8 @@ import torch
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.keys import NodeKey, signature_valid
-from vrl.rollout import SIGNING_DOMAIN, Rollout, sample_seed
+from vrl.rollout import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
+from vrl.tasks import Arithmetic, RewardSpec, Task, assignment_index
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
 
@@ -85,3 +86,18 @@ def test_record_vector():
 
 def test_tiny_preset_model_hash(tiny):
     assert tiny.model_hash.hex() == load("model")["tiny"]["model_hash"]
+
+
+def test_task_vectors():
+    vectors = load("tasks")
+    for case in vectors["round_seed"]:
+        assert round_seed(bytes.fromhex(case["checkpoint_hash"]), case["round"]).hex() == case["round_seed"]
+    for case in vectors["assignment_index"]:
+        index = assignment_index(bytes.fromhex(case["round_seed"]), bytes.fromhex(case["node_id"]), case["group_index"])
+        assert index == case["index"]
+    for case in vectors["arithmetic"]:
+        task = Arithmetic.parse(case["spec"]).task(case["index"])
+        assert (task.id, task.prompt, task.answer) == (case["id"], case["prompt"], case["answer"])
+    for case in vectors["rewards"]:
+        spec = RewardSpec(**case["reward_spec"])
+        assert spec.reward(Task("t", "", case["reference"]), case["completion"]) == case["reward"], case

@@ -4,7 +4,8 @@ The audit library's public API::
 
     model = vrl.load_model("tiny")                      # or a local Hugging Face directory
     key = vrl.NodeKey.generate()
-    rollouts = vrl.generate(model, tasks, key, round_seed=seed, sampling=..., group_size=4)
+    tasks = vrl.Arithmetic(digits=2)                      # or vrl.read_task_file(...)
+    rollouts = vrl.generate(model, tasks, key, round_seed=seed, sampling=..., groups=8, group_size=4)
     vrl.write_rollouts("r.msgpack", rollouts)
     verdicts = vrl.verify(vrl.iter_records("r.msgpack"), model)
 """
@@ -21,7 +22,7 @@ from vrl.io import RolloutFileError, RolloutWriter, iter_records, read_rollouts,
 from vrl.keys import NodeKey
 from vrl.model import Model, ModelError, load_model
 from vrl.rollout import RecordError, Rollout, sample_seed
-from vrl.tasks import Task, read_tasks
+from vrl.tasks import Arithmetic, RewardSpec, Task, TaskList, assign, read_task_file
 from vrl.verify import Expectations, Stage, Tolerances, Verdict, verify
 
 def commit(model: Model, prompt_tokens: list[int], completion_tokens: list[int]) -> bytes:
@@ -32,6 +33,6 @@ def commit(model: Model, prompt_tokens: list[int], completion_tokens: list[int])
 __all__ = [
     "Expectations", "Model", "ModelError", "NodeKey", "RecordError", "Rollout", "RolloutFileError",
     "RolloutWriter", "SamplingParams", "Stage", "Task", "Tolerances", "Verdict", "commit", "generate",
-    "iter_generate", "iter_records", "load_model", "read_rollouts", "read_tasks", "sample_seed",
-    "sampling_for", "verify", "write_rollouts",
+    "iter_generate", "iter_records", "load_model", "read_rollouts", "read_task_file", "sample_seed",
+    "sampling_for", "verify", "write_rollouts", "Arithmetic", "RewardSpec", "TaskList", "assign",
 ]

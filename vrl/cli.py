@@ -1,4 +1,4 @@
-"""The ``vrl`` command line: keygen, generate, verify, inspect.
+"""The ``vrl`` command line: keygen, generate, verify, inspect, train, build-base-model.
 
 Exit codes of ``verify``: 0 every rollout accepted, 1 any rejected, 2 unusable input.
 """
@@ -64,6 +64,22 @@ def parse_round_seed(text: str) -> bytes:
     raise typer.BadParameter("expected 64 hex digits or a non-negative integer")
 
 
+TASK_HELP = "'arithmetic[:digits=N,ops=+-*,terms=N]' or a task file (GSM8K JSONL/parquet, or {id, prompt, answer} lines)."
+
+
+def _task_set(spec: str):
+    """Open a task set, warning about skipped lines; unusable input exits 2."""
+    from vrl.tasks import TaskFileError, open_task_set
+
+    try:
+        tasks, problems = open_task_set(spec)
+    except (TaskFileError, ValueError) as error:
+        raise _fail(str(error)) from None
+    for problem in problems:
+        log.warning("skipped task line", problem=str(problem))
+    return tasks
+
+
 def _load(model: str, dtype: Optional[str]):
     from vrl.model import ModelError, load_model
 
@@ -88,10 +104,11 @@ def keygen(out_path: Annotated[Path, typer.Option("--out", help="Where to write 
 
 @app.command()
 def generate(
-    model: Annotated[str, typer.Option(help="Preset (tiny, small) or a local model directory.")],
-    prompts: Annotated[Path, typer.Option(help='JSONL lines of {"id", "prompt", "answer"}.')],
+    model: Annotated[str, typer.Option(help="Preset (tiny, small, base) or a local model directory.")],
+    task: Annotated[str, typer.Option(help=TASK_HELP)],
     key: Annotated[Path, typer.Option(help="Node key (see vrl keygen).")],
     out_path: Annotated[Path, typer.Option("--out", help="Rollout file to write.")],
+    groups: Annotated[int, typer.Option(min=1, help="Groups to generate: group indices 0 .. N-1.")] = 4,
     group_size: Annotated[int, typer.Option(min=1, max=1024)] = 4,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 64,
     round_seed: Annotated[str, typer.Option(help="64 hex digits or an integer.")] = "0",
@@ -103,24 +120,19 @@ def generate(
     dtype: Annotated[Optional[str], typer.Option(help="Compute dtype (part of the model's identity).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable summary; no progress bar.")] = False,
 ):
-    """Generate committed, signed rollouts: one whole group of --group-size samples per prompt."""
+    """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     _configure_logging(json_output)
     from proofs.errors import InvalidParameters
     from vrl.generate import GenerationStats, iter_generate, sampling_for
     from vrl.io import RolloutWriter
     from vrl.keys import KeyFileError, NodeKey
-    from vrl.tasks import TaskFileError, read_tasks
 
     seed = parse_round_seed(round_seed)
     try:
         node_key = NodeKey.load(key)
-        tasks, problems = read_tasks(prompts)
-    except (KeyFileError, TaskFileError) as error:
+    except KeyFileError as error:
         raise _fail(str(error)) from None
-    for problem in problems:
-        log.warning("skipped prompt line", problem=str(problem))
-    if not tasks:
-        raise _fail(f"{prompts}: no usable prompts")
+    tasks = _task_set(task)
     loaded = _load(model, dtype)
     try:
         sampling = sampling_for(loaded, temperature, top_k, top_p, max_new_tokens)
@@ -131,12 +143,12 @@ def generate(
     partial = out_path.with_name(out_path.name + ".partial")
     partial.unlink(missing_ok=True)
     stats = GenerationStats()
-    log.info("generating", model=loaded.name, model_hash=loaded.model_hash.hex()[:16], prompts=len(tasks),
-             group_size=group_size, node_id=node_key.node_id.hex()[:16])
+    log.info("generating", model=loaded.name, model_hash=loaded.model_hash.hex()[:16], tasks=tasks.name,
+             groups=groups, group_size=group_size, node_id=node_key.node_id.hex()[:16])
     written = 0
     with _progress(json_output) as bar, RolloutWriter(partial) as writer:
-        task_bar = bar.add_task("generating groups", total=len(tasks))
-        for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling,
+        task_bar = bar.add_task("generating groups", total=groups)
+        for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling, groups=groups,
                                    group_size=group_size, policy_version=policy_version,
                                    batch_size=batch_size, stats=stats):
             for rollout in group:
@@ -171,7 +183,7 @@ def verdict_table(verdicts, title: str = "verification") -> Table:
 def verify(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim.")],
-    tasks: Annotated[Optional[Path], typer.Option(help="Task file pinning prompts and reference answers.")] = None,
+    task: Annotated[Optional[str], typer.Option(help="Task set pinning each group's assignment. " + TASK_HELP)] = None,
     round_seed: Annotated[Optional[str], typer.Option(help="Require this round seed.")] = None,
     dtype: Annotated[Optional[str], typer.Option()] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 4,
@@ -180,20 +192,10 @@ def verify(
     """Verify every rollout in a file. Exit 0 all accepted, 1 any rejected, 2 unusable input."""
     _configure_logging(json_output)
     from vrl.io import RolloutFileError, iter_records
-    from vrl.tasks import TaskFileError, read_tasks
     from vrl.verify import Expectations
     from vrl.verify import verify as run_verify
 
-    expect_tasks = None
-    if tasks is not None:
-        try:
-            task_list, problems = read_tasks(tasks)
-        except TaskFileError as error:
-            raise _fail(str(error)) from None
-        for problem in problems:
-            log.warning("skipped task line", problem=str(problem))
-        expect_tasks = {task.id: task for task in task_list}
-    expect = Expectations(tasks=expect_tasks, round_seed=parse_round_seed(round_seed) if round_seed else None)
+    expect = Expectations(tasks=_task_set(task) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None)
     try:
         records = list(iter_records(rollouts))
     except RolloutFileError as error:
@@ -231,7 +233,8 @@ def inspect(
             if isinstance(item, RecordError):
                 rows.append({"index": index, "error": str(item.at(index))})
             else:
-                rows.append({"index": index, "node_id": item.node_id.hex(), "task_id": item.task_id,
+                rows.append({"index": index, "node_id": item.node_id.hex(), "group_index": item.group_index,
+                             "task_id": item.task_id,
                              "sample_index": item.sample_index, "group_size": item.group_size,
                              "policy_version": item.policy_version, "model_hash": item.model_hash.hex(),
                              "prompt_tokens": len(item.prompt_tokens), "completion_tokens": len(item.completion_tokens),
@@ -243,16 +246,113 @@ def inspect(
         out.print_json(data=rows)
         return
     table = Table(title=f"{rollouts}: {len(rows)} records", title_justify="left")
-    for column in ("#", "node", "task", "sample", "policy", "prompt", "completion", "finish", "reward", "T", "commit B"):
+    for column in ("#", "node", "group", "task", "sample", "policy", "prompt", "completion", "finish", "reward", "T",
+                   "commit B"):
         table.add_column(column)
     for row in rows:
         if "error" in row:
             table.add_row(str(row["index"]), f"[red]{row['error']}[/]")
             continue
-        table.add_row(str(row["index"]), row["node_id"][:8], row["task_id"], f"{row['sample_index']}/{row['group_size']}",
+        table.add_row(str(row["index"]), row["node_id"][:8], str(row["group_index"]), row["task_id"],
+                      f"{row['sample_index']}/{row['group_size']}",
                       str(row["policy_version"]), str(row["prompt_tokens"]), str(row["completion_tokens"]),
                       row["finish_reason"], f"{row['reward']:g}", f"{row['temperature']:g}", str(row["commitment_bytes"]))
     out.print(table)
+
+
+@app.command()
+def train(
+    run_dir: Annotated[Path, typer.Option("--out", help="Run directory (metrics, checkpoints, rollouts, plot).")],
+    config: Annotated[Optional[Path], typer.Option(help="TOML config; flags given here override it.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
+    task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
+    steps: Annotated[Optional[int], typer.Option(min=1)] = None,
+    group_size: Annotated[Optional[int], typer.Option(min=1)] = None,
+    groups_per_step: Annotated[Optional[int], typer.Option(min=1)] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
+    temperature: Annotated[Optional[float], typer.Option()] = None,
+    learning_rate: Annotated[Optional[float], typer.Option("--lr")] = None,
+    verify_fraction: Annotated[Optional[float], typer.Option(help="Share of groups verified (1 = all).")] = None,
+    advantage: Annotated[Optional[str], typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
+    aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
+    kl_beta: Annotated[Optional[float], typer.Option()] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
+):
+    """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
+    _configure_logging(json_output)
+    from vrl.checkpoint import CheckpointError
+    from vrl.model import ModelError
+    from vrl.plots import plot_run
+    from vrl.tasks import TaskFileError
+    from vrl.train import TrainConfig, Trainer
+
+    flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
+             "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
+             "learning_rate": learning_rate, "verify_fraction": verify_fraction,
+             "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta}}
+    saved = run_dir / "config.toml"
+    try:
+        if config is not None:
+            settings = TrainConfig.from_toml(config, **flags)
+        elif resume and saved.exists():
+            settings = TrainConfig.from_toml(saved, **flags)
+        else:
+            settings = TrainConfig.from_dict({}, **flags)
+        trainer = Trainer(settings, run_dir, resume=resume, log=log.info)
+    except (ValueError, TypeError, ModelError, TaskFileError, CheckpointError, FileExistsError) as error:
+        raise _fail(str(error)) from None
+    log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,
+             node_id=trainer.key.node_id.hex()[:16])
+    with _progress(json_output) as bar:
+        steps_bar = bar.add_task("GRPO steps", total=settings.steps, completed=trainer.step_index)
+
+        def report(record: dict) -> None:
+            accuracy = record.get("held_out_accuracy")
+            bar.update(steps_bar, advance=1, description=(
+                f"GRPO step {record['step'] + 1}: reward {record['reward_mean']:.2f}"
+                + (f", held-out {accuracy:.0%}" if accuracy is not None else "")
+                + (f", [red]{record['rejected']} rejected[/]" if record["rejected"] else "")))
+            if json_output:
+                log.info("step", **{k: v for k, v in record.items() if not k.startswith("seconds")})
+
+        final = trainer.run(report)
+    png = plot_run(trainer.metrics_path, run_dir / "curves.png", title=f"{settings.model} on {settings.task}")
+    summary = {"run": str(run_dir), "steps": final["step"], "model_hash": final["model_hash"],
+               "held_out_accuracy": final["held_out_accuracy"], "plot": str(png)}
+    if json_output:
+        out.print_json(data=summary)
+    else:
+        out.print(f"{final['step']} steps; held-out accuracy {final['held_out_accuracy']:.1%}; "
+                  f"policy {final['model_hash'][:16]}; curves in {png}", highlight=False)
+
+
+@app.command("build-base-model")
+def build_base_model_command(
+    steps: Annotated[Optional[int], typer.Option(min=1, help="SFT steps (default: the measured default).")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Directory (default: the data directory).")] = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even if it is cached.")] = False,
+):
+    """Supervised fine-tuning of the tiny model on the arithmetic format (cached; about 5 minutes)."""
+    _configure_logging(False)
+    import dataclasses
+
+    from vrl.base_model import DEFAULT, base_model_dir, build_base_model, read_meta
+
+    config = dataclasses.replace(DEFAULT, steps=steps) if steps else DEFAULT
+    target = out_dir or base_model_dir(config)
+    if target.is_dir() and not force:
+        meta = read_meta(target)
+        out.print(f"base model already built: {target} (held-out accuracy {meta['held_out_accuracy_greedy']:.1%})",
+                  highlight=False)
+        return
+    with _progress(False) as bar:
+        sft = bar.add_task("supervised fine-tuning", total=config.steps)
+        path = build_base_model(config, target, on_step=lambda step, loss: bar.update(
+            sft, advance=1, description=f"supervised fine-tuning, loss {loss:.3f}"))
+    meta = read_meta(path)
+    out.print(f"built {path} in {meta['train_seconds']:.0f} s: held-out accuracy {meta['held_out_accuracy_greedy']:.1%} "
+              f"greedy, {meta['held_out_accuracy_sampled']:.1%} sampled; model {meta['model_hash'][:16]}", highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

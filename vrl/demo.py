@@ -13,11 +13,11 @@ from rich.console import Console
 from vrl import commit, generate, iter_records, load_model, sampling_for, verify, write_rollouts
 from vrl.cli import _configure_logging, verdict_table
 from vrl.keys import NodeKey
-from vrl.tasks import Task
+from vrl.tasks import Task, TaskList
 
 console = Console(width=None if Console().is_terminal else 150)
 
-TASKS = [Task(f"add-{a}-{b}", f"{a}+{b}=", str(a + b)) for a, b in ((2, 3), (17, 25), (40, 2))]
+TASKS = TaskList("demo", tuple(Task(f"add-{a}-{b}", f"{a}+{b}=", str(a + b)) for a, b in ((2, 3), (17, 25), (40, 2))))
 
 
 def tampered_groups(honest: list, model, node: NodeKey) -> list[tuple[str, int, list]]:
@@ -54,8 +54,8 @@ def main() -> None:
                   f"params), model hash {model.model_hash.hex()[:16]}…, node {node.node_id.hex()[:16]}…")
     started = time.perf_counter()
     rollouts = generate(model, TASKS, node, round_seed=bytes(32), sampling=sampling_for(model, max_new_tokens=48),
-                        group_size=4, batch_size=12)
-    console.print(f"generated {len(rollouts)} rollouts ({len(TASKS)} groups of 4) in "
+                        groups=3, group_size=4, batch_size=12)
+    console.print(f"generated {len(rollouts)} rollouts (3 groups of 4) in "
                   f"{time.perf_counter() - started:.1f}s, each committed and signed")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rollouts.msgpack"

@@ -12,7 +12,7 @@ from vrl.forward import decode
 from vrl.keys import NodeKey
 from vrl.model import Model
 from vrl.rollout import Rollout, sample_seed
-from vrl.tasks import Task, exact_match_reward
+from vrl.tasks import RewardSpec, TaskSet, assign
 
 
 @dataclass
@@ -34,49 +34,57 @@ def sampling_for(model: Model, temperature: float = 1.0, top_k: int = 0, top_p: 
 
 def iter_generate(
     model: Model,
-    tasks: Iterable[Task],
+    tasks: TaskSet,
     key: NodeKey,
     *,
     round_seed: bytes,
     sampling: SamplingParams,
+    groups: int | Iterable[int],
+    reward_spec: RewardSpec = RewardSpec(),
     group_size: int = 4,
     policy_version: int = 0,
     batch_size: int = 8,
     stats: GenerationStats | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> Iterator[list[Rollout]]:
-    """Yield one whole GRPO group (``group_size`` signed rollouts) per task, in task order."""
+    """Yield one whole GRPO group (``group_size`` signed rollouts) per group index, in order.
+
+    ``groups`` is a count (group indices ``0 .. n-1``) or the group indices themselves; the
+    task of each is its assignment (:func:`vrl.tasks.assign`), never the node's choice.
+    """
     if len(round_seed) != 32:
         raise ValueError(f"round_seed must be 32 bytes, got {len(round_seed)}")
     stats = stats if stats is not None else GenerationStats()
     groups_per_batch = max(1, batch_size // group_size)
-    pending: list[Task] = []
-    for task in tasks:
-        pending.append(task)
+    pending: list[int] = []
+    for group_index in range(groups) if isinstance(groups, int) else groups:
+        pending.append(group_index)
         if len(pending) == groups_per_batch:
-            yield from _generate_groups(model, pending, key, round_seed, sampling, group_size,
-                                        policy_version, stats, on_step)
+            yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
+                                        group_size, policy_version, stats, on_step)
             pending = []
     if pending:
-        yield from _generate_groups(model, pending, key, round_seed, sampling, group_size,
-                                    policy_version, stats, on_step)
+        yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
+                                    group_size, policy_version, stats, on_step)
 
 
-def _generate_groups(model, tasks, key, round_seed, sampling, group_size, policy_version, stats, on_step):
-    jobs = [(task, index) for task in tasks for index in range(group_size)]
-    prompts = {task.id: model.encode(task.prompt) for task in tasks}
-    for task in tasks:
+def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, reward_spec, group_size,
+                     policy_version, stats, on_step):
+    assigned = [(g, assign(task_set, round_seed, key.node_id, g)) for g in group_indices]
+    jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
+    prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
+    for _, task in assigned:
         if not prompts[task.id]:
             raise ValueError(f"task {task.id!r}: the prompt encodes to no tokens")
-    seeds = [sample_seed(round_seed, key.node_id, task.id, index) for task, index in jobs]
+    seeds = [sample_seed(round_seed, key.node_id, task.id, index) for _, task, index in jobs]
     started = time.perf_counter()
-    decoded = decode(model, [prompts[task.id] for task, _ in jobs], seeds, sampling, on_step)
+    decoded = decode(model, [prompts[task.id] for _, task, _ in jobs], seeds, sampling, on_step)
     stats.decode_seconds += time.perf_counter() - started
     started = time.perf_counter()
     commitments = commitment.build_many([result.hidden for result in decoded])
     stats.commit_seconds += time.perf_counter() - started
     rollouts = []
-    for (task, index), result, committed in zip(jobs, decoded, commitments):
+    for (group_index, task, index), result, committed in zip(jobs, decoded, commitments):
         stats.commitment_bytes += len(committed)
         stats.tokens += len(result.tokens)
         unsigned = Rollout(
@@ -84,6 +92,7 @@ def _generate_groups(model, tasks, key, round_seed, sampling, group_size, policy
             model_hash=model.model_hash,
             policy_version=policy_version,
             round_seed=round_seed,
+            group_index=group_index,
             task_id=task.id,
             sample_index=index,
             group_size=group_size,
@@ -94,7 +103,8 @@ def _generate_groups(model, tasks, key, round_seed, sampling, group_size, policy
             finish_reason=result.finish_reason,
             sampling=sampling,
             behaviour_logprobs=tuple(float(x) for x in result.logprobs),
-            reward=exact_match_reward(model.decode(result.tokens), task.answer),
+            reward=reward_spec.reward(task, model.decode(result.tokens)),
+            reward_spec=reward_spec,
             commitment=committed,
         )
         rollouts.append(unsigned.signed(key))
@@ -102,6 +112,6 @@ def _generate_groups(model, tasks, key, round_seed, sampling, group_size, policy
         yield rollouts[start : start + group_size]
 
 
-def generate(model: Model, tasks: Iterable[Task], key: NodeKey, **options) -> list[Rollout]:
+def generate(model: Model, tasks: TaskSet, key: NodeKey, **options) -> list[Rollout]:
     """All groups for ``tasks`` as one list; see :func:`iter_generate` for the options."""
     return [rollout for group in iter_generate(model, tasks, key, **options) for rollout in group]

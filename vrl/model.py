@@ -215,7 +215,7 @@ class Model:
 
 
 def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa") -> Model:
-    """Load a preset (``tiny``, ``small``) or a local Hugging Face model directory.
+    """Load a preset (``tiny``, ``small``), the built ``base`` model, or a local Hugging Face directory.
 
     ``dtype`` is the compute dtype, part of the model's identity; presets default to float32
     (the fast path on CPUs without bf16 units), directories to the dtype in their config.
@@ -224,6 +224,13 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     if dtype is not None and dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     text = str(spec)
+    if text == "base":
+        from vrl.base_model import base_model_dir
+
+        path = base_model_dir()
+        if not path.is_dir():
+            raise ModelError(f"the base model is not built yet ({path}); run ./scripts/build-base-model")
+        text = str(path)
     if text in PRESETS:
         network, tokenizer = build_preset(text)
         dtype_name = dtype or "float32"

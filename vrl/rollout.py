@@ -18,10 +18,12 @@ import msgpack
 
 from proofs.sampler import SamplingParams
 from vrl.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
+from vrl.tasks import RewardSpec
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 SIGNING_DOMAIN = b"vrl/rollout/v1\x00"
 SAMPLE_SEED_DOMAIN = b"vrl/sample-seed/v1\x00"
+ROUND_SEED_DOMAIN = b"vrl/round-seed/v1\x00"
 FINISH_REASONS = ("stop", "length")
 #: Bounds from specs/record.md section 3: generous for real models, small enough that a
 #: hostile record cannot make a verifier allocate without limit.
@@ -53,6 +55,11 @@ def sample_seed(round_seed: bytes, node_id: bytes, task_id: str, sample_index: i
     ).digest()
 
 
+def round_seed(checkpoint_hash: bytes, round_index: int) -> bytes:
+    """``H(checkpoint_hash, round)``: unknown to everyone until the policy it samples is published."""
+    return hashlib.sha256(ROUND_SEED_DOMAIN + checkpoint_hash + round_index.to_bytes(8, "big")).digest()
+
+
 def _pack_u32(values: tuple[int, ...]) -> bytes:
     return struct.pack(f"<{len(values)}I", *values)
 
@@ -69,6 +76,7 @@ class Rollout:
     model_hash: bytes
     policy_version: int
     round_seed: bytes
+    group_index: int
     task_id: str
     sample_index: int
     group_size: int
@@ -80,6 +88,7 @@ class Rollout:
     sampling: SamplingParams
     behaviour_logprobs: tuple[float, ...]
     reward: float
+    reward_spec: RewardSpec
     commitment: bytes
     signature: bytes = b""
 
@@ -89,9 +98,9 @@ class Rollout:
         return sample_seed(self.round_seed, self.node_id, self.task_id, self.sample_index)
 
     @property
-    def group_key(self) -> tuple[bytes, bytes, int, str]:
-        """A GRPO group: the samples of one task by one node in one round, submitted whole."""
-        return (self.node_id, self.round_seed, self.policy_version, self.task_id)
+    def group_key(self) -> tuple[bytes, bytes, int, int]:
+        """A GRPO group: the samples of one assigned task by one node in one round, submitted whole."""
+        return (self.node_id, self.round_seed, self.policy_version, self.group_index)
 
     # -- encoding -------------------------------------------------------------------------
     def _wire(self, with_signature: bool) -> dict[str, Any]:
@@ -101,6 +110,7 @@ class Rollout:
             "model_hash": self.model_hash,
             "policy_version": self.policy_version,
             "round_seed": self.round_seed,
+            "group_index": self.group_index,
             "task_id": self.task_id,
             "sample_index": self.sample_index,
             "group_size": self.group_size,
@@ -118,6 +128,11 @@ class Rollout:
             },
             "behaviour_logprobs": _pack_f32(self.behaviour_logprobs),
             "reward": float(self.reward),
+            "reward_spec": {
+                "correct": float(self.reward_spec.correct),
+                "format": float(self.reward_spec.format),
+                "tag": self.reward_spec.tag,
+            },
             "commitment": self.commitment,
         }
         if with_signature:
@@ -172,11 +187,15 @@ def _sorted(value: Any) -> Any:
 # -- decoding with field-level errors -------------------------------------------------------
 
 _TOP_LEVEL = {
-    "v", "node_id", "model_hash", "policy_version", "round_seed", "task_id", "sample_index",
-    "group_size", "prompt", "reference", "prompt_tokens", "completion_tokens", "finish_reason",
-    "sampling", "behaviour_logprobs", "reward", "commitment", "signature",
+    "v", "node_id", "model_hash", "policy_version", "round_seed", "group_index", "task_id",
+    "sample_index", "group_size", "prompt", "reference", "prompt_tokens", "completion_tokens",
+    "finish_reason", "sampling", "behaviour_logprobs", "reward", "reward_spec", "commitment",
+    "signature",
 }
-_SAMPLING = {"temperature", "top_k", "top_p", "max_new_tokens", "stop_token_ids"}
+_NESTED = {
+    "sampling": {"temperature", "top_k", "top_p", "max_new_tokens", "stop_token_ids"},
+    "reward_spec": {"correct", "format", "tag"},
+}
 
 
 def _take(wire: dict, name: str, kind: type, prefix: str = "") -> Any:
@@ -233,10 +252,11 @@ def _from_wire(wire: dict) -> Rollout:
     unknown = set(wire) - _TOP_LEVEL
     if unknown:
         raise RecordError(str(sorted(unknown, key=repr)[0]), "unknown field")
-    sampling_wire = _take(wire, "sampling", dict)
-    unknown = set(sampling_wire) - _SAMPLING
-    if unknown:
-        raise RecordError(f"sampling.{sorted(unknown, key=repr)[0]}", "unknown field")
+    for name, known in _NESTED.items():
+        unknown = set(_take(wire, name, dict)) - known
+        if unknown:
+            raise RecordError(f"{name}.{sorted(unknown, key=repr)[0]}", "unknown field")
+    sampling_wire = wire["sampling"]
     stops = _take(sampling_wire, "stop_token_ids", list, "sampling.")
     if len(stops) > 64 or not all(isinstance(s, int) and not isinstance(s, bool) for s in stops):
         raise RecordError("sampling.stop_token_ids", "expected at most 64 integers")
@@ -266,11 +286,20 @@ def _from_wire(wire: dict) -> Rollout:
     if not prompt_tokens:
         raise RecordError("prompt_tokens", "empty")
     group_size = _int(wire, "group_size", 1, MAX_GROUP_SIZE)
+    spec_wire = wire["reward_spec"]
+    try:
+        reward_spec = RewardSpec(_float(spec_wire, "correct", "reward_spec."), _float(spec_wire, "format", "reward_spec."),
+                                 _take(spec_wire, "tag", str, "reward_spec."))
+    except ValueError as error:
+        if isinstance(error, RecordError):
+            raise
+        raise RecordError("reward_spec", str(error)) from None
     return Rollout(
         node_id=_fixed_bytes(wire, "node_id", NODE_ID_BYTES),
         model_hash=_fixed_bytes(wire, "model_hash", 32),
         policy_version=_int(wire, "policy_version", 0, (1 << 63) - 1),
         round_seed=_fixed_bytes(wire, "round_seed", 32),
+        group_index=_int(wire, "group_index", 0, (1 << 32) - 1),
         task_id=_text(wire, "task_id", MAX_TASK_ID_BYTES),
         sample_index=_int(wire, "sample_index", 0, MAX_GROUP_SIZE - 1),
         group_size=group_size,
@@ -282,6 +311,7 @@ def _from_wire(wire: dict) -> Rollout:
         sampling=sampling,
         behaviour_logprobs=logprobs,
         reward=_float(wire, "reward"),
+        reward_spec=reward_spec,
         commitment=_take(wire, "commitment", bytes),
         signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES),
     )

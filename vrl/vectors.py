@@ -16,7 +16,8 @@ from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.keys import NodeKey
 from vrl.model import load_model
-from vrl.rollout import Rollout, sample_seed
+from vrl.rollout import Rollout, round_seed, sample_seed
+from vrl.tasks import Arithmetic, RewardSpec, Task, assignment_index
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
 SEED = hashlib.sha256(b"vrl test vector seed").digest()
@@ -61,14 +62,34 @@ def record_vectors() -> dict:
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     rollout = Rollout(
         node_id=key.node_id, model_hash=hashlib.sha256(b"model").digest(), policy_version=7,
-        round_seed=bytes(range(32)), task_id="add-2-3", sample_index=1, group_size=4, prompt="2+3=",
+        round_seed=bytes(range(32)), group_index=3, task_id="add-2-3", sample_index=1, group_size=4, prompt="2+3=",
         reference="5", prompt_tokens=(50, 43, 51, 61), completion_tokens=(53, 256), finish_reason="stop",
         sampling=SamplingParams(1.0, 0, 1.0, 64, (256,)), behaviour_logprobs=(-0.5, -1.25), reward=1.0,
-        commitment=b"\x01\x20\x03" + bytes(8),
+        reward_spec=RewardSpec(), commitment=b"\x01\x20\x03" + bytes(8),
     ).signed(key)
     return {"private_key_seed": hashlib.sha256(b"vrl test vector key").hexdigest(), "node_id": key.node_id.hex(),
             "signing_payload": rollout.signing_payload().hex(), "record": rollout.to_bytes().hex(),
             "signature": rollout.signature.hex()}
+
+
+def task_vectors() -> dict:
+    node = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest()).node_id
+    generators = [Arithmetic(), Arithmetic(digits=3, operations="+-*", terms=3)]
+    completions = [("5", "5"), ("the answer is 5", "5"), ("<answer>5</answer>", "5"), ("<answer>1,234</answer>", "1234"),
+                   ("\\boxed{\\frac{1}{2}}", "1/2"), ("<answer>0.5</answer> trailing", "1/2"), ("4", "5")]
+    specs = [RewardSpec(), RewardSpec(1.0, 0.1, "answer")]
+    return {
+        "round_seed": [{"checkpoint_hash": bytes(range(32)).hex(), "round": r, "round_seed": round_seed(bytes(range(32)), r).hex()}
+                       for r in (0, 1, 2**40)],
+        "assignment_index": [{"round_seed": bytes(range(32)).hex(), "node_id": node.hex(), "group_index": g,
+                              "index": assignment_index(bytes(range(32)), node, g)} for g in (0, 1, 7)],
+        "arithmetic": [{"spec": gen.name, "index": i, "prompt": gen.task(i).prompt, "answer": gen.task(i).answer,
+                        "id": gen.task(i).id} for gen in generators for i in (0, 1, 2**63 + 5)],
+        "rewards": [{"reward_spec": {"correct": spec.correct, "format": spec.format, "tag": spec.tag},
+                     "reference": reference, "completion": text,
+                     "reward": spec.reward(Task("t", "", reference), text)}
+                    for spec in specs for text, reference in completions],
+    }
 
 
 def model_vectors() -> dict:
@@ -78,7 +99,7 @@ def model_vectors() -> dict:
 def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
-                       ("record", record_vectors), ("model", model_vectors)]:
+                       ("record", record_vectors), ("tasks", task_vectors), ("model", model_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 

@@ -29,7 +29,7 @@ from proofs.errors import MalformedCommitment
 from vrl.forward import Prefilled, prefill
 from vrl.model import Model
 from vrl.rollout import RecordError, Rollout
-from vrl.tasks import Task, exact_match_reward
+from vrl.tasks import RewardSpec, Task, TaskSet, assign
 
 
 class Stage(IntEnum):
@@ -88,13 +88,14 @@ PROFILES = {
 class Expectations:
     """What the verifier knows independently of the rollouts (all optional).
 
-    ``tasks`` pins prompts and reference answers; ``round_seed`` pins the round; ``sampling``
-    pins the sampling parameters the protocol prescribes.
+    ``tasks`` pins the task set, so each group's task must be its assignment; ``round_seed``
+    pins the round; ``sampling`` and ``reward_spec`` pin what the protocol prescribes.
     """
 
-    tasks: Mapping[str, Task] | None = None
+    tasks: TaskSet | None = None
     round_seed: bytes | None = None
     sampling: sampler.SamplingParams | None = None
+    reward_spec: RewardSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +136,18 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations) -> None:
         raise fail("round_seed_mismatch", "round seed is not this round's")
     if expect.sampling is not None and rollout.sampling != expect.sampling:
         raise fail("sampling_params_mismatch", f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
+    if expect.reward_spec is not None and rollout.reward_spec != expect.reward_spec:
+        raise fail("reward_spec_mismatch", f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
     if rollout.sampling.stop_token_ids != model.stop_token_ids:
         raise fail("stop_tokens_mismatch", f"stop tokens {rollout.sampling.stop_token_ids} "
                    f"are not the model's {model.stop_token_ids}")
     if rollout.sample_index >= rollout.group_size:
         raise fail("assignment_invalid", f"sample {rollout.sample_index} of a group of {rollout.group_size}")
     if expect.tasks is not None:
-        task = expect.tasks.get(rollout.task_id)
-        if task is None:
-            raise fail("unknown_task", f"task {rollout.task_id!r} is not in the task set")
+        task = assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index)
+        if task.id != rollout.task_id:
+            raise fail("task_not_assigned", f"group {rollout.group_index} was assigned task {task.id!r}, "
+                       f"not {rollout.task_id!r}")
         if (task.prompt, task.answer) != (rollout.prompt, rollout.reference):
             raise fail("task_mismatch", f"prompt or reference differ from task {task.id!r}")
     if list(rollout.prompt_tokens) != model.encode(rollout.prompt):
@@ -163,10 +167,10 @@ def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
         seen: dict[int, int] = {}
         for index in members:
             rollout = rollouts[index]
-            if (rollout.group_size, rollout.sampling, rollout.model_hash) != (
-                    first.group_size, first.sampling, first.model_hash):
+            if (rollout.group_size, rollout.sampling, rollout.model_hash, rollout.task_id, rollout.reward_spec) != (
+                    first.group_size, first.sampling, first.model_hash, first.task_id, first.reward_spec):
                 problems[index] = _Rejected(Stage.BINDING, "group_inconsistent",
-                                            "group members disagree on group size, sampling or model")
+                                            "group members disagree on task, group size, sampling, reward or model")
             elif rollout.sample_index in seen:
                 problems[index] = _Rejected(Stage.BINDING, "duplicate_sample",
                                             f"sample {rollout.sample_index} appears twice in the group")
@@ -242,7 +246,8 @@ def _checks_after_prefill(rollout: Rollout, recomputed: Prefilled, model: Model,
                         f"behaviour logprob of token {int(np.argmax(error))} is off by {error.max():.4f}")
 
     # 8. Reward, recomputed from the completion text.
-    recomputed_reward = exact_match_reward(model.decode(list(rollout.completion_tokens)), rollout.reference)
+    task = Task(rollout.task_id, rollout.prompt, rollout.reference)
+    recomputed_reward = rollout.reward_spec.reward(task, model.decode(list(rollout.completion_tokens)))
     scores["reward_recomputed"] = recomputed_reward
     if recomputed_reward != rollout.reward:
         raise _Rejected(Stage.REWARD, "reward_mismatch",

@@ -1,0 +1,46 @@
+"""Held-out accuracy: the learning curve's y-axis, measured the same way by every tool here."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from proofs.sampler import SamplingParams
+from vrl.forward import decode
+from vrl.model import Model
+from vrl.tasks import RewardSpec, Task, TaskSet
+
+HELD_OUT_DOMAIN = b"vrl/held-out/v1\x00"
+EVAL_SEED_DOMAIN = b"vrl/eval-seed/v1\x00"
+
+
+def held_out(tasks: TaskSet, count: int) -> list[Task]:
+    """A fixed evaluation set: indices hashed in their own domain, apart from any assignment."""
+    indices = (int.from_bytes(hashlib.sha256(HELD_OUT_DOMAIN + i.to_bytes(4, "big")).digest()[:8], "big")
+               for i in range(count))
+    return [tasks.task(index) for index in indices]
+
+
+def accuracy(
+    model: Model,
+    tasks: list[Task],
+    reward_spec: RewardSpec,
+    *,
+    temperature: float = 0.0,
+    max_new_tokens: int = 16,
+    batch_size: int = 64,
+    on_batch: Callable[[int], None] | None = None,
+) -> float:
+    """Share of ``tasks`` answered correctly: greedy at temperature 0, else one fixed-seed sample each."""
+    if not tasks:
+        raise ValueError("accuracy of an empty task list")
+    params = SamplingParams(temperature, 0, 1.0, max_new_tokens, model.stop_token_ids)
+    correct = 0
+    for start in range(0, len(tasks), batch_size):
+        batch = tasks[start : start + batch_size]
+        seeds = [hashlib.sha256(EVAL_SEED_DOMAIN + task.id.encode()).digest() for task in batch]
+        for task, result in zip(batch, decode(model, [model.encode(t.prompt) for t in batch], seeds, params)):
+            correct += reward_spec.is_correct(task, model.decode(result.tokens))
+        if on_batch is not None:
+            on_batch(len(batch))
+    return correct / len(tasks)

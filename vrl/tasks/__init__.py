@@ -1,0 +1,124 @@
+"""Verifiable tasks: what a node is assigned, and the reward a verifier recomputes.
+
+A reward is a pure function of ``(task, completion text, reward spec)``, so any verifier
+recomputes it bit for bit (specs/tasks.md). A node does not choose its tasks: group ``g`` of
+a round is ``task_set.task(assignment_index(round_seed, node_id, g))``, a hash no node can
+steer once the round seed is public, and the verifier recomputes the same assignment.
+
+Two task sets: the built-in :class:`~vrl.tasks.arithmetic.Arithmetic` generator, and a
+:class:`TaskList` read from a file (GSM8K format or ``{"id", "prompt", "answer"}`` lines).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+ASSIGNMENT_DOMAIN = b"vrl/assignment/v1\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: str
+    prompt: str
+    answer: str
+
+
+class TaskFileError(ValueError):
+    """A task line that cannot be used; names the file, line and field."""
+
+
+class TaskSet(Protocol):
+    """Anything that maps an assignment index to a task, the same way on every machine."""
+
+    name: str
+
+    def task(self, index: int) -> Task: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskList:
+    """A finite task set, such as a file; index ``i`` is ``tasks[i mod len]``.
+
+    With 64-bit assignment indices the modulo bias is below ``len / 2**64``: negligible.
+    """
+
+    name: str
+    tasks: tuple[Task, ...]
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError(f"task set {self.name!r} is empty")
+
+    def task(self, index: int) -> Task:
+        return self.tasks[index % len(self.tasks)]
+
+
+def assignment_index(round_seed: bytes, node_id: bytes, group_index: int) -> int:
+    """``u64be(SHA-256(domain, round_seed, node_id, u32be(group_index))[:8])`` (specs/tasks.md §1)."""
+    digest = hashlib.sha256(ASSIGNMENT_DOMAIN + round_seed + node_id + group_index.to_bytes(4, "big")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def assign(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Task:
+    """The task of group ``group_index`` for ``node_id`` in the round of ``round_seed``."""
+    return tasks.task(assignment_index(round_seed, node_id, group_index))
+
+
+@dataclass(frozen=True, slots=True)
+class RewardSpec:
+    """Correctness plus an optional format reward (specs/tasks.md §3).
+
+    ``tag`` names the answer tag (``"answer"`` reads ``<answer>…</answer>``); empty means the
+    answer is the last ``\\boxed{}``, ``####`` line or number in the completion. The format
+    reward pays for exactly one well-formed tagged numeric answer, so it needs a tag.
+    """
+
+    correct: float = 1.0
+    format: float = 0.0
+    tag: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("correct", "format"):
+            value = getattr(self, name)
+            if not (isinstance(value, float | int) and 0.0 <= value <= 1e6):
+                raise ValueError(f"reward_spec.{name} must be a number in [0, 1e6], got {value!r}")
+        if self.format and not self.tag:
+            raise ValueError("reward_spec.format needs reward_spec.tag: the format reward checks the answer tag")
+        if not (self.tag == "" or self.tag.isidentifier()) or len(self.tag) > 32:
+            raise ValueError(f"reward_spec.tag must be empty or a short identifier, got {self.tag!r}")
+
+    def is_correct(self, task: Task, completion: str) -> bool:
+        return answers_match(extract_answer(completion, self.tag or None), task.answer)
+
+    def reward(self, task: Task, completion: str) -> float:
+        value = self.correct if self.is_correct(task, completion) else 0.0
+        if self.format and has_format(completion, self.tag):
+            value += self.format
+        return float(value)
+
+
+from vrl.tasks.answers import answers_match, extract_answer, has_format  # noqa: E402
+from vrl.tasks.arithmetic import Arithmetic  # noqa: E402
+from vrl.tasks.files import read_task_file  # noqa: E402
+
+
+def open_task_set(spec: str) -> tuple[TaskSet, list[TaskFileError]]:
+    """``arithmetic[:digits=N,ops=+-*,terms=N]`` or a task file; returns the set and skipped lines.
+
+    Raises :class:`TaskFileError` when a file is unreadable or has no usable task, and
+    ``ValueError`` for a bad arithmetic spec.
+    """
+    if spec == "arithmetic" or spec.startswith("arithmetic:"):
+        return Arithmetic.parse(spec), []
+    tasks, problems = read_task_file(spec)
+    if not tasks:
+        raise TaskFileError(f"{spec}: no usable task ({len(problems)} lines skipped)")
+    return TaskList(Path(spec).name, tuple(tasks)), problems
+
+__all__ = [
+    "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
+    "assignment_index", "open_task_set", "read_task_file",
+]

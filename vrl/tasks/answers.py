@@ -1,0 +1,144 @@
+"""Numeric answers: pull the answer out of a completion and compare it exactly.
+
+Rewards must be pure functions that every verifier recomputes bit for bit, so values are
+compared as :class:`fractions.Fraction` (never floats) and the accepted syntax is a small
+explicit grammar rather than a heuristic:
+
+* ``[$] [+|-|−] [$] number [%] [.]`` where *number* is an integer with optional valid
+  thousands groups (``1,234,567`` yes, ``1,2`` no) and optional decimals (``3.50``, ``.5``),
+  a fraction ``3/4``, a LaTeX ``\\frac{3}{4}`` / ``\\dfrac`` / ``\\tfrac``, or a mixed number
+  ``1 1/2`` / ``1\\frac{1}{2}``.
+* ``$`` and ``%`` are dropped without changing the value: GSM8K writes units like
+  ``#### $5`` or ``50%`` with the number meaning the same thing either way.
+* One trailing period is a sentence end (``42.``).
+* The whole answer may be wrapped in ``\\boxed{...}`` and/or math delimiters ``$...$``,
+  ``\\(...\\)``, ``\\[...\\]`` (at most four wrappers in all); only inside ``\\boxed{}``
+  is a trailing ``\\text{unit}`` ignored, since that is where LaTeX answers put units.
+* Scientific notation (``1e3``) is rejected: GSM8K/MATH answers never use it, and a huge
+  exponent would make an exact Fraction arbitrarily expensive for every verifier. For the
+  same reason numbers past Python's 4300-digit int-parsing limit are not numbers.
+
+Reference answers are stored as :func:`canonical_number` text. GSM8K solutions end with a
+line ``#### <number>``; :func:`extract_answer` understands that convention too.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from fractions import Fraction
+
+_DECIMAL = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+_NUMBER = re.compile(
+    rf"""(?:\\?\$\s*)?(?P<sign>[+-]?)\s*(?:\\?\$\s*)?
+    (?: (?:(?P<whole>\d+)\s+)? (?P<num>\d+)\s*/\s*(?P<den>\d+)   # 3/4, 1 1/2
+      | (?P<decimal>{_DECIMAL}) )                                # 1,234.50
+    \s*(?:\\?%)?\s*\.?""",
+    re.VERBOSE | re.ASCII,
+)
+# \frac{a}{b} becomes " a/b" so "1\frac{1}{2}" reads as the mixed number "1 1/2".
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}", re.ASCII)
+_DELIMITED = re.compile(r"\$(.*)\$|\\\((.*)\\\)|\\\[(.*)\\\]", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\s*\{")
+_BRACE = re.compile(r"[{}]")
+_MAX_WRAPPERS = 4
+_TEXT_UNIT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}\s*$")
+_HASHES = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
+# A minus glued to a preceding word or digit is a hyphen or range ("pages 3-4"), not a sign.
+_NUMBER_TOKEN = re.compile(r"(?:(?<![\w)])-)?[\d,]*\.?\d+(?:/\d+)?", re.ASCII)
+
+
+def _normalize(text: str) -> str:
+    # NFKC folds full-width digits and signs; U+2212 (math minus) has no NFKC mapping.
+    return " ".join(unicodedata.normalize("NFKC", text).replace("\u2212", "-").split())
+
+
+def _boxed(text: str) -> list[tuple[int, int, int]]:
+    """Every ``\\boxed{...}`` as (start, content start, end) in order of start, nesting allowed.
+
+    One pass over the braces with a stack, and no slicing, so a completion stuffed with
+    ``\\boxed{`` costs every verifier linear, not quadratic, time.
+    """
+    opens = {match.end(): match.start() for match in _BOXED.finditer(text)}
+    found, stack = [], []
+    for brace in _BRACE.finditer(text):
+        if brace[0] == "{":
+            stack.append(brace.end())
+        elif stack and (content := stack.pop()) in opens:
+            found.append((opens[content], content, brace.end()))
+    return sorted(found)
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The exact value of a one-number answer string, or None if it is not exactly one."""
+    text = _normalize(text)
+    # Peel wrappers ($...$, \(...\), \[...\], \boxed{...}); a few suffice for any honest
+    # answer, and a bound keeps deeply nested adversarial input cheap.
+    for _ in range(_MAX_WRAPPERS):
+        if delimited := _DELIMITED.fullmatch(text):
+            text = next(group for group in delimited.groups() if group is not None).strip()
+        elif (boxes := _boxed(text)) and boxes[0][0] == 0 and boxes[0][2] == len(text):
+            text = _TEXT_UNIT.sub("", text[boxes[0][1]:-1]).strip()
+        else:
+            break
+    match = _NUMBER.fullmatch(_LATEX_FRAC.sub(r" \1/\2", text).strip())
+    if match is None:
+        return None
+    try:
+        if match["decimal"] is not None:
+            value = Fraction(match["decimal"].replace(",", ""))
+        elif int(match["den"]) == 0:
+            return None
+        else:
+            value = int(match["whole"] or 0) + Fraction(int(match["num"]), int(match["den"]))
+    except ValueError:  # past the int-parsing digit limit
+        return None
+    return -value if match["sign"] == "-" else value
+
+
+def canonical_number(value: Fraction) -> str:
+    """Stored form of a reference answer: ``42``, ``-7``, ``3/4``, ``-7/2`` (reduced)."""
+    return str(Fraction(value))
+
+
+def extract_answer(completion: str, tag: str | None = "answer") -> str | None:
+    """The answer a completion gives, as text (not yet parsed).
+
+    With a ``tag``, only the content of the last ``<tag>...</tag>`` pair counts: the policy
+    was asked for that format, and the last pair is its final word. Without one (None or
+    ``""``), fall back to conventions of untagged solutions: the last ``\\boxed{}``, else
+    the last GSM8K ``#### `` line, else the last number-looking token.
+    """
+    if tag:  # "" means no tag too, as in a reward spec's default
+        end = completion.rfind(f"</{tag}>")
+        start = completion.rfind(f"<{tag}>", 0, max(end, 0))
+        if end < 0 or start < 0:
+            return None
+        return completion[start + len(tag) + 2:end].strip()
+    if boxes := _boxed(completion):
+        _, content, end = boxes[-1]
+        return completion[content:end - 1].strip()
+    if hashes := _HASHES.findall(completion):
+        return hashes[-1].strip()
+    tokens = _NUMBER_TOKEN.findall(_normalize(completion))
+    return tokens[-1] if tokens else None
+
+
+def answers_match(given: str | None, reference: str) -> bool:
+    """Same number; a non-numeric reference falls back to normalized exact text."""
+    if given is None:
+        return False
+    expected = parse_number(reference)
+    if expected is None:
+        return _normalize(given) == _normalize(reference)
+    return parse_number(given) == expected
+
+
+def has_format(completion: str, tag: str) -> bool:
+    """The format reward: one ``<tag>number</tag>`` pair, and nothing but whitespace after it."""
+    open_, close = f"<{tag}>", f"</{tag}>"
+    if not tag or completion.count(open_) != 1 or completion.count(close) != 1:
+        return False
+    start, end = completion.find(open_), completion.find(close)
+    return (start < end and not completion[end + len(close):].strip()
+            and parse_number(completion[start + len(open_):end]) is not None)

@@ -1,0 +1,338 @@
+"""The RL loop on one machine: take tasks, generate committed groups, verify, GRPO, publish.
+
+Each step ``s`` is one round and one policy version:
+
+1. the round seed is ``H(model_hash of version s, s)`` (:func:`vrl.rollout.round_seed`);
+2. the node generates ``groups_per_step`` whole groups of its *assigned* tasks, committed and
+   signed; they are written to ``rollouts/step-s.vrl`` for later audit;
+3. every rollout is verified (or a ``verify_fraction`` of the groups, drawn by hash of the
+   round seed), and a group with any rejected member is dropped whole;
+4. GRPO updates the policy on the informative groups (:mod:`vrl.grpo`);
+5. version ``s + 1`` is published: its model hash goes into ``metrics.jsonl``, and every
+   ``checkpoint_every`` steps a checkpoint is written (:mod:`vrl.checkpoint`).
+
+A run directory holds ``config.toml``, ``node.pem``, ``metrics.jsonl``, ``checkpoints/``,
+``rollouts/`` and, at the end, ``curves.png``. ``resume=True`` continues from the newest
+checkpoint and drops any metrics written after it, so a killed run loses nothing and its
+curve has no duplicate steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from proofs.sampler import SamplingParams
+from vrl import checkpoint
+from vrl.evaluate import accuracy, held_out
+from vrl.generate import iter_generate
+from vrl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
+from vrl.io import write_rollouts
+from vrl.keys import NodeKey
+from vrl.model import Model, load_model
+from vrl.rollout import Rollout, round_seed
+from vrl.tasks import RewardSpec, Task, TaskSet, open_task_set
+from vrl.verify import Expectations, verify
+
+AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str = "base"
+    task: str = "arithmetic"
+    steps: int = 60
+    group_size: int = 8  # TRL's num_generations default
+    groups_per_step: int = 8
+    max_new_tokens: int = 8  # arithmetic answers are at most 5 bytes, plus the stop token
+    temperature: float = 1.0  # sample from the policy itself: TRL and DeepSeekMath use 1.0
+    learning_rate: float = 1e-4
+    grad_clip: float = 1.0
+    reward_correct: float = 1.0
+    reward_format: float = 0.0
+    answer_tag: str = ""
+    verify_fraction: float = 1.0
+    track_kl: bool = True  # keep the initial policy to report KL even when kl_beta is 0
+    held_out: int = 256
+    eval_every: int = 10
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    generation_batch: int = 64
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "group_size", "groups_per_step", "max_new_tokens", "held_out", "eval_every",
+                    "checkpoint_every", "keep_checkpoints", "generation_batch")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not 0 < self.temperature <= 10:
+            raise ValueError(f"train.temperature must be in (0, 10] for GRPO, got {self.temperature}")
+        if not 0 <= self.verify_fraction <= 1:
+            raise ValueError(f"train.verify_fraction must be in [0, 1], got {self.verify_fraction}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+        self.reward_spec  # validates the reward fields
+
+    @property
+    def reward_spec(self) -> RewardSpec:
+        return RewardSpec(self.reward_correct, self.reward_format, self.answer_tag)
+
+    @classmethod
+    def from_toml(cls, path: Path, **overrides) -> TrainConfig:
+        """Read a TOML file (top-level keys as here, GRPO keys under ``[grpo]``), then apply overrides."""
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ValueError(f"{path}: {error}") from None
+        return cls.from_dict(data, **overrides)
+
+    @classmethod
+    def from_dict(cls, data: dict, **overrides) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        grpo_known = {f.name for f in dataclasses.fields(GRPOConfig)}
+        data = {**data, **{k: v for k, v in overrides.items() if v is not None and k != "grpo"}}
+        grpo = {**data.pop("grpo", {}), **{k: v for k, v in overrides.get("grpo", {}).items() if v is not None}}
+        for name in [*(set(data) - known), *(f"grpo.{k}" for k in set(grpo) - grpo_known)]:
+            raise ValueError(f"unknown config key {name!r}")
+        return cls(**data, grpo=GRPOConfig(**grpo))
+
+    def to_toml(self) -> str:
+        def value(v) -> str:
+            return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+        top = {k: v for k, v in asdict(self).items() if k != "grpo"}
+        lines = [f"{k} = {value(v)}" for k, v in top.items()]
+        lines += ["", "[grpo]", *(f"{k} = {value(v)}" for k, v in asdict(self.grpo).items())]
+        return "\n".join(lines) + "\n"
+
+
+def _audited(round_seed_: bytes, group_index: int, fraction: float) -> bool:
+    """Whether a group is verified when only ``fraction`` are: a hash of the round, not a choice."""
+    digest = hashlib.sha256(AUDIT_DOMAIN + round_seed_ + group_index.to_bytes(4, "big")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
+def sequence_logprobs(network: torch.nn.Module, rollouts: list[Rollout], temperature: float, pad: int):
+    """log pi(token | prefix) of every completion token, (B, T), and the completion mask.
+
+    The logits are divided by the sampling temperature, so these are logprobs of the same
+    distribution the sampler drew from and the behaviour logprobs were recorded under.
+    """
+    rows = [list(r.prompt_tokens) + list(r.completion_tokens) for r in rollouts]
+    width = max(map(len, rows))
+    longest = max(len(r.completion_tokens) for r in rollouts)
+    input_ids = torch.full((len(rows), width), pad)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        input_ids[b, : len(row)] = torch.tensor(row)
+        attention[b, : len(row)] = 1
+    logits = network(input_ids=input_ids, attention_mask=attention).logits.float() / temperature
+    logprobs = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    mask = torch.zeros((len(rows), longest), dtype=torch.bool)
+    behaviour = torch.zeros((len(rows), longest))
+    gathered = []
+    for b, r in enumerate(rollouts):
+        start, n = len(r.prompt_tokens) - 1, len(r.completion_tokens)
+        gathered.append(logprobs[b, start : start + n])
+        mask[b, :n] = True
+        behaviour[b, :n] = torch.tensor(r.behaviour_logprobs)
+    out = torch.nn.utils.rnn.pad_sequence(gathered, batch_first=True)
+    return out, mask, behaviour
+
+
+class Trainer:
+    """One run: a policy, its optimizer and run directory. :meth:`step` runs one round."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, *, resume: bool = False, key: NodeKey | None = None,
+                 log: Callable[..., None] | None = None) -> None:
+        self.config, self.run_dir, self.log = config, Path(run_dir), log or (lambda *a, **k: None)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.tasks: TaskSet
+        self.tasks, problems = open_task_set(config.task)
+        for problem in problems:
+            self.log("skipped task", problem=str(problem))
+        self.evaluation = held_out(self.tasks, config.held_out)
+        loaded = load_model(config.model, dtype="float32")
+        self.network, self.tokenizer = loaded.network, loaded.tokenizer
+        self.network.requires_grad_(True)
+        self.reference = copy.deepcopy(self.network).requires_grad_(False) if (
+            config.track_kl or config.grpo.kl_beta > 0) else None
+        self.optimizer = torch.optim.AdamW(self.network.parameters(), lr=config.learning_rate, weight_decay=0.0)
+        key_path = self.run_dir / "node.pem"
+        if not key_path.exists():
+            (key or NodeKey.generate()).save(key_path)
+        self.key = NodeKey.load(key_path)
+        if key is not None and key.node_id != self.key.node_id:
+            raise ValueError(f"{key_path} holds another node's key than the one given")
+        self.step_index = 0
+        latest = checkpoint.latest(self.run_dir / "checkpoints")
+        if resume and latest is not None:
+            state = checkpoint.load(latest, self.network, self.optimizer)
+            self.step_index = state["step"]
+            self._truncate_metrics(self.step_index)
+            self.log("resumed", checkpoint=str(latest), step=self.step_index)
+        elif not resume:
+            if latest is not None or self.metrics_path.exists():
+                raise FileExistsError(f"{self.run_dir} already holds a run; pass resume to continue it")
+        (self.run_dir / "rollouts").mkdir(exist_ok=True)
+        (self.run_dir / "config.toml").write_text(config.to_toml())
+
+    # -- the policy as the protocol sees it ------------------------------------------------
+    def policy(self) -> Model:
+        """The current weights as a :class:`Model`, with a fresh hash (a new policy version)."""
+        self.network.eval()
+        return Model(name=f"{self.config.model}@{self.step_index}", network=self.network,
+                     tokenizer=self.tokenizer, dtype_name="float32")
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.config.temperature, 0, 1.0, self.config.max_new_tokens,
+                              self.policy_stop_tokens)
+
+    @property
+    def policy_stop_tokens(self) -> tuple[int, ...]:
+        return Model(name="", network=self.network, tokenizer=self.tokenizer, dtype_name="float32").stop_token_ids
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Keep only the metrics of steps the checkpoint contains; atomic rewrite."""
+        if not self.metrics_path.exists():
+            return
+        kept = [line for line in self.metrics_path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) < step]
+        staging = self.metrics_path.with_suffix(".jsonl.partial")
+        staging.write_text("".join(line + "\n" for line in kept))
+        os.replace(staging, self.metrics_path)
+
+    def _append_metrics(self, record: dict) -> None:
+        with self.metrics_path.open("a") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def evaluate(self, model: Model) -> dict[str, float]:
+        spec = self.config.reward_spec
+        return {
+            "held_out_accuracy": accuracy(model, self.evaluation, spec, temperature=0.0,
+                                          max_new_tokens=self.config.max_new_tokens),
+            "held_out_accuracy_sampled": accuracy(model, self.evaluation, spec, temperature=self.config.temperature,
+                                                  max_new_tokens=self.config.max_new_tokens),
+        }
+
+    # -- one round -------------------------------------------------------------------------
+    def step(self) -> dict:
+        config, step = self.config, self.step_index
+        record: dict = {"step": step, "policy_version": step}
+        model = self.policy()
+        record["model_hash"] = model.model_hash.hex()
+        seed = round_seed(model.model_hash, step)
+        started = time.perf_counter()
+        if step % config.eval_every == 0:
+            record.update(self.evaluate(model))
+        record["seconds_eval"] = time.perf_counter() - started
+
+        # 1-2. Generate the assigned groups, committed and signed.
+        started = time.perf_counter()
+        groups = list(iter_generate(
+            model, self.tasks, self.key, round_seed=seed, sampling=self.sampling, groups=config.groups_per_step,
+            reward_spec=config.reward_spec, group_size=config.group_size, policy_version=step,
+            batch_size=config.generation_batch))
+        record["seconds_generate"] = time.perf_counter() - started
+        write_rollouts(self.run_dir / "rollouts" / f"step-{step:08d}.vrl", [r for g in groups for r in g])
+
+        # 3. Verify; a group is used only if every member passed (groups are submitted whole).
+        started = time.perf_counter()
+        audited = [r for g in groups if _audited(seed, g[0].group_index, config.verify_fraction) for r in g]
+        expect = Expectations(tasks=self.tasks, round_seed=seed, sampling=self.sampling, reward_spec=config.reward_spec)
+        verdicts = verify(audited, model, expect=expect, batch_size=config.generation_batch)
+        record["seconds_verify"] = time.perf_counter() - started
+        rejected = Counter(v.reason for v in verdicts if not v.accepted)
+        bad_groups = {audited[v.index].group_index for v in verdicts if not v.accepted}
+        usable = [g for g in groups if g[0].group_index not in bad_groups
+                  and is_fresh(g[0].policy_version, step, config.grpo.max_staleness)]
+        rollouts = [r for g in groups for r in g]
+        record.update({
+            "rollouts": len(rollouts), "verified": len(verdicts), "rejected": sum(rejected.values()),
+            "rejected_reasons": dict(rejected),
+            "reward_mean": sum(r.reward for r in rollouts) / len(rollouts),
+            "accuracy_batch": sum(r.reward_spec.is_correct(Task(r.task_id, r.prompt, r.reference),
+                                                           model.decode(list(r.completion_tokens)))
+                                  for r in rollouts) / len(rollouts),
+            "completion_length_mean": sum(len(r.completion_tokens) for r in rollouts) / len(rollouts),
+            "truncated_fraction": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),
+        })
+
+        # 4. GRPO on the informative groups.
+        started = time.perf_counter()
+        record.update(self._update(usable))
+        record["seconds_update"] = time.perf_counter() - started
+        record["seconds_step"] = record["seconds_generate"] + record["seconds_verify"] + record["seconds_update"]
+
+        # 5. Publish version step + 1.
+        self.step_index += 1
+        if self.step_index % config.checkpoint_every == 0 or self.step_index == config.steps:
+            checkpoint.save(self.run_dir / "checkpoints", self.step_index, self.network, self.optimizer,
+                            {"model_hash": self.policy().model_hash.hex()})
+            checkpoint.prune(self.run_dir / "checkpoints", config.keep_checkpoints)
+        self._append_metrics(record)
+        return record
+
+    def _update(self, groups: list[list[Rollout]]) -> dict:
+        config = self.config
+        stats = {"groups_used": 0, "groups_zero_variance": 0, "loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
+                 "is_weight_mean": 1.0, "is_truncated_fraction": 0.0}
+        if not groups:
+            return stats
+        rewards = torch.tensor([[r.reward for r in g] for g in groups])
+        keep = informative_groups(rewards)
+        stats["groups_zero_variance"] = int((~keep).sum())
+        if not bool(keep.any()):
+            return stats
+        groups = [g for g, k in zip(groups, keep.tolist()) if k]
+        advantages = group_advantages(rewards[keep], config.grpo.advantage, config.grpo.std_eps)
+        # Every group of one's own node weighs 1; reputation weights arrive with the network.
+        advantages = weight_advantages(advantages, torch.ones(len(groups))).reshape(-1)
+        rollouts = [r for g in groups for r in g]
+        pad = self.tokenizer.pad_token_id
+        self.network.train()
+        logprobs, mask, behaviour = sequence_logprobs(self.network, rollouts, config.temperature, pad)
+        reference = None
+        if self.reference is not None:
+            with torch.no_grad():
+                reference, _, _ = sequence_logprobs(self.reference, rollouts, config.temperature, pad)
+        loss, loss_stats = policy_loss(logprobs, behaviour, advantages, mask, config.grpo, ref_logprobs=reference,
+                                       max_completion_tokens=config.max_new_tokens)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.network.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.network.eval()
+        return {**stats, **loss_stats, "groups_used": len(groups), "loss": float(loss.detach())}
+
+    def run(self, on_step: Callable[[dict], None] | None = None) -> dict:
+        """Steps until ``config.steps``; evaluates the final policy; returns the last record."""
+        while self.step_index < self.config.steps:
+            record = self.step()
+            if on_step is not None:
+                on_step(record)
+        final = {"step": self.step_index, "policy_version": self.step_index, "final": True}
+        model = self.policy()
+        final["model_hash"] = model.model_hash.hex()
+        final.update(self.evaluate(model))
+        lines = self.metrics_path.read_text().splitlines() if self.metrics_path.exists() else []
+        if not any(json.loads(line).get("final") for line in lines if line.strip()):
+            self._append_metrics(final)
+        return final
+
