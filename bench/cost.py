@@ -33,10 +33,11 @@ TOPLOC_BYTES_PER_TOKEN = 258 / 32
 def measure(model, key, batch: int, new_tokens: int) -> dict:
     # Stop tokens present but the random-init presets rarely sample them: full-length rollouts.
     sampling = vrl.SamplingParams(1.0, 0, 1.0, new_tokens, model.stop_token_ids)
-    tasks = [Task(f"b{batch}-{i}", f"Prompt number {i} with some words in it. ", "x") for i in range(batch)]
+    tasks = vrl.TaskList("cost", tuple(Task(f"b{batch}-{i}", f"Prompt number {i} with some words in it. ", "x")
+                                       for i in range(batch)))
     stats = GenerationStats()
     started = time.perf_counter()
-    rollouts = vrl.generate(model, tasks, key, round_seed=bytes(32), sampling=sampling, group_size=1,
+    rollouts = vrl.generate(model, tasks, key, round_seed=bytes(32), sampling=sampling, groups=batch, group_size=1,
                             batch_size=batch, stats=stats)
     generation = time.perf_counter() - started
     started = time.perf_counter()

@@ -239,3 +239,13 @@ def test_forged_commitment(tiny, honest, node, kind):
     verdict = single(replace_member(group, index, forged), index, tiny)
     expected = "commitment_malformed" if kind == "all-zero" else "commitment_mismatch"
     assert (verdict.stage, verdict.reason) == (Stage.COMMITMENT, expected)
+
+
+def test_easier_task_than_assigned_caught_by_task_set(tiny, honest, node):
+    """Cherry-picking tasks: the group answers another (easier) task than its assignment."""
+    group = [r for r in honest if r.group_index == 0]
+    easy = vrl.Task("arithmetic/0000000000000000", "1+1=", "2")
+    forged = [r.signed(node, task_id=easy.id, prompt=easy.prompt, reference=easy.answer,
+                       prompt_tokens=tuple(tiny.encode(easy.prompt))) for r in group]
+    pinned = verdicts(forged, tiny, expect=Expectations(tasks=TASKS))
+    assert {(v.stage, v.reason) for v in pinned} == {(Stage.BINDING, "task_not_assigned")}

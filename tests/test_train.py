@@ -40,7 +40,7 @@ def test_base_build_is_deterministic_and_learned_the_format(base, tmp_path):
     meta = read_meta(base)
     again = build_base_model(QUICK, tmp_path / "again")
     assert read_meta(again)["model_hash"] == meta["model_hash"]
-    assert meta["held_out_accuracy_sampled"] > 0.05  # random init is 0: it answers with numbers
+    assert meta["held_out_accuracy"] > 0.05  # random init is 0: it answers with numbers
 
 
 def test_resumed_run_equals_uninterrupted_run(base, tmp_path):

@@ -22,7 +22,7 @@ from vrl.io import RolloutFileError, RolloutWriter, iter_records, read_rollouts,
 from vrl.keys import NodeKey
 from vrl.model import Model, ModelError, load_model
 from vrl.rollout import RecordError, Rollout, sample_seed
-from vrl.tasks import Arithmetic, RewardSpec, Task, TaskList, assign, read_task_file
+from vrl.tasks import Arithmetic, RewardSpec, Task, TaskList, assign, open_task_set, read_task_file
 from vrl.verify import Expectations, Stage, Tolerances, Verdict, verify
 
 def commit(model: Model, prompt_tokens: list[int], completion_tokens: list[int]) -> bytes:
@@ -34,5 +34,5 @@ __all__ = [
     "Expectations", "Model", "ModelError", "NodeKey", "RecordError", "Rollout", "RolloutFileError",
     "RolloutWriter", "SamplingParams", "Stage", "Task", "Tolerances", "Verdict", "commit", "generate",
     "iter_generate", "iter_records", "load_model", "read_rollouts", "read_task_file", "sample_seed",
-    "sampling_for", "verify", "write_rollouts", "Arithmetic", "RewardSpec", "TaskList", "assign",
+    "sampling_for", "verify", "write_rollouts", "Arithmetic", "RewardSpec", "TaskList", "assign", "open_task_set",
 ]

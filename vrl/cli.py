@@ -343,7 +343,7 @@ def build_base_model_command(
     target = out_dir or base_model_dir(config)
     if target.is_dir() and not force:
         meta = read_meta(target)
-        out.print(f"base model already built: {target} (held-out accuracy {meta['held_out_accuracy_greedy']:.1%})",
+        out.print(f"base model already built: {target} (held-out accuracy {meta['held_out_accuracy']:.1%})",
                   highlight=False)
         return
     with _progress(False) as bar:
@@ -351,8 +351,8 @@ def build_base_model_command(
         path = build_base_model(config, target, on_step=lambda step, loss: bar.update(
             sft, advance=1, description=f"supervised fine-tuning, loss {loss:.3f}"))
     meta = read_meta(path)
-    out.print(f"built {path} in {meta['train_seconds']:.0f} s: held-out accuracy {meta['held_out_accuracy_greedy']:.1%} "
-              f"greedy, {meta['held_out_accuracy_sampled']:.1%} sampled; model {meta['model_hash'][:16]}", highlight=False)
+    out.print(f"built {path} in {meta['train_seconds']:.0f} s: held-out accuracy {meta['held_out_accuracy']:.1%} "
+              f"sampled, {meta['held_out_accuracy_greedy']:.1%} greedy; model {meta['model_hash'][:16]}", highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

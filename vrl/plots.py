@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 PANELS = (
-    ("held_out_accuracy", "held-out accuracy (greedy)"),
+    ("held_out_accuracy", "held-out accuracy"),
     ("reward_mean", "mean reward of the batch"),
     ("kl", "KL to the initial policy (k3)"),
     ("clip_fraction", "clip fraction"),
@@ -30,14 +30,13 @@ def plot_run(metrics_path: Path, png_path: Path, title: str = "") -> Path:
     figure, axes = plt.subplots(2, 3, figsize=(13, 6.5), constrained_layout=True)
     for axis, (key, label) in zip(axes.flat, PANELS):
         points = [(r["step"], r[key]) for r in records if key in r]
-        if key == "held_out_accuracy":
-            sampled = [(r["step"], r["held_out_accuracy_sampled"]) for r in records if "held_out_accuracy_sampled" in r]
-            if sampled:
-                axis.plot(*zip(*sampled), marker=".", label="sampled (T of the run)")
         if points:
             axis.plot(*zip(*points), marker="." if key == "held_out_accuracy" else None,
-                      label="greedy" if key == "held_out_accuracy" else None)
+                      label="sampled (the run's temperature)" if key == "held_out_accuracy" else None)
         if key == "held_out_accuracy":
+            greedy = [(r["step"], r["held_out_accuracy_greedy"]) for r in records if "held_out_accuracy_greedy" in r]
+            if greedy:
+                axis.plot(*zip(*greedy), marker=".", label="greedy")
             axis.legend(loc="lower right")
         axis.set_title(label)
         axis.set_xlabel("step")

@@ -51,13 +51,19 @@ AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
 @dataclass(frozen=True)
 class TrainConfig:
     model: str = "base"
-    task: str = "arithmetic"
-    steps: int = 60
+    task: str = "arithmetic:digits=2,ops=+"  # what the base model was fine-tuned on
+    steps: int = 200
     group_size: int = 8  # TRL's num_generations default
-    groups_per_step: int = 8
+    groups_per_step: int = 16
     max_new_tokens: int = 8  # arithmetic answers are at most 5 bytes, plus the stop token
     temperature: float = 1.0  # sample from the policy itself: TRL and DeepSeekMath use 1.0
-    learning_rate: float = 1e-4
+    # Measured here (bench/learning.py): 1e-4 and above wreck the base model within a few steps;
+    # 2e-5 with warmup learns steadily.
+    learning_rate: float = 2e-5
+    # A fresh Adam's first steps move every weight by about the full learning rate whatever
+    # the gradient's size; measured here, that alone costs the base model 0.2-0.5 nats of
+    # held-out likelihood at 1e-4. A linear warmup lets the moment estimates settle first.
+    warmup_steps: int = 20
     grad_clip: float = 1.0
     reward_correct: float = 1.0
     reward_format: float = 0.0
@@ -72,7 +78,7 @@ class TrainConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
     def __post_init__(self) -> None:
-        positive = ("steps", "group_size", "groups_per_step", "max_new_tokens", "held_out", "eval_every",
+        positive = ("steps", "warmup_steps", "group_size", "groups_per_step", "max_new_tokens", "held_out", "eval_every",
                     "checkpoint_every", "keep_checkpoints", "generation_batch")
         for name in positive:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
@@ -223,12 +229,13 @@ class Trainer:
             os.fsync(handle.fileno())
 
     def evaluate(self, model: Model) -> dict[str, float]:
-        spec = self.config.reward_spec
+        """Held-out accuracy of the policy as it samples (the run's temperature, one fixed-seed
+        sample per task: what the reward measures and GRPO optimizes), and of its greedy answers."""
+        spec, limit = self.config.reward_spec, self.config.max_new_tokens
         return {
-            "held_out_accuracy": accuracy(model, self.evaluation, spec, temperature=0.0,
-                                          max_new_tokens=self.config.max_new_tokens),
-            "held_out_accuracy_sampled": accuracy(model, self.evaluation, spec, temperature=self.config.temperature,
-                                                  max_new_tokens=self.config.max_new_tokens),
+            "held_out_accuracy": accuracy(model, self.evaluation, spec, temperature=self.config.temperature,
+                                          max_new_tokens=limit),
+            "held_out_accuracy_greedy": accuracy(model, self.evaluation, spec, temperature=0.0, max_new_tokens=limit),
         }
 
     # -- one round -------------------------------------------------------------------------
@@ -314,6 +321,8 @@ class Trainer:
                 reference, _, _ = sequence_logprobs(self.reference, rollouts, config.temperature, pad)
         loss, loss_stats = policy_loss(logprobs, behaviour, advantages, mask, config.grpo, ref_logprobs=reference,
                                        max_completion_tokens=config.max_new_tokens)
+        for group in self.optimizer.param_groups:  # linear warmup, from the step count: resume-safe
+            group["lr"] = config.learning_rate * min(1.0, (self.step_index + 1) / config.warmup_steps)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.network.parameters(), config.grad_clip)
@@ -321,9 +330,10 @@ class Trainer:
         self.network.eval()
         return {**stats, **loss_stats, "groups_used": len(groups), "loss": float(loss.detach())}
 
-    def run(self, on_step: Callable[[dict], None] | None = None) -> dict:
-        """Steps until ``config.steps``; evaluates the final policy; returns the last record."""
-        while self.step_index < self.config.steps:
+    def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
+        """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then
+        evaluates the final policy and returns that record."""
+        while self.step_index < self.config.steps and (deadline is None or time.perf_counter() < deadline):
             record = self.step()
             if on_step is not None:
                 on_step(record)
