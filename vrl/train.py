@@ -173,6 +173,7 @@ class Trainer:
         self.evaluation = held_out(self.tasks, config.held_out)
         loaded = load_model(config.model, dtype="float32")
         self.network, self.tokenizer = loaded.network, loaded.tokenizer
+        self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, loaded.stop_token_ids)
         self.network.requires_grad_(True)
         self.reference = copy.deepcopy(self.network).requires_grad_(False) if (
             config.track_kl or config.grpo.kl_beta > 0) else None
@@ -202,15 +203,6 @@ class Trainer:
         self.network.eval()
         return Model(name=f"{self.config.model}@{self.step_index}", network=self.network,
                      tokenizer=self.tokenizer, dtype_name="float32")
-
-    @property
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(self.config.temperature, 0, 1.0, self.config.max_new_tokens,
-                              self.policy_stop_tokens)
-
-    @property
-    def policy_stop_tokens(self) -> tuple[int, ...]:
-        return Model(name="", network=self.network, tokenizer=self.tokenizer, dtype_name="float32").stop_token_ids
 
     def _truncate_metrics(self, step: int) -> None:
         """Keep only the metrics of steps the checkpoint contains; atomic rewrite."""
