@@ -57,8 +57,9 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
-def save(directory: Path, step: int, network: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> Path:
+def save(directory: str | Path, step: int, network: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> Path:
     """Write checkpoint ``step`` under ``directory``; returns its path."""
+    directory = Path(directory)
     final = directory / f"{PREFIX}{step:08d}"
     staging = directory / f".{final.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -87,8 +88,9 @@ def prune(directory: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load(path: Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     """Verify ``path`` completely, then load it into ``network`` and ``optimizer``; returns its state."""
+    path = Path(path)
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         files = manifest["files"]
