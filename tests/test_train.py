@@ -51,7 +51,7 @@ def test_resumed_run_equals_uninterrupted_run(base, tmp_path):
     interrupted.run()
     # A crash after the checkpoint of step 2 left a metrics line for a step it never saved.
     with (tmp_path / "killed" / "metrics.jsonl").open("a") as handle:
-        handle.write(json.dumps({"step": 2, "partial": True}) + "\n")
+        handle.write(json.dumps({"step": 2, "partial": True}) + "\n" + '{"step": 3, "reward_m')
     resumed = Trainer(config(base), tmp_path / "killed", resume=True)
     assert resumed.step_index == 2
     resumed.run()

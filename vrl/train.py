@@ -131,7 +131,9 @@ def _audited(round_seed_: bytes, group_index: int, fraction: float) -> bool:
 
 
 def sequence_logprobs(network: torch.nn.Module, rollouts: list[Rollout], temperature: float, pad: int):
-    """log pi(token | prefix) of every completion token, (B, T), and the completion mask.
+    """``(logprobs, mask, behaviour)``, each (B, T) over the completion tokens: log pi(token |
+    prefix) under ``network`` (with its graph), which positions are real, and the behaviour
+    logprobs the rollouts recorded.
 
     The logits are divided by the sampling temperature, so these are logprobs of the same
     distribution the sampler drew from and the behaviour logprobs were recorded under.
@@ -186,14 +188,14 @@ class Trainer:
             raise ValueError(f"{key_path} holds another node's key than the one given")
         self.step_index = 0
         latest = checkpoint.latest(self.run_dir / "checkpoints")
+        if not resume and (latest is not None or self.metrics_path.exists()):
+            raise FileExistsError(f"{self.run_dir} already holds a run; pass resume to continue it")
         if resume and latest is not None:
             state = checkpoint.load(latest, self.network, self.optimizer)
             self.step_index = state["step"]
-            self._truncate_metrics(self.step_index)
             self.log("resumed", checkpoint=str(latest), step=self.step_index)
-        elif not resume:
-            if latest is not None or self.metrics_path.exists():
-                raise FileExistsError(f"{self.run_dir} already holds a run; pass resume to continue it")
+        # Steps after the checkpoint (or all, if a run died before its first one) are redone.
+        self._truncate_metrics(self.step_index)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         (self.run_dir / "config.toml").write_text(config.to_toml())
 
@@ -205,11 +207,18 @@ class Trainer:
                      tokenizer=self.tokenizer, dtype_name="float32")
 
     def _truncate_metrics(self, step: int) -> None:
-        """Keep only the metrics of steps the checkpoint contains; atomic rewrite."""
+        """Keep only the metrics of steps the checkpoint contains (and no line a crash cut
+        short); atomic rewrite."""
         if not self.metrics_path.exists():
             return
-        kept = [line for line in self.metrics_path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) < step]
+
+        def before(line: str) -> bool:
+            try:
+                return json.loads(line).get("step", 0) < step
+            except json.JSONDecodeError:
+                return False
+
+        kept = [line for line in self.metrics_path.read_text().splitlines() if line.strip() and before(line)]
         staging = self.metrics_path.with_suffix(".jsonl.partial")
         staging.write_text("".join(line + "\n" for line in kept))
         os.replace(staging, self.metrics_path)
