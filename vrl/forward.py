@@ -37,6 +37,17 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
+def right_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded on the right, and their attention mask: the layout training uses."""
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        input_ids[b, : len(row)] = torch.tensor(row)
+        mask[b, : len(row)] = 1
+    return input_ids, mask
+
+
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """One sampled completion as the prover saw it."""

@@ -18,7 +18,7 @@ import msgpack
 
 from proofs.sampler import SamplingParams
 from vrl.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
-from vrl.tasks import RewardSpec
+from vrl.tasks import RewardSpec, Task
 
 RECORD_VERSION = 2
 SIGNING_DOMAIN = b"vrl/rollout/v1\x00"
@@ -96,6 +96,11 @@ class Rollout:
     @property
     def sample_seed(self) -> bytes:
         return sample_seed(self.round_seed, self.node_id, self.task_id, self.sample_index)
+
+    @property
+    def task(self) -> Task:
+        """The task this rollout answers, as the record states it."""
+        return Task(self.task_id, self.prompt, self.reference)
 
     @property
     def group_key(self) -> tuple[bytes, bytes, int, int]:

@@ -36,13 +36,14 @@ import torch
 from proofs.sampler import SamplingParams
 from vrl import checkpoint
 from vrl.evaluate import accuracy, held_out
+from vrl.forward import right_padded
 from vrl.generate import iter_generate
 from vrl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
 from vrl.io import write_rollouts
 from vrl.keys import NodeKey
 from vrl.model import Model, load_model
 from vrl.rollout import Rollout, round_seed
-from vrl.tasks import RewardSpec, Task, TaskSet, open_task_set
+from vrl.tasks import RewardSpec, TaskSet, open_task_set
 from vrl.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
@@ -139,13 +140,8 @@ def sequence_logprobs(network: torch.nn.Module, rollouts: list[Rollout], tempera
     distribution the sampler drew from and the behaviour logprobs were recorded under.
     """
     rows = [list(r.prompt_tokens) + list(r.completion_tokens) for r in rollouts]
-    width = max(map(len, rows))
     longest = max(len(r.completion_tokens) for r in rollouts)
-    input_ids = torch.full((len(rows), width), pad)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, row in enumerate(rows):
-        input_ids[b, : len(row)] = torch.tensor(row)
-        attention[b, : len(row)] = 1
+    input_ids, attention = right_padded(rows, pad)
     logits = network(input_ids=input_ids, attention_mask=attention).logits.float() / temperature
     logprobs = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
     mask = torch.zeros((len(rows), longest), dtype=torch.bool)
@@ -275,8 +271,7 @@ class Trainer:
             "rollouts": len(rollouts), "verified": len(verdicts), "rejected": sum(rejected.values()),
             "rejected_reasons": dict(rejected),
             "reward_mean": sum(r.reward for r in rollouts) / len(rollouts),
-            "accuracy_batch": sum(r.reward_spec.is_correct(Task(r.task_id, r.prompt, r.reference),
-                                                           model.decode(list(r.completion_tokens)))
+            "accuracy_batch": sum(r.reward_spec.is_correct(r.task, model.decode(list(r.completion_tokens)))
                                   for r in rollouts) / len(rollouts),
             "completion_length_mean": sum(len(r.completion_tokens) for r in rollouts) / len(rollouts),
             "truncated_fraction": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),

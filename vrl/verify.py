@@ -29,7 +29,7 @@ from proofs.errors import MalformedCommitment
 from vrl.forward import Prefilled, prefill
 from vrl.model import Model
 from vrl.rollout import RecordError, Rollout
-from vrl.tasks import RewardSpec, Task, TaskSet, assign
+from vrl.tasks import RewardSpec, TaskSet, assign
 
 
 class Stage(IntEnum):
@@ -246,8 +246,7 @@ def _checks_after_prefill(rollout: Rollout, recomputed: Prefilled, model: Model,
                         f"behaviour logprob of token {int(np.argmax(error))} is off by {error.max():.4f}")
 
     # 8. Reward, recomputed from the completion text.
-    task = Task(rollout.task_id, rollout.prompt, rollout.reference)
-    recomputed_reward = rollout.reward_spec.reward(task, model.decode(list(rollout.completion_tokens)))
+    recomputed_reward = rollout.reward_spec.reward(rollout.task, model.decode(list(rollout.completion_tokens)))
     scores["reward_recomputed"] = recomputed_reward
     if recomputed_reward != rollout.reward:
         raise _Rejected(Stage.REWARD, "reward_mismatch",
