@@ -279,7 +279,7 @@ class Trainer:
 
         # 4. GRPO on the informative groups.
         started = time.perf_counter()
-        record.update(self._update(usable))
+        record.update(self.update(usable))
         record["seconds_update"] = time.perf_counter() - started
         record["seconds_step"] = record["seconds_generate"] + record["seconds_verify"] + record["seconds_update"]
 
@@ -292,8 +292,13 @@ class Trainer:
         self._append_metrics(record)
         return record
 
-    def _update(self, groups: list[list[Rollout]]) -> dict:
+    def update(self, groups: list[list[Rollout]], weights: list[float] | None = None) -> dict:
+        """One GRPO step on whole groups; ``weights`` (one per group, >= 0; e.g. the node's
+        admission weights from :func:`vrl.reputation.admit`) scale each group's advantages."""
         config = self.config
+        weights = [1.0] * len(groups) if weights is None else list(weights)
+        if len(weights) != len(groups):
+            raise ValueError(f"{len(weights)} weights for {len(groups)} groups")
         stats = {"groups_used": 0, "groups_zero_variance": 0, "loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
                  "is_weight_mean": 1.0, "is_truncated_fraction": 0.0}
         if not groups:
@@ -304,9 +309,9 @@ class Trainer:
         if not bool(keep.any()):
             return stats
         groups = [g for g, k in zip(groups, keep.tolist()) if k]
+        weights = [w for w, k in zip(weights, keep.tolist()) if k]
         advantages = group_advantages(rewards[keep], config.grpo.advantage, config.grpo.std_eps)
-        # Every group of one's own node weighs 1; reputation weights arrive with the network.
-        advantages = weight_advantages(advantages, torch.ones(len(groups))).reshape(-1)
+        advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype)).reshape(-1)
         rollouts = [r for g in groups for r in g]
         pad = self.tokenizer.pad_token_id
         self.network.train()

@@ -261,11 +261,14 @@ def verify(
     tolerances: Tolerances | None = None,
     batch_size: int = 4,
     on_progress: Callable[[int], None] | None = None,
+    recomputed: dict[int, bytes] | None = None,
 ) -> list[Verdict]:
     """Verify rollouts (or the :class:`RecordError` of records that did not decode).
 
     Returns one verdict per input, in input order. ``on_progress(n)`` is called as ``n`` more
-    records are finished.
+    records are finished. When ``recomputed`` is given, it receives for each record that
+    reached the prefill the commitment the verifier rebuilt from its own hidden states: what a
+    network verdict digests to show the check was really run (``specs/network.md``).
     """
     expect = expect or Expectations()
     tolerances = tolerances or Tolerances.for_dtype(model.dtype_name)
@@ -313,8 +316,10 @@ def verify(
     order = sorted(alive, key=lambda i: len(alive[i].prompt_tokens) + len(alive[i].completion_tokens))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        recomputed = prefill(model, [(list(alive[i].prompt_tokens), list(alive[i].completion_tokens)) for i in batch])
-        for index, result in zip(batch, recomputed):
+        prefilled = prefill(model, [(list(alive[i].prompt_tokens), list(alive[i].completion_tokens)) for i in batch])
+        if recomputed is not None:
+            recomputed.update(zip(batch, commitment.build_many([r.hidden for r in prefilled])))
+        for index, result in zip(batch, prefilled):
             scores: dict[str, float] = {}
             try:
                 _checks_after_prefill(alive[index], result, model, tolerances, scores)

@@ -1,0 +1,221 @@
+"""The node protocol as a state machine: events in, actions out; no sockets, no models."""
+
+from __future__ import annotations
+
+import pytest
+
+from vrl.keys import NodeKey
+from vrl.node import protocol as P
+from vrl.node.messages import (
+    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
+)
+from vrl.reputation import AdmissionConfig
+
+TRAINER = NodeKey.from_seed(b"T" * 32)
+VERIFIER = NodeKey.from_seed(b"V" * 32)
+OTHER_VERIFIER = NodeKey.from_seed(b"U" * 32)
+WORKER = NodeKey.from_seed(b"W" * 32)
+CHEAT = NodeKey.from_seed(b"C" * 32)
+
+
+def announcement(version: int) -> PolicyAnnouncement:
+    return PolicyAnnouncement(TRAINER.node_id, version, bytes([version]) * 32, bytes([100 + version]) * 32,
+                              1000).signed(TRAINER)
+
+
+def submission(tag: int) -> Submission:
+    return Submission((tag.to_bytes(8, "big"),))
+
+
+def node(key: NodeKey, *roles: str, **options) -> P.NodeProtocol:
+    config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id, **options)
+    return P.NodeProtocol(key, config, platform="test")
+
+
+def kinds(actions: list) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def ready(proto: P.NodeProtocol, version: int = 0) -> list:
+    proto.handle(P.PolicyAnnounced(announcement(version)))
+    return proto.handle(P.PolicyLoaded(version))
+
+
+def verdict_from(key: NodeKey, sub: Submission, subject: bytes, outcome: str, digest: bytes = b"\x07" * 32,
+                 **fields) -> SignedVerdict:
+    return SignedVerdict(key.node_id, subject, sub.digest, 0, 0, audit_ticket(key, sub.digest), 1.0, outcome,
+                         (), digest, "test", **fields).signed(key)
+
+
+def test_a_worker_fetches_the_policy_generates_once_and_publishes_its_groups():
+    worker = node(WORKER, "worker")
+    assert kinds(worker.handle(P.PolicyAnnounced(announcement(0)))) == ["FetchPolicy"]
+    assert kinds(worker.handle(P.PolicyLoaded(0))) == ["Generate"]
+    assert worker.handle(P.Tick(1.0)) == []  # already under way
+    groups = (submission(1), submission(2))
+    actions = worker.handle(P.Generated(0, groups))
+    assert [(a.topic, a.data) for a in actions] == [(TOPIC_GROUPS, g.to_bytes()) for g in groups]
+    assert worker.handle(P.Tick(2.0)) == []
+
+
+def test_policies_from_anyone_but_the_trainer_are_ignored():
+    worker = node(WORKER, "worker")
+    forged = PolicyAnnouncement(CHEAT.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(CHEAT)
+    assert worker.handle(P.PolicyAnnounced(forged)) == [] and worker.version is None
+
+
+def test_a_verifier_checks_a_newcomer_and_signs_a_verdict_with_its_digest():
+    verifier = node(VERIFIER, "verifier")
+    ready(verifier)
+    sub = submission(1)
+    assert kinds(verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))) == ["Check"]
+    (publish,) = verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
+    assert publish.topic == TOPIC_VERDICTS
+    verdict = SignedVerdict.from_bytes(publish.data)
+    assert verdict.valid() and verdict.outcome == "pass" and verdict.digest == b"\x09" * 32
+    assert verdict.subject == WORKER.node_id and verdict.rate == 1.0
+
+
+def test_a_trusted_node_is_spot_checked_and_skips_are_signed_and_provable():
+    verifier = node(VERIFIER, "verifier")
+    ready(verifier)
+    for i in range(300):  # build trust: checked and passed
+        sub = submission(i)
+        verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+        verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
+    assert verifier.standing(WORKER.node_id).check_rate < 0.2
+    checked = skipped = 0
+    for i in range(1000, 1100):
+        actions = verifier.handle(P.GroupReceived(submission(i), WORKER.node_id, 0, 0.0))
+        if kinds(actions) == ["Check"]:
+            checked += 1
+            verifier.handle(P.Abandoned(actions[0]))
+        else:
+            (publish,) = actions
+            verdict = SignedVerdict.from_bytes(publish.data)
+            assert verdict.outcome == "skipped" and verdict.valid()
+            skipped += 1
+    assert 0 < checked < 40 and skipped == 100 - checked
+
+
+def test_a_skip_the_ticket_does_not_allow_is_invalid():
+    sub = submission(1)
+    lying = SignedVerdict(VERIFIER.node_id, WORKER.node_id, sub.digest, 0, 0, audit_ticket(VERIFIER, sub.digest),
+                          1.0, "skipped", (), b"", "test").signed(VERIFIER)
+    assert not lying.valid()  # at rate 1 every ticket draws a check
+
+
+def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
+    trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=50))
+    ready(trainer)
+    bad, other = submission(1), submission(2)
+    trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 0.0))
+    trainer.handle(P.GroupReceived(other, CHEAT.node_id, 0, 0.0))
+    actions = trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))
+    assert [a for a in actions if isinstance(a, P.Check)] == [P.Check(bad.digest, 0)]
+    assert trainer.decided(bad.digest) is None
+    actions = trainer.handle(P.Checked(bad.digest, ("reward_mismatch",), b"\x08" * 32))
+    quarantines = [a for a in actions if isinstance(a, P.Quarantine)]
+    assert quarantines == [P.Quarantine(CHEAT.node_id, tuple(sorted((bad.digest, other.digest))))]
+    assert trainer.decided(other.digest) is False
+
+
+def test_a_false_accusation_is_cleared_by_the_re_check_and_the_group_admitted():
+    trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
+    ready(trainer)
+    sub = submission(1)
+    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+    trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "hard_fail", b"\x08" * 32)))
+    actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32))
+    assert not any(isinstance(a, P.Quarantine) for a in actions)
+    assert trainer.decided(sub.digest) is True
+    assert [a for a in actions if isinstance(a, P.Train)] == [P.Train(0, ((sub.digest, 1.0),))]
+    assert trainer.standing(VERIFIER.node_id).failures > 0
+
+
+def test_the_trainer_waits_for_verdicts_then_trains_once_and_announces():
+    trainer = node(TRAINER, "trainer", verdict_wait=5.0,
+                   admission=AdmissionConfig(batch_groups=2, trusted_share=0.0, node_cap=1.0))
+    ready(trainer)
+    a, b = submission(1), submission(2)
+    trainer.handle(P.GroupReceived(a, WORKER.node_id, 0, 100.0))
+    trainer.handle(P.GroupReceived(b, WORKER.node_id, 0, 100.0))
+    assert trainer.handle(P.Tick(102.0)) == []  # verifiers still have time
+    train = [x for x in trainer.handle(P.Tick(106.0)) if isinstance(x, P.Train)]
+    assert len(train) == 1 and {d for d, _ in train[0].batch} == {a.digest, b.digest}
+    assert not any(isinstance(x, P.Train) for x in trainer.handle(P.Tick(107.0)))
+    actions = trainer.handle(P.Trained(announcement(1), (a.digest, b.digest)))
+    assert P.Publish(TOPIC_POLICIES, announcement(1).to_bytes()) in actions
+    assert trainer.version == 1 and trainer.decided(a.digest) is False  # trained groups are spent
+    assert not any(isinstance(x, P.Train) for x in trainer.handle(P.Tick(200.0)))
+
+
+def test_a_pass_verdict_decides_a_group_without_waiting():
+    trainer = node(TRAINER, "trainer", verdict_wait=1000.0, lazy_audit_rate=0.0)
+    ready(trainer)
+    sub = submission(1)
+    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+    assert trainer.decided(sub.digest) is None
+    trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "pass")))
+    assert trainer.decided(sub.digest) is True
+
+
+def test_the_trainer_audits_other_verifiers_passes_at_its_lazy_audit_rate():
+    trainer = node(TRAINER, "trainer", lazy_audit_rate=1.0)
+    ready(trainer)
+    sub = submission(1)
+    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+    actions = trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "pass")))
+    assert P.Check(sub.digest, 0) in actions
+
+
+def test_planted_groups_are_never_trained_and_revealed_after_the_step():
+    trainer = node(TRAINER, "trainer", plant_every=1, verdict_wait=0.0,
+                   admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
+    actions = ready(trainer)
+    assert P.Plant(0) in actions
+    canary = submission(99)
+    published = trainer.handle(P.Planted(canary, CHEAT.node_id, 0))
+    assert P.Publish(TOPIC_GROUPS, canary.to_bytes()) in published
+    trainer.handle(P.GroupReceived(canary, CHEAT.node_id, 0, 0.0))
+    trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, canary, CHEAT.node_id, "pass")))
+    assert trainer.decided(canary.digest) is False
+    actions = trainer.handle(P.Trained(announcement(1), ()))
+    reveals = [SignedVerdict.from_bytes(a.data) for a in actions if isinstance(a, P.Publish)
+               and a.topic == TOPIC_VERDICTS]
+    assert [(v.group, v.outcome, v.planted) for v in reveals] == [(canary.digest, "hard_fail", True)]
+    assert trainer.standing(VERIFIER.node_id).quarantined  # it passed a known-bad group
+
+
+def test_replay_rebuilds_the_state_silently_and_pending_resumes_the_work():
+    live = node(VERIFIER, "worker", "verifier")
+    events = [P.PolicyAnnounced(announcement(0)), P.PolicyLoaded(0),
+              P.GroupReceived(submission(1), WORKER.node_id, 0, 0.0),
+              P.GroupReceived(submission(2), WORKER.node_id, 0, 0.0),
+              P.VerdictReceived(verdict_from(VERIFIER, submission(1), WORKER.node_id, "pass"))]
+    for event in events:
+        live.handle(event)
+    restarted = node(VERIFIER, "worker", "verifier")
+    for event in events[:1] + events[2:]:  # PolicyLoaded is not stored: weights are reloaded
+        assert restarted.handle(event, replaying=True) == []
+    assert kinds(restarted.pending()) == ["FetchPolicy"]
+    restarted.handle(P.Abandoned(P.FetchPolicy(announcement(0))))
+    actions = restarted.handle(P.PolicyLoaded(0))
+    assert sorted(kinds(actions)) == ["Check", "Generate"]  # group 2 still needs its check
+    assert [a.group for a in actions if isinstance(a, P.Check)] == [submission(2).digest]
+
+
+def test_groups_older_than_the_staleness_bound_are_not_checked_or_trained():
+    trainer = node(TRAINER, "trainer", "verifier", max_staleness=1)
+    ready(trainer, 0)
+    old = submission(5)
+    trainer.handle(P.PolicyAnnounced(announcement(2)))
+    trainer.handle(P.PolicyLoaded(2))
+    actions = trainer.handle(P.GroupReceived(old, WORKER.node_id, 0, 0.0))
+    assert not any(isinstance(a, P.Check) for a in actions)
+    assert not trainer._fresh(0)
+
+
+def test_config_refuses_unknown_roles():
+    with pytest.raises(ValueError, match="roles"):
+        P.ProtocolConfig(roles=frozenset({"miner"}), trainer=TRAINER.node_id)

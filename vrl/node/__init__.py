@@ -1,0 +1,1 @@
+"""The network node: protocol state machine, messages, store, model work and the daemon."""

@@ -1,0 +1,434 @@
+"""The node daemon: the thin I/O around :class:`vrl.node.protocol.NodeProtocol`.
+
+It owns the transport, the store, the model thread, the clock, metrics and logs. Incoming
+messages are validated (cheap checks, before gossip forwards them), stored, then fed to the
+protocol; the protocol's actions are carried out here. Its own messages are stored before
+they are published, so nothing acknowledged is ever lost to a crash, and a restart replays
+the store into a fresh protocol and catches up on the rest by backfill from peers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgpack
+import structlog
+import torch
+
+from p2p.blobs import BlobServer, fetch_blob
+from p2p.transport import Message, Transport, TransportError, Validation
+from proofs.sampler import SamplingParams
+from vrl.keys import NodeKey
+from vrl.node import protocol as P
+from vrl.node.config import NodeConfig
+from vrl.node.messages import (
+    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
+    group_problem,
+)
+from vrl.node.metrics import NodeMetrics
+from vrl.node.store import Store
+from vrl.node.work import PolicyTrainer, Work, WorkConfig
+from vrl.reputation import AdmissionConfig
+from vrl.rollout import RecordError, round_seed
+from vrl.tasks import RewardSpec, open_task_set
+from vrl.grpo import GRPOConfig
+from vrl.train import TrainConfig
+from vrl.verify import Expectations
+
+BACKFILL_PROTOCOL = "/vrl/backfill/1"
+BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
+BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
+TICK_SECONDS = 0.25
+MAX_WEIGHTS_BYTES = 2 << 30
+
+
+def platform_tag() -> str:
+    """What makes recomputed digests bit-identical: same torch build, device, dtype, threads."""
+    return f"torch-{torch.__version__}/cpu/float32/threads-{torch.get_num_threads()}"
+
+
+class Node:
+    """One node. ``await node.run(stop)`` until ``stop`` is set."""
+
+    def __init__(self, config: NodeConfig, transport: Transport, key: NodeKey,
+                 log: structlog.BoundLogger | None = None) -> None:
+        self.config, self.transport, self.key = config, transport, key
+        self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
+        self.metrics = NodeMetrics()
+        self.store = Store(config.path / "node.sqlite")
+        self.blob_dir = config.path / "blobs"
+        self.blob_dir.mkdir(parents=True, exist_ok=True)
+        self.tasks, problems = open_task_set(config.task)
+        for problem in problems:
+            self.log.warning("task skipped", problem=str(problem))
+        self.reward_spec = RewardSpec()
+        torch.set_num_threads(config.torch_threads)
+        self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
+            roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
+            pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted),
+            groups_per_round=config.groups_per_round, verdict_wait=config.verdict_wait,
+            round_timeout=config.round_timeout, max_staleness=config.max_staleness,
+            lazy_audit_rate=config.lazy_audit_rate, plant_every=config.plant_every,
+            admission=AdmissionConfig(batch_groups=config.batch_groups, node_cap=config.node_cap,
+                                      trusted_share=config.trusted_share)), platform_tag())
+        self.work = Work(key, WorkConfig(
+            model=config.model, tasks=self.tasks, group_size=config.group_size,
+            groups_per_round=config.groups_per_round, adversary=config.adversary,
+            sampling=SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, ())), self._expectations)
+        stops = self.work.skeleton.stop_token_ids
+        self.work.config.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, stops)
+        self.trainer: PolicyTrainer | None = None
+        if "trainer" in config.roles:
+            self.trainer = PolicyTrainer(TrainConfig(
+                model=config.model, task=config.task, steps=max(config.rounds, 1) + 1, group_size=config.group_size,
+                groups_per_step=config.batch_groups, max_new_tokens=config.max_new_tokens,
+                temperature=config.temperature, learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
+                held_out=config.held_out, eval_every=config.eval_every, checkpoint_every=1,
+                grpo=GRPOConfig(max_staleness=config.max_staleness)), config.path / "trainer", key)
+        self.blobs = BlobServer(transport)
+        self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
+        self._tasks: set[asyncio.Task] = set()
+        self.started = time.time()
+        self.last_metrics: dict = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _expectations(self, version: int) -> Expectations:
+        policy = self.protocol.policies[version]
+        return Expectations(tasks=self.tasks, round_seed=round_seed(policy.model_hash, version),
+                            sampling=self.work.config.sampling, reward_spec=self.reward_spec)
+
+    async def _in_model_thread(self, kind: str, fn: Callable, *args):
+        started = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._model_thread, fn, *args)
+        finally:
+            self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error("task failed", error=repr(task.exception()))
+
+    # -- validators: cheap, pure, before anything is stored or forwarded -------------------------
+    def _decode_group(self, data: bytes) -> tuple[Submission, list]:
+        submission = Submission.from_bytes(data)
+        rollouts = submission.rollouts()
+        problem = group_problem(rollouts)
+        if problem is not None:
+            raise MessageError(f"group: {problem}")
+        if not all(r.signature_valid() for r in rollouts):
+            raise MessageError("group: a record's signature does not verify")
+        return submission, rollouts
+
+    def _validate(self, message: Message) -> Validation:
+        try:
+            if message.topic == TOPIC_GROUPS:
+                _, rollouts = self._decode_group(message.data)
+                if rollouts[0].node_id in self.protocol.quarantined:
+                    return Validation.IGNORE  # the forwarder is not at fault
+            elif message.topic == TOPIC_VERDICTS:
+                if not SignedVerdict.from_bytes(message.data).valid():
+                    return Validation.REJECT
+            elif message.topic == TOPIC_POLICIES:
+                announcement = PolicyAnnouncement.from_bytes(message.data)
+                if not announcement.valid():
+                    return Validation.REJECT
+                if announcement.trainer != self.protocol.config.trainer:
+                    return Validation.IGNORE
+            else:
+                return Validation.IGNORE
+        except (MessageError, RecordError):
+            self.metrics.invalid.labels(message.topic).inc()
+            return Validation.REJECT
+        return Validation.ACCEPT
+
+    # -- incoming ------------------------------------------------------------------------------
+    async def _on_message(self, message: Message) -> None:
+        """Store, then feed; the same path serves gossip, backfill and replay-free restarts."""
+        if self._validate(message) is not Validation.ACCEPT:
+            return
+        now = time.time()
+        if message.topic == TOPIC_GROUPS:
+            submission, rollouts = self._decode_group(message.data)
+            subject, version = rollouts[0].node_id, rollouts[0].policy_version
+            if self.store.put_group(submission, subject, version, now):
+                self.metrics.groups_received.inc()
+                if subject != self.key.node_id:
+                    self.work.observe(rollouts)
+            await self._feed(P.GroupReceived(submission, subject, version, now))
+        elif message.topic == TOPIC_VERDICTS:
+            verdict = SignedVerdict.from_bytes(message.data)
+            if self.store.put_verdict(verdict, now):
+                self.metrics.verdicts.labels(verdict.outcome).inc()
+            await self._feed(P.VerdictReceived(verdict))
+        elif message.topic == TOPIC_POLICIES:
+            announcement = PolicyAnnouncement.from_bytes(message.data)
+            self.store.put_policy(announcement, now)
+            await self._feed(P.PolicyAnnounced(announcement))
+
+    async def _feed(self, event: P.Event) -> None:
+        for action in self.protocol.handle(event):
+            await self._do(action)
+
+    # -- actions -------------------------------------------------------------------------------
+    async def _do(self, action: P.Action) -> None:
+        match action:
+            case P.Publish(topic, data):
+                await self._publish(topic, data)
+            case P.FetchPolicy(announcement):
+                self._spawn(self._fetch_policy(announcement))
+            case P.Generate(version):
+                self._spawn(self._generate(version))
+            case P.Check(group, version):
+                self._spawn(self._check(group, version))
+            case P.Plant(version):
+                self._spawn(self._plant(version))
+            case P.Train(version, batch):
+                self._spawn(self._train(version, batch))
+            case P.Quarantine(node, purged):
+                self.log.warning("quarantined", peer=node.hex()[:8], purged_groups=len(purged))
+
+    async def _publish(self, topic: str, data: bytes) -> None:
+        """Own messages are stored first (acknowledged), then gossiped; delivery to ourselves
+        comes back through :meth:`_on_message`, where storing again is a no-op."""
+        now = time.time()
+        if topic == TOPIC_GROUPS:
+            submission, rollouts = self._decode_group(data)
+            self.store.put_group(submission, rollouts[0].node_id, rollouts[0].policy_version, now,
+                                 planted=submission.digest in self.protocol.planted)
+        elif topic == TOPIC_VERDICTS:
+            self.store.put_verdict(SignedVerdict.from_bytes(data), now)
+        elif topic == TOPIC_POLICIES:
+            self.store.put_policy(PolicyAnnouncement.from_bytes(data), now)
+        try:
+            await self.transport.publish(topic, data)
+        except TransportError as error:
+            self.log.warning("publish failed; peers will backfill it", topic=topic, error=str(error))
+
+    async def _fetch_policy(self, announcement: PolicyAnnouncement) -> None:
+        path = self.blob_dir / announcement.blob.hex()
+        try:
+            if path.exists():
+                blob = path.read_bytes()
+            else:
+                peers = sorted(self.transport.peers(), key=lambda p: p != announcement.trainer)
+                blob = await fetch_blob(self.transport, peers, announcement.blob, max_size=min(
+                    announcement.size, MAX_WEIGHTS_BYTES), timeout=60.0)
+                _atomic_write(path, blob)
+            self.blobs.add(blob)
+            await self._in_model_thread("load", self.work.load, announcement, blob, self.config.max_staleness + 1)
+        except Exception as error:  # a failed fetch is retried by the protocol's next pending()
+            self.log.warning("policy fetch failed", version=announcement.version, error=repr(error))
+            await self._feed(P.Abandoned(P.FetchPolicy(announcement)))
+            return
+        self.metrics.policy_version.set(announcement.version)
+        self.log.info("policy loaded", version=announcement.version, model_hash=announcement.model_hash.hex()[:16])
+        await self._feed(P.PolicyLoaded(announcement.version))
+
+    async def _generate(self, version: int) -> None:
+        submissions = await self._in_model_thread("generate", self.work.generate, version)
+        self.metrics.rollouts_produced.inc(sum(len(s.records) for s in submissions))
+        self.log.info("generated", version=version, groups=len(submissions))
+        await self._feed(P.Generated(version, tuple(submissions)))
+
+    async def _check(self, digest: bytes, version: int) -> None:
+        submission = self.store.group(digest)
+        if submission is None or version not in self.work.models:
+            await self._feed(P.Abandoned(P.Check(digest, version)))
+            return
+        reasons, recomputed = await self._in_model_thread("check", self.work.check, submission.rollouts(), version)
+        outcome = P.outcome_of(reasons)
+        self.metrics.checks.labels(outcome).inc()
+        for reason in reasons:
+            self.metrics.rejected.labels(reason).inc()
+        if reasons:
+            self.log.warning("check failed", group=digest.hex()[:12], reasons=sorted(set(reasons)))
+        await self._feed(P.Checked(digest, reasons, recomputed))
+
+    async def _plant(self, version: int) -> None:
+        submission, canary = await self._in_model_thread("plant", self.work.plant, version)
+        self.log.info("planted a known-bad group", group=submission.digest.hex()[:12], canary=canary.hex()[:8])
+        await self._feed(P.Planted(submission, canary, version))
+
+    async def _train(self, version: int, batch: tuple[tuple[bytes, float], ...]) -> None:
+        assert self.trainer is not None
+        groups = [self.store.group(digest).rollouts() for digest, _ in batch]
+        weights = [w for _, w in batch]
+        model, blob, metrics = await self._in_model_thread("train", self.trainer.step, groups, weights)
+        await self._announce(model, blob, tuple(d for d, _ in batch), metrics)
+        for group in groups:
+            self.metrics.groups_trained.labels(group[0].node_id.hex()[:8]).inc()
+
+    async def _announce(self, model, blob: bytes, used: tuple[bytes, ...], metrics: dict) -> None:
+        """Publish the trainer's current weights as the next version (stored first)."""
+        assert self.trainer is not None
+        import hashlib
+
+        version = self.trainer.version
+        announcement = PolicyAnnouncement(self.key.node_id, version, model.model_hash,
+                                          hashlib.sha256(blob).digest(), len(blob)).signed(self.key)
+        _atomic_write(self.blob_dir / announcement.blob.hex(), blob)
+        self.blobs.add(blob)
+        self.work.install(version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
+        metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        self.last_metrics = {"version": version, **metrics}
+        if "held_out_accuracy" in metrics:
+            self.metrics.held_out_accuracy.set(metrics["held_out_accuracy"])
+        self.metrics.policy_version.set(version)
+        self.store.put_policy(announcement, time.time())
+        self.store.put_trained(version, used, json.dumps(metrics, sort_keys=True))
+        self.log.info("policy published", version=version, groups=len(used), **{
+            k: round(v, 4) for k, v in metrics.items() if k in ("held_out_accuracy", "rewards_mean", "loss")})
+        await self._feed(P.Trained(announcement, used))
+
+    # -- catching up ---------------------------------------------------------------------------
+    async def _serve_backfill(self, peer: bytes, data: bytes) -> bytes:
+        request = msgpack.unpackb(data, raw=False)
+        if not isinstance(request, dict) or not isinstance(request.get("since"), int) or not isinstance(
+                request.get("after"), int) or request["since"] < 0 or request["after"] < 0:
+            raise ValueError("backfill request must be {since: int >= 0, after: int >= 0}")
+        messages, after = self.store.since(request["since"], BACKFILL_PAGE_BYTES, request["after"])
+        return msgpack.packb({"messages": messages, "next": after}, use_bin_type=True)
+
+    async def backfill(self) -> int:
+        """Ask peers for what was gossiped while this node was away; returns messages fed."""
+        since = max((self.protocol.version or 0) - self.config.max_staleness, 0)
+        fed = 0
+        for peer in sorted(self.transport.peers())[:3]:
+            after: int | None = 0
+            for _ in range(BACKFILL_MAX_PAGES):
+                try:
+                    raw = await self.transport.request(peer, BACKFILL_PROTOCOL, msgpack.packb(
+                        {"since": since, "after": after}), timeout=10.0)
+                    page = msgpack.unpackb(raw, raw=False)
+                    messages, after = page["messages"], page["next"]
+                except (TransportError, ValueError, KeyError, TypeError, msgpack.UnpackException) as error:
+                    self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=repr(error))
+                    break
+                for data in messages:
+                    if not isinstance(data, bytes):
+                        continue
+                    for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS):
+                        message = Message(topic, data, peer, b"")
+                        if self._validate(message) is Validation.ACCEPT:
+                            await self._on_message(message)
+                            fed += 1
+                            break
+                if after is None:
+                    break
+        return fed
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def _replay(self) -> None:
+        """Rebuild the protocol's state from the store (no actions: they happened already)."""
+        for kind, data, extra in self.store.replay():
+            if kind == "policy":
+                self.protocol.handle(P.PolicyAnnounced(PolicyAnnouncement.from_bytes(data)), replaying=True)
+            elif kind == "group":
+                subject, version, received, planted = extra
+                submission = Submission.from_bytes(data)
+                if planted:
+                    self.protocol.handle(P.Planted(submission, subject, version), replaying=True)
+                self.protocol.handle(P.GroupReceived(submission, subject, version, received), replaying=True)
+            elif kind == "verdict":
+                self.protocol.handle(P.VerdictReceived(SignedVerdict.from_bytes(data)), replaying=True)
+            elif kind == "trained":
+                version, groups = extra
+                announcement = self.store.policy(version)
+                if announcement is not None:
+                    self.protocol.handle(P.Trained(announcement, groups), replaying=True)
+
+    async def _bootstrap_policy(self) -> None:
+        """The trainer announces its current weights unless the store already has them:
+        version 0 at the first start, or the checkpoint a crash left unannounced."""
+        assert self.trainer is not None
+        if self.trainer.version in self.protocol.policies:
+            announcement = self.protocol.policies[self.trainer.version]
+            model = await self._in_model_thread("load", self.trainer.policy)
+            self.work.install(announcement.version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
+            path = self.blob_dir / announcement.blob.hex()
+            if path.exists():
+                self.blobs.add(path.read_bytes())
+            await self._feed(P.PolicyLoaded(announcement.version))
+            return
+        model = self.trainer.policy()
+        from vrl.node.weights import to_blob
+
+        await self._announce(model, await self._in_model_thread("serialize", to_blob, model), (), {})
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._replay()
+        self.log.info("replayed store", **self.store.counts(), version=self.protocol.version)
+        for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS):
+            self.transport.subscribe(topic, self._on_message, self._validate)
+        self.transport.set_handler(BACKFILL_PROTOCOL, self._serve_backfill)
+        for path in self.blob_dir.iterdir():
+            if len(path.name) == 64:
+                self.blobs.add(path.read_bytes())
+        if self.config.metrics_port:
+            port = self.metrics.serve(self.config.metrics_port)
+            self.log.info("metrics", url=f"http://127.0.0.1:{port}/metrics")
+        await self.connect_bootstrap()
+        await self.backfill()
+        if self.trainer is not None:
+            await self._bootstrap_policy()
+        try:
+            while not stop.is_set():
+                await self._feed(P.Tick(time.time()))
+                self._export_reputation()
+                try:
+                    await asyncio.wait_for(stop.wait(), TICK_SECONDS)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            self._model_thread.shutdown(wait=True, cancel_futures=True)
+            self.store.close()
+
+    async def connect_bootstrap(self, attempts: int = 20) -> None:
+        """Dial every bootstrap address, retrying a bounded number of times (peers start in any order)."""
+        for address in self.config.bootstrap:
+            for attempt in range(attempts):
+                try:
+                    await self.transport.connect(address)
+                    break
+                except TransportError as error:
+                    if attempt == attempts - 1:
+                        self.log.warning("bootstrap peer unreachable", address=address, error=str(error))
+                    await asyncio.sleep(min(0.25 * 2 ** attempt, 2.0))
+
+    def _export_reputation(self) -> None:
+        version = self.protocol.version or 0
+        standings = self.protocol.reputation.standings(version)
+        self.metrics.peers.set(len(self.transport.peers()))
+        for node, s in standings.items():
+            peer = node.hex()[:8]
+            self.metrics.reputation.labels(peer).set(s.score)
+            self.metrics.check_rate.labels(peer).set(s.check_rate)
+            self.metrics.quarantined.labels(peer).set(int(s.quarantined))
+        if self.protocol.version is not None and version != getattr(self, "_reputation_round", None):
+            self._reputation_round = version
+            self.store.put_reputation(version, [(n, s.score, s.check_rate, s.quarantined, s.trust, s.checked_groups)
+                                                for n, s in standings.items()])
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    import os
+
+    staging = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    with open(staging, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(staging, path)

@@ -1,0 +1,286 @@
+"""The node protocol's messages: what crosses the network, byte for byte (``specs/network.md``).
+
+Three gossip messages, each a canonical msgpack map with a ``kind`` and a version:
+
+* :class:`Submission`: one whole GRPO group, its rollout records as signed by the worker;
+* :class:`SignedVerdict`: a verifier's signed statement about one submission: checked or
+  skipped, the outcome, and the digest of the commitments it recomputed itself;
+* :class:`PolicyAnnouncement`: a trainer's signed statement that policy version ``v`` has
+  this model hash and these weight bytes (fetched in chunks by content hash).
+
+Every decoder is strict (no unknown fields, exact types, canonical bytes) and raises
+:class:`MessageError` naming the message kind and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgpack
+
+from vrl.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
+from vrl.rollout import MAX_GROUP_SIZE, RecordError, Rollout, _fixed_bytes, _int, _take, _text, canonical_bytes
+
+MESSAGE_VERSION = 1
+TOPIC_GROUPS = "vrl/groups/1"
+TOPIC_VERDICTS = "vrl/verdicts/1"
+TOPIC_POLICIES = "vrl/policies/1"
+
+GROUP_DOMAIN = b"vrl/group/v1\x00"
+VERDICT_DOMAIN = b"vrl/verdict/v1\x00"
+POLICY_DOMAIN = b"vrl/policy/v1\x00"
+AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
+DIGEST_DOMAIN = b"vrl/recomputed/v1\x00"
+
+CHECKED_OUTCOMES = ("pass", "soft_fail", "hard_fail")
+SKIPPED = "skipped"
+U64 = (1 << 64) - 1
+
+
+class MessageError(ValueError):
+    """A message that does not decode; names the kind and the field."""
+
+
+def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
+    try:
+        wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as error:  # msgpack raises several unrelated types for bad bytes
+        raise MessageError(f"{kind}: not valid msgpack: {error}") from None
+    if not isinstance(wire, dict):
+        raise MessageError(f"{kind}: expected a msgpack map, got {type(wire).__name__}")
+    if wire.get("kind") != kind:
+        raise MessageError(f"{kind}: field 'kind' must be {kind!r}, got {wire.get('kind')!r}")
+    if wire.get("v") != MESSAGE_VERSION:
+        raise MessageError(f"{kind}: unknown message version {wire.get('v')!r}")
+    unknown = set(wire) - fields - {"kind", "v"}
+    missing = fields - set(wire)
+    if unknown or missing:
+        raise MessageError(f"{kind}: field {sorted(unknown or missing)[0]!r} is {'unknown' if unknown else 'missing'}")
+    return wire
+
+
+def _fields(kind: str, decode):
+    """Run field decoders, turning :class:`RecordError` into a :class:`MessageError` of ``kind``."""
+    try:
+        return decode()
+    except RecordError as error:
+        raise MessageError(f"{kind}: {error}") from None
+
+
+def _canonical(kind: str, data: bytes, value) -> None:
+    if value.to_bytes() != data:
+        raise MessageError(f"{kind}: not in canonical encoding")
+
+
+# -- submissions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One whole group of one node, as gossiped. ``digest`` names it everywhere else."""
+
+    records: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, group: list[Rollout]) -> Submission:
+        return cls(tuple(r.to_bytes() for r in sorted(group, key=lambda r: r.sample_index)))
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 over the domain and each record's SHA-256, in sample order."""
+        return hashlib.sha256(GROUP_DOMAIN + b"".join(hashlib.sha256(r).digest() for r in self.records)).digest()
+
+    def rollouts(self) -> list[Rollout]:
+        """Decode every record (raises :class:`RecordError` for the first bad one)."""
+        out = []
+        for index, record in enumerate(self.records):
+            try:
+                out.append(Rollout.from_bytes(record))
+            except RecordError as error:
+                raise error.at(index) from None
+        return out
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes({"kind": "group", "v": MESSAGE_VERSION, "records": list(self.records)})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Submission:
+        wire = _decode_map(data, "group", {"records"})
+        records = wire["records"]
+        if not isinstance(records, list) or not 1 <= len(records) <= MAX_GROUP_SIZE or not all(
+                isinstance(r, bytes) for r in records):
+            raise MessageError(f"group: field 'records' must be a list of 1..{MAX_GROUP_SIZE} byte strings")
+        submission = cls(tuple(records))
+        _canonical("group", data, submission)
+        return submission
+
+
+def group_problem(rollouts: list[Rollout]) -> str | None:
+    """Why these records are not one whole group in sample order, or None."""
+    first = rollouts[0]
+    if any(r.group_key != first.group_key for r in rollouts):
+        return "records belong to different groups"
+    if [r.sample_index for r in rollouts] != list(range(first.group_size)):
+        return f"expected samples 0..{first.group_size - 1} in order"
+    return None
+
+
+# -- verdicts --------------------------------------------------------------------------------
+
+
+def audit_ticket(key: NodeKey, group_digest: bytes) -> bytes:
+    """The verifier's lottery ticket for one submission: its Ed25519 signature over the digest.
+
+    RFC 8032 signatures are deterministic, so the verifier cannot reroll it, and nobody
+    without the verifier's key can predict it before the group exists: which groups get
+    checked is fixed only after submission, and anyone can re-verify the draw.
+    """
+    return key.sign(AUDIT_TICKET_DOMAIN + group_digest)
+
+
+def ticket_selected(ticket: bytes, rate: float) -> bool:
+    """Whether a ticket draws a check at ``rate``: its hash read as a fraction of 2**64."""
+    return int.from_bytes(hashlib.sha256(ticket).digest()[:8], "big") < rate * 2**64
+
+
+def recomputed_digest(commitments: list[bytes]) -> bytes:
+    """What a verdict carries to show the check was done: SHA-256 over the commitments the
+    verifier rebuilt from its own prefill, one per rollout in sample order."""
+    h = hashlib.sha256(DIGEST_DOMAIN)
+    for c in commitments:
+        h.update(len(c).to_bytes(4, "big") + c)
+    return h.digest()
+
+
+@dataclass(frozen=True)
+class SignedVerdict:
+    """A verifier's signed statement about one submission."""
+
+    verifier: bytes
+    subject: bytes  # the node that submitted the group
+    group: bytes  # Submission.digest
+    round: int
+    policy_version: int
+    ticket: bytes  # audit_ticket(verifier, group)
+    rate: float  # the check rate the verifier applied to the subject
+    outcome: str  # CHECKED_OUTCOMES or SKIPPED
+    reasons: tuple[str, ...]  # rejection codes of the failed records (empty on pass or skip)
+    digest: bytes  # recomputed_digest, or b"" when skipped
+    platform: str  # e.g. "torch-2.13.0/cpu/float32": digests compare only on equal platforms
+    planted: bool = False  # the verifier made this group itself to test others (always bad)
+    signature: bytes = b""
+
+    @property
+    def checked(self) -> bool:
+        return self.outcome != SKIPPED
+
+    def _wire(self, with_signature: bool) -> dict[str, Any]:
+        wire = {"kind": "verdict", "v": MESSAGE_VERSION, "verifier": self.verifier, "subject": self.subject,
+                "group": self.group, "round": self.round, "policy_version": self.policy_version,
+                "ticket": self.ticket, "rate": float(self.rate), "outcome": self.outcome,
+                "reasons": list(self.reasons), "digest": self.digest, "platform": self.platform,
+                "planted": self.planted}
+        if with_signature:
+            wire["signature"] = self.signature
+        return wire
+
+    def signing_payload(self) -> bytes:
+        return VERDICT_DOMAIN + canonical_bytes(self._wire(False))
+
+    def signed(self, key: NodeKey) -> SignedVerdict:
+        unsigned = replace(self, verifier=key.node_id, signature=b"")
+        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
+
+    def valid(self) -> bool:
+        """Signature and ticket both verify under ``verifier``, and a skip is one the ticket allows."""
+        return (signature_valid(self.verifier, self.signing_payload(), self.signature)
+                and signature_valid(self.verifier, AUDIT_TICKET_DOMAIN + self.group, self.ticket)
+                and (self.checked or not ticket_selected(self.ticket, self.rate)))
+
+    @property
+    def id(self) -> bytes:
+        return hashlib.sha256(self.to_bytes()).digest()
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self._wire(True))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SignedVerdict:
+        fields = {"verifier", "subject", "group", "round", "policy_version", "ticket", "rate", "outcome",
+                  "reasons", "digest", "platform", "planted", "signature"}
+        wire = _decode_map(data, "verdict", fields)
+
+        def decode() -> SignedVerdict:
+            outcome = _text(wire, "outcome", 16)
+            if outcome not in (*CHECKED_OUTCOMES, SKIPPED):
+                raise RecordError("outcome", f"unknown outcome {outcome!r}")
+            reasons = _take(wire, "reasons", list)
+            if len(reasons) > 64 or not all(isinstance(r, str) and len(r) <= 64 for r in reasons):
+                raise RecordError("reasons", "expected at most 64 codes of at most 64 characters")
+            digest = _take(wire, "digest", bytes)
+            if len(digest) not in (0, 32):
+                raise RecordError("digest", f"expected 0 or 32 bytes, got {len(digest)}")
+            rate = _take(wire, "rate", float)
+            if not 0.0 <= rate <= 1.0:
+                raise RecordError("rate", f"{rate} is outside [0, 1]")
+            return cls(
+                verifier=_fixed_bytes(wire, "verifier", NODE_ID_BYTES),
+                subject=_fixed_bytes(wire, "subject", NODE_ID_BYTES),
+                group=_fixed_bytes(wire, "group", 32), round=_int(wire, "round", 0, U64),
+                policy_version=_int(wire, "policy_version", 0, U64),
+                ticket=_fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=outcome,
+                reasons=tuple(reasons), digest=digest, platform=_text(wire, "platform", 128),
+                planted=_take(wire, "planted", bool), signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES))
+
+        verdict = _fields("verdict", decode)
+        _canonical("verdict", data, verdict)
+        return verdict
+
+
+# -- policy announcements ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyAnnouncement:
+    """Policy version ``version`` is the model with ``model_hash``, whose weights file (see
+    :func:`vrl.node.weights.to_blob`) has SHA-256 ``blob`` and ``size`` bytes. Round ``r``
+    runs on version ``r``; its seed is ``round_seed(model_hash, r)``, unknowable before this."""
+
+    trainer: bytes
+    version: int
+    model_hash: bytes
+    blob: bytes
+    size: int
+    signature: bytes = b""
+
+    def _wire(self, with_signature: bool) -> dict[str, Any]:
+        wire = {"kind": "policy", "v": MESSAGE_VERSION, "trainer": self.trainer, "version": self.version,
+                "model_hash": self.model_hash, "blob": self.blob, "size": self.size}
+        if with_signature:
+            wire["signature"] = self.signature
+        return wire
+
+    def signing_payload(self) -> bytes:
+        return POLICY_DOMAIN + canonical_bytes(self._wire(False))
+
+    def signed(self, key: NodeKey) -> PolicyAnnouncement:
+        unsigned = replace(self, trainer=key.node_id, signature=b"")
+        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
+
+    def valid(self) -> bool:
+        return signature_valid(self.trainer, self.signing_payload(), self.signature)
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self._wire(True))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PolicyAnnouncement:
+        wire = _decode_map(data, "policy", {"trainer", "version", "model_hash", "blob", "size", "signature"})
+        announcement = _fields("policy", lambda: cls(
+            trainer=_fixed_bytes(wire, "trainer", NODE_ID_BYTES), version=_int(wire, "version", 0, U64),
+            model_hash=_fixed_bytes(wire, "model_hash", 32), blob=_fixed_bytes(wire, "blob", 32),
+            size=_int(wire, "size", 1, 1 << 40), signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES)))
+        _canonical("policy", data, announcement)
+        return announcement

@@ -1,0 +1,37 @@
+"""Prometheus metrics of one node, served on 127.0.0.1 (``metrics_port`` in node.toml)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class NodeMetrics:
+    """One registry per node, so several nodes can live in one process (tests)."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.rollouts_produced = Counter("vrl_rollouts_produced", "Rollouts this node generated", registry=r)
+        self.groups_received = Counter("vrl_groups_received", "Submissions accepted into the store", registry=r)
+        self.checks = Counter("vrl_groups_checked", "Groups this node checked, by outcome", ["outcome"], registry=r)
+        self.skipped = Counter("vrl_groups_skipped", "Groups this node's audit ticket did not draw", registry=r)
+        self.rejected = Counter("vrl_rollouts_rejected", "Records this node's checks rejected, by reason",
+                                ["reason"], registry=r)
+        self.verdicts = Counter("vrl_verdicts_received", "Verdicts stored, by outcome", ["outcome"], registry=r)
+        self.invalid = Counter("vrl_messages_invalid", "Gossip messages refused by validators, by topic",
+                               ["topic"], registry=r)
+        self.reputation = Gauge("vrl_reputation", "Reputation score (Beta lower bound) per peer", ["peer"], registry=r)
+        self.check_rate = Gauge("vrl_check_rate", "Spot-check rate applied per peer", ["peer"], registry=r)
+        self.quarantined = Gauge("vrl_quarantined", "1 if the peer is quarantined", ["peer"], registry=r)
+        self.policy_version = Gauge("vrl_policy_version", "Newest policy version known", registry=r)
+        self.groups_trained = Counter("vrl_groups_trained", "Groups admitted into GRPO batches (trainer)",
+                                      ["peer"], registry=r)
+        self.held_out_accuracy = Gauge("vrl_held_out_accuracy", "Trainer's held-out accuracy of its policy",
+                                       registry=r)
+        self.step_seconds = Histogram("vrl_step_seconds", "Seconds per unit of model work, by kind", ["kind"],
+                                      registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.peers = Gauge("vrl_peers", "Connected peers", registry=r)
+
+    def serve(self, port: int) -> int:
+        """Serve on 127.0.0.1 only; returns the bound port (``port`` 0 picks a free one)."""
+        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        return int(server.server_port)

@@ -1,0 +1,432 @@
+"""The node protocol as a pure state machine (sans-I/O, in the manner of h11).
+
+:class:`NodeProtocol` is fed :data:`Event`s and answers with :data:`Action`s. It never touches
+a socket, a file, a clock or a model: the daemon (:mod:`vrl.node.daemon`) carries actions out
+and reports back with events. The whole state is a function of the events seen, which is how
+a restarted node continues: it replays its store (``replaying=True`` suppresses the actions
+of the past), then asks :meth:`NodeProtocol.pending` what is still to do.
+
+One round, in order (``specs/network.md`` §Rounds):
+
+1. the trainer announces policy version ``r`` (a signed :class:`PolicyAnnouncement`); the
+   round seed ``H(model_hash_r, r)`` exists from that moment only;
+2. workers fetch the weights by content hash, generate their assigned groups and gossip each
+   as a :class:`Submission`;
+3. verifiers draw an audit ticket per submission (after it exists, from their own key) and
+   check it at the subject's reputation-derived rate, or publish a signed *skip*; every
+   verdict carries the digest of the commitments the verifier recomputed;
+4. a hard fail is re-checked by every other verifier and the trainer before anyone is
+   quarantined; the trainer also re-checks a share of other verifiers' passes (lazy
+   verifiers) and may plant known-bad groups;
+5. the trainer admits decided groups by reputation (:func:`vrl.reputation.admit`), runs a
+   GRPO step with the admission weights, and announces version ``r + 1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from vrl.keys import NodeKey
+from vrl.node.messages import (
+    SKIPPED, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission,
+    audit_ticket, ticket_selected,
+)
+from vrl.reputation import (
+    HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig, admit,
+)
+
+ROLES = ("worker", "verifier", "trainer")
+
+# Rejection codes that honest numerical drift can produce just over a threshold: soft fails.
+# Every other rejection needs a dishonest prover (research grpo-and-reputation.md §3.5 (1)).
+SOFT_REASONS = frozenset({"logprob_mismatch"})
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    roles: frozenset[str]
+    trainer: bytes  # whose policy announcements this network follows
+    pretrusted: frozenset[bytes] = frozenset()  # bootstrap trust anchors besides this node
+    groups_per_round: int = 4  # a worker's groups per policy version
+    verdict_wait: float = 4.0  # seconds a group waits for verdicts before it may be admitted unchecked
+    round_timeout: float = 60.0  # the trainer steps with what it has after this long
+    min_batch_groups: int = 1
+    max_staleness: int = 2  # versions a group may lag the trainer (vrl.grpo.is_fresh)
+    lazy_audit_rate: float = 0.25  # share of other verifiers' passes the trainer re-checks itself
+    plant_every: int = 0  # the trainer plants one known-bad group every N rounds (0: never)
+    reputation: ReputationConfig = field(default_factory=ReputationConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.roles) - set(ROLES)
+        if unknown or not self.roles:
+            raise ValueError(f"roles must be a non-empty subset of {ROLES}, got {sorted(self.roles)}")
+
+
+# -- events (fed in) ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+@dataclass(frozen=True)
+class PolicyAnnounced:
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class PolicyLoaded:
+    """The daemon fetched, hash-checked and loaded a version's weights."""
+    version: int
+
+
+@dataclass(frozen=True)
+class GroupReceived:
+    """A submission whose records decoded, verify their signatures and form one group."""
+    submission: Submission
+    subject: bytes
+    version: int
+    now: float
+
+
+@dataclass(frozen=True)
+class VerdictReceived:
+    verdict: SignedVerdict
+
+
+@dataclass(frozen=True)
+class Generated:
+    version: int
+    submissions: tuple[Submission, ...]
+
+
+@dataclass(frozen=True)
+class Checked:
+    group: bytes
+    failed_reasons: tuple[str, ...]  # rejection codes, empty when every record passed
+    digest: bytes
+
+
+@dataclass(frozen=True)
+class Planted:
+    submission: Submission
+    subject: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class Trained:
+    announcement: PolicyAnnouncement
+    groups: tuple[bytes, ...]  # the admitted groups the step used
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """The daemon could not carry out an action (e.g. no peer had the weights yet); the
+    protocol will ask again when it is still due."""
+    action: Action
+
+
+Event = Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked | Planted | Trained
+
+
+# -- actions (carried out by the daemon) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Publish:
+    topic: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class Generate:
+    version: int
+
+
+@dataclass(frozen=True)
+class Check:
+    group: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class Plant:
+    version: int
+
+
+@dataclass(frozen=True)
+class Train:
+    version: int
+    batch: tuple[tuple[bytes, float], ...]  # (group digest, loss weight)
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    node: bytes
+    purged: tuple[bytes, ...]  # its groups dropped from the queue, never trained on
+
+
+Action = Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine
+
+
+@dataclass
+class _Group:
+    subject: bytes
+    version: int
+    arrived: float
+    trained: bool = False
+
+
+def _flight_key(action: Action) -> tuple:
+    match action:
+        case FetchPolicy(a):
+            return ("fetch", a.version)
+        case Check(group, _):
+            return ("check", group)
+        case Generate(version) | Plant(version) | Train(version, _):
+            return (type(action).__name__.lower(), version)
+    return ()
+
+
+def outcome_of(failed_reasons: tuple[str, ...]) -> str:
+    if not failed_reasons:
+        return PASS
+    return SOFT_FAIL if set(failed_reasons) <= SOFT_REASONS else HARD_FAIL
+
+
+class NodeProtocol:
+    """One node's view of the network. Feed it with :meth:`handle`; do what it returns."""
+
+    def __init__(self, key: NodeKey, config: ProtocolConfig, platform: str) -> None:
+        self.key, self.config, self.platform = key, config, platform
+        self.me = key.node_id
+        self.reputation = Reputation(frozenset({self.me, config.trainer, *config.pretrusted}), config.reputation)
+        self.policies: dict[int, PolicyAnnouncement] = {}
+        self.loaded: set[int] = set()
+        self.groups: dict[bytes, _Group] = {}
+        self.verdicts: dict[bytes, dict[bytes, SignedVerdict]] = defaultdict(dict)
+        self.generated: set[int] = set()
+        self.planted: dict[bytes, int] = {}  # group -> round; this trainer made them bad
+        self.planted_rounds: set[int] = set()
+        self.quarantined: set[bytes] = set()
+        self.now = 0.0
+        self.round_started: dict[int, float] = {}
+        self._in_flight: set[tuple] = set()
+        self._audit_draws: dict[bytes, bool] = {}
+
+    # -- reading the state ------------------------------------------------------------------
+    @property
+    def version(self) -> int | None:
+        """The newest announced policy version: the current round."""
+        return max(self.policies) if self.policies else None
+
+    def has(self, role: str) -> bool:
+        return role in self.config.roles
+
+    def standing(self, node: bytes):
+        return self.reputation.standing(node, self.version or 0)
+
+    # -- the one entry point ----------------------------------------------------------------
+    def handle(self, event: Event, *, replaying: bool = False) -> list[Action]:
+        actions: list[Action] = []
+        match event:
+            case Tick(now):
+                self.now = max(self.now, now)
+            case Abandoned(action):
+                self._in_flight.discard(_flight_key(action))
+            case PolicyAnnounced(a):
+                self._announced(a)
+            case PolicyLoaded(version):
+                self.loaded.add(version)
+                self._in_flight.discard(("fetch", version))
+            case GroupReceived(submission, subject, version, now):
+                if submission.digest not in self.groups:
+                    self.groups[submission.digest] = _Group(subject, version, now)
+                    if subject == self.me:
+                        self.generated.add(version)
+            case VerdictReceived(verdict):
+                self._verdict(verdict)
+            case Generated(version, submissions):
+                self._in_flight.discard(("generate", version))
+                self.generated.add(version)
+                actions += [Publish(TOPIC_GROUPS, s.to_bytes()) for s in submissions]
+            case Checked(group, failed_reasons, digest):
+                self._in_flight.discard(("check", group))
+                actions += self._publish_verdict(group, outcome_of(failed_reasons), failed_reasons, digest)
+            case Planted(submission, subject, version):
+                self._in_flight.discard(("plant", version))
+                self.planted[submission.digest] = version
+                self.planted_rounds.add(version)
+                actions.append(Publish(TOPIC_GROUPS, submission.to_bytes()))
+            case Trained(announcement, used):
+                self._in_flight.discard(("train", announcement.version - 1))
+                self._announced(announcement)
+                self.loaded.add(announcement.version)  # the trainer made these weights itself
+                for digest in used:
+                    if digest in self.groups:
+                        self.groups[digest].trained = True
+                actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
+                actions += self._reveal_plants(announcement.version - 1)
+        actions += self._quarantines()
+        if replaying:
+            return []
+        return actions + self.pending()
+
+    def _announced(self, a: PolicyAnnouncement) -> None:
+        if a.trainer == self.config.trainer and a.version not in self.policies:
+            self.policies[a.version] = a
+            self.round_started.setdefault(a.version, self.now)
+
+    # -- what is still to do ----------------------------------------------------------------
+    def pending(self) -> list[Action]:
+        """Actions the state calls for that are not already under way."""
+        actions: list[Action] = []
+        version = self.version
+        if version is None:
+            return actions
+        for v in self._versions_needed():
+            if v not in self.loaded:
+                actions += self._once(FetchPolicy(self.policies[v]))
+        if self.has("worker") and version in self.loaded and version not in self.generated:
+            actions += self._once(Generate(version))
+        if self.has("verifier") or self.has("trainer"):
+            actions += self._checks()
+        if self.has("trainer"):
+            if (self.config.plant_every and version % self.config.plant_every == 0
+                    and version not in self.planted_rounds and version in self.loaded):
+                actions += self._once(Plant(version))
+            actions += self._maybe_train(version)
+        return actions
+
+    def _once(self, action: Action) -> list[Action]:
+        key = _flight_key(action)
+        if key in self._in_flight:
+            return []
+        self._in_flight.add(key)
+        return [action]
+
+    def _versions_needed(self) -> list[int]:
+        """Versions whose weights this node must hold: the current one, and for checking,
+        every version a fresh group may still use."""
+        version = self.version
+        needed = {version}
+        if self.has("verifier") or self.has("trainer"):
+            needed |= {g.version for g in self.groups.values() if self._fresh(g.version) and g.version in self.policies}
+        return sorted(needed)
+
+    def _fresh(self, version: int) -> bool:
+        current = self.version
+        return current is not None and 0 <= current - version <= self.config.max_staleness
+
+    # -- verifying --------------------------------------------------------------------------
+    def _checks(self) -> list[Action]:
+        actions: list[Action] = []
+        for digest, group in sorted(self.groups.items(), key=lambda item: item[1].arrived):
+            if (group.subject == self.me or digest in self.planted or self.me in self.verdicts[digest]
+                    or not self._fresh(group.version) or group.version not in self.loaded):
+                continue
+            others = self.verdicts[digest].values()
+            recheck = any(v.outcome == HARD_FAIL for v in others)
+            audit = self.has("trainer") and any(self._audits(v) for v in others)
+            if recheck or audit:
+                actions += self._once(Check(digest, group.version))
+            elif self.has("verifier") and ("check", digest) not in self._in_flight:
+                rate = self.standing(group.subject).check_rate
+                if ticket_selected(audit_ticket(self.key, digest), rate):
+                    actions += self._once(Check(digest, group.version))
+                else:
+                    actions += self._publish_verdict(digest, SKIPPED, (), b"", rate=rate)
+        return actions
+
+    def _audits(self, verdict: SignedVerdict) -> bool:
+        """Whether the trainer re-checks a pass from a verifier it does not trust outright: a
+        draw of its own ticket over the verdict, so the verifier cannot know which."""
+        if verdict.outcome != PASS or verdict.verifier in self.reputation.pretrusted:
+            return False
+        if verdict.id not in self._audit_draws:
+            self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id),
+                                                            self.config.lazy_audit_rate)
+        return self._audit_draws[verdict.id]
+
+    def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
+                         rate: float | None = None) -> list[Action]:
+        group = self.groups.get(digest)
+        if group is None or self.me in self.verdicts[digest]:
+            return []
+        verdict = SignedVerdict(
+            verifier=self.me, subject=group.subject, group=digest, round=self.version or 0,
+            policy_version=group.version, ticket=audit_ticket(self.key, digest),
+            rate=self.standing(group.subject).check_rate if rate is None else rate, outcome=outcome,
+            reasons=tuple(sorted(set(reasons))), digest=recomputed, platform=self.platform,
+            planted=digest in self.planted).signed(self.key)
+        self._verdict(verdict)
+        return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
+
+    def _reveal_plants(self, version: int) -> list[Action]:
+        """After the round's batch is fixed, the trainer says which groups it planted."""
+        actions = []
+        for digest, planted_in in sorted(self.planted.items()):
+            if planted_in <= version and self.me not in self.verdicts[digest] and digest in self.groups:
+                actions += self._publish_verdict(digest, HARD_FAIL, ("planted",), b"")
+        return actions
+
+    def _verdict(self, verdict: SignedVerdict) -> None:
+        if verdict.verifier in self.verdicts[verdict.group]:
+            return
+        self.verdicts[verdict.group][verdict.verifier] = verdict
+        if verdict.checked:
+            self.reputation.add(Report(verdict.round, verdict.verifier, verdict.subject, verdict.group,
+                                       verdict.outcome, verdict.digest, verdict.platform, verdict.planted))
+
+    def _quarantines(self) -> list[Action]:
+        actions: list[Action] = []
+        for node, standing in self.reputation.standings(self.version or 0).items():
+            if standing.quarantined and node not in self.quarantined:
+                self.quarantined.add(node)
+                purged = tuple(sorted(d for d, g in self.groups.items() if g.subject == node and not g.trained))
+                actions.append(Quarantine(node, purged))
+        return actions
+
+    # -- training ---------------------------------------------------------------------------
+    def decided(self, digest: bytes) -> bool | None:
+        """Whether a group may enter a batch: True, False, or None while verdicts are due."""
+        group = self.groups[digest]
+        if group.trained or digest in self.planted or group.subject in self.quarantined:
+            return False
+        verdicts = self.verdicts[digest].values()
+        mine = self.verdicts[digest].get(self.me)
+        if any(v.outcome in (HARD_FAIL, SOFT_FAIL) for v in verdicts):
+            # A failure stands until this node's own re-check clears it.
+            if mine is None or not mine.checked:
+                return None
+            return mine.outcome == PASS
+        if ("check", digest) in self._in_flight:
+            return None
+        if any(v.outcome == PASS for v in verdicts):
+            return True
+        return self.now - group.arrived >= self.config.verdict_wait or None
+
+    def _maybe_train(self, version: int) -> list[Action]:
+        if version not in self.loaded or ("train", version) in self._in_flight:
+            return []
+        ready = [d for d, g in self.groups.items() if self._fresh(g.version) and self.decided(d)]
+        started = self.round_started.get(version, self.now)
+        enough = len(ready) >= self.config.admission.batch_groups
+        timed_out = self.now - started >= self.config.round_timeout and len(ready) >= self.config.min_batch_groups
+        if not (enough or timed_out):
+            return []
+        candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score)
+                      for d in sorted(ready)]
+        seed = hashlib.sha256(b"vrl/admission/v1\x00" + self.policies[version].model_hash).digest()
+        batch = admit(candidates, self.config.admission, seed)
+        if len(batch) < self.config.min_batch_groups:
+            return []
+        return self._once(Train(version, tuple((c.group, w) for c, w in batch)))

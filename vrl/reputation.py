@@ -1,0 +1,341 @@
+"""Reputation: what spot checks say about each node, recomputable by anyone from the verdict log.
+
+Everything here is a pure function of a set of :class:`Report`s (one per signed verdict) and
+the current round; order of arrival does not matter. An auditor holding the same verdicts
+gets the same scores, check rates, quarantines and batch. ``specs/reputation.md`` is the
+normative text; the pieces are:
+
+1. **Reporter trust** (EigenTrust, Kamvar et al. 2003 §4): local trust ``s_ij`` is what ``i``'s
+   reports say of ``j`` (passes minus weighted failures), normalised per row; global trust
+   ``t = (1-a) C^T t + a p`` teleports only to the pre-trusted set ``p``. A report counts
+   with weight ``min(1, t_reporter / mean t_pretrusted)``, so a clique of fresh identities
+   cannot smear or whitewash anyone: trust reaches it only through honest nodes' checks.
+2. **Score** (Beta reputation, Josang & Ismail 2002): ``a = a0 + sum w*decay*pass``,
+   ``b = b0 + sum w*decay*(w_soft*soft + w_hard*hard)``, decayed per round by
+   ``0.5 ** (age / half_life)``; the score is the lower ``confidence`` quantile of
+   ``Beta(a, b)``, so 3 passes are not 3,000.
+3. **Confirmed fraud**: a group that failed hard in reports from at least two distinct
+   reporters whose weights sum to ``quarantine_weight`` quarantines its node (score 0, no
+   admission). One check alone, even a trusted one, never evicts: it must be re-checked.
+   The exception is a group a pre-trusted node *planted* (made bad on purpose to test
+   verifiers): its maker knows.
+4. **Verifiers are judged too**: a reporter that passed a group later confirmed bad, or whose
+   recomputed commitment digest differs from a pre-trusted reporter's on the same platform,
+   did not check (a *lazy verifier*: hard fail and quarantine). A reject that a pre-trusted re-check
+   contradicts is a soft fail of its reporter (honest drift is possible; lies add up).
+5. **Check rate** ``p = floor + (1-floor) (1-R)^gamma``, 1 for newcomers.
+6. **Admission** into a GRPO batch: see :func:`admit`.
+
+Defaults follow shared/research/grpo-and-reputation.md §3.5 unless noted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from scipy.special import betaincinv
+
+PASS, SOFT_FAIL, HARD_FAIL = "pass", "soft_fail", "hard_fail"
+OUTCOMES = (PASS, SOFT_FAIL, HARD_FAIL)
+
+
+@dataclass(frozen=True)
+class ReputationConfig:
+    prior_pass: float = 1.0  # a0: research §3.5 (2), a pessimistic newcomer prior
+    prior_fail: float = 3.0  # b0: same
+    soft_weight: float = 1.0  # w_s: same
+    hard_weight: float = 50.0  # w_h: one hard fail outweighs ~50 passes (same)
+    half_life_rounds: float = 200.0  # old evidence fades; research suggests ~1 day of steps
+    confidence: float = 0.05  # the score is the 5% quantile of Beta(a, b) (research §3.5 (3))
+    check_floor: float = 0.1  # trusted nodes still see 10% of groups checked (grail's rate)
+    check_gamma: float = 1.0
+    newcomer_checks: int = 8  # groups checked at 100% before the rate may fall (research: ~50 in prod)
+    damping: float = 0.15  # EigenTrust teleport a, "typically 0.1-0.2" (Kamvar et al. §4.5)
+    iterations: int = 60  # power iterations; (1-a)^60 < 1e-4 of the start vector remains
+    quarantine_reporters: int = 2  # distinct reporters that must agree on a hard fail (issue #4)
+    quarantine_weight: float = 1.0  # their summed trust weight: e.g. one pre-trusted re-check
+
+    def __post_init__(self) -> None:
+        if not (0 < self.confidence < 1 and 0 <= self.check_floor <= 1 and 0 < self.damping <= 1):
+            raise ValueError("confidence in (0,1), check_floor in [0,1], damping in (0,1]")
+        if min(self.prior_pass, self.prior_fail, self.half_life_rounds) <= 0:
+            raise ValueError("priors and half_life_rounds must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One verdict as reputation sees it: ``reporter`` checked ``group`` of ``subject``."""
+
+    round: int
+    reporter: bytes
+    subject: bytes
+    group: bytes  # the group's digest: which submission was checked
+    outcome: str  # PASS, SOFT_FAIL or HARD_FAIL
+    digest: bytes = b""  # the reporter's recomputed commitment digest (empty for a skipped check)
+    platform: str = ""  # digests are compared only between identical platforms
+    planted: bool = False  # the reporter made this known-bad group itself to test verifiers
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"report outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+
+    def sort_key(self) -> tuple:
+        return (self.round, self.reporter, self.subject, self.group, self.outcome, self.digest, self.platform,
+                self.planted)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A node's standing as of one round."""
+
+    score: float
+    check_rate: float
+    quarantined: bool
+    trust: float  # weight of its own reports, in [0, 1]
+    passes: float  # decayed, weighted evidence
+    failures: float
+    checked_groups: int
+
+
+@dataclass
+class Reputation:
+    """The reputation state of one node's view; a function of ``reports`` and ``round``.
+
+    ``pretrusted`` are the trust anchors (this node itself, and any configured bootstrap
+    peers): their reports weigh 1 and their own score is 1.
+    """
+
+    pretrusted: frozenset[bytes]
+    config: ReputationConfig = field(default_factory=ReputationConfig)
+    _reports: set[Report] = field(default_factory=set)
+    _cache: tuple[int, int, dict[bytes, Standing]] | None = None
+
+    def add(self, report: Report) -> bool:
+        """Record a report; False if it was already known (reports are idempotent)."""
+        if report.reporter == report.subject or report in self._reports:
+            return False
+        self._reports.add(report)
+        self._cache = None
+        return True
+
+    def reports(self) -> list[Report]:
+        return sorted(self._reports, key=Report.sort_key)
+
+    def standing(self, node: bytes, round_index: int) -> Standing:
+        return self.standings(round_index).get(node) or self._newcomer(node)
+
+    def standings(self, round_index: int) -> dict[bytes, Standing]:
+        if self._cache is None or self._cache[:2] != (len(self._reports), round_index):
+            self._cache = (len(self._reports), round_index, compute(self.reports(), self.pretrusted, round_index,
+                                                                    self.config))
+        return self._cache[2]
+
+    def _newcomer(self, node: bytes) -> Standing:
+        if node in self.pretrusted:
+            return Standing(1.0, self.config.check_floor, False, 1.0, 0.0, 0.0, 0)
+        return Standing(_lower_bound(self.config.prior_pass, self.config.prior_fail, self.config.confidence),
+                        1.0, False, 0.0, 0.0, 0.0, 0)
+
+
+def _lower_bound(a: float, b: float, confidence: float) -> float:
+    return float(betaincinv(a, b, confidence))
+
+
+def _derived(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set[bytes]) -> list[Report]:
+    """Reports *about reporters*, implied by the log (item 4 of the module docstring); their
+    reporter is the empty id, which stands for "the log itself" and weighs 1."""
+    by_group: dict[bytes, list[Report]] = defaultdict(list)
+    for report in reports:
+        by_group[report.group].append(report)
+    derived = []
+    for group, group_reports in by_group.items():
+        anchors = [r for r in group_reports if r.reporter in pretrusted]
+        for report in group_reports:
+            if report.reporter in pretrusted:
+                continue
+            if group in confirmed and report.outcome == PASS:
+                derived.append(Report(report.round, b"", report.reporter, group, HARD_FAIL))
+                continue
+            same_platform = [a for a in anchors if a.platform == report.platform and a.digest and report.digest]
+            if any(a.digest != report.digest for a in same_platform):
+                derived.append(Report(report.round, b"", report.reporter, group, HARD_FAIL))
+            elif report.outcome == HARD_FAIL and group not in confirmed and any(a.outcome == PASS for a in anchors):
+                derived.append(Report(report.round, b"", report.reporter, group, SOFT_FAIL))
+            elif same_platform:
+                derived.append(Report(report.round, b"", report.reporter, group, PASS))
+    return derived
+
+
+def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, config: ReputationConfig
+                ) -> dict[bytes, float]:
+    """Each node's reporter weight in [0, 1]; pre-trusted nodes weigh 1."""
+    local: dict[bytes, dict[bytes, float]] = defaultdict(lambda: defaultdict(float))
+    nodes = set(pretrusted)
+    for r in reports:
+        if not r.reporter:
+            continue
+        nodes.update((r.reporter, r.subject))
+        penalty = {PASS: -1.0, SOFT_FAIL: config.soft_weight, HARD_FAIL: config.hard_weight}[r.outcome]
+        local[r.reporter][r.subject] -= penalty * decay(r.round)  # s_ij = sat - unsat (Kamvar §3)
+    order = sorted(nodes)
+    anchors = sorted(pretrusted)
+    teleport = {n: (1.0 / len(anchors) if n in pretrusted else 0.0) for n in order}
+    rows: dict[bytes, dict[bytes, float]] = {}
+    for i in order:
+        positive = {j: max(s, 0.0) for j, s in local.get(i, {}).items() if s > 0}
+        total = sum(positive.values())
+        # c_ij = max(s_ij, 0) / sum_j max(s_ij, 0); a node with no opinion defers to p (Kamvar §4.5).
+        rows[i] = {j: s / total for j, s in positive.items()} if total > 0 else teleport
+    trust = dict(teleport)
+    for _ in range(config.iterations):
+        spread = defaultdict(float)
+        for i in order:
+            if trust[i]:
+                for j, c in rows[i].items():
+                    spread[j] += c * trust[i]
+        trust = {n: (1 - config.damping) * spread[n] + config.damping * teleport[n] for n in order}
+    anchor_mean = sum(trust[a] for a in anchors) / len(anchors)
+    weights = {n: 1.0 if n in pretrusted else min(1.0, trust[n] / anchor_mean) if anchor_mean > 0 else 0.0
+               for n in order}
+    weights[b""] = 1.0
+    return weights
+
+
+def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapping[bytes, float],
+               config: ReputationConfig) -> set[bytes]:
+    """Groups whose hard fail at least two distinct reporters, trusted enough together, agree
+    on; and groups a pre-trusted reporter planted (it made them bad, it needs no second opinion)."""
+    accusers: dict[bytes, set[bytes]] = defaultdict(set)
+    planted = set()
+    for r in reports:
+        if r.outcome == HARD_FAIL and r.reporter:
+            accusers[r.group].add(r.reporter)
+            if r.planted and r.reporter in pretrusted:
+                planted.add(r.group)
+    return planted | {g for g, who in accusers.items()
+                      if len(who) >= config.quarantine_reporters
+                      and sum(weight.get(w, 0.0) for w in who) >= config.quarantine_weight}
+
+
+def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
+            config: ReputationConfig) -> dict[bytes, Standing]:
+    """Every node's :class:`Standing` as of ``round_index``, from the reports alone."""
+    if not pretrusted:
+        raise ValueError("reputation needs at least one pre-trusted node (normally the node itself)")
+    decay_rate = math.log(2) / config.half_life_rounds
+
+    def decay(at: int) -> float:
+        return math.exp(-decay_rate * max(round_index - at, 0))
+
+    weight = _eigentrust(reports, pretrusted, decay, config)
+    confirmed = _confirmed(reports, pretrusted, weight, config)
+    everything = reports + _derived(reports, pretrusted, confirmed)
+    weight = _eigentrust(everything, pretrusted, decay, config)
+    # A verifier caught not checking is quarantined too: its signed verdict contradicts a
+    # confirmed fact (a planted or doubly-confirmed bad group, or a pre-trusted digest).
+    quarantined = {r.subject for r in reports if r.group in confirmed}
+    quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == HARD_FAIL}
+
+    passes: dict[bytes, float] = defaultdict(float)
+    failures: dict[bytes, float] = defaultdict(float)
+    checked: dict[bytes, set[bytes]] = defaultdict(set)
+    for r in everything:
+        w = weight.get(r.reporter, 0.0) * decay(r.round)
+        if r.outcome == PASS:
+            passes[r.subject] += w
+        else:
+            failures[r.subject] += w * (config.soft_weight if r.outcome == SOFT_FAIL else config.hard_weight)
+        if r.reporter and weight.get(r.reporter, 0.0) >= 0.5:
+            checked[r.subject].add(r.group)
+
+    standings = {}
+    for node in sorted(set(weight) | set(passes) | set(failures)):
+        if not node:
+            continue
+        if node in pretrusted:
+            standings[node] = Standing(1.0, config.check_floor, False, 1.0, passes[node], failures[node],
+                                       len(checked[node]))
+            continue
+        score = 0.0 if node in quarantined else _lower_bound(
+            config.prior_pass + passes[node], config.prior_fail + failures[node], config.confidence)
+        newcomer = len(checked[node]) < config.newcomer_checks
+        rate = 1.0 if newcomer or node in quarantined else min(
+            1.0, config.check_floor + (1 - config.check_floor) * (1 - score) ** config.check_gamma)
+        standings[node] = Standing(score, rate, node in quarantined, weight.get(node, 0.0), passes[node],
+                                   failures[node], len(checked[node]))
+    return standings
+
+
+# -- admission into a GRPO batch -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    batch_groups: int = 16
+    node_cap: float = 0.25  # no node supplies more than a quarter of a batch (research §3.5 (6): 1/8-1/4)
+    trusted_share: float = 0.5  # at least half from trusted nodes: SAPO's 4/4 mix beat 2/6 (arXiv 2509.08721 §5.2)
+    trusted_score: float = 0.5  # a score this high counts as trusted
+
+    def __post_init__(self) -> None:
+        if self.batch_groups < 1 or not (0 < self.node_cap <= 1) or not (0 <= self.trusted_share <= 1):
+            raise ValueError("batch_groups >= 1, node_cap in (0,1], trusted_share in [0,1]")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    group: bytes  # group digest
+    node: bytes
+    score: float
+
+
+def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes) -> list[tuple[Candidate, float]]:
+    """Choose a batch and each group's loss weight.
+
+    * Groups are drawn without replacement with probability proportional to their node's
+      score (Efraimidis & Spirakis 2006: key ``u ** (1/score)``, ``u`` from a hash of the
+      seed and group), so admission grows with reputation and a score of 0 is never drawn.
+    * A node fills at most ``ceil(node_cap * batch_groups)`` slots.
+    * Untrusted groups fill at most ``(1 - trusted_share)`` of the batch; when trusted groups
+      run short the batch shrinks rather than dilutes.
+    * Weights are ``score / mean(score)`` over the batch: mean 1, so the learning rate and the
+      token-mean denominator are unchanged (research §3.5 (6)); a weight is never negative.
+    """
+    def key(c: Candidate) -> float:
+        u = (int.from_bytes(hashlib.sha256(b"vrl/admit/v1\x00" + seed + c.group).digest()[:8], "big") + 1) / (2**64 + 1)
+        return u ** (1.0 / c.score)
+
+    ranked = sorted((c for c in candidates if c.score > 0), key=lambda c: (-key(c), c.group))
+    per_node_cap = math.ceil(config.node_cap * config.batch_groups)
+    untrusted_cap = math.floor((1 - config.trusted_share) * config.batch_groups)
+    taken: dict[bytes, int] = defaultdict(int)
+    batch: list[Candidate] = []
+    for c in ranked:
+        if len(batch) == config.batch_groups:
+            break
+        trusted = c.score >= config.trusted_score
+        if taken[c.node] >= per_node_cap or (not trusted and sum(
+                x.score < config.trusted_score for x in batch) >= untrusted_cap):
+            continue
+        taken[c.node] += 1
+        batch.append(c)
+    if config.trusted_share > 0:
+        # When trusted groups ran short, drop the last-drawn untrusted ones until
+        # untrusted <= trusted * (1 - share) / share: the batch shrinks rather than dilutes.
+        n_trusted = sum(c.score >= config.trusted_score for c in batch)
+        allowed = math.floor(n_trusted * (1 - config.trusted_share) / config.trusted_share + 1e-9)
+        kept, seen = [], 0
+        for c in batch:
+            if c.score < config.trusted_score:
+                seen += 1
+                if seen > allowed:
+                    continue
+            kept.append(c)
+        batch = kept
+    if not batch:
+        return []
+    mean = sum(c.score for c in batch) / len(batch)
+    return [(c, c.score / mean) for c in batch]
