@@ -27,7 +27,7 @@ log = structlog.get_logger("vrl")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
 
 
-def _configure_logging(json_mode: bool) -> None:
+def _configure_logging(json_mode: bool, level: int | None = None) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
@@ -37,7 +37,8 @@ def _configure_logging(json_mode: bool) -> None:
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING if json_mode else logging.INFO),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            level if level is not None else logging.WARNING if json_mode else logging.INFO),
     )
 
 
@@ -353,6 +354,68 @@ def build_base_model_command(
     meta = read_meta(path)
     out.print(f"built {path} in {meta['train_seconds']:.0f} s: held-out accuracy {meta['held_out_accuracy']:.1%} "
               f"sampled, {meta['held_out_accuracy_greedy']:.1%} greedy; model {meta['model_hash'][:16]}", highlight=False)
+
+
+@app.command()
+def node(
+    config_path: Annotated[Path, typer.Option("--config", help="node.toml (see README: roles, listen, bootstrap...)")],
+    json_logs: Annotated[bool, typer.Option("--json", help="JSON log lines (structlog) instead of console logs.")] = False,
+):
+    """Run a node daemon until SIGINT/SIGTERM: worker, verifier and/or trainer on a libp2p network."""
+    import asyncio
+
+    from vrl.node.config import ConfigError, NodeConfig
+    from vrl.node.run import serve
+
+    _configure_logging(json_logs, level=logging.INFO)
+    try:
+        config = NodeConfig.from_toml(config_path)
+    except ConfigError as error:
+        raise _fail(f"{config_path}: {error}") from None
+    asyncio.run(serve(config))
+
+
+@app.command()
+def devnet(
+    nodes: Annotated[int, typer.Option(min=2, help="Node processes; node 0 trains, the rest work and verify.")] = 4,
+    adversaries: Annotated[str, typer.Option(help="Comma-separated cheats for the last nodes: "
+                                             "fabricated-reward, quantized-model, other-model, tampered-tokens, "
+                                             "replay, lazy-verifier.")] = "",
+    rounds: Annotated[int, typer.Option(min=1, help="Stop after the trainer has published this many versions.")] = 6,
+    model: Annotated[str, typer.Option(help="Model every node builds its skeleton from (weights come from the trainer).")] = "base",
+    task: Annotated[str, typer.Option()] = "arithmetic:digits=2,ops=+",
+    directory: Annotated[Optional[Path], typer.Option("--dir", help="Node directories (default: a new temp dir).")] = None,
+    base_port: Annotated[int, typer.Option(help="libp2p ports start here; metrics ports at +1000.")] = 41000,
+    deadline: Annotated[float, typer.Option(help="Stop after this many seconds whatever happened.")] = 900.0,
+    plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds (0: never).")] = 2,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+):
+    """Start N real node processes on 127.0.0.1, show them live, stop after ROUNDS policy versions."""
+    import tempfile
+
+    from vrl import devnet as dn
+
+    _configure_logging(False)
+    kinds = [k for k in adversaries.split(",") if k]
+    if model == "base":
+        from vrl.base_model import ensure_base_model
+
+        ensure_base_model()
+    directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))
+    try:
+        summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err, model=model, task=task,
+                         plant_every=plant_every)
+    except ValueError as error:
+        raise _fail(str(error)) from None
+    if json_out:
+        out.print_json(json.dumps(summary, default=str))
+        return
+    cheats = [s["name"] for s in summary["nodes"].values() if s["adversary"]]
+    caught = [n for n in cheats if n in summary["quarantined"]]
+    out.print(f"devnet finished in {summary['seconds']:.0f} s: policy version {summary['policy_version']:.0f}, "
+              f"held-out accuracy {summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%}; "
+              f"{len(caught)} of {len(cheats)} cheating nodes quarantined; logs and stores in {directory}",
+              highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -56,6 +56,12 @@ class NodeKey:
     def node_id(self) -> bytes:
         return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
+    def private_seed(self) -> bytes:
+        """The raw 32-byte private key, for the network identity (libp2p uses the same Ed25519
+        key, so the peer that sends a record is the key that signed it). Handle as a secret."""
+        return self._private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                           serialization.NoEncryption())
+
     def sign(self, message: bytes) -> bytes:
         return self._private.sign(message)
 

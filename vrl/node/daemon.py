@@ -20,7 +20,7 @@ import msgpack
 import structlog
 import torch
 
-from p2p.blobs import BlobServer, fetch_blob
+from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import Message, Transport, TransportError, Validation
 from proofs.sampler import SamplingParams
 from vrl.keys import NodeKey
@@ -90,7 +90,7 @@ class Node:
                 temperature=config.temperature, learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
                 held_out=config.held_out, eval_every=config.eval_every, checkpoint_every=1,
                 grpo=GRPOConfig(max_staleness=config.max_staleness)), config.path / "trainer", key)
-        self.blobs = BlobServer(transport)
+        self.blobs = BlobStore(transport)
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
         self._tasks: set[asyncio.Task] = set()
         self.started = time.time()
@@ -225,7 +225,7 @@ class Node:
                 blob = await fetch_blob(self.transport, peers, announcement.blob, max_size=min(
                     announcement.size, MAX_WEIGHTS_BYTES), timeout=60.0)
                 _atomic_write(path, blob)
-            self.blobs.add(blob)
+            self.blobs.put(blob)
             await self._in_model_thread("load", self.work.load, announcement, blob, self.config.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()
             self.log.warning("policy fetch failed", version=announcement.version, error=repr(error))
@@ -278,7 +278,7 @@ class Node:
         announcement = PolicyAnnouncement(self.key.node_id, version, model.model_hash,
                                           hashlib.sha256(blob).digest(), len(blob)).signed(self.key)
         _atomic_write(self.blob_dir / announcement.blob.hex(), blob)
-        self.blobs.add(blob)
+        self.blobs.put(blob)
         self.work.install(version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
         metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         self.last_metrics = {"version": version, **metrics}
@@ -358,7 +358,7 @@ class Node:
             self.work.install(announcement.version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
             path = self.blob_dir / announcement.blob.hex()
             if path.exists():
-                self.blobs.add(path.read_bytes())
+                self.blobs.put(path.read_bytes())
             await self._feed(P.PolicyLoaded(announcement.version))
             return
         model = self.trainer.policy()
@@ -374,7 +374,7 @@ class Node:
         self.transport.set_handler(BACKFILL_PROTOCOL, self._serve_backfill)
         for path in self.blob_dir.iterdir():
             if len(path.name) == 64:
-                self.blobs.add(path.read_bytes())
+                self.blobs.put(path.read_bytes())
         if self.config.metrics_port:
             port = self.metrics.serve(self.config.metrics_port)
             self.log.info("metrics", url=f"http://127.0.0.1:{port}/metrics")
