@@ -1,5 +1,7 @@
-"""``./scripts/demo``: generate rollouts with the built-in tiny model, verify them, and show
-tampered copies rejected with their reasons. Everything is local; nothing is downloaded."""
+"""``./scripts/demo``: first, one machine: rollouts from the built-in tiny model, verified, and
+tampered copies rejected with their reasons; then the main job, a local devnet of four node
+processes on libp2p, one of them cheating, running GRPO on what survives verification.
+Everything is local; nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from vrl import commit, generate, iter_records, load_model, sampling_for, verify, write_rollouts
 from vrl.cli import _configure_logging, verdict_table
@@ -72,37 +73,28 @@ def main() -> None:
     caught = sum(not v.accepted for v in rows)
     console.print(f"[bold]{caught} of {len(rows)} cheats rejected[/], "
                   f"{sum(v.accepted for v in honest)} of {len(honest)} honest rollouts accepted.")
-    grpo_on_verified_rollouts(GRPO_STEPS)
+    local_devnet()
 
 
-GRPO_STEPS = 12
-
-
-def grpo_on_verified_rollouts(steps: int) -> None:
-    """The RL loop from the base model: generate, verify every rollout, GRPO, publish; repeat."""
+def local_devnet(nodes: int = 4, rounds: int = 8) -> None:
+    """The main job: a network of mutually distrusting nodes on 127.0.0.1, one of them cheating."""
+    from vrl import devnet
     from vrl.base_model import ensure_base_model, read_meta
-    from vrl.train import TrainConfig, Trainer
 
     with console.status("the base model (built once: supervised fine-tuning on arithmetic, about 3 minutes)"):
         meta = read_meta(ensure_base_model())
-    console.print(f"\n[bold]GRPO on verified rollouts[/]: base model {meta['model_hash'][:16]}… "
-                  f"(held-out accuracy {meta['held_out_accuracy']:.0%}), {steps} steps")
-    config = TrainConfig(steps=steps, eval_every=steps)
-    table = Table(title_justify="left", title=f"each step: {config.groups_per_step} groups x {config.group_size} "
-                                              "samples, every rollout verified before the update")
-    for column in ("step", "policy", "reward", "verified", "rejected", "groups trained", "verify share", "s"):
-        table.add_column(column, justify="right")
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(config, Path(tmp) / "run",
-                          key=NodeKey.from_seed(b"demo-trainer".ljust(32, b"\0")))
-        with console.status("GRPO"):
-            final = trainer.run(lambda r: table.add_row(
-                str(r["step"]), r["model_hash"][:8], f"{r['reward_mean']:.2f}", str(r["verified"]), str(r["rejected"]),
-                str(r["groups_used"]), f"{r['seconds_verify'] / r['seconds_step']:.0%}", f"{r['seconds_step']:.2f}"))
-    console.print(table)
-    console.print(f"policy version {final['step']} ({final['model_hash'][:16]}…): held-out accuracy "
-                  f"{final['held_out_accuracy']:.1%} sampled, {final['held_out_accuracy_greedy']:.1%} greedy. "
-                  "Learning curves over hundreds of steps: python bench/learning.py")
+    console.print(f"\n[bold]devnet[/]: {nodes} node processes on libp2p (127.0.0.1), base model "
+                  f"{meta['model_hash'][:16]}…; node 0 trains and verifies, the others work and verify, "
+                  f"the last one fabricates rewards; the trainer also plants a known-bad group every 2 rounds")
+    directory = Path(tempfile.mkdtemp(prefix="vrl-demo-"))
+    summary = devnet.run(directory, nodes, ["fabricated-reward"], rounds, deadline_s=900, base_port=41000,
+                         console=console, model="base", plant_every=2)
+    cheats = [n["name"] for n in summary["nodes"].values() if n["adversary"]]
+    caught = [n for n in cheats if n in summary["quarantined"]]
+    console.print(f"[bold]{len(caught)} of {len(cheats)} cheating nodes quarantined[/]; "
+                  f"{summary['policy_version']:.0f} policy versions in {summary['seconds']:.0f} s; held-out accuracy "
+                  f"{summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%}. "
+                  f"Logs, stores and configs: {directory}")
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ class DevnetNode:
         return self.key.node_id.hex()[:8]
 
 
-def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, **node_options) -> list[DevnetNode]:
-    """Keys, configs and ports for every node (written to ``directory/node-i/``)."""
+def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, verification: bool = True,
+         **node_options) -> list[DevnetNode]:
+    """Keys, configs and ports for every node (written to ``directory/node-i/``).
+
+    ``verification=False`` is the baseline the benchmarks compare against: no verifier role
+    anywhere, no audits, no planted groups; the trainer admits whatever arrives."""
     from p2p.libp2p_transport import multiaddr_for
 
     if nodes < 2:
@@ -71,6 +75,9 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, **
     for i, key in enumerate(keys):
         kind = cheats.get(i, "")
         roles = ("trainer", "verifier") if i == 0 else ("worker", "verifier")
+        if not verification:
+            roles = tuple(r for r in roles if r != "verifier")
+            node_options = {**node_options, "lazy_audit_rate": 0.0, "plant_every": 0}
         config = NodeConfig(
             data_dir=str(directory / f"node-{i}"), trainer=trainer.node_id.hex(), roles=roles,
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}", bootstrap=() if i == 0 else (bootstrap,),
@@ -155,9 +162,9 @@ def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, d
 
 
 def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadline_s: float, base_port: int,
-        console: Console, **node_options) -> dict:
+        console: Console, verification: bool = True, **node_options) -> dict:
     """Start, watch until ``rounds`` versions or the deadline, stop; returns the summary."""
-    network = plan(directory, nodes, adversaries, base_port, rounds=rounds, **node_options)
+    network = plan(directory, nodes, adversaries, base_port, verification, rounds=rounds, **node_options)
     start(network)
     started = time.monotonic()
     summary: dict = {}

@@ -21,14 +21,14 @@ import structlog
 import torch
 
 from p2p.blobs import BlobStore, fetch_blob
-from p2p.transport import Message, Transport, TransportError, Validation
+from p2p.transport import Message, Transport, TransportError, Validation, message_id
 from proofs.sampler import SamplingParams
 from vrl.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
-    group_problem,
+    group_problem, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
@@ -44,6 +44,9 @@ BACKFILL_PROTOCOL = "/vrl/backfill/1"
 BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
 BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
 TICK_SECONDS = 0.25
+# Gossip is best effort (drops, partitions, a peer that was frozen): every this many seconds
+# a node pages through one peer's recent log, rotating peers, and keeps what it lacked.
+BACKFILL_EVERY_SECONDS = 10.0
 MAX_WEIGHTS_BYTES = 2 << 30
 
 
@@ -300,11 +303,16 @@ class Node:
         messages, after = self.store.since(request["since"], BACKFILL_PAGE_BYTES, request["after"])
         return msgpack.packb({"messages": messages, "next": after}, use_bin_type=True)
 
-    async def backfill(self) -> int:
-        """Ask peers for what was gossiped while this node was away; returns messages fed."""
+    async def backfill(self, peers: int = 3) -> int:
+        """Ask up to ``peers`` peers for what gossip did not bring (this node was away, a
+        partition, a drop); returns the number of messages it fed."""
         since = max((self.protocol.version or 0) - self.config.max_staleness, 0)
         fed = 0
-        for peer in sorted(self.transport.peers())[:3]:
+        connected = sorted(self.transport.peers())
+        self._backfill_turn = getattr(self, "_backfill_turn", -1) + 1
+        rotated = connected[self._backfill_turn % len(connected):] + connected[:self._backfill_turn % len(
+            connected)] if connected else []
+        for peer in rotated[:peers]:
             after: int | None = 0
             for _ in range(BACKFILL_MAX_PAGES):
                 try:
@@ -316,14 +324,10 @@ class Node:
                     self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=repr(error))
                     break
                 for data in messages:
-                    if not isinstance(data, bytes):
-                        continue
-                    for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS):
-                        message = Message(topic, data, peer, b"")
-                        if self._validate(message) is Validation.ACCEPT:
-                            await self._on_message(message)
-                            fed += 1
-                            break
+                    topic = topic_of(data) if isinstance(data, bytes) else None
+                    if topic is not None:
+                        await self._on_message(Message(topic, data, peer, message_id(topic, data)))
+                        fed += 1
                 if after is None:
                     break
         return fed
@@ -382,9 +386,13 @@ class Node:
         await self.backfill()
         if self.trainer is not None:
             await self._bootstrap_policy()
+        last_backfill = time.monotonic()
         try:
             while not stop.is_set():
                 await self._feed(P.Tick(time.time()))
+                if time.monotonic() - last_backfill > BACKFILL_EVERY_SECONDS:
+                    last_backfill = time.monotonic()
+                    self._spawn(self.backfill(peers=1))
                 self._export_reputation()
                 try:
                     await asyncio.wait_for(stop.wait(), TICK_SECONDS)

@@ -61,6 +61,15 @@ def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
     return wire
 
 
+def topic_of(data: bytes) -> str | None:
+    """The gossip topic a stored message belongs on, from its ``kind`` (None if not ours)."""
+    try:
+        kind = msgpack.unpackb(data, raw=False, strict_map_key=True).get("kind")
+    except Exception:  # any undecodable bytes: not a message of ours
+        return None
+    return {"group": TOPIC_GROUPS, "verdict": TOPIC_VERDICTS, "policy": TOPIC_POLICIES}.get(kind)
+
+
 def _fields(kind: str, decode):
     """Run field decoders, turning :class:`RecordError` into a :class:`MessageError` of ``kind``."""
     try:

@@ -1,0 +1,177 @@
+"""Network numbers from real devnets: N `vrl node` processes on libp2p over 127.0.0.1.
+
+    python bench/devnet.py throughput   # 5 honest nodes: rollouts/s, nothing lost, check latency
+    python bench/devnet.py poisoning    # 25% cheating workers, verification on vs off
+    python bench/devnet.py learning     # accuracy after N steps: all honest vs under attack (verified)
+    python bench/devnet.py faults       # SIGKILL + restart, SIGSTOP + SIGCONT a worker mid-run
+
+Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
+not from logs. Runs are bounded by a round count and a deadline and stop by themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vrl import devnet  # noqa: E402
+from vrl.base_model import ensure_base_model  # noqa: E402
+from vrl.node.messages import SignedVerdict, Submission  # noqa: E402
+from vrl.node.store import Store  # noqa: E402
+
+console = Console(stderr=True)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def stores(directory: Path, nodes: int) -> list[Store]:
+    return [Store(directory / f"node-{i}" / "node.sqlite") for i in range(nodes)]
+
+
+def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float) -> dict:
+    """What the stores say: produced vs received groups, check latency, what was trained on."""
+    opened = stores(directory, nodes)
+    try:
+        trainer = opened[0]
+        cheats = {devnet_peer(directory, i) for i in range(nodes - len(adversaries), nodes)}
+        produced: dict[bytes, float] = {}  # group -> when its worker stored it (= submitted)
+        for i, store in enumerate(opened[1:], start=1):
+            me = devnet_peer(directory, i)
+            for kind, data, extra in store.replay():
+                if kind == "group" and extra[0] == me:
+                    produced[Submission.from_bytes(data).digest] = extra[2]
+        received = {Submission.from_bytes(d).digest for k, d, _ in trainer.replay() if k == "group"}
+        latencies = []  # submission (worker stored its group) -> verdict (verifier stored its own)
+        for i, store in enumerate(opened):
+            me = devnet_peer(directory, i)
+            for verdict_id, data, at in store._rows("SELECT id, data, received FROM verdicts WHERE verifier=?", (me,)):
+                verdict = SignedVerdict.from_bytes(data)
+                if verdict.checked and verdict.group in produced:
+                    latencies.append(at - produced[verdict.group])
+        trained = [g for _, groups, _ in trainer.trained_versions() for g in groups]
+        subjects = []
+        for digest in trained:
+            group = trainer.group(digest)
+            subjects.append(group.rollouts()[0].node_id if group else b"")
+        bad = sum(s in cheats for s in subjects)
+        metrics = [json.loads(m) for _, _, m in trainer.trained_versions()]
+        accuracy = [m["held_out_accuracy"] for m in metrics if "held_out_accuracy" in m]
+        group_size = len(trainer.group(next(iter(received))).records) if received else 0
+        return {
+            "seconds": seconds, "groups_produced": len(produced), "groups_received_by_trainer": len(received & set(
+                produced)), "lost": len(set(produced) - received), "rollouts_per_second": len(received & set(
+                produced)) * group_size / seconds, "check_latency_p50": _pct(latencies, 50),
+            "check_latency_p90": _pct(latencies, 90), "checks": len(latencies), "groups_trained": len(trained),
+            "bad_groups_trained": bad, "poisoned_share": bad / len(trained) if trained else 0.0,
+            "accuracy_curve": accuracy, "versions": len(metrics),
+        }
+    finally:
+        for store in opened:
+            store.close()
+
+
+def _pct(values: list[float], q: int) -> float | None:
+    if not values:
+        return None
+    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+def devnet_peer(directory: Path, i: int) -> bytes:
+    from vrl.keys import NodeKey
+
+    return NodeKey.load(directory / f"node-{i}" / "node.pem").node_id
+
+
+def one_run(name: str, nodes: int, adversaries: list[str], rounds: int, deadline: float, port: int,
+            during=None, **options) -> dict:
+    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-{name}-"))
+    console.print(f"[bold]{name}[/]: {nodes} nodes, adversaries {adversaries or 'none'}, {rounds} rounds -> {directory}")
+    started = time.monotonic()
+    if during is None:
+        summary = devnet.run(directory, nodes, adversaries, rounds, deadline, port, console, **options)
+    else:
+        summary = run_with_faults(directory, nodes, adversaries, rounds, deadline, port, during, **options)
+    result = analyse(directory, nodes, adversaries, time.monotonic() - started)
+    result.update(name=name, quarantined=summary.get("quarantined", []), directory=str(directory))
+    console.print_json(json.dumps({k: v for k, v in result.items() if k != "accuracy_curve"}))
+    return result
+
+
+def run_with_faults(directory, nodes, adversaries, rounds, deadline, port, during, **options) -> dict:
+    network = devnet.plan(directory, nodes, adversaries, port, rounds=rounds, **options)
+    devnet.start(network)
+    started = time.monotonic()
+    try:
+        during(network, started)
+        while time.monotonic() - started < deadline:
+            metrics = devnet.scrape(network[0].metrics_port)
+            if devnet.total(metrics, "vrl_policy_version") >= rounds:
+                break
+            time.sleep(1.0)
+    finally:
+        devnet.stop(network)
+    return {}
+
+
+def faults(network: list, started: float) -> None:
+    """SIGKILL worker 1 after its first groups, restart it 5 s later; SIGSTOP worker 2 for 8 s."""
+    victim, frozen = network[1], network[2]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and devnet.total(devnet.scrape(victim.metrics_port),
+                                                       "vrl_rollouts_produced_total") == 0:
+        time.sleep(0.5)
+    console.print(f"SIGKILL {victim.name} at {time.monotonic() - started:.0f} s")
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait(10)
+    os.kill(frozen.process.pid, signal.SIGSTOP)
+    console.print(f"SIGSTOP {frozen.name}")
+    time.sleep(5)
+    devnet.start([victim])
+    console.print(f"restarted {victim.name} at {time.monotonic() - started:.0f} s")
+    time.sleep(3)
+    os.kill(frozen.process.pid, signal.SIGCONT)
+    console.print(f"SIGCONT {frozen.name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults"])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--deadline", type=float, default=900)
+    parser.add_argument("--port", type=int, default=43000)
+    args = parser.parse_args()
+    ensure_base_model()
+    common = dict(model="base", task="arithmetic:digits=2,ops=+")
+    results = []
+    if args.what == "throughput":
+        results.append(one_run("throughput", 5, [], args.rounds, args.deadline, args.port, plant_every=0, **common))
+    elif args.what == "poisoning":
+        # 25% adversarial: 1 of the 4 workers; verification on (verifiers + trainer re-checks) vs off.
+        for kind in ("fabricated-reward", "tampered-tokens"):
+            results.append(one_run(f"on-{kind}", 5, [kind], args.rounds, args.deadline, args.port, **common))
+            results.append(one_run(f"off-{kind}", 5, [kind], args.rounds, args.deadline, args.port + 50,
+                                   verification=False, **common))
+    elif args.what == "learning":
+        for seed in range(2):
+            results.append(one_run(f"honest-{seed}", 5, [], args.rounds, args.deadline, args.port + 100 * seed,
+                                   **common))
+            results.append(one_run(f"attacked-{seed}", 5, ["fabricated-reward"], args.rounds, args.deadline,
+                                   args.port + 100 * seed + 50, **common))
+    elif args.what == "faults":
+        results.append(one_run("faults", 5, [], args.rounds, args.deadline, args.port, during=faults, **common))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"devnet-{args.what}.json").write_text(json.dumps(results, indent=1, default=str))
+    console.print(f"wrote {RESULTS / f'devnet-{args.what}.json'}")
+
+
+if __name__ == "__main__":
+    main()
