@@ -2,8 +2,8 @@
 
 The node speaks asyncio to this interface and nothing else; it never sees trio, libp2p or
 sockets. Two implementations keep it honest: :mod:`p2p.loopback` (one process, fault
-injection, for tests) and :mod:`p2p.libp2p` (py-libp2p over TCP, Noise and Yamux). Both pass
-the same contract tests (``tests/test_transport.py``).
+injection, for tests) and :mod:`p2p.libp2p_transport` (py-libp2p over TCP, Noise and Yamux).
+Both pass the same contract tests (``tests/test_transport.py``).
 
 Identity: a peer is named by its raw 32-byte Ed25519 public key, the same key that signs its
 rollouts, so "who sent this" and "who signed this" are one question.
@@ -14,8 +14,10 @@ Semantics the node may rely on:
   message (gossip), at most once per peer (messages are content-addressed: ``msg_id`` is
   ``SHA-256(topic || 0 || data)``). It raises :class:`MessageTooLarge` instead of dropping
   silently, and paces itself (it may wait) instead of overrunning the router's queues.
-* A validator runs before a message is delivered or forwarded. It must be cheap and pure; a
-  validator that raises counts as ``REJECT`` and never takes the transport down.
+* A validator runs before a message is delivered or forwarded. It must be cheap and pure (the
+  libp2p transport calls it on its own network thread); a validator that raises counts as
+  ``REJECT`` and never takes the transport down. ``rejections(peer)`` counts the REJECTs of
+  messages that ``peer`` forwarded.
 * ``request`` is one request, one response, with a deadline. Handler failures on the other
   side come back as :class:`RemoteError`; a silent peer as :class:`RequestTimeout`.
 * Delivery is best effort, as in any gossip network: the node recovers what it missed by
@@ -49,7 +51,8 @@ class TransportError(Exception):
 
 
 class MessageTooLarge(TransportError):
-    """A publish, request or response over its size limit; nothing was sent."""
+    """A publish, request or response over its size limit: refused whole, never truncated or
+    dropped silently."""
 
 
 class PeerUnavailable(TransportError):
@@ -115,17 +118,24 @@ class Transport(Protocol):
     def peers(self) -> set[PeerId]:
         """Peers connected now."""
 
+    def rejections(self, peer: PeerId) -> int:
+        """How many messages forwarded by ``peer`` this peer's validators rejected."""
+
     def subscribe(self, topic: str, on_message: MessageHandler, validator: Validator | None = None) -> None:
         """Receive the topic's messages that ``validator`` accepts (all, without one),
-        including this peer's own publishes."""
+        including this peer's own publishes. One subscription per topic; a topic is a
+        non-empty string without NUL (the separator in ``message_id``)."""
 
     async def publish(self, topic: str, data: bytes) -> None:
         """Gossip ``data``; may wait for pacing. Raises :class:`MessageTooLarge`."""
 
     def set_handler(self, protocol: str, handler: RequestHandler, *, max_request: int = MAX_REQUEST_BYTES) -> None:
         """Answer requests on ``protocol``. A larger request, or a handler that raises, gets
-        an error response; neither affects other requests."""
+        an error response (the caller's MessageTooLarge or RemoteError); neither affects other
+        requests."""
 
     async def request(self, peer: PeerId, protocol: str, data: bytes, *, timeout: float = DEFAULT_REQUEST_TIMEOUT,
                       max_response: int = MAX_RESPONSE_BYTES) -> bytes:
-        """One request and its response, within ``timeout`` seconds."""
+        """One request and its response, within ``timeout`` seconds (the peer's handler is
+        cancelled when it passes). A peer that is not connected is dialled again if this peer
+        has ``connect``-ed to it before; otherwise, or if the dial fails, PeerUnavailable."""

@@ -1,0 +1,309 @@
+"""Libp2pTransport against the py-libp2p failure modes of shared/research/py-libp2p.md §3.1:
+downgraded security and muxers, malformed request frames, a killed and restarted peer (the 60 s
+negative dial cache), a SIGSTOPped peer, and the identity binding.
+
+Hostile dialers are raw py-libp2p hosts, run with trio in a worker thread while the asyncio
+loop keeps serving. Peers to kill run tests/p2p_peer.py in a process of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+import multiaddr
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p import new_host
+from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
+from libp2p.crypto.secp256k1 import create_new_key_pair as create_secp256k1_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.security.secio import transport as secio
+from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+from p2p.libp2p_transport import PACE_MAX_WAIT_SECONDS, REQUEST_PROTOCOL, Libp2pTransport, multiaddr_for
+from p2p.transport import PeerUnavailable, RequestTimeout
+
+PEER_SCRIPT = Path(__file__).with_name("p2p_peer.py")
+
+
+def seed(name: str) -> bytes:
+    return hashlib.sha256(b"p2p-hardening:" + name.encode()).digest()
+
+
+async def echo(peer: bytes, data: bytes) -> bytes:
+    return data
+
+
+def run(scenario, seconds: float = 60):
+    async def bounded():
+        async with asyncio.timeout(seconds):
+            return await scenario()
+
+    return asyncio.run(bounded())
+
+
+# -- hostile dialers --
+
+def raw_host(security: str, muxer: str, key: str = "ed25519"):
+    key_pair = {"ed25519": create_new_key_pair, "secp256k1": create_secp256k1_key_pair}[key]()
+    sec_opt = {
+        "noise": {NOISE_PROTOCOL_ID: NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)},
+        "plaintext": {PLAINTEXT_PROTOCOL_ID: InsecureTransport(key_pair)},
+        "secio": {secio.ID: secio.Transport(key_pair)},
+    }[security]
+    muxer_opt = {"yamux": {YAMUX_PROTOCOL_ID: Yamux}, "mplex": {MPLEX_PROTOCOL_ID: Mplex}}[muxer]
+    return new_host(key_pair=key_pair, sec_opt=sec_opt, muxer_opt=muxer_opt)
+
+
+def dial(security: str, muxer: str, address: str, then=None, key: str = "ed25519"):
+    """In trio, on a worker thread: dial ``address`` with a raw host speaking only these
+    protocols; returns whether the connection was made (and ``then(host, peer)`` if given)."""
+
+    async def attempt():
+        host = raw_host(security, muxer, key)
+        async with host.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            try:
+                info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+                with trio.fail_after(10):
+                    try:
+                        await host.connect(info)
+                    except Exception:
+                        return False
+                    if then is not None:
+                        await then(host, info.peer_id)
+                    return True
+            finally:
+                await host.close()
+
+    return asyncio.to_thread(trio.run, attempt)
+
+
+@pytest.mark.parametrize(("security", "muxer", "accepted"), [
+    ("noise", "yamux", True),  # the control: the harness itself can connect
+    ("plaintext", "yamux", False),
+    ("secio", "yamux", False),
+    ("noise", "mplex", False),
+])
+def test_only_noise_and_yamux_are_accepted(security: str, muxer: str, accepted: bool) -> None:
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"))
+        await target.start()
+        try:
+            assert await dial(security, muxer, target.addresses()[0]) is accepted
+            if not accepted:
+                assert target.peers() == set()
+        finally:
+            await target.close()
+
+    run(scenario)
+
+
+def test_a_peer_without_an_ed25519_key_is_hung_up_on() -> None:
+    async def stays_connected(host, peer) -> None:
+        await trio.sleep(0.5)
+        assert host.get_connected_peers() == []
+
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"))
+        await target.start()
+        try:
+            assert await dial("noise", "yamux", target.addresses()[0], then=stays_connected, key="secp256k1")
+            assert target.peers() == set()
+        finally:
+            await target.close()
+
+    run(scenario)
+
+
+def request_frame(protocol: bytes, body: bytes, *, declared: int | None = None) -> bytes:
+    size = len(body) if declared is None else declared
+    return struct.pack(">H", len(protocol)) + protocol + struct.pack(">III", 1 << 20, 5000, size) + body
+
+
+def test_malformed_request_frames_leave_the_connection_serving() -> None:
+    frames = [
+        b"",  # open and close at once
+        b"\x00",
+        b"\xff\xff" + b"x" * 100,  # a protocol name over the limit
+        request_frame(b"/echo", b"")[:7],  # cut inside the header
+        request_frame(b"/echo", b"short", declared=100),  # body cut short
+        request_frame(b"/echo", b"", declared=2**32 - 1),  # over the handler's limit
+        request_frame(b"\xff\xfe", b"x"),  # a name that is not UTF-8
+        request_frame(b"/nobody", b"x"),
+        bytes(range(256)) * 4,
+    ]
+
+    async def abuse(host, peer) -> None:
+        for frame in frames:
+            stream = await host.new_stream(peer, [REQUEST_PROTOCOL])
+            await stream.write(frame)
+            await stream.close()
+            with trio.move_on_after(2):
+                try:
+                    await stream.read(1 << 16)
+                except Exception:
+                    pass  # a reset or EOF is an answer too
+        # The same connection still takes a well-formed request.
+        stream = await host.new_stream(peer, [REQUEST_PROTOCOL])
+        await stream.write(request_frame(b"/echo", b"still serving"))
+        answer = b""
+        with trio.fail_after(5):
+            while len(answer) < 5 + len(b"still serving"):
+                answer += await stream.read(1 << 16)
+        assert answer == struct.pack(">BI", 0, 13) + b"still serving"
+
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"))
+        target.set_handler("/echo", echo)
+        client = Libp2pTransport(seed("client"))
+        await target.start()
+        await client.start()
+        try:
+            assert await dial("noise", "yamux", target.addresses()[0], then=abuse)
+            peer = await client.connect(target.addresses()[0])
+            assert await client.request(peer, "/echo", b"ok") == b"ok"
+        finally:
+            await client.close()
+            await target.close()
+
+    run(scenario)
+
+
+# -- the identity binding --
+
+def test_the_libp2p_peer_id_is_the_nodes_ed25519_key() -> None:
+    private_seed = seed("identity")
+    node_key = Ed25519PrivateKey.from_private_bytes(private_seed)
+    port = free_port()
+    transport = Libp2pTransport(private_seed, port=port)
+    assert transport.peer_id == node_key.public_key().public_bytes_raw()
+
+    async def listen() -> str:
+        await transport.start()
+        try:
+            return transport.addresses()[0]
+        finally:
+            await transport.close()
+
+    address = run(listen)
+    assert address == multiaddr_for(transport.peer_id, "127.0.0.1", port)  # known before start
+    libp2p_id = info_from_p2p_addr(multiaddr.Multiaddr(address)).peer_id
+    libp2p_key = libp2p_id.extract_public_key()
+    assert libp2p_key is not None and libp2p_key.to_bytes() == transport.peer_id
+    record = b"a rollout record"
+    assert libp2p_key.verify(record, node_key.sign(record))  # what the node signs, libp2p verifies
+    node_key.public_key().verify(create_new_key_pair(private_seed).private_key.sign(record), record)
+
+
+# -- peers that die or hang --
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class PeerProcess:
+    """tests/p2p_peer.py running with a fixed key and port."""
+
+    def __init__(self, private_seed: bytes, port: int) -> None:
+        self.seed, self.port = private_seed, port
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> str:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, str(PEER_SCRIPT), "--seed", self.seed.hex(), "--port", str(self.port),
+            "--lifetime", "60", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        line = await asyncio.wait_for(self.process.stdout.readline(), 30)
+        assert line, "the peer process died before listening"
+        return line.decode().strip()
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    async def kill(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGCONT)  # a stopped process would not die until continued
+            self.process.kill()
+            await self.process.wait()
+
+
+def test_a_killed_peer_restarted_on_the_same_key_and_port_is_reached_again() -> None:
+    async def scenario() -> None:
+        peer_process = PeerProcess(seed("restarted"), free_port())
+        client = Libp2pTransport(seed("client"))
+        await client.start()
+        try:
+            peer = await client.connect(await peer_process.start())
+            assert await client.request(peer, "/echo", b"before") == b"before"
+            await peer_process.kill()
+            for _ in range(100):  # the connection's end is noticed within ms; allow 10 s
+                if peer not in client.peers():
+                    break
+                await asyncio.sleep(0.1)
+            with pytest.raises(PeerUnavailable):  # the redial is refused
+                await client.request(peer, "/echo", b"while down", timeout=5)
+            # The failed dial put the peer in the swarm's negative cache, which would refuse
+            # it for 60 s (§3.1 #5) had the transport not lifted it.
+            negative_cache = client._host.get_network()._negative_peer_cache
+            assert negative_cache.is_blocked(str(ID.from_pubkey(Ed25519PublicKey.from_bytes(peer))))
+            await peer_process.start()
+            started = time.monotonic()
+            assert await client.request(peer, "/echo", b"after", timeout=10) == b"after"
+            assert time.monotonic() - started < 5
+        finally:
+            await peer_process.kill()
+            await client.close()
+
+    run(scenario)
+
+
+def test_a_stopped_peer_times_out_and_recovers_when_continued() -> None:
+    async def ignore(message) -> None:
+        pass
+
+    async def scenario() -> None:
+        peer_process = PeerProcess(seed("stopped"), free_port())
+        client = Libp2pTransport(seed("client"))
+        client.subscribe("t", ignore)
+        await client.start()
+        try:
+            peer = await client.connect(await peer_process.start())
+            for attempt in range(50):  # until the peer is in our gossip mesh (a heartbeat, 1 s)
+                await client.publish("t", b"probe-%d" % attempt)
+                if await client.request(peer, "/count", b"") != b"0":
+                    break
+                await asyncio.sleep(0.1)
+            peer_process.signal(signal.SIGSTOP)
+            started = time.monotonic()
+            with pytest.raises(RequestTimeout):
+                await client.request(peer, "/echo", b"hung", timeout=1.0)
+            assert time.monotonic() - started < 2.0
+            # Gossip to the stopped peer soon fills its flow-control window (256 KiB) and then
+            # the router's queue: publishing waits for it once, then goes on without it.
+            started = time.monotonic()
+            for index in range(60):
+                await client.publish("t", b"%d" % index + bytes(16 << 10))
+            assert time.monotonic() - started < PACE_MAX_WAIT_SECONDS + 5
+            peer_process.signal(signal.SIGCONT)
+            assert await client.request(peer, "/echo", b"after", timeout=10) == b"after"
+        finally:
+            await peer_process.kill()
+            await client.close()
+
+    run(scenario)
