@@ -413,7 +413,8 @@ def devnet(
     cheats = [s["name"] for s in summary["nodes"].values() if s["adversary"]]
     caught = [n for n in cheats if n in summary["quarantined"]]
     out.print(f"devnet finished in {summary['seconds']:.0f} s: policy version {summary['policy_version']:.0f}, "
-              f"held-out accuracy {summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%}; "
+              f"held-out accuracy {summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%} sampled, "
+              f"{summary['first_expected_accuracy'] or 0:.2%} -> {summary['expected_accuracy']:.2%} expected; "
               f"{len(caught)} of {len(cheats)} cheating nodes quarantined; logs and stores in {directory}",
               highlight=False)
 

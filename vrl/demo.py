@@ -93,7 +93,8 @@ def local_devnet(nodes: int = 4, rounds: int = 8) -> None:
     caught = [n for n in cheats if n in summary["quarantined"]]
     console.print(f"[bold]{len(caught)} of {len(cheats)} cheating nodes quarantined[/]; "
                   f"{summary['policy_version']:.0f} policy versions in {summary['seconds']:.0f} s; held-out accuracy "
-                  f"{summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%}. "
+                  f"{summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%} sampled, "
+                  f"{summary['first_expected_accuracy'] or 0:.2%} -> {summary['expected_accuracy']:.2%} expected. "
                   f"Logs, stores and configs: {directory}")
 
 

@@ -83,7 +83,7 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}", bootstrap=() if i == 0 else (bootstrap,),
             metrics_port=base_port + 1000 + i, adversary=kind, **node_options)
         (directory / f"node-{i}" / "node.toml").write_text(config.to_toml())
-        name = "trainer" if i == 0 else f"worker-{i}" + (f" ({kind})" if kind else "")
+        name = "trainer" if i == 0 else f"worker-{i}"
         out.append(DevnetNode(name, key, config, base_port + 1000 + i))
     return out
 
@@ -134,27 +134,27 @@ def total(metrics: dict, name: str, **labels) -> float:
 
 def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, dict]:
     trainer = scraped[0]
-    table = Table(title="vrl devnet", title_justify="left")
-    for column in ("node", "peer", "roles", "rollouts", "checked", "failed checks", "skipped", "rejected records",
-                   "reputation (trainer's view)", "state"):
-        table.add_column(column, justify="right" if column not in ("node", "roles", "state", "peer") else "left")
+    table = Table(title="vrl devnet (reputation and state as the trainer sees them)", title_justify="left")
+    for column in ("node", "role", "rollouts", "checked", "failed", "skipped", "reputation", "state"):
+        table.add_column(column, justify="left" if column in ("node", "role", "state") else "right")
     for node, metrics in zip(nodes, scraped):
         peer = node.peer
         reputation = total(trainer, "vrl_reputation", peer=peer) if node is not nodes[0] else 1.0
         quarantined = total(trainer, "vrl_quarantined", peer=peer) > 0
         alive = node.process is not None and node.process.poll() is None
         state = "[red]quarantined[/]" if quarantined else ("up" if metrics else ("starting" if alive else "down"))
-        table.add_row(
-            node.name, peer, ",".join(node.config.roles),
-            f"{total(metrics, 'vrl_rollouts_produced_total'):.0f}",
-            f"{total(metrics, 'vrl_groups_checked_total'):.0f}",
-            f"{total(metrics, 'vrl_groups_checked_total', outcome='hard_fail') + total(metrics, 'vrl_groups_checked_total', outcome='soft_fail'):.0f}",
-            f"{total(metrics, 'vrl_groups_skipped_total'):.0f}",
-            f"{total(metrics, 'vrl_rollouts_rejected_total'):.0f}",
-            f"{reputation:.3f}", state)
+        failed = (total(metrics, "vrl_groups_checked_total", outcome="hard_fail")
+                  + total(metrics, "vrl_groups_checked_total", outcome="soft_fail"))
+        role = "trainer" if "trainer" in node.config.roles else "worker"
+        table.add_row(f"{node.name} {peer}", role + (f" [yellow]{node.config.adversary}[/]" if node.config.adversary
+                                                     else ""),
+                      f"{total(metrics, 'vrl_rollouts_produced_total'):.0f}",
+                      f"{total(metrics, 'vrl_groups_checked_total'):.0f}", f"{failed:.0f}",
+                      f"{total(metrics, 'vrl_groups_skipped_total'):.0f}", f"{reputation:.3f}", state)
     summary = {
         "policy_version": total(trainer, "vrl_policy_version"),
         "held_out_accuracy": total(trainer, "vrl_held_out_accuracy"),
+        "expected_accuracy": total(trainer, "vrl_held_out_expected_accuracy"),
         "groups_trained": {n.peer: total(trainer, "vrl_groups_trained_total", peer=n.peer) for n in nodes},
         "quarantined": [n.name for n in nodes if total(trainer, "vrl_quarantined", peer=n.peer) > 0],
     }
@@ -168,18 +168,18 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     start(network)
     started = time.monotonic()
     summary: dict = {}
-    first_accuracy = None
+    first: dict | None = None
     try:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             while time.monotonic() - started < deadline_s:
                 scraped = [scrape(n.metrics_port) for n in network]
                 table, summary = status_table(network, scraped)
-                if first_accuracy is None and scraped[0] and summary["held_out_accuracy"] > 0:
-                    first_accuracy = summary["held_out_accuracy"]
-                caption = (f"policy version {summary['policy_version']:.0f}/{rounds}   held-out accuracy "
-                           f"{summary['held_out_accuracy']:.1%}"
-                           + (f" (started at {first_accuracy:.1%})" if first_accuracy is not None else "")
-                           + f"   {time.monotonic() - started:.0f} s")
+                if first is None and scraped[0] and summary["expected_accuracy"] > 0:
+                    first = dict(summary)
+                caption = (f"policy version {summary['policy_version']:.0f}/{rounds}; held-out accuracy "
+                           f"{summary['held_out_accuracy']:.1%} sampled, {summary['expected_accuracy']:.2%} expected"
+                           + (f" (version 0: {first['held_out_accuracy']:.1%}, {first['expected_accuracy']:.2%})"
+                              if first else "") + f"; {time.monotonic() - started:.0f} s")
                 live.update(Group(table, caption))
                 if summary["policy_version"] >= rounds:
                     break
@@ -188,7 +188,8 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
                 time.sleep(POLL_SECONDS)
     finally:
         stop(network)
-    summary.update(seconds=time.monotonic() - started, first_accuracy=first_accuracy,
+    summary.update(seconds=time.monotonic() - started, first_accuracy=(first or {}).get("held_out_accuracy"),
+                   first_expected_accuracy=(first or {}).get("expected_accuracy"),
                    exit_codes={n.name: n.process.returncode for n in network},
                    nodes={n.peer: {"name": n.name, "adversary": n.config.adversary} for n in network})
     return summary

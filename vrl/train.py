@@ -35,7 +35,7 @@ import torch
 
 from proofs.sampler import SamplingParams
 from vrl import checkpoint
-from vrl.evaluate import accuracy, held_out
+from vrl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.forward import right_padded
 from vrl.generate import iter_generate
 from vrl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
@@ -233,6 +233,8 @@ class Trainer:
             "held_out_accuracy": accuracy(model, self.evaluation, spec, temperature=self.config.temperature,
                                           max_new_tokens=limit),
             "held_out_accuracy_greedy": accuracy(model, self.evaluation, spec, temperature=0.0, max_new_tokens=limit),
+            "held_out_expected_accuracy": expected_accuracy(model, self.evaluation,
+                                                            temperature=self.config.temperature),
         }
 
     # -- one round -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from vrl.node.messages import (
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
+from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.reputation import AdmissionConfig
 from vrl.rollout import RecordError, round_seed
@@ -287,11 +288,12 @@ class Node:
         self.last_metrics = {"version": version, **metrics}
         if "held_out_accuracy" in metrics:
             self.metrics.held_out_accuracy.set(metrics["held_out_accuracy"])
+            self.metrics.expected_accuracy.set(metrics["held_out_expected_accuracy"])
         self.metrics.policy_version.set(version)
         self.store.put_policy(announcement, time.time())
         self.store.put_trained(version, used, json.dumps(metrics, sort_keys=True))
         self.log.info("policy published", version=version, groups=len(used), **{
-            k: round(v, 4) for k, v in metrics.items() if k in ("held_out_accuracy", "rewards_mean", "loss")})
+            k: round(v, 4) for k, v in metrics.items() if k in ("held_out_accuracy", "held_out_expected_accuracy", "rewards_mean", "loss")})
         await self._feed(P.Trained(announcement, used))
 
     # -- catching up ---------------------------------------------------------------------------
@@ -366,9 +368,9 @@ class Node:
             await self._feed(P.PolicyLoaded(announcement.version))
             return
         model = self.trainer.policy()
-        from vrl.node.weights import to_blob
-
-        await self._announce(model, await self._in_model_thread("serialize", to_blob, model), (), {})
+        blob = await self._in_model_thread("serialize", to_blob, model)
+        metrics = await self._in_model_thread("evaluate", self.trainer.trainer.evaluate, model)
+        await self._announce(model, blob, (), metrics)
 
     async def run(self, stop: asyncio.Event) -> None:
         self._replay()

@@ -27,6 +27,8 @@ class NodeMetrics:
                                       ["peer"], registry=r)
         self.held_out_accuracy = Gauge("vrl_held_out_accuracy", "Trainer's held-out accuracy of its policy",
                                        registry=r)
+        self.expected_accuracy = Gauge("vrl_held_out_expected_accuracy",
+                                       "Trainer's held-out probability of sampling the exact answer", registry=r)
         self.step_seconds = Histogram("vrl_step_seconds", "Seconds per unit of model work, by kind", ["kind"],
                                       registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
         self.peers = Gauge("vrl_peers", "Connected peers", registry=r)

@@ -415,13 +415,21 @@ class NodeProtocol:
         return self.now - group.arrived >= self.config.verdict_wait or None
 
     def _maybe_train(self, version: int) -> list[Action]:
+        """Step when a full batch is decided; or when the round has settled (every fresh group
+        decided, one of this version among them, nothing new for ``verdict_wait``); or, with
+        whatever is decided, after ``round_timeout``."""
         if version not in self.loaded or ("train", version) in self._in_flight:
             return []
-        ready = [d for d, g in self.groups.items() if self._fresh(g.version) and self.decided(d)]
+        fresh = [d for d, g in self.groups.items() if self._fresh(g.version)]
+        decisions = {d: self.decided(d) for d in fresh}
+        ready = [d for d, ok in decisions.items() if ok]
         started = self.round_started.get(version, self.now)
+        last_arrival = max((self.groups[d].arrived for d in fresh), default=started)
         enough = len(ready) >= self.config.admission.batch_groups
-        timed_out = self.now - started >= self.config.round_timeout and len(ready) >= self.config.min_batch_groups
-        if not (enough or timed_out):
+        settled = (None not in decisions.values() and any(self.groups[d].version == version for d in ready)
+                   and self.now - last_arrival >= self.config.verdict_wait)
+        timed_out = self.now - started >= self.config.round_timeout
+        if not (enough or settled or timed_out) or len(ready) < self.config.min_batch_groups:
             return []
         candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score)
                       for d in sorted(ready)]
