@@ -44,12 +44,18 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         trainer = opened[0]
         cheats = {devnet_peer(directory, i) for i in range(nodes - len(adversaries), nodes)}
         produced: dict[bytes, float] = {}  # group -> when its worker stored it (= submitted)
+        producer: dict[bytes, bytes] = {}
         for i, store in enumerate(opened[1:], start=1):
             me = devnet_peer(directory, i)
             for kind, data, extra in store.replay():
                 if kind == "group" and extra[0] == me:
-                    produced[Submission.from_bytes(data).digest] = extra[2]
+                    digest = Submission.from_bytes(data).digest
+                    produced[digest], producer[digest] = extra[2], me
         received = {Submission.from_bytes(d).digest for k, d, _ in trainer.replay() if k == "group"}
+        # Once quarantined, a node's gossip is ignored by design: not a loss.
+        quarantined = {row[0] for row in trainer.reputation() if row[4]}
+        missing = set(produced) - received
+        ignored = {g for g in missing if producer[g] in quarantined}
         latencies = []  # submission (worker stored its group) -> verdict (verifier stored its own)
         for i, store in enumerate(opened):
             me = devnet_peer(directory, i)
@@ -68,7 +74,7 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         group_size = len(trainer.group(next(iter(received))).records) if received else 0
         return {
             "seconds": seconds, "groups_produced": len(produced), "groups_received_by_trainer": len(received & set(
-                produced)), "lost": len(set(produced) - received), "rollouts_per_second": len(received & set(
+                produced)), "lost": len(missing - ignored), "ignored_after_quarantine": len(ignored), "rollouts_per_second": len(received & set(
                 produced)) * group_size / seconds, "check_latency_p50": _pct(latencies, 50),
             "check_latency_p90": _pct(latencies, 90), "checks": len(latencies), "groups_trained": len(trained),
             "bad_groups_trained": bad, "poisoned_share": bad / len(trained) if trained else 0.0,

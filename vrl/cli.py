@@ -419,5 +419,59 @@ def devnet(
               highlight=False)
 
 
+@app.command()
+def reputation(
+    store_path: Annotated[Path, typer.Argument(help="A node's node.sqlite.")],
+    trust: Annotated[list[str], typer.Option(help="Hex node ids to pre-trust (the node itself, its trainer...).")],
+    at_round: Annotated[Optional[int], typer.Option("--round", help="Evaluate as of this round (default: newest).")] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+):
+    """Recompute every node's reputation from the signed verdicts in a store, as an auditor would."""
+    from vrl.node.messages import SignedVerdict
+    from vrl.node.store import Store, StoreError
+    from vrl.reputation import Report, Reputation
+
+    try:
+        store = Store(store_path) if store_path.exists() else None
+    except StoreError as error:
+        raise _fail(str(error)) from None
+    if store is None:
+        raise _fail(f"{store_path}: no such store")
+    try:
+        anchors = frozenset(bytes.fromhex(t) for t in trust)
+    except ValueError:
+        raise _fail("--trust takes hex node ids") from None
+    view = Reputation(anchors)
+    invalid = 0
+    rounds = [0]
+    for kind, data, _ in store.replay():
+        if kind != "verdict":
+            continue
+        verdict = SignedVerdict.from_bytes(data)
+        if not verdict.valid():
+            invalid += 1
+            continue
+        rounds.append(verdict.round)
+        if verdict.checked:
+            view.add(Report(verdict.round, verdict.verifier, verdict.subject, verdict.group, verdict.outcome,
+                            verdict.digest, verdict.platform, verdict.planted))
+    store.close()
+    standings = view.standings(max(rounds) if at_round is None else at_round)
+    rows = [{"node": n.hex(), "score": s.score, "check_rate": s.check_rate, "quarantined": s.quarantined,
+             "trust": s.trust, "checked_groups": s.checked_groups} for n, s in sorted(
+        standings.items(), key=lambda item: (-item[1].score, item[0]))]
+    if json_out:
+        out.print_json(json.dumps({"invalid_verdicts": invalid, "nodes": rows}))
+        return
+    table = Table(title=f"reputation recomputed from {len(view.reports())} reports ({invalid} invalid verdicts skipped)",
+                  title_justify="left")
+    for column in ("node", "score", "check rate", "trust", "checked groups", "quarantined"):
+        table.add_column(column, justify="left" if column == "node" else "right")
+    for row in rows:
+        table.add_row(row["node"][:16], f"{row['score']:.3f}", f"{row['check_rate']:.2f}", f"{row['trust']:.2f}",
+                      str(row["checked_groups"]), "[red]yes[/]" if row["quarantined"] else "no")
+    out.print(table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

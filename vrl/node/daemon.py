@@ -10,7 +10,9 @@ the store into a fresh protocol and catches up on the rest by backfill from peer
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -158,12 +160,11 @@ class Node:
 
     # -- incoming ------------------------------------------------------------------------------
     async def _on_message(self, message: Message) -> None:
-        """Store, then feed; the same path serves gossip, backfill and replay-free restarts."""
-        if self._validate(message) is not Validation.ACCEPT:
-            return
+        """A gossip message the transport already ran :meth:`_validate` on: store, then feed."""
         now = time.time()
         if message.topic == TOPIC_GROUPS:
-            submission, rollouts = self._decode_group(message.data)
+            submission = Submission.from_bytes(message.data)
+            rollouts = submission.rollouts()
             subject, version = rollouts[0].node_id, rollouts[0].policy_version
             if self.store.put_group(submission, subject, version, now):
                 self.metrics.groups_received.inc()
@@ -276,8 +277,6 @@ class Node:
     async def _announce(self, model, blob: bytes, used: tuple[bytes, ...], metrics: dict) -> None:
         """Publish the trainer's current weights as the next version (stored first)."""
         assert self.trainer is not None
-        import hashlib
-
         version = self.trainer.version
         announcement = PolicyAnnouncement(self.key.node_id, version, model.model_hash,
                                           hashlib.sha256(blob).digest(), len(blob)).signed(self.key)
@@ -327,8 +326,9 @@ class Node:
                     break
                 for data in messages:
                     topic = topic_of(data) if isinstance(data, bytes) else None
-                    if topic is not None:
-                        await self._on_message(Message(topic, data, peer, message_id(topic, data)))
+                    message = Message(topic, data, peer, message_id(topic, data)) if topic else None
+                    if message is not None and self._validate(message) is Validation.ACCEPT:
+                        await self._on_message(message)
                         fed += 1
                 if after is None:
                     break
@@ -434,8 +434,6 @@ class Node:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    import os
-
     staging = path.with_name(f".{path.name}.partial-{os.getpid()}")
     with open(staging, "wb") as out:
         out.write(data)

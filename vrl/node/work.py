@@ -8,24 +8,25 @@ node would really run, not a label.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 from pathlib import Path
 
 import torch
 
+from proofs.sampler import SamplingParams
 from vrl import adversary as degradations
+from vrl import checkpoint, commit
 from vrl.generate import iter_generate
 from vrl.keys import NodeKey
 from vrl.model import Model, load_model
 from vrl.node.messages import PolicyAnnouncement, Submission, recomputed_digest
-from vrl.node.protocol import outcome_of
 from vrl.node.weights import from_blob, to_blob
 from vrl.rollout import Rollout, round_seed
 from vrl.tasks import TaskSet
 from vrl.train import TrainConfig, Trainer
-from vrl.verify import Expectations, verify
-from proofs.sampler import SamplingParams
+from vrl.verify import verify
 
 # What a cheating node can be told to do (``vrl devnet --adversaries``).
 ADVERSARIES = {
@@ -135,8 +136,6 @@ class Work:
 def tampered(rollout: Rollout, model: Model, key: NodeKey) -> Rollout:
     """One completion token changed, the commitment rebuilt by an honest prefill of the
     claimed model, re-signed: passes TOPLOC's commitment check, not our sampling check."""
-    from vrl import commit
-
     tokens = list(rollout.completion_tokens)
     tokens[0] = (tokens[0] + 1) % model.vocab_size
     return rollout.signed(key, completion_tokens=tuple(tokens),
@@ -162,8 +161,6 @@ class PolicyTrainer:
         metrics = self.trainer.update(groups, weights)
         self.trainer.step_index += 1
         model = self.trainer.policy()
-        from vrl import checkpoint
-
         checkpoint.save(self.trainer.run_dir / "checkpoints", self.trainer.step_index, self.trainer.network,
                         self.trainer.optimizer, {"model_hash": model.model_hash.hex()})
         checkpoint.prune(self.trainer.run_dir / "checkpoints", self.trainer.config.keep_checkpoints)
@@ -174,10 +171,6 @@ class PolicyTrainer:
 
     def frozen_copy(self, model: Model) -> Model:
         """A snapshot of the live weights for verification (the live ones keep training)."""
-        import copy
-
         return Model(name=model.name, network=copy.deepcopy(model.network).eval(), tokenizer=model.tokenizer,
                      dtype_name=model.dtype_name)
 
-
-__all__ = ["ADVERSARIES", "PolicyTrainer", "Work", "WorkConfig", "outcome_of", "tampered", "Expectations"]
