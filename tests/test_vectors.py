@@ -101,3 +101,45 @@ def test_task_vectors():
     for case in vectors["rewards"]:
         spec = RewardSpec(**case["reward_spec"])
         assert spec.reward(Task("t", "", case["reference"]), case["completion"]) == case["reward"], case
+
+
+def test_network_vectors():
+    from vrl.node.messages import (
+        PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
+    )
+    from vrl.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
+
+    vectors = load("network")
+    key = NodeKey.from_seed(bytes.fromhex(vectors["private_key_seed"]))
+    group = Submission(tuple(bytes.fromhex(r) for r in vectors["group"]["records"]))
+    assert group.to_bytes().hex() == vectors["group"]["message"]
+    assert group.digest.hex() == vectors["group"]["digest"]
+    assert Submission.from_bytes(bytes.fromhex(vectors["group"]["message"])) == group
+    ticket = audit_ticket(key, group.digest)
+    assert ticket.hex() == vectors["audit_ticket"]["ticket"]
+    for rate, selected in vectors["audit_ticket"]["selected_at"].items():
+        assert ticket_selected(ticket, float(rate)) is selected
+    commitments = [bytes.fromhex(c) for c in vectors["recomputed_digest"]["commitments"]]
+    assert recomputed_digest(commitments).hex() == vectors["recomputed_digest"]["digest"]
+    verdict = SignedVerdict.from_bytes(bytes.fromhex(vectors["verdict"]["message"]))
+    assert verdict.valid() and verdict.signing_payload().hex() == vectors["verdict"]["signing_payload"]
+    assert verdict.id.hex() == vectors["verdict"]["id"] and verdict.ticket == ticket
+    assert verdict.signed(key).to_bytes().hex() == vectors["verdict"]["message"]
+    policy = PolicyAnnouncement.from_bytes(bytes.fromhex(vectors["policy"]["message"]))
+    assert policy.valid() and policy.signing_payload().hex() == vectors["policy"]["signing_payload"]
+
+    case = vectors["reputation"]
+    reports = [Report(r["round"], bytes.fromhex(r["reporter"]), bytes.fromhex(r["subject"]), bytes.fromhex(r["group"]),
+                      r["outcome"]) for r in case["reports"]]
+    standings = compute(reports, frozenset(bytes.fromhex(p) for p in case["pretrusted"]), case["round"],
+                        ReputationConfig())
+    for node, expected in case["standings"].items():
+        got = standings[bytes.fromhex(node)]
+        assert got.quarantined is expected["quarantined"]
+        for name in ("score", "check_rate", "trust"):
+            assert abs(getattr(got, name) - expected[name]) < 1e-9, (node, name)
+
+    case = vectors["admission"]
+    candidates = [Candidate(bytes.fromhex(c["group"]), bytes.fromhex(c["node"]), c["score"]) for c in case["candidates"]]
+    batch = admit(candidates, AdmissionConfig(**case["config"]), bytes.fromhex(case["seed"]))
+    assert [(c.group.hex(), w) for c, w in batch] == [(b["group"], b["weight"]) for b in case["batch"]]

@@ -77,7 +77,8 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
         roles = ("trainer", "verifier") if i == 0 else ("worker", "verifier")
         if not verification:
             roles = tuple(r for r in roles if r != "verifier")
-            node_options = {**node_options, "lazy_audit_rate": 0.0, "plant_every": 0}
+            # Nothing is checked, so no node ever earns trust: the naive trainer admits all.
+            node_options = {**node_options, "lazy_audit_rate": 0.0, "plant_every": 0, "trusted_share": 0.0}
         config = NodeConfig(
             data_dir=str(directory / f"node-{i}"), trainer=trainer.node_id.hex(), roles=roles,
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}", bootstrap=() if i == 0 else (bootstrap,),

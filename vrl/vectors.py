@@ -92,6 +92,53 @@ def task_vectors() -> dict:
     }
 
 
+def network_vectors() -> dict:
+    """Group digest, audit ticket and draw, recomputed digest, a verdict, a policy
+    announcement (specs/network.md); a reputation and an admission case (specs/reputation.md)."""
+    from vrl.node.messages import (
+        PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
+    )
+    from vrl.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
+
+    key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
+    submission = Submission((b"record-0", b"record-1"))
+    ticket = audit_ticket(key, submission.digest)
+    verdict = SignedVerdict(key.node_id, bytes(32), submission.digest, 5, 4, ticket, 0.25, "hard_fail",
+                            ("reward_mismatch",), recomputed_digest([b"c0", b""]), "torch-2.13.0/cpu/float32/threads-1"
+                            ).signed(key)
+    policy = PolicyAnnouncement(key.node_id, 3, hashlib.sha256(b"model").digest(), hashlib.sha256(b"blob").digest(),
+                                1234).signed(key)
+    a, b, c = (bytes([i]) * 32 for i in (1, 2, 3))
+    reports = [Report(0, a, b, bytes([g]) * 32, "pass") for g in range(10)] + [
+        Report(1, a, c, b"\x40" * 32, "hard_fail"), Report(1, b, c, b"\x40" * 32, "hard_fail"),
+        Report(1, b, a, b"\x41" * 32, "pass")]
+    standings = compute(reports, frozenset({a}), 2, ReputationConfig())
+    candidates = [Candidate(bytes([g]) * 32, bytes([g % 3]) * 32, (0.9, 0.3, 0.6)[g % 3]) for g in range(12)]
+    batch = admit(candidates, AdmissionConfig(batch_groups=6, node_cap=0.5, trusted_share=0.5), b"seed")
+    return {
+        "private_key_seed": hashlib.sha256(b"vrl test vector key").hexdigest(),
+        "group": {"records": [r.hex() for r in submission.records], "message": submission.to_bytes().hex(),
+                  "digest": submission.digest.hex()},
+        "audit_ticket": {"ticket": ticket.hex(), "selected_at": {str(r): ticket_selected(ticket, r)
+                                                                 for r in (0.0, 0.1, 0.5, 0.9, 1.0)}},
+        "recomputed_digest": {"commitments": ["6330", ""], "digest": recomputed_digest([b"c0", b""]).hex()},
+        "verdict": {"message": verdict.to_bytes().hex(), "signing_payload": verdict.signing_payload().hex(),
+                    "id": verdict.id.hex()},
+        "policy": {"message": policy.to_bytes().hex(), "signing_payload": policy.signing_payload().hex()},
+        "reputation": {
+            "pretrusted": [a.hex()], "round": 2,
+            "reports": [{"round": r.round, "reporter": r.reporter.hex(), "subject": r.subject.hex(),
+                         "group": r.group.hex(), "outcome": r.outcome} for r in reports],
+            "standings": {n.hex(): {"score": st.score, "check_rate": st.check_rate, "quarantined": st.quarantined,
+                                    "trust": st.trust} for n, st in standings.items()}},
+        "admission": {
+            "config": {"batch_groups": 6, "node_cap": 0.5, "trusted_share": 0.5, "trusted_score": 0.5},
+            "seed": b"seed".hex(),
+            "candidates": [{"group": c.group.hex(), "node": c.node.hex(), "score": c.score} for c in candidates],
+            "batch": [{"group": c.group.hex(), "weight": w} for c, w in batch]},
+    }
+
+
 def model_vectors() -> dict:
     return {"tiny": {"dtype": "float32", "model_hash": load_model("tiny").model_hash.hex()}}
 
@@ -99,7 +146,8 @@ def model_vectors() -> dict:
 def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
-                       ("record", record_vectors), ("tasks", task_vectors), ("model", model_vectors)]:
+                       ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
+                       ("model", model_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 
