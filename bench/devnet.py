@@ -72,8 +72,23 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         metrics = [json.loads(m) for _, _, m in trainer.trained_versions()]
         accuracy = [m["held_out_accuracy"] for m in metrics if "held_out_accuracy" in m]
         group_size = len(trainer.group(next(iter(received))).records) if received else 0
+        # Time to quarantine: the cheat's first submission to the second agreeing hard fail the
+        # trainer stored on one of its groups (what confirms fraud, specs/reputation.md §3).
+        first_submission = min((produced[g] for g in produced if producer[g] in cheats), default=None)
+        fails: dict[bytes, list[float]] = {}
+        for data, at in trainer._rows("SELECT data, received FROM verdicts WHERE outcome='hard_fail' ORDER BY received"):
+            verdict = SignedVerdict.from_bytes(data)
+            if verdict.subject in cheats:
+                fails.setdefault(verdict.group, []).append(at)
+        confirmed_at = min((times[1] for times in fails.values() if len(times) > 1), default=None)
+        versions_by_worker = {
+            i: sorted({extra[1] for kind, _, extra in store.replay() if kind == "group"
+                       and extra[0] == devnet_peer(directory, i)}) for i, store in enumerate(opened) if i}
+        integrity = all(store._rows("PRAGMA integrity_check")[0][0] == "ok" for store in opened)
         return {
-            "seconds": seconds, "groups_produced": len(produced), "groups_received_by_trainer": len(received & set(
+            "versions_generated_by_worker": versions_by_worker, "stores_intact": integrity,
+            "seconds": seconds, "time_to_quarantine_s": (confirmed_at - first_submission) if (
+                confirmed_at and first_submission) else None, "groups_produced": len(produced), "groups_received_by_trainer": len(received & set(
                 produced)), "lost": len(missing - ignored), "ignored_after_quarantine": len(ignored), "rollouts_per_second": len(received & set(
                 produced)) * group_size / seconds, "check_latency_p50": _pct(latencies, 50),
             "check_latency_p90": _pct(latencies, 90), "checks": len(latencies), "groups_trained": len(trained),
