@@ -71,6 +71,7 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         bad = sum(s in cheats for s in subjects)
         metrics = [json.loads(m) for _, _, m in trainer.trained_versions()]
         accuracy = [m["held_out_accuracy"] for m in metrics if "held_out_accuracy" in m]
+        expected = [m["held_out_expected_accuracy"] for m in metrics if "held_out_expected_accuracy" in m]
         group_size = len(trainer.group(next(iter(received))).records) if received else 0
         # Time to quarantine: the cheat's first submission to the second agreeing hard fail the
         # trainer stored on one of its groups (what confirms fraud, specs/reputation.md §3).
@@ -93,7 +94,7 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
                 produced)) * group_size / seconds, "check_latency_p50": _pct(latencies, 50),
             "check_latency_p90": _pct(latencies, 90), "checks": len(latencies), "groups_trained": len(trained),
             "bad_groups_trained": bad, "poisoned_share": bad / len(trained) if trained else 0.0,
-            "accuracy_curve": accuracy, "versions": len(metrics),
+            "accuracy_curve": accuracy, "expected_accuracy_curve": expected, "versions": len(metrics),
         }
     finally:
         for store in opened:
@@ -123,7 +124,7 @@ def one_run(name: str, nodes: int, adversaries: list[str], rounds: int, deadline
         summary = run_with_faults(directory, nodes, adversaries, rounds, deadline, port, during, **options)
     result = analyse(directory, nodes, adversaries, time.monotonic() - started)
     result.update(name=name, quarantined=summary.get("quarantined", []), directory=str(directory))
-    console.print_json(json.dumps({k: v for k, v in result.items() if k != "accuracy_curve"}))
+    console.print_json(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}))
     return result
 
 
@@ -163,6 +164,25 @@ def faults(network: list, started: float) -> None:
     console.print(f"SIGCONT {frozen.name}")
 
 
+def plot_learning(results: list[dict], path: Path) -> None:
+    """Expected held-out accuracy per policy version, honest runs against attacked ones."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for result in results:
+        style = "-" if result["name"].startswith("honest") else "--"
+        axis.plot([100 * a for a in result["expected_accuracy_curve"]], style, label=result["name"])
+    axis.set_xlabel("policy version (one GRPO step each)")
+    axis.set_ylabel("held-out expected accuracy (%)")
+    axis.set_title("5-node libp2p devnet: all honest vs 1 of 4 workers cheating, verified")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults"])
@@ -190,6 +210,8 @@ def main() -> None:
     elif args.what == "faults":
         results.append(one_run("faults", 5, [], args.rounds, args.deadline, args.port, during=faults, **common))
     RESULTS.mkdir(exist_ok=True)
+    if args.what == "learning":
+        plot_learning(results, RESULTS / "devnet-learning.png")
     (RESULTS / f"devnet-{args.what}.json").write_text(json.dumps(results, indent=1, default=str))
     console.print(f"wrote {RESULTS / f'devnet-{args.what}.json'}")
 

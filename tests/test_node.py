@@ -32,16 +32,17 @@ def config(data_dir: Path, **changes) -> NodeConfig:
 
 
 async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, deadline: float = 150.0,
-                      until=None) -> dict[str, Node]:
+                      until=None, plant_every: int = 0) -> dict[str, Node]:
     """Trainer (+verifier), two honest worker-verifiers and one worker that may cheat; runs
     until the trainer has published ``rounds`` new versions (or ``until(nodes)`` holds) or
     the deadline passes."""
     network = LoopbackNetwork(seed=1)
     specs = {
-        "trainer": (TRAINER, config(tmp_path / "trainer", roles=("trainer", "verifier"), plant_every=0)),
+        "trainer": (TRAINER, config(tmp_path / "trainer", roles=("trainer", "verifier"), plant_every=plant_every)),
         "honest-0": (WORKERS[0], config(tmp_path / "w0")),
         "honest-1": (WORKERS[1], config(tmp_path / "w1")),
-        "suspect": (WORKERS[2], config(tmp_path / "w2", roles=("worker",), adversary=adversary)),
+        "suspect": (WORKERS[2], config(tmp_path / "w2", adversary=adversary, roles=(
+            ("worker", "verifier") if adversary == "lazy-verifier" else ("worker",)))),
     }
     nodes = {name: Node(cfg, network.transport(key.private_seed()), key) for name, (key, cfg) in specs.items()}
     stop = asyncio.Event()
@@ -84,6 +85,23 @@ def trained_subjects(store_path: Path) -> list[bytes]:
         store.close()
 
 
+def trained_groups(store_path: Path) -> list[bytes]:
+    store = Store(store_path)
+    try:
+        return [d for _, groups, _ in store.trained_versions() for d in groups]
+    finally:
+        store.close()
+
+
+def failed_groups(store_path: Path) -> set[bytes]:
+    store = Store(store_path)
+    try:
+        verdicts = [SignedVerdict.from_bytes(d) for k, d, _ in store.replay() if k == "verdict"]
+        return {v.group for v in verdicts if v.outcome in ("hard_fail", "soft_fail")}
+    finally:
+        store.close()
+
+
 def test_honest_network_trains_on_verified_groups_from_every_worker(tmp_path):
     nodes = asyncio.run(run_network(tmp_path, rounds=2))
     trainer = nodes["trainer"]
@@ -105,16 +123,28 @@ def test_honest_network_trains_on_verified_groups_from_every_worker(tmp_path):
     assert all(len(digests) == 1 for digests in by_group.values())
 
 
-@pytest.mark.parametrize("adversary", ["fabricated-reward", "tampered-tokens"])
+@pytest.mark.parametrize("adversary", ["fabricated-reward", "tampered-tokens", "quantized-model", "other-model",
+                                       "replay"])
 def test_a_cheating_worker_is_caught_quarantined_and_never_trained_on(tmp_path, adversary):
     nodes = asyncio.run(run_network(tmp_path, adversary=adversary, rounds=2))
     trainer = nodes["trainer"]
     cheat = WORKERS[2].node_id
     assert cheat in trainer.protocol.quarantined
-    assert cheat not in trained_subjects(tmp_path / "trainer" / "node.sqlite")
+    assert not set(trained_groups(tmp_path / "trainer" / "node.sqlite")) & failed_groups(
+        tmp_path / "trainer" / "node.sqlite")  # nothing any check rejected was trained on
+    if adversary != "replay":  # a replayer is honest until it has someone else's group to copy
+        assert cheat not in trained_subjects(tmp_path / "trainer" / "node.sqlite")
     assert trainer.protocol.version >= 2  # training went on without it
     for honest in ("honest-0", "honest-1"):
         assert not nodes[honest].protocol.standing(WORKERS[0].node_id).quarantined
+
+
+def test_a_lazy_verifier_is_caught_by_a_planted_group_and_quarantined(tmp_path):
+    nodes = asyncio.run(run_network(tmp_path, adversary="lazy-verifier", plant_every=1,
+                                    until=lambda n: WORKERS[2].node_id in n["trainer"].protocol.quarantined))
+    trainer = nodes["trainer"]
+    assert WORKERS[2].node_id in trainer.protocol.quarantined
+    assert not {WORKERS[0].node_id, WORKERS[1].node_id} & trainer.protocol.quarantined
 
 
 def test_a_restarted_node_loses_nothing_and_continues(tmp_path):
@@ -193,7 +223,8 @@ def test_every_validator_and_handler_survives_malformed_and_mutated_messages(tmp
             if verdict_of is Validation.ACCEPT and bytes(data) != valid[topic]:
                 accepted_mutants += 1  # a mutation inside a float or text field can stay valid...
                 assert topic != TOPIC_POLICIES  # ...but never a signed policy
-            await node._on_message(message)
+            if verdict_of is Validation.ACCEPT:  # what the transport hands on
+                await node._on_message(message)
             try:
                 await node._serve_backfill(b"x" * 32, bytes(data))
             except ValueError:

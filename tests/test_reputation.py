@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -186,3 +187,10 @@ def test_admission_probability_grows_with_reputation():
         for c, _ in admit(pool, config, seed.to_bytes(4, "big")):
             counts[c.node] += 1
     assert counts[SYBILS[1]] > 2 * counts[SYBILS[0]] > 0
+
+
+def test_groups_a_trusted_node_checked_count_as_trusted_so_a_new_network_can_start():
+    config = AdmissionConfig(batch_groups=4, node_cap=1.0, trusted_share=0.5)
+    newcomers = [Candidate(group(i), SYBILS[0], 0.2, verified=i < 2) for i in range(6)]
+    assert len(admit(newcomers, config, b"s")) == 4  # 2 verified, so 2 unverified may join
+    assert admit([dataclasses.replace(c, verified=False) for c in newcomers], config, b"s") == []

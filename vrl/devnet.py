@@ -69,7 +69,8 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
             NodeKey.generate().save(node_dir / "node.pem")
         keys.append(NodeKey.load(node_dir / "node.pem"))
     trainer = keys[0]
-    bootstrap = multiaddr_for(trainer.node_id, "127.0.0.1", base_port)
+    # Every worker dials the trainer and the worker before it: more than one path for gossip.
+    addresses = [multiaddr_for(key.node_id, "127.0.0.1", base_port + i) for i, key in enumerate(keys)]
     cheats = dict(zip(range(nodes - len(adversaries), nodes), adversaries))
     out = []
     for i, key in enumerate(keys):
@@ -81,7 +82,8 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
             node_options = {**node_options, "lazy_audit_rate": 0.0, "plant_every": 0, "trusted_share": 0.0}
         config = NodeConfig(
             data_dir=str(directory / f"node-{i}"), trainer=trainer.node_id.hex(), roles=roles,
-            listen=f"/ip4/127.0.0.1/tcp/{base_port + i}", bootstrap=() if i == 0 else (bootstrap,),
+            listen=f"/ip4/127.0.0.1/tcp/{base_port + i}",
+            bootstrap=tuple(addresses[j] for j in sorted({0, i - 1}) if 0 <= j < i),
             metrics_port=base_port + 1000 + i, adversary=kind, **node_options)
         (directory / f"node-{i}" / "node.toml").write_text(config.to_toml())
         name = "trainer" if i == 0 else f"worker-{i}"

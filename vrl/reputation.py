@@ -290,6 +290,12 @@ class Candidate:
     group: bytes  # group digest
     node: bytes
     score: float
+    verified: bool = False  # a pre-trusted node checked this very group and it passed
+
+    def trusted(self, config: AdmissionConfig) -> bool:
+        """Trusted rollouts: from a trusted node, or checked by a trusted node. Without the
+        second, a new network where nobody has a record yet could never fill its trusted share."""
+        return self.verified or self.score >= config.trusted_score
 
 
 def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes) -> list[tuple[Candidate, float]]:
@@ -300,7 +306,8 @@ def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes)
       seed and group), so admission grows with reputation and a score of 0 is never drawn.
     * A node fills at most ``ceil(node_cap * batch_groups)`` slots.
     * Untrusted groups fill at most ``(1 - trusted_share)`` of the batch; when trusted groups
-      run short the batch shrinks rather than dilutes.
+      run short the batch shrinks rather than dilutes. A group is trusted when its node's
+      score reaches ``trusted_score`` or a pre-trusted node checked and passed it.
     * Weights are ``score / mean(score)`` over the batch: mean 1, so the learning rate and the
       token-mean denominator are unchanged (research §3.5 (6)); a weight is never negative.
     """
@@ -316,20 +323,19 @@ def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes)
     for c in ranked:
         if len(batch) == config.batch_groups:
             break
-        trusted = c.score >= config.trusted_score
-        if taken[c.node] >= per_node_cap or (not trusted and sum(
-                x.score < config.trusted_score for x in batch) >= untrusted_cap):
+        if taken[c.node] >= per_node_cap or (not c.trusted(config) and sum(
+                not x.trusted(config) for x in batch) >= untrusted_cap):
             continue
         taken[c.node] += 1
         batch.append(c)
     if config.trusted_share > 0:
         # When trusted groups ran short, drop the last-drawn untrusted ones until
         # untrusted <= trusted * (1 - share) / share: the batch shrinks rather than dilutes.
-        n_trusted = sum(c.score >= config.trusted_score for c in batch)
+        n_trusted = sum(c.trusted(config) for c in batch)
         allowed = math.floor(n_trusted * (1 - config.trusted_share) / config.trusted_share + 1e-9)
         kept, seen = [], 0
         for c in batch:
-            if c.score < config.trusted_score:
+            if not c.trusted(config):
                 seen += 1
                 if seen > allowed:
                     continue

@@ -83,6 +83,31 @@ def _canonical(kind: str, data: bytes, value) -> None:
         raise MessageError(f"{kind}: not in canonical encoding")
 
 
+class _Signed:
+    """What the two signed messages share: the signature covers a domain tag and the
+    canonical map without its ``signature`` field; ``_SIGNER`` names the signing key's field."""
+
+    _DOMAIN: bytes
+    _SIGNER: str
+    signature: bytes
+
+    def _wire(self, with_signature: bool) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def signing_payload(self) -> bytes:
+        return self._DOMAIN + canonical_bytes(self._wire(False))
+
+    def signed(self, key: NodeKey):
+        unsigned = replace(self, **{self._SIGNER: key.node_id}, signature=b"")
+        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
+
+    def signature_ok(self) -> bool:
+        return signature_valid(getattr(self, self._SIGNER), self.signing_payload(), self.signature)
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self._wire(True))
+
+
 # -- submissions -----------------------------------------------------------------------------
 
 
@@ -164,8 +189,11 @@ def recomputed_digest(commitments: list[bytes]) -> bytes:
 
 
 @dataclass(frozen=True)
-class SignedVerdict:
+class SignedVerdict(_Signed):
     """A verifier's signed statement about one submission."""
+
+    _DOMAIN = VERDICT_DOMAIN
+    _SIGNER = "verifier"
 
     verifier: bytes
     subject: bytes  # the node that submitted the group
@@ -195,25 +223,15 @@ class SignedVerdict:
             wire["signature"] = self.signature
         return wire
 
-    def signing_payload(self) -> bytes:
-        return VERDICT_DOMAIN + canonical_bytes(self._wire(False))
-
-    def signed(self, key: NodeKey) -> SignedVerdict:
-        unsigned = replace(self, verifier=key.node_id, signature=b"")
-        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
-
     def valid(self) -> bool:
         """Signature and ticket both verify under ``verifier``, and a skip is one the ticket allows."""
-        return (signature_valid(self.verifier, self.signing_payload(), self.signature)
+        return (self.signature_ok()
                 and signature_valid(self.verifier, AUDIT_TICKET_DOMAIN + self.group, self.ticket)
                 and (self.checked or not ticket_selected(self.ticket, self.rate)))
 
     @property
     def id(self) -> bytes:
         return hashlib.sha256(self.to_bytes()).digest()
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes(self._wire(True))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SignedVerdict:
@@ -252,10 +270,13 @@ class SignedVerdict:
 
 
 @dataclass(frozen=True)
-class PolicyAnnouncement:
+class PolicyAnnouncement(_Signed):
     """Policy version ``version`` is the model with ``model_hash``, whose weights file (see
     :func:`vrl.node.weights.to_blob`) has SHA-256 ``blob`` and ``size`` bytes. Round ``r``
     runs on version ``r``; its seed is ``round_seed(model_hash, r)``, unknowable before this."""
+
+    _DOMAIN = POLICY_DOMAIN
+    _SIGNER = "trainer"
 
     trainer: bytes
     version: int
@@ -271,18 +292,8 @@ class PolicyAnnouncement:
             wire["signature"] = self.signature
         return wire
 
-    def signing_payload(self) -> bytes:
-        return POLICY_DOMAIN + canonical_bytes(self._wire(False))
-
-    def signed(self, key: NodeKey) -> PolicyAnnouncement:
-        unsigned = replace(self, trainer=key.node_id, signature=b"")
-        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
-
     def valid(self) -> bool:
-        return signature_valid(self.trainer, self.signing_payload(), self.signature)
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes(self._wire(True))
+        return self.signature_ok()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PolicyAnnouncement:

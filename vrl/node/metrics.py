@@ -19,6 +19,8 @@ class NodeMetrics:
         self.verdicts = Counter("vrl_verdicts_received", "Verdicts stored, by outcome", ["outcome"], registry=r)
         self.invalid = Counter("vrl_messages_invalid", "Gossip messages refused by validators, by topic",
                                ["topic"], registry=r)
+        self.backfilled = Counter("vrl_backfilled", "Messages gossip missed that backfill brought, by topic",
+                                  ["topic"], registry=r)
         self.reputation = Gauge("vrl_reputation", "Reputation score (Beta lower bound) per peer", ["peer"], registry=r)
         self.check_rate = Gauge("vrl_check_rate", "Spot-check rate applied per peer", ["peer"], registry=r)
         self.quarantined = Gauge("vrl_quarantined", "1 if the peer is quarantined", ["peer"], registry=r)

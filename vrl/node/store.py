@@ -14,12 +14,15 @@ commit on process crash: https://sqlite.org/wal.html, https://sqlite.org/atomicc
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission
+from vrl.node.messages import (
+    TOPIC_GROUPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
+)
 
 SCHEMA_VERSION = 1
 
@@ -117,6 +120,18 @@ class Store:
     def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, params).fetchall()
+
+    def has(self, topic: str, data: bytes) -> bool:
+        """Whether this exact gossip message is already stored (by its content address)."""
+        if topic == TOPIC_GROUPS:
+            try:
+                key = Submission.from_bytes(data).digest
+            except MessageError:
+                return False
+            return bool(self._rows("SELECT 1 FROM groups WHERE digest=?", (key,)))
+        if topic == TOPIC_VERDICTS:
+            return bool(self._rows("SELECT 1 FROM verdicts WHERE id=?", (hashlib.sha256(data).digest(),)))
+        return bool(self._rows("SELECT 1 FROM policies WHERE data=?", (data,)))
 
     def group(self, digest: bytes) -> Submission | None:
         rows = self._rows("SELECT data FROM groups WHERE digest=?", (digest,))
