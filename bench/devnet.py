@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults"])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
-    parser.add_argument("--port", type=int, default=43000)
+    parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
     args = parser.parse_args()
     ensure_base_model()
     common = dict(model="base", task="arithmetic:digits=2,ops=+")
@@ -202,7 +202,7 @@ def main() -> None:
             results.append(one_run(f"off-{kind}", 5, [kind], args.rounds, args.deadline, args.port + 50,
                                    verification=False, **common))
     elif args.what == "learning":
-        for seed in range(2):
+        for seed in range(3):  # runs differ in node keys, hence in assigned tasks and seeds
             results.append(one_run(f"honest-{seed}", 5, [], args.rounds, args.deadline, args.port + 100 * seed,
                                    **common))
             results.append(one_run(f"attacked-{seed}", 5, ["fabricated-reward"], args.rounds, args.deadline,

@@ -17,7 +17,7 @@ from vrl.node.store import Store
 
 
 def test_a_three_node_libp2p_devnet_quarantines_the_cheater_and_trains(tmp_path):
-    port = random.Random().randrange(20000, 40000)
+    port = random.Random().randrange(20000, 27000)  # below the ephemeral range: outgoing dials take those
     summary = devnet.run(tmp_path, 3, ["fabricated-reward"], rounds=2, deadline_s=240, base_port=port,
                          console=Console(file=open("/dev/null", "w")), model="tiny", task="arithmetic:digits=1",
                          group_size=4, groups_per_round=2, max_new_tokens=4, held_out=8, verdict_wait=1.0,

@@ -219,3 +219,11 @@ def test_groups_older_than_the_staleness_bound_are_not_checked_or_trained():
 def test_config_refuses_unknown_roles():
     with pytest.raises(ValueError, match="roles"):
         P.ProtocolConfig(roles=frozenset({"miner"}), trainer=TRAINER.node_id)
+
+
+def test_the_trainer_publishes_no_version_after_its_last():
+    trainer = node(TRAINER, "trainer", verdict_wait=0.0, last_version=1,
+                   admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
+    ready(trainer, 1)
+    trainer.handle(P.GroupReceived(submission(1), WORKER.node_id, 1, 0.0))
+    assert not any(isinstance(a, P.Train) for a in trainer.handle(P.Tick(10.0)))

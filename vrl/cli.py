@@ -385,7 +385,8 @@ def devnet(
     model: Annotated[str, typer.Option(help="Model every node builds its skeleton from (weights come from the trainer).")] = "base",
     task: Annotated[str, typer.Option()] = "arithmetic:digits=2,ops=+",
     directory: Annotated[Optional[Path], typer.Option("--dir", help="Node directories (default: a new temp dir).")] = None,
-    base_port: Annotated[int, typer.Option(help="libp2p ports start here; metrics ports at +1000.")] = 41000,
+    base_port: Annotated[int, typer.Option(help="libp2p ports start here, metrics ports at +1000; keep both "
+                                           "below the ephemeral range (32768+), which outgoing dials use.")] = 29000,
     deadline: Annotated[float, typer.Option(help="Stop after this many seconds whatever happened.")] = 900.0,
     plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds (0: never).")] = 2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,

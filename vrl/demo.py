@@ -87,7 +87,7 @@ def local_devnet(nodes: int = 4, rounds: int = 8) -> None:
                   f"{meta['model_hash'][:16]}…; node 0 trains and verifies, the others work and verify, "
                   f"the last one fabricates rewards; the trainer also plants a known-bad group every 2 rounds")
     directory = Path(tempfile.mkdtemp(prefix="vrl-demo-"))
-    summary = devnet.run(directory, nodes, ["fabricated-reward"], rounds, deadline_s=900, base_port=41000,
+    summary = devnet.run(directory, nodes, ["fabricated-reward"], rounds, deadline_s=900, base_port=29000,
                          console=console, model="base", plant_every=2)
     cheats = [n["name"] for n in summary["nodes"].values() if n["adversary"]]
     caught = [n for n in cheats if n in summary["quarantined"]]

@@ -30,6 +30,9 @@ from vrl.node.work import ADVERSARIES
 
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 20.0
+# After the last version, run this long so that gossip a node missed is backfilled (every
+# vrl.node.daemon.BACKFILL_EVERY_SECONDS) before the books are closed.
+DRAIN_SECONDS = 8.0
 
 
 @dataclass
@@ -160,6 +163,7 @@ def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, d
         "expected_accuracy": total(trainer, "vrl_held_out_expected_accuracy"),
         "groups_trained": {n.peer: total(trainer, "vrl_groups_trained_total", peer=n.peer) for n in nodes},
         "quarantined": [n.name for n in nodes if total(trainer, "vrl_quarantined", peer=n.peer) > 0],
+        "backfilled_by_trainer": total(trainer, "vrl_backfilled_total"),
     }
     return table, summary
 
@@ -172,6 +176,7 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     started = time.monotonic()
     summary: dict = {}
     first: dict | None = None
+    reached: float | None = None
     try:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             while time.monotonic() - started < deadline_s:
@@ -185,7 +190,10 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
                               if first else "") + f"; {time.monotonic() - started:.0f} s")
                 live.update(Group(table, caption))
                 if summary["policy_version"] >= rounds:
-                    break
+                    if reached is None:
+                        reached = time.monotonic()
+                    if time.monotonic() - reached >= DRAIN_SECONDS:
+                        break
                 if any(n.process.poll() is not None for n in network):
                     break
                 time.sleep(POLL_SECONDS)

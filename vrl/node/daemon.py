@@ -24,7 +24,6 @@ import torch
 
 from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import Message, Transport, TransportError, Validation, message_id
-from proofs.sampler import SamplingParams
 from vrl.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
@@ -81,15 +80,13 @@ class Node:
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted),
             groups_per_round=config.groups_per_round, verdict_wait=config.verdict_wait,
             round_timeout=config.round_timeout, max_staleness=config.max_staleness,
-            lazy_audit_rate=config.lazy_audit_rate, plant_every=config.plant_every,
+            lazy_audit_rate=config.lazy_audit_rate, plant_every=config.plant_every, last_version=config.rounds,
             admission=AdmissionConfig(batch_groups=config.batch_groups, node_cap=config.node_cap,
                                       trusted_share=config.trusted_share)), platform_tag())
         self.work = Work(key, WorkConfig(
             model=config.model, tasks=self.tasks, group_size=config.group_size,
-            groups_per_round=config.groups_per_round, adversary=config.adversary,
-            sampling=SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, ())), self._expectations)
-        stops = self.work.skeleton.stop_token_ids
-        self.work.config.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, stops)
+            groups_per_round=config.groups_per_round, temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens, adversary=config.adversary), self._expectations)
         self.trainer: PolicyTrainer | None = None
         if "trainer" in config.roles:
             self.trainer = PolicyTrainer(TrainConfig(
@@ -101,15 +98,13 @@ class Node:
         self.blobs = BlobStore(transport)
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
         self._tasks: set[asyncio.Task] = set()
-        self.started = time.time()
         self._stopping = False
-        self.last_metrics: dict = {}
 
     # -- helpers ------------------------------------------------------------------------------
     def _expectations(self, version: int) -> Expectations:
         policy = self.protocol.policies[version]
         return Expectations(tasks=self.tasks, round_seed=round_seed(policy.model_hash, version),
-                            sampling=self.work.config.sampling, reward_spec=self.reward_spec)
+                            sampling=self.work.sampling, reward_spec=self.reward_spec)
 
     async def _in_model_thread(self, kind: str, fn: Callable, *args):
         started = time.perf_counter()
@@ -291,7 +286,6 @@ class Node:
         self.blobs.put(blob)
         self.work.install(version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
         metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.last_metrics = {"version": version, **metrics}
         if "held_out_accuracy" in metrics:
             self.metrics.held_out_accuracy.set(metrics["held_out_accuracy"])
             self.metrics.expected_accuracy.set(metrics["held_out_expected_accuracy"])

@@ -56,6 +56,7 @@ class ProtocolConfig:
     max_staleness: int = 2  # versions a group may lag the trainer (vrl.grpo.is_fresh)
     lazy_audit_rate: float = 0.25  # share of other verifiers' passes the trainer re-checks itself
     plant_every: int = 0  # the trainer plants one known-bad group every N rounds (0: never)
+    last_version: int = 0  # the trainer publishes no version after this one (0: no limit)
     reputation: ReputationConfig = field(default_factory=ReputationConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
@@ -419,6 +420,8 @@ class NodeProtocol:
         decided, one of this version among them, nothing new for ``verdict_wait``); or, with
         whatever is decided, after ``round_timeout``."""
         if version not in self.loaded or ("train", version) in self._in_flight:
+            return []
+        if self.config.last_version and version >= self.config.last_version:
             return []
         fresh = [d for d, g in self.groups.items() if self._fresh(g.version)]
         decisions = {d: self.decided(d) for d in fresh}

@@ -43,9 +43,10 @@ ADVERSARIES = {
 class WorkConfig:
     model: str
     tasks: TaskSet
-    sampling: SamplingParams
     group_size: int
     groups_per_round: int
+    temperature: float = 1.0
+    max_new_tokens: int = 8
     adversary: str = ""
     generation_batch: int = 32
 
@@ -56,6 +57,9 @@ class Work:
     def __init__(self, key: NodeKey, config: WorkConfig, expectations) -> None:
         self.key, self.config = key, config
         self.skeleton = load_model(config.model, dtype="float32")
+        # The canonical sampler with the model's own stop tokens (specs/sampler.md); no top-k/p.
+        self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens,
+                                       self.skeleton.stop_token_ids)
         self.models: dict[int, Model] = {}
         self.expectations = expectations  # callable(version) -> Expectations
         self.seen_groups: list[list[Rollout]] = []  # for the replay cheat: others' groups
@@ -84,7 +88,7 @@ class Work:
         elif self.config.adversary == "other-model":
             generator_model = degradations.degraded(model, "other-model")
         groups = list(iter_generate(
-            generator_model, self.config.tasks, self.key, round_seed=seed, sampling=self.config.sampling,
+            generator_model, self.config.tasks, self.key, round_seed=seed, sampling=self.sampling,
             groups=self.config.groups_per_round, group_size=self.config.group_size, policy_version=version,
             reward_spec=self.expectations(version).reward_spec, batch_size=self.config.generation_batch))
         if generator_model is not model:  # claim the real policy: what the cheat is about
@@ -127,7 +131,7 @@ class Work:
             version.to_bytes(8, "big"))).digest())
         model = self.models[version]
         (group,) = iter_generate(model, self.config.tasks, canary, round_seed=round_seed(model.model_hash, version),
-                                 sampling=self.config.sampling, groups=[0], group_size=self.config.group_size,
+                                 sampling=self.sampling, groups=[0], group_size=self.config.group_size,
                                  policy_version=version, reward_spec=self.expectations(version).reward_spec)
         bad = [tampered(group[0], model, canary)] + [r for r in group[1:]]
         return Submission.of(bad), canary.node_id
