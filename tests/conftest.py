@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+import structlog
+
 import vrl
 from vrl.model import Model
 
@@ -31,3 +33,11 @@ def sampling(tiny):
 @pytest.fixture(scope="session")
 def honest(tiny, node, sampling) -> list[vrl.Rollout]:
     return vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, groups=3, group_size=4, batch_size=12)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging():
+    """Each test starts from structlog's defaults (a CLI test configures it process-wide)."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()

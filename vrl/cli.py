@@ -36,7 +36,9 @@ def _configure_logging(json_mode: bool, level: int | None = None) -> None:
     renderer = structlog.processors.JSONRenderer() if json_mode else structlog.dev.ConsoleRenderer(colors=err.is_terminal)
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # Resolve sys.stderr per logger, not once: a redirected or replaced stderr (tests, daemons)
+        # must not leave loggers writing to a closed file.
+        logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr),
         wrapper_class=structlog.make_filtering_bound_logger(
             level if level is not None else logging.WARNING if json_mode else logging.INFO),
     )
