@@ -266,3 +266,25 @@ def test_a_partitioned_network_heals_and_catches_up(tmp_path):
     assert "healed" in state
     isolated = nodes["honest-1"]
     assert (isolated.protocol.version or 0) >= state["healed"]
+
+
+def test_metrics_count_what_the_node_did(tmp_path):
+    nodes = asyncio.run(run_network(tmp_path, rounds=3))
+    values = {}
+    from prometheus_client import generate_latest
+
+    text = generate_latest(nodes["honest-0"].metrics.registry).decode()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    assert values["vrl_rollouts_produced_total"] > 0
+    assert sum(v for k, v in values.items() if k.startswith("vrl_groups_checked_total")) > 0
+    assert values["vrl_policy_version"] >= 2
+    checked = sum(v for k, v in values.items() if k.startswith("vrl_groups_checked_total"))
+    store = Store(tmp_path / "w0" / "node.sqlite")
+    mine = [SignedVerdict.from_bytes(d) for d, in store._rows("SELECT data FROM verdicts WHERE verifier=?",
+                                                               (WORKERS[0].node_id,))]
+    store.close()
+    assert values["vrl_groups_skipped_total"] == sum(not v.checked for v in mine)
+    assert checked == sum(v.checked for v in mine)

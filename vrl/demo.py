@@ -76,7 +76,7 @@ def main() -> None:
     local_devnet()
 
 
-def local_devnet(nodes: int = 4, rounds: int = 8) -> None:
+def local_devnet(nodes: int = 4, rounds: int = 12) -> None:
     """The main job: a network of mutually distrusting nodes on 127.0.0.1, one of them cheating."""
     from vrl import devnet
     from vrl.base_model import ensure_base_model, read_meta

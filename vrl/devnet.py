@@ -197,6 +197,7 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
                 if any(n.process.poll() is not None for n in network):
                     break
                 time.sleep(POLL_SECONDS)
+        console.line()
     finally:
         stop(network)
     summary.update(seconds=time.monotonic() - started, first_accuracy=(first or {}).get("held_out_accuracy"),

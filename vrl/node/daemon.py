@@ -214,7 +214,9 @@ class Node:
             self.store.put_group(submission, rollouts[0].node_id, rollouts[0].policy_version, now,
                                  planted=submission.digest in self.protocol.planted)
         elif topic == TOPIC_VERDICTS:
-            self.store.put_verdict(SignedVerdict.from_bytes(data), now)
+            verdict = SignedVerdict.from_bytes(data)
+            if self.store.put_verdict(verdict, now) and not verdict.checked:
+                self.metrics.skipped.inc()
         elif topic == TOPIC_POLICIES:
             self.store.put_policy(PolicyAnnouncement.from_bytes(data), now)
         try:
