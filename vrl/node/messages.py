@@ -15,6 +15,7 @@ Every decoder is strict (no unknown fields, exact types, canonical bytes) and ra
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -90,9 +91,7 @@ class _Signed:
     _DOMAIN: bytes
     _SIGNER: str
     signature: bytes
-
-    def _wire(self, with_signature: bool) -> dict[str, Any]:
-        raise NotImplementedError
+    _wire: Callable[[bool], dict[str, Any]]  # each message's map, with or without its signature
 
     def signing_payload(self) -> bytes:
         return self._DOMAIN + canonical_bytes(self._wire(False))
