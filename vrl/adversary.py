@@ -8,7 +8,10 @@ import copy
 
 import torch
 
+from vrl import commit
+from vrl.keys import NodeKey
 from vrl.model import Model
+from vrl.rollout import Rollout
 
 
 def _int4(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:
@@ -48,3 +51,12 @@ def degraded(model: Model, kind: str, seed: int = 1234) -> Model:
             if tensor.ndim == 2:
                 tensor.copy_(transform(tensor, generator))
     return Model(name=f"{model.name}+{kind}", network=network, tokenizer=model.tokenizer, dtype_name=model.dtype_name)
+
+
+def tampered(rollout: Rollout, model: Model, key: NodeKey, position: int = 0) -> Rollout:
+    """One completion token changed, the commitment rebuilt by an honest prefill of the claimed
+    model, re-signed: it passes TOPLOC's commitment check, not our sampling check."""
+    tokens = list(rollout.completion_tokens)
+    tokens[position] = (tokens[position] + 1) % model.vocab_size
+    return rollout.signed(key, completion_tokens=tuple(tokens),
+                          commitment=commit(model, list(rollout.prompt_tokens), tokens))

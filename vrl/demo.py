@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from vrl import commit, generate, iter_records, load_model, sampling_for, verify, write_rollouts
+from vrl import generate, iter_records, load_model, sampling_for, verify, write_rollouts
+from vrl.adversary import tampered
 from vrl.cli import _configure_logging, verdict_table
 from vrl.keys import NodeKey
 from vrl.tasks import Task, TaskList
@@ -27,12 +28,11 @@ def tampered_groups(honest: list, model, node: NodeKey) -> list[tuple[str, int, 
     submitted whole), re-signed so every signature is valid: (name, index of the cheat, group)."""
     thief = NodeKey.from_seed(b"thief".ljust(32, b"\0"))
     first, second, fourth = honest[0], honest[1], honest[3]
-    tokens = list(second.completion_tokens)
-    tokens[len(tokens) // 2] = (tokens[len(tokens) // 2] + 1) % 256
+    edited = tampered(second, model, node, position=len(second.completion_tokens) // 2)
     cheats = [
         ("fabricated reward", node, dict(reward=1.0 - first.reward), first),
         ("token edited, commitment redone by prefill", node,
-         dict(completion_tokens=tuple(tokens), commitment=commit(model, list(second.prompt_tokens), tokens)), second),
+         dict(completion_tokens=edited.completion_tokens, commitment=edited.commitment), second),
         ("seed grinding: sample 3 relabelled as 0", node, dict(sample_index=0), fourth),
         ("forged all-zero commitment", node, dict(commitment=bytes(len(first.commitment))), first),
         ("replayed by another node", thief, {}, second),

@@ -286,13 +286,20 @@ class Trainer:
         record["seconds_step"] = record["seconds_generate"] + record["seconds_verify"] + record["seconds_update"]
 
         # 5. Publish version step + 1.
-        self.step_index += 1
-        if self.step_index % config.checkpoint_every == 0 or self.step_index == config.steps:
-            checkpoint.save(self.run_dir / "checkpoints", self.step_index, self.network, self.optimizer,
-                            {"model_hash": self.policy().model_hash.hex()})
-            checkpoint.prune(self.run_dir / "checkpoints", config.keep_checkpoints)
+        self.advance()
         self._append_metrics(record)
         return record
+
+    def advance(self) -> Model:
+        """Make the current weights policy version ``step + 1``; the checkpoint, when one is
+        due, is on disk before this returns. Returns the new policy."""
+        self.step_index += 1
+        model = self.policy()
+        if self.step_index % self.config.checkpoint_every == 0 or self.step_index == self.config.steps:
+            checkpoint.save(self.run_dir / "checkpoints", self.step_index, self.network, self.optimizer,
+                            {"model_hash": model.model_hash.hex()})
+            checkpoint.prune(self.run_dir / "checkpoints", self.config.keep_checkpoints)
+        return model
 
     def update(self, groups: list[list[Rollout]], weights: list[float] | None = None) -> dict:
         """One GRPO step on whole groups; ``weights`` (one per group, >= 0; e.g. the node's

@@ -17,7 +17,7 @@ import torch
 
 from proofs.sampler import SamplingParams
 from vrl import adversary as degradations
-from vrl import checkpoint, commit
+from vrl.adversary import tampered
 from vrl.generate import iter_generate
 from vrl.keys import NodeKey
 from vrl.model import Model, load_model
@@ -137,15 +137,6 @@ class Work:
         return Submission.of(bad), canary.node_id
 
 
-def tampered(rollout: Rollout, model: Model, key: NodeKey) -> Rollout:
-    """One completion token changed, the commitment rebuilt by an honest prefill of the
-    claimed model, re-signed: passes TOPLOC's commitment check, not our sampling check."""
-    tokens = list(rollout.completion_tokens)
-    tokens[0] = (tokens[0] + 1) % model.vocab_size
-    return rollout.signed(key, completion_tokens=tuple(tokens),
-                          commitment=commit(model, list(rollout.prompt_tokens), tokens))
-
-
 class PolicyTrainer:
     """The trainer role: a :class:`vrl.train.Trainer` stepped on admitted groups only."""
 
@@ -163,11 +154,7 @@ class PolicyTrainer:
         """GRPO on the batch, then version + 1: ``(model, weights blob, metrics)``; the
         checkpoint is on disk before this returns."""
         metrics = self.trainer.update(groups, weights)
-        self.trainer.step_index += 1
-        model = self.trainer.policy()
-        checkpoint.save(self.trainer.run_dir / "checkpoints", self.trainer.step_index, self.trainer.network,
-                        self.trainer.optimizer, {"model_hash": model.model_hash.hex()})
-        checkpoint.prune(self.trainer.run_dir / "checkpoints", self.trainer.config.keep_checkpoints)
+        model = self.trainer.advance()  # checkpoint_every is 1 for the node's trainer
         if self.trainer.step_index % self.trainer.config.eval_every == 0:
             metrics.update(self.trainer.evaluate(model))
         metrics["rewards_mean"] = float(torch.tensor([r.reward for g in groups for r in g]).mean()) if groups else 0.0
