@@ -17,6 +17,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vrl.rollout import MAX_RECORD_BYTES, RecordError, Rollout
@@ -129,14 +130,24 @@ def write_rollouts(path: str | Path, rollouts: Iterable[Rollout]) -> int:
 
     An existing file at ``path`` is replaced only once the new one is complete on disk.
     """
-    target = Path(path)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     count = 0
-    try:
+    with replaced_atomically(path) as temporary:
         with RolloutWriter(temporary) as writer:
             for rollout in rollouts:
                 writer.write(rollout)
                 count += 1
+    return count
+
+
+@contextmanager
+def replaced_atomically(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path``: write it in the block; when the block succeeds it is
+    renamed over ``path`` and the directory fsynced, so readers see the old file or the whole
+    new one, never a part."""
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        yield temporary
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
@@ -145,4 +156,12 @@ def write_rollouts(path: str | Path, rollouts: Iterable[Rollout]) -> int:
         os.fsync(directory)
     finally:
         os.close(directory)
-    return count
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` all or nothing (see :func:`replaced_atomically`)."""
+    with replaced_atomically(path) as temporary:
+        with open(temporary, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())

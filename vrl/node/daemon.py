@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ import torch
 
 from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import Message, Transport, TransportError, Validation, message_id
+from vrl.io import write_bytes_atomic
 from vrl.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
@@ -233,7 +233,7 @@ class Node:
                 peers = sorted(self.transport.peers(), key=lambda p: p != announcement.trainer)
                 blob = await fetch_blob(self.transport, peers, announcement.blob, max_size=min(
                     announcement.size, MAX_WEIGHTS_BYTES), timeout=60.0)
-                _atomic_write(path, blob)
+                write_bytes_atomic(path, blob)
             self.blobs.put(blob)
             await self._in_model_thread("load", self.work.load, announcement, blob, self.config.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()
@@ -284,7 +284,7 @@ class Node:
         version = self.trainer.version
         announcement = PolicyAnnouncement(self.key.node_id, version, model.model_hash,
                                           hashlib.sha256(blob).digest(), len(blob)).signed(self.key)
-        _atomic_write(self.blob_dir / announcement.blob.hex(), blob)
+        write_bytes_atomic(self.blob_dir / announcement.blob.hex(), blob)
         self.blobs.put(blob)
         self.work.install(version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
         metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
@@ -437,12 +437,3 @@ class Node:
             self._reputation_round = version
             self.store.put_reputation(version, [(n, s.score, s.check_rate, s.quarantined, s.trust, s.checked_groups)
                                                 for n, s in standings.items()])
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    staging = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    with open(staging, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(staging, path)
