@@ -213,6 +213,7 @@ class NodeProtocol:
         self.policies: dict[int, PolicyAnnouncement] = {}
         self.loaded: set[int] = set()
         self.groups: dict[bytes, _Group] = {}
+        self._by_version: dict[int, list[bytes]] = defaultdict(list)  # digests in arrival order
         self.verdicts: dict[bytes, dict[bytes, SignedVerdict]] = defaultdict(dict)
         self.generated: set[int] = set()
         self.planted: dict[bytes, int] = {}  # group -> round; this trainer made them bad
@@ -251,6 +252,7 @@ class NodeProtocol:
             case GroupReceived(submission, subject, version, now):
                 if submission.digest not in self.groups:
                     self.groups[submission.digest] = _Group(subject, version, now)
+                    self._by_version[version].append(submission.digest)
                     if subject == self.me:
                         self.generated.add(version)
             case VerdictReceived(verdict):
@@ -320,22 +322,29 @@ class NodeProtocol:
         version = self.version
         needed = {version}
         if self.has("verifier") or self.has("trainer"):
-            needed |= {g.version for g in self.groups.values() if self._fresh(g.version) and g.version in self.policies}
+            needed |= {self.groups[d].version for d in self._fresh_groups() if self.groups[d].version in self.policies}
         return sorted(needed)
 
     def _fresh(self, version: int) -> bool:
         current = self.version
         return current is not None and 0 <= current - version <= self.config.max_staleness
 
+    def _fresh_groups(self) -> list[bytes]:
+        """Digests of the groups still usable, in arrival order: the only ones any rule acts
+        on, so the work per event grows with the versions seen, not with every group ever."""
+        fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
+        return sorted(fresh, key=lambda d: self.groups[d].arrived)
+
     # -- verifying --------------------------------------------------------------------------
     def _checks(self) -> list[Action]:
         actions: list[Action] = []
-        for digest, group in sorted(self.groups.items(), key=lambda item: item[1].arrived):
+        for digest in self._fresh_groups():
+            group = self.groups[digest]
             if (group.subject == self.me or digest in self.planted or self.me in self.verdicts[digest]
-                    or not self._fresh(group.version) or group.version not in self.loaded):
+                    or group.version not in self.loaded):
                 continue
             others = self.verdicts[digest].values()
-            recheck = any(v.outcome == HARD_FAIL for v in others)
+            recheck = any(v.outcome in (HARD_FAIL, SOFT_FAIL) for v in others)
             audit = self.has("trainer") and any(self._audits(v) for v in others)
             if recheck or audit:
                 actions += self._once(Check(digest, group.version))
@@ -423,7 +432,7 @@ class NodeProtocol:
             return []
         if self.config.last_version and version >= self.config.last_version:
             return []
-        fresh = [d for d, g in self.groups.items() if self._fresh(g.version)]
+        fresh = self._fresh_groups()
         decisions = {d: self.decided(d) for d in fresh}
         ready = [d for d, ok in decisions.items() if ok]
         started = self.round_started.get(version, self.now)
