@@ -27,6 +27,7 @@ the signed record that carries the commitment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,25 +145,58 @@ def build(rows: torch.Tensor) -> bytes:
     return build_many([rows])[0]
 
 
-def build_many(row_sets: list[torch.Tensor]) -> list[bytes]:
-    """Commit to several sequences at once: the interpolation is vectorized over every chunk
-    of every sequence, which is what keeps commitment building a small share of generation."""
-    pieces: list[list[bytes]] = []
-    by_length: dict[int, list[tuple[int, int, int, np.ndarray, np.ndarray]]] = {}
-    for which, rows in enumerate(row_sets):
+def _selections(row_sets: Sequence[torch.Tensor]) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """Per sequence and per chunk of :func:`_chunks`: the selected columns and their bf16 bits,
+    each shaped (rows in the chunk, values per row).
+
+    Top-k is per row, so the rows of every sequence are stacked and selected in two vectorized
+    calls (all body rows, then all closing rows) instead of one call per chunk.
+    """
+    widths = {rows.shape[1] if rows.ndim == 2 else -1 for rows in row_sets}
+    for rows in row_sets:
         if rows.ndim != 2 or rows.shape[0] < 2 or rows.shape[1] < CLOSING_VALUES:
             raise ValueError(f"rows must be 2-D with >= 2 rows and >= {CLOSING_VALUES} columns, "
                              f"got shape {tuple(rows.shape)}")
-        bits = bf16_bits(rows)
-        width = bits.shape[1]
-        chunks = _chunks(bits.shape[0])
+    if len(widths) > 1:
+        raise ValueError(f"row sets of one call must share their width, got {sorted(widths)}")
+    if not row_sets:
+        return []
+    bits = bf16_bits(torch.cat(list(row_sets)))
+    lengths = [rows.shape[0] for rows in row_sets]
+    closing = np.cumsum(lengths) - 1
+    is_body = np.ones(len(bits), dtype=bool)
+    is_body[closing] = False
+    body_bits, closing_bits = bits[is_body], bits[closing]
+    body_columns = top_indices(body_bits, VALUES_PER_ROW)
+    body_values = np.take_along_axis(body_bits, body_columns, axis=1)
+    closing_columns = top_indices(closing_bits, CLOSING_VALUES)
+    closing_values = np.take_along_axis(closing_bits, closing_columns, axis=1)
+    selections, body_offset = [], 0
+    for which, n_rows in enumerate(lengths):
+        chunks = [(body_columns[body_offset + start : body_offset + end], body_values[body_offset + start : body_offset + end])
+                  for start, end, _ in _chunks(n_rows)[:-1]]
+        chunks.append((closing_columns[which : which + 1], closing_values[which : which + 1]))
+        selections.append(chunks)
+        body_offset += n_rows - 1
+    return selections
+
+
+def _point_keys(columns: np.ndarray, width: int) -> np.ndarray:
+    """The interpolation points of a chunk: ``row_in_chunk * width + column``, row-major."""
+    return (np.arange(len(columns))[:, None] * width + columns).reshape(-1)
+
+
+def build_many(row_sets: Sequence[torch.Tensor]) -> list[bytes]:
+    """Commit to several sequences at once: selection and interpolation are vectorized over
+    every chunk of every sequence, which keeps commitment building a small share of generation."""
+    pieces: list[list[bytes]] = []
+    by_length: dict[int, list[tuple[int, int, int, np.ndarray, np.ndarray]]] = {}
+    for which, (rows, chunks) in enumerate(zip(row_sets, _selections(row_sets))):
         pieces.append([b""] * len(chunks))
-        for index, (start, end, k) in enumerate(chunks):
-            columns = top_indices(bits[start:end], k)
-            keys = (np.arange(end - start)[:, None] * width + columns).reshape(-1)
+        for index, (columns, values) in enumerate(chunks):
+            keys = _point_keys(columns, rows.shape[1])
             modulus = _injective_modulus(keys)
-            values = np.take_along_axis(bits[start:end], columns, axis=1).reshape(-1)
-            by_length.setdefault(len(keys), []).append((which, index, modulus, keys % modulus, values))
+            by_length.setdefault(len(keys), []).append((which, index, modulus, keys % modulus, values.reshape(-1)))
     for group in by_length.values():
         poly = _interpolate(np.stack([item[3] for item in group]), np.stack([item[4] for item in group]))
         for (which, index, modulus, _, _), coefficients in zip(group, poly):
@@ -221,15 +255,56 @@ def parse(data: bytes, n_rows: int) -> list[tuple[int, np.ndarray]]:
 
 
 def check(data: bytes, rows: torch.Tensor) -> CommitmentCheck:
-    """Compare a commitment with hidden-state rows recomputed by the verifier."""
-    bits = bf16_bits(rows)
-    n_rows, width = bits.shape
+    """Compare a commitment with hidden-state rows recomputed by the verifier.
+
+    Raises :class:`MalformedCommitment` when the bytes do not have the layout for ``rows``.
+    """
+    (result,) = check_many([data], [rows])
+    if isinstance(result, MalformedCommitment):
+        raise result
+    return result
+
+
+def check_many(
+    commitments: Sequence[bytes], row_sets: Sequence[torch.Tensor]
+) -> list[CommitmentCheck | MalformedCommitment]:
+    """Compare many commitments with their recomputed rows, vectorized across all of them.
+
+    A malformed commitment gets its :class:`MalformedCommitment` in its place, so one bad
+    record never stops the others from being checked.
+    """
+    results: list[CommitmentCheck | MalformedCommitment | None] = [None] * len(row_sets)
+    parsed: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for which, (data, rows) in enumerate(zip(commitments, row_sets, strict=True)):
+        try:
+            parsed[which] = parse(data, rows.shape[0])
+        except MalformedCommitment as error:
+            results[which] = error
+    selections = dict(zip(parsed, _selections([row_sets[which] for which in parsed])))
+    # Every chunk's polynomial is evaluated at the verifier's own points; chunks with as many
+    # coefficients are stacked and evaluated together.
+    by_degree: dict[int, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
+    for which, chunks in selections.items():
+        for index, ((modulus, coefficients), (columns, _)) in enumerate(zip(parsed[which], chunks)):
+            keys = _point_keys(columns, row_sets[which].shape[1]) % modulus
+            by_degree.setdefault(len(coefficients), []).append((which, index, coefficients, keys))
+    claimed: dict[tuple[int, int], np.ndarray] = {}
+    for group in by_degree.values():
+        values = _evaluate(np.stack([item[2] for item in group]), np.stack([item[3] for item in group]))
+        claimed.update(((which, index), row) for (which, index, _, _), row in zip(group, values))
+    for which, chunks in selections.items():
+        results[which] = _agreement(
+            row_sets[which].shape[0],
+            [(claimed[which, index].reshape(mine.shape), mine) for index, (_, mine) in enumerate(chunks)],
+        )
+    return results  # type: ignore[return-value]  (every slot is filled above)
+
+
+def _agreement(n_rows: int, chunks: list[tuple[np.ndarray, np.ndarray]]) -> CommitmentCheck:
+    """Sequence statistics from each chunk's (claimed, recomputed) bf16 bits; the last chunk
+    is the closing row."""
     missed, errors = [], []
-    for (start, end, k), (modulus, coefficients) in zip(_chunks(n_rows), parse(data, n_rows)):
-        columns = top_indices(bits[start:end], k)
-        mine = np.take_along_axis(bits[start:end], columns, axis=1)
-        keys = ((np.arange(end - start)[:, None] * width + columns) % modulus).reshape(1, -1)
-        claimed = _evaluate(coefficients[None, :], keys).reshape(mine.shape)
+    for claimed, mine in chunks:
         agree = (claimed >> _SIGN_EXPONENT_SHIFT) == (mine >> _SIGN_EXPONENT_SHIFT)
         missed.append(~agree)
         errors.append(np.where(agree, np.abs((claimed & _MANTISSA_MASK) - (mine & _MANTISSA_MASK)), -1))

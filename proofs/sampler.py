@@ -14,6 +14,7 @@ serves every temperature: the drift is a property of the logits, not of ``T``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,18 +90,43 @@ def _mass_above(logits: torch.Tensor, probs: torch.Tensor, slack: float) -> torc
     return cumulative.gather(-1, beaten_by)
 
 
-def _race(scaled: np.ndarray, words: np.ndarray, reference: int, slack: float) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens that can still win one race, and their scores ``z/T + g``.
+#: Rows of noise words materialised at once: ``rows x vocab`` float64 scores stay near 32 MiB
+#: whatever the vocabulary, while a small vocabulary still gets every row of a batch in one go.
+_RACE_BLOCK_ENTRIES = 1 << 22
 
-    ``scaled`` is ``z/T`` with ``-inf`` outside the masks. The noise never exceeds the Gumbel
-    value of the largest word drawn, so a token whose ``z/T`` plus that bound stays below the
-    reference token's score (less ``slack``) cannot win, and its logarithms are never taken.
-    This is exact, not an approximation: the result equals the full race over every token.
+
+def _races(
+    scaled: np.ndarray, seeds: list[bytes], positions: list[int], reference: np.ndarray, slack: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run one seeded race per row; returns ``(winner, best score, reference's score)`` per row.
+
+    ``scaled`` is ``z/T`` with ``-inf`` outside the masks; row ``r`` races with the noise of
+    ``(seeds[r], positions[r])``. The noise never exceeds the Gumbel value of the largest word
+    drawn, so a token whose ``z/T`` plus that bound stays below the reference token's score
+    (less ``slack``) cannot win, and its logarithms are never taken. This is exact, not an
+    approximation: the result equals the full race over every token (winner ties go to the
+    lowest id). Rows are processed in blocks, vectorized across rollouts and positions.
     """
-    ceiling = float(prf.to_gumbel(words.max(keepdims=True))[0])
-    floor = scaled[reference] + float(prf.to_gumbel(words[reference : reference + 1])[0]) - slack
-    candidates = np.flatnonzero(scaled + ceiling >= floor)
-    return candidates, scaled[candidates] + prf.to_gumbel(words[candidates])
+    n_rows, vocab = scaled.shape
+    winner = np.empty(n_rows, dtype=np.int64)
+    best = np.empty(n_rows)
+    mine = np.empty(n_rows)
+    block = max(1, _RACE_BLOCK_ENTRIES // max(vocab, 1))
+    for start in range(0, n_rows, block):
+        rows = slice(start, min(start + block, n_rows))
+        words = np.stack([prf.raw_words(seed, position, vocab)
+                          for seed, position in zip(seeds[rows], positions[rows])])
+        part, ref = scaled[rows], reference[rows]
+        index = np.arange(len(ref))
+        ceiling = prf.to_gumbel(words.max(axis=1))
+        floor = part[index, ref] + prf.to_gumbel(words[index, ref]) - slack
+        candidates = part + ceiling[:, None] >= floor[:, None]
+        scores = np.full(part.shape, -np.inf)
+        scores[candidates] = part[candidates] + prf.to_gumbel(words[candidates])
+        winner[rows] = np.argmax(scores, axis=1)
+        best[rows] = scores[index, winner[rows]]
+        mine[rows] = scores[index, ref]
+    return winner, best, mine
 
 
 def sample(
@@ -112,18 +138,14 @@ def sample(
     The winner is ``argmax_j z_j/T + g_j`` over the kept tokens, ties to the lowest id. The
     behaviour logprob is ``log softmax(z/T)`` over the kept tokens (0 for greedy decoding).
     """
-    z = logits.detach().to(torch.float64)
+    z = logits.detach().to(torch.float64).cpu()
     if params.greedy:
         tokens = torch.argmax(z, dim=-1)
         return tokens, torch.zeros(len(tokens), dtype=torch.float64)
     keep = _allowed(z, params)
     scaled = torch.where(keep, z / params.temperature, -math.inf).numpy()
-    winners = []
-    for row, (seed, position) in enumerate(zip(seeds, positions)):
-        words = prf.raw_words(seed, position, scaled.shape[1])
-        candidates, scores = _race(scaled[row], words, int(np.argmax(scaled[row])), 0.0)
-        winners.append(int(candidates[np.argmax(scores)]))
-    tokens = torch.tensor(winners, dtype=torch.long)
+    winners, _, _ = _races(scaled, list(seeds), list(positions), np.argmax(scaled, axis=1), 0.0)
+    tokens = torch.from_numpy(winners)
     return tokens, _logprob_of(z, keep, tokens, params)
 
 
@@ -154,20 +176,21 @@ class RaceReplay:
 def replay(
     logits: torch.Tensor,
     tokens: torch.Tensor,
-    seed: bytes,
-    first_position: int,
+    seeds: list[bytes],
+    positions: list[int],
     params: SamplingParams,
     slack: float,
 ) -> RaceReplay:
-    """Replay the seeded races of one rollout against logits recomputed by a prefill.
+    """Replay seeded races against logits recomputed by a prefill, one race per row.
 
-    ``logits[i]`` must be the logits that chose ``tokens[i]``, which was sampled at position
-    ``first_position + i``. The margin of token ``y`` is
+    ``logits[i]`` must be the logits that chose ``tokens[i]``, sampled at position
+    ``positions[i]`` of the rollout seeded ``seeds[i]``: rows of many rollouts that share
+    ``params`` are replayed in one vectorized pass. The margin of token ``y`` is
     ``T * (max_j (z_j/T + g_j) - (z_y/T + g_y))`` over the verifier's kept set plus ``y``, or
     ``inf`` when ``y`` is outside the masks even with ``slack``; 0 means it won outright.
     """
-    z = logits.detach().to(torch.float64)
-    y = tokens.to(torch.long)
+    z = logits.detach().to(torch.float64).cpu()
+    y = tokens.to(torch.long).cpu()
     rows = torch.arange(len(y))
     if params.greedy:
         margins = z.max(dim=-1).values - z[rows, y]
@@ -176,13 +199,35 @@ def replay(
     keep = _allowed(z, params)
     keep[rows, y] = True
     scaled = torch.where(keep, z / params.temperature, -math.inf).numpy()
-    margins = np.empty(len(y))
-    for row, token in enumerate(y.tolist()):
-        if not admissible[row]:
-            margins[row] = EXCLUDED
-            continue
-        words = prf.raw_words(seed, first_position + row, scaled.shape[1])
-        candidates, scores = _race(scaled[row], words, token, slack / params.temperature)
-        mine = scores[np.searchsorted(candidates, token)]
-        margins[row] = params.temperature * (scores.max() - mine)
+    racing = np.flatnonzero(admissible)
+    margins = np.full(len(y), EXCLUDED)
+    _, best, mine = _races(scaled[racing], [seeds[r] for r in racing], [positions[r] for r in racing],
+                           y.numpy()[racing], slack / params.temperature)
+    margins[racing] = params.temperature * (best - mine)
     return RaceReplay(margins, _logprob_of(z, keep, y, params).numpy())
+
+
+def replay_sequences(
+    sequences: Sequence[tuple[torch.Tensor, torch.Tensor, bytes, SamplingParams]], slack: float
+) -> list[RaceReplay]:
+    """Replay whole sampled sequences, each ``(logits, tokens, sample_seed, params)`` with its
+    tokens at positions ``0 .. n-1``: the rows of every sequence that shares ``params`` go
+    through :func:`replay` together, which is what makes checking a batch cheap."""
+    by_params: dict[SamplingParams, list[int]] = {}
+    for which, (_, _, _, params) in enumerate(sequences):
+        by_params.setdefault(params, []).append(which)
+    results: list[RaceReplay | None] = [None] * len(sequences)
+    for params, members in by_params.items():
+        lengths = [len(sequences[which][1]) for which in members]
+        together = replay(
+            torch.cat([sequences[which][0] for which in members]),
+            torch.cat([sequences[which][1] for which in members]),
+            [sequences[which][2] for which, n in zip(members, lengths) for _ in range(n)],
+            [position for n in lengths for position in range(n)],
+            params,
+            slack,
+        )
+        ends = np.cumsum(lengths)
+        for which, end, n in zip(members, ends, lengths):
+            results[which] = RaceReplay(together.margins[end - n : end], together.logprobs[end - n : end])
+    return results  # type: ignore[return-value]  (every slot is filled above)

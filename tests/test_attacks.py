@@ -61,6 +61,30 @@ def test_bfloat16_compute_honest_accepted(node):
     assert all(v.accepted for v in result), [v.message for v in result if not v.accepted]
 
 
+def test_a_callers_grad_mode_forward_checks_like_the_verifiers_own_prefill(tiny, node, sampling):
+    """The trainer hands verify() its GRPO forward pass (right-padded, graph kept, prompts shared)
+    instead of letting it prefill: verdicts are the same, honest or not."""
+    from vrl.adversary import tampered
+    from vrl.forward import continue_prompts, prefilled
+
+    cheap = degraded(tiny, "perturb-1pct")
+    records = vrl.generate(tiny, TASKS, node, groups=2, round_seed=ROUND, sampling=sampling, group_size=4)
+    records[1] = tampered(records[1], tiny, node, position=len(records[1].completion_tokens) // 2)
+    records[5] = vrl.generate(cheap, TASKS, node, groups=[1], round_seed=ROUND, sampling=sampling,
+                              group_size=4)[1].signed(node, model_hash=tiny.model_hash)
+    tiny.network.requires_grad_(True)
+    try:
+        forward = continue_prompts(tiny.network, [list(r.prompt_tokens) for r in records],
+                                   [list(r.completion_tokens) for r in records], tiny.pad_token_id, capture_hidden=True)
+    finally:
+        tiny.network.requires_grad_(False)
+    assert forward.logits.requires_grad
+    shared = verdicts(records, tiny, prefilled=dict(enumerate(prefilled(forward))))
+    own = verdicts(records, tiny)
+    assert [(v.stage, v.reason) for v in shared] == [(v.stage, v.reason) for v in own]
+    assert [v.accepted for v in own] == [True, False, True, True, True, False, True, True]
+
+
 # -- a different or degraded model ---------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["other-model", "perturb-1pct", "int4"])

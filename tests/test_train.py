@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 import vrl
 from vrl import checkpoint
+from vrl.adversary import tampered
 from vrl.base_model import BaseModelConfig, build_base_model, read_meta
 from vrl.checkpoint import CheckpointError
 from vrl.cli import app
@@ -95,21 +96,44 @@ def test_corrupt_checkpoint_refused_and_nothing_loaded(base, tmp_path):
         Trainer(config(base, steps=3), tmp_path / "run", resume=True)
 
 
-def test_group_with_a_rejected_member_is_dropped_and_reported(base, tmp_path, monkeypatch):
+CHEATS = {
+    # The node lies about one reward of its first group.
+    "fabricated reward": (lambda rollout, model, key: rollout.signed(key, reward=1.0 - rollout.reward),
+                          {"reward_mismatch"}),
+    # One token edited, the commitment rebuilt by an honest prefill: the verifier checks it against
+    # the trainer's own GRPO forward pass, which must catch it as its own prefill would.
+    "tampered token": (lambda rollout, model, key: tampered(rollout, model, key), {"sampling_mismatch"}),
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_group_with_a_rejected_member_is_dropped_and_reported(base, tmp_path, monkeypatch, cheat):
     import vrl.train as train
 
     honest_generate = train.iter_generate
+    edit, reasons = CHEATS[cheat]
 
     def one_cheat(model, tasks, key, **options):
         for number, group in enumerate(honest_generate(model, tasks, key, **options)):
-            if number == 0:  # the node lies about one reward of its first group
-                group[1] = group[1].signed(key, reward=1.0 - group[1].reward)
+            if number == 0:
+                group[1] = edit(group[1], model, key)
             yield group
 
     monkeypatch.setattr(train, "iter_generate", one_cheat)
     record = Trainer(config(base, steps=1, grpo=GRPOConfig(advantage="mean")), tmp_path / "run").step()
-    assert record["rejected"] == 1 and record["rejected_reasons"] == {"reward_mismatch": 1}
+    assert record["rejected"] == 1 and set(record["rejected_reasons"]) <= reasons | {"commitment_mismatch"}
     assert record["groups_used"] + record["groups_zero_variance"] <= 3  # the cheating group never trains
+
+
+def test_several_optimizer_steps_per_batch_clip_against_the_first_pass(base, tmp_path):
+    """GRPO's mu: with one step the ratio is 1 and nothing clips; with four steps at a large rate
+    the later passes move away from pi_old and the clip binds on some tokens."""
+    settings = config(base, steps=1, groups_per_step=16, group_size=8, learning_rate=3e-2, warmup_steps=1)
+    once = Trainer(settings, tmp_path / "once").step()
+    four = Trainer(dataclasses.replace(settings, grpo=GRPOConfig(iterations=4)), tmp_path / "four").step()
+    assert once["groups_used"] and four["groups_used"]
+    assert once["clip_fraction"] == 0.0
+    assert four["clip_fraction"] > 0.0
 
 
 def test_cli_train_with_toml_and_flags(base, tmp_path):

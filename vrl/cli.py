@@ -279,6 +279,7 @@ def train(
     advantage: Annotated[Optional[str], typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
     aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
     kl_beta: Annotated[Optional[float], typer.Option()] = None,
+    iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
@@ -293,7 +294,8 @@ def train(
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
              "learning_rate": learning_rate, "verify_fraction": verify_fraction,
-             "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta}}
+             "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
+                      "iterations": iterations}}
     saved = run_dir / "config.toml"
     try:
         if config is not None:

@@ -57,7 +57,7 @@ def expected_accuracy(model: Model, tasks: list[Task], *, temperature: float = 1
     """
     import torch
 
-    from vrl.forward import right_padded
+    from vrl.forward import continue_prompts, token_logprobs
 
     if not tasks:
         raise ValueError("expected accuracy of an empty task list")
@@ -65,12 +65,10 @@ def expected_accuracy(model: Model, tasks: list[Task], *, temperature: float = 1
     total = 0.0
     for start in range(0, len(tasks), batch_size):
         batch = tasks[start : start + batch_size]
-        prompts = [model.encode(t.prompt) for t in batch]
         answers = [model.encode(t.answer) + [stop] for t in batch]
-        input_ids, mask = right_padded([p + a for p, a in zip(prompts, answers)], model.pad_token_id)
         with torch.no_grad():
-            logits = model.network(input_ids=input_ids, attention_mask=mask).logits.float() / temperature
-        logprobs = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-        for row, (prompt, answer) in enumerate(zip(prompts, answers)):
-            total += float(logprobs[row, len(prompt) - 1 : len(prompt) - 1 + len(answer)].sum().exp())
+            continued = continue_prompts(model.network, [model.encode(t.prompt) for t in batch], answers,
+                                         model.pad_token_id)
+        logprobs = token_logprobs(continued, temperature).masked_fill(continued.mask == 0, 0.0)
+        total += float(logprobs.sum(dim=1).exp().sum())
     return total / len(tasks)

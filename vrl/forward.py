@@ -1,7 +1,8 @@
-"""The two forward paths of the protocol: batched KV-cache decoding (the prover) and one
-batched prefill (the verifier). Both capture the final hidden state, the LM head's input,
-with a forward pre-hook, so they work for any causal LM whose head is its output embedding
-(and keep whatever the model does after the head, such as logit soft-capping).
+"""The forward paths: batched KV-cache decoding (the prover), and one batched pass over prompts
+and their continuations (the verifier's prefill, the trainer's GRPO forward, evaluation). They
+capture the final hidden state, the LM head's input, with a forward pre-hook, so they work for
+any causal LM whose head is its output embedding (and keep whatever the model does after the
+head, such as logit soft-capping).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from vrl.model import Model
 
 
 @contextmanager
-def _capture_head_input(model: Model):
+def _capture_head_input(network: torch.nn.Module):
     captured: list[torch.Tensor] = []
 
     def hook(_module: torch.nn.Module, args: tuple) -> None:
         captured.append(args[0].detach())
 
-    handle = model.network.get_output_embeddings().register_forward_pre_hook(hook)
+    handle = network.get_output_embeddings().register_forward_pre_hook(hook)
     try:
         yield captured
     finally:
@@ -35,6 +36,20 @@ def _capture_head_input(model: Model):
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids that ignore left padding (padding gets 1, as transformers does)."""
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def _distinct_prompts(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(which, input_ids, mask)``: the distinct prompts left-padded, and for every row the
+    index of its prompt among them (GRPO groups repeat one prompt ``group_size`` times)."""
+    distinct: dict[tuple[int, ...], int] = {}
+    which = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
+    width = max(map(len, distinct))
+    input_ids = torch.full((len(distinct), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row, prompt in enumerate(distinct):
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    return which, input_ids, mask
 
 
 def right_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,55 +85,61 @@ def decode(
 
     Row ``j`` of a completion's hidden states is the LM-head input that chose token ``j``; the
     extra last row comes from feeding the last token once more, so that token is committed.
-    A finished sequence keeps being fed padding (masked) until every sequence is done.
+    A sequence leaves the batch (and the KV cache) as soon as that closing row is captured:
+    completions of very different lengths then cost what their tokens cost, not what the
+    longest one does.
     """
     batch = len(prompts)
-    width = max(map(len, prompts))
-    pad = model.pad_token_id
-    input_ids = torch.full((batch, width), pad, dtype=torch.long)
-    mask = torch.zeros((batch, width), dtype=torch.long)
-    for b, prompt in enumerate(prompts):
-        input_ids[b, width - len(prompt) :] = torch.tensor(prompt)
-        mask[b, width - len(prompt) :] = 1
+    # Each distinct prompt is prefilled once; its KV cache is gathered for every row after.
+    which, input_ids, mask = _distinct_prompts(prompts, model.pad_token_id)
     positions = _positions(mask)
     stops = set(params.stop_token_ids)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     rows: list[list[torch.Tensor]] = [[] for _ in range(batch)]
     finish: list[str | None] = [None] * batch
-    closed = [False] * batch
+    active = list(range(batch))  # the sequences in the batched forward, in batch order
     cache = DynamicCache()
     step = 0
-    with _capture_head_input(model) as captured:
-        while True:
+    with _capture_head_input(model.network) as captured:
+        while active:
             captured.clear()
             out = model.network(
                 input_ids=input_ids, attention_mask=mask, position_ids=positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=1,
             )
             hidden = captured[-1][:, -1, :].float()
-            sampling = [b for b in range(batch) if finish[b] is None]
-            for b in range(batch):
-                if not closed[b] and (finish[b] is None or len(rows[b]) == len(tokens[b])):
-                    rows[b].append(hidden[b].clone())
-                    closed[b] = finish[b] is not None
+            logits = out.logits[:, -1, :]
+            if step == 0:
+                cache.batch_select_indices(which)
+                hidden, logits, positions, mask = hidden[which], logits[which], positions[which], mask[which]
+            for i, b in enumerate(active):
+                rows[b].append(hidden[i].clone())  # chooses token `step`, or closes a finished sequence
+            sampling = [i for i, b in enumerate(active) if finish[active[i]] is None]
             if sampling:
                 chosen, chosen_logprobs = sample(
-                    out.logits[sampling, -1, :], [seeds[b] for b in sampling], [step] * len(sampling), params
+                    logits[sampling], [seeds[active[i]] for i in sampling], [step] * len(sampling), params
                 )
-                for b, token, logprob in zip(sampling, chosen.tolist(), chosen_logprobs.tolist()):
+                for i, token, logprob in zip(sampling, chosen.tolist(), chosen_logprobs.tolist()):
+                    b = active[i]
                     tokens[b].append(token)
                     logprobs[b].append(logprob)
                     if token in stops:
                         finish[b] = "stop"
                     elif len(tokens[b]) == params.max_new_tokens:
                         finish[b] = "length"
-            if all(closed):
+            # A sequence that was not sampled this step has just had its closing row captured.
+            kept = sampling
+            if len(kept) < len(active):
+                if kept:
+                    cache.batch_select_indices(torch.tensor(kept))
+                positions, mask = positions[kept], mask[kept]
+                active = [active[i] for i in kept]
+            if not active:
                 break
-            fed = torch.tensor([b in sampling for b in range(batch)], dtype=torch.long)
-            input_ids = torch.tensor([[tokens[b][-1] if fed[b] else pad] for b in range(batch)])
-            positions = positions[:, -1:] + fed[:, None]
-            mask = torch.cat([mask, fed[:, None]], dim=1)
+            input_ids = torch.tensor([[tokens[b][-1]] for b in active])
+            positions = positions[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
             step += 1
             if on_step is not None:
                 on_step()
@@ -129,6 +150,59 @@ def decode(
 
 
 @dataclass(frozen=True, slots=True)
+class Continued:
+    """A forward pass over ``prompt + continuation`` rows, aligned on the continuations.
+
+    Position ``j`` of ``logits`` and ``hidden`` is what the model computed right before
+    continuation token ``j``: position 0 is the last prompt token, position ``j`` the
+    continuation token ``j - 1``. Both have one position more than ``tokens``, so the last real
+    one of a row is the state after its last token.
+    """
+
+    tokens: torch.Tensor  # (B, W) continuation tokens, right-padded
+    mask: torch.Tensor  # (B, W) 1 where a continuation token is real
+    logits: torch.Tensor  # (B, W + 1, vocab)
+    hidden: torch.Tensor | None  # (B, W + 1, hidden), the LM-head input, when captured
+
+
+def continue_prompts(
+    network: torch.nn.Module, prompts: list[list[int]], continuations: list[list[int]], pad: int,
+    *, capture_hidden: bool = False,
+) -> Continued:
+    """Run the model over each prompt followed by its continuation, computing each distinct
+    prompt once.
+
+    GRPO groups share their prompt, so the distinct prompts go through the model first
+    (left-padded) and their KV cache is then gathered for every row; the continuations follow
+    in one right-padded pass over that cache. A group of 8 with a prompt longer than its
+    completions costs about a third of a full pass over every row. Runs under the caller's
+    grad mode: gradients reach the shared prompt through the gathered cache.
+    """
+    if not prompts or any(not p for p in prompts) or any(not c for c in continuations):
+        raise ValueError("every row needs a non-empty prompt and continuation")
+    which, prompt_ids, prompt_mask = _distinct_prompts(prompts, pad)
+    tokens, mask = right_padded(continuations, pad)
+    starts = torch.tensor([len(p) for p in prompts])
+    cache = DynamicCache()
+    with _capture_head_input(network) as captured:
+        first = network(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(which)
+        rest = network(input_ids=tokens, attention_mask=torch.cat([prompt_mask[which], mask], dim=1),
+                       position_ids=starts[:, None] + torch.arange(tokens.shape[1]), past_key_values=cache,
+                       use_cache=True)
+    hidden = torch.cat([captured[0][which], captured[1]], dim=1) if capture_hidden else None
+    return Continued(tokens, mask, torch.cat([first.logits[which], rest.logits], dim=1), hidden)
+
+
+def token_logprobs(continued: Continued, temperature: float) -> torch.Tensor:
+    """``log pi(token_j | prefix)`` at ``temperature`` for every continuation token, (B, W);
+    padding positions hold the logprob of the pad token, for the caller's mask to drop."""
+    logits = continued.logits[:, :-1].float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, continued.tokens[..., None]).squeeze(-1)
+
+
+@dataclass(frozen=True, slots=True)
 class Prefilled:
     """The verifier's recomputation for one rollout."""
 
@@ -136,29 +210,16 @@ class Prefilled:
     logits: torch.Tensor  # (n, vocab) float32: the logits that chose each completion token
 
 
+def prefilled(continued: Continued) -> list[Prefilled]:
+    """Per row, the verifier's view of a forward pass that captured the hidden states."""
+    if continued.hidden is None:
+        raise ValueError("the forward pass did not capture the hidden states")
+    return [Prefilled(continued.hidden[b, : n + 1].detach().float().clone(), continued.logits[b, :n].detach().float())
+            for b, n in enumerate(continued.mask.sum(dim=1).tolist())]
+
+
 @torch.inference_mode()
 def prefill(model: Model, sequences: list[tuple[list[int], list[int]]]) -> list[Prefilled]:
-    """One forward pass over ``prompt + completion`` for a batch (left-padded).
-
-    Only the last ``n + 1`` positions of each sequence reach the LM head (``logits_to_keep``),
-    so the prompt costs attention and MLP work but no vocabulary projection.
-    """
-    lengths = [len(p) + len(c) for p, c in sequences]
-    width = max(lengths)
-    keep = max(len(c) for _, c in sequences) + 1
-    input_ids = torch.full((len(sequences), width), model.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(input_ids)
-    for b, (prompt, completion) in enumerate(sequences):
-        input_ids[b, width - lengths[b] :] = torch.tensor([*prompt, *completion])
-        mask[b, width - lengths[b] :] = 1
-    with _capture_head_input(model) as captured:
-        out = model.network(
-            input_ids=input_ids, attention_mask=mask, position_ids=_positions(mask),
-            use_cache=False, logits_to_keep=keep,
-        )
-    hidden = captured[-1].float()
-    results = []
-    for b, (_, completion) in enumerate(sequences):
-        n = len(completion)
-        results.append(Prefilled(hidden[b, keep - n - 1 :].clone(), out.logits[b, keep - n - 1 : keep - 1].float()))
-    return results
+    """The verifier's recomputation: one batched forward over ``prompt + completion``."""
+    return prefilled(continue_prompts(model.network, [p for p, _ in sequences], [c for _, c in sequences],
+                                      model.pad_token_id, capture_hidden=True))

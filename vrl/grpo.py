@@ -30,6 +30,9 @@ class GRPOConfig:
     is_cap: float = 2.0  # TIS truncation C, verl's rollout_is_threshold default / TIS blog
     max_staleness: int = 4  # policy versions a rollout may lag, TRL async GRPO's max_staleness default
     std_eps: float = 1e-4  # added to the group std, as TRL's GRPOTrainer does
+    # mu, optimiser steps per batch (GRPO Algorithm 1; TRL's num_iterations, default 1). With 1
+    # the ratio is exactly 1 and the clip never binds; above 1, pi_old is the first pass.
+    iterations: int = 1
 
     def __post_init__(self) -> None:
         def check(name: str, ok: bool, need: str) -> None:
@@ -46,6 +49,8 @@ class GRPOConfig:
         ok = isinstance(self.max_staleness, int) and not isinstance(self.max_staleness, bool)
         check("max_staleness", ok and self.max_staleness >= 0, "an int >= 0")
         check("std_eps", real(self.std_eps) and self.std_eps > 0, "> 0")
+        ok = isinstance(self.iterations, int) and not isinstance(self.iterations, bool)
+        check("iterations", ok and 1 <= self.iterations <= 64, "an int in [1, 64]")
 
 
 def group_advantages(rewards: Tensor, mode: str = "std", std_eps: float = 1e-4) -> Tensor:

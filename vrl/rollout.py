@@ -183,10 +183,16 @@ def canonical_bytes(value: Any) -> bytes:
 
 def _sorted(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value, key=lambda k: k.encode())}
+        # UTF-8 preserves code-point order, so str keys sort as their encoded bytes do.
+        keys = sorted(value) if all(isinstance(k, str) for k in value) else sorted(value, key=_key_bytes)
+        return {k: _sorted(value[k]) for k in keys}
     if isinstance(value, list):
         return [_sorted(v) for v in value]
     return value
+
+
+def _key_bytes(key: str | bytes) -> bytes:
+    return key.encode() if isinstance(key, str) else key
 
 
 # -- decoding with field-level errors -------------------------------------------------------

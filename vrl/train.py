@@ -36,7 +36,7 @@ import torch
 from proofs.sampler import SamplingParams
 from vrl import checkpoint
 from vrl.evaluate import accuracy, expected_accuracy, held_out
-from vrl.forward import right_padded
+from vrl.forward import Prefilled, continue_prompts, prefilled, token_logprobs
 from vrl.generate import iter_generate
 from vrl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
 from vrl.io import write_rollouts
@@ -131,29 +131,39 @@ def _audited(round_seed_: bytes, group_index: int, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") < fraction * 2**64
 
 
-def sequence_logprobs(network: torch.nn.Module, rollouts: list[Rollout], temperature: float, pad: int):
-    """``(logprobs, mask, behaviour)``, each (B, T) over the completion tokens: log pi(token |
-    prefix) under ``network`` (with its graph), which positions are real, and the behaviour
-    logprobs the rollouts recorded.
+@dataclass(frozen=True)
+class PolicyForward:
+    """One forward pass of the policy, with its graph, over whole rollouts: what GRPO's loss
+    needs, and the hidden states and logits the verifier can check the same rollouts against."""
 
-    The logits are divided by the sampling temperature, so these are logprobs of the same
+    rows: dict[bytes, int]  # a rollout's signature -> its row
+    logprobs: torch.Tensor  # (B, T) log pi(token | prefix) at the sampling temperature, 0 on padding
+    mask: torch.Tensor  # (B, T) real completion tokens
+    behaviour: torch.Tensor  # (B, T) the behaviour logprobs the rollouts recorded
+    recomputed: list[Prefilled]  # the verifier's view of the same pass, when captured
+
+    def select(self, rollouts: list[Rollout]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprobs, mask, behaviour)`` of these rollouts, in their order, graph kept."""
+        rows = torch.tensor([self.rows[r.signature] for r in rollouts])
+        return self.logprobs[rows], self.mask[rows], self.behaviour[rows]
+
+
+def policy_forward(network: torch.nn.Module, rollouts: list[Rollout], temperature: float, pad: int,
+                   *, capture_hidden: bool = False) -> PolicyForward:
+    """Run ``network`` over the rollouts' prompts and completions under the caller's grad mode.
+
+    The logits are divided by the sampling temperature, so the logprobs are those of the same
     distribution the sampler drew from and the behaviour logprobs were recorded under.
     """
-    rows = [list(r.prompt_tokens) + list(r.completion_tokens) for r in rollouts]
-    longest = max(len(r.completion_tokens) for r in rollouts)
-    input_ids, attention = right_padded(rows, pad)
-    logits = network(input_ids=input_ids, attention_mask=attention).logits.float() / temperature
-    logprobs = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    mask = torch.zeros((len(rows), longest), dtype=torch.bool)
-    behaviour = torch.zeros((len(rows), longest))
-    gathered = []
+    continued = continue_prompts(network, [list(r.prompt_tokens) for r in rollouts],
+                                 [list(r.completion_tokens) for r in rollouts], pad, capture_hidden=capture_hidden)
+    mask = continued.mask.bool()
+    behaviour = torch.zeros(mask.shape)
     for b, r in enumerate(rollouts):
-        start, n = len(r.prompt_tokens) - 1, len(r.completion_tokens)
-        gathered.append(logprobs[b, start : start + n])
-        mask[b, :n] = True
-        behaviour[b, :n] = torch.tensor(r.behaviour_logprobs)
-    out = torch.nn.utils.rnn.pad_sequence(gathered, batch_first=True)
-    return out, mask, behaviour
+        behaviour[b, : len(r.behaviour_logprobs)] = torch.tensor(r.behaviour_logprobs)
+    return PolicyForward({r.signature: b for b, r in enumerate(rollouts)},
+                         token_logprobs(continued, temperature).masked_fill(~mask, 0.0), mask, behaviour,
+                         prefilled(continued) if capture_hidden else [])
 
 
 class Trainer:
@@ -172,7 +182,10 @@ class Trainer:
         loaded = load_model(config.model, dtype="float32")
         self.network, self.tokenizer = loaded.network, loaded.tokenizer
         self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, loaded.stop_token_ids)
-        self.network.requires_grad_(True)
+        # The network stays in eval mode while it trains: dropout would make the GRPO forward
+        # disagree with the behaviour policy (the ratio must be exactly 1 on a fresh batch) and
+        # with the verifier, which checks rollouts against that same forward pass.
+        self.network.eval().requires_grad_(True)
         self.reference = copy.deepcopy(self.network).requires_grad_(False) if (
             config.track_kl or config.grpo.kl_beta > 0) else None
         self.optimizer = torch.optim.AdamW(self.network.parameters(), lr=config.learning_rate, weight_decay=0.0)
@@ -198,7 +211,6 @@ class Trainer:
     # -- the policy as the protocol sees it ------------------------------------------------
     def policy(self) -> Model:
         """The current weights as a :class:`Model`, with a fresh hash (a new policy version)."""
-        self.network.eval()
         return Model(name=f"{self.config.model}@{self.step_index}", network=self.network,
                      tokenizer=self.tokenizer, dtype_name="float32")
 
@@ -258,11 +270,24 @@ class Trainer:
         record["seconds_generate"] = time.perf_counter() - started
         write_rollouts(self.run_dir / "rollouts" / f"step-{step:08d}.vrl", [r for g in groups for r in g])
 
-        # 3. Verify; a group is used only if every member passed (groups are submitted whole).
+        # 3. The GRPO forward pass over the groups it can learn from (rewards that differ), with
+        #    the hidden states captured: it is a forward pass of the claimed model over the claimed
+        #    tokens, so the verifier checks those rollouts against it instead of a prefill of its own.
+        started = time.perf_counter()
+        learnable = [g for g, keep in zip(groups, informative_groups(torch.tensor(
+            [[r.reward for r in g] for g in groups])).tolist()) if keep]
+        forward = policy_forward(self.network, [r for g in learnable for r in g], config.temperature,
+                                 self.tokenizer.pad_token_id, capture_hidden=True) if learnable else None
+        seconds_forward = time.perf_counter() - started
+
+        # 4. Verify; a group is used only if every member passed (groups are submitted whole).
         started = time.perf_counter()
         audited = [r for g in groups if _audited(seed, g[0].group_index, config.verify_fraction) for r in g]
         expect = Expectations(tasks=self.tasks, round_seed=seed, sampling=self.sampling, reward_spec=config.reward_spec)
-        verdicts = verify(audited, model, expect=expect, batch_size=config.generation_batch)
+        shared = {} if forward is None else {
+            index: forward.recomputed[forward.rows[r.signature]]
+            for index, r in enumerate(audited) if r.signature in forward.rows}
+        verdicts = verify(audited, model, expect=expect, batch_size=config.generation_batch, prefilled=shared)
         record["seconds_verify"] = time.perf_counter() - started
         rejected = Counter(v.reason for v in verdicts if not v.accepted)
         bad_groups = {audited[v.index].group_index for v in verdicts if not v.accepted}
@@ -279,13 +304,13 @@ class Trainer:
             "truncated_fraction": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),
         })
 
-        # 4. GRPO on the informative groups.
+        # 5. GRPO on the informative groups, from the forward pass already made.
         started = time.perf_counter()
-        record.update(self.update(usable))
-        record["seconds_update"] = time.perf_counter() - started
+        record.update(self.update(usable, forward=forward))
+        record["seconds_update"] = seconds_forward + time.perf_counter() - started
         record["seconds_step"] = record["seconds_generate"] + record["seconds_verify"] + record["seconds_update"]
 
-        # 5. Publish version step + 1.
+        # 6. Publish version step + 1.
         self.advance()
         self._append_metrics(record)
         return record
@@ -301,9 +326,12 @@ class Trainer:
             checkpoint.prune(self.run_dir / "checkpoints", self.config.keep_checkpoints)
         return model
 
-    def update(self, groups: list[list[Rollout]], weights: list[float] | None = None) -> dict:
+    def update(self, groups: list[list[Rollout]], weights: list[float] | None = None, *,
+               forward: PolicyForward | None = None) -> dict:
         """One GRPO step on whole groups; ``weights`` (one per group, >= 0; e.g. the node's
-        admission weights from :func:`vrl.reputation.admit`) scale each group's advantages."""
+        admission weights from :func:`vrl.reputation.admit`) scale each group's advantages.
+        ``forward``, a :func:`policy_forward` of the current weights that covers every
+        informative group, saves running the policy again."""
         config = self.config
         weights = [1.0] * len(groups) if weights is None else list(weights)
         if len(weights) != len(groups):
@@ -323,22 +351,28 @@ class Trainer:
         advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype)).reshape(-1)
         rollouts = [r for g in groups for r in g]
         pad = self.tokenizer.pad_token_id
-        self.network.train()
-        logprobs, mask, behaviour = sequence_logprobs(self.network, rollouts, config.temperature, pad)
-        reference = None
-        if self.reference is not None:
-            with torch.no_grad():
-                reference, _, _ = sequence_logprobs(self.reference, rollouts, config.temperature, pad)
-        loss, loss_stats = policy_loss(logprobs, behaviour, advantages, mask, config.grpo, ref_logprobs=reference,
-                                       max_completion_tokens=config.max_new_tokens)
-        for group in self.optimizer.param_groups:  # linear warmup, from the step count: resume-safe
-            group["lr"] = config.learning_rate * min(1.0, (self.step_index + 1) / config.warmup_steps)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.network.parameters(), config.grad_clip)
-        self.optimizer.step()
-        self.network.eval()
-        return {**stats, **loss_stats, "groups_used": len(groups), "loss": float(loss.detach())}
+        old_logprobs, totals = None, Counter()
+        for iteration in range(config.grpo.iterations):  # mu steps on one batch, GRPO Algorithm 1
+            if forward is None or iteration > 0:
+                forward = policy_forward(self.network, rollouts, config.temperature, pad)
+            logprobs, mask, behaviour = forward.select(rollouts)
+            if iteration == 0 and config.grpo.iterations > 1:
+                old_logprobs = logprobs.detach()  # pi_old: the policy that the batch was drawn for
+            reference = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    reference, _, _ = policy_forward(self.reference, rollouts, config.temperature, pad).select(rollouts)
+            loss, loss_stats = policy_loss(logprobs, behaviour, advantages, mask, config.grpo, ref_logprobs=reference,
+                                           max_completion_tokens=config.max_new_tokens, old_logprobs=old_logprobs)
+            for group in self.optimizer.param_groups:  # linear warmup, from the step count: resume-safe
+                group["lr"] = config.learning_rate * min(1.0, (self.step_index + 1) / config.warmup_steps)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.network.parameters(), config.grad_clip)
+            self.optimizer.step()
+            totals.update({**loss_stats, "loss": float(loss.detach())})
+        means = {name: value / config.grpo.iterations for name, value in totals.items()}
+        return {**stats, **means, "groups_used": len(groups)}
 
     def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
         """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then

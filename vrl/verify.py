@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import torch
@@ -127,7 +128,9 @@ class _Rejected(Exception):
         self.stage, self.reason, self.message = stage, reason, message
 
 
-def _binding(rollout: Rollout, model: Model, expect: Expectations) -> None:
+def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tuple, Any]) -> None:
+    """Stage 3. ``seen`` memoises, within one call of :func:`verify`, the tokenization of each
+    prompt and the assignment of each group: a group's members repeat both."""
     fail = lambda reason, message: _Rejected(Stage.BINDING, reason, message)  # noqa: E731
     if rollout.model_hash != model.model_hash:
         raise fail("model_mismatch", f"claims model {rollout.model_hash.hex()[:16]}, "
@@ -144,13 +147,19 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations) -> None:
     if rollout.sample_index >= rollout.group_size:
         raise fail("assignment_invalid", f"sample {rollout.sample_index} of a group of {rollout.group_size}")
     if expect.tasks is not None:
-        task = assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index)
+        slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
+        if slot not in seen:
+            seen[slot] = assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index)
+        task = seen[slot]
         if task.id != rollout.task_id:
             raise fail("task_not_assigned", f"group {rollout.group_index} was assigned task {task.id!r}, "
                        f"not {rollout.task_id!r}")
         if (task.prompt, task.answer) != (rollout.prompt, rollout.reference):
             raise fail("task_mismatch", f"prompt or reference differ from task {task.id!r}")
-    if list(rollout.prompt_tokens) != model.encode(rollout.prompt):
+    slot = ("prompt", rollout.prompt)
+    if slot not in seen:
+        seen[slot] = tuple(model.encode(rollout.prompt))
+    if rollout.prompt_tokens != seen[slot]:
         raise fail("prompt_mismatch", "prompt tokens are not the tokenization of the prompt")
     if any(t >= model.vocab_size for t in rollout.completion_tokens):
         raise fail("token_out_of_vocab", f"a completion token is >= the vocabulary size {model.vocab_size}")
@@ -184,13 +193,12 @@ def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
     return problems
 
 
-def _checks_after_prefill(rollout: Rollout, recomputed: Prefilled, model: Model, tol: Tolerances,
-                          scores: dict[str, float]) -> None:
+def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentCheck | MalformedCommitment,
+                          races: sampler.RaceReplay, model: Model, tol: Tolerances, scores: dict[str, float]) -> None:
+    """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay."""
     # 4. Activation commitment: the hidden states the prover committed are the claimed model's.
-    try:
-        agreement = commitment.check(rollout.commitment, recomputed.hidden)
-    except MalformedCommitment as error:
-        raise _Rejected(Stage.COMMITMENT, "commitment_malformed", str(error)) from None
+    if isinstance(agreement, MalformedCommitment):
+        raise _Rejected(Stage.COMMITMENT, "commitment_malformed", str(agreement))
     scores["commitment_miss_rate"] = agreement.miss_rate
     scores["commitment_mantissa_error"] = agreement.mantissa_error_mean
     scores["commitment_rows_fully_missed"] = agreement.rows_fully_missed
@@ -205,10 +213,8 @@ def _checks_after_prefill(rollout: Rollout, recomputed: Prefilled, model: Model,
                         f"{commitment.CLOSING_VALUES} after the last token "
                         f"(mantissa error {agreement.mantissa_error_mean:.2f} ulp)")
 
-    # 5. Sampling: replay every seeded race; the final token of a "stop" rollout is stage 6's.
-    tokens = torch.tensor(rollout.completion_tokens, dtype=torch.long)
-    races = sampler.replay(recomputed.logits, tokens, rollout.sample_seed, 0, rollout.sampling, tol.race_margin)
-    n = len(tokens)
+    # 5. Sampling: every seeded race replayed; the final token of a "stop" rollout is stage 6's.
+    n = len(rollout.completion_tokens)
     body = n - 1 if rollout.finish_reason == "stop" else n
     margins = races.margins[:body]
     scores["race_margin_max"] = float(margins.max()) if body else 0.0
@@ -262,6 +268,7 @@ def verify(
     batch_size: int = 4,
     on_progress: Callable[[int], None] | None = None,
     recomputed: dict[int, bytes] | None = None,
+    prefilled: Mapping[int, Prefilled] | None = None,
 ) -> list[Verdict]:
     """Verify rollouts (or the :class:`RecordError` of records that did not decode).
 
@@ -269,6 +276,9 @@ def verify(
     records are finished. When ``recomputed`` is given, it receives for each record that
     reached the prefill the commitment the verifier rebuilt from its own hidden states: what a
     network verdict digests to show the check was really run (``specs/network.md``).
+    ``prefilled`` holds, by record index, recomputations the caller already made with ``model``
+    over the record's own prompt and completion tokens (the trainer's GRPO forward pass); the
+    other records get the verifier's own prefill.
     """
     expect = expect or Expectations()
     tolerances = tolerances or Tolerances.for_dtype(model.dtype_name)
@@ -305,24 +315,44 @@ def verify(
     for index, problem in _group_problems(alive).items():
         finish(index, problem)
         del alive[index]
+    seen: dict[tuple, Any] = {}
     for index in list(alive):
         try:
-            _binding(alive[index], model, expect)
+            _binding(alive[index], model, expect, seen)
         except _Rejected as rejected:
             finish(index, rejected)
             del alive[index]
 
-    # One batched prefill per batch; sorting by length keeps padding small.
-    order = sorted(alive, key=lambda i: len(alive[i].prompt_tokens) + len(alive[i].completion_tokens))
+    # One batched prefill per batch. Records with the caller's forward pass go first; the rest
+    # are sorted by prompt, so a group's shared prompt is computed once, then by length, so
+    # padding stays small.
+    given = {i: p for i, p in (prefilled or {}).items() if i in alive}
+    for index, result in given.items():
+        if result.hidden.shape[0] != len(alive[index].completion_tokens) + 1:
+            raise ValueError(f"prefilled[{index}] has {result.hidden.shape[0]} hidden rows for "
+                             f"{len(alive[index].completion_tokens)} completion tokens")
+    order = sorted(alive, key=lambda i: (i not in given, len(alive[i].prompt_tokens), alive[i].prompt_tokens,
+                                         len(alive[i].completion_tokens)))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        prefilled = prefill(model, [(list(alive[i].prompt_tokens), list(alive[i].completion_tokens)) for i in batch])
+        own = [i for i in batch if i not in given]
+        computed = dict(zip(own, prefill(model, [(list(alive[i].prompt_tokens), list(alive[i].completion_tokens))
+                                                 for i in own]))) if own else {}
+        prefilled_batch = [given[i] if i in given else computed[i] for i in batch]
         if recomputed is not None:
-            recomputed.update(zip(batch, commitment.build_many([r.hidden for r in prefilled])))
-        for index, result in zip(batch, prefilled):
+            recomputed.update(zip(batch, commitment.build_many([r.hidden for r in prefilled_batch])))
+        # The commitment check and the race replay run vectorized across the whole batch; the
+        # per-rollout stages then only compare numbers with the tolerances.
+        agreements = commitment.check_many([alive[i].commitment for i in batch], [r.hidden for r in prefilled_batch])
+        races = sampler.replay_sequences(
+            [(result.logits, torch.tensor(alive[i].completion_tokens, dtype=torch.long), alive[i].sample_seed,
+              alive[i].sampling) for i, result in zip(batch, prefilled_batch)],
+            tolerances.race_margin,
+        )
+        for index, agreement, race in zip(batch, agreements, races):
             scores: dict[str, float] = {}
             try:
-                _checks_after_prefill(alive[index], result, model, tolerances, scores)
+                _checks_after_prefill(alive[index], agreement, race, model, tolerances, scores)
             except _Rejected as rejected:
                 finish(index, rejected, scores)
             else:

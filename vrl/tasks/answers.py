@@ -24,6 +24,7 @@ line ``#### <number>``; :func:`extract_answer` understands that convention too.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from fractions import Fraction
@@ -69,8 +70,17 @@ def _boxed(text: str) -> list[tuple[int, int, int]]:
     return sorted(found)
 
 
+#: Answers up to this many characters are memoised: a group's samples and its reference repeat
+#: the same short strings, and an adversarial long completion must not fill the cache.
+_MEMO_CHARS = 256
+
+
 def parse_number(text: str) -> Fraction | None:
     """The exact value of a one-number answer string, or None if it is not exactly one."""
+    return _parse_memoised(text) if len(text) <= _MEMO_CHARS else _parse(text)
+
+
+def _parse(text: str) -> Fraction | None:
     text = _normalize(text)
     # Peel wrappers ($...$, \(...\), \[...\], \boxed{...}); a few suffice for any honest
     # answer, and a bound keeps deeply nested adversarial input cheap.
@@ -94,6 +104,9 @@ def parse_number(text: str) -> Fraction | None:
     except ValueError:  # past the int-parsing digit limit
         return None
     return -value if match["sign"] == "-" else value
+
+
+_parse_memoised = functools.lru_cache(maxsize=1 << 14)(_parse)
 
 
 def canonical_number(value: Fraction) -> str:
