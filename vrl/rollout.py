@@ -185,10 +185,13 @@ def _sorted(value: Any) -> Any:
     if isinstance(value, dict):
         # UTF-8 preserves code-point order, so str keys sort as their encoded bytes do.
         keys = sorted(value) if all(isinstance(k, str) for k in value) else sorted(value, key=_key_bytes)
-        return {k: _sorted(value[k]) for k in keys}
+        return {k: _sorted(value[k]) if isinstance(value[k], _CONTAINERS) else value[k] for k in keys}
     if isinstance(value, list):
-        return [_sorted(v) for v in value]
+        return [_sorted(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
+
+
+_CONTAINERS = (dict, list)
 
 
 def _key_bytes(key: str | bytes) -> bytes:
