@@ -7,7 +7,8 @@ our checks and for the ``toploc`` package on the same hidden states.
 Honest rollouts are verified under every benign variation (prefill batch 1 vs padded 4, sdpa
 vs eager attention, 1 vs 2 threads; the prover always decodes with a KV cache, the verifier
 prefills). The worst honest value of every statistic is printed next to the tolerance of the
-dtype's profile (vrl/verify.py PROFILES); then each attack is scored by both systems.
+dtype's profile (vrl/verify.py PROFILES); then each attack is scored by both systems, with
+the smallest value of each statistic over the attack's rollouts (its weakest rollout).
 TOPLOC's verdict uses the paper's thresholds (<= 38 exponent mismatches, mean <= 10, median
 <= 8 per 32-token chunk); its proofs are built with toploc's own code from the prover's rows.
 """
@@ -38,6 +39,10 @@ LIMITS = {"commitment_miss_rate": "commitment_miss_rate", "commitment_mantissa_e
           "logprob_error_max": "logprob_error"}
 
 
+#: Tolerances nothing exceeds, so verify() reports every statistic of every rollout.
+PERMISSIVE = vrl.Tolerances(1.0, 127.0, 10**9, 10**9, 1e9, 1e9)
+
+
 def honest_drift(model, rollouts) -> dict[str, dict[str, float]]:
     variations = {}
     before = torch.get_num_threads()
@@ -47,8 +52,7 @@ def honest_drift(model, rollouts) -> dict[str, dict[str, float]]:
                                            ("eager attention", eager, 4, before), ("1 thread", model, 4, 1),
                                            ("2 threads", model, 4, 2)]:
         torch.set_num_threads(threads)
-        verdicts = vrl.verify(rollouts, verifier, batch_size=batch,
-                              tolerances=vrl.Tolerances(1.0, 127.0, 10**9, 10**9, 1e9, 1e9))
+        verdicts = vrl.verify(rollouts, verifier, batch_size=batch, tolerances=PERMISSIVE)
         variations[name] = {s: max(v.scores.get(s, 0.0) for v in verdicts) for s in STATS}
     torch.set_num_threads(before)
     return variations
@@ -70,6 +74,9 @@ def detection(model, key, task_set, tasks, sampling, round_seed) -> list[dict]:
 
     def judge(name, claimed_rollouts, prover_hidden):
         verdicts = vrl.verify(claimed_rollouts, model)
+        # Every statistic of every rollout (no stage stops early), for placing the thresholds:
+        # an attack's weakest rollout is the one with the smallest value.
+        measured = vrl.verify(claimed_rollouts, model, tolerances=PERMISSIVE)
         recomputed = prefill(model, [(list(r.prompt_tokens), list(r.completion_tokens)) for r in claimed_rollouts])
         toploc_ok = [toploc_verdict(h[:-1], p.hidden[:-1]) for h, p in zip(prover_hidden, recomputed)]
         rows.append({
@@ -77,6 +84,7 @@ def detection(model, key, task_set, tasks, sampling, round_seed) -> list[dict]:
             "ours_rejected": sum(not v.accepted for v in verdicts) / len(verdicts),
             "ours_stage": sorted({v.stage.name.lower() for v in verdicts if not v.accepted}),
             "toploc_rejected": None if None in toploc_ok else sum(not ok for ok in toploc_ok) / len(toploc_ok),
+            "weakest": {stat: min(v.scores.get(stat, 0.0) for v in measured) for stat in STATS},
         })
 
     def run(prover):
@@ -148,11 +156,14 @@ def main() -> None:
 
     rows = detection(model, key, task_set, tasks, sampling, round_seed)
     table = Table(title="detection: share of rollouts rejected (TOPLOC: paper thresholds, same prover rows)")
-    for column in ("condition", "vrl", "vrl stage", "toploc"):
+    weakest = ("commitment_miss_rate", "commitment_mantissa_error", "race_margin_max", "logprob_error_max")
+    for column in ("condition", "vrl", "vrl stage", "toploc", *(f"weakest {s.replace('commitment_', 'c.')}"
+                                                                 for s in weakest)):
         table.add_column(column)
     for row in rows:
         toploc = "n/a (toploc not installed)" if row["toploc_rejected"] is None else f"{row['toploc_rejected']:.2f}"
-        table.add_row(row["condition"], f"{row['ours_rejected']:.2f}", ",".join(row["ours_stage"]), toploc)
+        table.add_row(row["condition"], f"{row['ours_rejected']:.2f}", ",".join(row["ours_stage"]), toploc,
+                      *(f"{row['weakest'][s]:.3g}" for s in weakest))
     console.print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"calibrate-{args.model}-{args.dtype}.json"

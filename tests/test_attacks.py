@@ -85,6 +85,20 @@ def test_a_callers_grad_mode_forward_checks_like_the_verifiers_own_prefill(tiny,
     assert [v.accepted for v in own] == [True, False, True, True, True, False, True, True]
 
 
+def test_float16_compute_has_its_own_profile_that_catches_int8(node):
+    """float16 drifts ~10x less than bfloat16 (bench/calibrate.py), so its profile is tighter:
+    int8 weights, which the bfloat16 profile lets through, are caught."""
+    model = vrl.load_model("tiny", dtype="float16")
+    sampling = vrl.sampling_for(model, max_new_tokens=40)
+    rollouts = vrl.generate(model, TASKS, node, groups=2, round_seed=ROUND, sampling=sampling, group_size=2)
+    result = verdicts(rollouts, model)
+    assert all(v.accepted for v in result), [v.message for v in result if not v.accepted]
+    cheap = degraded(model, "int8")
+    forged = [r.signed(node, model_hash=model.model_hash)
+              for r in vrl.generate(cheap, TASKS, node, groups=2, round_seed=ROUND, sampling=sampling, group_size=2)]
+    assert {(v.stage, v.reason) for v in verdicts(forged, model)} == {(Stage.COMMITMENT, "commitment_mismatch")}
+
+
 # -- a different or degraded model ---------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["other-model", "perturb-1pct", "int4"])
