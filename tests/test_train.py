@@ -115,8 +115,9 @@ def test_group_with_a_rejected_member_is_dropped_and_reported(base, tmp_path, mo
 
     def one_cheat(model, tasks, key, **options):
         for number, group in enumerate(honest_generate(model, tasks, key, **options)):
-            if number == 0:
-                group[1] = edit(group[1], model, key)
+            if number == 0:  # the longest member, so the edited first token is not its last
+                victim = max(range(len(group)), key=lambda i: len(group[i].completion_tokens))
+                group[victim] = edit(group[victim], model, key)
             yield group
 
     monkeypatch.setattr(train, "iter_generate", one_cheat)
