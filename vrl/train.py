@@ -143,9 +143,11 @@ class PolicyForward:
     recomputed: list[Prefilled]  # the verifier's view of the same pass, when captured
 
     def select(self, rollouts: list[Rollout]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logprobs, mask, behaviour)`` of these rollouts, in their order, graph kept."""
+        """``(logprobs, mask, behaviour)`` of these rollouts, in their order, graph kept, as wide
+        as their longest completion (so any pass over the same rollouts has the same shape)."""
         rows = torch.tensor([self.rows[r.signature] for r in rollouts])
-        return self.logprobs[rows], self.mask[rows], self.behaviour[rows]
+        width = max(len(r.completion_tokens) for r in rollouts)
+        return self.logprobs[rows, :width], self.mask[rows, :width], self.behaviour[rows, :width]
 
 
 def policy_forward(network: torch.nn.Module, rollouts: list[Rollout], temperature: float, pad: int,
@@ -351,6 +353,12 @@ class Trainer:
         advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype)).reshape(-1)
         rollouts = [r for g in groups for r in g]
         pad = self.tokenizer.pad_token_id
+        reference = None
+        if self.reference is not None:  # the reference policy never changes: one pass serves every iteration
+            with torch.no_grad():
+                reference, _, _ = policy_forward(self.reference, rollouts, config.temperature, pad).select(rollouts)
+        for group in self.optimizer.param_groups:  # linear warmup, from the step count: resume-safe
+            group["lr"] = config.learning_rate * min(1.0, (self.step_index + 1) / config.warmup_steps)
         old_logprobs, totals = None, Counter()
         for iteration in range(config.grpo.iterations):  # mu steps on one batch, GRPO Algorithm 1
             if forward is None or iteration > 0:
@@ -358,14 +366,8 @@ class Trainer:
             logprobs, mask, behaviour = forward.select(rollouts)
             if iteration == 0 and config.grpo.iterations > 1:
                 old_logprobs = logprobs.detach()  # pi_old: the policy that the batch was drawn for
-            reference = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    reference, _, _ = policy_forward(self.reference, rollouts, config.temperature, pad).select(rollouts)
             loss, loss_stats = policy_loss(logprobs, behaviour, advantages, mask, config.grpo, ref_logprobs=reference,
                                            max_completion_tokens=config.max_new_tokens, old_logprobs=old_logprobs)
-            for group in self.optimizer.param_groups:  # linear warmup, from the step count: resume-safe
-                group["lr"] = config.learning_rate * min(1.0, (self.step_index + 1) / config.warmup_steps)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.network.parameters(), config.grad_clip)
