@@ -67,6 +67,8 @@ def top_indices(bits: np.ndarray, k: int) -> np.ndarray:
     """
     width = bits.shape[1]
     key = (bits & _MAGNITUDE_MASK) * width + (width - 1 - np.arange(width))
+    if width <= 1 << 16:  # key < 2^31: int32 halves the memory traffic of the partition
+        key = key.astype(np.int32)
     part = np.argpartition(-key, k - 1, axis=1)[:, :k]
     order = np.argsort(-np.take_along_axis(key, part, axis=1), axis=1)
     return np.take_along_axis(part, order, axis=1)
@@ -120,6 +122,10 @@ def _evaluate(poly: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def _injective_modulus(keys: np.ndarray) -> int:
     """The largest m <= FIELD_PRIME under which the keys stay distinct (TOPLOC's search)."""
+    if keys.max() < FIELD_PRIME:
+        # Distinct (row, column) points give distinct keys, and below the prime reduction
+        # keeps them so: the search's first candidate wins (always, while 32 * width < p).
+        return FIELD_PRIME
     for m in range(FIELD_PRIME, len(keys) - 1, -1):
         if len(np.unique(keys % m)) == len(keys):
             return m
@@ -146,8 +152,9 @@ def build(rows: torch.Tensor) -> bytes:
 
 
 def _selections(row_sets: Sequence[torch.Tensor]) -> list[list[tuple[np.ndarray, np.ndarray]]]:
-    """Per sequence and per chunk of :func:`_chunks`: the selected columns and their bf16 bits,
-    each shaped (rows in the chunk, values per row).
+    """Per sequence and per chunk of :func:`_chunks`: the chunk's interpolation points
+    (``row_in_chunk * width + column``, row-major, flat) and the selected values' bf16 bits,
+    shaped (rows in the chunk, values per row).
 
     Top-k is per row, so the rows of every sequence are stacked and selected in two vectorized
     calls (all body rows, then all closing rows) instead of one call per chunk.
@@ -161,29 +168,30 @@ def _selections(row_sets: Sequence[torch.Tensor]) -> list[list[tuple[np.ndarray,
         raise ValueError(f"row sets of one call must share their width, got {sorted(widths)}")
     if not row_sets:
         return []
+    (width,) = widths
     bits = bf16_bits(torch.cat(list(row_sets)))
-    lengths = [rows.shape[0] for rows in row_sets]
+    lengths = np.array([rows.shape[0] for rows in row_sets])
     closing = np.cumsum(lengths) - 1
     is_body = np.ones(len(bits), dtype=bool)
     is_body[closing] = False
     body_bits, closing_bits = bits[is_body], bits[closing]
     body_columns = top_indices(body_bits, VALUES_PER_ROW)
     body_values = np.take_along_axis(body_bits, body_columns, axis=1)
+    # Each body row's index inside its sequence, then inside its chunk.
+    body_starts = np.repeat(np.cumsum(lengths - 1) - (lengths - 1), lengths - 1)
+    row_in_chunk = (np.arange(len(body_bits)) - body_starts) % ROWS_PER_CHUNK
+    body_keys = row_in_chunk[:, None] * width + body_columns
     closing_columns = top_indices(closing_bits, CLOSING_VALUES)
     closing_values = np.take_along_axis(closing_bits, closing_columns, axis=1)
     selections, body_offset = [], 0
-    for which, n_rows in enumerate(lengths):
-        chunks = [(body_columns[body_offset + start : body_offset + end], body_values[body_offset + start : body_offset + end])
+    for which, n_rows in enumerate(lengths.tolist()):
+        chunks = [(body_keys[body_offset + start : body_offset + end].reshape(-1),
+                   body_values[body_offset + start : body_offset + end])
                   for start, end, _ in _chunks(n_rows)[:-1]]
-        chunks.append((closing_columns[which : which + 1], closing_values[which : which + 1]))
+        chunks.append((closing_columns[which], closing_values[which : which + 1]))
         selections.append(chunks)
         body_offset += n_rows - 1
     return selections
-
-
-def _point_keys(columns: np.ndarray, width: int) -> np.ndarray:
-    """The interpolation points of a chunk: ``row_in_chunk * width + column``, row-major."""
-    return (np.arange(len(columns))[:, None] * width + columns).reshape(-1)
 
 
 def build_many(row_sets: Sequence[torch.Tensor]) -> list[bytes]:
@@ -191,10 +199,9 @@ def build_many(row_sets: Sequence[torch.Tensor]) -> list[bytes]:
     every chunk of every sequence, which keeps commitment building a small share of generation."""
     pieces: list[list[bytes]] = []
     by_length: dict[int, list[tuple[int, int, int, np.ndarray, np.ndarray]]] = {}
-    for which, (rows, chunks) in enumerate(zip(row_sets, _selections(row_sets))):
+    for which, chunks in enumerate(_selections(row_sets)):
         pieces.append([b""] * len(chunks))
-        for index, (columns, values) in enumerate(chunks):
-            keys = _point_keys(columns, rows.shape[1])
+        for index, (keys, values) in enumerate(chunks):
             modulus = _injective_modulus(keys)
             by_length.setdefault(len(keys), []).append((which, index, modulus, keys % modulus, values.reshape(-1)))
     for group in by_length.values():
@@ -285,37 +292,45 @@ def check_many(
     # coefficients are stacked and evaluated together.
     by_degree: dict[int, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
     for which, chunks in selections.items():
-        for index, ((modulus, coefficients), (columns, _)) in enumerate(zip(parsed[which], chunks)):
-            keys = _point_keys(columns, row_sets[which].shape[1]) % modulus
-            by_degree.setdefault(len(coefficients), []).append((which, index, coefficients, keys))
+        for index, ((modulus, coefficients), (keys, _)) in enumerate(zip(parsed[which], chunks)):
+            by_degree.setdefault(len(coefficients), []).append((which, index, coefficients, keys % modulus))
     claimed: dict[tuple[int, int], np.ndarray] = {}
     for group in by_degree.values():
         values = _evaluate(np.stack([item[2] for item in group]), np.stack([item[3] for item in group]))
         claimed.update(((which, index), row) for (which, index, _, _), row in zip(group, values))
+    body: list[tuple[np.ndarray, np.ndarray]] = []
+    closing: list[tuple[np.ndarray, np.ndarray]] = []
     for which, chunks in selections.items():
-        results[which] = _agreement(
-            row_sets[which].shape[0],
-            [(claimed[which, index].reshape(mine.shape), mine) for index, (_, mine) in enumerate(chunks)],
-        )
+        for index, (_, mine) in enumerate(chunks):
+            (closing if index == len(chunks) - 1 else body).append((claimed[which, index].reshape(mine.shape), mine))
+    if selections:
+        checked = _agreements([row_sets[which].shape[0] for which in selections], body, closing)
+        for which, result in zip(selections, checked):
+            results[which] = result
     return results  # type: ignore[return-value]  (every slot is filled above)
 
 
-def _agreement(n_rows: int, chunks: list[tuple[np.ndarray, np.ndarray]]) -> CommitmentCheck:
-    """Sequence statistics from each chunk's (claimed, recomputed) bf16 bits; the last chunk
-    is the closing row."""
-    missed, errors = [], []
-    for claimed, mine in chunks:
-        agree = (claimed >> _SIGN_EXPONENT_SHIFT) == (mine >> _SIGN_EXPONENT_SHIFT)
-        missed.append(~agree)
-        errors.append(np.where(agree, np.abs((claimed & _MANTISSA_MASK) - (mine & _MANTISSA_MASK)), -1))
-    body_missed = np.concatenate(missed[:-1]) if len(missed) > 1 else np.zeros((0, VALUES_PER_ROW), bool)
-    body_errors = np.concatenate(errors[:-1]) if len(errors) > 1 else np.zeros((0, VALUES_PER_ROW))
-    matched = body_errors[body_errors >= 0]
-    return CommitmentCheck(
-        rows=n_rows,
-        comparisons=int(body_missed.size),
-        misses=int(body_missed.sum()),
-        mantissa_error_mean=float(matched.mean()) if matched.size else float(_MANTISSA_MASK),
-        rows_fully_missed=int(body_missed.all(axis=1).sum()),
-        closing_misses=int(missed[-1].sum()),
-    )
+def _agreements(n_rows: list[int], body: list[tuple[np.ndarray, np.ndarray]],
+                closing: list[tuple[np.ndarray, np.ndarray]]) -> list[CommitmentCheck]:
+    """Per-sequence statistics from (claimed, recomputed) bf16 bits: ``body`` holds every body
+    chunk of every sequence in order (a sequence of n rows has n - 1 body rows), ``closing``
+    one closing row per sequence. Computed on all rows at once, then summed per sequence."""
+    claimed, mine = np.concatenate([c for c, _ in body]), np.concatenate([m for _, m in body])
+    agree = (claimed >> _SIGN_EXPONENT_SHIFT) == (mine >> _SIGN_EXPONENT_SHIFT)
+    error = np.where(agree, np.abs((claimed & _MANTISSA_MASK) - (mine & _MANTISSA_MASK)), 0)
+    starts = np.cumsum([0, *(n - 1 for n in n_rows[:-1])])
+    row_misses = (~agree).sum(axis=1)
+    misses = np.add.reduceat(row_misses, starts)
+    fully_missed = np.add.reduceat(row_misses == VALUES_PER_ROW, starts)
+    error_sums = np.add.reduceat(error.sum(axis=1), starts)
+    closing_claimed, closing_mine = np.concatenate([c for c, _ in closing]), np.concatenate([m for _, m in closing])
+    closing_misses = ((closing_claimed >> _SIGN_EXPONENT_SHIFT) != (closing_mine >> _SIGN_EXPONENT_SHIFT)).sum(axis=1)
+    results = []
+    for i, n in enumerate(n_rows):
+        comparisons = (n - 1) * VALUES_PER_ROW
+        matched = comparisons - int(misses[i])
+        results.append(CommitmentCheck(
+            rows=n, comparisons=comparisons, misses=int(misses[i]),
+            mantissa_error_mean=float(error_sums[i]) / matched if matched else float(_MANTISSA_MASK),
+            rows_fully_missed=int(fully_missed[i]), closing_misses=int(closing_misses[i])))
+    return results

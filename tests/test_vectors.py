@@ -3,6 +3,7 @@ their published standards."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.keys import NodeKey, signature_valid
+from vrl.model import weights_hash
 from vrl.rollout import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, assignment_index
 
@@ -86,6 +88,29 @@ def test_record_vector():
 
 def test_tiny_preset_model_hash(tiny):
     assert tiny.model_hash.hex() == load("model")["tiny"]["model_hash"]
+
+
+def test_model_hash_from_the_spec_formula_alone():
+    """specs/record.md section 5, written out with hashlib from the vector's bytes only."""
+    vector = load("model")["linear"]
+
+    def put(text: str) -> bytes:
+        return len(text.encode()).to_bytes(4, "big") + text.encode()
+
+    message = b"vrl/model/v2\x00" + put(vector["dtype"])
+    for name, entry in sorted(vector["state_dict"].items()):
+        raw = bytes.fromhex(entry["raw"])
+        assert hashlib.sha256(raw).hexdigest() == entry["sha256"]
+        message += put(name) + put(entry["dtype"]) + len(entry["shape"]).to_bytes(4, "big")
+        message += b"".join(size.to_bytes(8, "big") for size in entry["shape"])
+        message += len(raw).to_bytes(8, "big") + hashlib.sha256(raw).digest()
+    assert hashlib.sha256(message).hexdigest() == vector["model_hash"]
+    linear = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        for name, entry in vector["state_dict"].items():
+            getattr(linear, name).copy_(torch.frombuffer(bytearray.fromhex(entry["raw"]), dtype=torch.float32)
+                                        .reshape(entry["shape"]))
+    assert weights_hash(linear, "float32").hex() == vector["model_hash"]
 
 
 def test_task_vectors():

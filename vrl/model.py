@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ from transformers import (  # noqa: E402  (after the offline switch)
     Qwen2ForCausalLM,
 )
 
-MODEL_HASH_DOMAIN = b"vrl/model/v1\x00"
+MODEL_HASH_DOMAIN = b"vrl/model/v2\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -130,11 +131,19 @@ def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
 
 
 def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
-    """sha256 over the canonical serialization of the weights (specs/record.md, model hash).
+    """sha256 over the canonical description of the weights (specs/record.md, model hash).
 
     ``domain || dtype name || for each state-dict entry in name order: len-prefixed name,
-    len-prefixed dtype, rank and shape, byte length, raw little-endian bytes``.
+    len-prefixed dtype, rank and shape, byte length, sha256 of the raw little-endian bytes``.
+    Hashing each tensor on its own lets the tensors be hashed in parallel (hashlib releases
+    the GIL): a new policy version is hashed every training step, and a single SHA-256 stream
+    runs at about 400 MB/s here, 38 s for a 7B model in bfloat16.
     """
+    entries = sorted(network.state_dict().items())
+    # Largest first, so no thread is left with a big tensor at the end.
+    pending = {id(tensor): _hash_pool().submit(_tensor_digest, tensor)
+               for _, tensor in sorted(entries, key=lambda entry: -entry[1].numel())}
+    digests = [pending[id(tensor)].result() for _, tensor in entries]
     h = hashlib.sha256(MODEL_HASH_DOMAIN)
 
     def put(text: str) -> None:
@@ -142,17 +151,25 @@ def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
         h.update(len(data).to_bytes(4, "big") + data)
 
     put(dtype_name)
-    for name, tensor in sorted(network.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
+    for (name, tensor), (length, digest) in zip(entries, digests):
         put(name)
         put(str(tensor.dtype).removeprefix("torch."))
         h.update(len(tensor.shape).to_bytes(4, "big"))
         for size in tensor.shape:
             h.update(size.to_bytes(8, "big"))
-        raw = tensor.reshape(-1).view(torch.uint8).numpy()
-        h.update(len(raw).to_bytes(8, "big"))
-        h.update(raw.data)
+        h.update(length.to_bytes(8, "big") + digest)
     return h.digest()
+
+
+@cache
+def _hash_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="vrl-weights-hash")
+
+
+def _tensor_digest(tensor: torch.Tensor) -> tuple[int, bytes]:
+    """(byte length, sha256) of a tensor's contiguous row-major little-endian bytes."""
+    raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+    return len(raw), hashlib.sha256(raw.data).digest()
 
 
 @dataclass(frozen=True, eq=False)

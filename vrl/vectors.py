@@ -15,7 +15,7 @@ import torch
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.keys import NodeKey
-from vrl.model import load_model
+from vrl.model import load_model, weights_hash
 from vrl.rollout import Rollout, round_seed, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, assignment_index
 
@@ -140,7 +140,25 @@ def network_vectors() -> dict:
 
 
 def model_vectors() -> dict:
-    return {"tiny": {"dtype": "float32", "model_hash": load_model("tiny").model_hash.hex()}}
+    linear = _linear_example()
+    entries = {}
+    for name, tensor in sorted(linear.state_dict().items()):
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        entries[name] = {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
+                         "raw": raw.hex(), "sha256": hashlib.sha256(raw).hexdigest()}
+    return {
+        "linear": {"dtype": "float32", "state_dict": entries, "model_hash": weights_hash(linear, "float32").hex()},
+        "tiny": {"dtype": "float32", "model_hash": load_model("tiny").model_hash.hex()},
+    }
+
+
+def _linear_example() -> torch.nn.Module:
+    """A two-entry state dict with known values: weight (2, 3) = 0.5 * arange, bias = (-1, 1)."""
+    linear = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        linear.weight.copy_(torch.arange(6, dtype=torch.float32).reshape(2, 3) * 0.5)
+        linear.bias.copy_(torch.tensor([-1.0, 1.0]))
+    return linear
 
 
 def main() -> None:

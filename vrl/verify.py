@@ -170,7 +170,7 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
         seen[slot] = tuple(model.encode(rollout.prompt))
     if rollout.prompt_tokens != seen[slot]:
         raise fail("prompt_mismatch", "prompt tokens are not the tokenization of the prompt")
-    if any(t >= model.vocab_size for t in rollout.completion_tokens):
+    if max(rollout.completion_tokens, default=-1) >= model.vocab_size:
         raise fail("token_out_of_vocab", f"a completion token is >= the vocabulary size {model.vocab_size}")
 
 
