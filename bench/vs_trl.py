@@ -7,7 +7,7 @@
 Same base model (scripts/build-base-model), same task distribution (the arithmetic
 generator), same group size, completions per step, completion length, temperature, learning
 rate, clip range (DAPO 0.2 / 0.28), advantages (group std), loss aggregation (token mean,
-TRL's "dapo"), no KL (beta 0), linear warmup then a constant rate, AdamW without weight decay, gradient
+TRL's "dapo"), no KL (beta 0), linear warmup then a constant rate, fused AdamW without weight decay, gradient
 clipping at 1.0. Ours verifies every rollout inside its step (TRL checks nothing); the
 table shows ours with every rollout verified, with a 10% sample of the groups verified, and
 with its verification time left out.
@@ -93,7 +93,7 @@ def run_trl(config: TrainConfig, seed: int, out: Path) -> dict:
         temperature=config.temperature, top_p=1.0, top_k=0,
         learning_rate=config.learning_rate, lr_scheduler_type="constant_with_warmup",
         warmup_steps=config.warmup_steps, weight_decay=0.0,
-        max_grad_norm=config.grad_clip, optim="adamw_torch",
+        max_grad_norm=config.grad_clip, optim="adamw_torch_fused",  # the kernel ours uses
         beta=config.grpo.kl_beta, epsilon=config.grpo.eps_low, epsilon_high=config.grpo.eps_high,
         loss_type="dapo", scale_rewards="group", num_iterations=1, gradient_checkpointing=False, use_vllm=False,
         logging_steps=10**6, save_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,

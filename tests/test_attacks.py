@@ -12,6 +12,7 @@ import vrl
 from tests.conftest import ROUND, TASKS
 from vrl.adversary import degraded
 from vrl.verify import Expectations, Stage
+from vrl.workers import map_in_slices
 
 
 def verdicts(records, model, **options):
@@ -245,6 +246,15 @@ def test_unsigned_or_tampered_signature(tiny, honest):
     tampered = dataclasses.replace(honest[0], reward=1.0 - honest[0].reward)  # not re-signed
     verdict = single(replace_member(honest[:4], 0, tampered), 0, tiny)
     assert (verdict.stage, verdict.reason) == (Stage.SIGNATURE, "bad_signature")
+
+
+@pytest.mark.parametrize("tampered", [{0}, {11}, {1, 5, 6, 10}])
+def test_signatures_checked_in_parallel_keep_their_records(tiny, honest, tampered):
+    """Signatures are checked in slices on worker threads; each verdict still names its own record."""
+    records = [dataclasses.replace(r, reward=1.0 - r.reward) if i in tampered else r for i, r in enumerate(honest)]
+    bad = {v.index for v in verdicts(records, tiny) if v.reason == "bad_signature"}
+    assert bad == tampered
+    assert map_in_slices(lambda x: x * x, list(range(37))) == [x * x for x in range(37)]
 
 
 # -- forged commitments ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -52,7 +53,7 @@ class NodeKey:
         with os.fdopen(fd, "wb") as out:
             out.write(pem)
 
-    @property
+    @cached_property  # read for every record signed; the key never changes
     def node_id(self) -> bytes:
         return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -28,6 +27,8 @@ from transformers import (  # noqa: E402  (after the offline switch)
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+
+from vrl import workers  # noqa: E402
 
 MODEL_HASH_DOMAIN = b"vrl/model/v2\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -141,7 +142,7 @@ def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
     """
     entries = sorted(network.state_dict().items())
     # Largest first, so no thread is left with a big tensor at the end.
-    pending = {id(tensor): _hash_pool().submit(_tensor_digest, tensor)
+    pending = {id(tensor): workers.pool().submit(_tensor_digest, tensor)
                for _, tensor in sorted(entries, key=lambda entry: -entry[1].numel())}
     digests = [pending[id(tensor)].result() for _, tensor in entries]
     h = hashlib.sha256(MODEL_HASH_DOMAIN)
@@ -159,11 +160,6 @@ def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
             h.update(size.to_bytes(8, "big"))
         h.update(length.to_bytes(8, "big") + digest)
     return h.digest()
-
-
-@cache
-def _hash_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="vrl-weights-hash")
 
 
 def _tensor_digest(tensor: torch.Tensor) -> tuple[int, bytes]:
@@ -190,15 +186,17 @@ class Model:
     def dtype(self) -> torch.dtype:
         return DTYPES[self.dtype_name]
 
-    @property
+    # The shape and stop tokens are part of the model's identity, like its hash, and are read
+    # once per rollout by the verifier: looked up once (transformers' accessors are slow).
+    @cached_property
     def vocab_size(self) -> int:
         return int(self.network.get_output_embeddings().weight.shape[0])
 
-    @property
+    @cached_property
     def hidden_size(self) -> int:
         return int(self.network.get_output_embeddings().weight.shape[1])
 
-    @property
+    @cached_property
     def stop_token_ids(self) -> tuple[int, ...]:
         eos = self.network.generation_config.eos_token_id
         if eos is None:

@@ -31,6 +31,7 @@ from vrl.forward import Prefilled, prefill
 from vrl.model import Model
 from vrl.rollout import RecordError, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign
+from vrl.workers import map_in_slices
 
 
 class Stage(IntEnum):
@@ -309,6 +310,9 @@ def verify(
         if on_progress is not None:
             on_progress(1)
 
+    # Ed25519 verification releases the GIL: the records' signatures are checked on every core.
+    decoded = [index for index, item in enumerate(items) if isinstance(item, Rollout)]
+    signed = dict(zip(decoded, map_in_slices(lambda index: items[index].signature_valid(), decoded)))
     for index, item in enumerate(items):
         if isinstance(item, RecordError):
             reason = "malformed_record"
@@ -317,7 +321,7 @@ def verify(
                 if item.problem.startswith(prefix):
                     reason = code
             finish(index, _Rejected(Stage.SCHEMA, reason, str(item.at(index))))
-        elif not item.signature_valid():
+        elif not signed[index]:
             finish(index, _Rejected(Stage.SIGNATURE, "bad_signature", "signature does not verify under node_id"))
         else:
             alive[index] = item
