@@ -141,7 +141,7 @@ def sample(
     z = logits.detach().to(torch.float64).cpu()
     if params.greedy:
         tokens = torch.argmax(z, dim=-1)
-        return tokens, torch.zeros(len(tokens), dtype=torch.float64)
+        return tokens, torch.zeros(len(tokens), dtype=torch.float64, device=z.device)
     keep = _allowed(z, params)
     scaled = torch.where(keep, z / params.temperature, -math.inf).numpy()
     winners, _, _ = _races(scaled, list(seeds), list(positions), np.argmax(scaled, axis=1), 0.0)
@@ -153,7 +153,7 @@ def _logprob_of(
     z: torch.Tensor, keep: torch.Tensor, tokens: torch.Tensor, params: SamplingParams
 ) -> torch.Tensor:
     if params.greedy:
-        return torch.zeros(len(tokens), dtype=torch.float64)
+        return torch.zeros(len(tokens), dtype=torch.float64, device=z.device)
     scaled = torch.where(keep, z / params.temperature, -math.inf)
     return torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None])[:, 0]
 
@@ -191,7 +191,7 @@ def replay(
     """
     z = logits.detach().to(torch.float64).cpu()
     y = tokens.to(torch.long).cpu()
-    rows = torch.arange(len(y))
+    rows = torch.arange(len(y), device=y.device)
     if params.greedy:
         margins = z.max(dim=-1).values - z[rows, y]
         return RaceReplay(margins.numpy(), np.zeros(len(y)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import vrl
@@ -73,8 +74,11 @@ def test_unusable_input_exit_2(workspace, tmp_path):
     _, _, _, out = workspace
     junk = tmp_path / "junk"
     junk.write_bytes(b"junk")
+    no_such_device = "cuda:64" if torch.cuda.is_available() else "cuda"
     for args in (["verify", str(junk), "--model", "tiny"], ["verify", str(out), "--model", str(tmp_path / "nope")],
-                 ["verify", str(tmp_path / "missing"), "--model", "tiny"]):
+                 ["verify", str(tmp_path / "missing"), "--model", "tiny"],
+                 ["verify", str(out), "--model", "tiny", "--device", no_such_device],
+                 ["verify", str(out), "--model", "tiny", "--device", "mps"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
         assert "error:" in result.output and "Traceback" not in result.output

@@ -70,6 +70,22 @@ def test_resumed_run_equals_uninterrupted_run(base, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_training_makes_no_tensor_off_the_policys_device(base, tmp_path):
+    """A run with a KL reference, mu = 2, checkpoints and a resume, under ``meta`` as the
+    default device (see tests/test_device.py), ends at the same weights as on the CPU."""
+    key = vrl.NodeKey.from_seed(bytes(32))
+    settings = config(base, steps=3, grpo=GRPOConfig(kl_beta=0.05, iterations=2))
+    expected = Trainer(settings, tmp_path / "cpu", key=key).run()
+    first = Trainer(dataclasses.replace(settings, steps=2), tmp_path / "meta", key=key)
+    with torch.device("meta"):  # loading happens outside: transformers refuses to load under meta
+        first.run()
+    resumed = Trainer(settings, tmp_path / "meta", resume=True)
+    with torch.device("meta"):
+        final = resumed.run()
+    assert final["model_hash"] == expected["model_hash"]
+    assert final["held_out_accuracy"] == expected["held_out_accuracy"]
+
+
 def test_a_new_run_never_overwrites_an_old_one(base, tmp_path):
     Trainer(config(base, steps=1), tmp_path / "run").run()
     with pytest.raises(FileExistsError):

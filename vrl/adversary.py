@@ -30,12 +30,12 @@ def _int8(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:
 
 def _perturb(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Multiplicative 1% noise: a stand-in for a fine-tune or a stale checkpoint."""
-    return weight * (1 + 0.01 * torch.randn(weight.shape, generator=generator))
+    return weight * (1 + 0.01 * torch.randn(weight.shape, generator=generator).to(weight))
 
 
 def _reinit(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A different model of the same shape."""
-    return torch.randn(weight.shape, generator=generator) * weight.std()
+    return torch.randn(weight.shape, generator=generator).to(weight) * weight.std()
 
 
 DEGRADATIONS = {"int4": _int4, "int8": _int8, "perturb-1pct": _perturb, "other-model": _reinit}

@@ -85,8 +85,8 @@ def _batch(model: Model, tasks: Arithmetic, indices: list[int], draw: random.Ran
         task = tasks.task(index)
         prompt, answer = model.encode(task.prompt), model.encode(_target(task.answer, draw, noise)) + [eos]
         rows.append((prompt + answer, [-100] * len(prompt) + answer))
-    input_ids, mask = right_padded([ids for ids, _ in rows], model.pad_token_id)
-    labels, _ = right_padded([target for _, target in rows], -100)
+    input_ids, mask = right_padded([ids for ids, _ in rows], model.pad_token_id, model.device)
+    labels, _ = right_padded([target for _, target in rows], -100, model.device)
     return input_ids, labels, mask
 
 

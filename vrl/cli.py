@@ -83,11 +83,14 @@ def _task_set(spec: str):
     return tasks
 
 
-def _load(model: str, dtype: Optional[str]):
+DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
+
+
+def _load(model: str, dtype: Optional[str], device: str):
     from vrl.model import ModelError, load_model
 
     try:
-        return load_model(model, dtype=dtype)
+        return load_model(model, dtype=dtype, device=device)
     except ModelError as error:
         raise _fail(str(error)) from None
 
@@ -121,6 +124,7 @@ def generate(
     policy_version: Annotated[int, typer.Option(min=0)] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 8,
     dtype: Annotated[Optional[str], typer.Option(help="Compute dtype (part of the model's identity).")] = None,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable summary; no progress bar.")] = False,
 ):
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
@@ -136,7 +140,7 @@ def generate(
     except KeyFileError as error:
         raise _fail(str(error)) from None
     tasks = _task_set(task)
-    loaded = _load(model, dtype)
+    loaded = _load(model, dtype, device)
     try:
         sampling = sampling_for(loaded, temperature, top_k, top_p, max_new_tokens)
     except InvalidParameters as error:
@@ -190,6 +194,7 @@ def verify(
     round_seed: Annotated[Optional[str], typer.Option(help="Require this round seed.")] = None,
     dtype: Annotated[Optional[str], typer.Option()] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 4,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout; no progress bar.")] = False,
 ):
     """Verify every rollout in a file. Exit 0 all accepted, 1 any rejected, 2 unusable input."""
@@ -205,7 +210,7 @@ def verify(
         raise _fail(str(error)) from None
     if not records:
         raise _fail(f"{rollouts}: no records")
-    loaded = _load(model, dtype)
+    loaded = _load(model, dtype, device)
     with _progress(json_output) as bar:
         task_bar = bar.add_task("verifying", total=len(records))
         verdicts = run_verify(records, loaded, expect=expect, batch_size=batch_size,
@@ -280,6 +285,7 @@ def train(
     aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
     kl_beta: Annotated[Optional[float], typer.Option()] = None,
     iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
+    device: Annotated[Optional[str], typer.Option(help=DEVICE_HELP)] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
@@ -293,7 +299,7 @@ def train(
 
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
-             "learning_rate": learning_rate, "verify_fraction": verify_fraction,
+             "learning_rate": learning_rate, "verify_fraction": verify_fraction, "device": device,
              "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
                       "iterations": iterations}}
     saved = run_dir / "config.toml"

@@ -16,7 +16,12 @@ import torch
 from transformers import DynamicCache
 
 from proofs.sampler import SamplingParams, sample
-from vrl.model import Model
+from vrl.model import Model, network_device
+
+
+#: Where inputs are assembled before one copy each to the network's device, and where the
+#: sampler and the commitments run (on every device, so their results agree everywhere).
+HOST = torch.device("cpu")
 
 
 @contextmanager
@@ -38,29 +43,32 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
-def _distinct_prompts(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(which, input_ids, mask)``: the distinct prompts left-padded, and for every row the
-    index of its prompt among them (GRPO groups repeat one prompt ``group_size`` times)."""
+def _distinct_prompts(prompts: list[list[int]], pad: int,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(which, input_ids, mask)`` on ``device``: the distinct prompts left-padded, and for
+    every row the index of its prompt among them (GRPO groups repeat one prompt
+    ``group_size`` times)."""
     distinct: dict[tuple[int, ...], int] = {}
-    which = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
+    which = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=HOST)
     width = max(map(len, distinct))
-    input_ids = torch.full((len(distinct), width), pad, dtype=torch.long)
+    input_ids = torch.full((len(distinct), width), pad, dtype=torch.long, device=HOST)
     mask = torch.zeros_like(input_ids)
     for row, prompt in enumerate(distinct):
-        input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, device=HOST)
         mask[row, width - len(prompt) :] = 1
-    return which, input_ids, mask
+    return which.to(device), input_ids.to(device), mask.to(device)
 
 
-def right_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows padded on the right, and their attention mask: the layout training uses."""
+def right_padded(rows: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded on the right, and their attention mask, on ``device``: the layout
+    training uses. Built on the CPU and moved in one copy each."""
     width = max(map(len, rows))
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long, device=HOST)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=HOST)
     for b, row in enumerate(rows):
-        input_ids[b, : len(row)] = torch.tensor(row)
+        input_ids[b, : len(row)] = torch.tensor(row, device=HOST)
         mask[b, : len(row)] = 1
-    return input_ids, mask
+    return input_ids.to(device), mask.to(device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +99,8 @@ def decode(
     """
     batch = len(prompts)
     # Each distinct prompt is prefilled once; its KV cache is gathered for every row after.
-    which, input_ids, mask = _distinct_prompts(prompts, model.pad_token_id)
+    device = network_device(model.network)
+    which, input_ids, mask = _distinct_prompts(prompts, model.pad_token_id, device)
     positions = _positions(mask)
     stops = set(params.stop_token_ids)
     tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -108,11 +117,15 @@ def decode(
                 input_ids=input_ids, attention_mask=mask, position_ids=positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=1,
             )
-            hidden = captured[-1][:, -1, :].float()
-            logits = out.logits[:, -1, :]
+            # One copy per step off the accelerator: the commitment and the sampler work on
+            # the CPU (the sampler in float64, identically on every device).
+            hidden = captured[-1][:, -1, :].float().to(HOST)
+            logits = out.logits[:, -1, :].to(HOST)
             if step == 0:
                 cache.batch_select_indices(which)
-                hidden, logits, positions, mask = hidden[which], logits[which], positions[which], mask[which]
+                positions, mask = positions[which], mask[which]
+                which = which.to(HOST)
+                hidden, logits = hidden[which], logits[which]
             for i, b in enumerate(active):
                 rows[b].append(hidden[i].clone())  # chooses token `step`, or closes a finished sequence
             sampling = [i for i, b in enumerate(active) if finish[active[i]] is None]
@@ -132,14 +145,14 @@ def decode(
             kept = sampling
             if len(kept) < len(active):
                 if kept:
-                    cache.batch_select_indices(torch.tensor(kept))
+                    cache.batch_select_indices(torch.tensor(kept, device=device))
                 positions, mask = positions[kept], mask[kept]
                 active = [active[i] for i in kept]
             if not active:
                 break
-            input_ids = torch.tensor([[tokens[b][-1]] for b in active])
+            input_ids = torch.tensor([[tokens[b][-1]] for b in active], device=device)
             positions = positions[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=1)
             step += 1
             if on_step is not None:
                 on_step()
@@ -180,16 +193,17 @@ def continue_prompts(
     """
     if not prompts or any(not p for p in prompts) or any(not c for c in continuations):
         raise ValueError("every row needs a non-empty prompt and continuation")
-    which, prompt_ids, prompt_mask = _distinct_prompts(prompts, pad)
-    tokens, mask = right_padded(continuations, pad)
-    starts = torch.tensor([len(p) for p in prompts])
+    device = network_device(network)
+    which, prompt_ids, prompt_mask = _distinct_prompts(prompts, pad, device)
+    tokens, mask = right_padded(continuations, pad, device)
+    starts = torch.tensor([len(p) for p in prompts], device=device)
     cache = DynamicCache()
     with _capture_head_input(network) as captured:
         first = network(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
                         past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache.batch_select_indices(which)
         rest = network(input_ids=tokens, attention_mask=torch.cat([prompt_mask[which], mask], dim=1),
-                       position_ids=starts[:, None] + torch.arange(tokens.shape[1]), past_key_values=cache,
+                       position_ids=starts[:, None] + torch.arange(tokens.shape[1], device=device), past_key_values=cache,
                        use_cache=True)
     hidden = torch.cat([captured[0][which], captured[1]], dim=1) if capture_hidden else None
     return Continued(tokens, mask, torch.cat([first.logits[which], rest.logits], dim=1), hidden)

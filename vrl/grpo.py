@@ -125,7 +125,7 @@ def policy_loss(
     logp = pad(logprobs)
     old = pad((logprobs if old_logprobs is None else old_logprobs).detach())
     mu = pad(behaviour_logprobs.detach())
-    adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # A_i broadcast over o_i's tokens, GRPO §4.1.2
+    adv = advantages.detach().to(logp).unsqueeze(1)  # A_i broadcast over o_i's tokens, GRPO §4.1.2
 
     ratio = torch.exp(logp - old)  # r_t = pi_theta / pi_old, GRPO eq. 3
     clipped = ratio.clamp(1 - config.eps_low, 1 + config.eps_high)  # decoupled clip range, DAPO §3.1

@@ -131,6 +131,11 @@ def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     return network, tokenizer
 
 
+def network_device(network: torch.nn.Module) -> torch.device:
+    """Where the network's weights live, so its inputs are made there too."""
+    return next(network.parameters()).device
+
+
 def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
     """sha256 over the canonical description of the weights (specs/record.md, model hash).
 
@@ -183,6 +188,10 @@ class Model:
         return weights_hash(self.network, self.dtype_name)
 
     @property
+    def device(self) -> torch.device:
+        return network_device(self.network)
+
+    @property
     def dtype(self) -> torch.dtype:
         return DTYPES[self.dtype_name]
 
@@ -229,15 +238,35 @@ class Model:
         return path
 
 
-def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa") -> Model:
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when there is one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ModelError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ModelError(f"unsupported device {name!r}; use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device {name!r} asked for, but this torch build sees no CUDA device")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ModelError(f"device {name!r} asked for, but there are {torch.cuda.device_count()} CUDA devices")
+    return device
+
+
+def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa", device: str = "cpu") -> Model:
     """Load a preset (``tiny``, ``small``), the built ``base`` model, or a local Hugging Face directory.
 
     ``dtype`` is the compute dtype, part of the model's identity; presets default to float32
     (the fast path on CPUs without bf16 units), directories to the dtype in their config.
-    ``attention`` is ``sdpa`` or ``eager``: an implementation choice, not part of identity.
+    ``attention`` is ``sdpa`` or ``eager`` and ``device`` is where the network runs
+    (:func:`resolve_device`): implementation choices, not part of identity. Whatever the
+    device, the sampler and the commitments are computed on the CPU, so they agree everywhere.
     """
     if dtype is not None and dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    target = resolve_device(device)
     text = str(spec)
     if text == "base":
         from vrl.base_model import base_model_dir
@@ -269,6 +298,6 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
         if dtype_name not in DTYPES:
             raise ModelError(f"{path}: unsupported weight dtype {dtype_name}")
         name = path.name
-    network = network.to(DTYPES[dtype_name]).eval()
+    network = network.to(device=target, dtype=DTYPES[dtype_name]).eval()
     network.requires_grad_(False)
     return Model(name=name, network=network, tokenizer=tokenizer, dtype_name=dtype_name)

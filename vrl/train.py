@@ -36,7 +36,7 @@ import torch
 from proofs.sampler import SamplingParams
 from vrl import checkpoint
 from vrl.evaluate import accuracy, expected_accuracy, held_out
-from vrl.forward import Prefilled, continue_prompts, prefilled, token_logprobs
+from vrl.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
 from vrl.generate import iter_generate
 from vrl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
 from vrl.io import write_rollouts
@@ -79,6 +79,7 @@ class TrainConfig:
     # generates its batch. On a small model each pass costs about the same at 64 rows as at
     # 128, so halving the passes took generation from 145 to 108 ms/step here (bench/vs_trl.py).
     generation_batch: int = 128
+    device: str = "auto"  # where the policy runs: CUDA when there is one (vrl.model.resolve_device)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
     def __post_init__(self) -> None:
@@ -148,7 +149,7 @@ class PolicyForward:
     def select(self, rollouts: list[Rollout]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprobs, mask, behaviour)`` of these rollouts, in their order, graph kept, as wide
         as their longest completion (so any pass over the same rollouts has the same shape)."""
-        rows = torch.tensor([self.rows[r.signature] for r in rollouts])
+        rows = torch.tensor([self.rows[r.signature] for r in rollouts], device=self.logprobs.device)
         width = max(len(r.completion_tokens) for r in rollouts)
         return self.logprobs[rows, :width], self.mask[rows, :width], self.behaviour[rows, :width]
 
@@ -163,9 +164,10 @@ def policy_forward(network: torch.nn.Module, rollouts: list[Rollout], temperatur
     continued = continue_prompts(network, [list(r.prompt_tokens) for r in rollouts],
                                  [list(r.completion_tokens) for r in rollouts], pad, capture_hidden=capture_hidden)
     mask = continued.mask.bool()
-    behaviour = torch.zeros(mask.shape)
+    behaviour = torch.zeros(mask.shape, device=HOST)
     for b, r in enumerate(rollouts):
-        behaviour[b, : len(r.behaviour_logprobs)] = torch.tensor(r.behaviour_logprobs)
+        behaviour[b, : len(r.behaviour_logprobs)] = torch.tensor(r.behaviour_logprobs, device=HOST)
+    behaviour = behaviour.to(mask.device)
     return PolicyForward({r.signature: b for b, r in enumerate(rollouts)},
                          token_logprobs(continued, temperature).masked_fill(~mask, 0.0), mask, behaviour,
                          prefilled(continued) if capture_hidden else [])
@@ -184,7 +186,7 @@ class Trainer:
         for problem in problems:
             self.log("skipped task", problem=str(problem))
         self.evaluation = held_out(self.tasks, config.held_out)
-        loaded = load_model(config.model, dtype="float32")
+        loaded = load_model(config.model, dtype="float32", device=config.device)
         self.network, self.tokenizer = loaded.network, loaded.tokenizer
         self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, loaded.stop_token_ids)
         # The network stays in eval mode while it trains: dropout would make the GRPO forward
@@ -283,7 +285,7 @@ class Trainer:
         #    tokens, so the verifier checks those rollouts against it instead of a prefill of its own.
         started = time.perf_counter()
         learnable = [g for g, keep in zip(groups, informative_groups(torch.tensor(
-            [[r.reward for r in g] for g in groups])).tolist()) if keep]
+            [[r.reward for r in g] for g in groups], device=HOST)).tolist()) if keep]
         forward = policy_forward(self.network, [r for g in learnable for r in g], config.temperature,
                                  self.tokenizer.pad_token_id, capture_hidden=True) if learnable else None
         seconds_forward = time.perf_counter() - started
@@ -348,7 +350,7 @@ class Trainer:
                  "is_weight_mean": 1.0, "is_truncated_fraction": 0.0}
         if not groups:
             return stats
-        rewards = torch.tensor([[r.reward for r in g] for g in groups])
+        rewards = torch.tensor([[r.reward for r in g] for g in groups], device=HOST)
         keep = informative_groups(rewards)
         stats["groups_zero_variance"] = int((~keep).sum())
         if not bool(keep.any()):
@@ -356,7 +358,7 @@ class Trainer:
         groups = [g for g, k in zip(groups, keep.tolist()) if k]
         weights = [w for w, k in zip(weights, keep.tolist()) if k]
         advantages = group_advantages(rewards[keep], config.grpo.advantage, config.grpo.std_eps)
-        advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype)).reshape(-1)
+        advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype, device=HOST)).reshape(-1)
         rollouts = [r for g in groups for r in g]
         pad = self.tokenizer.pad_token_id
         reference = None

@@ -27,7 +27,7 @@ import torch
 
 from proofs import commitment, sampler
 from proofs.errors import MalformedCommitment
-from vrl.forward import Prefilled, prefill
+from vrl.forward import HOST, Prefilled, prefill
 from vrl.model import Model
 from vrl.rollout import RecordError, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign
@@ -358,7 +358,7 @@ def verify(
         # per-rollout stages then only compare numbers with the tolerances.
         agreements = commitment.check_many([alive[i].commitment for i in batch], [r.hidden for r in prefilled_batch])
         races = sampler.replay_sequences(
-            [(result.logits, torch.tensor(alive[i].completion_tokens, dtype=torch.long), alive[i].sample_seed,
+            [(result.logits, torch.tensor(alive[i].completion_tokens, dtype=torch.long, device=HOST), alive[i].sample_seed,
               alive[i].sampling) for i, result in zip(batch, prefilled_batch)],
             tolerances.race_margin,
         )

@@ -25,6 +25,7 @@ class NodeConfig:
     bootstrap: tuple[str, ...] = ()  # multiaddrs ending in /p2p/<peer id>
     pretrusted: tuple[str, ...] = ()  # hex node ids trusted from the start besides self and trainer
     model: str = "base"  # architecture and tokenizer; the weights come from the trainer
+    device: str = "auto"  # where this node runs its models (vrl.model.resolve_device)
     task: str = "arithmetic:digits=2,ops=+"
     group_size: int = 8
     groups_per_round: int = 4

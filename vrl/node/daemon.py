@@ -86,7 +86,8 @@ class Node:
         self.work = Work(key, WorkConfig(
             model=config.model, tasks=self.tasks, group_size=config.group_size,
             groups_per_round=config.groups_per_round, temperature=config.temperature,
-            max_new_tokens=config.max_new_tokens, adversary=config.adversary), self._expectations)
+            max_new_tokens=config.max_new_tokens, adversary=config.adversary, device=config.device),
+            self._expectations)
         self.trainer: PolicyTrainer | None = None
         if "trainer" in config.roles:
             self.trainer = PolicyTrainer(TrainConfig(
@@ -94,6 +95,7 @@ class Node:
                 groups_per_step=config.batch_groups, max_new_tokens=config.max_new_tokens,
                 temperature=config.temperature, learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
                 held_out=config.held_out, eval_every=config.eval_every, checkpoint_every=1,
+                device=config.device,
                 grpo=GRPOConfig(max_staleness=config.max_staleness)), config.path / "trainer", key)
         self.blobs = BlobStore(transport)
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")

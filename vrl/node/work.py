@@ -49,6 +49,7 @@ class WorkConfig:
     max_new_tokens: int = 8
     adversary: str = ""
     generation_batch: int = 32
+    device: str = "cpu"
 
 
 class Work:
@@ -56,7 +57,7 @@ class Work:
 
     def __init__(self, key: NodeKey, config: WorkConfig, expectations) -> None:
         self.key, self.config = key, config
-        self.skeleton = load_model(config.model, dtype="float32")
+        self.skeleton = load_model(config.model, dtype="float32", device=config.device)
         # The canonical sampler with the model's own stop tokens (specs/sampler.md); no top-k/p.
         self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens,
                                        self.skeleton.stop_token_ids)
