@@ -133,7 +133,7 @@ def main() -> None:
                 result = run(settings, seed, args.out / f"{name}-{seed}")
             result["accuracy"] = scores(result.pop("model"))
             results[name].append(result)
-            console.print(f"{name} seed {seed}: {statistics.median(result['seconds'][1:]):.2f} s/step, held-out "
+            console.print(f"{name} seed {seed}: {statistics.median(result['seconds'][1:]):.3f} s/step, held-out "
                           f"{result['accuracy']['sampled']:.1%} sampled, {result['accuracy']['greedy']:.1%} greedy")
 
     table = Table(title=f"vrl vs TRL GRPOTrainer: {args.steps} steps x {config.groups_per_step} groups x "
@@ -151,7 +151,7 @@ def main() -> None:
     def row(name: str, key: str, label: str) -> None:
         sampled = [r["accuracy"]["sampled"] for r in results[name]]
         greedy = [r["accuracy"]["greedy"] for r in results[name]]
-        table.add_row(label, f"{seconds(results[name], key):.2f}", " ".join(f"{s:.1%}" for s in sampled),
+        table.add_row(label, f"{seconds(results[name], key):.3f}", " ".join(f"{s:.1%}" for s in sampled),
                       spread(sampled), spread(greedy))
 
     row("vrl", "seconds", "vrl (every rollout verified)")
