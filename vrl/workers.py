@@ -19,18 +19,21 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+#: One worker per core: the work is CPU-bound.
+WORKERS = os.cpu_count() or 1
+
+
 @cache
 def pool() -> ThreadPoolExecutor:
-    """One worker per core, created on first use and shared by the whole process."""
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="vrl-worker")
+    """The shared pool, created on first use."""
+    return ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="vrl-worker")
 
 
 def map_in_slices(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """``[function(x) for x in items]``, with one contiguous slice of ``items`` per worker, so
     the cost of handing work to a thread is paid once per slice, not once per item."""
-    workers = pool()._max_workers
-    if len(items) < 2 * workers:
+    if len(items) < 2 * WORKERS:
         return [function(item) for item in items]
-    size = -(-len(items) // workers)
+    size = -(-len(items) // WORKERS)
     slices = [items[start : start + size] for start in range(0, len(items), size)]
     return [result for part in pool().map(lambda part: [function(item) for item in part], slices) for result in part]
