@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import itertools
 import json
 import shutil
 import statistics
@@ -36,7 +37,7 @@ import vrl
 from vrl.base_model import base_model_dir, ensure_base_model
 from vrl.evaluate import accuracy, held_out
 from vrl.model import Model
-from vrl.tasks import Arithmetic, Task
+from vrl.tasks import Arithmetic, Task, is_held_out
 from vrl.train import TrainConfig, Trainer
 
 console = Console()
@@ -67,10 +68,12 @@ def run_trl(config: TrainConfig, seed: int, out: Path) -> dict:
     directory = base_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(directory)
     tasks = Arithmetic.parse(config.task)
-    # The same distribution our node draws its assignments from: indices hashed from the seed.
-    draw = [int.from_bytes(hashlib.sha256(b"trl" + seed.to_bytes(4, "big") + i.to_bytes(4, "big")).digest()[:8], "big")
-            for i in range(config.steps * config.groups_per_step)]
-    rows = [{"prompt": t.prompt, "answer": t.answer, "id": t.id} for t in map(tasks.task, draw)]
+    # The same distribution our node draws its assignments from: indices hashed from the seed,
+    # held-out problems skipped (vrl.tasks.assign).
+    draws = (tasks.task(int.from_bytes(hashlib.sha256(b"trl" + seed.to_bytes(4, "big") + i.to_bytes(4, "big"))
+                                       .digest()[:8], "big")) for i in itertools.count())
+    rows = [{"prompt": t.prompt, "answer": t.answer, "id": t.id}
+            for t in itertools.islice((t for t in draws if not is_held_out(t)), config.steps * config.groups_per_step)]
     spec = config.reward_spec
 
     def reward(prompts, completions, answer, id, **_):  # noqa: A002 (TRL passes dataset columns by name)

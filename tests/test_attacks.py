@@ -289,6 +289,22 @@ def test_forged_commitment(tiny, honest, node, kind):
     assert (verdict.stage, verdict.reason) == (Stage.COMMITMENT, expected)
 
 
+def test_training_on_a_held_out_problem_caught_by_task_set(tiny, honest, node):
+    """Evaluation contamination: the node keeps the first draw of a group although it is a
+    held-out problem, as an assignment without the held-out rule would."""
+    from vrl.tasks import assignment_index, is_held_out
+
+    first_draw = lambda g: TASKS.task(assignment_index(ROUND, node.node_id, g, 0))  # noqa: E731
+    g = next(g for g in range(1000) if is_held_out(first_draw(g)))
+    held = first_draw(g)
+    assert vrl.assign(TASKS, ROUND, node.node_id, g) != held
+    forged = [r.signed(node, group_index=g, task_id=held.id, prompt=held.prompt, reference=held.answer,
+                       prompt_tokens=tuple(tiny.encode(held.prompt)))
+              for r in honest if r.group_index == 0]
+    pinned = verdicts(forged, tiny, expect=Expectations(tasks=TASKS))
+    assert {(v.stage, v.reason) for v in pinned} == {(Stage.BINDING, "task_not_assigned")}
+
+
 def test_easier_task_than_assigned_caught_by_task_set(tiny, honest, node):
     """Cherry-picking tasks: the group answers another (easier) task than its assignment."""
     group = [r for r in honest if r.group_index == 0]

@@ -11,11 +11,14 @@ import torch
 from typer.testing import CliRunner
 
 import vrl
+from proofs.sampler import SamplingParams
 from vrl import checkpoint
 from vrl.adversary import tampered
 from vrl.base_model import BaseModelConfig, build_base_model, read_meta
 from vrl.checkpoint import CheckpointError
 from vrl.cli import app
+from vrl.evaluate import held_out
+from vrl.forward import decode
 from vrl.grpo import GRPOConfig
 from vrl.plots import plot_run
 from vrl.train import TrainConfig, Trainer
@@ -41,7 +44,13 @@ def test_base_build_is_deterministic_and_learned_the_format(base, tmp_path):
     meta = read_meta(base)
     again = build_base_model(QUICK, tmp_path / "again")
     assert read_meta(again)["model_hash"] == meta["model_hash"]
-    assert meta["held_out_accuracy"] > 0.05  # random init is 0: it answers with numbers
+    # The format, on sums it never saw (one-digit sums have only 5 held-out ones, too few to
+    # assert an accuracy): a number, then the stop token. Random init writes neither.
+    model = vrl.load_model(str(base))
+    tasks = held_out(vrl.Arithmetic.parse(QUICK.tasks), 64)
+    results = decode(model, [model.encode(t.prompt) for t in tasks], [bytes(32)] * len(tasks),
+                     SamplingParams(0.0, 0, 1.0, 4, model.stop_token_ids))
+    assert [(r.finish_reason, model.decode(r.tokens[:-1]).isdigit()) for r in results] == [("stop", True)] * len(tasks)
 
 
 def test_resumed_run_equals_uninterrupted_run(base, tmp_path):
@@ -90,6 +99,18 @@ def test_a_new_run_never_overwrites_an_old_one(base, tmp_path):
     Trainer(config(base, steps=1), tmp_path / "run").run()
     with pytest.raises(FileExistsError):
         Trainer(config(base, steps=1), tmp_path / "run")
+
+
+def test_a_task_file_without_held_out_problems_is_refused_before_training(tmp_path):
+    from vrl.tasks import Task, is_held_out
+
+    sums = [(a, b) for a in range(10) for b in range(10) if not is_held_out(Task("t", f"{a}+{b}=", ""))][:20]
+    tasks = tmp_path / "train-only.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"s{a}-{b}", "prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
+                             for a, b in sums))
+    with pytest.raises(ValueError, match="no held-out problem"):
+        Trainer(TrainConfig(model="tiny", task=str(tasks)), tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_corrupt_checkpoint_refused_and_nothing_loaded(base, tmp_path):

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from blake3 import blake3
 
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.keys import NodeKey, signature_valid
 from vrl.model import weights_hash
 from vrl.rollout import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
-from vrl.tasks import Arithmetic, RewardSpec, Task, assignment_index
+from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_index, is_held_out
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
 
@@ -91,19 +92,19 @@ def test_tiny_preset_model_hash(tiny):
 
 
 def test_model_hash_from_the_spec_formula_alone():
-    """specs/record.md section 5, written out with hashlib from the vector's bytes only."""
+    """specs/record.md section 5, written out with hashlib and blake3 from the vector's bytes only."""
     vector = load("model")["linear"]
 
     def put(text: str) -> bytes:
         return len(text.encode()).to_bytes(4, "big") + text.encode()
 
-    message = b"vrl/model/v2\x00" + put(vector["dtype"])
+    message = b"vrl/model/v3\x00" + put(vector["dtype"])
     for name, entry in sorted(vector["state_dict"].items()):
         raw = bytes.fromhex(entry["raw"])
-        assert hashlib.sha256(raw).hexdigest() == entry["sha256"]
+        assert blake3(raw).hexdigest() == entry["blake3"]
         message += put(name) + put(entry["dtype"]) + len(entry["shape"]).to_bytes(4, "big")
         message += b"".join(size.to_bytes(8, "big") for size in entry["shape"])
-        message += len(raw).to_bytes(8, "big") + hashlib.sha256(raw).digest()
+        message += len(raw).to_bytes(8, "big") + blake3(raw).digest()
     assert hashlib.sha256(message).hexdigest() == vector["model_hash"]
     linear = torch.nn.Linear(3, 2)
     with torch.no_grad():
@@ -118,8 +119,18 @@ def test_task_vectors():
     for case in vectors["round_seed"]:
         assert round_seed(bytes.fromhex(case["checkpoint_hash"]), case["round"]).hex() == case["round_seed"]
     for case in vectors["assignment_index"]:
-        index = assignment_index(bytes.fromhex(case["round_seed"]), bytes.fromhex(case["node_id"]), case["group_index"])
+        index = assignment_index(bytes.fromhex(case["round_seed"]), bytes.fromhex(case["node_id"]), case["group_index"],
+                                 case["attempt"])
         assert index == case["index"]
+    for case in vectors["held_out"]:
+        assert is_held_out(Task("t", case["prompt"], "")) == case["held_out"], case
+    assert {case["held_out"] for case in vectors["held_out"]} == {True, False}
+    for case in vectors["assign"]:
+        seed, node = bytes.fromhex(case["round_seed"]), bytes.fromhex(case["node_id"])
+        task = assign(Arithmetic.parse(case["task_set"]), seed, node, case["group_index"])
+        assert task.id == case["task_id"] == case["draws"][-1]["task_id"]
+        assert [d["held_out"] for d in case["draws"]] == [True] * (len(case["draws"]) - 1) + [False]
+    assert any(len(case["draws"]) > 1 for case in vectors["assign"])
     for case in vectors["arithmetic"]:
         task = Arithmetic.parse(case["spec"]).task(case["index"])
         assert (task.id, task.prompt, task.answer) == (case["id"], case["prompt"], case["answer"])

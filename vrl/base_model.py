@@ -28,7 +28,7 @@ import torch
 from vrl.evaluate import accuracy, held_out
 from vrl.forward import right_padded
 from vrl.model import Model, build_preset
-from vrl.tasks import Arithmetic, RewardSpec
+from vrl.tasks import Arithmetic, RewardSpec, Task, is_held_out
 
 META_FILE = "vrl-base.json"
 
@@ -50,6 +50,10 @@ class BaseModelConfig:
     label_noise: float = 0.5
     seed: int = 0
     held_out: int = 256
+    # Train only on problems that assignment can draw, never on the evaluation set. (Builds
+    # before the held-out split, issue 3, trained on every problem; as a config field it also
+    # gives this build another digest, so their cached directories are not reused.)
+    excludes_held_out: bool = True
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -76,18 +80,28 @@ def _target(answer: str, draw: random.Random, noise: float) -> str:
     return str(int(answer) + draw.choice((-2, -1, 1, 2)))
 
 
-def _batch(model: Model, tasks: Arithmetic, indices: list[int], draw: random.Random,
+def _batch(model: Model, tasks: list[Task], draw: random.Random,
            noise: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``prompt + target + eos`` with labels only on the target and the eos."""
     eos = model.stop_token_ids[0]
     rows = []
-    for index in indices:
-        task = tasks.task(index)
+    for task in tasks:
         prompt, answer = model.encode(task.prompt), model.encode(_target(task.answer, draw, noise)) + [eos]
         rows.append((prompt + answer, [-100] * len(prompt) + answer))
     input_ids, mask = right_padded([ids for ids, _ in rows], model.pad_token_id, model.device)
     labels, _ = right_padded([target for _, target in rows], -100, model.device)
     return input_ids, labels, mask
+
+
+def _training_problems(tasks: Arithmetic, draw: random.Random, count: int, excludes_held_out: bool) -> list[Task]:
+    """``count`` random problems; with ``excludes_held_out``, none of them held out, so the base
+    model never sees the evaluation problems either (vrl.tasks.is_held_out)."""
+    drawn: list[Task] = []
+    while len(drawn) < count:
+        task = tasks.task(draw.getrandbits(64))
+        if not (excludes_held_out and is_held_out(task)):
+            drawn.append(task)
+    return drawn
 
 
 def train_base_model(config: BaseModelConfig, on_step: Callable[[int, float], None] | None = None) -> Model:
@@ -105,8 +119,8 @@ def train_base_model(config: BaseModelConfig, on_step: Callable[[int, float], No
         0.5 * (1 + torch.cos(torch.tensor(torch.pi * step / config.steps)).item())))
     draw = random.Random(config.seed)
     for step in range(config.steps):
-        indices = [draw.getrandbits(64) for _ in range(config.batch_size)]
-        input_ids, labels, mask = _batch(model, tasks, indices, draw, config.label_noise)
+        problems = _training_problems(tasks, draw, config.batch_size, config.excludes_held_out)
+        input_ids, labels, mask = _batch(model, problems, draw, config.label_noise)
         loss = network(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -8,17 +8,28 @@ from collections.abc import Callable
 from proofs.sampler import SamplingParams
 from vrl.forward import decode
 from vrl.model import Model
-from vrl.tasks import RewardSpec, Task, TaskSet
+from vrl.tasks import HELD_OUT_SHARE, RewardSpec, Task, TaskSet, is_held_out
 
-HELD_OUT_DOMAIN = b"vrl/held-out/v1\x00"
+EVAL_INDEX_DOMAIN = b"vrl/eval-index/v1\x00"
 EVAL_SEED_DOMAIN = b"vrl/eval-seed/v1\x00"
+#: Indices scanned per wanted problem before a small task set is taken to have no more
+#: held-out problems: 1 in HELD_OUT_SHARE is one, and a few times that covers the repeats.
+_SCAN_PER_PROBLEM = 4 * HELD_OUT_SHARE
 
 
 def held_out(tasks: TaskSet, count: int) -> list[Task]:
-    """A fixed evaluation set: indices hashed in their own domain, apart from any assignment."""
-    indices = (int.from_bytes(hashlib.sha256(HELD_OUT_DOMAIN + i.to_bytes(4, "big")).digest()[:8], "big")
-               for i in range(count))
-    return [tasks.task(index) for index in indices]
+    """The fixed evaluation set: up to ``count`` distinct held-out problems (by prompt), in the
+    order a hashed index sequence meets them. Assignment never draws a held-out problem
+    (:func:`vrl.tasks.assign`), so no training round has seen any of them. A small task file
+    can have fewer than ``count``, or none."""
+    found: dict[str, Task] = {}
+    for i in range(count * _SCAN_PER_PROBLEM):
+        task = tasks.task(int.from_bytes(hashlib.sha256(EVAL_INDEX_DOMAIN + i.to_bytes(4, "big")).digest()[:8], "big"))
+        if is_held_out(task):
+            found.setdefault(task.prompt, task)
+            if len(found) == count:
+                break
+    return list(found.values())
 
 
 def accuracy(

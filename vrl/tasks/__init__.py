@@ -2,8 +2,10 @@
 
 A reward is a pure function of ``(task, completion text, reward spec)``, so any verifier
 recomputes it bit for bit (specs/tasks.md). A node does not choose its tasks: group ``g`` of
-a round is ``task_set.task(assignment_index(round_seed, node_id, g))``, a hash no node can
-steer once the round seed is public, and the verifier recomputes the same assignment.
+a round is ``task_set.task(assignment_index(round_seed, node_id, g, 0))``, a hash no node can
+steer once the round seed is public, and the verifier recomputes the same assignment. One
+problem in 16, by the hash of its prompt, is held out for evaluation: assignment draws again
+(attempt 1, 2, ...) when it lands on one, so no round ever trains on a held-out problem.
 
 Two task sets: the built-in :class:`~vrl.tasks.arithmetic.Arithmetic` generator, and a
 :class:`TaskList` read from a file (GSM8K format or ``{"id", "prompt", "answer"}`` lines).
@@ -16,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-ASSIGNMENT_DOMAIN = b"vrl/assignment/v1\x00"
+ASSIGNMENT_DOMAIN = b"vrl/assignment/v2\x00"
+HELD_OUT_DOMAIN = b"vrl/held-out/v2\x00"
+#: One problem in 16 is held out (specs/tasks.md section 1): 625 of the 10,000 problems of the
+#: default two-digit addition set, enough for the trainer's 256-problem evaluation set, while
+#: training keeps 15/16 of every task set.
+HELD_OUT_SHARE = 16
+#: Draws before assignment gives up: a set with the expected 1/16 held out fails only with
+#: probability 16^-64; a list whose every task is held out is refused when it is built.
+MAX_ASSIGNMENT_ATTEMPTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +61,39 @@ class TaskList:
     def __post_init__(self) -> None:
         if not self.tasks:
             raise ValueError(f"task set {self.name!r} is empty")
+        if all(map(is_held_out, self.tasks)):
+            raise ValueError(f"task set {self.name!r}: all {len(self.tasks)} tasks are held out for evaluation "
+                             f"(1 prompt in {HELD_OUT_SHARE} is, by hash), so none is left to train on")
 
     def task(self, index: int) -> Task:
         return self.tasks[index % len(self.tasks)]
 
 
-def assignment_index(round_seed: bytes, node_id: bytes, group_index: int) -> int:
-    """``u64be(SHA-256(domain, round_seed, node_id, u32be(group_index))[:8])`` (specs/tasks.md §1)."""
-    digest = hashlib.sha256(ASSIGNMENT_DOMAIN + round_seed + node_id + group_index.to_bytes(4, "big")).digest()
+def is_held_out(task: Task) -> bool:
+    """Whether a problem is kept out of training, for evaluation (specs/tasks.md section 1).
+    By prompt, not index: two indices of a generator, or two lines of a file, can hold the
+    same problem, and that problem must be on one side only."""
+    digest = hashlib.sha256(HELD_OUT_DOMAIN + task.prompt.encode()).digest()
+    return int.from_bytes(digest[:8], "big") < (1 << 64) // HELD_OUT_SHARE
+
+
+def assignment_index(round_seed: bytes, node_id: bytes, group_index: int, attempt: int) -> int:
+    """``u64be(SHA-256(domain, round_seed, node_id, u32be(group_index), u32be(attempt))[:8])``
+    (specs/tasks.md section 1)."""
+    digest = hashlib.sha256(ASSIGNMENT_DOMAIN + round_seed + node_id + group_index.to_bytes(4, "big")
+                            + attempt.to_bytes(4, "big")).digest()
     return int.from_bytes(digest[:8], "big")
 
 
 def assign(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Task:
-    """The task of group ``group_index`` for ``node_id`` in the round of ``round_seed``."""
-    return tasks.task(assignment_index(round_seed, node_id, group_index))
+    """The task of group ``group_index`` for ``node_id`` in the round of ``round_seed``: the
+    first draw that is not a held-out problem."""
+    for attempt in range(MAX_ASSIGNMENT_ATTEMPTS):
+        task = tasks.task(assignment_index(round_seed, node_id, group_index, attempt))
+        if not is_held_out(task):
+            return task
+    raise ValueError(f"task set {tasks.name!r}: {MAX_ASSIGNMENT_ATTEMPTS} draws for group {group_index} "
+                     "all landed on held-out problems")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +148,6 @@ def open_task_set(spec: str) -> tuple[TaskSet, list[TaskFileError]]:
     return TaskList(Path(spec).name, tuple(tasks)), problems
 
 __all__ = [
-    "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
-    "assignment_index", "open_task_set", "read_task_file",
+    "HELD_OUT_SHARE", "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
+    "assignment_index", "is_held_out", "open_task_set", "read_task_file",
 ]
