@@ -37,8 +37,9 @@ META_FILE = "vrl-base.json"
 class BaseModelConfig:
     preset: str = "tiny"
     tasks: str = "arithmetic:digits=2,ops=+"  # an Arithmetic spec
-    # Measured here (2 cores, 152 s): 1000 steps give held-out accuracy of 18.0% sampled at
-    # T=1 and 52.3% greedy, about the 20-50% band, with room for GRPO.
+    # Measured here (2 cores, 131 s): 1000 steps give held-out accuracy of 27.3% sampled at
+    # T=1 and 76.2% greedy on problems it never saw: sampling inside the 20-50% band,
+    # with room for GRPO.
     steps: int = 1000
     batch_size: int = 64
     learning_rate: float = 1e-3  # AdamW, as nanoGPT uses for models of this size
