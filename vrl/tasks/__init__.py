@@ -14,6 +14,7 @@ Two task sets: the built-in :class:`~vrl.tasks.arithmetic.Arithmetic` generator,
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -85,11 +86,17 @@ def assignment_index(round_seed: bytes, node_id: bytes, group_index: int, attemp
     return int.from_bytes(digest[:8], "big")
 
 
+def assignment_draws(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Iterator[Task]:
+    """The problems assignment draws for a group, attempt 0 first, at most
+    ``MAX_ASSIGNMENT_ATTEMPTS`` of them."""
+    for attempt in range(MAX_ASSIGNMENT_ATTEMPTS):
+        yield tasks.task(assignment_index(round_seed, node_id, group_index, attempt))
+
+
 def assign(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Task:
     """The task of group ``group_index`` for ``node_id`` in the round of ``round_seed``: the
     first draw that is not a held-out problem."""
-    for attempt in range(MAX_ASSIGNMENT_ATTEMPTS):
-        task = tasks.task(assignment_index(round_seed, node_id, group_index, attempt))
+    for task in assignment_draws(tasks, round_seed, node_id, group_index):
         if not is_held_out(task):
             return task
     raise ValueError(f"task set {tasks.name!r}: {MAX_ASSIGNMENT_ATTEMPTS} draws for group {group_index} "
@@ -149,5 +156,5 @@ def open_task_set(spec: str) -> tuple[TaskSet, list[TaskFileError]]:
 
 __all__ = [
     "HELD_OUT_SHARE", "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
-    "assignment_index", "is_held_out", "open_task_set", "read_task_file",
+    "assignment_draws", "assignment_index", "is_held_out", "open_task_set", "read_task_file",
 ]
