@@ -438,9 +438,10 @@ def reputation(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ):
     """Recompute every node's reputation from the signed verdicts in a store, as an auditor would."""
-    from vrl.node.messages import SignedVerdict
+    from vrl.node.messages import SignedVerdict, Submission
+    from vrl.node.protocol import report_of
     from vrl.node.store import Store, StoreError
-    from vrl.reputation import Report, Reputation
+    from vrl.reputation import Reputation
 
     try:
         store = Store(store_path) if store_path.exists() else None
@@ -455,17 +456,20 @@ def reputation(
     view = Reputation(anchors)
     invalid = 0
     rounds = [0]
-    for kind, data, _ in store.replay():
+    groups: dict[bytes, tuple[bytes, int]] = {}  # digest -> (signer of its records, policy version)
+    for kind, data, extra in store.replay():
+        if kind == "group":
+            groups[Submission.from_bytes(data).digest] = extra[:2]
         if kind != "verdict":
             continue
         verdict = SignedVerdict.from_bytes(data)
-        if not verdict.valid():
+        report = report_of(verdict, *groups[verdict.group]) if verdict.group in groups else None
+        if not verdict.valid() or (verdict.checked and report is None):
             invalid += 1
             continue
-        rounds.append(verdict.round)
-        if verdict.checked:
-            view.add(Report(verdict.round, verdict.verifier, verdict.subject, verdict.group, verdict.outcome,
-                            verdict.digest, verdict.platform, verdict.planted))
+        rounds.append(verdict.policy_version)
+        if report is not None:
+            view.add(report)
     store.close()
     standings = view.standings(max(rounds) if at_round is None else at_round)
     rows = [{"node": n.hex(), "score": s.score, "check_rate": s.check_rate, "quarantined": s.quarantined,

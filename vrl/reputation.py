@@ -15,14 +15,17 @@ normative text; the pieces are:
    ``0.5 ** (age / half_life)``; the score is the lower ``confidence`` quantile of
    ``Beta(a, b)``, so 3 passes are not 3,000.
 3. **Confirmed fraud**: a group that failed hard in reports from at least two distinct
-   reporters whose weights sum to ``quarantine_weight`` quarantines its node (score 0, no
-   admission). One check alone, even a trusted one, never evicts: it must be re-checked.
-   The exception is a group a pre-trusted node *planted* (made bad on purpose to test
-   verifiers): its maker knows.
+   reporters, one of them pre-trusted (this node's own repeatable re-check, or a configured
+   anchor's), whose weights sum to ``quarantine_weight``, quarantines its node (score 0, no
+   admission). One check alone, even a trusted one, never evicts: it must be re-checked; and
+   no number of other reporters' words evicts without a re-check of one's own. The exception
+   is a group a pre-trusted node *planted* (made bad on purpose to test verifiers): its maker
+   knows.
 4. **Verifiers are judged too**: a reporter that passed a group later confirmed bad, or whose
    recomputed commitment digest differs from a pre-trusted reporter's on the same platform,
    did not check (a *lazy verifier*: hard fail and quarantine). A reject that a pre-trusted re-check
-   contradicts is a soft fail of its reporter (honest drift is possible; lies add up).
+   contradicts is a soft fail of its reporter (honest drift is possible; lies add up), and it
+   no longer counts against the group's node: the re-check has shown it false.
 5. **Check rate** ``p = floor + (1-floor) (1-R)^gamma``, 1 for newcomers.
 6. **Admission** into a GRPO batch: see :func:`admit`.
 
@@ -217,8 +220,14 @@ def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapp
             if r.planted and r.reporter in pretrusted:
                 planted.add(r.group)
     return planted | {g for g, who in accusers.items()
-                      if len(who) >= config.quarantine_reporters
+                      if len(who) >= config.quarantine_reporters and not who.isdisjoint(pretrusted)
                       and sum(weight.get(w, 0.0) for w in who) >= config.quarantine_weight}
+
+
+def _cleared(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set[bytes]) -> set[bytes]:
+    """Groups a pre-trusted re-check passed and that are not confirmed bad: failure reports on
+    them say nothing true about the group's node (they cost their reporters instead, §4)."""
+    return {r.group for r in reports if r.outcome == PASS and r.reporter in pretrusted} - confirmed
 
 
 def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
@@ -240,11 +249,14 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     quarantined = {r.subject for r in reports if r.group in confirmed}
     quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == HARD_FAIL}
 
+    cleared = _cleared(reports, pretrusted, confirmed)
     passes: dict[bytes, float] = defaultdict(float)
     failures: dict[bytes, float] = defaultdict(float)
     checked: dict[bytes, set[bytes]] = defaultdict(set)
     for r in everything:
         w = weight.get(r.reporter, 0.0) * decay(r.round)
+        if r.outcome != PASS and r.reporter and r.group in cleared:
+            continue
         if r.outcome == PASS:
             passes[r.subject] += w
         else:

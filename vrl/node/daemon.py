@@ -17,7 +17,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import msgpack
 import structlog
 import torch
 
@@ -28,8 +27,8 @@ from vrl.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
-    group_problem, topic_of,
+    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement,
+    SignedVerdict, Submission, group_problem, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
@@ -143,8 +142,13 @@ class Node:
                 if rollouts[0].node_id in self.protocol.quarantined:
                     return Validation.IGNORE  # the forwarder is not at fault
             elif message.topic == TOPIC_VERDICTS:
-                if not SignedVerdict.from_bytes(message.data).valid():
+                verdict = SignedVerdict.from_bytes(message.data)
+                if not verdict.valid():
                     return Validation.REJECT
+                if self.protocol.matches_group(verdict) is False:
+                    # Its subject or version is not the group's: not forwarded, but not the
+                    # forwarder's fault either (it may not have had the group yet).
+                    return Validation.IGNORE
             elif message.topic == TOPIC_POLICIES:
                 announcement = PolicyAnnouncement.from_bytes(message.data)
                 if not announcement.valid():
@@ -174,10 +178,8 @@ class Node:
                     self.work.observe(rollouts)
             await self._feed(P.GroupReceived(submission, subject, version, now))
         elif message.topic == TOPIC_VERDICTS:
-            verdict = SignedVerdict.from_bytes(message.data)
-            if self.store.put_verdict(verdict, now):
-                self.metrics.verdicts.labels(verdict.outcome).inc()
-            await self._feed(P.VerdictReceived(verdict))
+            # Stored by the protocol's Persist, once its group is known and agrees with it.
+            await self._feed(P.VerdictReceived(SignedVerdict.from_bytes(message.data)))
         elif message.topic == TOPIC_POLICIES:
             announcement = PolicyAnnouncement.from_bytes(message.data)
             self.store.put_policy(announcement, now)
@@ -204,6 +206,9 @@ class Node:
                 self._spawn(self._train(version, batch))
             case P.Quarantine(node, purged):
                 self.log.warning("quarantined", peer=node.hex()[:8], purged_groups=len(purged))
+            case P.Persist(verdict):
+                if self.store.put_verdict(verdict, time.time()):
+                    self.metrics.verdicts.labels(verdict.outcome).inc()
 
     async def _publish(self, topic: str, data: bytes) -> None:
         """Own messages are stored first (acknowledged), then gossiped; delivery to ourselves
@@ -302,12 +307,11 @@ class Node:
 
     # -- catching up ---------------------------------------------------------------------------
     async def _serve_backfill(self, peer: bytes, data: bytes) -> bytes:
-        request = msgpack.unpackb(data, raw=False)
-        if not isinstance(request, dict) or not isinstance(request.get("since"), int) or not isinstance(
-                request.get("after"), int) or request["since"] < 0 or request["after"] < 0:
-            raise ValueError("backfill request must be {since: int >= 0, after: int >= 0}")
-        messages, after = self.store.since(request["since"], BACKFILL_PAGE_BYTES, request["after"])
-        return msgpack.packb({"messages": messages, "next": after}, use_bin_type=True)
+        """Answer one page; a malformed request raises MessageError, which the transport turns
+        into an error status for the caller."""
+        request = BackfillRequest.from_bytes(data)
+        messages, following = self.store.since(request.since, BACKFILL_PAGE_BYTES, request.after)
+        return BackfillPage(tuple(messages), following).to_bytes()
 
     async def backfill(self, since: int | None = None) -> int:
         """Ask every connected peer for what gossip did not bring (this node was away, a
@@ -320,15 +324,15 @@ class Node:
             after: int | None = 0
             for _ in range(BACKFILL_MAX_PAGES):
                 try:
-                    raw = await self.transport.request(peer, BACKFILL_PROTOCOL, msgpack.packb(
-                        {"since": since, "after": after}), timeout=10.0)
-                    page = msgpack.unpackb(raw, raw=False)
-                    messages, after = page["messages"], page["next"]
-                except (TransportError, ValueError, KeyError, TypeError, msgpack.UnpackException) as error:
-                    self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=repr(error))
+                    raw = await self.transport.request(peer, BACKFILL_PROTOCOL, BackfillRequest(
+                        since, after).to_bytes(), timeout=10.0)
+                    page = BackfillPage.from_bytes(raw, after)
+                except (TransportError, MessageError) as error:
+                    self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=str(error))
                     break
-                for data in messages:
-                    topic = topic_of(data) if isinstance(data, bytes) else None
+                after = page.next
+                for data in page.messages:
+                    topic = topic_of(data)
                     if topic is None or self.store.has(topic, data):
                         continue
                     message = Message(topic, data, peer, message_id(topic, data))

@@ -51,6 +51,8 @@ def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
         raise MessageError(f"{kind}: not valid msgpack: {error}") from None
     if not isinstance(wire, dict):
         raise MessageError(f"{kind}: expected a msgpack map, got {type(wire).__name__}")
+    if not all(isinstance(k, str) for k in wire):
+        raise MessageError(f"{kind}: every key must be text (msgpack str), found {_first_non_text(wire)!r}")
     if wire.get("kind") != kind:
         raise MessageError(f"{kind}: field 'kind' must be {kind!r}, got {wire.get('kind')!r}")
     if wire.get("v") != MESSAGE_VERSION:
@@ -62,13 +64,19 @@ def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
     return wire
 
 
+def _first_non_text(wire: dict) -> object:
+    return next(k for k in wire if not isinstance(k, str))
+
+
 def topic_of(data: bytes) -> str | None:
     """The gossip topic a stored message belongs on, from its ``kind`` (None if not ours)."""
     try:
-        kind = msgpack.unpackb(data, raw=False, strict_map_key=True).get("kind")
-    except Exception:  # any undecodable bytes: not a message of ours
+        wire = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:  # msgpack raises several unrelated types for bad bytes: not a message of ours
         return None
-    return {"group": TOPIC_GROUPS, "verdict": TOPIC_VERDICTS, "policy": TOPIC_POLICIES}.get(kind)
+    kind = wire.get("kind") if isinstance(wire, dict) else None
+    return {"group": TOPIC_GROUPS, "verdict": TOPIC_VERDICTS, "policy": TOPIC_POLICIES}.get(kind) if isinstance(
+        kind, str) else None
 
 
 def _fields(kind: str, decode):
@@ -303,3 +311,77 @@ class PolicyAnnouncement(_Signed):
             size=_int(wire, "size", 1, 1 << 40), signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES)))
         _canonical("policy", data, announcement)
         return announcement
+
+
+# -- backfill: request/response between two peers (specs/network.md §6) ----------------------
+
+#: A page holds whole gossip messages (each at most the transport's 256 KiB gossip cap) and
+#: stays under its 2 MiB response cap (specs/network.md §7); 4096 messages of the smallest
+#: kind (a ~450-byte verdict) fill ~1.8 MiB.
+BACKFILL_MAX_MESSAGES = 4096
+BACKFILL_MAX_MESSAGE_BYTES = 256 << 10
+
+
+def _plain_map(data: bytes, kind: str, fields: set[str]) -> dict:
+    """A non-gossip map: exactly ``fields``, text keys, any msgpack error as MessageError."""
+    try:
+        wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as error:  # msgpack raises several unrelated types for bad bytes
+        raise MessageError(f"{kind}: not valid msgpack: {error}") from None
+    if not isinstance(wire, dict):
+        raise MessageError(f"{kind}: expected a msgpack map, got {type(wire).__name__}")
+    if not all(isinstance(k, str) for k in wire):
+        raise MessageError(f"{kind}: every key must be text (msgpack str), found {_first_non_text(wire)!r}")
+    unknown, missing = set(wire) - fields, fields - set(wire)
+    if unknown or missing:
+        raise MessageError(f"{kind}: field {sorted(unknown or missing)[0]!r} is {'unknown' if unknown else 'missing'}")
+    return wire
+
+
+def _u64(kind: str, wire: dict, name: str) -> int:
+    value = wire[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U64:
+        raise MessageError(f"{kind}: field {name!r} must be an integer in [0, 2^64 - 1], got {value!r:.40}")
+    return value
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """``{"since": r, "after": n}``: messages of rounds >= ``since``, from position ``after``."""
+
+    since: int
+    after: int
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes({"since": self.since, "after": self.after})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BackfillRequest:
+        wire = _plain_map(data, "backfill request", {"since", "after"})
+        return cls(_u64("backfill request", wire, "since"), _u64("backfill request", wire, "after"))
+
+
+@dataclass(frozen=True)
+class BackfillPage:
+    """``{"messages": [bin, ...], "next": n | nil}``: one page of a peer's log; ``next`` is
+    where the following page starts (always past the request's ``after``), nil at the end."""
+
+    messages: tuple[bytes, ...]
+    next: int | None
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes({"messages": list(self.messages), "next": self.next})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, after: int) -> BackfillPage:
+        kind = "backfill page"
+        wire = _plain_map(data, kind, {"messages", "next"})
+        messages = wire["messages"]
+        if not isinstance(messages, list) or len(messages) > BACKFILL_MAX_MESSAGES or not all(
+                isinstance(m, bytes) and len(m) <= BACKFILL_MAX_MESSAGE_BYTES for m in messages):
+            raise MessageError(f"{kind}: field 'messages' must be a list of at most {BACKFILL_MAX_MESSAGES} "
+                               f"byte strings of at most {BACKFILL_MAX_MESSAGE_BYTES} bytes")
+        following = None if wire["next"] is None else _u64(kind, wire, "next")
+        if following is not None and following <= after:
+            raise MessageError(f"{kind}: field 'next' must move past {after}, got {following}")
+        return cls(tuple(messages), following)

@@ -42,6 +42,12 @@ ROLES = ("worker", "verifier", "trainer")
 # Rejection codes that honest numerical drift can produce just over a threshold: soft fails.
 # Every other rejection needs a dishonest prover (research grpo-and-reputation.md §3.5 (1)).
 SOFT_REASONS = frozenset({"logprob_mismatch"})
+# Verdicts that name a group this node has not seen wait for it (gossip does not keep order),
+# at most this many, oldest dropped first (specs/network.md §3.2). A round brings about
+# workers x groups_per_round x verifiers verdicts (the 4-node devnet: 3 x 4 x 4 = 48); 4096
+# covers a round of ~80 nodes arriving entirely before their groups, in ~2 MB (a verdict is
+# ~450 bytes). A dropped one is not lost: backfill brings it again once its group is known.
+MAX_PENDING_VERDICTS = 4096
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,14 @@ class Quarantine:
     purged: tuple[bytes, ...]  # its groups dropped from the queue, never trained on
 
 
-Action = Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine
+@dataclass(frozen=True)
+class Persist:
+    """Store this received verdict: it names a known group, agrees with it, and now counts.
+    Verdicts still waiting for their group are not stored, so strangers cannot fill the disk."""
+    verdict: SignedVerdict
+
+
+Action = Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist
 
 
 @dataclass
@@ -195,6 +208,16 @@ def _flight_key(action: Action) -> tuple:
         case Generate(version) | Plant(version) | Train(version, _):
             return (type(action).__name__.lower(), version)
     return ()
+
+
+def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | None:
+    """What a verdict about a group of ``subject`` (its records' signer) at policy ``version``
+    says to reputation; None for a skip, or when the verdict's own subject or version is not
+    the group's: reports are about who signed the group, never about whom a message names."""
+    if not verdict.checked or verdict.subject != subject or verdict.policy_version != version:
+        return None
+    return Report(version, verdict.verifier, subject, verdict.group, verdict.outcome, verdict.digest,
+                  verdict.platform, verdict.planted)
 
 
 def outcome_of(failed_reasons: tuple[str, ...]) -> str:
@@ -223,12 +246,19 @@ class NodeProtocol:
         self.round_started: dict[int, float] = {}
         self._in_flight: set[tuple] = set()
         self._audit_draws: dict[bytes, bool] = {}
+        # Verdicts whose group has not arrived yet, by verdict id, oldest first (dicts keep order).
+        self._pending: dict[bytes, SignedVerdict] = {}
 
     # -- reading the state ------------------------------------------------------------------
     @property
     def version(self) -> int | None:
         """The newest announced policy version: the current round."""
         return max(self.policies) if self.policies else None
+
+    @property
+    def waiting_verdicts(self) -> int:
+        """Verdicts held until their group arrives (at most MAX_PENDING_VERDICTS)."""
+        return len(self._pending)
 
     def has(self, role: str) -> bool:
         return role in self.config.roles
@@ -255,8 +285,9 @@ class NodeProtocol:
                     self._by_version[version].append(submission.digest)
                     if subject == self.me:
                         self.generated.add(version)
+                    actions += self._release_pending(submission.digest)
             case VerdictReceived(verdict):
-                self._verdict(verdict)
+                actions += self._received_verdict(verdict)
             case Generated(version, submissions):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
@@ -388,13 +419,56 @@ class NodeProtocol:
                 actions += self._publish_verdict(digest, HARD_FAIL, ("planted",), b"")
         return actions
 
-    def _verdict(self, verdict: SignedVerdict) -> None:
-        if verdict.verifier in self.verdicts[verdict.group]:
+    # -- verdicts of others: the subject is derived from the group, never taken from the message
+    def _received_verdict(self, verdict: SignedVerdict) -> list[Action]:
+        if verdict.group in self.groups:
+            return [Persist(verdict)] if self._verdict(verdict) else []
+        if verdict.id not in self._pending:
+            self._pending[verdict.id] = verdict
+            self._drop_stale_pending()
+        return []
+
+    def _release_pending(self, digest: bytes) -> list[Action]:
+        waiting = [v for v in self._pending.values() if v.group == digest]
+        actions: list[Action] = []
+        for verdict in waiting:
+            del self._pending[verdict.id]
+            if self._verdict(verdict):
+                actions.append(Persist(verdict))
+        return actions
+
+    def _drop_stale_pending(self) -> None:
+        """Bound the waiting verdicts: stale ones first, then the oldest (MAX_PENDING_VERDICTS)."""
+        if len(self._pending) <= MAX_PENDING_VERDICTS:
             return
+        for key in [k for k, v in self._pending.items() if self.version is not None and not self._fresh(
+                v.policy_version)]:
+            del self._pending[key]
+        while len(self._pending) > MAX_PENDING_VERDICTS:
+            del self._pending[next(iter(self._pending))]
+
+    def matches_group(self, verdict: SignedVerdict) -> bool | None:
+        """Whether a verdict's subject and version are those of the group it names: the signer
+        of the group's records and their policy version. None while the group is unknown."""
+        group = self.groups.get(verdict.group)
+        if group is None:
+            return None
+        return (verdict.subject, verdict.policy_version) == (group.subject, group.version)
+
+    def _verdict(self, verdict: SignedVerdict) -> bool:
+        """Count a verdict on a known group; False if it is a repeat or contradicts the group.
+
+        The report's subject and round come from the group (its records' signer and policy
+        version), not from the verdict: a signed claim that an honest node produced a bad
+        group is worth nothing unless that node's signature is on the group."""
+        group = self.groups[verdict.group]
+        if verdict.verifier in self.verdicts[verdict.group] or not self.matches_group(verdict):
+            return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
-        if verdict.checked:
-            self.reputation.add(Report(verdict.round, verdict.verifier, verdict.subject, verdict.group,
-                                       verdict.outcome, verdict.digest, verdict.platform, verdict.planted))
+        report = report_of(verdict, group.subject, group.version)
+        if report is not None:
+            self.reputation.add(report)
+        return True
 
     def _quarantines(self) -> list[Action]:
         actions: list[Action] = []

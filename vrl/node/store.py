@@ -7,7 +7,7 @@ order the protocol's state does not depend on. A reputation table is a derived s
 rewritten each round for readers (``vrl inspect``-style tools, metrics), never read back.
 
 Durability: every write is one transaction with ``synchronous=FULL``; a message counts as
-acknowledged only once :meth:`put_message` has returned, and a ``kill -9`` at any point
+acknowledged only once its ``put_*`` call has returned, and a ``kill -9`` at any point
 leaves the database at the last committed transaction (SQLite's WAL guarantees atomic
 commit on process crash: https://sqlite.org/wal.html, https://sqlite.org/atomiccommit.html).
 """
@@ -24,28 +24,47 @@ from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
 )
 
-SCHEMA_VERSION = 1
+# 2: versions and rounds are u64 (specs/network.md §3), which SQLite's signed 64-bit INTEGER
+# cannot hold from 2^63 on; they are stored as 8-byte big-endian BLOBs, which compare and
+# sort as the numbers do. A version 1 database is migrated in place, in one transaction.
+SCHEMA_VERSION = 2
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+_TABLES = """
 CREATE TABLE IF NOT EXISTS policies (
-    version INTEGER PRIMARY KEY, model_hash BLOB NOT NULL, blob BLOB NOT NULL, size INTEGER NOT NULL,
+    version BLOB PRIMARY KEY, model_hash BLOB NOT NULL, blob BLOB NOT NULL, size INTEGER NOT NULL,
     data BLOB NOT NULL, received REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
-    digest BLOB PRIMARY KEY, subject BLOB NOT NULL, version INTEGER NOT NULL, data BLOB NOT NULL,
+    digest BLOB PRIMARY KEY, subject BLOB NOT NULL, version BLOB NOT NULL, data BLOB NOT NULL,
     received REAL NOT NULL, planted INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS groups_by_version ON groups (version);
 CREATE TABLE IF NOT EXISTS verdicts (
     id BLOB PRIMARY KEY, grp BLOB NOT NULL, verifier BLOB NOT NULL, subject BLOB NOT NULL,
-    round INTEGER NOT NULL, outcome TEXT NOT NULL, data BLOB NOT NULL, received REAL NOT NULL,
+    round BLOB NOT NULL, outcome TEXT NOT NULL, data BLOB NOT NULL, received REAL NOT NULL,
     UNIQUE (grp, verifier));
-CREATE INDEX IF NOT EXISTS verdicts_by_round ON verdicts (round);
 CREATE TABLE IF NOT EXISTS trained (
-    version INTEGER PRIMARY KEY, groups BLOB NOT NULL, metrics TEXT NOT NULL);
+    version BLOB PRIMARY KEY, groups BLOB NOT NULL, metrics TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS reputation (
-    node BLOB PRIMARY KEY, round INTEGER NOT NULL, score REAL NOT NULL, check_rate REAL NOT NULL,
+    node BLOB PRIMARY KEY, round BLOB NOT NULL, score REAL NOT NULL, check_rate REAL NOT NULL,
     quarantined INTEGER NOT NULL, trust REAL NOT NULL, checked_groups INTEGER NOT NULL);
 """
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS groups_by_version ON groups (version);
+CREATE INDEX IF NOT EXISTS verdicts_by_round ON verdicts (round);
+"""
+# Version 1 kept these columns as INTEGER; everything else is copied as it is.
+_U64_COLUMNS = {"policies": ("version",), "groups": ("version",), "verdicts": ("round",),
+                "trained": ("version",), "reputation": ("round",)}
+
+
+def u64(value: int) -> bytes:
+    """A u64 as stored: 8 bytes, big-endian, so BLOB order is numeric order."""
+    return value.to_bytes(8, "big")
+
+
+def _from_u64(value: bytes) -> int:
+    return int.from_bytes(value, "big")
+
+
+_MAX_OFFSET = (1 << 63) - 1
 
 
 class StoreError(Exception):
@@ -63,15 +82,41 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             found = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if found is None:
+                self._db.executescript(_TABLES + _INDEXES)
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif found[0] == "1":
+                self._migrate_from_1()
             elif found[0] != str(SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: schema version {found[0]}, this node knows {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as error:
             raise StoreError(f"{self.path}: {error}") from error
         self._lock = threading.Lock()
+
+    def _migrate_from_1(self) -> None:
+        """Rewrite the u64 columns of a version 1 database as BLOBs: all or nothing."""
+        self._db.create_function("u64", 1, u64, deterministic=True)
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for table in _U64_COLUMNS:
+                self._db.execute(f"ALTER TABLE {table} RENAME TO old_{table}")  # noqa: S608 (fixed names)
+            self._db.execute("DROP INDEX IF EXISTS groups_by_version")
+            self._db.execute("DROP INDEX IF EXISTS verdicts_by_round")
+            for statement in (_TABLES + _INDEXES).split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            for table, converted in _U64_COLUMNS.items():
+                columns = [row[1] for row in self._db.execute(f"PRAGMA table_info(old_{table})")]
+                select = ", ".join(f"u64({c})" if c in converted else c for c in columns)
+                self._db.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {select} FROM old_{table}")
+                self._db.execute(f"DROP TABLE old_{table}")
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -86,22 +131,22 @@ class Store:
     # -- writes (each is one transaction) ----------------------------------------------------
     def put_policy(self, announcement: PolicyAnnouncement, received: float) -> bool:
         return self._write("INSERT OR IGNORE INTO policies VALUES (?, ?, ?, ?, ?, ?)", (
-            announcement.version, announcement.model_hash, announcement.blob, announcement.size,
+            u64(announcement.version), announcement.model_hash, announcement.blob, announcement.size,
             announcement.to_bytes(), received))
 
     def put_group(self, submission: Submission, subject: bytes, version: int, received: float,
                   planted: bool = False) -> bool:
         return self._write("INSERT OR IGNORE INTO groups VALUES (?, ?, ?, ?, ?, ?)", (
-            submission.digest, subject, version, submission.to_bytes(), received, int(planted)))
+            submission.digest, subject, u64(version), submission.to_bytes(), received, int(planted)))
 
     def put_verdict(self, verdict: SignedVerdict, received: float) -> bool:
         return self._write("INSERT OR IGNORE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
-            verdict.id, verdict.group, verdict.verifier, verdict.subject, verdict.round, verdict.outcome,
+            verdict.id, verdict.group, verdict.verifier, verdict.subject, u64(verdict.round), verdict.outcome,
             verdict.to_bytes(), received))
 
     def put_trained(self, version: int, groups: tuple[bytes, ...], metrics_json: str) -> bool:
         return self._write("INSERT OR IGNORE INTO trained VALUES (?, ?, ?)",
-                           (version, b"".join(groups), metrics_json))
+                           (u64(version), b"".join(groups), metrics_json))
 
     def put_reputation(self, round_index: int, rows: list[tuple[bytes, float, float, bool, float, int]]) -> None:
         with self._lock:
@@ -109,7 +154,7 @@ class Store:
             try:
                 self._db.execute("DELETE FROM reputation")
                 self._db.executemany("INSERT INTO reputation VALUES (?, ?, ?, ?, ?, ?, ?)", [
-                    (node, round_index, score, rate, int(q), trust, checked)
+                    (node, u64(round_index), score, rate, int(q), trust, checked)
                     for node, score, rate, q, trust, checked in rows])
                 self._db.execute("COMMIT")
             except BaseException:
@@ -138,7 +183,7 @@ class Store:
         return Submission.from_bytes(rows[0][0]) if rows else None
 
     def policy(self, version: int) -> PolicyAnnouncement | None:
-        rows = self._rows("SELECT data FROM policies WHERE version=?", (version,))
+        rows = self._rows("SELECT data FROM policies WHERE version=?", (u64(version),))
         return PolicyAnnouncement.from_bytes(rows[0][0]) if rows else None
 
     def counts(self) -> dict[str, int]:
@@ -146,12 +191,13 @@ class Store:
                 for table in ("policies", "groups", "verdicts", "trained")}
 
     def trained_versions(self) -> list[tuple[int, tuple[bytes, ...], str]]:
-        return [(v, tuple(g[i:i + 32] for i in range(0, len(g), 32)), m)
+        return [(_from_u64(v), tuple(g[i:i + 32] for i in range(0, len(g), 32)), m)
                 for v, g, m in self._rows("SELECT version, groups, metrics FROM trained ORDER BY version")]
 
     def reputation(self) -> list[tuple]:
-        return self._rows("SELECT node, round, score, check_rate, quarantined, trust, checked_groups "
-                          "FROM reputation ORDER BY score DESC, node")
+        return [(node, _from_u64(r), *rest) for node, r, *rest in self._rows(
+            "SELECT node, round, score, check_rate, quarantined, trust, checked_groups "
+            "FROM reputation ORDER BY score DESC, node")]
 
     def replay(self) -> Iterator[tuple[str, bytes, tuple]]:
         """Everything stored, as ``(kind, data, extra)``: policies by version, then groups by
@@ -160,13 +206,15 @@ class Store:
             yield "policy", data, ()
         for data, subject, version, received, planted in self._rows(
                 "SELECT data, subject, version, received, planted FROM groups ORDER BY received, digest"):
-            yield "group", data, (subject, version, received, bool(planted))
+            yield "group", data, (subject, _from_u64(version), received, bool(planted))
         for (data,) in self._rows("SELECT data FROM verdicts ORDER BY received, id"):
             yield "verdict", data, ()
         for version, groups, _ in self.trained_versions():
             yield "trained", b"", (version, groups)
 
     def since(self, round_index: int, limit_bytes: int, after: int = 0) -> tuple[list[bytes], int | None]:
+        # round_index and after are u64 from a peer's request: the round compares as a BLOB;
+        # an offset past SQLite's signed range skips everything, as any offset past the end does.
         """Gossip messages of rounds >= ``round_index`` for a peer catching up (backfill):
         policies, groups and verdicts in a stable order, at most ``limit_bytes`` of them from
         position ``after``; returns them and the next position, or None at the end."""
@@ -174,7 +222,7 @@ class Store:
             "SELECT data FROM (SELECT data, 0 AS k, version AS o, blob AS t FROM policies WHERE version >= ?"
             " UNION ALL SELECT data, 1, version, digest FROM groups WHERE version >= ? AND planted = 0"
             " UNION ALL SELECT data, 2, round, id FROM verdicts WHERE round >= ?)"
-            " ORDER BY k, o, t LIMIT -1 OFFSET ?", (round_index, round_index, round_index, after))
+            " ORDER BY k, o, t LIMIT -1 OFFSET ?", (u64(round_index),) * 3 + (min(after, _MAX_OFFSET),))
         out, size = [], 0
         for (data,) in rows:
             if out and size + len(data) > limit_bytes:

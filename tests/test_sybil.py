@@ -1,0 +1,187 @@
+"""Strangers cannot hurt an honest node (specs/security.md §3, specs/reputation.md §7).
+
+A verdict's subject is derived from the group it names, never taken from the message; a
+verdict about an unseen group waits, boundedly; failures count only by their reporter's
+trust and stop counting once a pre-trusted re-check contradicts them; a quarantine needs a
+re-check of one's own. The sybil test sends what 50 fresh identities can sign.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from vrl.keys import NodeKey
+from vrl.node import protocol as P
+from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
+from vrl.reputation import HARD_FAIL, PASS, AdmissionConfig, Report, Reputation, ReputationConfig
+
+TRAINER = NodeKey.from_seed(b"T" * 32)
+VERIFIER = NodeKey.from_seed(b"V" * 32)
+HONEST = [NodeKey.from_seed(bytes([0x30 + i]) * 32) for i in range(3)]
+CHEAT = NodeKey.from_seed(b"C" * 32)
+SYBILS = [NodeKey.from_seed(hashlib.sha256(b"sybil %d" % i).digest()) for i in range(50)]
+
+
+def announcement(version: int) -> PolicyAnnouncement:
+    return PolicyAnnouncement(TRAINER.node_id, version, bytes([version]) * 32, bytes([100 + version]) * 32,
+                              1000).signed(TRAINER)
+
+
+def submission(tag: int) -> Submission:
+    return Submission((tag.to_bytes(8, "big"),))
+
+
+def verdict(key: NodeKey, group: bytes, subject: bytes, outcome: str, *, version: int = 0, round_index: int = 0,
+            digest: bytes = b"\x07" * 32, reasons: tuple[str, ...] = (), planted: bool = False) -> SignedVerdict:
+    return SignedVerdict(key.node_id, subject, group, round_index, version, audit_ticket(key, group), 1.0, outcome,
+                         reasons, digest if outcome != "skipped" else b"", "test", planted).signed(key)
+
+
+def trainer_view(roles=("trainer", "verifier"), **options) -> P.NodeProtocol:
+    config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id,
+                              admission=AdmissionConfig(batch_groups=1000), **options)
+    proto = P.NodeProtocol(TRAINER, config, platform="test")
+    proto.handle(P.PolicyAnnounced(announcement(0)))
+    proto.handle(P.PolicyLoaded(0))
+    return proto
+
+
+def confirm_bad(proto: P.NodeProtocol, group: Submission, subject: bytes) -> None:
+    """A group the trainer saw fail twice: a verifier's hard fail, then its own re-check."""
+    proto.handle(P.GroupReceived(group, subject, 0, 0.0))
+    proto.handle(P.VerdictReceived(verdict(VERIFIER, group.digest, subject, "hard_fail", reasons=("reward_mismatch",))))
+    proto.handle(P.Checked(group.digest, ("reward_mismatch",), b"\x08" * 32))
+
+
+def test_a_fresh_identity_cannot_get_an_honest_node_quarantined_by_naming_it_as_subject():
+    """The red-team finding of issue 13 §1: once any group is confirmed bad, one signed
+    verdict about it from a brand-new key, naming an honest node, quarantined that node."""
+    proto = trainer_view()
+    honest, bad = HONEST[0].node_id, submission(1)
+    proto.handle(P.GroupReceived(submission(2), honest, 0, 0.0))
+    confirm_bad(proto, bad, CHEAT.node_id)
+    assert proto.standing(CHEAT.node_id).quarantined
+    forged = verdict(SYBILS[0], bad.digest, honest, "hard_fail", reasons=("reward_mismatch",))
+    assert forged.valid()  # signed and ticketed correctly: only the subject lies
+    actions = proto.handle(P.VerdictReceived(forged))
+    assert not any(isinstance(a, (P.Quarantine, P.Persist)) for a in actions)
+    assert not proto.standing(honest).quarantined
+    assert proto.matches_group(forged) is False
+
+
+def test_the_planted_canary_cannot_be_pinned_on_an_honest_node():
+    proto = trainer_view(plant_every=1, verdict_wait=0.0)
+    honest, canary = HONEST[0].node_id, submission(99)
+    canary_id = NodeKey.from_seed(b"K" * 32).node_id
+    proto.handle(P.Planted(canary, canary_id, 0))
+    proto.handle(P.GroupReceived(canary, canary_id, 0, 0.0))
+    proto.handle(P.Trained(announcement(1), ()))  # the reveal: a planted hard fail
+    assert proto.standing(canary_id).quarantined
+    for outcome in ("hard_fail", "pass", "soft_fail"):
+        proto.handle(P.VerdictReceived(verdict(SYBILS[1], canary.digest, honest, outcome)))
+    assert not proto.standing(honest).quarantined
+
+
+def test_a_verdict_that_arrives_before_its_group_waits_then_counts_and_is_persisted():
+    proto = trainer_view(("trainer",), verdict_wait=1000.0, lazy_audit_rate=0.0)
+    group, worker = submission(5), HONEST[1].node_id
+    early = verdict(VERIFIER, group.digest, worker, "pass")
+    assert proto.handle(P.VerdictReceived(early)) == []  # not stored: the group is unknown
+    actions = proto.handle(P.GroupReceived(group, worker, 0, 0.0))
+    assert P.Persist(early) in actions
+    assert proto.decided(group.digest) is True  # the waiting pass now counts
+    lying = verdict(SYBILS[2], group.digest, CHEAT.node_id, "hard_fail")
+    assert P.Persist(lying) not in proto.handle(P.VerdictReceived(lying))
+    wrong_version = verdict(SYBILS[3], group.digest, worker, "hard_fail", version=1)
+    assert P.Persist(wrong_version) not in proto.handle(P.VerdictReceived(wrong_version))
+
+
+def test_verdicts_waiting_for_a_group_are_bounded(monkeypatch):
+    monkeypatch.setattr(P, "MAX_PENDING_VERDICTS", 64)
+    proto = trainer_view()
+    for i in range(200):  # groups nobody will ever send
+        proto.handle(P.VerdictReceived(verdict(SYBILS[i % 50], submission(1000 + i).digest, HONEST[0].node_id,
+                                                "hard_fail")))
+    assert proto.waiting_verdicts == 64
+    assert not proto.verdicts  # nothing counted, nothing stored
+
+
+def test_fifty_fresh_identities_move_an_honest_nodes_score_by_nothing_and_quarantine_no_one():
+    """The sybil bound of specs/reputation.md §7, for reporters no trusted node has ever
+    endorsed: weight 0, so every score moves by exactly 0, and no quarantine."""
+    def run(hostile: bool) -> P.NodeProtocol:
+        proto = trainer_view()
+        for tag, worker in enumerate(HONEST):  # each honest worker has a record the trainer checked
+            for i in range(4):
+                group = submission(100 * (tag + 1) + i)
+                proto.handle(P.GroupReceived(group, worker.node_id, 0, float(i)))
+                proto.handle(P.Checked(group.digest, (), b"\x05" * 32))
+        confirm_bad(proto, submission(7), CHEAT.node_id)
+        if hostile:
+            for sybil_index, sybil in enumerate(SYBILS):
+                for tag, worker in enumerate(HONEST):
+                    mine = submission(100 * (tag + 1) + sybil_index % 4).digest
+                    for message in (
+                        verdict(sybil, mine, worker.node_id, "hard_fail", reasons=("reward_mismatch",)),  # fraud report
+                        verdict(sybil, mine, worker.node_id, "soft_fail", reasons=("logprob_mismatch",)),
+                        verdict(sybil, mine, worker.node_id, "hard_fail", round_index=2**64 - 1, planted=True),
+                        verdict(sybil, submission(7).digest, worker.node_id, "hard_fail"),  # wrong subject
+                        verdict(sybil, submission(9000 + sybil_index).digest, worker.node_id, "hard_fail"),  # unseen
+                    ):
+                        assert message.valid()
+                        proto.handle(P.VerdictReceived(message))
+                    # ...and sybils vouching for one another and for the cheat.
+                    proto.handle(P.VerdictReceived(verdict(sybil, submission(7).digest, CHEAT.node_id, "pass")))
+            for tag in range(len(HONEST)):  # the re-checks the accusations call for are already done
+                assert not [a for a in proto.pending() if isinstance(a, P.Check)]
+        return proto
+
+    clean, attacked = run(hostile=False), run(hostile=True)
+    for worker in HONEST:
+        before, after = clean.standing(worker.node_id), attacked.standing(worker.node_id)
+        assert not after.quarantined
+        assert after.score == before.score and after.failures == before.failures == 0.0
+        assert after.check_rate == before.check_rate
+    for sybil in SYBILS:
+        assert attacked.standing(sybil.node_id).trust == 0.0
+    assert attacked.standing(CHEAT.node_id).quarantined  # the one real fraud still stands
+
+
+def test_an_endorsed_accuser_hurts_no_one_once_a_trusted_re_check_contradicts_it():
+    """The bound for reporters that earned weight w: before the re-check, a failure adds at
+    most w * w_hard to b; after it, nothing (specs/reputation.md §7)."""
+    me, accuser, honest = b"\x01" * 32, b"\x21" * 32, b"\x10" * 32
+    config = ReputationConfig()
+    history = [Report(0, me, accuser, i.to_bytes(32, "big"), PASS) for i in range(30)]
+    history += [Report(0, me, honest, (100 + i).to_bytes(32, "big"), PASS) for i in range(10)]
+    accused = (500).to_bytes(32, "big")
+    rep = Reputation(frozenset({me}), config)
+    for r in history:
+        rep.add(r)
+    clean = rep.standing(honest, 0)
+    rep.add(Report(0, accuser, honest, accused, HARD_FAIL))
+    pending = rep.standing(honest, 0)
+    weight = rep.standing(accuser, 0).trust
+    assert 0 < weight <= 1 and pending.failures == pytest.approx(weight * config.hard_weight)
+    assert not pending.quarantined  # one accuser, and no re-check of one's own
+    rep.add(Report(0, me, honest, accused, PASS))  # the re-check every failure triggers
+    after = rep.standing(honest, 0)
+    assert after.failures == 0.0 and after.score >= clean.score
+    assert rep.standing(accuser, 0).failures == pytest.approx(config.soft_weight)
+
+
+def test_many_endorsed_accusers_cannot_quarantine_without_a_re_check_of_ones_own():
+    me, honest = b"\x01" * 32, b"\x10" * 32
+    accusers = [bytes([0x40 + i]) * 32 for i in range(5)]
+    config = ReputationConfig(quarantine_weight=0.5)  # so the accusers' weights alone would suffice
+    rep = Reputation(frozenset({me}), config)
+    for a in accusers:
+        for i in range(40):
+            rep.add(Report(0, me, a, a[:1] + i.to_bytes(31, "big"), PASS))
+        rep.add(Report(0, a, honest, b"\xee" * 32, HARD_FAIL))
+    assert sum(rep.standing(a, 0).trust for a in accusers) >= config.quarantine_weight  # together they weigh enough...
+    assert not rep.standing(honest, 0).quarantined  # ...but only a re-check of one's own evicts
+    rep.add(Report(0, me, honest, b"\xee" * 32, HARD_FAIL))
+    assert rep.standing(honest, 0).quarantined
