@@ -292,3 +292,56 @@ def test_metrics_count_what_the_node_did(tmp_path):
     store.close()
     assert values["vrl_groups_skipped_total"] == sum(not v.checked for v in mine)
     assert checked == sum(v.checked for v in mine)
+
+
+def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move_an_honest_node(tmp_path):
+    """Issue 13 §1-2: a page such as {"messages": 1} crashed a node while it started; and
+    signed verdicts from fresh identities naming an honest node as subject quarantined it.
+    50 fresh peers each answer backfill with garbage pages and with valid, signed, hostile
+    verdicts; the node survives every page, stores none of the lies, and no score moves."""
+    import hashlib
+
+    import msgpack
+
+    from vrl.node.daemon import BACKFILL_PROTOCOL
+    from vrl.node.messages import BackfillPage, PolicyAnnouncement, audit_ticket
+
+    async def attack() -> None:
+        network = LoopbackNetwork(seed=3)
+        victim_key, honest_key = WORKERS[0], WORKERS[1]
+        node = Node(config(tmp_path / "victim", roles=("worker", "verifier")), network.transport(
+            victim_key.private_seed()), victim_key)
+        await node.transport.start()
+        policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
+        node.protocol.handle(__import__("vrl.node.protocol", fromlist=["P"]).PolicyAnnounced(policy))
+        honest_group = Submission((b"honest group",))
+        from vrl.node import protocol as P
+        node.protocol.handle(P.GroupReceived(honest_group, honest_key.node_id, 0, 0.0))
+        before = node.protocol.standing(honest_key.node_id)
+        garbage = [msgpack.packb(p, use_bin_type=True) for p in (
+            {"messages": 1, "next": None}, {1: 2, "a": 3}, {"messages": [1, "x"], "next": None},
+            {"messages": [], "next": 2**63 + 5}, [], {"messages": [], "next": 0})] + [b"\xc1", b""]
+        sybils = [NodeKey.from_seed(hashlib.sha256(b"sybil peer %d" % i).digest()) for i in range(50)]
+        for index, sybil in enumerate(sybils):
+            transport = network.transport(sybil.private_seed())
+            await transport.start()
+            lies = tuple(SignedVerdict(sybil.node_id, honest_key.node_id, digest, 2**64 - 1, 0,
+                                       audit_ticket(sybil, digest), 1.0, "hard_fail", ("reward_mismatch",),
+                                       b"\x09" * 32, "p").signed(sybil).to_bytes()
+                         for digest in (honest_group.digest, hashlib.sha256(b"unseen %d" % index).digest()))
+            answer = garbage[index % len(garbage)] if index % 2 else BackfillPage(lies, None).to_bytes()
+
+            async def serve(peer: bytes, data: bytes, answer: bytes = answer) -> bytes:
+                return answer
+
+            transport.set_handler(BACKFILL_PROTOCOL, serve)
+            await node.transport.connect(transport.addresses()[0])
+        fed = await asyncio.wait_for(node.backfill(since=0), 60)
+        assert fed == 50  # the valid pages' verdicts were validated and fed
+        after = node.protocol.standing(honest_key.node_id)
+        assert (after.score, after.failures, after.quarantined) == (before.score, before.failures, False)
+        assert node.store.counts()["verdicts"] == 25  # accusations of the real group: kept, weighing 0
+        assert node.protocol.waiting_verdicts == 25  # those about unseen groups wait, unstored
+        node.store.close()
+
+    asyncio.run(asyncio.wait_for(attack(), 120))

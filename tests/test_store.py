@@ -101,3 +101,66 @@ def test_kill_minus_nine_loses_nothing_acknowledged(tmp_path, after_acks):
     assert all(i.to_bytes(8, "big") in stored for i in range(acked + 1))
     store.put_group(Submission((b"after",)), b"w" * 32, 0, 0.0)  # and it keeps working
     store.close()
+
+
+U64_MAX = 2**64 - 1
+
+
+def test_u64_versions_and_rounds_round_trip_in_order(tmp_path):
+    """Issue 13 §2: a u64 of 2^63 or more was accepted by the decoder, then raised
+    OverflowError inside SQLite; and a backfill `since` of 2^64 - 1 crashed the answering node."""
+    store = Store(tmp_path / "n.sqlite")
+    edges = [0, 1, 2**32, 2**63 - 1, 2**63, U64_MAX]
+    for i, value in enumerate(edges):
+        group = Submission((bytes([i]) * 4,))
+        assert store.put_group(group, b"w" * 32, value, float(i))
+        assert store.put_verdict(verdict(group, value), float(i))
+        assert store.put_policy(PolicyAnnouncement(KEY.node_id, value, b"\x01" * 32, b"\x02" * 32, 5).signed(KEY), 0.0)
+        store.put_trained(value, (group.digest,), "{}")
+    store.put_reputation(U64_MAX, [(b"n" * 32, 0.5, 1.0, False, 0.0, 0)])
+    assert [v for v, _, _ in store.trained_versions()] == edges
+    assert [extra[1] for kind, _, extra in store.replay() if kind == "group"] == edges
+    assert store.policy(U64_MAX).version == U64_MAX and store.reputation()[0][1] == U64_MAX
+    top, _ = store.since(2**63, limit_bytes=1 << 20)
+    assert len(top) == 3 * 2  # a policy, a group and a verdict at each of 2^63 and 2^64 - 1
+    assert store.since(U64_MAX, limit_bytes=1 << 20, after=U64_MAX) == ([], None)
+    store.close()
+
+
+def test_a_version_1_database_is_migrated_in_place_keeping_everything(tmp_path):
+    path = tmp_path / "n.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE policies (version INTEGER PRIMARY KEY, model_hash BLOB NOT NULL, blob BLOB NOT NULL,
+            size INTEGER NOT NULL, data BLOB NOT NULL, received REAL NOT NULL);
+        CREATE TABLE groups (digest BLOB PRIMARY KEY, subject BLOB NOT NULL, version INTEGER NOT NULL,
+            data BLOB NOT NULL, received REAL NOT NULL, planted INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX groups_by_version ON groups (version);
+        CREATE TABLE verdicts (id BLOB PRIMARY KEY, grp BLOB NOT NULL, verifier BLOB NOT NULL,
+            subject BLOB NOT NULL, round INTEGER NOT NULL, outcome TEXT NOT NULL, data BLOB NOT NULL,
+            received REAL NOT NULL, UNIQUE (grp, verifier));
+        CREATE INDEX verdicts_by_round ON verdicts (round);
+        CREATE TABLE trained (version INTEGER PRIMARY KEY, groups BLOB NOT NULL, metrics TEXT NOT NULL);
+        CREATE TABLE reputation (node BLOB PRIMARY KEY, round INTEGER NOT NULL, score REAL NOT NULL,
+            check_rate REAL NOT NULL, quarantined INTEGER NOT NULL, trust REAL NOT NULL,
+            checked_groups INTEGER NOT NULL);
+    """)
+    group = Submission((b"g",))
+    policy = PolicyAnnouncement(KEY.node_id, 3, b"\x01" * 32, b"\x02" * 32, 5).signed(KEY)
+    old.execute("INSERT INTO policies VALUES (3, ?, ?, 5, ?, 1.0)", (b"\x01" * 32, b"\x02" * 32, policy.to_bytes()))
+    old.execute("INSERT INTO groups VALUES (?, ?, 3, ?, 2.0, 0)", (group.digest, b"w" * 32, group.to_bytes()))
+    v = verdict(group, 3)
+    old.execute("INSERT INTO verdicts VALUES (?, ?, ?, ?, 3, 'pass', ?, 3.0)",
+                (v.id, group.digest, KEY.node_id, b"w" * 32, v.to_bytes()))
+    old.execute("INSERT INTO trained VALUES (3, ?, '{}')", (group.digest,))
+    old.commit()
+    old.close()
+    store = Store(path)
+    assert store.counts() == {"policies": 1, "groups": 1, "verdicts": 1, "trained": 1}
+    assert store.policy(3) == policy and store.trained_versions() == [(3, (group.digest,), "{}")]
+    assert [extra for kind, _, extra in store.replay() if kind == "group"] == [(b"w" * 32, 3, 2.0, False)]
+    assert len(store.since(3, 1 << 20)[0]) == 3 and store.since(4, 1 << 20)[0] == []
+    store.close()
+    assert Store(path).counts()["verdicts"] == 1  # opens again as version 2

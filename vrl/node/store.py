@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS groups (
     received REAL NOT NULL, planted INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS verdicts (
     id BLOB PRIMARY KEY, grp BLOB NOT NULL, verifier BLOB NOT NULL, subject BLOB NOT NULL,
-    round BLOB NOT NULL, outcome TEXT NOT NULL, data BLOB NOT NULL, received REAL NOT NULL,
+    version BLOB NOT NULL, outcome TEXT NOT NULL, data BLOB NOT NULL, received REAL NOT NULL,
     UNIQUE (grp, verifier));
 CREATE TABLE IF NOT EXISTS trained (
     version BLOB PRIMARY KEY, groups BLOB NOT NULL, metrics TEXT NOT NULL);
@@ -48,11 +48,14 @@ CREATE TABLE IF NOT EXISTS reputation (
 """
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS groups_by_version ON groups (version);
-CREATE INDEX IF NOT EXISTS verdicts_by_round ON verdicts (round);
+CREATE INDEX IF NOT EXISTS verdicts_by_version ON verdicts (version);
 """
-# Version 1 kept these columns as INTEGER; everything else is copied as it is.
-_U64_COLUMNS = {"policies": ("version",), "groups": ("version",), "verdicts": ("round",),
-                "trained": ("version",), "reputation": ("round",)}
+# Version 1 kept these columns as INTEGER; everything else is copied as it is. Verdicts were
+# indexed by the round their verifier claimed; version 2 indexes them by the policy version of
+# the group they judge, which the protocol has matched against the group itself (a claimed
+# round of 2^64 - 1 would otherwise be served in every backfill page forever).
+_U64_COLUMNS = {"policies": ("version",), "groups": ("version",), "trained": ("version",),
+                "reputation": ("round",)}
 
 
 def u64(value: int) -> bytes:
@@ -62,6 +65,10 @@ def u64(value: int) -> bytes:
 
 def _from_u64(value: bytes) -> int:
     return int.from_bytes(value, "big")
+
+
+def _verdict_version(data: bytes) -> bytes:
+    return u64(SignedVerdict.from_bytes(data).policy_version)
 
 
 _MAX_OFFSET = (1 << 63) - 1
@@ -100,7 +107,7 @@ class Store:
         self._db.create_function("u64", 1, u64, deterministic=True)
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            for table in _U64_COLUMNS:
+            for table in ("verdicts", *_U64_COLUMNS):
                 self._db.execute(f"ALTER TABLE {table} RENAME TO old_{table}")  # noqa: S608 (fixed names)
             self._db.execute("DROP INDEX IF EXISTS groups_by_version")
             self._db.execute("DROP INDEX IF EXISTS verdicts_by_round")
@@ -111,6 +118,10 @@ class Store:
                 columns = [row[1] for row in self._db.execute(f"PRAGMA table_info(old_{table})")]
                 select = ", ".join(f"u64({c})" if c in converted else c for c in columns)
                 self._db.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {select} FROM old_{table}")
+            self._db.create_function("verdict_version", 1, _verdict_version, deterministic=True)
+            self._db.execute("INSERT INTO verdicts SELECT id, grp, verifier, subject, verdict_version(data), outcome,"
+                             " data, received FROM old_verdicts")
+            for table in ("verdicts", *_U64_COLUMNS):
                 self._db.execute(f"DROP TABLE old_{table}")
             self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             self._db.execute("COMMIT")
@@ -141,7 +152,7 @@ class Store:
 
     def put_verdict(self, verdict: SignedVerdict, received: float) -> bool:
         return self._write("INSERT OR IGNORE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
-            verdict.id, verdict.group, verdict.verifier, verdict.subject, u64(verdict.round), verdict.outcome,
+            verdict.id, verdict.group, verdict.verifier, verdict.subject, u64(verdict.policy_version), verdict.outcome,
             verdict.to_bytes(), received))
 
     def put_trained(self, version: int, groups: tuple[bytes, ...], metrics_json: str) -> bool:
@@ -215,13 +226,13 @@ class Store:
     def since(self, round_index: int, limit_bytes: int, after: int = 0) -> tuple[list[bytes], int | None]:
         # round_index and after are u64 from a peer's request: the round compares as a BLOB;
         # an offset past SQLite's signed range skips everything, as any offset past the end does.
-        """Gossip messages of rounds >= ``round_index`` for a peer catching up (backfill):
+        """Gossip messages of versions >= ``round_index`` for a peer catching up (backfill):
         policies, groups and verdicts in a stable order, at most ``limit_bytes`` of them from
         position ``after``; returns them and the next position, or None at the end."""
         rows = self._rows(
             "SELECT data FROM (SELECT data, 0 AS k, version AS o, blob AS t FROM policies WHERE version >= ?"
             " UNION ALL SELECT data, 1, version, digest FROM groups WHERE version >= ? AND planted = 0"
-            " UNION ALL SELECT data, 2, round, id FROM verdicts WHERE round >= ?)"
+            " UNION ALL SELECT data, 2, version, id FROM verdicts WHERE version >= ?)"
             " ORDER BY k, o, t LIMIT -1 OFFSET ?", (u64(round_index),) * 3 + (min(after, _MAX_OFFSET),))
         out, size = [], 0
         for (data,) in rows:
