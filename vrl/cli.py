@@ -374,15 +374,29 @@ def node(
     """Run a node daemon until SIGINT/SIGTERM: worker, verifier and/or trainer on a libp2p network."""
     import asyncio
 
+    from rich.markup import escape
+
+    from vrl.checkpoint import CheckpointError
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
+    from vrl.node.store import StoreError
+
+    def fail(message: str) -> typer.Exit:
+        # One line however wide (soft_wrap), and a value quoted in it is never read as markup.
+        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return typer.Exit(EXIT_UNUSABLE)
 
     _configure_logging(json_logs, level=logging.INFO)
     try:
         config = NodeConfig.from_toml(config_path)
-    except ConfigError as error:
-        raise _fail(f"{config_path}: {error}") from None
-    asyncio.run(serve(config))
+    except ConfigError as error:  # names the file and the key
+        raise fail(str(error)) from None
+    try:
+        asyncio.run(serve(config))
+    except ConfigError as error:  # what only the start finds, named by key
+        raise fail(f"{config_path}: {error}") from None
+    except (CheckpointError, StoreError) as error:  # these name their file
+        raise fail(str(error)) from None
 
 
 @app.command()

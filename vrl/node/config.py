@@ -1,67 +1,294 @@
-"""``node.toml``: everything one node needs to join a network, as a plain dataclass."""
+"""``node.toml``: everything one node needs to join a network, as a plain dataclass.
+
+Every key is checked where the file is read: its type (from the field's annotation, so a new
+field is checked without another list to keep), its range or form (next to the field, in its
+metadata), and its spelling (unknown keys are refused). A mistake is one :class:`ConfigError`
+naming the file and the key. The checks are per dataclass (:func:`check_fields`,
+:func:`build`), so a table of the file that becomes a dataclass of its own is checked the same way.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import json
+import math
+import re
 import tomllib
-from dataclasses import dataclass
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vrl.node.protocol import ROLES
 from vrl.node.work import ADVERSARIES
+from vrl.rollout import MAX_GROUP_SIZE
 
 
 class ConfigError(ValueError):
-    """A node.toml that is not usable; names the key."""
+    """A node.toml that is not usable; names the file (when there is one) and the key."""
+
+
+# A node.toml is a few hundred bytes; reading more than this is refused before parsing, so a
+# wrong path (a model file, /dev/zero) costs neither the memory nor the time.
+MAX_TOML_BYTES = 1 << 20
+# Linux's PATH_MAX (limits.h): no longer path can be opened.
+MAX_PATH_BYTES = 4096
+U63 = 2**63 - 1  # policy versions and step counts: 0 .. 2^63-1 (specs/record.md §1)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: ``low <= x <= high`` (``low < x`` when ``open_low``)."""
+
+    low: float
+    high: float
+    open_low: bool = False
+
+    def __contains__(self, x: float) -> bool:  # NaN is in no range: every comparison is false
+        return (self.low < x if self.open_low else self.low <= x) and x <= self.high
+
+    def __str__(self) -> str:
+        return f"{'(' if self.open_low else '['}{self.low}, {self.high}]"
+
+
+def bounded(low: float, high: float, *, open_low: bool = False) -> dict:
+    """Field metadata: the range of a number."""
+    return {"range": Range(low, high, open_low)}
+
+
+def checked(check: Callable[[str], str | None]) -> dict:
+    """Field metadata: ``check(item)`` returns what is wrong with one string (or each string of
+    a tuple), or None."""
+    return {"check": check}
+
+
+# -- the forms of strings --------------------------------------------------------------------------
+
+_HEX_ID = re.compile(r"[0-9a-fA-F]{64}")
+_IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
+LISTEN = re.compile(rf"/ip4/(?P<host>{_IPV4})/tcp/(?P<port>\d{{1,5}})")
+_BOOTSTRAP = re.compile(rf"/ip4/{_IPV4}/tcp/(?P<port>\d{{1,5}})/p2p/(?P<peer>[1-9A-HJ-NP-Za-km-z]{{1,64}})")
+_LOOPBACK = re.compile(r"loopback/[0-9a-f]{64}")  # p2p.loopback.ADDRESS_PREFIX + a hex peer id
+_DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")  # vrl.model.resolve_device's forms
+_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+# A libp2p peer id of an Ed25519 key: the identity multihash (0x00, length 36) of the key's
+# protobuf encoding (field 1 KeyType = 1 Ed25519, field 2 Data of 32 bytes): libp2p peer-ids spec.
+_ED25519_PEER_PREFIX = bytes([0x00, 0x24, 0x08, 0x01, 0x12, 0x20])
+MAX_PORT = 65535  # TCP ports are 16-bit (RFC 9293 §3.1)
+
+
+def hex_node_id(text: str) -> str | None:
+    return None if _HEX_ID.fullmatch(text) else f"expected a 64-hex-digit node id, got {text!r}"
+
+
+def path_like(text: str) -> str | None:
+    if not text:
+        return "must not be empty"
+    if "\x00" in text:
+        return "must not contain a NUL character"
+    if len(text.encode()) > MAX_PATH_BYTES:
+        return f"longer than {MAX_PATH_BYTES} bytes"
+    return None
+
+
+def task_spec(text: str) -> str | None:
+    """A task file's path (read when the node starts) or an arithmetic spec (checked here)."""
+    if problem := path_like(text):
+        return problem
+    if text == "arithmetic" or text.startswith("arithmetic:"):
+        from vrl.tasks import Arithmetic
+
+        try:
+            Arithmetic.parse(text)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def device_spec(text: str) -> str | None:
+    return None if _DEVICE.fullmatch(text) else f"expected auto, cpu, cuda or cuda:N, got {text!r}"
+
+
+def listen_address(text: str) -> str | None:
+    match = LISTEN.fullmatch(text)
+    if match is None:
+        return f"expected /ip4/<address>/tcp/<port>, got {text!r}"
+    if int(match["port"]) > MAX_PORT:  # 0 asks the system for a free port
+        return f"port {int(match['port'])} is not in 0..{MAX_PORT}"
+    return None
+
+
+def _base58(text: str) -> bytes:
+    number = 0
+    for char in text:
+        number = number * 58 + _BASE58.index(char)
+    zeros = len(text) - len(text.lstrip("1"))
+    return bytes(zeros) + number.to_bytes((number.bit_length() + 7) // 8, "big")
+
+
+def bootstrap_address(text: str) -> str | None:
+    if _LOOPBACK.fullmatch(text):
+        return None  # checked against the transport in NodeConfig.__post_init__
+    match = _BOOTSTRAP.fullmatch(text)
+    if match is None:
+        return f"expected /ip4/<address>/tcp/<port>/p2p/<peer id>, got {text!r}"
+    if not 1 <= int(match["port"]) <= MAX_PORT:  # a peer cannot be dialled at port 0
+        return f"port {int(match['port'])} is not in 1..{MAX_PORT} in {text!r}"
+    peer = _base58(match["peer"])
+    if len(peer) != len(_ED25519_PEER_PREFIX) + 32 or not peer.startswith(_ED25519_PEER_PREFIX):
+        return f"the peer id in {text!r} is not an Ed25519 libp2p peer id (12D3KooW...)"
+    return None
+
+
+def one_of(choices: typing.Iterable[str]) -> Callable[[str], str | None]:
+    allowed = tuple(choices)
+    return lambda text: None if text in allowed else f"expected one of {', '.join(map(repr, allowed))}, got {text!r}"
+
+
+# -- generic checks, from the dataclass fields ---------------------------------------------------
+
+def _show(value) -> str:
+    """A value for an error message: its repr, cut short (a hostile one may be a megabyte)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
+
+
+def _kind(value) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+             tuple: "an array", dict: "a table"}
+    return next((name for kind, name in names.items() if type(value) is kind), f"a {type(value).__name__}")
+
+
+def _scalar(name: str, hint, value, meta: typing.Mapping):
+    """``value`` checked as one ``hint`` (str, int, float or bool); returns it normalized."""
+    expected = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}[hint]
+    ok = (type(value) is hint or (hint is float and type(value) is int))  # TOML writes 1 for 1.0
+    if not ok:
+        raise ConfigError(f"{name}: expected {expected}, got {_show(value)} ({_kind(value)})")
+    if "range" in meta and value not in meta["range"]:
+        raise ConfigError(f"{name}: must be in {meta['range']}, got {_show(value)}")
+    if hint is float:
+        value = float(value)  # in range, so finite and no OverflowError
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}: must be finite, got {value!r}")
+    if hint is str:
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ConfigError(f"{name}: not valid Unicode text: {_show(value)}") from None
+        if "check" in meta and (problem := meta["check"](value)):
+            raise ConfigError(f"{name}: {problem}")
+    return value
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def check_fields(instance, prefix: str = "") -> None:
+    """Check every field of a dataclass instance against its annotation (``str``, ``int``,
+    ``float``, ``bool`` or ``tuple[X, ...]`` of those) and its metadata (``range``, ``check``);
+    ints given for floats become floats. Raises :class:`ConfigError` naming ``prefix + field``."""
+    hints = _hints(type(instance))
+    for spec in dataclasses.fields(instance):
+        name, hint, value = prefix + spec.name, hints[spec.name], getattr(instance, spec.name)
+        if typing.get_origin(hint) is tuple:
+            (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
+            if type(value) is not tuple:
+                raise ConfigError(f"{name}: expected an array, got {_show(value)} ({_kind(value)})")
+            value = tuple(_scalar(f"{name}[{i}]", item, v, spec.metadata) for i, v in enumerate(value))
+        else:
+            value = _scalar(name, hint, value, spec.metadata)
+        object.__setattr__(instance, spec.name, value)  # normalized (1 -> 1.0); frozen otherwise
+
+
+def build(cls, data, prefix: str = ""):
+    """An instance of dataclass ``cls`` from a TOML table: unknown and missing keys refused by
+    name, arrays read as tuples, every field then checked by ``cls`` itself."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'file'}: expected a table, got {_kind(data)}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)  # not 'transport' for 'port'
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+            name = key if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(key)) else _show(key)  # one printable line
+            raise ConfigError(f"{prefix}{name}: unknown key {_show(key)} ({hint})")
+    for spec in dataclasses.fields(cls):
+        if spec.name not in data and spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{prefix}{spec.name}: required, and missing")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 @dataclass(frozen=True)
 class NodeConfig:
-    data_dir: str  # the node's store, key, blobs and (trainer) checkpoints
-    trainer: str  # hex node id of the trainer whose policies this network follows
-    roles: tuple[str, ...] = ("worker", "verifier")
-    key: str = "node.pem"  # relative to data_dir; created on first start
-    listen: str = "/ip4/127.0.0.1/tcp/0"
-    bootstrap: tuple[str, ...] = ()  # multiaddrs ending in /p2p/<peer id>
-    pretrusted: tuple[str, ...] = ()  # hex node ids trusted from the start besides self and trainer
-    model: str = "base"  # architecture and tokenizer; the weights come from the trainer
-    device: str = "auto"  # where this node runs its models (vrl.model.resolve_device)
-    task: str = "arithmetic:digits=2,ops=+"
-    group_size: int = 8
-    groups_per_round: int = 4
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    batch_groups: int = 12  # trainer: groups per GRPO step
-    node_cap: float = 0.34  # trainer: most of a batch one node may fill
-    trusted_share: float = 0.5
-    verdict_wait: float = 4.0
-    round_timeout: float = 60.0
-    max_staleness: int = 2
-    lazy_audit_rate: float = 0.25
-    plant_every: int = 0
-    rounds: int = 0  # trainer: stop announcing after this version (0: never)
-    learning_rate: float = 2e-5
-    warmup_steps: int = 5
-    eval_every: int = 1
-    held_out: int = 128
-    metrics_port: int = 0  # Prometheus on 127.0.0.1:port (0: off)
-    adversary: str = ""  # devnets only: one of vrl.node.work.ADVERSARIES
-    torch_threads: int = 1  # several nodes share a machine in devnets
-    transport: str = "libp2p"  # or "loopback" (in-process tests)
+    # Paths: a relative data_dir is resolved once, against the folder of the TOML file that
+    # gives it (from_toml); key is relative to data_dir; task and model name a spec, or a file or
+    # directory relative to where the node is started.
+    data_dir: str = field(metadata=checked(path_like))  # the node's store, key, blobs and (trainer) checkpoints
+    # hex node id of the trainer whose policies this network follows
+    trainer: str = field(metadata=checked(hex_node_id))
+    roles: tuple[str, ...] = field(default=("worker", "verifier"), metadata=checked(one_of(ROLES)))
+    key: str = field(default="node.pem", metadata=checked(path_like))  # relative to data_dir; created on first start
+    listen: str = field(default="/ip4/127.0.0.1/tcp/0", metadata=checked(listen_address))
+    # multiaddrs ending in /p2p/<peer id> (loopback/<hex id> on the in-process transport)
+    bootstrap: tuple[str, ...] = field(default=(), metadata=checked(bootstrap_address))
+    # hex node ids trusted from the start besides self and trainer
+    pretrusted: tuple[str, ...] = field(default=(), metadata=checked(hex_node_id))
+    model: str = field(default="base", metadata=checked(path_like))  # architecture and tokenizer; weights come from the trainer
+    # where this node runs its models (vrl.model.resolve_device; whether the device exists is checked at start)
+    device: str = field(default="auto", metadata=checked(device_spec))
+    task: str = field(default="arithmetic:digits=2,ops=+", metadata=checked(task_spec))
+    # GRPO compares the samples of a group, so at least 2; at most MAX_GROUP_SIZE (specs/record.md §3).
+    group_size: int = field(default=8, metadata=bounded(2, MAX_GROUP_SIZE))
+    # A group's index is a u32 (specs/record.md §1).
+    groups_per_round: int = field(default=4, metadata=bounded(1, 2**32))
+    # sampling.max_new_tokens of a record is 1 .. 2^20 (specs/record.md §1).
+    max_new_tokens: int = field(default=8, metadata=bounded(1, 2**20))
+    # The trainer role builds a vrl.train.TrainConfig from it, which needs (0, 10] for GRPO.
+    temperature: float = field(default=1.0, metadata=bounded(0, 10, open_low=True))
+    # trainer: groups per GRPO step; a step holds its batch in memory, and 2^16 groups is far
+    # past any batch measured here (bench/learning.py uses 16)
+    batch_groups: int = field(default=12, metadata=bounded(1, 2**16))
+    # trainer: most of a batch one node may fill; a share, as vrl.reputation.AdmissionConfig checks
+    node_cap: float = field(default=0.34, metadata=bounded(0, 1, open_low=True))
+    trusted_share: float = field(default=0.5, metadata=bounded(0, 1))  # a share (AdmissionConfig)
+    # Seconds (specs/network.md §4: 4 s and 60 s by default). A day is longer than any round
+    # should wait, and keeps every deadline the node computes finite.
+    verdict_wait: float = field(default=4.0, metadata=bounded(0, 86400, open_low=True))
+    round_timeout: float = field(default=60.0, metadata=bounded(0, 86400, open_low=True))
+    # A node keeps max_staleness + 1 copies of the policy in memory (vrl.node.daemon: Work.install),
+    # so this bounds its memory: 17 copies of the 156M-parameter small preset are about 10 GiB.
+    max_staleness: int = field(default=2, metadata=bounded(0, 16))
+    lazy_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))  # a probability
+    plant_every: int = field(default=0, metadata=bounded(0, U63))  # in rounds, which are policy versions
+    rounds: int = field(default=0, metadata=bounded(0, U63))  # trainer: stop announcing after this version (0: never)
+    # Adam moves each weight by about the learning rate per step; 1e-4 already wrecks the base
+    # model (bench/learning.py), so 1 is no learning rate at all.
+    learning_rate: float = field(default=2e-5, metadata=bounded(0, 1, open_low=True))
+    warmup_steps: int = field(default=5, metadata=bounded(1, U63))  # steps (TrainConfig needs >= 1)
+    eval_every: int = field(default=1, metadata=bounded(1, U63))  # versions (TrainConfig needs >= 1)
+    # Held-out problems evaluated (twice) at every eval_every-th version; 2^16 is 50 times
+    # GSM8K's test split, and keeps one evaluation's time bounded.
+    held_out: int = field(default=128, metadata=bounded(1, 2**16))
+    metrics_port: int = field(default=0, metadata=bounded(0, MAX_PORT))  # Prometheus on 127.0.0.1:port (0: off)
+    # devnets only: one of vrl.node.work.ADVERSARIES
+    adversary: str = field(default="", metadata=checked(one_of(("", *ADVERSARIES))))
+    # torch.set_num_threads; several nodes share a machine in devnets. 1024 is more cores than
+    # any machine here has, and stops a typo from starting a million threads.
+    torch_threads: int = field(default=1, metadata=bounded(1, 1024))
+    transport: str = field(default="libp2p", metadata=checked(one_of(("libp2p", "loopback"))))  # loopback: in-process tests
 
     def __post_init__(self) -> None:
-        unknown = set(self.roles) - set(ROLES)
-        if unknown or not self.roles:
+        check_fields(self)
+        if not self.roles or len(set(self.roles)) != len(self.roles):
             raise ConfigError(f"roles: must be a non-empty subset of {list(ROLES)}, got {list(self.roles)}")
-        if self.adversary and self.adversary not in ADVERSARIES:
-            raise ConfigError(f"adversary: unknown {self.adversary!r}; choose from {', '.join(ADVERSARIES)}")
-        try:
-            if len(bytes.fromhex(self.trainer)) != 32:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"trainer: expected a 64-hex-digit node id, got {self.trainer!r}") from None
-        if self.transport not in ("libp2p", "loopback"):
-            raise ConfigError(f"transport: 'libp2p' or 'loopback', got {self.transport!r}")
+        for address in self.bootstrap:
+            if (self.transport == "loopback") != bool(_LOOPBACK.fullmatch(address)):
+                raise ConfigError(f"bootstrap: {address!r} is not an address of the {self.transport} transport")
 
     @property
     def path(self) -> Path:
@@ -69,28 +296,43 @@ class NodeConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides) -> NodeConfig:
+        """Read and check a node.toml; every error is a :class:`ConfigError` that starts with the path."""
         try:
-            data = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as error:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_TOML_BYTES + 1)
+        except OSError as error:
+            raise ConfigError(f"{path}: {error.strerror or error}") from None
+        return cls.from_toml_bytes(data, path, **overrides)
+
+    @classmethod
+    def from_toml_bytes(cls, data: bytes, path: str | Path, **overrides) -> NodeConfig:
+        """A node.toml's content, as if read from ``path`` (which names it in errors and anchors
+        a relative data_dir). Any input gives a config or a :class:`ConfigError`."""
+        try:
+            if len(data) > MAX_TOML_BYTES:
+                raise ConfigError(f"larger than {MAX_TOML_BYTES} bytes; not a node.toml")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ConfigError(f"not UTF-8 text (byte {error.start})") from None
+            try:
+                table = tomllib.loads(text)
+            except ValueError as error:  # TOMLDecodeError, or an integer past Python's 4300 digits
+                raise ConfigError(str(error)) from None
+            except RecursionError:  # arrays nested thousands deep
+                raise ConfigError("nested too deeply") from None
+            return cls.from_dict(table, base=Path(path).parent, **overrides)
+        except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
-        return cls.from_dict(data, base=Path(path).parent, **overrides)
 
     @classmethod
     def from_dict(cls, data: dict, base: Path | None = None, **overrides) -> NodeConfig:
-        data = {**data, **overrides}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-        for name in ("roles", "bootstrap", "pretrusted"):
-            if name in data:
-                data[name] = tuple(data[name])
-        if base is not None and "data_dir" in data and not Path(data["data_dir"]).is_absolute():
-            data["data_dir"] = str(base / data["data_dir"])
-        try:
-            return cls(**data)
-        except TypeError as error:
-            raise ConfigError(str(error)) from None
+        """A config from a table (what tomllib returns); a relative data_dir is taken relative
+        to ``base`` when one is given, so the result holds the path to use from anywhere."""
+        config = build(cls, {**data, **overrides} if isinstance(data, dict) else data)
+        if base is not None and not config.path.is_absolute():
+            config = dataclasses.replace(config, data_dir=str(base / config.data_dir))
+        return config
 
     def to_toml(self) -> str:
         def value(v) -> str:
@@ -98,9 +340,8 @@ class NodeConfig:
                 return "[" + ", ".join(value(x) for x in v) + "]"
             if isinstance(v, bool):
                 return "true" if v else "false"
-            if isinstance(v, str):
-                return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            if isinstance(v, str):  # JSON's escapes are all TOML basic-string escapes
+                return json.dumps(v, ensure_ascii=False)
             return repr(v)
 
-        return "".join(f"{f.name} = {value(getattr(self, f.name))}\n" for f in dataclasses.fields(self)
-                       )
+        return "".join(f"{f.name} = {value(getattr(self, f.name))}\n" for f in dataclasses.fields(self))

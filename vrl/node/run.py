@@ -1,41 +1,77 @@
-"""Running one node as a process: ``vrl node --config node.toml``."""
+"""Running one node as a process: ``vrl node --config node.toml``.
+
+What the config file cannot show by itself (a device this machine lacks, a task file or model
+that is not there, a data_dir that cannot be created, a damaged key) is found when the node
+starts and raised as a :class:`ConfigError` naming the key, so the operator gets one line.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
+from pathlib import Path
 
 import structlog
 
 from p2p.transport import Transport
-from vrl.keys import NodeKey
-from vrl.node.config import ConfigError, NodeConfig
-from vrl.node.daemon import Node
-
-_LISTEN = re.compile(r"^/ip4/(?P<host>[0-9.]+)/tcp/(?P<port>\d+)$")
+from vrl.keys import KeyFileError, NodeKey
+from vrl.node.config import LISTEN, ConfigError, NodeConfig
 
 
 def node_key(config: NodeConfig) -> NodeKey:
     """The node's key, created on first start (its id is its identity on every network)."""
     path = config.path / config.key
-    if not path.exists():
+    try:
+        if not path.exists():
+            config.path.mkdir(parents=True, exist_ok=True)
+            NodeKey.generate().save(path)
+        return NodeKey.load(path)
+    except (KeyFileError, OSError) as error:
+        raise ConfigError(f"key: {error}") from None
+
+
+def preflight(config: NodeConfig) -> None:
+    """The cheap checks that need this machine, before anything starts."""
+    from vrl.model import ModelError, resolve_device
+
+    try:
         config.path.mkdir(parents=True, exist_ok=True)
-        NodeKey.generate().save(path)
-    return NodeKey.load(path)
+    except OSError as error:
+        raise ConfigError(f"data_dir: cannot use {config.path}: {error.strerror or error}") from None
+    try:
+        resolve_device(config.device)
+    except ModelError as error:
+        raise ConfigError(f"device: {error}") from None
+    if not (config.task == "arithmetic" or config.task.startswith("arithmetic:")) and not Path(config.task).is_file():
+        raise ConfigError(f"task: {config.task!r} is neither an arithmetic spec nor a task file")
 
 
 def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
-    match = _LISTEN.match(config.listen)
-    if match is None:
+    match = LISTEN.fullmatch(config.listen)
+    if match is None:  # NodeConfig checked it; kept for configs built by hand
         raise ConfigError(f"listen: expected /ip4/<address>/tcp/<port>, got {config.listen!r}")
     from p2p.libp2p_transport import Libp2pTransport  # imports ~1,300 modules: only when needed
 
     return Libp2pTransport(key.private_seed(), host=match["host"], port=int(match["port"]))
 
 
+def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log):
+    """The node, with what only loading finds wrong (the model, the task file) named by key."""
+    from vrl.model import ModelError
+    from vrl.node.daemon import Node
+    from vrl.tasks import TaskFileError
+
+    try:
+        return Node(config, transport, key, log)
+    except ModelError as error:  # the device was checked by preflight: this is the model
+        raise ConfigError(f"model: {error}") from None
+    except TaskFileError as error:
+        raise ConfigError(f"task: {error}") from None
+
+
 async def serve(config: NodeConfig) -> None:
     """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent)."""
+    preflight(config)
     key = node_key(config)
     transport = open_transport(config, key)
     log = structlog.get_logger("vrl.node")
@@ -44,10 +80,10 @@ async def serve(config: NodeConfig) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await transport.start()
-    node = Node(config, transport, key, log)
-    log.info("node started", id=key.node_id.hex(), roles=list(config.roles), addresses=transport.addresses(),
-             adversary=config.adversary or None)
-    try:
+    try:  # closed however the start ends: its network thread would keep the process alive
+        node = open_node(config, transport, key, log)
+        log.info("node started", id=key.node_id.hex(), roles=list(config.roles), addresses=transport.addresses(),
+                 adversary=config.adversary or None)
         await node.run(stop)
     finally:
         await transport.close()
