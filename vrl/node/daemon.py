@@ -28,14 +28,14 @@ from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement,
-    SignedVerdict, Submission, group_problem, topic_of,
+    SignedVerdict, Submission, decode_group, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
 from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.reputation import AdmissionConfig
-from vrl.rollout import RecordError, round_seed
+from vrl.rollout import round_seed
 from vrl.tasks import RewardSpec, open_task_set
 from vrl.grpo import GRPOConfig
 from vrl.train import TrainConfig
@@ -125,20 +125,10 @@ class Node:
             self.log.error("task failed", error=repr(task.exception()))
 
     # -- validators: cheap, pure, before anything is stored or forwarded -------------------------
-    def _decode_group(self, data: bytes) -> tuple[Submission, list]:
-        submission = Submission.from_bytes(data)
-        rollouts = submission.rollouts()
-        problem = group_problem(rollouts)
-        if problem is not None:
-            raise MessageError(f"group: {problem}")
-        if not all(r.signature_valid() for r in rollouts):
-            raise MessageError("group: a record's signature does not verify")
-        return submission, rollouts
-
     def _validate(self, message: Message) -> Validation:
         try:
             if message.topic == TOPIC_GROUPS:
-                _, rollouts = self._decode_group(message.data)
+                _, rollouts = decode_group(message.data)
                 if rollouts[0].node_id in self.protocol.quarantined:
                     return Validation.IGNORE  # the forwarder is not at fault
             elif message.topic == TOPIC_VERDICTS:
@@ -157,7 +147,7 @@ class Node:
                     return Validation.IGNORE
             else:
                 return Validation.IGNORE
-        except (MessageError, RecordError):
+        except MessageError:
             self.metrics.invalid.labels(message.topic).inc()
             return Validation.REJECT
         return Validation.ACCEPT
@@ -217,7 +207,7 @@ class Node:
             return
         now = time.time()
         if topic == TOPIC_GROUPS:
-            submission, rollouts = self._decode_group(data)
+            submission, rollouts = decode_group(data)
             self.store.put_group(submission, rollouts[0].node_id, rollouts[0].policy_version, now,
                                  planted=submission.digest in self.protocol.planted)
         elif topic == TOPIC_VERDICTS:

@@ -168,6 +168,24 @@ def group_problem(rollouts: list[Rollout]) -> str | None:
     return None
 
 
+def decode_group(data: bytes) -> tuple[Submission, list[Rollout]]:
+    """A ``group`` message as a receiver accepts it (specs/network.md §3.1): strict decoding,
+    every record decoded, one whole group in order, every signature valid. Its subject is the
+    records' ``node_id``: who signed them. Raises only :class:`MessageError`."""
+    submission = Submission.from_bytes(data)
+    try:
+        rollouts = submission.rollouts()
+    except RecordError as error:
+        raise MessageError(f"group: {error}") from None
+    problem = group_problem(rollouts)
+    if problem is not None:
+        raise MessageError(f"group: {problem}")
+    for index, rollout in enumerate(rollouts):
+        if not rollout.signature_valid():
+            raise MessageError(f"group: record {index}: field 'signature' does not verify")
+    return submission, rollouts
+
+
 # -- verdicts --------------------------------------------------------------------------------
 
 

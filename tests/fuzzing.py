@@ -1,0 +1,344 @@
+"""Fuzz targets: every decoder and message handler that reads what a stranger sends.
+
+One list serves two runs: ``tests/test_fuzz.py`` runs each target briefly in the suite, and
+``bench/fuzz.py`` runs the same targets at depth and prints a table. A target is a function
+of raw bytes and the error types it may refuse with (its module's own). Each gets two
+Hypothesis strategies: raw bytes, and valid inputs mutated (a field replaced by a hostile
+value, removed or doubled with a foreign key, or bytes flipped, cut or repeated).
+
+A case ends one of three ways: a value, a refusal (one of the target's errors), or a crash:
+any other exception, or a case slower than :data:`CASE_SECONDS`. The property is "no
+crash"; a target may also check that nothing accepted before was lost (the node targets do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from hypothesis import strategies as st
+
+from proofs.sampler import SamplingParams
+from vrl.keys import NodeKey
+from vrl.node.messages import (
+    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
+    decode_group,
+)
+from vrl.rollout import RecordError, Rollout
+from vrl.tasks import RewardSpec
+
+#: A case slower than this is a crash: every decoder here is linear in its input, and the
+#: largest input a strategy makes is ~64 KiB (a decode of that takes well under 50 ms here).
+CASE_SECONDS = 2.0
+
+KEY = NodeKey.from_seed(hashlib.sha256(b"vrl fuzz key").digest())
+TRAINER = NodeKey.from_seed(hashlib.sha256(b"vrl fuzz trainer").digest())
+
+
+# -- valid inputs ---------------------------------------------------------------------------------
+
+def rollout(index: int = 0, size: int = 2, **changes: Any) -> Rollout:
+    fields = dict(
+        node_id=KEY.node_id, model_hash=hashlib.sha256(b"model").digest(), policy_version=0,
+        round_seed=bytes(range(32)), group_index=0, task_id="add-2-3", sample_index=index, group_size=size,
+        prompt="2+3=", reference="5", prompt_tokens=(50, 43, 51, 61), completion_tokens=(53, 256),
+        finish_reason="stop", sampling=SamplingParams(1.0, 0, 1.0, 64, (256,)), behaviour_logprobs=(-0.5, -1.25),
+        reward=1.0, reward_spec=RewardSpec(), commitment=b"\x01\x20\x03" + bytes(8))
+    fields.update(changes)
+    return Rollout(**fields).signed(KEY)
+
+
+def group(size: int = 2) -> Submission:
+    return Submission.of([rollout(i, size) for i in range(size)])
+
+
+def verdict(outcome: str = "hard_fail", **changes: Any) -> SignedVerdict:
+    sub = group()
+    fields = dict(verifier=KEY.node_id, subject=KEY.node_id, group=sub.digest, round=3, policy_version=0,
+                  ticket=audit_ticket(KEY, sub.digest), rate=1.0, outcome=outcome,
+                  reasons=("reward_mismatch",) if outcome == "hard_fail" else (),
+                  digest=b"" if outcome == "skipped" else b"\x05" * 32, platform="torch-2.13.0/cpu/float32/threads-1")
+    fields.update(changes)
+    return SignedVerdict(**fields).signed(KEY)
+
+
+def policy(version: int = 0) -> PolicyAnnouncement:
+    return PolicyAnnouncement(TRAINER.node_id, version, b"\x01" * 32, b"\x02" * 32, 4096).signed(TRAINER)
+
+
+# -- hostile values and mutations -----------------------------------------------------------------
+
+def hostile_values() -> st.SearchStrategy[Any]:
+    """What a stranger can put in any field: range edges, non-finite floats, wrong types,
+    deep or wide containers, huge strings."""
+    edges = st.sampled_from([0, -1, 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, -(2**63),
+                             math.nan, math.inf, -math.inf, -0.0, 5e-324, 1e308, 1e-4, True, False, None,
+                             "", "\x00", "é" * 40, b"", b"\x00" * 32, [], {}, [[[[[]]]]], {"": {"": {}}}])
+    leaves = (st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=True, allow_infinity=True)
+              | st.text(max_size=64) | st.binary(max_size=96) | st.booleans() | st.none())
+    nested = st.recursive(leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(max_size=8), inner, max_size=4), max_leaves=12)
+    deep = st.integers(1, 200).map(lambda depth: _nest(depth))
+    big = st.sampled_from([b"\xff" * (64 << 10), "x" * (64 << 10), list(range(4096))])
+    return st.one_of(edges, nested, deep, big)
+
+
+def _nest(depth: int) -> Any:
+    value: Any = 0
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every place inside nested maps and lists (and msgpack bin holding a msgpack map)."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += _paths(v, prefix + (k,))
+    elif isinstance(value, list) and len(value) <= 16:
+        for i, v in enumerate(value):
+            found += _paths(v, prefix + (i,))
+    return found
+
+
+def _replace(value: Any, path: tuple, new: Any, delete: bool = False) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    if delete and not rest:
+        del copy[head]
+        return copy
+    copy[head] = _replace(copy[head], rest, new, delete)
+    return copy
+
+
+@st.composite
+def mutated_msgpack(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    """A valid message, decoded, with one to three fields replaced, removed or added, then
+    re-encoded; records nested as bin inside a group are opened and mutated the same way."""
+    data = draw(st.sampled_from(seeds))
+    value = msgpack.unpackb(data, raw=False)
+    for _ in range(draw(st.integers(1, 3))):
+        records = value.get("records") if isinstance(value, dict) else None
+        if isinstance(records, list) and records and draw(st.booleans()):
+            index = draw(st.integers(0, len(records) - 1))
+            try:
+                inner = msgpack.packb(_mutate(draw, msgpack.unpackb(records[index], raw=False)), use_bin_type=True)
+            except Exception:  # an earlier step left no msgpack (or no bytes) there: replace it whole
+                inner = draw(hostile_values())
+            value = _replace(value, ("records", index), inner)
+        else:
+            value = _mutate(draw, value)
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        return data  # not representable in msgpack (e.g. 2^64): nobody can send it
+
+
+def _mutate(draw: st.DrawFn, value: Any) -> Any:
+    paths = _paths(value)
+    action = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+    if action == "add" or not paths:
+        if isinstance(value, dict):
+            key = draw(st.sampled_from(["extra", b"extra", "kind", "v", "signature", "\x00"]))
+            return {**value, key: draw(hostile_values())}
+        return draw(hostile_values())
+    path = draw(st.sampled_from(paths))
+    return _replace(value, path, draw(hostile_values()), delete=action == "delete")
+
+
+@st.composite
+def mutated_bytes(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    """A valid input with bytes flipped, cut, inserted or a stretch repeated."""
+    data = bytearray(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "insert", "repeat"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if kind == "flip" and data:
+            data[at] = draw(st.integers(0, 255))
+        elif kind == "cut":
+            del data[at:at + draw(st.integers(1, 64))]
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=16))
+        elif kind == "repeat":
+            stretch = bytes(data[at:at + draw(st.integers(1, 32))])
+            data[at:at] = stretch * draw(st.integers(1, 64))
+    return bytes(data)
+
+
+# -- targets ----------------------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    name: str
+    run: Callable[[bytes], Any]
+    errors: tuple[type[BaseException], ...]
+    seeds: Callable[[], list[bytes]]
+    structure: str = "msgpack"  # how mutated inputs are made: "msgpack" or "bytes"
+    check: Callable[[], None] | None = None  # after each case: nothing accepted before was lost
+    _seeds: list[bytes] | None = field(default=None, repr=False)
+
+    def valid_inputs(self) -> list[bytes]:
+        if self._seeds is None:
+            self._seeds = self.seeds()
+        return self._seeds
+
+    def raw(self) -> st.SearchStrategy[bytes]:
+        return st.binary(max_size=4096) | st.builds(lambda s: s[: len(s) // 2], st.sampled_from(self.valid_inputs()))
+
+    def structured(self) -> st.SearchStrategy[bytes]:
+        seeds = self.valid_inputs()
+        mutated = mutated_msgpack(seeds) if self.structure == "msgpack" else st.nothing()
+        return st.sampled_from(seeds) | mutated | mutated_bytes(seeds)
+
+
+@dataclass
+class Tally:
+    """What a run of one target met: cases, refusals by distinct message, crashes."""
+
+    cases: int = 0
+    values: int = 0
+    errors: Counter = field(default_factory=Counter)
+    crashes: list[str] = field(default_factory=list)
+    slowest: float = 0.0
+
+    def record(self, target: Target, data: bytes, *, raise_crashes: bool = False) -> None:
+        """Run one case and count its ending; with ``raise_crashes`` (the suite) a crash
+        raises, so Hypothesis shrinks it to a minimal input."""
+        self.cases += 1
+        crashes = len(self.crashes)
+        started = time.perf_counter()
+        try:
+            target.run(data)
+            self.values += 1
+        except target.errors as error:
+            # Distinct errors: the message with its numbers and quoted values masked.
+            self.errors[re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", str(error))[:120]] += 1
+        except Exception as error:  # a crash is what this harness exists to find and report
+            self.crashes.append(f"{type(error).__name__}: {str(error)[:200]} on {data[:64]!r}")
+        elapsed = time.perf_counter() - started
+        self.slowest = max(self.slowest, elapsed)
+        if elapsed > CASE_SECONDS:
+            self.crashes.append(f"slow: {elapsed:.2f} s on {len(data)} bytes")
+        if target.check is not None:
+            try:
+                target.check()
+            except AssertionError as error:
+                self.crashes.append(f"lost: {error}")
+        if raise_crashes and len(self.crashes) > crashes:
+            raise AssertionError(f"{target.name}: {self.crashes[-1]}")
+
+
+def message_targets() -> list[Target]:
+    def request(data: bytes) -> BackfillRequest:
+        return BackfillRequest.from_bytes(data)
+
+    return [
+        Target("record", Rollout.from_bytes, (RecordError,), lambda: [rollout().to_bytes(), rollout(
+            completion_tokens=(1,) * 64, behaviour_logprobs=(-0.1,) * 64, finish_reason="length").to_bytes()]),
+        Target("group", decode_group, (MessageError,), lambda: [group(2).to_bytes(), group(4).to_bytes()]),
+        Target("verdict", SignedVerdict.from_bytes, (MessageError,),
+               lambda: [verdict(o).to_bytes() for o in ("pass", "soft_fail", "skipped")]),
+        Target("fraud report", SignedVerdict.from_bytes, (MessageError,),  # a hard_fail verdict (network.md §5.1)
+               lambda: [verdict("hard_fail").to_bytes(), verdict("hard_fail", planted=True).to_bytes()]),
+        Target("policy", PolicyAnnouncement.from_bytes, (MessageError,), lambda: [policy(0).to_bytes(),
+                                                                                  policy(2**64 - 1).to_bytes()]),
+        Target("backfill request", request, (MessageError,),
+               lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 7).to_bytes()]),
+        Target("backfill page", lambda data: BackfillPage.from_bytes(data, after=0), (MessageError,),
+               lambda: [BackfillPage((verdict().to_bytes(), group().to_bytes()), 5).to_bytes(),
+                        BackfillPage((), None).to_bytes()]),
+    ]
+
+
+class NodeUnderFire:
+    """A real node (loopback transport, tiny model) whose gossip validator, message handler
+    and backfill server take the fuzz cases; what it accepted must stay stored and counted."""
+
+    def __init__(self, directory: Path) -> None:
+        from p2p.loopback import LoopbackNetwork
+        from vrl.node import protocol as P
+        from vrl.node.config import NodeConfig
+        from vrl.node.daemon import Node
+
+        worker = NodeKey.from_seed(hashlib.sha256(b"vrl fuzz worker").digest())
+        config = NodeConfig(data_dir=str(directory), trainer=TRAINER.node_id.hex(), model="tiny",
+                            task="arithmetic:digits=1", group_size=2, groups_per_round=1, max_new_tokens=4,
+                            transport="loopback")
+        self.loop = asyncio.new_event_loop()
+        self.node = Node(config, LoopbackNetwork().transport(worker.private_seed()), worker)
+        self.node.protocol.handle(P.PolicyAnnounced(policy(0)))
+        self.accepted = {"policies": 0, "groups": 0, "verdicts": 0}
+        self.P = P
+        for data in (policy(0).to_bytes(), group().to_bytes(), verdict("pass").to_bytes()):
+            self.gossip(self.topic(data), data)
+        assert self.node.store.counts()["groups"] == 1 and self.node.store.counts()["verdicts"] == 1
+        self.kept = {k: v for k, v in self.node.store.counts().items() if k in self.accepted}
+
+    @staticmethod
+    def topic(data: bytes) -> str:
+        from vrl.node.messages import TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, topic_of
+
+        return topic_of(data) or (TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_POLICIES)[len(data) % 3]
+
+    def gossip(self, topic: str, data: bytes) -> None:
+        from p2p.transport import Message, Validation, message_id
+
+        message = Message(topic, data, b"\x09" * 32, message_id(topic, data))
+        if self.node._validate(message) is Validation.ACCEPT:
+            self.loop.run_until_complete(self._then_settle(self.node._on_message(message)))
+
+    async def _then_settle(self, handling) -> None:
+        """Handle, then cancel what the handling spawned (a weight fetch no peer can serve)."""
+        await handling
+        for task in list(self.node._tasks):
+            task.cancel()
+        await asyncio.gather(*self.node._tasks, return_exceptions=True)
+
+    def serve_backfill(self, data: bytes) -> bytes:
+        return self.loop.run_until_complete(self.node._serve_backfill(b"\x09" * 32, data))
+
+    def nothing_lost(self) -> None:
+        counts = self.node.store.counts()
+        for table, before in self.kept.items():
+            assert counts[table] >= before, f"{table}: {counts[table]} stored, {before} before"
+        self.kept = {k: v for k, v in counts.items() if k in self.accepted}
+        assert self.node.protocol.waiting_verdicts <= self.P.MAX_PENDING_VERDICTS
+
+    def close(self) -> None:
+        self.node.store.close()
+        self.loop.close()
+
+
+def node_targets(node: NodeUnderFire) -> list[Target]:
+    seeds = lambda: [policy(0).to_bytes(), policy(1).to_bytes(), group(2).to_bytes(), verdict("pass").to_bytes(),
+                     verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes()]
+    return [
+        Target("gossip handler", lambda data: node.gossip(node.topic(data), data), (), seeds, check=node.nothing_lost),
+        Target("backfill handler", node.serve_backfill, (MessageError,),
+               lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 2**64 - 1).to_bytes()],
+               check=node.nothing_lost),
+    ]
+
+
+NODE_TARGETS = ("gossip handler", "backfill handler")
+
+
+def all_targets(node: NodeUnderFire | None = None) -> list[Target]:
+    """Every target; the node targets only when a node is given (they need a model)."""
+    targets = message_targets()
+    if node is not None:
+        targets += node_targets(node)
+    return targets
+
