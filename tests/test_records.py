@@ -56,6 +56,16 @@ def test_nested_and_missing_fields_named(honest):
         Rollout.from_bytes(canonical_bytes(data))
 
 
+@pytest.mark.parametrize("stop", [-1, 2**32, 2**63, 2**64 - 1])
+def test_stop_token_ids_are_checked_against_their_range(honest, stop):
+    """specs/record.md §1: each stop token is 0 .. 2^32 - 1 (issue 13 §2: every integer is
+    checked against its range at decode)."""
+    data = wire(honest[0])
+    data["sampling"]["stop_token_ids"] = [stop]
+    with pytest.raises(RecordError, match="sampling.stop_token_ids"):
+        Rollout.from_bytes(canonical_bytes(data))
+
+
 def test_non_canonical_encoding_rejected(honest):
     data = wire(honest[0])
     reordered = msgpack.packb(dict(reversed(list(data.items()))), use_bin_type=True)

@@ -272,8 +272,8 @@ def _from_wire(wire: dict) -> Rollout:
             raise RecordError(f"{name}.{sorted(unknown, key=repr)[0]}", "unknown field")
     sampling_wire = wire["sampling"]
     stops = _take(sampling_wire, "stop_token_ids", list, "sampling.")
-    if len(stops) > 64 or not all(isinstance(s, int) and not isinstance(s, bool) for s in stops):
-        raise RecordError("sampling.stop_token_ids", "expected at most 64 integers")
+    if len(stops) > 64 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 32 for s in stops):
+        raise RecordError("sampling.stop_token_ids", "expected at most 64 integers in [0, 2^32 - 1]")
     try:
         sampling = SamplingParams(
             temperature=_float(sampling_wire, "temperature", "sampling."),
