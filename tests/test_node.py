@@ -345,3 +345,27 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
         node.store.close()
 
     asyncio.run(asyncio.wait_for(attack(), 120))
+
+
+def test_a_group_index_beyond_the_rounds_groups_is_not_accepted(tmp_path):
+    """Assignment binds a task to each group index; without a bound on the index a worker
+    could generate groups 0..999 and submit the ones whose tasks it likes."""
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node.messages import TOPIC_GROUPS, PolicyAnnouncement
+
+    network = LoopbackNetwork()
+    node = Node(config(tmp_path / "v"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
+    worker = Node(config(tmp_path / "w"), network.transport(WORKERS[1].private_seed()), WORKERS[1])
+    policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
+    for n in (node, worker):
+        n.protocol.policies[0] = policy
+    worker.work.install(0, worker.work.skeleton, 3)
+    honest = worker.work.generate(0)[0]
+    extra = Submission.of([r.signed(WORKERS[1], group_index=node.config.groups_per_round)
+                           for r in honest.rollouts()])
+    verdicts = {name: node._validate(Message(TOPIC_GROUPS, sub.to_bytes(), b"x" * 32,
+                                             message_id(TOPIC_GROUPS, sub.to_bytes())))
+                for name, sub in (("honest", honest), ("extra", extra))}
+    assert verdicts == {"honest": Validation.ACCEPT, "extra": Validation.IGNORE}
+    for n in (node, worker):
+        n.store.close()

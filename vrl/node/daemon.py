@@ -131,6 +131,11 @@ class Node:
                 _, rollouts = decode_group(message.data)
                 if rollouts[0].node_id in self.protocol.quarantined:
                     return Validation.IGNORE  # the forwarder is not at fault
+                if rollouts[0].group_index >= self.protocol.config.groups_per_round:
+                    # A round has groups_per_round groups per node (specs/network.md §3.1); a
+                    # worker that could submit any index could pick the groups whose tasks it
+                    # likes. Ignored, not rejected: a peer configured otherwise is not hostile.
+                    return Validation.IGNORE
             elif message.topic == TOPIC_VERDICTS:
                 verdict = SignedVerdict.from_bytes(message.data)
                 if not verdict.valid():
