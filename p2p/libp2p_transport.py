@@ -22,6 +22,23 @@ What the wrapper fixes, from measurements in shared/research/py-libp2p.md (§ nu
   §3.1 #7), which the server also applies to its handler.
 * Dialling a peer first lifts it from the swarm's 60 s negative dial cache, which would
   otherwise refuse a peer that has just restarted (§2.3, §3.1 #5).
+* Misbehaving peers are scored and banned (:class:`p2p.transport.TransportLimits`). py-libp2p's
+  own scorer cannot do it: its validators are boolean, so IGNORE would be penalised like
+  REJECT, and it forgets a peer's counters when it disconnects (``PeerScorer.remove_peer``).
+  So :class:`_Pubsub` validates every message itself (``validate_msg``), blaming the peer that
+  forwarded it; counts bad signatures, malformed RPC frames and frames over the RPC limit
+  against the peer that sent them; and survives a frame that is not a protobuf, which in
+  py-libp2p 0.8.1 escapes ``Pubsub.stream_handler`` as ``DecodeError`` and stops the host.
+  A ban hangs up on the peer and is enforced where the handshake names it: the swarm's
+  upgrader is wrapped (:class:`_GatedUpgrader`) so that a banned peer's connections, in or
+  out, are closed right after Noise, before any stream can be opened.
+* Silent TCP peers: the swarm's own upgrade deadline (``ConnectionConfig.inbound_upgrade_
+  timeout``, which covers multistream, Noise and Yamux) is set to ``handshake_timeout``, and
+  the swarm's ``upgrade_inbound_raw_conn`` is wrapped to count connections being upgraded and
+  close at once those past ``max_pending_connections``. py-libp2p has no hook on the raw
+  socket before the upgrade other than these (its listener's handler and connection gate are
+  per address, and its own inbound cap, max_connections - min_connections = 250, counts
+  established connections too).
 
 Wire format of ``/vrl/req/1.0.0`` (big-endian):
 
@@ -39,7 +56,7 @@ import functools
 import math
 import struct
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -51,6 +68,11 @@ from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
 from libp2p.crypto.keys import KeyType
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.exceptions import ParseError, ValidationError
+from libp2p.io.exceptions import IOException
+from libp2p.network.config import ConnectionConfig
+from libp2p.network.connection.exceptions import RawConnError
+from libp2p.network.exceptions import SwarmException
 from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
@@ -62,6 +84,8 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
+from libp2p.transport.exceptions import SecurityUpgradeFailure
+from libp2p.transport.upgrader import TransportUpgrader
 
 from p2p import _common
 from p2p._common import Status
@@ -78,6 +102,7 @@ from p2p.transport import (
     RequestHandler,
     RequestTimeout,
     TransportError,
+    TransportLimits,
     Validation,
     Validator,
     message_id,
@@ -117,6 +142,13 @@ RESET_TIMEOUT = 1.0
 # How long close() waits for the network thread: host shutdown measured at well under 1 s.
 CLOSE_TIMEOUT = 10.0
 READ_CHUNK = 1 << 20  # bytes per read() in our own loop; any size works, this keeps copies few
+# How long py-libp2p remembers a message id (Pubsub(seen_ttl=120)): a message we rejected is
+# remembered as long, so that each copy of it is held against whoever forwards it without
+# running the validator again (py-libp2p does not mark a rejected message seen).
+REJECTED_TTL = 120.0
+REJECTED_MAX = 10_000  # ids remembered; 32 bytes each, and each cost its sender a penalty
+# Closing a banned peer's connections: a Yamux GO_AWAY and a socket close each.
+HANG_UP_TIMEOUT = 5.0
 
 _U16 = struct.Struct(">H")
 _REQUEST_TAIL = struct.Struct(">III")
@@ -134,7 +166,10 @@ class Libp2pTransport:
     """A :class:`p2p.transport.Transport` on py-libp2p, listening on TCP at ``host:port``
     (port 0: any free port). Identity: the Ed25519 key whose 32-byte private seed is given."""
 
-    def __init__(self, private_seed: bytes, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, private_seed: bytes, *, host: str = "127.0.0.1", port: int = 0,
+                 limits: TransportLimits = TransportLimits()) -> None:
+        self._limits = _common.check_limits(limits)
+        self._scores = _common.PeerScores(limits)
         self._key_pair = create_new_key_pair(_common.check_seed(private_seed))
         self._peer_id: PeerId = self._key_pair.public_key.to_bytes()
         self._listen = multiaddr.Multiaddr(f"/ip4/{host}/tcp/{port}")
@@ -159,6 +194,9 @@ class Libp2pTransport:
         self._publish_lock: trio.Lock | None = None
         self._stuck: set[ID] = set()  # peers the pacer no longer waits for
         self._known_addresses: dict[ID, list[multiaddr.Multiaddr]] = {}
+        self._rejected: OrderedDict[bytes, float] = OrderedDict()  # msg_id -> when rejected
+        self._pending_inbound = 0  # inbound connections being upgraded
+        self._hang_up_later: list[ID] = []  # banned before our nursery ran
 
     # -- the Transport interface (asyncio side) --
 
@@ -201,6 +239,8 @@ class Libp2pTransport:
         assert peer is not None  # _parse_address checked it
         if peer == self._peer_id:
             raise PeerUnavailable("a peer cannot connect to itself")
+        if self._scores.banned(peer):
+            raise PeerUnavailable(f"{info.peer_id} is banned")
         await self._call(self._connect_trio, info)
         return peer
 
@@ -210,6 +250,16 @@ class Libp2pTransport:
     def rejections(self, peer: PeerId) -> int:
         """How many gossip messages forwarded by ``peer`` this peer's validators rejected."""
         return self._rejections[peer]
+
+    def score(self, peer: PeerId) -> float:
+        return self._scores.score(_common.check_peer(peer))
+
+    def banned(self, peer: PeerId) -> bool:
+        return self._scores.banned(_common.check_peer(peer))
+
+    def penalize(self, peer: PeerId) -> None:
+        if self._scores.penalize(_common.check_peer(peer)) and self._state is _State.RUNNING:
+            self._to_trio(functools.partial(self._hang_up_soon, _libp2p_id(peer)), quiet=True)
 
     def subscribe(self, topic: str, on_message: MessageHandler, validator: Validator | None = None) -> None:
         if _common.check_topic(topic) in self._subscriptions:
@@ -237,6 +287,8 @@ class Libp2pTransport:
         _common.check_request_limits(timeout, max_response)
         if peer == self._peer_id:
             raise PeerUnavailable("a peer cannot request itself")
+        if self._scores.banned(peer):
+            raise PeerUnavailable(f"{libp2p_peer} is banned")
         status, body = await self._call(self._request_trio, libp2p_peer, protocol, bytes(data), timeout, max_response)
         return _common.outcome(status, body, protocol)
 
@@ -360,12 +412,17 @@ class Libp2pTransport:
                                                         noise_privkey=create_x25519_key_pair().private_key)},
             muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
             listen_addrs=[self._listen],
+            # The swarm's own deadline on multistream + Noise + Yamux, in and out.
+            connection_config=ConnectionConfig(inbound_upgrade_timeout=self._limits.handshake_timeout,
+                                               outbound_upgrade_timeout=self._limits.handshake_timeout),
         )
+        swarm = host.get_network()
+        swarm.upgrader = _GatedUpgrader(swarm.upgrader, self._admits)
+        swarm.upgrade_inbound_raw_conn = functools.partial(self._upgrade_inbound, swarm.upgrade_inbound_raw_conn)
         router = GossipSub(protocols=list(GOSSIP_PROTOCOLS), degree=GOSSIP_DEGREE, degree_low=GOSSIP_DEGREE_LOW,
                            degree_high=GOSSIP_DEGREE_HIGH, heartbeat_interval=HEARTBEAT_SECONDS,
                            spam_protection_enabled=False)
-        pubsub = _Pubsub(host, router, deliver=self._on_delivery, strict_signing=True,
-                         msg_id_constructor=_gossip_message_id)
+        pubsub = _Pubsub(host, router, transport=self, strict_signing=True, msg_id_constructor=_gossip_message_id)
         self._host, self._pubsub = host, pubsub
         host.get_network().register_notifee(_PeerWatch(self))
         host.set_stream_handler(REQUEST_PROTOCOL, self._on_request_stream)
@@ -380,6 +437,8 @@ class Libp2pTransport:
                     # them first and libp2p then shuts down without being cancelled itself.
                     async with trio.open_nursery() as nursery:
                         self._nursery = nursery
+                        for peer in self._hang_up_later:
+                            nursery.start_soon(self._hang_up, peer)
                         ready.set_result(None)
                         await self._stop.wait()
                         nursery.cancel_scope.cancel()
@@ -415,7 +474,7 @@ class Libp2pTransport:
             raise PeerUnavailable(f"cannot dial {peer}: {error}") from error
 
     async def _subscribe_trio(self, topic: str) -> None:
-        self._pubsub.set_topic_validator(topic, functools.partial(self._validate, topic), False)
+        # No set_topic_validator: _Pubsub.validate_msg calls _judge for every message.
         await self._pubsub.subscribe(topic)
 
     async def _publish_trio(self, topic: str, data: bytes) -> None:
@@ -437,25 +496,100 @@ class Libp2pTransport:
                 return
             await trio.sleep(PACE_POLL_SECONDS)
 
-    def _validate(self, topic: str, forwarder: ID, raw: rpc_pb2.Message) -> bool:
-        """The gossipsub validator of every topic we subscribe to. libp2p's validators are
-        boolean: ACCEPT is True, IGNORE and REJECT are False, and REJECT is also counted
-        against the forwarder. Never raises (§3.1 #3)."""
+    def _judge(self, forwarder: ID, raw: rpc_pb2.Message) -> bool:
+        """Whether to deliver and forward a gossip message that ``forwarder`` sent us (ourselves
+        for our own publishes). A REJECT counts against the forwarder, the peer that sent it to
+        us (GossipSub v1.1 P4; an honest peer validates before it forwards); IGNORE counts
+        against nobody. libp2p's answer is boolean: ACCEPT is True. Never raises (§3.1 #3)."""
         try:
-            message = self._message(topic, raw)
-            subscription = self._subscriptions[topic]
-            verdict = Validation.REJECT if message is None else _common.judge(subscription.validator, message)
-            if verdict is Validation.REJECT:
-                sender = _raw_key(forwarder.to_bytes())
-                if sender is not None:
-                    self._rejections[sender] += 1
+            sender = None if forwarder == self._host.get_id() else _raw_key(forwarder.to_bytes())
+            if sender is not None and self._scores.banned(sender):
+                return False  # in flight when we banned it: dropped unread, counted once already
+            msg_id = _gossip_message_id(raw)
+            if self._was_rejected(msg_id):
+                verdict = Validation.REJECT  # another copy: it counts again, as in go-libp2p
+            else:
+                topic = raw.topicIDs[0] if len(raw.topicIDs) == 1 else None
+                subscription = self._subscriptions.get(topic) if topic is not None else None
+                message = self._message(topic, raw) if subscription is not None else None
+                verdict = Validation.REJECT if message is None else _common.judge(subscription.validator, message)
+                if verdict is Validation.REJECT:
+                    self._remember_rejected(msg_id)
+            if verdict is Validation.REJECT and sender is not None:
+                self._rejections[sender] += 1
+                self._penalize_trio(sender)
             return verdict is Validation.ACCEPT
         except Exception:
             log.exception("gossip validation failed")
             return False
 
+    def _was_rejected(self, msg_id: bytes) -> bool:
+        now = trio.current_time()
+        while self._rejected:
+            oldest, when = next(iter(self._rejected.items()))
+            if now - when <= REJECTED_TTL and len(self._rejected) <= REJECTED_MAX:
+                break
+            del self._rejected[oldest]
+        return msg_id in self._rejected
+
+    def _remember_rejected(self, msg_id: bytes) -> None:
+        self._rejected[msg_id] = trio.current_time()
+        self._rejected.move_to_end(msg_id)
+
+    # -- misbehaving and silent peers (trio thread) --
+
+    def _penalize_trio(self, peer: PeerId) -> None:
+        """Count one invalid message against ``peer``; hang up on it if that bans it."""
+        if self._scores.penalize(peer):
+            self._hang_up_soon(_libp2p_id(peer))
+
+    def _penalize_id(self, peer: ID) -> None:
+        raw = _raw_key(peer.to_bytes())
+        if raw is not None and peer != self._host.get_id():
+            self._penalize_trio(raw)
+
+    def _hang_up_soon(self, peer: ID) -> None:
+        log.info("banned peer %s for %.0f s", peer, self._limits.ban_seconds)
+        if self._nursery is None:
+            self._hang_up_later.append(peer)
+        else:
+            self._nursery.start_soon(self._hang_up, peer)
+
+    async def _hang_up(self, peer: ID) -> None:
+        with trio.move_on_after(HANG_UP_TIMEOUT):
+            try:
+                await self._host.get_network().close_peer(peer)
+            except Exception:
+                log.debug("closing the connections of banned peer %s failed", peer, exc_info=True)
+
+    def _banned_id(self, peer: ID) -> bool:
+        raw = _raw_key(peer.to_bytes())
+        return raw is not None and self._scores.banned(raw)
+
+    def _admits(self, peer: ID) -> bool:
+        """The upgrader's question once Noise has named a peer: may it connect?"""
+        return not self._banned_id(peer)
+
+    async def _upgrade_inbound(self, upgrade: Callable[..., Awaitable[Any]], raw_conn: Any,
+                               listen_address: multiaddr.Multiaddr) -> Any:
+        """Swarm.upgrade_inbound_raw_conn, capped: at most ``max_pending_connections`` at once,
+        the next ones closed at once. The deadline is the swarm's own (ConnectionConfig)."""
+        if self._pending_inbound >= self._limits.max_pending_connections:
+            with trio.CancelScope(shield=True), trio.move_on_after(RESET_TIMEOUT):
+                try:
+                    await raw_conn.close()
+                except Exception:
+                    pass
+            raise SwarmException(f"{self._pending_inbound} inbound connections already pending")
+        self._pending_inbound += 1
+        try:
+            return await upgrade(raw_conn, listen_address)
+        finally:
+            self._pending_inbound -= 1
+
     def _message(self, topic: str, raw: rpc_pb2.Message) -> Message | None:
-        """Our view of a gossipsub message, or None if it is not one our peers send."""
+        """Our view of a gossipsub message, or None if it is not one our peers send (over the
+        size limit, other than one topic, an origin that is not an Ed25519 key)."""
         origin = _raw_key(raw.from_id)
         if list(raw.topicIDs) != [topic] or len(raw.data) > MAX_GOSSIP_BYTES or origin is None:
             return None
@@ -498,6 +632,10 @@ class Libp2pTransport:
             status, size = _RESPONSE_HEAD.unpack(await _read_exactly(stream, _RESPONSE_HEAD.size))
             limit = max_response if status == Status.OK else _common.MAX_ERROR_DETAIL_BYTES
             if size > limit:
+                if status in frozenset(Status):
+                    # An honest server answers RESPONSE_TOO_LARGE instead (it knows our limit);
+                    # statuses it may add later are given the benefit of the doubt.
+                    self._penalize_id(peer)
                 raise MessageTooLarge(f"{protocol}: response of {size} bytes > {limit}")
             body = await _read_exactly(stream, size)
         except StreamError as error:
@@ -522,17 +660,20 @@ class Libp2pTransport:
 
     async def _answer(self, stream: INetStream) -> None:
         caller = _raw_key(stream.muxed_conn.peer_id.to_bytes())
-        if caller is None:
+        if caller is None or self._scores.banned(caller):
             await _reset(stream)
             return
         refusal: tuple[Status, bytes] | None = None
         data = b""
         with trio.move_on_after(STREAM_IO_TIMEOUT) as reading:
             (name_size,) = _U16.unpack(await _read_exactly(stream, _U16.size))
-            if name_size > _common.MAX_PROTOCOL_NAME_BYTES:
+            protocol = None
+            if name_size <= _common.MAX_PROTOCOL_NAME_BYTES:
+                protocol = protocol_name(await _read_exactly(stream, name_size))
+            if protocol is None:  # no honest peer sends it: our names are short UTF-8
                 await _reset(stream)
+                self._penalize_trio(caller)
                 return
-            protocol = (await _read_exactly(stream, name_size)).decode("utf-8", "replace")
             max_response, deadline_ms, size = _REQUEST_TAIL.unpack(await _read_exactly(stream, _REQUEST_TAIL.size))
             handler, max_request = self._handlers.get(protocol, (None, 0))
             refusal = _common.refuse(handler, max_request, size)
@@ -547,6 +688,8 @@ class Libp2pTransport:
             with trio.move_on_after(STREAM_IO_TIMEOUT):
                 await _write_response(stream, *refusal)
                 await stream.close()
+            if refusal[0] is Status.REQUEST_TOO_LARGE:  # an unknown protocol may be a newer version
+                self._penalize_trio(caller)
             return
         with trio.move_on_after(deadline_ms / 1000) as running:
             status, body = await self._in_asyncio(_common.serve(handler, caller, data, max_response))
@@ -600,22 +743,154 @@ class _Subscription:
 
 
 class _Pubsub(Pubsub):
-    """Pubsub that hands each accepted message straight to the transport. The stock
-    ``notify_subscriptions`` puts it on a 32-slot channel per topic and drops it when that is
-    full (SUBSCRIPTION_CHANNEL_SIZE, libp2p/pubsub/pubsub.py): a burst can fill it before any
-    reader runs."""
+    """Pubsub wired to the transport:
 
-    def __init__(self, *args: Any, deliver: Callable[[str, rpc_pb2.Message], None], **kwargs: Any) -> None:
+    * each accepted message goes straight to the transport: the stock ``notify_subscriptions``
+      puts it on a 32-slot channel per topic and drops it when that is full
+      (SUBSCRIPTION_CHANNEL_SIZE, libp2p/pubsub/pubsub.py), which a burst can fill before any
+      reader runs;
+    * ``validate_msg`` asks the transport (ACCEPT / IGNORE / REJECT, with blame), instead of
+      py-libp2p's boolean validators and their cache, which would replay an IGNORE as a failure
+      and skip the validator, and so the blame, for a copy of a rejected message;
+    * a message dropped for a bad signature, a frame that is not an RPC protobuf, and a frame
+      over ``max_inbound_rpc_size`` count against the peer that sent them, and none of them
+      can stop the host (0.8.1 lets ``DecodeError`` out of ``stream_handler``);
+    * a banned peer's gossip streams are reset unread.
+    """
+
+    def __init__(self, *args: Any, transport: Libp2pTransport, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deliver = deliver
+        self._transport = transport
+        self._validated: set[int] = set()  # id() of the messages push_msg took to validate_msg
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         for topic in publish_message.topicIDs:
             if topic in self.topic_ids:
                 try:
-                    self._deliver(topic, publish_message)
+                    self._transport._on_delivery(topic, publish_message)
                 except Exception:
                     log.exception("gossip delivery failed")
+
+    async def validate_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        self._validated.add(id(msg))
+        if not self._transport._judge(msg_forwarder, msg):
+            raise ValidationError("rejected or ignored")
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        # Everything push_msg checks before validate_msg runs without a checkpoint: a message
+        # neither seen before nor taken to validation failed its signature (we blacklist no
+        # one, and py-libp2p's score gates are open: ScoreParams thresholds are -inf).
+        seen = self._is_msg_seen(msg)
+        try:
+            await super().push_msg(msg_forwarder, msg)
+        except Exception:  # it runs as a service task: an escaping error stops pubsub (§3.1 #3)
+            log.debug("a gossip message from %s failed", msg_forwarder, exc_info=True)
+            self._transport._penalize_id(msg_forwarder)
+            return
+        finally:
+            validated = id(msg) in self._validated
+            self._validated.discard(id(msg))
+        if not seen and not validated and self.strict_signing:
+            self._transport._penalize_id(msg_forwarder)
+
+    async def stream_handler(self, stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id
+        if self._transport._banned_id(peer):
+            await _reset(stream)
+            return
+        watched = _FrameWatch(stream, self.max_inbound_rpc_size)
+        try:
+            await self.continuously_read_stream(watched)
+        except (StreamError, IOException, RawConnError):
+            pass  # the peer went away, perhaps mid-frame: not its fault as far as we can tell
+        except Exception:  # ParseError (a length prefix that never ends), DecodeError, ...
+            log.debug("malformed gossip from %s", peer, exc_info=True)
+            self._transport._penalize_id(peer)
+        else:
+            # continuously_read_stream resets the stream of a frame over the limit itself.
+            if watched.frames.oversized:
+                self._transport._penalize_id(peer)
+            return
+        await _reset(stream)
+        self._handle_dead_peer(peer)
+
+
+class _FrameWatch:
+    """A gossipsub stream, as ``continuously_read_stream`` reads it, with its frames followed
+    (:class:`VarintFrames`) to tell a frame over the RPC limit from an honest end of stream:
+    py-libp2p handles the first itself and says so only in its log."""
+
+    def __init__(self, stream: INetStream, limit: int) -> None:
+        self._stream = stream
+        self.frames = VarintFrames(limit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def read(self, n: int | None = None) -> bytes:
+        data = await self._stream.read(n)
+        self.frames.feed(data)
+        return data
+
+
+class VarintFrames:
+    """Follows a byte stream of frames, each an unsigned-varint length then that many bytes
+    (gossipsub's RPC framing), in whatever chunks it arrives, and tells whether a frame
+    announced more than ``limit`` bytes or a length prefix ran past 10 bytes (the most a
+    64-bit varint takes; py-libp2p's reader stops there too). O(1) memory and O(prefix bytes)
+    work per chunk: frame bodies are skipped, not looked at."""
+
+    MAX_PREFIX_BYTES = 10
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.oversized = False
+        self.malformed = False
+        self._length = 0
+        self._prefix_bytes = 0
+        self._remaining = 0
+
+    def feed(self, data: bytes) -> None:
+        at = 0
+        while at < len(data) and not (self.oversized or self.malformed):
+            if self._remaining:
+                step = min(self._remaining, len(data) - at)
+                self._remaining -= step
+                at += step
+                continue
+            byte = data[at]
+            at += 1
+            self._length |= (byte & 0x7F) << (7 * self._prefix_bytes)
+            self._prefix_bytes += 1
+            if byte & 0x80:
+                self.malformed = self._prefix_bytes >= self.MAX_PREFIX_BYTES
+                continue
+            self.oversized = self._length > self.limit
+            self._remaining, self._length, self._prefix_bytes = self._length, 0, 0
+
+
+class _GatedUpgrader(TransportUpgrader):
+    """The swarm's upgrader, refusing banned peers as soon as Noise has named them, inbound or
+    outbound, before the muxer (so before any stream): go-libp2p's ConnectionGater
+    ``InterceptSecured`` (p2p/net/upgrader/upgrader.go). The swarm treats the refusal like any
+    failed handshake: it closes the socket."""
+
+    def __init__(self, inner: TransportUpgrader, admits: Callable[[ID], bool]) -> None:
+        # Shares the configured multistreams of the upgrader new_host built.
+        self.security_multistream = inner.security_multistream
+        self.muxer_multistream = inner.muxer_multistream
+        self._admits = admits
+
+    async def upgrade_security(self, raw_conn: Any, is_initiator: bool, peer_id: ID | None = None) -> Any:
+        secured = await super().upgrade_security(raw_conn, is_initiator, peer_id)
+        if not self._admits(secured.get_remote_peer()):
+            with trio.CancelScope(shield=True), trio.move_on_after(RESET_TIMEOUT):
+                try:
+                    await secured.close()
+                except Exception:
+                    pass
+            raise SecurityUpgradeFailure(f"{secured.get_remote_peer()} is banned")
+        return secured
 
 
 class _PeerWatch(INotifee):
@@ -628,7 +903,9 @@ class _PeerWatch(INotifee):
     async def connected(self, network: INetwork, conn: INetConn) -> None:
         self._transport._peers_changed()
         peer = conn.muxed_conn.peer_id
-        if _raw_key(peer.to_bytes()) is None:
+        # Banned peers are refused at the handshake (_GatedUpgrader); this catches one banned
+        # while its connection was being set up.
+        if _raw_key(peer.to_bytes()) is None or self._transport._banned_id(peer):
             await network.close_peer(peer)
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
@@ -680,6 +957,17 @@ def _gossip_message_id(raw: rpc_pb2.Message) -> bytes:
     if len(raw.topicIDs) == 1:
         return message_id(raw.topicIDs[0], raw.data)
     return message_id("\x00".join(["", *raw.topicIDs]), raw.data)
+
+
+def protocol_name(raw: bytes) -> str | None:
+    """A request protocol name off the wire, or None if it is not one: at most
+    MAX_PROTOCOL_NAME_BYTES of UTF-8 (``check_protocol`` lets a node use no other)."""
+    if not isinstance(raw, bytes) or len(raw) > _common.MAX_PROTOCOL_NAME_BYTES:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _parse_address(address: str) -> PeerInfo:

@@ -10,6 +10,11 @@ for both:
   once per peer for :data:`SEEN_TTL` seconds, whatever the verdict.
 * A request to a peer that is not connected redials it if this peer ever ``connect``-ed to it
   (it knows the address), as libp2p does; otherwise it raises PeerUnavailable.
+* Misbehaving peers are scored and banned as on libp2p (:class:`p2p.transport.TransportLimits`):
+  a gossip message the validator REJECTs counts against the peer that forwarded it, again for
+  each copy; a request over the handler's limit against its caller. A ban unlinks the two
+  peers, and refuses links and requests between them, either way, until it ends. (The
+  handshake deadline and the pending cap are about sockets: loopback has none.)
 
 Faults, all drawn from one seeded ``random.Random`` so a run can be replayed:
 
@@ -54,6 +59,7 @@ from p2p.transport import (
     RequestHandler,
     RequestTimeout,
     TransportError,
+    TransportLimits,
     Validation,
     Validator,
     message_id,
@@ -88,15 +94,16 @@ class LoopbackNetwork:
         self._frozen: set[PeerId] = set()
         self._held: list[tuple[PeerId, PeerId, Callable[[], None]]] = []
 
-    def transport(self, private_seed: bytes) -> LoopbackTransport:
+    def transport(self, private_seed: bytes, *, limits: TransportLimits = TransportLimits()) -> LoopbackTransport:
         """A new peer with this Ed25519 identity. Reusing the seed of a crashed or closed peer
-        restarts it; reusing a live one is an error."""
+        restarts it (with no memory of scores or bans); reusing a live one is an error."""
+        _common.check_limits(limits)
         key = Ed25519PrivateKey.from_private_bytes(_common.check_seed(private_seed))
         peer = key.public_key().public_bytes_raw()
         old = self._nodes.get(peer)
         if old is not None and old._state in (_State.NEW, _State.RUNNING):
             raise ValueError(f"peer {peer.hex()[:16]} is already on this network")
-        node = LoopbackTransport(self, peer)
+        node = LoopbackTransport(self, peer, limits)
         self._nodes[peer] = node
         return node
 
@@ -159,12 +166,24 @@ class LoopbackNetwork:
         group = self._group_of.get(a)
         return group is not None and group == self._group_of.get(b)
 
+    def _banned_between(self, a: PeerId, b: PeerId) -> bool:
+        """Whether either peer has banned the other: libp2p refuses the connection after the
+        handshake on the banning side, whichever side dialled."""
+        return any(node is not None and node._scores.banned(other)
+                   for node, other in ((self._nodes.get(a), b), (self._nodes.get(b), a)))
+
+    def _cut(self, a: PeerId, b: PeerId) -> None:
+        self._links.get(a, set()).discard(b)
+        self._links.get(b, set()).discard(a)
+
     def _link(self, src: PeerId, dst: PeerId) -> None:
         node = self._nodes.get(dst)
         if dst == src or node is None or node._state is not _State.RUNNING:
             raise PeerUnavailable(f"nothing listens at {ADDRESS_PREFIX}{dst.hex()}")
         if dst in self._frozen or not self._reachable(src, dst):
             raise PeerUnavailable(f"{ADDRESS_PREFIX}{dst.hex()} does not answer")
+        if self._banned_between(src, dst):
+            raise PeerUnavailable(f"{ADDRESS_PREFIX}{dst.hex()} refused the connection (banned)")
         self._links.setdefault(src, set()).add(dst)
         self._links.setdefault(dst, set()).add(src)
 
@@ -210,6 +229,8 @@ class LoopbackNetwork:
         linked = dst in self._links.get(src.peer_id, ())
         if not linked and dst not in src._known:
             raise PeerUnavailable(f"no known address for {dst.hex()[:16]}")
+        if self._banned_between(src.peer_id, dst):
+            raise PeerUnavailable(f"{dst.hex()[:16]}: no connection (banned)")
         silent = dst in self._frozen or not self._reachable(src.peer_id, dst)
         if node._state is _State.CRASHED or (silent and not linked):
             return  # a vanished host, or a dial that hangs: the caller hears nothing, times out
@@ -238,13 +259,14 @@ class LoopbackTransport:
     """A :class:`p2p.transport.Transport` on a :class:`LoopbackNetwork`. Make it with
     ``network.transport(seed)``."""
 
-    def __init__(self, network: LoopbackNetwork, peer: PeerId) -> None:
+    def __init__(self, network: LoopbackNetwork, peer: PeerId, limits: TransportLimits = TransportLimits()) -> None:
         self._network = network
         self._peer_id = peer
+        self._scores = _common.PeerScores(limits)
         self._state = _State.NEW
         self._subscriptions: dict[str, _Subscription] = {}
         self._handlers: dict[str, tuple[RequestHandler, int]] = {}
-        self._seen: dict[bytes, float] = {}  # msg_id -> when first seen, oldest first
+        self._seen: dict[bytes, tuple[float, bool]] = {}  # msg_id -> (when first seen, rejected), oldest first
         self._rejections: Counter[PeerId] = Counter()
         self._known: set[PeerId] = set()  # peers connect() reached: a request may redial them
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -270,6 +292,8 @@ class LoopbackTransport:
     async def connect(self, address: str) -> PeerId:
         self._check_running()
         peer = parse_address(address)
+        if self._scores.banned(peer):
+            raise PeerUnavailable(f"{peer.hex()[:16]} is banned")
         self._network._link(self._peer_id, peer)
         self._known.add(peer)
         await asyncio.sleep(0)
@@ -281,6 +305,15 @@ class LoopbackTransport:
     def rejections(self, peer: PeerId) -> int:
         """How many gossip messages forwarded by ``peer`` this peer's validators rejected."""
         return self._rejections[peer]
+
+    def score(self, peer: PeerId) -> float:
+        return self._scores.score(_common.check_peer(peer))
+
+    def banned(self, peer: PeerId) -> bool:
+        return self._scores.banned(_common.check_peer(peer))
+
+    def penalize(self, peer: PeerId) -> None:
+        self._penalize(_common.check_peer(peer))
 
     def subscribe(self, topic: str, on_message: MessageHandler, validator: Validator | None = None) -> None:
         if _common.check_topic(topic) in self._subscriptions:
@@ -320,7 +353,12 @@ class LoopbackTransport:
     # -- called by the network --
 
     def _receive(self, message: Message, forwarder: PeerId) -> None:
-        if self._state is not _State.RUNNING or self._already_seen(message.msg_id):
+        if self._state is not _State.RUNNING or self._scores.banned(forwarder):
+            return  # a banned peer's traffic still in flight is dropped unread
+        seen = self._seen_before(message.msg_id)
+        if seen is not None:
+            if seen:  # another copy of a message we rejected: it counts again, as in go-libp2p
+                self._reject(forwarder)
             return
         subscription = self._subscriptions.get(message.topic)
         if subscription is None:
@@ -329,7 +367,8 @@ class LoopbackTransport:
             return
         verdict = _common.judge(subscription.validator, message)
         if verdict is Validation.REJECT:
-            self._rejections[forwarder] += 1
+            self._seen[message.msg_id] = (self._seen[message.msg_id][0], True)
+            self._reject(forwarder)
         if verdict is not Validation.ACCEPT:
             return
         self._spawn(subscription.on_message(message))
@@ -339,11 +378,15 @@ class LoopbackTransport:
                reply: asyncio.Future[tuple[Status, bytes]], respond: Callable[[Status, bytes], None]) -> None:
         if self._state is not _State.RUNNING or reply.done():
             return
+        if self._scores.banned(caller):
+            return  # it got in before the ban: no answer, as libp2p resets its streams
         handler, max_request = self._handlers.get(protocol, (None, 0))
 
         refusal = _common.refuse(handler, max_request, len(data))
         if refusal is not None:
             respond(*refusal)
+            if refusal[0] is Status.REQUEST_TOO_LARGE:
+                self._penalize(caller)
             return
 
         async def answer() -> None:
@@ -359,17 +402,29 @@ class LoopbackTransport:
         if self._state is not _State.RUNNING:
             raise TransportError(f"transport is {self._state.value}")
 
-    def _already_seen(self, msg_id: bytes) -> bool:
+    def _seen_before(self, msg_id: bytes) -> bool | None:
+        """None the first time a message id is seen (it is then remembered); afterwards,
+        whether this peer rejected it."""
         now = asyncio.get_running_loop().time()
         while self._seen:
             oldest = next(iter(self._seen))
-            if now - self._seen[oldest] <= SEEN_TTL:
+            if now - self._seen[oldest][0] <= SEEN_TTL:
                 break
             del self._seen[oldest]
         if msg_id in self._seen:
-            return True
-        self._seen[msg_id] = now
-        return False
+            return self._seen[msg_id][1]
+        self._seen[msg_id] = (now, False)
+        return None
+
+    def _reject(self, forwarder: PeerId) -> None:
+        if forwarder != self._peer_id:  # our own publishes that our validator rejects cost nothing
+            self._rejections[forwarder] += 1
+            self._penalize(forwarder)
+
+    def _penalize(self, peer: PeerId) -> None:
+        if self._scores.penalize(peer):
+            _common.log.info("banned peer %s for %.0f s", peer.hex()[:16], self._scores.limits.ban_seconds)
+            self._network._cut(self._peer_id, peer)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -20,6 +20,12 @@ Semantics the node may rely on:
   messages that ``peer`` forwarded.
 * ``request`` is one request, one response, with a deadline. Handler failures on the other
   side come back as :class:`RemoteError`; a silent peer as :class:`RequestTimeout`.
+* Peers that misbehave are scored down and banned (:class:`TransportLimits`, the model being
+  GossipSub v1.1's P4): each invalid message a peer sends us counts against it (a gossip
+  message our validator REJECTs, counted against the peer that forwarded it to us; a request
+  over the handler's limit; a malformed frame; whatever the node reports with ``penalize``).
+  IGNORE never counts. A banned peer is hung up on, and its dials, ours to it and its
+  streams are refused until the ban ends; its count decays meanwhile and is kept.
 * Delivery is best effort, as in any gossip network: the node recovers what it missed by
   request (backfill), never by assuming gossip is reliable.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -44,6 +51,78 @@ MAX_GOSSIP_BYTES = 256 << 10
 MAX_REQUEST_BYTES = 64 << 10
 MAX_RESPONSE_BYTES = 2 << 20
 DEFAULT_REQUEST_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    """How a transport treats peers that misbehave or say nothing. Frozen; the node reads it
+    from its configuration. Every default cites its source.
+
+    Scoring follows GossipSub v1.1's P4, "Invalid Messages" (libp2p/specs
+    pubsub/gossipsub/gossipsub-v1.1.md, "The Score Function" and "P4"): a counter per peer,
+    +1 for each invalid message it sends us, decaying by a constant factor every decay
+    interval of 1 s (go-libp2p-pubsub ``DefaultDecayInterval``) and forgotten below 0.01
+    (``DefaultDecayToZero``). The score is ``invalid_message_weight * counter**2``; when a
+    penalty takes it to ``ban_threshold`` or below, the peer is banned (the spec's
+    graylistThreshold, where its RPCs are ignored, taken one step further, as the spec allows:
+    "the application can take further steps and blacklist the peer").
+    """
+
+    invalid_message_weight: float = -1.0
+    """P4's weight (negative). Only its ratio to ``ban_threshold`` matters, P4 being the only
+    component: -1 makes the threshold read as a squared count."""
+
+    invalid_message_halflife: float = 600.0
+    """Seconds for a count to halve: Lighthouse's peer score half-life, ``SCORE_HALFLIFE = 600``
+    (sigp/lighthouse peer_manager/peerdb/score.rs). The per-interval factor is
+    ``2 ** (-1 / halflife)``. A peer can then send about one invalid message every 87 s
+    without ever reaching the default threshold (steady count ``rate * halflife / ln 2 < 10``)."""
+
+    ban_threshold: float = -100.0
+    """Ban at or below this score: with weight -1, 10 invalid messages inside one decay
+    interval (11 when spread out), as Lighthouse's MidToleranceError ("~10 occurrences will get
+    the peer banned": -5 each, ban at -50). An honest peer sends none: gossip is validated
+    before it is forwarded, and requests are within limits that are protocol constants."""
+
+    ban_seconds: float = 1800.0
+    """How long a ban lasts: Lodestar's ``BANNED_BEFORE_DECAY_MS = 1800 * 1000``
+    (packages/lodestar network/peers/score). Lighthouse's ``BANNED_BEFORE_DECAY`` is 12 h;
+    30 min lets a node that was misconfigured come back the same day."""
+
+    handshake_timeout: float = 10.0
+    """Seconds an inbound TCP connection has to finish the whole upgrade (multistream, Noise,
+    Yamux) before its socket is closed: py-libp2p 0.8.1's own ``INBOUND_UPGRADE_TIMEOUT``
+    (libp2p/network/config.py), below go-libp2p's ``defaultAcceptTimeout = 15 s``
+    (p2p/net/upgrader/upgrader.go) and the 20 s rust-libp2p users put on ``.timeout()``. An
+    honest handshake on loopback takes milliseconds. Also bounds our outbound upgrades."""
+
+    max_pending_connections: int = 32
+    """Inbound connections being upgraded at once; the next ones are closed as soon as they
+    are accepted. go-libp2p's resource manager ``TransientBaseLimit.ConnsInbound = 32``
+    (p2p/host/resource-manager/limit_defaults.go): its transient scope holds a connection
+    until the handshake names its peer. Bounds the sockets a silent crowd can hold to 32 for
+    ``handshake_timeout`` each."""
+
+    def __post_init__(self) -> None:
+        def number(name: str) -> float:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                raise ValueError(f"{name} is a number, not {value!r}")
+            return float(value)
+
+        if not -math.inf < number("invalid_message_weight") < 0:
+            raise ValueError("invalid_message_weight is negative and finite (P4 penalises)")
+        if not number("invalid_message_halflife") > 0:
+            raise ValueError("invalid_message_halflife is a positive number of seconds (inf: no decay)")
+        if not number("ban_threshold") < 0:
+            raise ValueError("ban_threshold is negative (-inf: never ban)")
+        if not 0 <= number("ban_seconds") < math.inf:
+            raise ValueError("ban_seconds is a finite duration")
+        if not 0 < number("handshake_timeout") < math.inf:
+            raise ValueError("handshake_timeout is a positive, finite number of seconds")
+        pending = self.max_pending_connections
+        if isinstance(pending, bool) or not isinstance(pending, int) or pending < 1:
+            raise ValueError(f"max_pending_connections is a positive int, not {pending!r}")
 
 
 class TransportError(Exception):
@@ -120,6 +199,17 @@ class Transport(Protocol):
 
     def rejections(self, peer: PeerId) -> int:
         """How many messages forwarded by ``peer`` this peer's validators rejected."""
+
+    def score(self, peer: PeerId) -> float:
+        """``peer``'s score now: 0 for a peer that sent nothing invalid, down to
+        ``ban_threshold`` and below (see :class:`TransportLimits`)."""
+
+    def banned(self, peer: PeerId) -> bool:
+        """Whether ``peer`` is banned now."""
+
+    def penalize(self, peer: PeerId) -> None:
+        """Count one invalid message against ``peer``, as a rejected gossip message does: for
+        what only the node can judge (a request that does not decode). May ban it."""
 
     def subscribe(self, topic: str, on_message: MessageHandler, validator: Validator | None = None) -> None:
         """Receive the topic's messages that ``validator`` accepts (all, without one),

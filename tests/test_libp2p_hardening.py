@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import signal
 import socket
 import struct
@@ -25,8 +26,9 @@ from libp2p import new_host
 from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
 from libp2p.crypto.secp256k1 import create_new_key_pair as create_secp256k1_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -34,9 +36,13 @@ from libp2p.security.secio import transport as secio
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
+from libp2p.utils.varint import encode_uvarint
 
 from p2p.libp2p_transport import PACE_MAX_WAIT_SECONDS, REQUEST_PROTOCOL, Libp2pTransport, multiaddr_for
-from p2p.transport import PeerUnavailable, RequestTimeout
+from p2p.transport import PeerUnavailable, RequestTimeout, TransportLimits
+
+# The third invalid message bans (3^2 = 9 >= 8.5); a short ban, as in tests/test_transport.py.
+STRICT = TransportLimits(ban_threshold=-8.5, ban_seconds=3.0, invalid_message_halflife=60.0)
 
 PEER_SCRIPT = Path(__file__).with_name("p2p_peer.py")
 
@@ -178,6 +184,198 @@ def test_malformed_request_frames_leave_the_connection_serving() -> None:
             peer = await client.connect(target.addresses()[0])
             assert await client.request(peer, "/echo", b"ok") == b"ok"
         finally:
+            await client.close()
+            await target.close()
+
+    run(scenario)
+
+
+def test_malformed_request_frames_get_their_sender_banned() -> None:
+    """A protocol name over the limit (or not UTF-8) is no honest peer's frame: each counts as
+    an invalid message, and the third gets the sender hung up on and refused."""
+
+    senders: list[bytes] = []
+
+    async def abuse(host, peer) -> None:
+        senders.append(raw_key(host))
+        for frame in [b"\xff\xff" + b"x" * 100, request_frame(b"\xff\xfe", b"x"), b"\x01\x01" + b"x" * 300]:
+            try:
+                stream = await host.new_stream(peer, [REQUEST_PROTOCOL])
+                await stream.write(frame)
+                with trio.move_on_after(2):
+                    await stream.read(1 << 16)
+            except Exception:
+                pass  # the target may hang up while we write: that is the point
+        with trio.fail_after(5):
+            while host.get_connected_peers():
+                await trio.sleep(0.01)
+        with pytest.raises(Exception):  # the redial is refused
+            host.get_network().unblock_peer(peer)
+            await host.connect(PeerInfo(peer, host.get_peerstore().addrs(peer)))
+
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"), limits=STRICT)
+        target.set_handler("/echo", echo)
+        await target.start()
+        try:
+            assert await dial("noise", "yamux", target.addresses()[0], then=abuse)
+            assert target.banned(senders[0])
+        finally:
+            await target.close()
+
+    run(scenario)
+
+
+def raw_key(host) -> bytes:
+    return host.get_id().extract_public_key().to_bytes()
+
+
+def meshsub_stream_then(payload: bytes, senders: list[bytes], wait: float = 0.5):
+    """A raw host that writes ``payload`` on a gossipsub stream of its own."""
+
+    async def then(host, peer) -> None:
+        senders.append(raw_key(host))
+        stream = await host.new_stream(peer, [TProtocol("/meshsub/1.1.0")])
+        await stream.write(payload)
+        await trio.sleep(wait)
+
+    return then
+
+
+@pytest.mark.parametrize("payload", [
+    encode_uvarint(5) + b"\xff" * 5,  # a frame that is not an RPC protobuf
+    encode_uvarint(3 << 20),  # a frame over the 1 MiB RPC limit, announced
+    b"\xff" * 11,  # a length prefix that never ends
+], ids=["not-protobuf", "oversize", "bad-varint"])
+def test_malformed_gossip_frames_crash_nothing_and_count_against_the_sender(payload: bytes) -> None:
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"))
+        target.set_handler("/echo", echo)
+        client = Libp2pTransport(seed("client"))
+        await target.start()
+        await client.start()
+        try:
+            senders: list[bytes] = []
+            assert await dial("noise", "yamux", target.addresses()[0], then=meshsub_stream_then(payload, senders))
+            peer = await client.connect(target.addresses()[0])
+            assert await client.request(peer, "/echo", b"alive", timeout=5) == b"alive"
+            assert target.score(senders[0]) < 0 and target.score(client.peer_id) == 0.0
+        finally:
+            await client.close()
+            await target.close()
+
+    run(scenario)
+
+
+# -- silent TCP peers --
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end has closed ``sock`` (non-blocking; drains what was sent)."""
+    try:
+        while True:
+            if sock.recv(1 << 16) == b"":
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+
+
+def silent_sockets(port: int, count: int) -> list[socket.socket]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.setblocking(False)
+        sockets.append(sock)
+    return sockets
+
+
+def port_of(address: str) -> int:
+    return int(multiaddr.Multiaddr(address).value_for_protocol("tcp"))
+
+
+def test_a_silent_tcp_connection_is_closed_at_the_handshake_deadline() -> None:
+    limits = TransportLimits(handshake_timeout=0.5)
+
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"), limits=limits)
+        await target.start()
+        sockets = []
+        try:
+            started = time.monotonic()
+            sockets = silent_sockets(port_of(target.addresses()[0]), 3)
+            sockets[1].sendall(b"\x13/multistream/1.0.0\n")  # says hello, then nothing
+            sockets[2].sendall(b"\x13/multistream/1.0.0\n\x07/noise\n")  # picks Noise, then nothing
+            for _ in range(300):  # 3 s at most
+                if all(closed_by_peer(sock) for sock in sockets):
+                    break
+                await asyncio.sleep(0.01)
+            elapsed = time.monotonic() - started
+            print(f"\nsilent sockets closed {elapsed:.3f} s after connecting (deadline {limits.handshake_timeout} s)")
+            assert all(closed_by_peer(sock) for sock in sockets)
+            assert limits.handshake_timeout - 0.05 <= elapsed < limits.handshake_timeout + 1.5
+        finally:
+            for sock in sockets:
+                sock.close()
+            await target.close()
+
+    run(scenario)
+
+
+def test_silent_connections_over_the_pending_cap_are_closed_at_once_and_honest_peers_served() -> None:
+    cap, flood = 8, 60
+    limits = TransportLimits(handshake_timeout=2.0, max_pending_connections=cap)
+
+    async def scenario() -> None:
+        target = Libp2pTransport(seed("target"), limits=limits)
+        target.set_handler("/echo", echo)
+        client = Libp2pTransport(seed("client"))
+        await target.start()
+        await client.start()
+        sockets: list[socket.socket] = []
+        try:
+            peer = await client.connect(target.addresses()[0])
+            assert await client.request(peer, "/echo", b"before") == b"before"
+            baseline = open_fds()
+            started = time.monotonic()
+            sockets = silent_sockets(port_of(target.addresses()[0]), flood)
+            await asyncio.sleep(0.5)
+            refused = [sock for sock in sockets if closed_by_peer(sock)]
+            assert len(refused) == flood - cap  # closed at once, long before the deadline
+            for sock in refused:
+                sock.close()
+            # Ours: `cap` client ends still open; the node's: `cap` pending ones, no more.
+            during = open_fds() - baseline
+            print(f"\n{flood} silent sockets, cap {cap}: {during} more fds in this process "
+                  f"(both ends of the {cap} pending)")
+            assert during <= 2 * cap + 4
+            assert await client.request(peer, "/echo", b"during") == b"during"
+            assert time.monotonic() - started < limits.handshake_timeout
+            waiting = [sock for sock in sockets if sock not in refused]
+            for _ in range(500):  # 5 s at most
+                if all(closed_by_peer(sock) for sock in waiting):
+                    break
+                await asyncio.sleep(0.01)
+            assert all(closed_by_peer(sock) for sock in waiting)
+            for sock in waiting:
+                sock.close()
+            assert open_fds() <= baseline + 2
+            # Once the pending ones are gone, a new peer gets in.
+            newcomer = Libp2pTransport(seed("newcomer"))
+            newcomer.set_handler("/echo", echo)
+            await newcomer.start()
+            try:
+                assert await newcomer.connect(target.addresses()[0]) == target.peer_id
+                assert await newcomer.request(target.peer_id, "/echo", b"hello") == b"hello"
+            finally:
+                await newcomer.close()
+        finally:
+            for sock in sockets:
+                sock.close()
             await client.close()
             await target.close()
 
