@@ -17,3 +17,10 @@ class InvalidParameters(ProofsError, ValueError):
 
 class MalformedCommitment(ProofsError, ValueError):
     """Commitment bytes that do not parse under the specified layout."""
+
+
+class UndefinedRace(ProofsError, ArithmeticError):
+    """A seeded race that float64 cannot compute for these parameters and logits: some
+    ``z / T`` is not finite (specs/sampler.md section 1), so scores, margins and logprobs would
+    be infinite or NaN. Raised instead of returning a NaN, which compares false with every
+    tolerance and so would pass any check."""

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from proofs import prf
-from proofs.errors import InvalidParameters
+from proofs.errors import InvalidParameters, UndefinedRace
 
 #: Margin of a token that the masks exclude outright, or that the verifier's masks could
 #: not have admitted even with the tolerance.
@@ -39,20 +39,69 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= 100.0):
+        # Types first: a record decoder or a config file hands over whatever it read, and a
+        # string or a bool must end here as InvalidParameters, not as a TypeError further on.
+        if not (_real(self.temperature) and 0.0 <= self.temperature <= 100.0):
             raise InvalidParameters("sampling.temperature", "must be finite and in [0, 100]")
-        if not 0 <= self.top_k <= 1 << 24:
-            raise InvalidParameters("sampling.top_k", "must be in [0, 2^24]")
-        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
+        if not (_integer(self.top_k) and 0 <= self.top_k <= 1 << 24):
+            raise InvalidParameters("sampling.top_k", "must be an integer in [0, 2^24]")
+        if not (_real(self.top_p) and 0.0 < self.top_p <= 1.0):
             raise InvalidParameters("sampling.top_p", "must be in (0, 1]")
-        if not 1 <= self.max_new_tokens <= 1 << 20:
-            raise InvalidParameters("sampling.max_new_tokens", "must be in [1, 2^20]")
-        if any(not 0 <= t < 1 << 32 for t in self.stop_token_ids):
-            raise InvalidParameters("sampling.stop_token_ids", "must be u32 token ids")
+        if not (_integer(self.max_new_tokens) and 1 <= self.max_new_tokens <= 1 << 20):
+            raise InvalidParameters("sampling.max_new_tokens", "must be an integer in [1, 2^20]")
+        if not (isinstance(self.stop_token_ids, tuple)
+                and all(_integer(t) and 0 <= t < 1 << 32 for t in self.stop_token_ids)):
+            raise InvalidParameters("sampling.stop_token_ids", "must be a tuple of u32 token ids")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value: object) -> bool:
+    """A finite int or float (what msgpack and TOML produce); an int too large for a float is
+    then out of range, not an OverflowError."""
+    if _integer(value):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _check_racable(z: torch.Tensor, params: SamplingParams) -> None:
+    """Refuse, before any race, what float64 cannot race (specs/sampler.md section 1): a logit
+    that is not finite, or a ``z / T`` that overflows.
+
+    Logits are float32, bf16 or fp16 cast up, so ``|z| < 2^128`` and ``z / T`` stays finite for
+    every ``T >= 2^-896``: only absurd temperatures (or a model that emits inf or NaN logits)
+    are refused. Past that, ``inf - inf`` makes NaN margins and logprobs, and a NaN compares
+    false with every tolerance: a record at ``T = 5e-324`` was accepted whatever its tokens
+    (issue 13). Division is monotone, so one ``max |z| / T`` decides for the whole batch."""
+    if not bool(torch.isfinite(z).all()):
+        raise UndefinedRace("the logits are not all finite")
+    if z.numel() and not params.greedy and not math.isfinite(float(z.abs().max()) / params.temperature):
+        raise UndefinedRace(f"z / T overflows float64 at T = {params.temperature!r}: the race is undefined")
+
+
+#: ``ln 2``: the verifier's loosened top-p bound is capped at 2 (see :func:`_mass_bound`).
+_LN2 = math.log(2.0)
+
+
+def _mass_bound(params: SamplingParams, slack: float) -> float:
+    """The top-p bound: ``p``, or on the verifier's side ``p * e^(2 slack / T)`` (specs/sampler.md
+    section 4), computed in log space so it never overflows.
+
+    A mass ``M_i`` is a prefix sum of a softmax, so it exceeds 1 by rounding at most, and any
+    bound of 2 or more keeps every token exactly as the unbounded value would: the exponent is
+    capped at ``ln 2``. Unbounded, ``e^(2 * 0.05 / 1e-4) = e^1000`` overflows float64 and
+    ``math.exp`` raised OverflowError, killing ``vrl verify`` (issue 13). Below the cap the value
+    is ``p * e^x`` up to rounding in its last bit, which a slack bound tolerates (section 1 says
+    the same of the masses themselves)."""
+    if not slack:
+        return params.top_p
+    return math.exp(min(math.log(params.top_p) + 2.0 * slack / params.temperature, _LN2))
 
 
 def _allowed(logits: torch.Tensor, params: SamplingParams, slack: float = 0.0) -> torch.Tensor:
@@ -73,8 +122,7 @@ def _allowed(logits: torch.Tensor, params: SamplingParams, slack: float = 0.0) -
         keep &= logits + slack >= kth
     if params.top_p < 1.0:
         probs = torch.softmax(torch.where(keep, logits / params.temperature, -math.inf), dim=-1)
-        bound = params.top_p * math.exp(2 * slack / params.temperature) if slack else params.top_p
-        keep &= _mass_above(logits, probs, slack) < bound
+        keep &= _mass_above(logits, probs, slack) < _mass_bound(params, slack)
     return keep
 
 
@@ -142,6 +190,7 @@ def sample(
     if params.greedy:
         tokens = torch.argmax(z, dim=-1)
         return tokens, torch.zeros(len(tokens), dtype=torch.float64, device=z.device)
+    _check_racable(z, params)
     keep = _allowed(z, params)
     scaled = torch.where(keep, z / params.temperature, -math.inf).numpy()
     winners, _, _ = _races(scaled, list(seeds), list(positions), np.argmax(scaled, axis=1), 0.0)
@@ -192,6 +241,7 @@ def replay(
     z = logits.detach().to(torch.float64).cpu()
     y = tokens.to(torch.long).cpu()
     rows = torch.arange(len(y), device=y.device)
+    _check_racable(z, params)
     if params.greedy:
         margins = z.max(dim=-1).values - z[rows, y]
         return RaceReplay(margins.numpy(), np.zeros(len(y)))
@@ -204,7 +254,12 @@ def replay(
     _, best, mine = _races(scaled[racing], [seeds[r] for r in racing], [positions[r] for r in racing],
                            y.numpy()[racing], slack / params.temperature)
     margins[racing] = params.temperature * (best - mine)
-    return RaceReplay(margins, _logprob_of(z, keep, y, params).numpy())
+    logprobs = _logprob_of(z, keep, y, params).numpy()
+    # With every z / T finite neither can be NaN (_check_racable); checked again because a NaN
+    # here would pass every tolerance downstream.
+    if np.isnan(margins).any() or np.isnan(logprobs).any():
+        raise UndefinedRace("a race margin or logprob is NaN")
+    return RaceReplay(margins, logprobs)
 
 
 def replay_sequences(

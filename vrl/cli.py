@@ -196,6 +196,9 @@ def verify(
     batch_size: Annotated[int, typer.Option(min=1)] = 4,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout; no progress bar.")] = False,
+    # vrl.verify.DEFAULT_MAX_TOKENS, written out: importing vrl.verify loads torch before --help.
+    max_tokens: Annotated[int, typer.Option(min=1, help="Refuse records with more prompt plus completion tokens, "
+                                            "before the model runs (the model's context applies too).")] = 4096,
 ):
     """Verify every rollout in a file. Exit 0 all accepted, 1 any rejected, 2 unusable input."""
     _configure_logging(json_output)
@@ -203,7 +206,8 @@ def verify(
     from vrl.verify import Expectations
     from vrl.verify import verify as run_verify
 
-    expect = Expectations(tasks=_task_set(task) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None)
+    expect = Expectations(tasks=_task_set(task) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None,
+                          max_tokens=max_tokens)
     try:
         records = list(iter_records(rollouts))
     except RolloutFileError as error:
@@ -310,7 +314,7 @@ def train(
             settings = TrainConfig.from_toml(saved, **flags)
         else:
             settings = TrainConfig.from_dict({}, **flags)
-        trainer = Trainer(settings, run_dir, resume=resume, log=log.info)
+        trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True)  # past damaged ones, logged
     except (ValueError, TypeError, ModelError, TaskFileError, CheckpointError, FileExistsError) as error:
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,

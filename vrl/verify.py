@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from proofs import commitment, sampler
-from proofs.errors import MalformedCommitment
+from proofs.errors import MalformedCommitment, ProofsError
 from vrl.forward import HOST, Prefilled, prefill
 from vrl.model import Model
 from vrl.rollout import RecordError, Rollout
@@ -101,12 +101,39 @@ class Expectations:
 
     ``tasks`` pins the task set, so each group's task must be its assignment; ``round_seed``
     pins the round; ``sampling`` and ``reward_spec`` pin what the protocol prescribes.
+    ``max_tokens`` caps prompt plus completion tokens per record below the model's context,
+    which always applies: the prefill's time and memory grow with it (specs/verification.md
+    section 2).
     """
 
     tasks: TaskSet | None = None
     round_seed: bytes | None = None
     sampling: sampler.SamplingParams | None = None
     reward_spec: RewardSpec | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+
+
+#: ``vrl verify --max-tokens``'s default: the context of the built-in presets
+#: (``vrl.model.Preset.max_positions``), so no record a preset can verify is refused by default,
+#: while a model directory with a longer context needs the flag to spend more. The bench
+#: ``bench/hostile_files.py long`` measured what an unbounded record costs: a 32,768-token
+#: record took 6.2 GB and 139 s on the ``tiny`` preset before this bound (issue 13).
+DEFAULT_MAX_TOKENS = 4096
+
+
+def context_length(model: Model) -> int | None:
+    """The most positions the model was built for (``max_position_embeddings``, or GPT-2's
+    ``n_positions``), or None when its config names neither."""
+    config = model.network.config
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +183,16 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
                    f"are not the model's {model.stop_token_ids}")
     if rollout.sample_index >= rollout.group_size:
         raise fail("assignment_invalid", f"sample {rollout.sample_index} of a group of {rollout.group_size}")
+    # Before the prefill, whose time and memory grow with the length: an unpinned 32k-token
+    # record took 6.2 GB (issue 13). The prefill runs prompt and completion through the model.
+    length = len(rollout.prompt_tokens) + len(rollout.completion_tokens)
+    context = context_length(model)
+    if context is not None and length > context:
+        raise fail("too_many_tokens", f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
+                   f"completion tokens exceed the model's context of {context} positions")
+    if expect.max_tokens is not None and length > expect.max_tokens:
+        raise fail("too_many_tokens", f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
+                   f"completion tokens exceed the verifier's limit of {expect.max_tokens} (--max-tokens)")
     if expect.tasks is not None:
         slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
         if slot not in seen:
@@ -203,8 +240,14 @@ def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
     return problems
 
 
+def _exceeds(score: float, tolerance: float) -> bool:
+    """``score > tolerance``, failing closed: a NaN score compares false with everything, so it
+    must count as exceeding rather than pass."""
+    return not score <= tolerance
+
+
 def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentCheck | MalformedCommitment,
-                          races: sampler.RaceReplay, model: Model, tol: Tolerances, scores: dict[str, float]) -> None:
+                          races: sampler.RaceReplay | ProofsError, model: Model, tol: Tolerances, scores: dict[str, float]) -> None:
     """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay."""
     # 4. Activation commitment: the hidden states the prover committed are the claimed model's.
     if isinstance(agreement, MalformedCommitment):
@@ -213,10 +256,10 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     scores["commitment_mantissa_error"] = agreement.mantissa_error_mean
     scores["commitment_rows_fully_missed"] = agreement.rows_fully_missed
     scores["commitment_closing_misses"] = agreement.closing_misses
-    if (agreement.miss_rate > tol.commitment_miss_rate
-            or agreement.mantissa_error_mean > tol.commitment_mantissa_error
-            or agreement.rows_fully_missed > tol.commitment_rows_fully_missed
-            or agreement.closing_misses > tol.commitment_closing_misses):
+    if (_exceeds(agreement.miss_rate, tol.commitment_miss_rate)
+            or _exceeds(agreement.mantissa_error_mean, tol.commitment_mantissa_error)
+            or _exceeds(agreement.rows_fully_missed, tol.commitment_rows_fully_missed)
+            or _exceeds(agreement.closing_misses, tol.commitment_closing_misses)):
         raise _Rejected(Stage.COMMITMENT, "commitment_mismatch",
                         f"{agreement.misses} of {agreement.comparisons} committed values disagree, "
                         f"{agreement.rows_fully_missed} rows entirely, {agreement.closing_misses} of "
@@ -224,11 +267,13 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
                         f"(mantissa error {agreement.mantissa_error_mean:.2f} ulp)")
 
     # 5. Sampling: every seeded race replayed; the final token of a "stop" rollout is stage 6's.
+    if isinstance(races, ProofsError):
+        raise _Rejected(Stage.SAMPLING, "sampling_undefined", f"the seeded races cannot be replayed: {races}")
     n = len(rollout.completion_tokens)
     body = n - 1 if rollout.finish_reason == "stop" else n
     margins = races.margins[:body]
     scores["race_margin_max"] = float(margins.max()) if body else 0.0
-    if body and scores["race_margin_max"] > tol.race_margin:
+    if body and _exceeds(scores["race_margin_max"], tol.race_margin):
         position = int(np.argmax(margins))
         lost_by = "outside the sampling masks" if math.isinf(margins[position]) else f"by {margins[position]:.3f}"
         raise _Rejected(Stage.SAMPLING, "sampling_mismatch",
@@ -244,7 +289,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if rollout.finish_reason == "stop":
         if last not in stops:
             raise _Rejected(Stage.TERMINATION, "fake_stop", "finish reason is stop but the last token is not a stop token")
-        if races.margins[-1] > tol.race_margin:
+        if _exceeds(races.margins[-1], tol.race_margin):
             raise _Rejected(Stage.TERMINATION, "stop_not_sampled",
                             f"the stop token lost its seeded race by {races.margins[-1]:.3f}")
     else:
@@ -257,7 +302,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     # 7. Behaviour logprobs: what GRPO's importance ratios will be computed against.
     error = np.abs(races.logprobs - np.asarray(rollout.behaviour_logprobs, dtype=np.float64))
     scores["logprob_error_max"] = float(error.max())
-    if scores["logprob_error_max"] > tol.logprob_error:
+    if _exceeds(scores["logprob_error_max"], tol.logprob_error):
         raise _Rejected(Stage.LOGPROBS, "logprob_mismatch",
                         f"behaviour logprob of token {int(np.argmax(error))} is off by {error.max():.4f}")
 
@@ -267,6 +312,24 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if recomputed_reward != rollout.reward:
         raise _Rejected(Stage.REWARD, "reward_mismatch",
                         f"claims reward {rollout.reward}, recomputed {recomputed_reward}")
+
+
+def _replay(sequences: list[tuple[torch.Tensor, torch.Tensor, bytes, sampler.SamplingParams]],
+            slack: float) -> list[sampler.RaceReplay | ProofsError]:
+    """The race replay of a batch, with the sampler's refusal kept per record: records that
+    share sampling parameters are replayed together, so when the sampler refuses a batch
+    (its own error type, such as a ``z / T`` that overflows float64) each record is replayed
+    alone to find which ones it refuses. The others keep their replay."""
+    try:
+        return list(sampler.replay_sequences(sequences, slack))
+    except ProofsError:
+        results: list[sampler.RaceReplay | ProofsError] = []
+        for sequence in sequences:
+            try:
+                results.extend(sampler.replay_sequences([sequence], slack))
+            except ProofsError as error:
+                results.append(error)
+        return results
 
 
 def verify(
@@ -357,7 +420,7 @@ def verify(
         # The commitment check and the race replay run vectorized across the whole batch; the
         # per-rollout stages then only compare numbers with the tolerances.
         agreements = commitment.check_many([alive[i].commitment for i in batch], [r.hidden for r in prefilled_batch])
-        races = sampler.replay_sequences(
+        races = _replay(
             [(result.logits, torch.tensor(alive[i].completion_tokens, dtype=torch.long, device=HOST), alive[i].sample_seed,
               alive[i].sampling) for i, result in zip(batch, prefilled_batch)],
             tolerances.race_margin,
