@@ -167,9 +167,11 @@ class PeerScores:
     """GossipSub v1.1 P4 scores and bans, per peer (see :class:`p2p.transport.TransportLimits`).
     Thread-safe: the libp2p transport counts on its network thread, the node reads on its own."""
 
-    def __init__(self, limits: TransportLimits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: TransportLimits, clock: Callable[[], float] = time.monotonic, *,
+                 max_peers: int = MAX_SCORED_PEERS) -> None:
         self.limits = self._limits = check_limits(limits)
         self._clock = clock
+        self._max_peers = max_peers
         self._decay = 0.5 ** (DECAY_INTERVAL / limits.invalid_message_halflife)
         self._counts: dict[PeerId, tuple[float, float]] = {}  # peer -> (count, start of its interval)
         self._banned_until: dict[PeerId, float] = {}
@@ -183,12 +185,12 @@ class PeerScores:
                 return False  # what a banned peer still gets through (in flight) adds nothing
             count = self._count(peer, now) + 1.0
             self._counts[peer] = (count, self._counts.get(peer, (0.0, now))[1])
-            if len(self._counts) > MAX_SCORED_PEERS:
+            if len(self._counts) > self._max_peers:
                 self._forget_smallest(keep=peer)
             if self._limits.invalid_message_weight * count * count > self._limits.ban_threshold:
                 return False
             self._banned_until[peer] = now + self._limits.ban_seconds
-            if len(self._banned_until) > MAX_SCORED_PEERS:
+            if len(self._banned_until) > self._max_peers:
                 del self._banned_until[min(self._banned_until, key=self._banned_until.__getitem__)]
             return True
 
@@ -230,5 +232,5 @@ class PeerScores:
         now = self._clock()
         for peer in list(self._counts):
             self._count(peer, now)  # drops the ones that have decayed away
-        while len(self._counts) > MAX_SCORED_PEERS:
+        while len(self._counts) > self._max_peers:
             del self._counts[min((p for p in self._counts if p != keep), key=lambda p: self._counts[p][0])]

@@ -242,12 +242,13 @@ def meshsub_stream_then(payload: bytes, senders: list[bytes], wait: float = 0.5)
     return then
 
 
-@pytest.mark.parametrize("payload", [
-    encode_uvarint(5) + b"\xff" * 5,  # a frame that is not an RPC protobuf
-    encode_uvarint(3 << 20),  # a frame over the 1 MiB RPC limit, announced
-    b"\xff" * 11,  # a length prefix that never ends
-], ids=["not-protobuf", "oversize", "bad-varint"])
-def test_malformed_gossip_frames_crash_nothing_and_count_against_the_sender(payload: bytes) -> None:
+def test_malformed_gossip_frames_crash_nothing_and_count_against_their_sender() -> None:
+    payloads = [
+        encode_uvarint(5) + b"\xff" * 5,  # a frame that is not an RPC protobuf: stopped the host
+        encode_uvarint(3 << 20),  # a frame over the 1 MiB RPC limit, announced
+        b"\xff" * 11,  # a length prefix that never ends
+    ]
+
     async def scenario() -> None:
         target = Libp2pTransport(seed("target"))
         target.set_handler("/echo", echo)
@@ -255,11 +256,13 @@ def test_malformed_gossip_frames_crash_nothing_and_count_against_the_sender(payl
         await target.start()
         await client.start()
         try:
-            senders: list[bytes] = []
-            assert await dial("noise", "yamux", target.addresses()[0], then=meshsub_stream_then(payload, senders))
             peer = await client.connect(target.addresses()[0])
-            assert await client.request(peer, "/echo", b"alive", timeout=5) == b"alive"
-            assert target.score(senders[0]) < 0 and target.score(client.peer_id) == 0.0
+            for payload in payloads:  # each from a sender of its own
+                senders: list[bytes] = []
+                assert await dial("noise", "yamux", target.addresses()[0], then=meshsub_stream_then(payload, senders))
+                assert await client.request(peer, "/echo", b"alive", timeout=5) == b"alive"
+                assert target.score(senders[0]) < 0, payload[:12]
+            assert target.score(client.peer_id) == 0.0
         finally:
             await client.close()
             await target.close()
@@ -328,7 +331,7 @@ def test_a_silent_tcp_connection_is_closed_at_the_handshake_deadline() -> None:
 
 def test_silent_connections_over_the_pending_cap_are_closed_at_once_and_honest_peers_served() -> None:
     cap, flood = 8, 60
-    limits = TransportLimits(handshake_timeout=2.0, max_pending_connections=cap)
+    limits = TransportLimits(handshake_timeout=1.5, max_pending_connections=cap)
 
     async def scenario() -> None:
         target = Libp2pTransport(seed("target"), limits=limits)
