@@ -27,8 +27,9 @@ What the wrapper fixes, from measurements in shared/research/py-libp2p.md (§ nu
   REJECT, and it forgets a peer's counters when it disconnects (``PeerScorer.remove_peer``).
   So :class:`_Pubsub` validates every message itself (``validate_msg``), blaming the peer that
   forwarded it; counts bad signatures, malformed RPC frames and frames over the RPC limit
-  against the peer that sent them; and survives a frame that is not a protobuf, which in
-  py-libp2p 0.8.1 escapes ``Pubsub.stream_handler`` as ``DecodeError`` and stops the host.
+  against the peer that sent them; and survives a frame that is not a protobuf, or a message
+  whose ``key`` is not one, which in py-libp2p 0.8.1 escape ``Pubsub.stream_handler`` and
+  ``push_msg`` as ``DecodeError`` and stop the host.
   A ban hangs up on the peer and is enforced where the handshake names it: the swarm's
   upgrader is wrapped (:class:`_GatedUpgrader`) so that a banned peer's connections, in or
   out, are closed right after Noise, before any stream can be opened.
@@ -754,7 +755,8 @@ class _Pubsub(Pubsub):
       and skip the validator, and so the blame, for a copy of a rejected message;
     * a message dropped for a bad signature, a frame that is not an RPC protobuf, and a frame
       over ``max_inbound_rpc_size`` count against the peer that sent them, and none of them
-      can stop the host (0.8.1 lets ``DecodeError`` out of ``stream_handler``);
+      can stop the host (0.8.1 lets ``DecodeError`` out of ``stream_handler``, and out of
+      ``push_msg`` for a message whose ``key`` does not parse: both stopped the host);
     * a banned peer's gossip streams are reset unread.
     """
 
@@ -777,20 +779,20 @@ class _Pubsub(Pubsub):
             raise ValidationError("rejected or ignored")
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
-        # Everything push_msg checks before validate_msg runs without a checkpoint: a message
-        # neither seen before nor taken to validation failed its signature (we blacklist no
-        # one, and py-libp2p's score gates are open: ScoreParams thresholds are -inf).
+        # Everything push_msg checks before validate_msg runs without a checkpoint, and looks
+        # at the message alone: one neither seen before nor taken to validation failed its
+        # signature, or raised while it was checked (a ``key`` that is not a protobuf key
+        # raises DecodeError out of signature_validator). (We blacklist no one, and
+        # py-libp2p's score gates are open: its ScoreParams thresholds are -inf.)
         seen = self._is_msg_seen(msg)
         try:
             await super().push_msg(msg_forwarder, msg)
-        except Exception:  # it runs as a service task: an escaping error stops pubsub (§3.1 #3)
+        except Exception:  # a service task: an escaping error stops pubsub and the host
             log.debug("a gossip message from %s failed", msg_forwarder, exc_info=True)
-            self._transport._penalize_id(msg_forwarder)
-            return
         finally:
             validated = id(msg) in self._validated
             self._validated.discard(id(msg))
-        if not seen and not validated and self.strict_signing:
+        if not seen and not validated:
             self._transport._penalize_id(msg_forwarder)
 
     async def stream_handler(self, stream: INetStream) -> None:

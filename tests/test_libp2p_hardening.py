@@ -29,6 +29,7 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.pubsub.pb import rpc_pb2
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -243,15 +244,23 @@ def meshsub_stream_then(payload: bytes, senders: list[bytes], wait: float = 0.5)
 
 
 def test_malformed_gossip_frames_crash_nothing_and_count_against_their_sender() -> None:
+    bad_key = rpc_pb2.RPC(publish=[rpc_pb2.Message(
+        from_id=b"\x01\x02", data=b"x", seqno=bytes(8), topicIDs=["t"], signature=b"sig", key=b"not a key",
+    )]).SerializeToString()
     payloads = [
         encode_uvarint(5) + b"\xff" * 5,  # a frame that is not an RPC protobuf: stopped the host
+        encode_uvarint(len(bad_key)) + bad_key,  # a message whose key does not parse: stopped the host
         encode_uvarint(3 << 20),  # a frame over the 1 MiB RPC limit, announced
         b"\xff" * 11,  # a length prefix that never ends
     ]
 
+    async def ignore(message) -> None:
+        pass
+
     async def scenario() -> None:
         target = Libp2pTransport(seed("target"))
         target.set_handler("/echo", echo)
+        target.subscribe("t", ignore)
         client = Libp2pTransport(seed("client"))
         await target.start()
         await client.start()
