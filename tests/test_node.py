@@ -316,7 +316,7 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
         node.protocol.handle(__import__("vrl.node.protocol", fromlist=["P"]).PolicyAnnounced(policy))
         honest_group = Submission((b"honest group",))
         from vrl.node import protocol as P
-        node.protocol.handle(P.GroupReceived(honest_group, honest_key.node_id, 0, 0.0))
+        node.protocol.handle(P.GroupReceived(honest_group, honest_key.node_id, 0, 101, 0.0))
         before = node.protocol.standing(honest_key.node_id)
         garbage = [msgpack.packb(p, use_bin_type=True) for p in (
             {"messages": 1, "next": None}, {1: 2, "a": 3}, {"messages": [1, "x"], "next": None},
@@ -347,9 +347,11 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
     asyncio.run(asyncio.wait_for(attack(), 120))
 
 
-def test_a_group_index_beyond_the_rounds_groups_is_not_accepted(tmp_path):
+def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
     """Assignment binds a task to each group index; without a bound on the index a worker
-    could generate groups 0..999 and submit the ones whose tasks it likes."""
+    could generate groups 0..999 and submit the ones whose tasks it likes; without a fixed
+    group size it could cut a group to the samples it likes; and a group of a version no one
+    can train on would only fill the disk and every backfill page."""
     from p2p.transport import Message, Validation, message_id
     from vrl.node.messages import TOPIC_GROUPS, PolicyAnnouncement
 
@@ -363,9 +365,41 @@ def test_a_group_index_beyond_the_rounds_groups_is_not_accepted(tmp_path):
     honest = worker.work.generate(0)[0]
     extra = Submission.of([r.signed(WORKERS[1], group_index=node.config.groups_per_round)
                            for r in honest.rollouts()])
+    cut = Submission.of([r.signed(WORKERS[1], group_size=2) for r in honest.rollouts()[:2]])
+    future = Submission.of([r.signed(WORKERS[1], policy_version=2) for r in honest.rollouts()])
     verdicts = {name: node._validate(Message(TOPIC_GROUPS, sub.to_bytes(), b"x" * 32,
                                              message_id(TOPIC_GROUPS, sub.to_bytes())))
-                for name, sub in (("honest", honest), ("extra", extra))}
-    assert verdicts == {"honest": Validation.ACCEPT, "extra": Validation.IGNORE}
+                for name, sub in (("honest", honest), ("extra", extra), ("cut", cut), ("future", future))}
+    assert verdicts == {"honest": Validation.ACCEPT, "extra": Validation.IGNORE, "cut": Validation.IGNORE,
+                        "future": Validation.IGNORE}
     for n in (node, worker):
         n.store.close()
+
+
+def test_weights_damaged_on_disk_are_fetched_again(tmp_path):
+    """A blob file that no longer matches its hash was re-read (and refused) forever."""
+    import hashlib
+
+    from p2p.blobs import BlobStore
+    from vrl.node.messages import PolicyAnnouncement
+    from vrl.node.weights import to_blob
+
+    async def scenario() -> None:
+        network = LoopbackNetwork()
+        node = Node(config(tmp_path / "n"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
+        holder = network.transport(WORKERS[1].private_seed())
+        await node.transport.start()
+        await holder.start()
+        blob = to_blob(node.work.skeleton)
+        BlobStore(holder).put(blob)
+        await node.transport.connect(holder.addresses()[0])
+        announcement = PolicyAnnouncement(TRAINER.node_id, 0, node.work.skeleton.model_hash,
+                                          hashlib.sha256(blob).digest(), len(blob)).signed(TRAINER)
+        node.protocol.handle(__import__("vrl.node.protocol", fromlist=["P"]).PolicyAnnounced(announcement))
+        path = node.blob_dir / announcement.blob.hex()
+        path.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))  # one flipped bit
+        await asyncio.wait_for(node._fetch_policy(announcement), 60)
+        assert 0 in node.protocol.loaded and path.read_bytes() == blob
+        node.store.close()
+
+    asyncio.run(scenario())

@@ -68,7 +68,7 @@ def test_a_verifier_checks_a_newcomer_and_signs_a_verdict_with_its_digest():
     verifier = node(VERIFIER, "verifier")
     ready(verifier)
     sub = submission(1)
-    assert kinds(verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))) == ["Check"]
+    assert kinds(verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, 101, 0.0))) == ["Check"]
     (publish,) = verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
     assert publish.topic == TOPIC_VERDICTS
     verdict = SignedVerdict.from_bytes(publish.data)
@@ -81,12 +81,12 @@ def test_a_trusted_node_is_spot_checked_and_skips_are_signed_and_provable():
     ready(verifier)
     for i in range(300):  # build trust: checked and passed
         sub = submission(i)
-        verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+        verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, i, 0.0))
         verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
     assert verifier.standing(WORKER.node_id).check_rate < 0.2
     checked = skipped = 0
     for i in range(1000, 1100):
-        actions = verifier.handle(P.GroupReceived(submission(i), WORKER.node_id, 0, 0.0))
+        actions = verifier.handle(P.GroupReceived(submission(i), WORKER.node_id, 0, i, 0.0))
         if kinds(actions) == ["Check"]:
             checked += 1
             verifier.handle(P.Abandoned(actions[0]))
@@ -109,8 +109,8 @@ def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
     trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=50))
     ready(trainer)
     bad, other = submission(1), submission(2)
-    trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 0.0))
-    trainer.handle(P.GroupReceived(other, CHEAT.node_id, 0, 0.0))
+    trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 104, 0.0))
+    trainer.handle(P.GroupReceived(other, CHEAT.node_id, 0, 105, 0.0))
     actions = trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))
     assert [a for a in actions if isinstance(a, P.Check)] == [P.Check(bad.digest, 0)]
     assert trainer.decided(bad.digest) is None
@@ -124,7 +124,7 @@ def test_a_false_accusation_is_cleared_by_the_re_check_and_the_group_admitted():
     trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 106, 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "hard_fail", b"\x08" * 32)))
     actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32))
     assert not any(isinstance(a, P.Quarantine) for a in actions)
@@ -138,8 +138,8 @@ def test_the_trainer_waits_for_verdicts_then_trains_once_and_announces():
                    admission=AdmissionConfig(batch_groups=2, trusted_share=0.0, node_cap=1.0))
     ready(trainer)
     a, b = submission(1), submission(2)
-    trainer.handle(P.GroupReceived(a, WORKER.node_id, 0, 100.0))
-    trainer.handle(P.GroupReceived(b, WORKER.node_id, 0, 100.0))
+    trainer.handle(P.GroupReceived(a, WORKER.node_id, 0, 107, 100.0))
+    trainer.handle(P.GroupReceived(b, WORKER.node_id, 0, 108, 100.0))
     assert trainer.handle(P.Tick(102.0)) == []  # verifiers still have time
     train = [x for x in trainer.handle(P.Tick(106.0)) if isinstance(x, P.Train)]
     assert len(train) == 1 and {d for d, _ in train[0].batch} == {a.digest, b.digest}
@@ -151,20 +151,35 @@ def test_the_trainer_waits_for_verdicts_then_trains_once_and_announces():
 
 
 def test_a_pass_verdict_decides_a_group_without_waiting():
-    trainer = node(TRAINER, "trainer", verdict_wait=1000.0, lazy_audit_rate=0.0)
+    trainer = node(TRAINER, "trainer", verdict_wait=1000.0, lazy_audit_rate=0.0, pretrusted=frozenset({
+        VERIFIER.node_id}))
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 109, 0.0))
     assert trainer.decided(sub.digest) is None
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "pass")))
     assert trainer.decided(sub.digest) is True
+
+
+def test_a_pass_from_a_verifier_of_no_weight_decides_nothing():
+    """A stranger's pass must not rush a group into a batch before honest checks land: the
+    group waits verdict_wait as if no verdict had come."""
+    trainer = node(TRAINER, "trainer", verdict_wait=5.0, lazy_audit_rate=0.0)
+    ready(trainer)
+    sub = submission(1)
+    trainer.handle(P.GroupReceived(sub, CHEAT.node_id, 0, 0, 0.0))
+    trainer.handle(P.VerdictReceived(verdict_from(OTHER_VERIFIER, sub, CHEAT.node_id, "pass")))
+    assert trainer.standing(OTHER_VERIFIER.node_id).trust == 0.0
+    assert trainer.decided(sub.digest) is None
+    trainer.handle(P.Tick(6.0))
+    assert trainer.decided(sub.digest) is True  # admitted on reputation alone, as with no verdict
 
 
 def test_the_trainer_audits_other_verifiers_passes_at_its_lazy_audit_rate():
     trainer = node(TRAINER, "trainer", lazy_audit_rate=1.0)
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 0.0))
+    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 110, 0.0))
     actions = trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "pass")))
     assert P.Check(sub.digest, 0) in actions
 
@@ -177,7 +192,7 @@ def test_planted_groups_are_never_trained_and_revealed_after_the_step():
     canary = submission(99)
     published = trainer.handle(P.Planted(canary, CHEAT.node_id, 0))
     assert P.Publish(TOPIC_GROUPS, canary.to_bytes()) in published
-    trainer.handle(P.GroupReceived(canary, CHEAT.node_id, 0, 0.0))
+    trainer.handle(P.GroupReceived(canary, CHEAT.node_id, 0, 111, 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, canary, CHEAT.node_id, "pass")))
     assert trainer.decided(canary.digest) is False
     actions = trainer.handle(P.Trained(announcement(1), ()))
@@ -190,8 +205,8 @@ def test_planted_groups_are_never_trained_and_revealed_after_the_step():
 def test_replay_rebuilds_the_state_silently_and_pending_resumes_the_work():
     live = node(VERIFIER, "worker", "verifier")
     events = [P.PolicyAnnounced(announcement(0)), P.PolicyLoaded(0),
-              P.GroupReceived(submission(1), WORKER.node_id, 0, 0.0),
-              P.GroupReceived(submission(2), WORKER.node_id, 0, 0.0),
+              P.GroupReceived(submission(1), WORKER.node_id, 0, 112, 0.0),
+              P.GroupReceived(submission(2), WORKER.node_id, 0, 113, 0.0),
               P.VerdictReceived(verdict_from(VERIFIER, submission(1), WORKER.node_id, "pass"))]
     for event in events:
         live.handle(event)
@@ -211,7 +226,7 @@ def test_groups_older_than_the_staleness_bound_are_not_checked_or_trained():
     old = submission(5)
     trainer.handle(P.PolicyAnnounced(announcement(2)))
     trainer.handle(P.PolicyLoaded(2))
-    actions = trainer.handle(P.GroupReceived(old, WORKER.node_id, 0, 0.0))
+    actions = trainer.handle(P.GroupReceived(old, WORKER.node_id, 0, 114, 0.0))
     assert not any(isinstance(a, P.Check) for a in actions)
     assert not trainer._fresh(0)
 
@@ -225,5 +240,19 @@ def test_the_trainer_publishes_no_version_after_its_last():
     trainer = node(TRAINER, "trainer", verdict_wait=0.0, last_version=1,
                    admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
     ready(trainer, 1)
-    trainer.handle(P.GroupReceived(submission(1), WORKER.node_id, 1, 0.0))
+    trainer.handle(P.GroupReceived(submission(1), WORKER.node_id, 1, 115, 0.0))
     assert not any(isinstance(a, P.Train) for a in trainer.handle(P.Tick(10.0)))
+
+
+def test_one_group_per_slot_so_a_re_signed_copy_is_never_trained_twice():
+    """Ed25519 lets a signer make many valid signatures of one record; each gives the group a
+    new digest. The slot (subject, version, group index) keeps the first group only."""
+    trainer = node(TRAINER, "trainer", verdict_wait=0.0, admission=AdmissionConfig(
+        batch_groups=8, trusted_share=0.0, node_cap=1.0))
+    ready(trainer)
+    first, copy = submission(1), submission(2)
+    trainer.handle(P.GroupReceived(first, WORKER.node_id, 0, 3, 0.0))
+    trainer.handle(P.GroupReceived(copy, WORKER.node_id, 0, 3, 0.0))
+    assert copy.digest not in trainer.groups and first.digest in trainer.groups
+    trainer.handle(P.GroupReceived(copy, WORKER.node_id, 0, 4, 0.0))  # another slot is another group
+    assert copy.digest in trainer.groups

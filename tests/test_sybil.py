@@ -50,7 +50,7 @@ def trainer_view(roles=("trainer", "verifier"), **options) -> P.NodeProtocol:
 
 def confirm_bad(proto: P.NodeProtocol, group: Submission, subject: bytes) -> None:
     """A group the trainer saw fail twice: a verifier's hard fail, then its own re-check."""
-    proto.handle(P.GroupReceived(group, subject, 0, 0.0))
+    proto.handle(P.GroupReceived(group, subject, 0, 101, 0.0))
     proto.handle(P.VerdictReceived(verdict(VERIFIER, group.digest, subject, "hard_fail", reasons=("reward_mismatch",))))
     proto.handle(P.Checked(group.digest, ("reward_mismatch",), b"\x08" * 32))
 
@@ -60,7 +60,7 @@ def test_a_fresh_identity_cannot_get_an_honest_node_quarantined_by_naming_it_as_
     verdict about it from a brand-new key, naming an honest node, quarantined that node."""
     proto = trainer_view()
     honest, bad = HONEST[0].node_id, submission(1)
-    proto.handle(P.GroupReceived(submission(2), honest, 0, 0.0))
+    proto.handle(P.GroupReceived(submission(2), honest, 0, 102, 0.0))
     confirm_bad(proto, bad, CHEAT.node_id)
     assert proto.standing(CHEAT.node_id).quarantined
     forged = verdict(SYBILS[0], bad.digest, honest, "hard_fail", reasons=("reward_mismatch",))
@@ -76,7 +76,7 @@ def test_the_planted_canary_cannot_be_pinned_on_an_honest_node():
     honest, canary = HONEST[0].node_id, submission(99)
     canary_id = NodeKey.from_seed(b"K" * 32).node_id
     proto.handle(P.Planted(canary, canary_id, 0))
-    proto.handle(P.GroupReceived(canary, canary_id, 0, 0.0))
+    proto.handle(P.GroupReceived(canary, canary_id, 0, 103, 0.0))
     proto.handle(P.Trained(announcement(1), ()))  # the reveal: a planted hard fail
     assert proto.standing(canary_id).quarantined
     for outcome in ("hard_fail", "pass", "soft_fail"):
@@ -85,11 +85,12 @@ def test_the_planted_canary_cannot_be_pinned_on_an_honest_node():
 
 
 def test_a_verdict_that_arrives_before_its_group_waits_then_counts_and_is_persisted():
-    proto = trainer_view(("trainer",), verdict_wait=1000.0, lazy_audit_rate=0.0)
+    proto = trainer_view(("trainer",), verdict_wait=1000.0, lazy_audit_rate=0.0,
+                         pretrusted=frozenset({VERIFIER.node_id}))
     group, worker = submission(5), HONEST[1].node_id
     early = verdict(VERIFIER, group.digest, worker, "pass")
     assert proto.handle(P.VerdictReceived(early)) == []  # not stored: the group is unknown
-    actions = proto.handle(P.GroupReceived(group, worker, 0, 0.0))
+    actions = proto.handle(P.GroupReceived(group, worker, 0, 104, 0.0))
     assert P.Persist(early) in actions
     assert proto.decided(group.digest) is True  # the waiting pass now counts
     lying = verdict(SYBILS[2], group.digest, CHEAT.node_id, "hard_fail")
@@ -116,7 +117,7 @@ def test_fifty_fresh_identities_move_an_honest_nodes_score_by_nothing_and_quaran
         for tag, worker in enumerate(HONEST):  # each honest worker has a record the trainer checked
             for i in range(4):
                 group = submission(100 * (tag + 1) + i)
-                proto.handle(P.GroupReceived(group, worker.node_id, 0, float(i)))
+                proto.handle(P.GroupReceived(group, worker.node_id, 0, i, float(i)))
                 proto.handle(P.Checked(group.digest, (), b"\x05" * 32))
         confirm_bad(proto, submission(7), CHEAT.node_id)
         if hostile:

@@ -44,6 +44,11 @@ from scipy.special import betaincinv
 
 PASS, SOFT_FAIL, HARD_FAIL = "pass", "soft_fail", "hard_fail"
 OUTCOMES = (PASS, SOFT_FAIL, HARD_FAIL)
+#: A reporter whose weight reaches this counts as a checker (specs/reputation.md §5): its
+#: checks count toward a node's ``checked_groups``, and its pass decides a group at once
+#: (specs/network.md §5.2). Half a pre-trusted node's weight: a reporter trust reaches only
+#: through honest nodes' checks, never a fresh identity (weight 0, §7).
+COUNTING_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -261,7 +266,7 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
             passes[r.subject] += w
         else:
             failures[r.subject] += w * (config.soft_weight if r.outcome == SOFT_FAIL else config.hard_weight)
-        if r.reporter and weight.get(r.reporter, 0.0) >= 0.5:
+        if r.reporter and weight.get(r.reporter, 0.0) >= COUNTING_WEIGHT:
             checked[r.subject].add(r.group)
 
     standings = {}

@@ -35,7 +35,7 @@ from vrl.node.store import Store
 from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.reputation import AdmissionConfig
-from vrl.rollout import round_seed
+from vrl.rollout import Rollout, round_seed
 from vrl.tasks import RewardSpec, open_task_set
 from vrl.grpo import GRPOConfig
 from vrl.train import TrainConfig
@@ -131,10 +131,14 @@ class Node:
                 _, rollouts = decode_group(message.data)
                 if rollouts[0].node_id in self.protocol.quarantined:
                     return Validation.IGNORE  # the forwarder is not at fault
-                if rollouts[0].group_index >= self.protocol.config.groups_per_round:
-                    # A round has groups_per_round groups per node (specs/network.md §3.1); a
-                    # worker that could submit any index could pick the groups whose tasks it
-                    # likes. Ignored, not rejected: a peer configured otherwise is not hostile.
+                first = rollouts[0]
+                # Network parameters (specs/network.md §3.1): a round has groups_per_round
+                # groups of group_size samples per node, of a version still usable. A worker
+                # free to submit any index or size could keep the groups or samples it likes.
+                # Ignored, not rejected: a peer configured otherwise is not hostile.
+                if (first.group_index >= self.protocol.config.groups_per_round
+                        or first.group_size != self.config.group_size
+                        or not self.protocol.may_hold(first.policy_version)):
                     return Validation.IGNORE
             elif message.topic == TOPIC_VERDICTS:
                 verdict = SignedVerdict.from_bytes(message.data)
@@ -171,7 +175,7 @@ class Node:
                 self.metrics.groups_received.inc()
                 if subject != self.key.node_id:
                     self.work.observe(rollouts)
-            await self._feed(P.GroupReceived(submission, subject, version, now))
+            await self._feed(P.GroupReceived(submission, subject, version, rollouts[0].group_index, now))
         elif message.topic == TOPIC_VERDICTS:
             # Stored by the protocol's Persist, once its group is known and agrees with it.
             await self._feed(P.VerdictReceived(SignedVerdict.from_bytes(message.data)))
@@ -229,9 +233,13 @@ class Node:
     async def _fetch_policy(self, announcement: PolicyAnnouncement) -> None:
         path = self.blob_dir / announcement.blob.hex()
         try:
-            if path.exists():
-                blob = path.read_bytes()
-            else:
+            blob = path.read_bytes() if path.exists() else None
+            if blob is not None and hashlib.sha256(blob).digest() != announcement.blob:
+                # Damaged on disk (bit rot, a hand edit): fetch it again rather than fail forever.
+                self.log.warning("stored weights do not match their hash; fetching again", version=announcement.version)
+                path.unlink()
+                blob = None
+            if blob is None:
                 peers = sorted(self.transport.peers(), key=lambda p: p != announcement.trainer)
                 blob = await fetch_blob(self.transport, peers, announcement.blob, max_size=min(
                     announcement.size, MAX_WEIGHTS_BYTES), timeout=60.0)
@@ -350,7 +358,8 @@ class Node:
                 submission = Submission.from_bytes(data)
                 if planted:
                     self.protocol.handle(P.Planted(submission, subject, version), replaying=True)
-                self.protocol.handle(P.GroupReceived(submission, subject, version, received), replaying=True)
+                index = Rollout.from_bytes(submission.records[0]).group_index
+                self.protocol.handle(P.GroupReceived(submission, subject, version, index, received), replaying=True)
             elif kind == "verdict":
                 self.protocol.handle(P.VerdictReceived(SignedVerdict.from_bytes(data)), replaying=True)
             elif kind == "trained":

@@ -34,7 +34,8 @@ from vrl.node.messages import (
     audit_ticket, ticket_selected,
 )
 from vrl.reputation import (
-    HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig, admit,
+    COUNTING_WEIGHT, HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig,
+    admit,
 )
 
 ROLES = ("worker", "verifier", "trainer")
@@ -92,10 +93,12 @@ class PolicyLoaded:
 
 @dataclass(frozen=True)
 class GroupReceived:
-    """A submission whose records decoded, verify their signatures and form one group."""
+    """A submission whose records decoded, verify their signatures and form one group: of
+    ``subject`` (their signer), at policy ``version``, in slot ``index`` of its round."""
     submission: Submission
     subject: bytes
     version: int
+    index: int  # the records' group_index
     now: float
 
 
@@ -248,6 +251,10 @@ class NodeProtocol:
         self._audit_draws: dict[bytes, bool] = {}
         # Verdicts whose group has not arrived yet, by verdict id, oldest first (dicts keep order).
         self._pending: dict[bytes, SignedVerdict] = {}
+        # (subject, version, group index) -> the one group accepted in that slot. A second,
+        # different group there (the same rollouts signed anew, or other samples) is ignored:
+        # a round has one group per slot, and a copy must not be trained twice.
+        self._slots: dict[tuple[bytes, int, int], bytes] = {}
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -279,8 +286,9 @@ class NodeProtocol:
             case PolicyLoaded(version):
                 self.loaded.add(version)
                 self._in_flight.discard(("fetch", version))
-            case GroupReceived(submission, subject, version, now):
-                if submission.digest not in self.groups:
+            case GroupReceived(submission, subject, version, index, now):
+                if submission.digest not in self.groups and self._slots.setdefault(
+                        (subject, version, index), submission.digest) == submission.digest:
                     self.groups[submission.digest] = _Group(subject, version, now)
                     self._by_version[version].append(submission.digest)
                     if subject == self.me:
@@ -359,6 +367,13 @@ class NodeProtocol:
     def _fresh(self, version: int) -> bool:
         current = self.version
         return current is not None and 0 <= current - version <= self.config.max_staleness
+
+    def may_hold(self, version: int) -> bool:
+        """Whether a group of this policy version is worth accepting: still usable, or of the
+        next version, whose announcement may be a moment behind the group. Anything else could
+        never be trained on, and would only fill the disk and everyone's backfill pages."""
+        current = self.version
+        return current is not None and current - self.config.max_staleness <= version <= current + 1
 
     def _fresh_groups(self) -> list[bytes]:
         """Digests of the groups still usable, in arrival order: the only ones any rule acts
@@ -494,8 +509,8 @@ class NodeProtocol:
             return mine.outcome == PASS
         if ("check", digest) in self._in_flight:
             return None
-        if any(v.outcome == PASS for v in verdicts):
-            return True
+        if any(v.outcome == PASS and self.standing(v.verifier).trust >= COUNTING_WEIGHT for v in verdicts):
+            return True  # a pass from a checker that counts; a stranger's pass decides nothing
         return self.now - group.arrived >= self.config.verdict_wait or None
 
     def _maybe_train(self, version: int) -> list[Action]:
