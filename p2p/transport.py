@@ -74,7 +74,8 @@ class TransportLimits:
 
     invalid_message_halflife: float = 600.0
     """Seconds for a count to halve: Lighthouse's peer score half-life, ``SCORE_HALFLIFE = 600``
-    (sigp/lighthouse peer_manager/peerdb/score.rs). The per-interval factor is
+    (sigp/lighthouse peer_manager/peerdb/score.rs; Lodestar's ``SCORE_HALFLIFE_MS`` is the
+    same 10 min). The per-interval factor is
     ``2 ** (-1 / halflife)``. A peer can then send about one invalid message every 87 s
     without ever reaching the default threshold (steady count ``rate * halflife / ln 2 < 10``)."""
 
@@ -85,9 +86,10 @@ class TransportLimits:
     before it is forwarded, and requests are within limits that are protocol constants."""
 
     ban_seconds: float = 1800.0
-    """How long a ban lasts: Lodestar's ``BANNED_BEFORE_DECAY_MS = 1800 * 1000``
-    (packages/lodestar network/peers/score). Lighthouse's ``BANNED_BEFORE_DECAY`` is 12 h;
-    30 min lets a node that was misconfigured come back the same day."""
+    """How long a ban lasts: Lodestar's ``BANNED_BEFORE_DECAY_MS = 30 * 60 * 1000``
+    (ChainSafe/lodestar, beacon-node network/peers/score/constants.ts). Lighthouse's
+    ``BANNED_BEFORE_DECAY`` is 12 h; 30 min lets a node that was misconfigured come back the
+    same day. The count keeps decaying meanwhile (three half-lives: to 1/8)."""
 
     handshake_timeout: float = 10.0
     """Seconds an inbound TCP connection has to finish the whole upgrade (multistream, Noise,
@@ -106,9 +108,12 @@ class TransportLimits:
     def __post_init__(self) -> None:
         def number(name: str) -> float:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-                raise ValueError(f"{name} is a number, not {value!r}")
-            return float(value)
+            try:
+                if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                    raise ValueError
+                return float(value)
+            except (ValueError, OverflowError):  # OverflowError: an int beyond any float
+                raise ValueError(f"{name} is a number, not {value!r:.40}") from None
 
         if not -math.inf < number("invalid_message_weight") < 0:
             raise ValueError("invalid_message_weight is negative and finite (P4 penalises)")
@@ -122,7 +127,7 @@ class TransportLimits:
             raise ValueError("handshake_timeout is a positive, finite number of seconds")
         pending = self.max_pending_connections
         if isinstance(pending, bool) or not isinstance(pending, int) or pending < 1:
-            raise ValueError(f"max_pending_connections is a positive int, not {pending!r}")
+            raise ValueError(f"max_pending_connections is a positive int, not {pending!r:.40}")
 
 
 class TransportError(Exception):

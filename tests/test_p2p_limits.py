@@ -166,7 +166,7 @@ def test_the_number_of_peers_scored_is_bounded() -> None:
     assert len(scores._counts) <= 50 and len(scores._banned_until) <= 50
 
 
-values = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+values = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.just(10**400), st.floats(allow_nan=True),
                    st.text(max_size=5), st.binary(max_size=5))
 
 
