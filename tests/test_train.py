@@ -133,6 +133,35 @@ def test_corrupt_checkpoint_refused_and_nothing_loaded(base, tmp_path):
         Trainer(config(base, steps=3), tmp_path / "run", resume=True)
 
 
+def test_cli_resume_falls_back_past_a_damaged_checkpoint_and_removes_stale_partials(base, tmp_path):
+    """A damaged newest checkpoint and a killed writer's staging directory: `vrl train --resume`
+    says which checkpoint it skipped and why, resumes from the one before, and removes the
+    staging directory, saying so."""
+    run = tmp_path / "run"
+    settings = config(base, steps=2, checkpoint_every=1, held_out=8)
+    Trainer(settings, run).run()  # checkpoints at steps 1 and 2
+    (run / "checkpoints" / "step-00000002" / "MANIFEST.json").write_text('{"step": 2, "files": []}')
+    with pytest.raises(CheckpointError, match="step-00000002"):  # the library's default: no fall-back
+        Trainer(settings, run, resume=True)
+    stale = run / "checkpoints" / ".step-00000003.partial-999999999"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half a file")
+    result = CliRunner().invoke(app, ["train", "--out", str(run), "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "skipped damaged checkpoint" in result.output and "step-00000002" in result.output
+    assert "files must list exactly" in result.output
+    assert "removed stale partial checkpoint" in result.output and stale.name in result.output
+    assert not stale.exists()
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]  # step 1 redone from the checkpoint of step 1
+    assert checkpoint.load_latest(run / "checkpoints", *fresh_optimizer(base))[0].name == "step-00000002"
+
+
+def fresh_optimizer(base):
+    network = vrl.load_model(base).network
+    return network, torch.optim.AdamW(network.parameters(), fused=True)
+
+
 CHEATS = {
     # The node lies about one reward of its first group.
     "fabricated reward": (lambda rollout, model, key: rollout.signed(key, reward=1.0 - rollout.reward),

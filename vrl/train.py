@@ -177,7 +177,11 @@ class Trainer:
     """One run: a policy, its optimizer and run directory. :meth:`step` runs one round."""
 
     def __init__(self, config: TrainConfig, run_dir: Path, *, resume: bool = False, key: NodeKey | None = None,
-                 log: Callable[..., None] | None = None) -> None:
+                 log: Callable[..., None] | None = None, fall_back: bool = False) -> None:
+        """``resume`` continues from the newest checkpoint; with ``fall_back`` a damaged one is
+        skipped (and logged) for the newest that verifies. Off by default: a caller that has
+        already published the newer versions (a node's trainer) would fork them by training
+        from an older one, and is better stopped with the error."""
         self.config, self.run_dir, self.log = config, Path(run_dir), log or (lambda *a, **k: None)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -209,13 +213,18 @@ class Trainer:
         if key is not None and key.node_id != self.key.node_id:
             raise ValueError(f"{key_path} holds another node's key than the one given")
         self.step_index = 0
-        latest = checkpoint.latest(self.run_dir / "checkpoints")
-        if not resume and (latest is not None or self.metrics_path.exists()):
+        checkpoints = self.run_dir / "checkpoints"
+        checkpoint.remove_stale_partials(checkpoints)  # a writer killed mid-save left them; logged
+        if not resume and (checkpoint.latest(checkpoints) is not None or self.metrics_path.exists()):
             raise FileExistsError(f"{self.run_dir} already holds a run; pass resume to continue it")
-        if resume and latest is not None:
-            state = checkpoint.load(latest, self.network, self.optimizer)
+        # The newest checkpoint (that verifies, with fall_back: each damaged newer one is logged
+        # with the reason, and if none verifies the CheckpointError names them all).
+        loaded = checkpoint.load_latest(checkpoints, self.network, self.optimizer, fall_back=fall_back) if (
+            resume) else None
+        if loaded is not None:
+            path, state = loaded
             self.step_index = state["step"]
-            self.log("resumed", checkpoint=str(latest), step=self.step_index)
+            self.log("resumed", checkpoint=str(path), step=self.step_index)
         # Steps after the checkpoint (or all, if a run died before its first one) are redone.
         self._truncate_metrics(self.step_index)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
