@@ -3,15 +3,19 @@
 ``file   = "VRLROLL" 0x01 frame*``
 ``frame  = "VRLR" u32be(length) u32be(crc32(payload)) payload``
 
-Frames make a damaged file recoverable: a record whose frame is truncated, oversized or
-corrupt is reported (by index and reason) and the reader resynchronises on the next frame
-marker, so every intact record is still read. Files are streamed: only one record is held in
-memory at a time. Writers append whole frames and fsync, so a crash mid-write can cost at most
-the frame being written, never one already written.
+Frames make a damaged file recoverable: a stretch of bytes that holds no intact frame is
+reported once, as a :class:`DamagedRange` with its byte offsets, and the reader resynchronises
+on the next frame marker whose frame checks out, so every intact record is still read. The
+skipping is linear in the file and constant in memory, whatever the damage: a 256 KiB file of
+repeated markers once cost ``vrl verify`` 54 s and 3 GB, one error per marker (issue 13).
+Files are streamed: only one record is held in memory at a time. Writers append whole frames
+and fsync, so a crash mid-write can cost at most the frame being written, never one already
+written.
 """
 
 from __future__ import annotations
 
+import heapq
 import mmap
 import os
 import struct
@@ -27,12 +31,37 @@ FRAME_MAGIC = b"VRLR"
 _FRAME_HEADER = struct.Struct(">4sII")
 
 
+#: Failed checksums that may cover one byte (specs/record.md section 4). A reader checksums each
+#: candidate frame it meets while skipping damage, and a hostile file can make every candidate
+#: claim a payload that runs over all the later ones: without a bound that is quadratic work
+#: (a 256 KiB file of such headers took 23 s, bench/hostile_files.py crc-storm). With it, each
+#: byte is checksummed at most 17 times (16 failed frames plus the one intact frame, since
+#: intact frames never overlap): about 12 ns per byte at zlib's 1.4 GB/s measured here. Honest
+#: damage overlaps far fewer: a torn last frame is one, each flipped length field one more.
+MAX_OVERLAPPING_CHECKS = 16
+
+
 class RolloutFileError(Exception):
     """The file as a whole is unusable: missing, unreadable, or not a rollout file."""
 
 
+class DamagedRange(RecordError):
+    """Bytes ``[start, end)`` of a rollout file that hold no intact frame, reported once.
+
+    ``problem`` starts with what was wrong at ``start`` (``truncated``, ``oversized`` or
+    ``corrupt``, which the verifier's reason codes follow) and names the range."""
+
+    def __init__(self, first_problem: str, start: int, end: int, index: int | None = None) -> None:
+        super().__init__("", f"{first_problem}; skipped bytes {start} to {end} ({end - start} bytes)", index)
+        self.first_problem, self.start, self.end = first_problem, start, end
+
+    def at(self, index: int) -> DamagedRange:
+        return DamagedRange(self.first_problem, self.start, self.end, index)
+
+
 def iter_records(path: str | Path) -> Iterator[Rollout | RecordError]:
-    """Yield each record in order: a :class:`Rollout`, or a :class:`RecordError` naming it.
+    """Yield each record in order: a :class:`Rollout`, or a :class:`RecordError` naming it (a
+    record that does not decode, or a :class:`DamagedRange` of bytes with no intact frame).
 
     Raises :class:`RolloutFileError` only when the file itself cannot be used.
     """
@@ -50,37 +79,66 @@ def iter_records(path: str | Path) -> Iterator[Rollout | RecordError]:
             yield from _frames(data, size)
 
 
-def _frames(data: mmap.mmap, size: int) -> Iterator[Rollout | RecordError]:
+def records_from_bytes(data: bytes, name: str = "<bytes>") -> Iterator[Rollout | RecordError]:
+    """:func:`iter_records` over the bytes of a whole rollout file held in memory."""
+    if len(data) < len(FILE_MAGIC) or data[: len(FILE_MAGIC)] != FILE_MAGIC:
+        raise RolloutFileError(f"{name}: not a vrl rollout file (bad or missing header)")
+    yield from _frames(data, len(data))
+
+
+def _frames(data: bytes | mmap.mmap, size: int) -> Iterator[Rollout | RecordError]:
+    """The frame loop of specs/record.md section 4: in step, one frame after the other; after a
+    frame that fails, resynchronising on the next marker whose frame checks out. The bytes in
+    between are one :class:`DamagedRange`, however many markers they hold."""
     offset, index = len(FILE_MAGIC), 0
-    while offset < size:
-        if size - offset < _FRAME_HEADER.size:
-            yield RecordError("", f"truncated: {size - offset} trailing bytes, not a whole frame header", index)
-            return
-        magic, length, crc = _FRAME_HEADER.unpack_from(data, offset)
-        body = offset + _FRAME_HEADER.size
-        problem = None
-        if magic != FRAME_MAGIC:
-            problem = "corrupt: no frame marker where a record should start"
-        elif length > MAX_RECORD_BYTES:
-            problem = f"oversized: {length} bytes exceeds the {MAX_RECORD_BYTES}-byte limit"
-        elif body + length > size:
-            if data.find(FRAME_MAGIC, offset + 1) < 0:
-                yield RecordError("", f"truncated: expected {length} bytes, file has {size - body}", index)
-                return
-            problem = "corrupt: frame length runs past the end of the file"
-        elif zlib.crc32(data[body : body + length]) != crc:
-            problem = "corrupt: checksum mismatch"
-        if problem is None:
+    damaged: tuple[int, str] | None = None  # (start, first problem) of the range being skipped
+    failed_ends: list[int] = []  # min-heap: where the failed checksummed frames end
+    with memoryview(data) as view:
+        while offset < size:
+            if damaged is not None:
+                offset = data.find(FRAME_MAGIC, offset)
+                if offset < 0:
+                    break
+            problem, stop = None, False
+            body = offset + _FRAME_HEADER.size
+            if size - offset < _FRAME_HEADER.size:
+                problem, stop = f"truncated: {size - offset} trailing bytes, not a whole frame header", True
+            else:
+                magic, length, crc = _FRAME_HEADER.unpack_from(data, offset)
+                if magic != FRAME_MAGIC:
+                    problem = "corrupt: no frame marker where a record should start"
+                elif length > MAX_RECORD_BYTES:
+                    problem = f"oversized: {length} bytes exceeds the {MAX_RECORD_BYTES}-byte limit"
+                elif body + length > size:
+                    if data.find(FRAME_MAGIC, offset + 1) < 0:
+                        problem, stop = f"truncated: expected {length} bytes, file has {size - body}", True
+                    else:
+                        problem = "corrupt: frame length runs past the end of the file"
+                else:
+                    while failed_ends and failed_ends[0] <= offset:
+                        heapq.heappop(failed_ends)
+                    if len(failed_ends) >= MAX_OVERLAPPING_CHECKS:
+                        problem = f"corrupt: not checksummed, {MAX_OVERLAPPING_CHECKS} failed frames overlap it"
+                    elif zlib.crc32(view[body : body + length]) != crc:
+                        problem = "corrupt: checksum mismatch"
+                        heapq.heappush(failed_ends, body + length)
+            if problem is not None:
+                if damaged is None:
+                    damaged = (offset, problem)
+                if stop:
+                    break
+                offset += 1
+                continue
+            if damaged is not None:
+                yield DamagedRange(damaged[1], damaged[0], offset, index)
+                index, damaged = index + 1, None
             try:
                 yield Rollout.from_bytes(data[body : body + length])
             except RecordError as error:
                 yield error.at(index)
-            offset = body + length
-        else:
-            yield RecordError("", problem, index)
-            next_frame = data.find(FRAME_MAGIC, offset + 1)
-            offset = size if next_frame < 0 else next_frame
-        index += 1
+            index, offset = index + 1, body + length
+    if damaged is not None:
+        yield DamagedRange(damaged[1], damaged[0], size, index)
 
 
 def read_rollouts(path: str | Path) -> Iterator[Rollout]:
