@@ -342,6 +342,9 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
         assert (after.score, after.failures, after.quarantined) == (before.score, before.failures, False)
         assert node.store.counts()["verdicts"] == 25  # accusations of the real group: kept, weighing 0
         assert node.protocol.waiting_verdicts == 25  # those about unseen groups wait, unstored
+        scores = {index: node.transport.score(s.node_id) for index, s in enumerate(sybils)}
+        assert all(scores[i] < 0 for i in range(1, 50, 2))  # each malformed page counted against its server
+        assert all(scores[i] == 0 for i in range(0, 50, 2))  # well-formed pages cost nothing
         node.store.close()
 
     asyncio.run(asyncio.wait_for(attack(), 120))

@@ -310,9 +310,13 @@ class Node:
 
     # -- catching up ---------------------------------------------------------------------------
     async def _serve_backfill(self, peer: bytes, data: bytes) -> bytes:
-        """Answer one page; a malformed request raises MessageError, which the transport turns
-        into an error status for the caller."""
-        request = BackfillRequest.from_bytes(data)
+        """Answer one page; a malformed request counts against its sender (as an invalid gossip
+        message does) and raises MessageError, which the transport answers with an error."""
+        try:
+            request = BackfillRequest.from_bytes(data)
+        except MessageError:
+            self.transport.penalize(peer)
+            raise
         messages, following = self.store.since(request.since, BACKFILL_PAGE_BYTES, request.after)
         return BackfillPage(tuple(messages), following).to_bytes()
 
@@ -331,6 +335,8 @@ class Node:
                         since, after).to_bytes(), timeout=10.0)
                     page = BackfillPage.from_bytes(raw, after)
                 except (TransportError, MessageError) as error:
+                    if isinstance(error, MessageError):
+                        self.transport.penalize(peer)  # its page breaks specs/network.md §6
                     self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=str(error))
                     break
                 after = page.next
