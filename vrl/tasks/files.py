@@ -2,8 +2,11 @@
 
 A bad row never stops the read: it comes back as a :class:`TaskFileError` naming the file,
 the line (JSONL, 1-based, blank lines counted) or row (parquet, 1-based) and the field, so
-one typo in a 7,000-row file costs one task, not the run. Only a file that cannot be read at
-all raises.
+one typo in a 7,000-row file costs one task, not the run. That holds for hostile lines too:
+nesting deeper than the JSON decoder's recursion, integers past Python's 4,300-digit limit,
+lone surrogates, an empty prompt. Only a file that cannot be read at all raises, and a file
+that is not UTF-8 is one: another encoding would silently cost every line with a non-ASCII
+character, so the error names the first line that does not decode.
 
 GSM8K rows are ``{"question", "answer"}`` where the answer is worked reasoning ending in a
 line ``#### <number>``; only that number is kept, as :func:`canonical_number` text, since the
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from vrl.tasks import Task, TaskFileError
 from vrl.tasks.answers import canonical_number, parse_number
@@ -63,22 +66,64 @@ def read_task_file(
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, str, Any]]:
     """(location, fallback id, decoded object or error) per non-blank line, streamed."""
-    number = 0
     try:
-        # utf-8-sig: tolerate the BOM some editors write; it is not part of line 1's JSON.
-        with path.open(encoding="utf-8-sig") as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
+        with path.open("rb") as handle:
+            for number, raw in _numbered_lines(handle):
                 try:
-                    item = json.loads(line)
-                except json.JSONDecodeError as error:
-                    item = TaskFileError(f"not JSON: {error.msg}")
-                yield f"{path}:{number}", f"{path.stem}:{number}", item
-    except UnicodeDecodeError as error:
-        raise TaskFileError(f"{path}: not UTF-8 (line {number + 1}): {error}") from error
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise TaskFileError(f"{path}:{number}: {_not_utf8(error)}; the file must be UTF-8") from None
+                if text.strip():
+                    yield f"{path}:{number}", f"{path.stem}:{number}", _json(text)
     except OSError as error:
         raise TaskFileError(f"{path}: cannot read: {error}") from error
+
+
+def _numbered_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(1-based number, bytes) per line, split as text mode splits (``\\n``, ``\\r\\n`` or a
+    lone ``\\r``), so numbers match an editor's. Read as bytes and decoded per line: a text-mode
+    decoder reads ahead of the lines, and named the wrong line for invalid UTF-8 (issue 13).
+    A UTF-8 byte order mark, which some editors write, is not part of line 1."""
+    number = 0
+    for chunk in handle:
+        if number == 0:
+            chunk = chunk.removeprefix(b"\xef\xbb\xbf")
+        chunk = chunk.removesuffix(b"\n")
+        chunk = chunk.removesuffix(b"\r")
+        for line in chunk.split(b"\r"):
+            number += 1
+            yield number, line
+
+
+def _not_utf8(error: UnicodeDecodeError) -> str:
+    return f"not UTF-8: byte {error.object[error.start]:#04x} at column {error.start + 1}"
+
+
+def _json(text: str) -> Any:
+    """One line's JSON value, or the TaskFileError that says why it is none."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        return TaskFileError(f"not JSON: {error.msg}")
+    except RecursionError:
+        return TaskFileError("not JSON: nested too deeply")
+    except ValueError as error:  # an integer past sys.get_int_max_str_digits()
+        return TaskFileError(f"not JSON: {error}")
+
+
+def task_from_line(line: bytes, *, default_id: str, template: str = GSM8K_TEMPLATE) -> Task:
+    """One JSONL line (without its newline) as a Task; raises :class:`TaskFileError` (without
+    the location, which the caller adds) naming what is wrong, and nothing else."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TaskFileError(_not_utf8(error)) from None
+    if not text.strip():
+        raise TaskFileError("blank line")
+    item = _json(text)
+    if isinstance(item, TaskFileError):
+        raise item
+    return _task(item, default_id, template)
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, str, Any]]:
@@ -99,10 +144,17 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, str, Any]]:
         raise TaskFileError(f"{path}: cannot read parquet: {error}") from error
 
 
-def _string(item: dict, name: str) -> str:
+def _string(item: dict, name: str, *, nonempty: bool = False) -> str:
     value = item.get(name)
     if not isinstance(value, str):
         raise TaskFileError(f"field {name!r} missing or not a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # JSON's "\ud800": no record, tokenizer or file can hold it
+        raise TaskFileError(f"field {name!r}: not valid Unicode (a lone surrogate)") from None
+    if nonempty and not value:
+        # An empty prompt encodes to no tokens, and generation refused it with a traceback.
+        raise TaskFileError(f"field {name!r}: empty")
     return value
 
 
@@ -111,7 +163,7 @@ def _task(item: Any, default_id: str, template: str) -> Task:
     if not isinstance(item, dict):
         raise TaskFileError("expected an object")
     if "question" in item:  # GSM8K
-        question, solution = _string(item, "question"), _string(item, "answer")
+        question, solution = _string(item, "question", nonempty=True), _string(item, "answer")
         lines = [line.strip() for line in solution.splitlines() if line.strip()]
         if not lines or not lines[-1].startswith("####"):
             raise TaskFileError("field 'answer' does not end with a '#### <number>' line")
@@ -119,8 +171,8 @@ def _task(item: Any, default_id: str, template: str) -> Task:
         value = parse_number(final)
         if value is None:
             raise TaskFileError(f"field 'answer': {final!r} after '####' is not a number")
-        task_id = item["id"] if isinstance(item.get("id"), str) else default_id
+        task_id = _string(item, "id") if isinstance(item.get("id"), str) else default_id
         return Task(task_id, template.format(question=question), canonical_number(value))
-    task_id, prompt, answer = (_string(item, name) for name in ("id", "prompt", "answer"))
+    task_id, prompt, answer = _string(item, "id"), _string(item, "prompt", nonempty=True), _string(item, "answer")
     value = parse_number(answer)
     return Task(task_id, prompt, answer if value is None else canonical_number(value))
