@@ -113,7 +113,8 @@ class Expectations:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
+                                                and self.max_tokens >= 1):
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
 
 
