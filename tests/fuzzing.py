@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import re
 import time
@@ -33,8 +34,10 @@ from vrl.node.messages import (
     BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
     decode_group,
 )
+from vrl.io import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
 from vrl.rollout import RecordError, Rollout
 from vrl.tasks import RewardSpec
+from vrl.tasks.files import TaskFileError, task_from_line
 
 #: A case slower than this is a crash: every decoder here is linear in its input, and the
 #: largest input a strategy makes is ~64 KiB (a decode of that takes well under 50 ms here).
@@ -159,6 +162,19 @@ def _mutate(draw: st.DrawFn, value: Any) -> Any:
 
 
 @st.composite
+def mutated_json(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    """A valid JSON line with fields replaced, removed or added (JSON has no bytes: those
+    become text), or replaced whole by deep nesting."""
+    value = json.loads(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 3))):
+        value = _mutate(draw, value)
+    try:
+        return json.dumps(value, default=lambda b: b.decode("latin-1"), allow_nan=True).encode()
+    except (ValueError, TypeError, RecursionError):
+        return b"[" * 100_000  # what json could not write, a stranger can: nesting past any stack
+
+
+@st.composite
 def mutated_bytes(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
     """A valid input with bytes flipped, cut, inserted or a stretch repeated."""
     data = bytearray(draw(st.sampled_from(seeds)))
@@ -199,7 +215,7 @@ class Target:
 
     def structured(self) -> st.SearchStrategy[bytes]:
         seeds = self.valid_inputs()
-        mutated = mutated_msgpack(seeds) if self.structure == "msgpack" else st.nothing()
+        mutated = {"msgpack": mutated_msgpack, "json": mutated_json}.get(self.structure, lambda _: st.nothing())(seeds)
         return st.sampled_from(seeds) | mutated | mutated_bytes(seeds)
 
 
@@ -259,6 +275,25 @@ def message_targets() -> list[Target]:
         Target("backfill page", lambda data: BackfillPage.from_bytes(data, after=0), (MessageError,),
                lambda: [BackfillPage((verdict().to_bytes(), group().to_bytes()), 5).to_bytes(),
                         BackfillPage((), None).to_bytes()]),
+    ]
+
+
+def file_targets() -> list[Target]:
+    """What the verifier CLI and the trainer read from disk."""
+    def read_all(data: bytes) -> list:
+        return list(records_from_bytes(data))  # damaged records come back as RecordError values
+
+    def task_line(data: bytes):
+        return task_from_line(data, default_id="line-1")
+
+    return [
+        Target("rollout file", read_all, (RolloutFileError,), lambda: [
+            FILE_MAGIC + frame(rollout(0)) + frame(rollout(1)), FILE_MAGIC + b"VRLR" * 64, FILE_MAGIC],
+               structure="bytes"),
+        Target("task line", task_line, (TaskFileError,), lambda: [
+            b'{"question": "Tom has 3 apples and buys 4. How many?", "answer": "He has 7.\\n#### 7"}',
+            b'{"id": "t1", "prompt": "2+3=", "answer": "5"}', b'{"id": "t2", "prompt": "x", "answer": "\\frac{1}{2}"}'],
+               structure="json"),
     ]
 
 
@@ -337,7 +372,7 @@ NODE_TARGETS = ("gossip handler", "backfill handler")
 
 def all_targets(node: NodeUnderFire | None = None) -> list[Target]:
     """Every target; the node targets only when a node is given (they need a model)."""
-    targets = message_targets()
+    targets = message_targets() + file_targets()
     if node is not None:
         targets += node_targets(node)
     return targets

@@ -15,7 +15,7 @@ import fuzzing
 
 # ~60 s for the whole file on this machine kind (issue 13 §5); bench/fuzz.py goes deep.
 EXAMPLES = 60
-NAMES = [t.name for t in fuzzing.message_targets()] + list(fuzzing.NODE_TARGETS)
+NAMES = [t.name for t in fuzzing.message_targets() + fuzzing.file_targets()] + list(fuzzing.NODE_TARGETS)
 
 
 @pytest.fixture(scope="module")
