@@ -256,3 +256,15 @@ def test_one_group_per_slot_so_a_re_signed_copy_is_never_trained_twice():
     assert copy.digest not in trainer.groups and first.digest in trainer.groups
     trainer.handle(P.GroupReceived(copy, WORKER.node_id, 0, 4, 0.0))  # another slot is another group
     assert copy.digest in trainer.groups
+
+
+def test_a_quarantined_nodes_later_groups_cost_no_checks():
+    trainer = node(TRAINER, "trainer", "verifier", admission=AdmissionConfig(batch_groups=50))
+    ready(trainer)
+    bad = submission(1)
+    trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 0, 0.0))
+    trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))
+    trainer.handle(P.Checked(bad.digest, ("reward_mismatch",), b"\x08" * 32))
+    assert trainer.standing(CHEAT.node_id).quarantined
+    actions = trainer.handle(P.GroupReceived(submission(2), CHEAT.node_id, 0, 1, 1.0))
+    assert not [a for a in actions if isinstance(a, P.Check)]

@@ -387,8 +387,8 @@ class NodeProtocol:
         for digest in self._fresh_groups():
             group = self.groups[digest]
             if (group.subject == self.me or digest in self.planted or self.me in self.verdicts[digest]
-                    or group.version not in self.loaded):
-                continue
+                    or group.version not in self.loaded or group.subject in self.quarantined):
+                continue  # (a quarantined node's groups are never trained: checking them is waste)
             others = self.verdicts[digest].values()
             recheck = any(v.outcome in (HARD_FAIL, SOFT_FAIL) for v in others)
             audit = self.has("trainer") and any(self._audits(v) for v in others)
