@@ -154,7 +154,8 @@ def test_the_devnets_own_addresses_are_valid():
 
 
 def test_vrl_node_prints_one_line_for_a_bad_file(tmp_path):
-    path = write(tmp_path, 'group_size = "eight"\n')
+    # The model is missing too, so that a node that took the file would stop at once, not run.
+    path = write(tmp_path, 'group_size = "eight"\nmodel = "no-such-model"\n')
     result = CliRunner().invoke(app, ["node", "--config", str(path)])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

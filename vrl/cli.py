@@ -419,7 +419,10 @@ def devnet(
     plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds (0: never).")] = 2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
-    """Start N real node processes on 127.0.0.1, show them live, stop after ROUNDS policy versions."""
+    """Start N real node processes on 127.0.0.1, show them live, stop after ROUNDS policy versions.
+
+    Exits 1, saying why, when a node dies, the nodes cannot reach each other, or the network
+    never gets past policy version 0."""
     import tempfile
 
     from vrl import devnet as dn
@@ -430,7 +433,7 @@ def devnet(
         from vrl.base_model import ensure_base_model
 
         ensure_base_model()
-    directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))
+    directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))  # resolved once, by dn.plan
     try:
         summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err, model=model, task=task,
                          plant_every=plant_every)
@@ -438,14 +441,19 @@ def devnet(
         raise _fail(str(error)) from None
     if json_out:
         out.print_json(json.dumps(summary, default=str))
-        return
-    cheats = [s["name"] for s in summary["nodes"].values() if s["adversary"]]
-    caught = [n for n in cheats if n in summary["quarantined"]]
-    out.print(f"devnet finished in {summary['seconds']:.0f} s: policy version {summary['policy_version']:.0f}, "
-              f"held-out accuracy {summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%} sampled, "
-              f"{summary['first_expected_accuracy'] or 0:.2%} -> {summary['expected_accuracy']:.2%} expected; "
-              f"{len(caught)} of {len(cheats)} cheating nodes quarantined; logs and stores in {directory}",
-              highlight=False)
+    else:
+        cheats = [s["name"] for s in summary["nodes"].values() if s["adversary"]]
+        caught = [n for n in cheats if n in summary["quarantined"]]
+        out.print(f"devnet finished in {summary['seconds']:.0f} s: policy version {summary['policy_version']:.0f}, "
+                  f"held-out accuracy {summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%} "
+                  f"sampled, {summary['first_expected_accuracy'] or 0:.2%} -> {summary['expected_accuracy']:.2%} "
+                  f"expected; {len(caught)} of {len(cheats)} cheating nodes quarantined; logs and stores in "
+                  f"{summary['directory']}", highlight=False)
+    if summary["failure"]:  # a network that did nothing is not a success
+        from rich.markup import escape
+
+        err.print(f"[bold red]error:[/] devnet failed: {escape(summary['failure'])}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()

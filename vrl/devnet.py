@@ -4,19 +4,20 @@ Node 0 is the trainer (and a verifier); the others are workers and verifiers. Th
 nodes can be told to cheat (``--adversaries fabricated-reward,lazy-verifier``). Each node is
 a separate ``vrl node`` process with its own key, store, JSON log and Prometheus port; the
 table is read from those metrics endpoints, as any operator would read them. The devnet stops
-by itself once the trainer has published ``rounds`` new policy versions (or at the deadline).
+by itself once the trainer has published ``rounds`` new policy versions, at the deadline, or as
+soon as the evidence shows it cannot work (:class:`Watch`): then its summary says why.
 """
 
 from __future__ import annotations
 
-
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,6 +34,13 @@ STOP_GRACE_SECONDS = 20.0
 # After the last version, run this long so that gossip a node missed is backfilled (every
 # vrl.node.daemon.BACKFILL_EVERY_SECONDS) before the books are closed.
 DRAIN_SECONDS = 8.0
+# A node exports its peer count once its bootstrap dials are over (vrl.node.daemon: run() dials,
+# backfills, then loops): connect_bootstrap tries an address 20 times with back-off capped at
+# 2 s, about 36 s for one that never answers, and plan() gives a node at most 2 addresses: 72 s,
+# plus a margin for the backfill that follows. So a node that has shown no peer 90 s after the
+# whole network came up is cut off, and the run stops there, not at its deadline (900 s by default).
+REACH_SECONDS = 90.0
+LOG_HEAD_BYTES = 1 << 18  # "node started" is among a node's first log lines
 
 
 @dataclass
@@ -43,6 +51,7 @@ class DevnetNode:
     metrics_port: int
     process: subprocess.Popen | None = None
     log_path: Path | None = None
+    log_start: int = 0  # where this run's lines begin in the log (a reused --dir appends)
 
     @property
     def peer(self) -> str:
@@ -57,6 +66,10 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
     anywhere, no audits, no planted groups; the trainer admits whatever arrives."""
     from p2p.libp2p_transport import multiaddr_for
 
+    # Every path is resolved here, once: a node reads its node.toml from its own folder and a
+    # relative data_dir there would be taken relative to that folder (dn/node-1/dn/node-1).
+    directory = Path(directory).resolve()
+    node_options = _resolved(node_options)
     if nodes < 2:
         raise ValueError("a devnet needs at least 2 nodes (a trainer and a worker)")
     if len(adversaries) > nodes - 1:
@@ -88,9 +101,23 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}",
             bootstrap=tuple(addresses[j] for j in sorted({0, i - 1}) if 0 <= j < i),
             metrics_port=base_port + 1000 + i, adversary=kind, **node_options)
-        (directory / f"node-{i}" / "node.toml").write_text(config.to_toml())
+        (directory / f"node-{i}" / "node.toml").write_text(config.to_toml(), encoding="utf-8")
         name = "trainer" if i == 0 else f"worker-{i}"
         out.append(DevnetNode(name, key, config, base_port + 1000 + i))
+    return out
+
+
+def _resolved(options: dict) -> dict:
+    """``model`` and ``task`` made absolute when they name a local directory or file, as the
+    node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path)."""
+    from vrl.model import PRESETS
+
+    out = dict(options)
+    model, task = out.get("model"), out.get("task")
+    if isinstance(model, str) and model not in (*PRESETS, "base") and Path(model).expanduser().exists():
+        out["model"] = str(Path(model).expanduser().resolve())
+    if isinstance(task, str) and not (task == "arithmetic" or task.startswith("arithmetic:")) and Path(task).exists():
+        out["task"] = str(Path(task).resolve())
     return out
 
 
@@ -99,6 +126,7 @@ def start(nodes: list[DevnetNode]) -> None:
     for node in nodes:
         node.log_path = node.config.path / "node.log"
         with open(node.log_path, "ab") as log:
+            node.log_start = log.tell()
             node.process = subprocess.Popen(
                 [sys.executable, "-m", "vrl.cli", "node", "--config", str(node.config.path / "node.toml"), "--json"],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -168,15 +196,114 @@ def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, d
     return table, summary
 
 
+def _last_line(path: Path | None) -> str:
+    """A node's last log line, its "event" or "error" when it is JSON; for a failure message."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 4096))
+            line = next((x for x in reversed(handle.read().decode(errors="replace").splitlines()) if x.strip()), "")
+    except (OSError, TypeError):
+        return ""
+    try:
+        record = json.loads(line)
+        line = record.get("error") or record.get("event") or line
+    except (ValueError, AttributeError):
+        pass
+    return line.strip()[:300]
+
+
+def _started_as(path: Path | None, offset: int = 0) -> str | None:
+    """The node id a node's log says it started as (its "node started" line after ``offset``),
+    if it got there."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            head = handle.read(LOG_HEAD_BYTES).decode(errors="replace")
+    except (OSError, TypeError):
+        return None
+    for line in head.splitlines():
+        if '"node started"' in line:
+            try:
+                return str(json.loads(line).get("id"))
+            except (ValueError, AttributeError):
+                return None
+    return None
+
+
+@dataclass
+class Watch:
+    """Decides, from what a devnet's nodes show, whether it is working: every check is on
+    evidence (exit codes, the id a node started as, peer counts, the policy version), and
+    each failure is one sentence saying which node and why."""
+
+    nodes: list[DevnetNode]
+    answered: set[str] = field(default_factory=set)  # names whose metrics endpoint has answered
+    all_up: float | None = None  # when every node had answered (slow starters are waited for)
+    up_since: dict[str, float] = field(default_factory=dict)  # name -> when its peer count became live
+    reached: set[str] = field(default_factory=set)  # names that have shown a peer
+    identified: set[str] = field(default_factory=set)  # names whose started id was checked
+
+    def observe(self, now: float, scraped: list[dict]) -> str | None:
+        """A failure seen at ``now`` (monotonic seconds) in one scrape of every node, or None."""
+        for node, metrics in zip(self.nodes, scraped):
+            code = node.process.poll() if node.process is not None else None
+            if code is not None:
+                return f"{node.name} exited with code {code} while the network ran: {_last_line(node.log_path)} " \
+                       f"(log: {node.log_path})"
+            if node.name not in self.identified and (started := _started_as(node.log_path, node.log_start)) is not None:
+                self.identified.add(node.name)
+                if started != node.key.node_id.hex():
+                    return (f"{node.name} started as node {started[:8]}, not the planned {node.peer}: its config "
+                            f"leads to another key than {node.config.path / node.config.key}, so its peers cannot "
+                            f"reach it (log: {node.log_path})")
+            if metrics:
+                self.answered.add(node.name)
+                if total(metrics, "vrl_peers") >= 1:
+                    self.reached.add(node.name)
+        if self.all_up is None and len(self.answered) == len(self.nodes):
+            self.all_up = now
+        if self.all_up is None:
+            return None  # nobody is judged while another node is still starting
+        for node, metrics in zip(self.nodes, scraped):
+            # A worker's peer count counts from when every node is up (its bootstrap dials are
+            # bounded by REACH_SECONDS); a trainer's once its first evaluation is done, which
+            # its loop, the exporter of the count, follows.
+            if metrics and (total(metrics, "vrl_step_seconds_count", kind="evaluate") >= 1
+                            or "trainer" not in node.config.roles):
+                self.up_since.setdefault(node.name, now)
+            if node.name not in self.reached and node.name in self.up_since and (
+                    now - self.up_since[node.name] >= REACH_SECONDS):
+                return (f"nodes cannot reach each other: {node.name} has had no peer for {REACH_SECONDS:.0f} s "
+                        f"since the network came up (log: {node.log_path})")
+        return None
+
+    def final(self, summary: dict, scraped: list[dict]) -> str | None:
+        """What the end of a run shows: a network that never got past version 0 failed."""
+        if summary.get("policy_version", 0) >= 1:
+            return None
+        trainer = scraped[0] if scraped else {}
+        produced = sum(total(m, "vrl_rollouts_produced_total") for m in scraped[1:])
+        peers = ", ".join(f"{n.name} {total(m, 'vrl_peers'):.0f}" for n, m in zip(self.nodes, scraped))
+        return (f"the network never got past policy version 0 in {summary.get('seconds', 0):.0f} s (the trainer "
+                f"received {total(trainer, 'vrl_groups_received_total'):.0f} groups, the workers produced "
+                f"{produced:.0f} rollouts; peers: {peers or 'no node answered'})")
+
+
 def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadline_s: float, base_port: int,
         console: Console, verification: bool = True, **node_options) -> dict:
-    """Start, watch until ``rounds`` versions or the deadline, stop; returns the summary."""
+    """Start, watch until ``rounds`` versions, a failure or the deadline, stop; returns the
+    summary. ``summary["failure"]`` is None for a run that worked, else why it did not: a node
+    exited, nodes could not reach each other (:class:`Watch`), or the network never got past
+    policy version 0."""
     network = plan(directory, nodes, adversaries, base_port, verification, rounds=rounds, **node_options)
     start(network)
     started = time.monotonic()
     summary: dict = {}
     first: dict | None = None
     reached: float | None = None
+    watch = Watch(network)
+    failure: str | None = None
+    scraped: list[dict] = []
     try:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             while time.monotonic() - started < deadline_s:
@@ -194,7 +321,8 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
                         reached = time.monotonic()
                     if time.monotonic() - reached >= DRAIN_SECONDS:
                         break
-                if any(n.process.poll() is not None for n in network):
+                failure = watch.observe(time.monotonic(), scraped)
+                if failure is not None:
                     break
                 time.sleep(POLL_SECONDS)
         console.line()
@@ -203,7 +331,9 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     summary.update(seconds=time.monotonic() - started, first_accuracy=(first or {}).get("held_out_accuracy"),
                    first_expected_accuracy=(first or {}).get("expected_accuracy"),
                    exit_codes={n.name: n.process.returncode for n in network},
-                   nodes={n.peer: {"name": n.name, "adversary": n.config.adversary} for n in network})
+                   nodes={n.peer: {"name": n.name, "adversary": n.config.adversary} for n in network},
+                   directory=str(network[0].config.path.parent))
+    summary["failure"] = failure or watch.final(summary, scraped)
     return summary
 
 
