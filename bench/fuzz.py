@@ -61,7 +61,7 @@ def main() -> int:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rows, crashes = [], 0
     table = Table(title=f"fuzz: {args.cases:,} cases per target and strategy", title_justify="left")
-    for column in ("target", "strategy", "cases", "distinct errors", "crashes", "slowest case", "seconds"):
+    for column in ("target", "strategy", "cases", "distinct errors", "crashes", "slowest case", "seconds", "peak MB"):
         table.add_column(column, justify="left" if column in ("target", "strategy") else "right")
     for target in targets:
         for strategy in ("raw", "structured"):
@@ -69,13 +69,14 @@ def main() -> int:
             tally = run(target, strategy, args.cases)
             seconds = time.perf_counter() - started
             crashes += len(tally.crashes)
-            rows.append({"target": target.name, "strategy": strategy, "cases": tally.cases, "values": tally.values,
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rows.append({"peak_rss_mb": peak, "target": target.name, "strategy": strategy, "cases": tally.cases, "values": tally.values,
                          "distinct_errors": len(tally.errors), "crashes": tally.crashes[:20],
                          "crash_count": len(tally.crashes), "slowest_seconds": tally.slowest, "seconds": seconds,
                          "errors": dict(tally.errors.most_common(30))})
             table.add_row(target.name, strategy, f"{tally.cases:,}", str(len(tally.errors)),
                           f"[red]{len(tally.crashes)}[/]" if tally.crashes else "0",
-                          f"{tally.slowest * 1000:.1f} ms", f"{seconds:.0f}")
+                          f"{tally.slowest * 1000:.1f} ms", f"{seconds:.0f}", f"{peak:.0f}")
             for crash in tally.crashes[:3]:
                 console.print(f"  [red]crash[/] {target.name}/{strategy}: {crash}", highlight=False)
     node.close()

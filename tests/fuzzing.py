@@ -14,6 +14,7 @@ crash"; a target may also check that nothing accepted before was lost (the node 
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import json
 import math
@@ -236,11 +237,16 @@ class Tally:
         crashes = len(self.crashes)
         started = time.perf_counter()
         try:
-            target.run(data)
+            result = target.run(data)
             self.values += 1
+            # Refusals some targets return as values: damaged records, a validator's verdict.
+            for item in result if isinstance(result, list) else [result]:
+                if isinstance(item, Exception):
+                    self._refused(item)
+                elif isinstance(item, enum.Enum):
+                    self.errors[f"validation: {item.name}"] += 1
         except target.errors as error:
-            # Distinct errors: the message with its numbers and quoted values masked.
-            self.errors[re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", str(error))[:120]] += 1
+            self._refused(error)
         except Exception as error:  # a crash is what this harness exists to find and report
             self.crashes.append(f"{type(error).__name__}: {str(error)[:200]} on {data[:64]!r}")
         elapsed = time.perf_counter() - started
@@ -254,6 +260,10 @@ class Tally:
                 self.crashes.append(f"lost: {error}")
         if raise_crashes and len(self.crashes) > crashes:
             raise AssertionError(f"{target.name}: {self.crashes[-1]}")
+
+    def _refused(self, error: Exception) -> None:
+        # Distinct errors: the message with its numbers and quoted values masked.
+        self.errors[re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", str(error))[:120]] += 1
 
 
 def message_targets() -> list[Target]:
@@ -327,12 +337,14 @@ class NodeUnderFire:
 
         return topic_of(data) or (TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_POLICIES)[len(data) % 3]
 
-    def gossip(self, topic: str, data: bytes) -> None:
+    def gossip(self, topic: str, data: bytes):
         from p2p.transport import Message, Validation, message_id
 
         message = Message(topic, data, b"\x09" * 32, message_id(topic, data))
-        if self.node._validate(message) is Validation.ACCEPT:
+        validation = self.node._validate(message)
+        if validation is Validation.ACCEPT:
             self.loop.run_until_complete(self._then_settle(self.node._on_message(message)))
+        return validation
 
     async def _then_settle(self, handling) -> None:
         """Handle, then cancel what the handling spawned (a weight fetch no peer can serve)."""
