@@ -82,6 +82,7 @@ MANIFEST_DAMAGE = {
     "empty file list (nothing verified)": b'{"step": 2, "files": {}}',
     "a file outside the checkpoint": None,
     "a hash that is not a string": None,
+    "a hash nested 900 deep": None,
     "nested 100,000 deep": _nested(100_000),
     "not UTF-8": b"\xff\xfe\x00{",
     "not JSON": b"{'step': 2}",
@@ -103,6 +104,9 @@ def damaged_manifest(kind: str, real: dict) -> bytes:
         return json.dumps({**real, "files": {**real["files"], "../../MANIFEST.json": "0" * 64}}).encode()
     if kind == "a hash that is not a string":
         return json.dumps({**real, "files": {**real["files"], "state.json": 12}}).encode()
+    if kind == "a hash nested 900 deep":
+        files = json.dumps({**real["files"], "state.json": 0}).replace("0}", _nested(900).decode() + "}")
+        return f'{{"step": 2, "files": {files}}}'.encode()
     raise AssertionError(kind)
 
 

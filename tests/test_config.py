@@ -123,6 +123,11 @@ def test_a_huge_file_is_refused_without_reading_it_whole(tmp_path):
         NodeConfig.from_toml(path)
 
 
+def test_an_integer_too_long_to_print_is_still_one_config_error():
+    with pytest.raises(ConfigError, match="^group_size: must be in .*an integer of 16610 bits"):
+        NodeConfig.from_dict({"data_dir": "d", "trainer": TRAINER, "group_size": 10**5000})
+
+
 def test_unknown_key_suggests_the_known_one(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'rols'.*did you mean 'roles'"):
         NodeConfig.from_toml(write(tmp_path, "rols = []\n"))

@@ -56,6 +56,14 @@ class Manifest:
     files: dict[str, str]  # every name of FILES -> its SHA-256, hex
 
 
+def _brief(value) -> str:
+    """A JSON value for an error message: a scalar cut short, a container by its type only
+    (printing one nested 900 deep could itself overflow the stack)."""
+    if isinstance(value, (list, dict)):
+        return f"a JSON {'array' if isinstance(value, list) else 'object'}"
+    return repr(value)[:60]
+
+
 def parse_manifest(data: bytes, source: str | Path) -> Manifest:
     """A manifest's bytes, checked: ``{"step": int, "files": {name: sha256 hex}}`` naming exactly
     :data:`FILES`. Any input gives a :class:`Manifest` or a :class:`CheckpointError` starting
@@ -73,12 +81,12 @@ def parse_manifest(data: bytes, source: str | Path) -> Manifest:
         raise bad('expected an object with exactly "step" and "files"')
     step, files = manifest["step"], manifest["files"]
     if type(step) is not int or not 0 <= step <= MAX_STEP:
-        raise bad(f"step must be an integer in 0..{MAX_STEP}, got {str(step)[:40]!r}")
+        raise bad(f"step must be an integer in 0..{MAX_STEP}, got {_brief(step)}")
     if not isinstance(files, dict) or sorted(files) != sorted(FILES):
         raise bad(f"files must list exactly {', '.join(FILES)}")
     for name, digest in files.items():
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise bad(f"files.{name}: expected a SHA-256 in hex, got {str(digest)[:80]!r}")
+            raise bad(f"files.{name}: expected a SHA-256 in hex, got {_brief(digest)}")
     return Manifest(step, files)
 
 
@@ -220,16 +228,16 @@ def _optimizer_state(path: Path, rest, moments: dict[str, torch.Tensor], optimiz
             number = (int, float)
             if isinstance(value, number) and not isinstance(value, bool) and (
                     not isinstance(saved.get(key), number) or isinstance(saved.get(key), bool)):
-                raise CheckpointError(f"{where}: optimizer: {key} must be a number, got {str(saved.get(key))[:40]!r}")
+                raise CheckpointError(f"{where}: optimizer: {key} must be a number, got {_brief(saved.get(key))}")
         for index, parameter in zip(saved["params"], own["params"]):
             if type(index) is not int or index in parameters:
-                raise CheckpointError(f"{where}: optimizer: parameter ids must be distinct integers, got {index!r}")
+                raise CheckpointError(f"{where}: optimizer: parameter ids must be distinct integers, got {_brief(index)}")
             parameters[index] = parameter
     state: dict[int, dict] = {}
     for key, value in [*moments.items(), *rest["scalars"].items()]:
         index, _, slot = key.partition(".")
         if not index.isdecimal() or int(index) not in parameters or not slot:
-            raise CheckpointError(f"{where}: optimizer: state {key!r} names no parameter of the model")
+            raise CheckpointError(f"{where}: optimizer: state {key[:60]!r} names no parameter of the model")
         shape = parameters[int(index)].shape
         if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != shape:
             raise CheckpointError(f"{path / 'optimizer.safetensors'}: {key!r} has shape {tuple(value.shape)}, "

@@ -151,6 +151,8 @@ def one_of(choices: typing.Iterable[str]) -> Callable[[str], str | None]:
 
 def _show(value) -> str:
     """A value for an error message: its repr, cut short (a hostile one may be a megabyte)."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr would refuse past 4300 digits
+        return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
 
