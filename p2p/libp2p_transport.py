@@ -69,7 +69,7 @@ from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
 from libp2p.crypto.keys import KeyType
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
-from libp2p.exceptions import ParseError, ValidationError
+from libp2p.exceptions import ValidationError
 from libp2p.io.exceptions import IOException
 from libp2p.network.config import ConnectionConfig
 from libp2p.network.connection.exceptions import RawConnError

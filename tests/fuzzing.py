@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import tomli_w
+import tomllib
 from hypothesis import strategies as st
 
 from proofs.sampler import SamplingParams
@@ -35,7 +37,9 @@ from vrl.node.messages import (
     BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
     decode_group,
 )
+from vrl.checkpoint import CheckpointError, parse_manifest
 from vrl.io import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
+from vrl.node.config import ConfigError, NodeConfig
 from vrl.rollout import RecordError, Rollout
 from vrl.tasks import RewardSpec
 from vrl.tasks.files import TaskFileError, task_from_line
@@ -176,6 +180,28 @@ def mutated_json(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
 
 
 @st.composite
+def mutated_toml(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
+    """A valid node.toml with keys replaced by hostile values (what TOML can hold: no bytes,
+    no null), removed, or added."""
+    value = tomllib.loads(draw(st.sampled_from(seeds)).decode())
+    for _ in range(draw(st.integers(1, 3))):
+        value = _mutate(draw, value)
+    try:
+        return tomli_w.dumps(_toml_safe(value) if isinstance(value, dict) else {"x": _toml_safe(value)}).encode()
+    except (TypeError, ValueError, RecursionError):
+        return draw(st.sampled_from(seeds))
+
+
+def _toml_safe(value: Any) -> Any:
+    """TOML has no null and no bytes; keys are text."""
+    if isinstance(value, dict):
+        return {str(k): _toml_safe(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_toml_safe(v) for v in value if v is not None]
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+@st.composite
 def mutated_bytes(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
     """A valid input with bytes flipped, cut, inserted or a stretch repeated."""
     data = bytearray(draw(st.sampled_from(seeds)))
@@ -216,7 +242,8 @@ class Target:
 
     def structured(self) -> st.SearchStrategy[bytes]:
         seeds = self.valid_inputs()
-        mutated = {"msgpack": mutated_msgpack, "json": mutated_json}.get(self.structure, lambda _: st.nothing())(seeds)
+        mutated = {"msgpack": mutated_msgpack, "json": mutated_json, "toml": mutated_toml}.get(
+            self.structure, lambda _: st.nothing())(seeds)
         return st.sampled_from(seeds) | mutated | mutated_bytes(seeds)
 
 
@@ -300,6 +327,15 @@ def file_targets() -> list[Target]:
         Target("rollout file", read_all, (RolloutFileError,), lambda: [
             FILE_MAGIC + frame(rollout(0)) + frame(rollout(1)), FILE_MAGIC + b"VRLR" * 64, FILE_MAGIC],
                structure="bytes"),
+        Target("node TOML", lambda data: NodeConfig.from_toml_bytes(data, "node.toml"), (ConfigError,), lambda: [
+            tomli_w.dumps({"data_dir": "d", "trainer": "ab" * 32}).encode(),
+            tomli_w.dumps({"data_dir": "/tmp/n", "trainer": "cd" * 32, "roles": ["trainer", "verifier"],
+                           "listen": "/ip4/127.0.0.1/tcp/29000", "group_size": 8, "temperature": 0.7,
+                           "bootstrap": ["/ip4/127.0.0.1/tcp/29001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"],
+                           "metrics_port": 30001}).encode()], structure="toml"),
+        Target("checkpoint manifest", lambda data: parse_manifest(data, "MANIFEST.json"), (CheckpointError,),
+               lambda: [json.dumps({"step": 12, "files": {n: "0" * 64 for n in ("model.safetensors", "optimizer.safetensors",
+                                                                     "state.json")}}).encode()], structure="json"),
         Target("task line", task_line, (TaskFileError,), lambda: [
             b'{"question": "Tom has 3 apples and buys 4. How many?", "answer": "He has 7.\\n#### 7"}',
             b'{"id": "t1", "prompt": "2+3=", "answer": "5"}', b'{"id": "t2", "prompt": "x", "answer": "\\frac{1}{2}"}'],

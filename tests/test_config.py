@@ -7,8 +7,6 @@ A user mistake is one line naming the file and the key, never a traceback; hosti
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
 import math
 import os
 import subprocess
@@ -17,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -199,23 +198,6 @@ def test_start_checks_name_the_key(tmp_path):
 
 # -- properties ---------------------------------------------------------------------------------
 
-def toml_value(value) -> str:
-    """A TOML literal for a Python value (what tomllib gives back)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
-
-
 FIELDS = [f.name for f in dataclasses.fields(NodeConfig)]
 toml_int = st.integers(-2**63, 2**63 - 1)  # TOML's integers are 64-bit
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -235,7 +217,7 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 
 
 def check_loads(data: dict) -> None:
-    text_ = "".join(f"{json.dumps(k)} = {toml_value(v)}\n" for k, v in data.items())
+    text_ = tomli_w.dumps(data)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "node.toml"
         path.write_text(text_, encoding="utf-8")
@@ -254,7 +236,7 @@ def check_loads(data: dict) -> None:
 def test_valid_configs_load_and_round_trip(data):
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "node.toml"
-        path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in data.items()), encoding="utf-8")
+        path.write_text(tomli_w.dumps(data), encoding="utf-8")
         config = NodeConfig.from_toml(path)
         path.write_text(config.to_toml(), encoding="utf-8")
         assert NodeConfig.from_toml(path) == config
@@ -287,3 +269,21 @@ def test_from_dict_takes_any_value(data, name, value):
     except ConfigError:
         return
     assert getattr(config, name) == (tuple(value) if isinstance(value, list) else value) or name == "data_dir"
+
+
+def test_transport_limits_are_a_table_checked_by_key(tmp_path):
+    """The [transport_limits] table reaches p2p.transport.TransportLimits; its mistakes name
+    the table and the key, like every other key of the file."""
+    good = tmp_path / "good.toml"
+    good.write_text(tomli_w.dumps({"data_dir": "d", "trainer": TRAINER, "transport_limits": {
+        "ban_seconds": 60, "handshake_timeout": 2.5, "max_pending_connections": 8}}), encoding="utf-8")
+    config = NodeConfig.from_toml(good)
+    assert (config.transport_limits.ban_seconds, config.transport_limits.max_pending_connections) == (60.0, 8)
+    assert NodeConfig.from_toml_bytes(config.to_toml().encode(), good) == config
+    for table, words in [({"ban_second": 1}, "transport_limits.ban_second: unknown key"),
+                         ({"ban_seconds": "long"}, "transport_limits: ban_seconds"),
+                         ({"ban_seconds": -1}, "transport_limits"), (7, "transport_limits: expected a table")]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(tomli_w.dumps({"data_dir": "d", "trainer": TRAINER, "transport_limits": table}), encoding="utf-8")
+        with pytest.raises(ConfigError, match=f"^{bad}: {words}"):
+            NodeConfig.from_toml(bad)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import tomli_w
 import torch
 
 from proofs.sampler import SamplingParams
@@ -120,13 +121,7 @@ class TrainConfig:
         return cls(**data, grpo=GRPOConfig(**grpo))
 
     def to_toml(self) -> str:
-        def value(v) -> str:
-            return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
-
-        top = {k: v for k, v in asdict(self).items() if k != "grpo"}
-        lines = [f"{k} = {value(v)}" for k, v in top.items()]
-        lines += ["", "[grpo]", *(f"{k} = {value(v)}" for k, v in asdict(self.grpo).items())]
-        return "\n".join(lines) + "\n"
+        return tomli_w.dumps(asdict(self))  # the [grpo] table last, as tomli-w writes tables
 
 
 def _audited(round_seed_: bytes, group_index: int, fraction: float) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import json
 import math
 import re
 import tomllib
@@ -21,6 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import base58
+import tomli_w
+from multiaddr import Multiaddr
+from multiaddr.exceptions import Error as MultiaddrError
+
+from p2p.transport import TransportLimits
 from vrl.node.protocol import ROLES
 from vrl.node.work import ADVERSARIES
 from vrl.rollout import MAX_GROUP_SIZE
@@ -67,16 +72,34 @@ def checked(check: Callable[[str], str | None]) -> dict:
 # -- the forms of strings --------------------------------------------------------------------------
 
 _HEX_ID = re.compile(r"[0-9a-fA-F]{64}")
-_IPV4 = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}"
-LISTEN = re.compile(rf"/ip4/(?P<host>{_IPV4})/tcp/(?P<port>\d{{1,5}})")
-_BOOTSTRAP = re.compile(rf"/ip4/{_IPV4}/tcp/(?P<port>\d{{1,5}})/p2p/(?P<peer>[1-9A-HJ-NP-Za-km-z]{{1,64}})")
 _LOOPBACK = re.compile(r"loopback/[0-9a-f]{64}")  # p2p.loopback.ADDRESS_PREFIX + a hex peer id
 _DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")  # vrl.model.resolve_device's forms
-_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 # A libp2p peer id of an Ed25519 key: the identity multihash (0x00, length 36) of the key's
 # protobuf encoding (field 1 KeyType = 1 Ed25519, field 2 Data of 32 bytes): libp2p peer-ids spec.
 _ED25519_PEER_PREFIX = bytes([0x00, 0x24, 0x08, 0x01, 0x12, 0x20])
+# The forms the libp2p transport dials and listens on (p2p.libp2p_transport: TCP over IPv4).
+_LISTEN_FORM, _BOOTSTRAP_FORM = ["ip4", "tcp"], ["ip4", "tcp", "p2p"]
 MAX_PORT = 65535  # TCP ports are 16-bit (RFC 9293 §3.1)
+
+
+def _multiaddr(text: str, form: list[str]) -> Multiaddr | str:
+    """``text`` parsed by the multiaddr library, or what is wrong with it; the library checks
+    each part (an IPv4 address, a port in 0..65535, a peer id's base58 and multihash)."""
+    try:
+        address = Multiaddr(text)
+    except (MultiaddrError, ValueError) as error:  # its parse errors are ValueErrors too
+        return f"not a multiaddr: {error}"
+    if [p.name for p in address.protocols()] != form:
+        return f"expected /{'/<...>/'.join(form)}/<...>, got {text!r}"
+    return address
+
+
+def listen_host_port(text: str) -> tuple[str, int]:
+    """The IPv4 host and TCP port of a checked ``listen`` address."""
+    address = _multiaddr(text, _LISTEN_FORM)
+    if isinstance(address, str):
+        raise ConfigError(f"listen: {address}")
+    return address.value_for_protocol("ip4"), int(address.value_for_protocol("tcp"))
 
 
 def hex_node_id(text: str) -> str | None:
@@ -112,31 +135,19 @@ def device_spec(text: str) -> str | None:
 
 
 def listen_address(text: str) -> str | None:
-    match = LISTEN.fullmatch(text)
-    if match is None:
-        return f"expected /ip4/<address>/tcp/<port>, got {text!r}"
-    if int(match["port"]) > MAX_PORT:  # 0 asks the system for a free port
-        return f"port {int(match['port'])} is not in 0..{MAX_PORT}"
-    return None
-
-
-def _base58(text: str) -> bytes:
-    number = 0
-    for char in text:
-        number = number * 58 + _BASE58.index(char)
-    zeros = len(text) - len(text.lstrip("1"))
-    return bytes(zeros) + number.to_bytes((number.bit_length() + 7) // 8, "big")
+    address = _multiaddr(text, _LISTEN_FORM)  # port 0 asks the system for a free port
+    return address if isinstance(address, str) else None
 
 
 def bootstrap_address(text: str) -> str | None:
     if _LOOPBACK.fullmatch(text):
         return None  # checked against the transport in NodeConfig.__post_init__
-    match = _BOOTSTRAP.fullmatch(text)
-    if match is None:
-        return f"expected /ip4/<address>/tcp/<port>/p2p/<peer id>, got {text!r}"
-    if not 1 <= int(match["port"]) <= MAX_PORT:  # a peer cannot be dialled at port 0
-        return f"port {int(match['port'])} is not in 1..{MAX_PORT} in {text!r}"
-    peer = _base58(match["peer"])
+    address = _multiaddr(text, _BOOTSTRAP_FORM)
+    if isinstance(address, str):
+        return address
+    if address.value_for_protocol("tcp") == "0":
+        return f"port 0 cannot be dialled, in {text!r}"
+    peer = base58.b58decode(address.value_for_protocol("p2p"))
     if len(peer) != len(_ED25519_PEER_PREFIX) + 32 or not peer.startswith(_ED25519_PEER_PREFIX):
         return f"the peer id in {text!r} is not an Ed25519 libp2p peer id (12D3KooW...)"
     return None
@@ -192,12 +203,15 @@ def _hints(cls) -> dict:
 
 def check_fields(instance, prefix: str = "") -> None:
     """Check every field of a dataclass instance against its annotation (``str``, ``int``,
-    ``float``, ``bool`` or ``tuple[X, ...]`` of those) and its metadata (``range``, ``check``);
-    ints given for floats become floats. Raises :class:`ConfigError` naming ``prefix + field``."""
+    ``float``, ``bool``, ``tuple[X, ...]`` of those, or another dataclass, given as a table) and
+    its metadata (``range``, ``check``); ints given for floats become floats. Raises
+    :class:`ConfigError` naming ``prefix + field``."""
     hints = _hints(type(instance))
     for spec in dataclasses.fields(instance):
         name, hint, value = prefix + spec.name, hints[spec.name], getattr(instance, spec.name)
-        if typing.get_origin(hint) is tuple:
+        if dataclasses.is_dataclass(hint):
+            value = _table(hint, value, name)
+        elif typing.get_origin(hint) is tuple:
             (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
             if type(value) is not tuple:
                 raise ConfigError(f"{name}: expected an array, got {_show(value)} ({_kind(value)})")
@@ -205,6 +219,23 @@ def check_fields(instance, prefix: str = "") -> None:
         else:
             value = _scalar(name, hint, value, spec.metadata)
         object.__setattr__(instance, spec.name, value)  # normalized (1 -> 1.0); frozen otherwise
+
+
+def _table(cls, value, name: str):
+    """A nested dataclass field: a TOML table built and checked like the file itself, then by
+    the class's own checks (a library dataclass raises ValueError, named here by its table)."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name}: expected a table, got {_show(value)} ({_kind(value)})")
+    try:
+        table = build(cls, value, prefix=name + ".")
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{name}: {error}") from None
+    check_fields(table, prefix=name + ".")
+    return table
 
 
 def build(cls, data, prefix: str = ""):
@@ -283,6 +314,9 @@ class NodeConfig:
     # any machine here has, and stops a typo from starting a million threads.
     torch_threads: int = field(default=1, metadata=bounded(1, 1024))
     transport: str = field(default="libp2p", metadata=checked(one_of(("libp2p", "loopback"))))  # loopback: in-process tests
+    # [transport_limits]: peer scoring and bans, handshake deadline, pending-connection cap;
+    # each default's source is in p2p.transport.TransportLimits, which also checks the values.
+    transport_limits: TransportLimits = field(default_factory=TransportLimits)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -337,13 +371,4 @@ class NodeConfig:
         return config
 
     def to_toml(self) -> str:
-        def value(v) -> str:
-            if isinstance(v, (tuple, list)):
-                return "[" + ", ".join(value(x) for x in v) + "]"
-            if isinstance(v, bool):
-                return "true" if v else "false"
-            if isinstance(v, str):  # JSON's escapes are all TOML basic-string escapes
-                return json.dumps(v, ensure_ascii=False)
-            return repr(v)
-
-        return "".join(f"{f.name} = {value(getattr(self, f.name))}\n" for f in dataclasses.fields(self))
+        return tomli_w.dumps(dataclasses.asdict(self))

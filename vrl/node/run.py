@@ -15,7 +15,7 @@ import structlog
 
 from p2p.transport import Transport
 from vrl.keys import KeyFileError, NodeKey
-from vrl.node.config import LISTEN, ConfigError, NodeConfig
+from vrl.node.config import ConfigError, NodeConfig, listen_host_port
 
 
 def node_key(config: NodeConfig) -> NodeKey:
@@ -47,12 +47,11 @@ def preflight(config: NodeConfig) -> None:
 
 
 def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
-    match = LISTEN.fullmatch(config.listen)
-    if match is None:  # NodeConfig checked it; kept for configs built by hand
-        raise ConfigError(f"listen: expected /ip4/<address>/tcp/<port>, got {config.listen!r}")
+    host, port = listen_host_port(config.listen)
     from p2p.libp2p_transport import Libp2pTransport  # imports ~1,300 modules: only when needed
 
-    return Libp2pTransport(key.private_seed(), host=match["host"], port=int(match["port"]))
+    return Libp2pTransport(key.private_seed(), host=host, port=port,
+                           limits=config.transport_limits)
 
 
 def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log):
