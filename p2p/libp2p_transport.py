@@ -55,6 +55,7 @@ import concurrent.futures
 import enum
 import functools
 import math
+import socket
 import struct
 import threading
 from collections import Counter, OrderedDict
@@ -163,6 +164,26 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+def _check_port_free(listen: multiaddr.Multiaddr) -> None:
+    """Refuse a port some socket already holds. py-libp2p 0.8.1 listens with SO_REUSEPORT (for
+    TCP hole punching), and Linux then lets a second listener of the same user bind the same
+    port and splits incoming connections between the two: a node started on a taken port would
+    run with half its peers' dials going elsewhere. A bind without SO_REUSEPORT fails on a port
+    anyone listens on (EADDRINUSE); port 0 is always free (the system picks one). A process of
+    the same user that binds the port later, with SO_REUSEPORT, is not stopped by this."""
+    host, port = listen.value_for_protocol("ip4"), int(listen.value_for_protocol("tcp"))
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR: a restarted node may rebind past its old connections' TIME_WAIT; Linux
+        # still refuses it against any socket listening there (inet_csk_bind_conflict).
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise PeerUnavailable(f"cannot listen on {host}:{port}: {error.strerror}") from None
+
+
 class Libp2pTransport:
     """A :class:`p2p.transport.Transport` on py-libp2p, listening on TCP at ``host:port``
     (port 0: any free port). Identity: the Ed25519 key whose 32-byte private seed is given."""
@@ -208,6 +229,7 @@ class Libp2pTransport:
     async def start(self) -> None:
         if self._state is not _State.NEW:
             raise TransportError(f"a transport starts once; this one is {self._state.value}")
+        _check_port_free(self._listen)
         self._loop = asyncio.get_running_loop()
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._thread_main, args=(ready,), daemon=True,

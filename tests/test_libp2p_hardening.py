@@ -518,3 +518,21 @@ def test_a_stopped_peer_times_out_and_recovers_when_continued() -> None:
             await client.close()
 
     run(scenario)
+
+
+def test_a_transport_whose_port_is_taken_refuses_to_start():
+    """py-libp2p 0.8.1 listens with SO_REUSEPORT, so a second node on a taken port started, and
+    the kernel split incoming dials between the two processes."""
+    async def scenario() -> None:
+        first = Libp2pTransport(seed("first"))
+        await first.start()
+        try:
+            port = int(first.addresses()[0].split("/tcp/")[1].split("/")[0])
+            second = Libp2pTransport(seed("second"), port=port)
+            with pytest.raises(PeerUnavailable, match="cannot listen"):
+                await asyncio.wait_for(second.start(), 30)
+            await second.close()
+        finally:
+            await first.close()
+
+    asyncio.run(scenario())

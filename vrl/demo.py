@@ -89,6 +89,10 @@ def local_devnet(nodes: int = 4, rounds: int = 12) -> None:
     directory = Path(tempfile.mkdtemp(prefix="vrl-demo-"))
     summary = devnet.run(directory, nodes, ["fabricated-reward"], rounds, deadline_s=900, base_port=29000,
                          console=console, model="base", plant_every=2)
+    if summary.get("failure"):
+        console.print(f"[red]error[/]: devnet failed: {summary['failure']}. Logs, stores and configs: {directory}",
+                      highlight=False)
+        raise SystemExit(1)
     cheats = [n["name"] for n in summary["nodes"].values() if n["adversary"]]
     caught = [n for n in cheats if n in summary["quarantined"]]
     console.print(f"[bold]{len(caught)} of {len(cheats)} cheating nodes quarantined[/]; "
