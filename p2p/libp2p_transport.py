@@ -598,11 +598,7 @@ class Libp2pTransport:
         """Swarm.upgrade_inbound_raw_conn, capped: at most ``max_pending_connections`` at once,
         the next ones closed at once. The deadline is the swarm's own (ConnectionConfig)."""
         if self._pending_inbound >= self._limits.max_pending_connections:
-            with trio.CancelScope(shield=True), trio.move_on_after(RESET_TIMEOUT):
-                try:
-                    await raw_conn.close()
-                except Exception:
-                    pass
+            await _close_shielded(raw_conn)
             raise SwarmException(f"{self._pending_inbound} inbound connections already pending")
         self._pending_inbound += 1
         try:
@@ -908,11 +904,7 @@ class _GatedUpgrader(TransportUpgrader):
     async def upgrade_security(self, raw_conn: Any, is_initiator: bool, peer_id: ID | None = None) -> Any:
         secured = await super().upgrade_security(raw_conn, is_initiator, peer_id)
         if not self._admits(secured.get_remote_peer()):
-            with trio.CancelScope(shield=True), trio.move_on_after(RESET_TIMEOUT):
-                try:
-                    await secured.close()
-                except Exception:
-                    pass
+            await _close_shielded(secured)
             raise SecurityUpgradeFailure(f"{secured.get_remote_peer()} is banned")
         return secured
 
@@ -1036,9 +1028,18 @@ async def _reset(stream: INetStream) -> None:
             pass  # it is going away either way
 
 
+async def _close_shielded(connection: Any) -> None:
+    """Close a connection we are refusing, even while being cancelled, within RESET_TIMEOUT."""
+    with trio.CancelScope(shield=True), trio.move_on_after(RESET_TIMEOUT):
+        try:
+            await connection.close()
+        except Exception:
+            pass  # refused either way: a close that fails leaves nothing of ours open
+
+
 async def _close(stream: INetStream) -> None:
     with trio.move_on_after(RESET_TIMEOUT):
         try:
             await stream.close()
         except Exception:
-            pass
+            pass  # the stream is done either way; the peer may have reset it first

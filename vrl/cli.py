@@ -442,13 +442,7 @@ def devnet(
     if json_out:
         out.print_json(json.dumps(summary, default=str))
     else:
-        cheats = [s["name"] for s in summary["nodes"].values() if s["adversary"]]
-        caught = [n for n in cheats if n in summary["quarantined"]]
-        out.print(f"devnet finished in {summary['seconds']:.0f} s: policy version {summary['policy_version']:.0f}, "
-                  f"held-out accuracy {summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%} "
-                  f"sampled, {summary['first_expected_accuracy'] or 0:.2%} -> {summary['expected_accuracy']:.2%} "
-                  f"expected; {len(caught)} of {len(cheats)} cheating nodes quarantined; logs and stores in "
-                  f"{summary['directory']}", highlight=False)
+        out.print(f"devnet finished: {dn.outcome_line(summary)}", highlight=False)
     if summary["failure"]:  # a network that did nothing is not a success
         from rich.markup import escape
 

@@ -93,13 +93,7 @@ def local_devnet(nodes: int = 4, rounds: int = 12) -> None:
         console.print(f"[red]error[/]: devnet failed: {summary['failure']}. Logs, stores and configs: {directory}",
                       highlight=False)
         raise SystemExit(1)
-    cheats = [n["name"] for n in summary["nodes"].values() if n["adversary"]]
-    caught = [n for n in cheats if n in summary["quarantined"]]
-    console.print(f"[bold]{len(caught)} of {len(cheats)} cheating nodes quarantined[/]; "
-                  f"{summary['policy_version']:.0f} policy versions in {summary['seconds']:.0f} s; held-out accuracy "
-                  f"{summary['first_accuracy'] or 0:.1%} -> {summary['held_out_accuracy']:.1%} sampled, "
-                  f"{summary['first_expected_accuracy'] or 0:.2%} -> {summary['expected_accuracy']:.2%} expected. "
-                  f"Logs, stores and configs: {directory}")
+    console.print(devnet.outcome_line(summary), highlight=False)
 
 
 if __name__ == "__main__":

@@ -338,3 +338,13 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
 
 
 
+
+
+def outcome_line(summary: dict) -> str:
+    """What a finished devnet did, in one line: versions, accuracy, cheats caught."""
+    cheats = [node["name"] for node in summary["nodes"].values() if node["adversary"]]
+    caught = [name for name in cheats if name in summary["quarantined"]]
+    return (f"{len(caught)} of {len(cheats)} cheating nodes quarantined; {summary['policy_version']:.0f} policy "
+            f"versions in {summary['seconds']:.0f} s; held-out accuracy {summary['first_accuracy'] or 0:.1%} -> "
+            f"{summary['held_out_accuracy']:.1%} sampled, {summary['first_expected_accuracy'] or 0:.2%} -> "
+            f"{summary['expected_accuracy']:.2%} expected; logs, stores and configs in {summary['directory']}")

@@ -44,7 +44,8 @@ class MessageError(ValueError):
     """A message that does not decode; names the kind and the field."""
 
 
-def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
+def _msgpack_map(data: bytes, kind: str) -> dict:
+    """``data`` as a msgpack map with text keys; anything else is a MessageError."""
     try:
         wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except Exception as error:  # msgpack raises several unrelated types for bad bytes
@@ -53,15 +54,24 @@ def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
         raise MessageError(f"{kind}: expected a msgpack map, got {type(wire).__name__}")
     if not all(isinstance(k, str) for k in wire):
         raise MessageError(f"{kind}: every key must be text (msgpack str), found {_first_non_text(wire)!r}")
+    return wire
+
+
+def _exactly(wire: dict, kind: str, fields: set[str]) -> dict:
+    unknown, missing = set(wire) - fields, fields - set(wire)
+    if unknown or missing:
+        raise MessageError(f"{kind}: field {sorted(unknown or missing)[0]!r} is {'unknown' if unknown else 'missing'}")
+    return wire
+
+
+def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
+    """A gossip message: its ``kind`` and version first, then exactly ``fields``."""
+    wire = _msgpack_map(data, kind)
     if wire.get("kind") != kind:
         raise MessageError(f"{kind}: field 'kind' must be {kind!r}, got {wire.get('kind')!r}")
     if wire.get("v") != MESSAGE_VERSION:
         raise MessageError(f"{kind}: unknown message version {wire.get('v')!r}")
-    unknown = set(wire) - fields - {"kind", "v"}
-    missing = fields - set(wire)
-    if unknown or missing:
-        raise MessageError(f"{kind}: field {sorted(unknown or missing)[0]!r} is {'unknown' if unknown else 'missing'}")
-    return wire
+    return _exactly(wire, kind, fields | {"kind", "v"})
 
 
 def _first_non_text(wire: dict) -> object:
@@ -341,19 +351,8 @@ BACKFILL_MAX_MESSAGE_BYTES = 256 << 10
 
 
 def _plain_map(data: bytes, kind: str, fields: set[str]) -> dict:
-    """A non-gossip map: exactly ``fields``, text keys, any msgpack error as MessageError."""
-    try:
-        wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except Exception as error:  # msgpack raises several unrelated types for bad bytes
-        raise MessageError(f"{kind}: not valid msgpack: {error}") from None
-    if not isinstance(wire, dict):
-        raise MessageError(f"{kind}: expected a msgpack map, got {type(wire).__name__}")
-    if not all(isinstance(k, str) for k in wire):
-        raise MessageError(f"{kind}: every key must be text (msgpack str), found {_first_non_text(wire)!r}")
-    unknown, missing = set(wire) - fields, fields - set(wire)
-    if unknown or missing:
-        raise MessageError(f"{kind}: field {sorted(unknown or missing)[0]!r} is {'unknown' if unknown else 'missing'}")
-    return wire
+    """A request or response map (no kind, no version): exactly ``fields``."""
+    return _exactly(_msgpack_map(data, kind), kind, fields)
 
 
 def _u64(kind: str, wire: dict, name: str) -> int:
