@@ -105,9 +105,17 @@ def test_a_skip_the_ticket_does_not_allow_is_invalid():
     assert not lying.valid()  # at rate 1 every ticket draws a check
 
 
+def endorse(proto: P.NodeProtocol, key: NodeKey) -> None:
+    """The node checks and passes one group of ``key``: its reports now carry some weight."""
+    own = Submission((b"own work of " + key.node_id,))
+    proto.handle(P.GroupReceived(own, key.node_id, 0, 0, 0.0))
+    proto.handle(P.Checked(own.digest, (), b"\x05" * 32))
+
+
 def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
     trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=50))
     ready(trainer)
+    endorse(trainer, VERIFIER)
     bad, other = submission(1), submission(2)
     trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 104, 0.0))
     trainer.handle(P.GroupReceived(other, CHEAT.node_id, 0, 105, 0.0))
@@ -261,6 +269,7 @@ def test_one_group_per_slot_so_a_re_signed_copy_is_never_trained_twice():
 def test_a_quarantined_nodes_later_groups_cost_no_checks():
     trainer = node(TRAINER, "trainer", "verifier", admission=AdmissionConfig(batch_groups=50))
     ready(trainer)
+    endorse(trainer, VERIFIER)
     bad = submission(1)
     trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 0, 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))

@@ -164,3 +164,14 @@ def test_a_version_1_database_is_migrated_in_place_keeping_everything(tmp_path):
     assert len(store.since(3, 1 << 20)[0]) == 3 and store.since(4, 1 << 20)[0] == []
     store.close()
     assert Store(path).counts()["verdicts"] == 1  # opens again as version 2
+
+
+def test_a_check_replaces_the_verifiers_own_skip_never_the_reverse(tmp_path):
+    store = Store(tmp_path / "n.sqlite")
+    group = Submission((b"g",))
+    skip = SignedVerdict(KEY.node_id, b"w" * 32, group.digest, 0, 0, audit_ticket(KEY, group.digest), 0.0,
+                         "skipped", (), b"", "p").signed(KEY)
+    check = verdict(group, 0)
+    assert store.put_verdict(skip, 1.0) and store.put_verdict(check, 2.0) and not store.put_verdict(skip, 3.0)
+    assert [SignedVerdict.from_bytes(d).outcome for k, d, _ in store.replay() if k == "verdict"] == ["pass"]
+    store.close()

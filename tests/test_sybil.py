@@ -48,8 +48,16 @@ def trainer_view(roles=("trainer", "verifier"), **options) -> P.NodeProtocol:
     return proto
 
 
+def endorse(proto: P.NodeProtocol, key: NodeKey) -> None:
+    """The view checks and passes one group of ``key``: its reports now carry some weight."""
+    own = Submission((b"own work of " + key.node_id,))
+    proto.handle(P.GroupReceived(own, key.node_id, 0, 0, 0.0))
+    proto.handle(P.Checked(own.digest, (), b"\x05" * 32))
+
+
 def confirm_bad(proto: P.NodeProtocol, group: Submission, subject: bytes) -> None:
-    """A group the trainer saw fail twice: a verifier's hard fail, then its own re-check."""
+    """A group the trainer saw fail twice: an endorsed verifier's hard fail, then its own re-check."""
+    endorse(proto, VERIFIER)
     proto.handle(P.GroupReceived(group, subject, 0, 101, 0.0))
     proto.handle(P.VerdictReceived(verdict(VERIFIER, group.digest, subject, "hard_fail", reasons=("reward_mismatch",))))
     proto.handle(P.Checked(group.digest, ("reward_mismatch",), b"\x08" * 32))
@@ -186,3 +194,46 @@ def test_many_endorsed_accusers_cannot_quarantine_without_a_re_check_of_ones_own
     assert not rep.standing(honest, 0).quarantined  # ...but only a re-check of one's own evicts
     rep.add(Report(0, me, honest, b"\xee" * 32, HARD_FAIL))
     assert rep.standing(honest, 0).quarantined
+
+
+def test_a_strangers_fail_on_a_group_the_trainer_skipped_is_re_checked_not_a_block():
+    """Reviewer's finding: a skip counted as the trainer's verdict, so one zero-weight fail on
+    a skipped group left it undecided forever, shutting the most trusted workers out."""
+    proto = trainer_view(verdict_wait=1.0, lazy_audit_rate=0.0)
+    worker = HONEST[0].node_id
+    for i in range(300):  # a long record: the trainer now skips most of this worker's groups
+        group = submission(10_000 + i)
+        proto.handle(P.GroupReceived(group, worker, 0, i, 0.0))
+        proto.handle(P.Checked(group.digest, (), b"\x05" * 32))
+    skipped = None
+    for i in range(300, 400):
+        group = submission(10_000 + i)
+        actions = proto.handle(P.GroupReceived(group, worker, 0, i, 0.0))
+        if not any(isinstance(a, P.Check) for a in actions):
+            skipped = group
+            break
+    assert skipped is not None and not proto.verdicts[skipped.digest][TRAINER.node_id].checked
+    actions = proto.handle(P.VerdictReceived(verdict(SYBILS[0], skipped.digest, worker, "hard_fail")))
+    assert P.Check(skipped.digest, 0) in actions  # the trainer re-checks over its own skip
+    actions = proto.handle(P.Checked(skipped.digest, (), b"\x05" * 32))
+    mine = proto.verdicts[skipped.digest][TRAINER.node_id]
+    assert mine.checked and mine.outcome == "pass"
+    assert any(isinstance(a, P.Publish) for a in actions)  # the check is published in place of the skip
+    proto.handle(P.Tick(10.0))
+    assert proto.decided(skipped.digest) is True
+
+
+def test_only_a_counting_reporters_fail_makes_a_plain_verifier_re_check():
+    config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id)
+    verifier = P.NodeProtocol(VERIFIER, config, platform="test")
+    verifier.handle(P.PolicyAnnounced(announcement(0)))
+    verifier.handle(P.PolicyLoaded(0))
+    group = submission(7)
+    verifier.handle(P.GroupReceived(group, HONEST[0].node_id, 0, 0, 0.0))
+    verifier.handle(P.Abandoned(P.Check(group.digest, 0)))  # its own draw's check, set aside
+    verifier._in_flight.clear()
+    verifier.verdicts[group.digest][VERIFIER.node_id] = verdict(VERIFIER, group.digest, HONEST[0].node_id, "skipped")
+    stranger = verifier.handle(P.VerdictReceived(verdict(SYBILS[0], group.digest, HONEST[0].node_id, "hard_fail")))
+    assert not [a for a in stranger if isinstance(a, P.Check)]  # a stranger cannot make everyone check
+    trainer = verifier.handle(P.VerdictReceived(verdict(TRAINER, group.digest, HONEST[0].node_id, "hard_fail")))
+    assert P.Check(group.digest, 0) in trainer

@@ -15,8 +15,8 @@ normative text; the pieces are:
    ``0.5 ** (age / half_life)``; the score is the lower ``confidence`` quantile of
    ``Beta(a, b)``, so 3 passes are not 3,000.
 3. **Confirmed fraud**: a group that failed hard in reports from at least two distinct
-   reporters, one of them pre-trusted (this node's own repeatable re-check, or a configured
-   anchor's), whose weights sum to ``quarantine_weight``, quarantines its node (score 0, no
+   reporters of nonzero weight, one of them pre-trusted (this node's own repeatable re-check,
+   or a configured anchor's), whose weights sum to ``quarantine_weight``, quarantines its node (score 0, no
    admission). One check alone, even a trusted one, never evicts: it must be re-checked; and
    no number of other reporters' words evicts without a re-check of one's own. The exception
    is a group a pre-trusted node *planted* (made bad on purpose to test verifiers): its maker
@@ -220,7 +220,9 @@ def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapp
     accusers: dict[bytes, set[bytes]] = defaultdict(set)
     planted = set()
     for r in reports:
-        if r.outcome == HARD_FAIL and r.reporter:
+        # Only reporters with some weight are accusers: a fresh key (weight 0, §7) cannot be
+        # the second opinion that turns one check into a confirmation.
+        if r.outcome == HARD_FAIL and r.reporter and weight.get(r.reporter, 0.0) > 0:
             accusers[r.group].add(r.reporter)
             if r.planted and r.reporter in pretrusted:
                 planted.add(r.group)

@@ -223,6 +223,12 @@ def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | 
                   verdict.platform, verdict.planted)
 
 
+def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
+    """One verdict per verifier and group, except that a check replaces the verifier's own
+    skip: a failure others reported made it check after all (specs/network.md §3.2)."""
+    return not earlier.checked and outcome != SKIPPED
+
+
 def outcome_of(failed_reasons: tuple[str, ...]) -> str:
     if not failed_reasons:
         return PASS
@@ -386,21 +392,31 @@ class NodeProtocol:
         actions: list[Action] = []
         for digest in self._fresh_groups():
             group = self.groups[digest]
-            if (group.subject == self.me or digest in self.planted or self.me in self.verdicts[digest]
+            mine = self.verdicts[digest].get(self.me)
+            if (group.subject == self.me or digest in self.planted or (mine is not None and mine.checked)
                     or group.version not in self.loaded or group.subject in self.quarantined):
                 continue  # (a quarantined node's groups are never trained: checking them is waste)
-            others = self.verdicts[digest].values()
-            recheck = any(v.outcome in (HARD_FAIL, SOFT_FAIL) for v in others)
+            others = [v for verifier, v in self.verdicts[digest].items() if verifier != self.me]
+            # A failure is re-checked even over one's own skip (specs/network.md §5.1): by the
+            # trainer whoever reported it, since it decides what is trained; by other verifiers
+            # only when the reporter's word counts, so a stranger cannot make everyone check
+            # everything.
+            recheck = any(v.outcome in (HARD_FAIL, SOFT_FAIL) and (self.has("trainer") or self._counts(v.verifier))
+                          for v in others)
             audit = self.has("trainer") and any(self._audits(v) for v in others)
             if recheck or audit:
                 actions += self._once(Check(digest, group.version))
-            elif self.has("verifier") and ("check", digest) not in self._in_flight:
+            elif mine is None and self.has("verifier") and ("check", digest) not in self._in_flight:
                 rate = self.standing(group.subject).check_rate
                 if ticket_selected(audit_ticket(self.key, digest), rate):
                     actions += self._once(Check(digest, group.version))
                 else:
                     actions += self._publish_verdict(digest, SKIPPED, (), b"", rate=rate)
         return actions
+
+    def _counts(self, verifier: bytes) -> bool:
+        """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
+        return self.standing(verifier).trust >= COUNTING_WEIGHT
 
     def _audits(self, verdict: SignedVerdict) -> bool:
         """Whether the trainer re-checks a pass from a verifier it does not trust outright: a
@@ -414,8 +430,8 @@ class NodeProtocol:
 
     def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
                          rate: float | None = None) -> list[Action]:
-        group = self.groups.get(digest)
-        if group is None or self.me in self.verdicts[digest]:
+        group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
+        if group is None or (mine is not None and not _supersedes(outcome, mine)):
             return []
         verdict = SignedVerdict(
             verifier=self.me, subject=group.subject, group=digest, round=self.version or 0,
@@ -476,8 +492,8 @@ class NodeProtocol:
         The report's subject and round come from the group (its records' signer and policy
         version), not from the verdict: a signed claim that an honest node produced a bad
         group is worth nothing unless that node's signature is on the group."""
-        group = self.groups[verdict.group]
-        if verdict.verifier in self.verdicts[verdict.group] or not self.matches_group(verdict):
+        group, earlier = self.groups[verdict.group], self.verdicts[verdict.group].get(verdict.verifier)
+        if (earlier is not None and not _supersedes(verdict.outcome, earlier)) or not self.matches_group(verdict):
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
         report = report_of(verdict, group.subject, group.version)
@@ -509,7 +525,7 @@ class NodeProtocol:
             return mine.outcome == PASS
         if ("check", digest) in self._in_flight:
             return None
-        if any(v.outcome == PASS and self.standing(v.verifier).trust >= COUNTING_WEIGHT for v in verdicts):
+        if any(v.outcome == PASS and self._counts(v.verifier) for v in verdicts):
             return True  # a pass from a checker that counts; a stranger's pass decides nothing
         return self.now - group.arrived >= self.config.verdict_wait or None
 
