@@ -406,3 +406,17 @@ def test_weights_damaged_on_disk_are_fetched_again(tmp_path):
         node.store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_replayed_round_starts_when_its_policy_arrived_not_at_zero(tmp_path):
+    """Replay fed no clock, so a restarted trainer saw its current round as started at time 0,
+    long timed out, and stepped at once with whatever was decided."""
+    from vrl.node.messages import PolicyAnnouncement
+
+    network = LoopbackNetwork()
+    node = Node(config(tmp_path / "n"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
+    policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
+    node.store.put_policy(policy, 1000.0)
+    node._replay()
+    assert node.protocol.round_started == {0: 1000.0}
+    node.store.close()

@@ -277,3 +277,4 @@ def test_a_quarantined_nodes_later_groups_cost_no_checks():
     assert trainer.standing(CHEAT.node_id).quarantined
     actions = trainer.handle(P.GroupReceived(submission(2), CHEAT.node_id, 0, 1, 1.0))
     assert not [a for a in actions if isinstance(a, P.Check)]
+

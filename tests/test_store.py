@@ -175,3 +175,24 @@ def test_a_check_replaces_the_verifiers_own_skip_never_the_reverse(tmp_path):
     assert store.put_verdict(skip, 1.0) and store.put_verdict(check, 2.0) and not store.put_verdict(skip, 3.0)
     assert [SignedVerdict.from_bytes(d).outcome for k, d, _ in store.replay() if k == "verdict"] == ["pass"]
     store.close()
+
+
+def test_an_honest_page_is_one_an_honest_client_accepts_however_small_the_messages(tmp_path):
+    """5,000 policies (~240 bytes each) fit 1 MiB but not the client's 4,096-message cap: the
+    server's page must stop at the count too, and paging must still reach every message."""
+    from vrl.node.messages import BACKFILL_MAX_MESSAGES, BackfillPage
+
+    store = Store(tmp_path / "n.sqlite")
+    for version in range(5000):
+        store.put_policy(PolicyAnnouncement(KEY.node_id, version, b"\x01" * 32, b"\x02" * 32, 5).signed(KEY), 0.0)
+    seen, after = 0, 0
+    for _ in range(10):
+        page, following = store.since(0, limit_bytes=1 << 20, after=after)
+        assert BackfillPage.from_bytes(BackfillPage(tuple(page), following).to_bytes(), after=after).messages
+        assert len(page) <= BACKFILL_MAX_MESSAGES
+        seen += len(page)
+        if following is None:
+            break
+        after = following
+    assert seen == 5000
+    store.close()

@@ -200,13 +200,23 @@ def save(directory: str | Path, step: int, network: torch.nn.Module, optimizer: 
     return final
 
 
+def _steps(directory: Path) -> list[Path]:
+    """The checkpoint directories, oldest first, by step number: names are zero-padded to 8
+    digits, so sorting the names alone would put step 10^8 before step 99,999,999."""
+    if not directory.is_dir():
+        return []
+    found = [(int(p.name[len(PREFIX):]), p) for p in directory.glob(f"{PREFIX}*")
+             if p.is_dir() and p.name[len(PREFIX):].isdigit()]
+    return [p for _, p in sorted(found)]
+
+
 def latest(directory: Path) -> Path | None:
-    steps = sorted(p for p in directory.glob(f"{PREFIX}*") if p.is_dir()) if directory.is_dir() else []
+    steps = _steps(directory)
     return steps[-1] if steps else None
 
 
 def prune(directory: Path, keep: int) -> None:
-    for old in sorted(directory.glob(f"{PREFIX}*"))[:-keep]:
+    for old in _steps(directory)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -293,8 +303,7 @@ def load_latest(directory: str | Path, network: torch.nn.Module, optimizer: torc
     verifies, the :class:`CheckpointError` lists them all. Without ``fall_back`` only the newest
     is tried, and its error raised."""
     directory = Path(directory)
-    candidates = sorted((p for p in directory.glob(f"{PREFIX}*") if p.is_dir()), reverse=True) if (
-        directory.is_dir()) else []
+    candidates = _steps(directory)[::-1]
     if not fall_back and candidates:
         return candidates[0], load(candidates[0], network, optimizer)
     problems = []

@@ -5,7 +5,8 @@
 
 Frames make a damaged file recoverable: a stretch of bytes that holds no intact frame is
 reported once, as a :class:`DamagedRange` with its byte offsets, and the reader resynchronises
-on the next frame marker whose frame checks out, so every intact record is still read. The
+on the next frame marker whose frame checks out, so every intact record is still read (unless
+someone hides it behind 16 or more overlapping forged headers: record.md §4). The
 skipping is linear in the file and constant in memory, whatever the damage: a 256 KiB file of
 repeated markers once cost ``vrl verify`` 54 s and 3 GB, one error per marker (issue 13).
 Files are streamed: only one record is held in memory at a time. Writers append whole frames

@@ -357,7 +357,7 @@ class NodeConfig:
                 raise ConfigError(str(error)) from None
             except RecursionError:  # arrays nested thousands deep
                 raise ConfigError("nested too deeply") from None
-            return cls.from_dict(table, base=Path(path).parent, **overrides)
+            return cls.from_dict(table, base=Path(path).resolve().parent, **overrides)
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
 

@@ -113,10 +113,11 @@ class Node:
         finally:
             self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
 
-    def _spawn(self, coroutine) -> None:
+    def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
@@ -127,7 +128,7 @@ class Node:
     def _validate(self, message: Message) -> Validation:
         try:
             if message.topic == TOPIC_GROUPS:
-                _, rollouts = decode_group(message.data)
+                submission, rollouts = decode_group(message.data)
                 if rollouts[0].node_id in self.protocol.quarantined:
                     return Validation.IGNORE  # the forwarder is not at fault
                 first = rollouts[0]
@@ -137,7 +138,9 @@ class Node:
                 # Ignored, not rejected: a peer configured otherwise is not hostile.
                 if (first.group_index >= self.protocol.config.groups_per_round
                         or first.group_size != self.config.group_size
-                        or not self.protocol.may_hold(first.policy_version)):
+                        or not self.protocol.may_hold(first.policy_version)
+                        or self.protocol.slot_taken(first.node_id, first.policy_version, first.group_index,
+                                                    submission.digest)):
                     return Validation.IGNORE
             elif message.topic == TOPIC_VERDICTS:
                 verdict = SignedVerdict.from_bytes(message.data)
@@ -316,7 +319,9 @@ class Node:
         except MessageError:
             self.transport.penalize(peer)
             raise
-        messages, following = self.store.since(request.since, BACKFILL_PAGE_BYTES, request.after)
+        # Off the event loop: a page is a SQLite read of up to 1 MiB.
+        messages, following = await asyncio.to_thread(self.store.since, request.since, BACKFILL_PAGE_BYTES,
+                                                      request.after)
         return BackfillPage(tuple(messages), following).to_bytes()
 
     async def backfill(self, since: int | None = None) -> int:
@@ -357,6 +362,8 @@ class Node:
         """Rebuild the protocol's state from the store (no actions: they happened already)."""
         for kind, data, extra in self.store.replay():
             if kind == "policy":
+                # The clock as it was when the policy arrived: its round started then, not at 0.
+                self.protocol.handle(P.Tick(extra[0]), replaying=True)
                 self.protocol.handle(P.PolicyAnnounced(PolicyAnnouncement.from_bytes(data)), replaying=True)
             elif kind == "group":
                 subject, version, received, planted = extra
@@ -407,13 +414,15 @@ class Node:
         await self.backfill()
         if self.trainer is not None:
             await self._bootstrap_policy()
-        last_backfill = time.monotonic()
+        last_backfill, backfilling = time.monotonic(), None
         try:
             while not stop.is_set():
                 await self._feed(P.Tick(time.time()))
-                if time.monotonic() - last_backfill > BACKFILL_EVERY_SECONDS:
+                # One pass at a time: a peer that answers slowly must not pile passes up.
+                if time.monotonic() - last_backfill > BACKFILL_EVERY_SECONDS and (
+                        backfilling is None or backfilling.done()):
                     last_backfill = time.monotonic()
-                    self._spawn(self.backfill(since=max((self.protocol.version or 0) - 1, 0)))
+                    backfilling = self._spawn(self.backfill(since=max((self.protocol.version or 0) - 1, 0)))
                 self._export_reputation()
                 try:
                     await asyncio.wait_for(stop.wait(), TICK_SECONDS)

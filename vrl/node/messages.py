@@ -343,9 +343,10 @@ class PolicyAnnouncement(_Signed):
 
 # -- backfill: request/response between two peers (specs/network.md §6) ----------------------
 
-#: A page holds whole gossip messages (each at most the transport's 256 KiB gossip cap) and
-#: stays under its 2 MiB response cap (specs/network.md §7); 4096 messages of the smallest
-#: kind (a ~450-byte verdict) fill ~1.8 MiB.
+#: A page holds whole gossip messages (each at most the transport's 256 KiB gossip cap), at
+#: most 1 MiB of them (the server's page, under the transport's 2 MiB response cap,
+#: specs/network.md §7) and at most this many: ~4,400 of the smallest kind (a ~240-byte
+#: policy) would fit in 1 MiB, so servers stop a page at this count too (Store.since).
 BACKFILL_MAX_MESSAGES = 4096
 BACKFILL_MAX_MESSAGE_BYTES = 256 << 10
 

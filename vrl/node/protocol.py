@@ -46,8 +46,9 @@ SOFT_REASONS = frozenset({"logprob_mismatch"})
 # Verdicts that name a group this node has not seen wait for it (gossip does not keep order),
 # at most this many, oldest dropped first (specs/network.md §3.2). A round brings about
 # workers x groups_per_round x verifiers verdicts (the 4-node devnet: 3 x 4 x 4 = 48); 4096
-# covers a round of ~80 nodes arriving entirely before their groups, in ~2 MB (a verdict is
-# ~450 bytes). A dropped one is not lost: backfill brings it again once its group is known.
+# covers a whole round of 32 nodes that all work and verify (32 x 4 x 32) arriving before
+# their groups, in ~2 MB (a verdict is ~450 bytes). A dropped one is not lost: backfill
+# brings it again once its group is known.
 MAX_PENDING_VERDICTS = 4096
 
 
@@ -374,6 +375,10 @@ class NodeProtocol:
         current = self.version
         return current is not None and 0 <= current - version <= self.config.max_staleness
 
+    def slot_taken(self, subject: bytes, version: int, index: int, digest: bytes) -> bool:
+        """Whether another group already holds this slot (specs/network.md §3.1)."""
+        return self._slots.get((subject, version, index), digest) != digest
+
     def may_hold(self, version: int) -> bool:
         """Whether a group of this policy version is worth accepting: still usable, or of the
         next version, whose announcement may be a moment behind the group. Anything else could
@@ -472,8 +477,7 @@ class NodeProtocol:
         """Bound the waiting verdicts: stale ones first, then the oldest (MAX_PENDING_VERDICTS)."""
         if len(self._pending) <= MAX_PENDING_VERDICTS:
             return
-        for key in [k for k, v in self._pending.items() if self.version is not None and not self._fresh(
-                v.policy_version)]:
+        for key in [k for k, v in self._pending.items() if not self.may_hold(v.policy_version)]:
             del self._pending[key]
         while len(self._pending) > MAX_PENDING_VERDICTS:
             del self._pending[next(iter(self._pending))]

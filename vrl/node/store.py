@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vrl.node.messages import (
-    TOPIC_GROUPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
+    BACKFILL_MAX_MESSAGES, TOPIC_GROUPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
 )
 
 # 2: versions and rounds are u64 (specs/network.md §3), which SQLite's signed 64-bit INTEGER
@@ -215,10 +215,11 @@ class Store:
             "FROM reputation ORDER BY score DESC, node")]
 
     def replay(self) -> Iterator[tuple[str, bytes, tuple]]:
-        """Everything stored, as ``(kind, data, extra)``: policies by version, then groups by
-        arrival (extra: subject, version, received, planted), then verdicts, then training steps."""
-        for (data,) in self._rows("SELECT data FROM policies ORDER BY version"):
-            yield "policy", data, ()
+        """Everything stored, as ``(kind, data, extra)``: policies by version (extra: received),
+        then groups by arrival (extra: subject, version, received, planted), then verdicts, then
+        training steps."""
+        for data, received in self._rows("SELECT data, received FROM policies ORDER BY version"):
+            yield "policy", data, (received,)
         for data, subject, version, received, planted in self._rows(
                 "SELECT data, subject, version, received, planted FROM groups ORDER BY received, digest"):
             yield "group", data, (subject, _from_u64(version), received, bool(planted))
@@ -227,21 +228,30 @@ class Store:
         for version, groups, _ in self.trained_versions():
             yield "trained", b"", (version, groups)
 
-    def since(self, round_index: int, limit_bytes: int, after: int = 0) -> tuple[list[bytes], int | None]:
-        # round_index and after are u64 from a peer's request: the round compares as a BLOB;
-        # an offset past SQLite's signed range skips everything, as any offset past the end does.
+    def since(self, round_index: int, limit_bytes: int, after: int = 0,
+              limit_messages: int = BACKFILL_MAX_MESSAGES) -> tuple[list[bytes], int | None]:
         """Gossip messages of versions >= ``round_index`` for a peer catching up (backfill):
-        policies, groups and verdicts in a stable order, at most ``limit_bytes`` of them from
-        position ``after``; returns them and the next position, or None at the end."""
-        rows = self._rows(
-            "SELECT data FROM (SELECT data, 0 AS k, version AS o, blob AS t FROM policies WHERE version >= ?"
-            " UNION ALL SELECT data, 1, version, digest FROM groups WHERE version >= ? AND planted = 0"
-            " UNION ALL SELECT data, 2, version, id FROM verdicts WHERE version >= ?)"
-            " ORDER BY k, o, t LIMIT -1 OFFSET ?", (u64(round_index),) * 3 + (min(after, _MAX_OFFSET),))
-        out, size = [], 0
-        for (data,) in rows:
-            if out and size + len(data) > limit_bytes:
-                return out, after + len(out)
-            out.append(data)
-            size += len(data)
+        policies, groups and verdicts in a stable order, at most ``limit_bytes`` and
+        ``limit_messages`` of them from position ``after``; returns them and the next position,
+        or None at the end.
+
+        ``round_index`` and ``after`` are u64 from a peer's request: the version compares as a
+        BLOB; an offset past SQLite's signed range skips everything, as any past the end does.
+        Only the keys are sorted; each message's bytes are read once it is known to fit, so a
+        request costs one page's bytes in memory, however large the store."""
+        tables = ("policies", "groups", "verdicts")
+        with self._lock:
+            keys = self._db.execute(
+                "SELECT k, r FROM (SELECT 0 AS k, version AS o, blob AS t, rowid AS r FROM policies WHERE version >= ?"
+                " UNION ALL SELECT 1, version, digest, rowid FROM groups WHERE version >= ? AND planted = 0"
+                " UNION ALL SELECT 2, version, id, rowid FROM verdicts WHERE version >= ?)"
+                " ORDER BY k, o, t LIMIT ? OFFSET ?",
+                (u64(round_index),) * 3 + (limit_messages + 1, min(after, _MAX_OFFSET))).fetchall()
+            out, size = [], 0
+            for kind, row in keys:
+                (data,), = self._db.execute(f"SELECT data FROM {tables[kind]} WHERE rowid=?", (row,))  # noqa: S608
+                if out and (size + len(data) > limit_bytes or len(out) == limit_messages):
+                    return out, after + len(out)
+                out.append(data)
+                size += len(data)
         return out, None
