@@ -237,3 +237,20 @@ def test_only_a_counting_reporters_fail_makes_a_plain_verifier_re_check():
     assert not [a for a in stranger if isinstance(a, P.Check)]  # a stranger cannot make everyone check
     trainer = verifier.handle(P.VerdictReceived(verdict(TRAINER, group.digest, HONEST[0].node_id, "hard_fail")))
     assert P.Check(group.digest, 0) in trainer
+
+
+def test_strangers_verdicts_per_group_are_capped_so_the_report_log_stays_bounded():
+    """Each accepted verdict is a report every reputation recomputation walks; strangers'
+    verdicts weigh nothing, so past MAX_STRANGER_VERDICTS_PER_GROUP a group takes no more."""
+    proto = trainer_view()
+    group, worker = submission(3), HONEST[0].node_id
+    proto.handle(P.GroupReceived(group, worker, 0, 0, 0.0))
+    accepted = 0
+    for sybil in SYBILS:
+        message = verdict(sybil, group.digest, worker, "pass")
+        if proto.room_for(message):
+            proto.handle(P.VerdictReceived(message))
+            accepted += 1
+    assert accepted == P.MAX_STRANGER_VERDICTS_PER_GROUP
+    endorse(proto, VERIFIER)
+    assert proto.room_for(verdict(VERIFIER, group.digest, worker, "pass"))  # weight > 0: always room

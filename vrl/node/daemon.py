@@ -146,9 +146,10 @@ class Node:
                 verdict = SignedVerdict.from_bytes(message.data)
                 if not verdict.valid():
                     return Validation.REJECT
-                if self.protocol.matches_group(verdict) is False:
-                    # Its subject or version is not the group's: not forwarded, but not the
-                    # forwarder's fault either (it may not have had the group yet).
+                if self.protocol.matches_group(verdict) is False or not self.protocol.room_for(verdict):
+                    # Its subject or version is not the group's, or the group has all the
+                    # strangers' verdicts it takes: not forwarded, but not the forwarder's fault
+                    # (it may not have had the group yet, or seen fewer verdicts).
                     return Validation.IGNORE
             elif message.topic == TOPIC_POLICIES:
                 announcement = PolicyAnnouncement.from_bytes(message.data)

@@ -50,6 +50,11 @@ SOFT_REASONS = frozenset({"logprob_mismatch"})
 # their groups, in ~2 MB (a verdict is ~450 bytes). A dropped one is not lost: backfill
 # brings it again once its group is known.
 MAX_PENDING_VERDICTS = 4096
+# Verdicts on one group from verifiers of weight 0 (strangers: specs/reputation.md §7) that a
+# node accepts; more are ignored, not stored. Such a verdict weighs nothing, but each one is a
+# report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
+# times the verifiers per group of any devnet measured here, so honest newcomers still fit.
+MAX_STRANGER_VERDICTS_PER_GROUP = 16
 
 
 @dataclass(frozen=True)
@@ -374,6 +379,14 @@ class NodeProtocol:
     def _fresh(self, version: int) -> bool:
         current = self.version
         return current is not None and 0 <= current - version <= self.config.max_staleness
+
+    def room_for(self, verdict: SignedVerdict) -> bool:
+        """Whether a verdict may be accepted: any from a verifier with weight, and at most
+        MAX_STRANGER_VERDICTS_PER_GROUP per group from verifiers of weight 0."""
+        if self.standing(verdict.verifier).trust > 0:
+            return True
+        strangers = sum(1 for v in self.verdicts.get(verdict.group, {}) if self.standing(v).trust == 0)
+        return strangers < MAX_STRANGER_VERDICTS_PER_GROUP
 
     def slot_taken(self, subject: bytes, version: int, index: int, digest: bytes) -> bool:
         """Whether another group already holds this slot (specs/network.md §3.1)."""
