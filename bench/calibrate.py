@@ -7,7 +7,7 @@ our checks and for the ``toploc`` package on the same hidden states.
 Honest rollouts are verified under every benign variation (prefill batch 1 vs padded 4, sdpa
 vs eager attention, 1 vs 2 threads; the prover always decodes with a KV cache, the verifier
 prefills). The worst honest value of every statistic is printed next to the tolerance of the
-dtype's profile (vrl/verify.py PROFILES); then each attack is scored by both systems, with
+dtype's profile (vrl/rollouts/verify.py PROFILES); then each attack is scored by both systems, with
 the smallest value of each statistic over the attack's rollouts (its weakest rollout).
 TOPLOC's verdict uses the paper's thresholds (<= 38 exponent mismatches, mean <= 10, median
 <= 8 per 32-token chunk); its proofs are built with toploc's own code from the prover's rows.
@@ -27,7 +27,7 @@ from rich.table import Table
 import vrl
 from proofs import commitment
 from vrl.adversary import degraded
-from vrl.forward import decode, prefill
+from vrl.rollouts.forward import decode, prefill
 from vrl.tasks import Task
 
 console = Console(width=160)

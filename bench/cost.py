@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 import vrl
-from vrl.generate import GenerationStats
+from vrl.rollouts.generate import GenerationStats
 from vrl.tasks import Task
 
 TOPLOC_BYTES_PER_TOKEN = 258 / 32

@@ -24,8 +24,8 @@ from pathlib import Path
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from vrl import devnet  # noqa: E402
-from vrl.base_model import ensure_base_model  # noqa: E402
+from vrl.node import devnet  # noqa: E402
+from vrl.rl.base_model import ensure_base_model  # noqa: E402
 from vrl.node.messages import SignedVerdict, Submission  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
 
@@ -108,7 +108,7 @@ def _pct(values: list[float], q: int) -> float | None:
 
 
 def devnet_peer(directory: Path, i: int) -> bytes:
-    from vrl.keys import NodeKey
+    from vrl.rollouts.keys import NodeKey
 
     return NodeKey.load(directory / f"node-{i}" / "node.pem").node_id
 

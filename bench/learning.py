@@ -28,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 import vrl
-from vrl.base_model import ensure_base_model
-from vrl.plots import plot_run
-from vrl.train import TrainConfig, Trainer
+from vrl.rl.base_model import ensure_base_model
+from vrl.rl.plots import plot_run
+from vrl.rl.train import TrainConfig, Trainer
 
 console = Console()
 

@@ -14,7 +14,7 @@ with its verification time left out.
 
 Reported: seconds per step (median over steps after the first), and held-out accuracy after
 the same number of steps, sampled at the run's temperature and greedy, measured for both by
-the same function (vrl.evaluate.accuracy).
+the same function (vrl.rl.evaluate.accuracy).
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ from rich.console import Console
 from rich.table import Table
 
 import vrl
-from vrl.base_model import base_model_dir, ensure_base_model
-from vrl.evaluate import accuracy, held_out
-from vrl.model import Model
+from vrl.rl.base_model import ensure_base_model
+from vrl.rollouts.presets import base_model_dir
+from vrl.rl.evaluate import accuracy, held_out
+from vrl.rollouts.model import Model
 from vrl.tasks import Arithmetic, Task, is_held_out
-from vrl.train import TrainConfig, Trainer
+from vrl.rl.train import TrainConfig, Trainer
 
 console = Console()
 

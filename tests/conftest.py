@@ -4,7 +4,7 @@ import pytest
 import structlog
 
 import vrl
-from vrl.model import Model
+from vrl.rollouts.model import Model
 
 ROUND = bytes(range(32))
 TASKS = vrl.Arithmetic(digits=1)

@@ -32,15 +32,15 @@ import tomllib
 from hypothesis import strategies as st
 
 from proofs.sampler import SamplingParams
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import (
     BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
     decode_group,
 )
-from vrl.checkpoint import CheckpointError, parse_manifest
-from vrl.io import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
+from vrl.rl.checkpoint import CheckpointError, parse_manifest
+from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
 from vrl.node.config import ConfigError, NodeConfig
-from vrl.rollout import RecordError, Rollout
+from vrl.rollouts.record import RecordError, Rollout
 from vrl.tasks import RewardSpec
 from vrl.tasks.files import TaskFileError, task_from_line
 

@@ -11,8 +11,8 @@ import torch
 import vrl
 from tests.conftest import ROUND, TASKS
 from vrl.adversary import degraded
-from vrl.verify import Expectations, Stage
-from vrl.workers import map_in_slices
+from vrl.rollouts.verify import Expectations, Stage
+from vrl.rollouts.workers import map_in_slices
 
 
 def verdicts(records, model, **options):
@@ -66,7 +66,7 @@ def test_a_callers_grad_mode_forward_checks_like_the_verifiers_own_prefill(tiny,
     """The trainer hands verify() its GRPO forward pass (right-padded, graph kept, prompts shared)
     instead of letting it prefill: verdicts are the same, honest or not."""
     from vrl.adversary import tampered
-    from vrl.forward import continue_prompts, prefilled
+    from vrl.rollouts.forward import continue_prompts, prefilled
 
     cheap = degraded(tiny, "perturb-1pct")
     records = vrl.generate(tiny, TASKS, node, groups=2, round_seed=ROUND, sampling=sampling, group_size=4)

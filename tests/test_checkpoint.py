@@ -19,8 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vrl import checkpoint
-from vrl.checkpoint import MANIFEST, CheckpointError
+from vrl.rl import checkpoint
+from vrl.rl.checkpoint import MANIFEST, CheckpointError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -188,7 +188,7 @@ def test_resume_falls_back_to_the_newest_valid_checkpoint_and_says_why(tmp_path)
 KILLED_WRITER = """
 import sys, torch
 from pathlib import Path
-from vrl import checkpoint
+from vrl.rl import checkpoint
 network = torch.nn.Linear(1024, 1024)
 optimizer = torch.optim.AdamW(network.parameters(), fused=True)
 network(torch.ones(1, 1024)).sum().backward()

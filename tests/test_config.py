@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from vrl.cli import app
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from p2p.transport import TransportLimits
 from vrl.node.config import ConfigError, NodeConfig
 

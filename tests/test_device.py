@@ -6,20 +6,19 @@ everything the sampler and the commitments compute must stay on the host. Under
 on ``meta`` and the first operation that mixes it with the CPU-resident model fails: the same
 mistake that would put an input on the CPU next to a CUDA model. What it cannot catch is a
 tensor made on the host on purpose and then never moved; those few moves
-(``vrl.forward.HOST``) are read, not tested, until a GPU run.
+(``vrl.rollouts.forward.HOST``) are read, not tested, until a GPU run.
 """
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
 
 import vrl
 from tests.conftest import ROUND, TASKS
-from vrl.model import ModelError, resolve_device
-from vrl.verify import Stage
+from vrl.rollouts.model import ModelError, resolve_device
+from vrl.rollouts.verify import Stage
 
 
 def test_device_names_resolve_or_fail_clearly():

@@ -3,7 +3,7 @@
 The slowest tests here (node processes import torch and libp2p), and the only ones that run
 the daemon as an operator would: CLI, TOML, TCP, Noise, gossip, chunked weights, Prometheus.
 Bounded by a round count and a deadline; every process is stopped at the end. What decides
-that a devnet failed (:class:`vrl.devnet.Watch`) is tested on its own, on scrapes and logs.
+that a devnet failed (:class:`vrl.node.devnet.Watch`) is tested on its own, on scrapes and logs.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from vrl import devnet
+from vrl.node import devnet
 from vrl.cli import app
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.config import NodeConfig
 from vrl.node.store import Store
 
@@ -73,7 +73,7 @@ def planned(tmp_path: Path, nodes: int = 3) -> list[devnet.DevnetNode]:
 
 
 def metrics(peers: float, evaluated: bool = True) -> dict:
-    """One node's scrape, as vrl.devnet.scrape returns it."""
+    """One node's scrape, as vrl.node.devnet.scrape returns it."""
     return {("vrl_peers", ()): peers, ("vrl_step_seconds_count", (("kind", "evaluate"),)): float(evaluated),
             ("vrl_rollouts_produced_total", ()): 0.0, ("vrl_groups_received_total", ()): 0.0}
 

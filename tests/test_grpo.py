@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vrl.grpo import (
+from vrl.rl.grpo import (
     GRPOConfig,
     group_advantages,
     informative_groups,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import (
     BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, topic_of,
 )

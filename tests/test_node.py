@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from p2p.loopback import LoopbackNetwork
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import SignedVerdict, Submission

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
 )
-from vrl.reputation import AdmissionConfig
+from vrl.node.reputation import AdmissionConfig
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
 VERIFIER = NodeKey.from_seed(b"V" * 32)

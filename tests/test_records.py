@@ -9,8 +9,8 @@ import msgpack
 import pytest
 
 import vrl
-from vrl.io import FILE_MAGIC, RolloutFileError, RolloutWriter, frame, iter_records
-from vrl.rollout import MAX_RECORD_BYTES, RecordError, Rollout, canonical_bytes
+from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, RolloutWriter, frame, iter_records
+from vrl.rollouts.record import MAX_RECORD_BYTES, RecordError, Rollout, canonical_bytes
 
 
 def test_roundtrip_and_immutability(honest):

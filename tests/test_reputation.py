@@ -8,7 +8,7 @@ import random
 import pytest
 from scipy.special import betaincinv
 
-from vrl.reputation import (
+from vrl.node.reputation import (
     HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig, admit, compute,
 )
 

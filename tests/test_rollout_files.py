@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import vrl.io as rollout_io
+import vrl.rollouts.files as rollout_io
 from proofs.sampler import SamplingParams
-from vrl.io import FILE_MAGIC, FRAME_MAGIC, MAX_OVERLAPPING_CHECKS, DamagedRange, RolloutFileError, frame
-from vrl.keys import NodeKey
-from vrl.rollout import RecordError, Rollout
+from vrl.rollouts.files import FILE_MAGIC, FRAME_MAGIC, MAX_OVERLAPPING_CHECKS, DamagedRange, RolloutFileError, frame
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.record import RecordError, Rollout
 from vrl.tasks import RewardSpec
 
 KEY = NodeKey.from_seed(hashlib.sha256(b"rollout files").digest())

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
 from vrl.node.store import Store, StoreError
 
@@ -70,7 +70,7 @@ def test_a_foreign_or_newer_database_is_refused_by_name(tmp_path):
 
 WRITER = """
 import sys
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import Submission
 from vrl.node.store import Store
 store = Store(sys.argv[1])

@@ -12,10 +12,10 @@ import hashlib
 
 import pytest
 
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
-from vrl.reputation import HARD_FAIL, PASS, AdmissionConfig, Report, Reputation, ReputationConfig
+from vrl.node.reputation import HARD_FAIL, PASS, AdmissionConfig, Report, Reputation, ReputationConfig
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
 VERIFIER = NodeKey.from_seed(b"V" * 32)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from vrl.base_model import _training_problems
-from vrl.evaluate import held_out
+from vrl.rl.base_model import _training_problems
+from vrl.rl.evaluate import held_out
 from vrl.tasks import HELD_OUT_SHARE, Arithmetic, Task, TaskList, assign, is_held_out
 
 TWO_DIGIT_SUMS = Arithmetic.parse("arithmetic:digits=2,ops=+")

@@ -12,16 +12,17 @@ from typer.testing import CliRunner
 
 import vrl
 from proofs.sampler import SamplingParams
-from vrl import checkpoint
+from vrl.rl import checkpoint
 from vrl.adversary import tampered
-from vrl.base_model import BaseModelConfig, build_base_model, read_meta
-from vrl.checkpoint import CheckpointError
+from vrl.rl.base_model import build_base_model
+from vrl.rollouts.presets import BaseModelConfig, read_meta
+from vrl.rl.checkpoint import CheckpointError
 from vrl.cli import app
-from vrl.evaluate import held_out
-from vrl.forward import decode
-from vrl.grpo import GRPOConfig
-from vrl.plots import plot_run
-from vrl.train import TrainConfig, Trainer
+from vrl.rl.evaluate import held_out
+from vrl.rollouts.forward import decode
+from vrl.rl.grpo import GRPOConfig
+from vrl.rl.plots import plot_run
+from vrl.rl.train import TrainConfig, Trainer
 
 # A smaller, faster build than scripts/build-base-model: one-digit sums, which a few hundred
 # examples teach well enough that sampled groups have mixed rewards.
@@ -174,7 +175,7 @@ CHEATS = {
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS))
 def test_group_with_a_rejected_member_is_dropped_and_reported(base, tmp_path, monkeypatch, cheat):
-    import vrl.train as train
+    import vrl.rl.train as train
 
     honest_generate = train.iter_generate
     edit, reasons = CHEATS[cheat]

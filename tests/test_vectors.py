@@ -14,9 +14,9 @@ from blake3 import blake3
 
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
-from vrl.keys import NodeKey, signature_valid
-from vrl.model import weights_hash
-from vrl.rollout import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
+from vrl.rollouts.keys import NodeKey, signature_valid
+from vrl.rollouts.model import weights_hash
+from vrl.rollouts.record import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_index, is_held_out
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
@@ -143,7 +143,7 @@ def test_network_vectors():
     from vrl.node.messages import (
         PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
     )
-    from vrl.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
+    from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
 
     vectors = load("network")
     key = NodeKey.from_seed(bytes.fromhex(vectors["private_key_seed"]))

@@ -27,9 +27,9 @@ import vrl
 from proofs import sampler
 from proofs.errors import InvalidParameters, ProofsError
 from vrl.cli import app
-from vrl.rollout import RecordError, Rollout, canonical_bytes
+from vrl.rollouts.record import RecordError, Rollout, canonical_bytes
 import vrl.cli
-from vrl.verify import DEFAULT_MAX_TOKENS, Expectations, Stage, context_length
+from vrl.rollouts.verify import DEFAULT_MAX_TOKENS, Expectations, Stage, context_length
 
 from conftest import ROUND, TASKS
 
@@ -44,7 +44,7 @@ EXAMPLES = 100
 
 
 def test_every_reason_the_verifier_emits_is_in_the_spec():
-    code = (SPECS.parent / "vrl" / "verify.py").read_text()
+    code = (SPECS.parent / "vrl" / "rollouts" / "verify.py").read_text()
     emitted = set(re.findall(r'(?:_Rejected\(\s*Stage\.\w+,|fail\()\s*"([a-z_]+)"', code))
     emitted |= set(re.findall(r'\("[a-z ]+", "([a-z_]+)"\)', code)) | {"malformed_record", "ok"}
     assert {"sampling_undefined", "too_many_tokens", "bad_signature", "corrupt_record"} <= emitted

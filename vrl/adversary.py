@@ -8,10 +8,10 @@ import copy
 
 import torch
 
-from vrl import commit
-from vrl.keys import NodeKey
-from vrl.model import Model
-from vrl.rollout import Rollout
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import Model
+from vrl.rollouts.record import Rollout
+from vrl.rollouts.verify import commit
 
 
 def _int4(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:

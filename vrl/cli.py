@@ -87,7 +87,7 @@ DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or
 
 
 def _load(model: str, dtype: Optional[str], device: str):
-    from vrl.model import ModelError, load_model
+    from vrl.rollouts.model import ModelError, load_model
 
     try:
         return load_model(model, dtype=dtype, device=device)
@@ -98,7 +98,7 @@ def _load(model: str, dtype: Optional[str], device: str):
 @app.command()
 def keygen(out_path: Annotated[Path, typer.Option("--out", help="Where to write the PEM key (never overwritten).")]):
     """Create an Ed25519 node key."""
-    from vrl.keys import NodeKey
+    from vrl.rollouts.keys import NodeKey
 
     key = NodeKey.generate()
     try:
@@ -130,9 +130,9 @@ def generate(
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     _configure_logging(json_output)
     from proofs.errors import InvalidParameters
-    from vrl.generate import GenerationStats, iter_generate, sampling_for
-    from vrl.io import RolloutWriter
-    from vrl.keys import KeyFileError, NodeKey
+    from vrl.rollouts.generate import GenerationStats, iter_generate, sampling_for
+    from vrl.rollouts.files import RolloutWriter
+    from vrl.rollouts.keys import KeyFileError, NodeKey
 
     seed = parse_round_seed(round_seed)
     try:
@@ -196,15 +196,15 @@ def verify(
     batch_size: Annotated[int, typer.Option(min=1)] = 4,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout; no progress bar.")] = False,
-    # vrl.verify.DEFAULT_MAX_TOKENS, written out: importing vrl.verify loads torch before --help.
+    # vrl.rollouts.verify.DEFAULT_MAX_TOKENS, written out: importing vrl.verify loads torch before --help.
     max_tokens: Annotated[int, typer.Option(min=1, help="Refuse records with more prompt plus completion tokens, "
                                             "before the model runs (the model's context applies too).")] = 4096,
 ):
     """Verify every rollout in a file. Exit 0 all accepted, 1 any rejected, 2 unusable input."""
     _configure_logging(json_output)
-    from vrl.io import RolloutFileError, iter_records
-    from vrl.verify import Expectations
-    from vrl.verify import verify as run_verify
+    from vrl.rollouts.files import RolloutFileError, iter_records
+    from vrl.rollouts.verify import Expectations
+    from vrl.rollouts.verify import verify as run_verify
 
     expect = Expectations(tasks=_task_set(task) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None,
                           max_tokens=max_tokens)
@@ -236,8 +236,8 @@ def inspect(
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ):
     """List the records of a rollout file without verifying them."""
-    from vrl.io import RolloutFileError, iter_records
-    from vrl.rollout import RecordError
+    from vrl.rollouts.files import RolloutFileError, iter_records
+    from vrl.rollouts.record import RecordError
 
     rows = []
     try:
@@ -295,11 +295,11 @@ def train(
 ):
     """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
     _configure_logging(json_output)
-    from vrl.checkpoint import CheckpointError
-    from vrl.model import ModelError
-    from vrl.plots import plot_run
+    from vrl.rl.checkpoint import CheckpointError
+    from vrl.rollouts.model import ModelError
+    from vrl.rl.plots import plot_run
     from vrl.tasks import TaskFileError
-    from vrl.train import TrainConfig, Trainer
+    from vrl.rl.train import TrainConfig, Trainer
 
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
@@ -352,7 +352,8 @@ def build_base_model_command(
     _configure_logging(False)
     import dataclasses
 
-    from vrl.base_model import DEFAULT, base_model_dir, build_base_model, read_meta
+    from vrl.rl.base_model import build_base_model
+    from vrl.rollouts.presets import DEFAULT, base_model_dir, read_meta
 
     config = dataclasses.replace(DEFAULT, steps=steps) if steps else DEFAULT
     target = out_dir or base_model_dir(config)
@@ -380,7 +381,7 @@ def node(
 
     from rich.markup import escape
 
-    from vrl.checkpoint import CheckpointError
+    from vrl.rl.checkpoint import CheckpointError
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
     from vrl.node.store import StoreError
@@ -425,12 +426,12 @@ def devnet(
     never gets past policy version 0."""
     import tempfile
 
-    from vrl import devnet as dn
+    from vrl.node import devnet as dn
 
     _configure_logging(False)
     kinds = [k for k in adversaries.split(",") if k]
     if model == "base":
-        from vrl.base_model import ensure_base_model
+        from vrl.rl.base_model import ensure_base_model
 
         ensure_base_model()
     directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))  # resolved once, by dn.plan
@@ -461,7 +462,7 @@ def reputation(
     from vrl.node.messages import SignedVerdict, Submission
     from vrl.node.protocol import report_of
     from vrl.node.store import Store, StoreError
-    from vrl.reputation import Reputation
+    from vrl.node.reputation import Reputation
 
     try:
         store = Store(store_path) if store_path.exists() else None

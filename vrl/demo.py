@@ -15,7 +15,7 @@ from rich.console import Console
 from vrl import generate, iter_records, load_model, sampling_for, verify, write_rollouts
 from vrl.adversary import tampered
 from vrl.cli import _configure_logging, verdict_table
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.tasks import Task, TaskList
 
 console = Console(width=None if Console().is_terminal else 150)
@@ -78,8 +78,9 @@ def main() -> None:
 
 def local_devnet(nodes: int = 4, rounds: int = 12) -> None:
     """The main job: a network of mutually distrusting nodes on 127.0.0.1, one of them cheating."""
-    from vrl import devnet
-    from vrl.base_model import ensure_base_model, read_meta
+    from vrl.node import devnet
+    from vrl.rl.base_model import ensure_base_model
+    from vrl.rollouts.presets import read_meta
 
     with console.status("the base model (built once: supervised fine-tuning on arithmetic, about 3 minutes)"):
         meta = read_meta(ensure_base_model())

@@ -15,9 +15,9 @@ from blake3 import blake3
 
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
-from vrl.keys import NodeKey
-from vrl.model import load_model, weights_hash
-from vrl.rollout import Rollout, round_seed, sample_seed
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import load_model, weights_hash
+from vrl.rollouts.record import Rollout, round_seed, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_draws, assignment_index, is_held_out
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
@@ -126,7 +126,7 @@ def network_vectors() -> dict:
     from vrl.node.messages import (
         PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
     )
-    from vrl.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
+    from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
 
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     submission = Submission((b"record-0", b"record-1"))

@@ -28,7 +28,7 @@ from multiaddr.exceptions import Error as MultiaddrError
 from p2p.transport import TransportLimits
 from vrl.node.protocol import ROLES
 from vrl.node.work import ADVERSARIES
-from vrl.rollout import MAX_GROUP_SIZE
+from vrl.rollouts.record import MAX_GROUP_SIZE
 
 
 class ConfigError(ValueError):
@@ -73,7 +73,7 @@ def checked(check: Callable[[str], str | None]) -> dict:
 
 _HEX_ID = re.compile(r"[0-9a-fA-F]{64}")
 _LOOPBACK = re.compile(r"loopback/[0-9a-f]{64}")  # p2p.loopback.ADDRESS_PREFIX + a hex peer id
-_DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")  # vrl.model.resolve_device's forms
+_DEVICE = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")  # vrl.rollouts.model.resolve_device's forms
 # A libp2p peer id of an Ed25519 key: the identity multihash (0x00, length 36) of the key's
 # protobuf encoding (field 1 KeyType = 1 Ed25519, field 2 Data of 32 bytes): libp2p peer-ids spec.
 _ED25519_PEER_PREFIX = bytes([0x00, 0x24, 0x08, 0x01, 0x12, 0x20])
@@ -272,7 +272,7 @@ class NodeConfig:
     # hex node ids trusted from the start besides self and trainer
     pretrusted: tuple[str, ...] = field(default=(), metadata=checked(hex_node_id))
     model: str = field(default="base", metadata=checked(path_like))  # architecture and tokenizer; weights come from the trainer
-    # where this node runs its models (vrl.model.resolve_device; whether the device exists is checked at start)
+    # where this node runs its models (vrl.rollouts.model.resolve_device; whether the device exists is checked at start)
     device: str = field(default="auto", metadata=checked(device_spec))
     task: str = field(default="arithmetic:digits=2,ops=+", metadata=checked(task_spec))
     # GRPO compares the samples of a group, so at least 2; at most MAX_GROUP_SIZE (specs/record.md §3).
@@ -281,12 +281,12 @@ class NodeConfig:
     groups_per_round: int = field(default=4, metadata=bounded(1, 2**32))
     # sampling.max_new_tokens of a record is 1 .. 2^20 (specs/record.md §1).
     max_new_tokens: int = field(default=8, metadata=bounded(1, 2**20))
-    # The trainer role builds a vrl.train.TrainConfig from it, which needs (0, 10] for GRPO.
+    # The trainer role builds a vrl.rl.train.TrainConfig from it, which needs (0, 10] for GRPO.
     temperature: float = field(default=1.0, metadata=bounded(0, 10, open_low=True))
     # trainer: groups per GRPO step; a step holds its batch in memory, and 2^16 groups is far
     # past any batch measured here (bench/learning.py uses 16)
     batch_groups: int = field(default=12, metadata=bounded(1, 2**16))
-    # trainer: most of a batch one node may fill; a share, as vrl.reputation.AdmissionConfig checks
+    # trainer: most of a batch one node may fill; a share, as vrl.node.reputation.AdmissionConfig checks
     node_cap: float = field(default=0.34, metadata=bounded(0, 1, open_low=True))
     trusted_share: float = field(default=0.5, metadata=bounded(0, 1))  # a share (AdmissionConfig)
     # Seconds (specs/network.md §4: 4 s and 60 s by default). A day is longer than any round

@@ -21,8 +21,8 @@ import torch
 
 from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import Message, Transport, TransportError, Validation, message_id
-from vrl.io import write_bytes_atomic
-from vrl.keys import NodeKey
+from vrl.rollouts.files import write_bytes_atomic
+from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
@@ -33,12 +33,12 @@ from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
 from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
-from vrl.reputation import AdmissionConfig
-from vrl.rollout import Rollout, round_seed
+from vrl.node.reputation import AdmissionConfig
+from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec, open_task_set
-from vrl.grpo import GRPOConfig
-from vrl.train import TrainConfig
-from vrl.verify import Expectations
+from vrl.rl.grpo import GRPOConfig
+from vrl.rl.train import TrainConfig
+from vrl.rollouts.verify import Expectations
 
 BACKFILL_PROTOCOL = "/vrl/backfill/1"
 BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap

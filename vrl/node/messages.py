@@ -21,8 +21,9 @@ from typing import Any
 
 import msgpack
 
-from vrl.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
-from vrl.rollout import MAX_GROUP_SIZE, RecordError, Rollout, _fixed_bytes, _int, _take, _text, canonical_bytes
+from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
+from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, take, text
+from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 
 MESSAGE_VERSION = 1
 TOPIC_GROUPS = "vrl/groups/1"
@@ -90,10 +91,10 @@ def topic_of(data: bytes) -> str | None:
 
 
 def _fields(kind: str, decode):
-    """Run field decoders, turning :class:`RecordError` into a :class:`MessageError` of ``kind``."""
+    """Run field decoders, turning :class:`~vrl.rollouts.codec.FieldError` into a :class:`MessageError` of ``kind``."""
     try:
         return decode()
-    except RecordError as error:
+    except FieldError as error:
         raise MessageError(f"{kind}: {error}") from None
 
 
@@ -275,26 +276,26 @@ class SignedVerdict(_Signed):
         wire = _decode_map(data, "verdict", fields)
 
         def decode() -> SignedVerdict:
-            outcome = _text(wire, "outcome", 16)
+            outcome = text(wire, "outcome", 16)
             if outcome not in (*CHECKED_OUTCOMES, SKIPPED):
-                raise RecordError("outcome", f"unknown outcome {outcome!r}")
-            reasons = _take(wire, "reasons", list)
+                raise FieldError("outcome", f"unknown outcome {outcome!r}")
+            reasons = take(wire, "reasons", list)
             if len(reasons) > 64 or not all(isinstance(r, str) and len(r) <= 64 for r in reasons):
-                raise RecordError("reasons", "expected at most 64 codes of at most 64 characters")
-            digest = _take(wire, "digest", bytes)
+                raise FieldError("reasons", "expected at most 64 codes of at most 64 characters")
+            digest = take(wire, "digest", bytes)
             if len(digest) not in (0, 32):
-                raise RecordError("digest", f"expected 0 or 32 bytes, got {len(digest)}")
-            rate = _take(wire, "rate", float)
+                raise FieldError("digest", f"expected 0 or 32 bytes, got {len(digest)}")
+            rate = take(wire, "rate", float)
             if not 0.0 <= rate <= 1.0:
-                raise RecordError("rate", f"{rate} is outside [0, 1]")
+                raise FieldError("rate", f"{rate} is outside [0, 1]")
             return cls(
-                verifier=_fixed_bytes(wire, "verifier", NODE_ID_BYTES),
-                subject=_fixed_bytes(wire, "subject", NODE_ID_BYTES),
-                group=_fixed_bytes(wire, "group", 32), round=_int(wire, "round", 0, U64),
-                policy_version=_int(wire, "policy_version", 0, U64),
-                ticket=_fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=outcome,
-                reasons=tuple(reasons), digest=digest, platform=_text(wire, "platform", 128),
-                planted=_take(wire, "planted", bool), signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES))
+                verifier=fixed_bytes(wire, "verifier", NODE_ID_BYTES),
+                subject=fixed_bytes(wire, "subject", NODE_ID_BYTES),
+                group=fixed_bytes(wire, "group", 32), round=integer(wire, "round", 0, U64),
+                policy_version=integer(wire, "policy_version", 0, U64),
+                ticket=fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=outcome,
+                reasons=tuple(reasons), digest=digest, platform=text(wire, "platform", 128),
+                planted=take(wire, "planted", bool), signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
 
         verdict = _fields("verdict", decode)
         _canonical("verdict", data, verdict)
@@ -334,9 +335,9 @@ class PolicyAnnouncement(_Signed):
     def from_bytes(cls, data: bytes) -> PolicyAnnouncement:
         wire = _decode_map(data, "policy", {"trainer", "version", "model_hash", "blob", "size", "signature"})
         announcement = _fields("policy", lambda: cls(
-            trainer=_fixed_bytes(wire, "trainer", NODE_ID_BYTES), version=_int(wire, "version", 0, U64),
-            model_hash=_fixed_bytes(wire, "model_hash", 32), blob=_fixed_bytes(wire, "blob", 32),
-            size=_int(wire, "size", 1, 1 << 40), signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES)))
+            trainer=fixed_bytes(wire, "trainer", NODE_ID_BYTES), version=integer(wire, "version", 0, U64),
+            model_hash=fixed_bytes(wire, "model_hash", 32), blob=fixed_bytes(wire, "blob", 32),
+            size=integer(wire, "size", 1, 1 << 40), signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES)))
         _canonical("policy", data, announcement)
         return announcement
 

@@ -18,7 +18,7 @@ One round, in order (``specs/network.md`` §Rounds):
 4. a hard fail is re-checked by every other verifier and the trainer before anyone is
    quarantined; the trainer also re-checks a share of other verifiers' passes (lazy
    verifiers) and may plant known-bad groups;
-5. the trainer admits decided groups by reputation (:func:`vrl.reputation.admit`), runs a
+5. the trainer admits decided groups by reputation (:func:`vrl.node.reputation.admit`), runs a
    GRPO step with the admission weights, and announces version ``r + 1``.
 """
 
@@ -28,12 +28,12 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import (
     SKIPPED, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission,
     audit_ticket, ticket_selected,
 )
-from vrl.reputation import (
+from vrl.node.reputation import (
     COUNTING_WEIGHT, HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig,
     admit,
 )
@@ -66,7 +66,7 @@ class ProtocolConfig:
     verdict_wait: float = 4.0  # seconds a group waits for verdicts before it may be admitted unchecked
     round_timeout: float = 60.0  # the trainer steps with what it has after this long
     min_batch_groups: int = 1
-    max_staleness: int = 2  # versions a group may lag the trainer (vrl.grpo.is_fresh)
+    max_staleness: int = 2  # versions a group may lag the trainer (vrl.rl.grpo.is_fresh)
     lazy_audit_rate: float = 0.25  # share of other verifiers' passes the trainer re-checks itself
     plant_every: int = 0  # the trainer plants one known-bad group every N rounds (0: never)
     last_version: int = 0  # the trainer publishes no version after this one (0: no limit)

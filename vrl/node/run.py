@@ -14,7 +14,7 @@ from pathlib import Path
 import structlog
 
 from p2p.transport import Transport
-from vrl.keys import KeyFileError, NodeKey
+from vrl.rollouts.keys import KeyFileError, NodeKey
 from vrl.node.config import ConfigError, NodeConfig, listen_host_port
 
 
@@ -32,7 +32,7 @@ def node_key(config: NodeConfig) -> NodeKey:
 
 def preflight(config: NodeConfig) -> None:
     """The cheap checks that need this machine, before anything starts."""
-    from vrl.model import ModelError, resolve_device
+    from vrl.rollouts.model import ModelError, resolve_device
 
     try:
         config.path.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,7 @@ def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
 
 def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log):
     """The node, with what only loading finds wrong (the model, the task file) named by key."""
-    from vrl.model import ModelError
+    from vrl.rollouts.model import ModelError
     from vrl.node.daemon import Node
     from vrl.tasks import TaskFileError
 

@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from vrl.model import Model
+from vrl.rollouts.model import Model
 
 
 class WeightsError(Exception):

@@ -18,15 +18,15 @@ import torch
 from proofs.sampler import SamplingParams
 from vrl import adversary as degradations
 from vrl.adversary import tampered
-from vrl.generate import iter_generate
-from vrl.keys import NodeKey
-from vrl.model import Model, load_model
+from vrl.rollouts.generate import iter_generate
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import Model, load_model
 from vrl.node.messages import PolicyAnnouncement, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
-from vrl.rollout import Rollout, round_seed
+from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import TaskSet
-from vrl.train import TrainConfig, Trainer
-from vrl.verify import verify
+from vrl.rl.train import TrainConfig, Trainer
+from vrl.rollouts.verify import verify
 
 # What a cheating node can be told to do (``vrl devnet --adversaries``).
 ADVERSARIES = {
@@ -139,7 +139,7 @@ class Work:
 
 
 class PolicyTrainer:
-    """The trainer role: a :class:`vrl.train.Trainer` stepped on admitted groups only."""
+    """The trainer role: a :class:`vrl.rl.train.Trainer` stepped on admitted groups only."""
 
     def __init__(self, config: TrainConfig, run_dir: Path, key: NodeKey) -> None:
         self.trainer = Trainer(config, run_dir, resume=True, key=key)

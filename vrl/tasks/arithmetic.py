@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from vrl.tasks import Task
+from vrl.tasks.core import Task
 
 DOMAIN = b"vrl/arithmetic/v1\x00"
 OPERATIONS = "+-*"

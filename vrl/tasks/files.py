@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from vrl.tasks import Task, TaskFileError
+from vrl.tasks.core import Task, TaskFileError
 from vrl.tasks.answers import canonical_number, parse_number
 
 GSM8K_TEMPLATE = "Question: {question}\nAnswer: "

@@ -12,12 +12,14 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 import msgpack
 
 from proofs.sampler import SamplingParams
-from vrl.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
+from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, packed_array, real, take, text
+from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.tasks import RewardSpec, Task
 
 RECORD_VERSION = 2
@@ -34,16 +36,30 @@ MAX_TASK_ID_BYTES = 256
 MAX_GROUP_SIZE = 1024
 
 
-class RecordError(ValueError):
-    """A record that does not decode or violates the schema; names the record and field."""
+class RecordFault(StrEnum):
+    """What kind of wrong a record that does not decode is (the verifier's stage-1 reason
+    codes follow from it, specs/verification.md §2)."""
 
-    def __init__(self, field: str, problem: str, index: int | None = None) -> None:
-        self.field, self.problem, self.index = field, problem, index
-        where = f"record {index}: " if index is not None else ""
-        super().__init__(f"{where}field {field!r}: {problem}" if field else f"{where}{problem}")
+    MALFORMED = "malformed"  # a field's type, size or range; an unknown field; not canonical
+    OVERSIZED = "oversized"  # longer than MAX_RECORD_BYTES
+    UNKNOWN_VERSION = "unknown_version"  # a "v" this reader does not know
+    TRUNCATED = "truncated"  # a rollout file ends inside it (specs/record.md §7)
+    CORRUPT = "corrupt"  # a rollout file's frame fails its checksum or marker
+
+
+class RecordError(FieldError):
+    """A record that does not decode or violates the schema; names the record and field, and
+    says which :class:`RecordFault` it is."""
+
+    def __init__(self, field: str, problem: str, index: int | None = None,
+                 kind: RecordFault = RecordFault.MALFORMED) -> None:
+        super().__init__(field, problem)
+        self.index, self.kind = index, kind
+        if index is not None:
+            self.args = (f"record {index}: {self.args[0]}",)
 
     def at(self, index: int) -> RecordError:
-        return RecordError(self.field, self.problem, index)
+        return RecordError(self.field, self.problem, index, self.kind)
 
 
 def sample_seed(round_seed: bytes, node_id: bytes, task_id: str, sample_index: int) -> bytes:
@@ -155,14 +171,20 @@ class Rollout:
     def from_bytes(cls, data: bytes) -> Rollout:
         """Decode and validate; raises :class:`RecordError` naming the offending field."""
         if len(data) > MAX_RECORD_BYTES:
-            raise RecordError("", f"oversized: {len(data)} bytes exceeds the {MAX_RECORD_BYTES}-byte limit")
+            raise RecordError("", f"oversized: {len(data)} bytes exceeds the {MAX_RECORD_BYTES}-byte limit",
+                              kind=RecordFault.OVERSIZED)
         try:
             wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
         except Exception as error:  # msgpack raises several unrelated types for bad bytes
             raise RecordError("", f"not valid msgpack: {error}") from None
         if not isinstance(wire, dict):
             raise RecordError("", f"expected a msgpack map, got {type(wire).__name__}")
-        rollout = _from_wire(wire)
+        try:
+            rollout = _from_wire(wire)
+        except RecordError:
+            raise
+        except FieldError as error:  # the codec's field readers
+            raise RecordError(error.field, error.problem) from None
         if rollout.to_bytes() != data:
             raise RecordError("", "not in canonical encoding (key order, int width or float width)")
         return rollout
@@ -175,27 +197,6 @@ class Rollout:
 
     def signature_valid(self) -> bool:
         return signature_valid(self.node_id, self.signing_payload(), self.signature)
-
-
-def canonical_bytes(value: Any) -> bytes:
-    return msgpack.packb(_sorted(value), use_bin_type=True, use_single_float=False, strict_types=True)
-
-
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        # UTF-8 preserves code-point order, so str keys sort as their encoded bytes do.
-        keys = sorted(value) if all(isinstance(k, str) for k in value) else sorted(value, key=_key_bytes)
-        return {k: _sorted(value[k]) if isinstance(value[k], _CONTAINERS) else value[k] for k in keys}
-    if isinstance(value, list):
-        return [_sorted(v) if isinstance(v, _CONTAINERS) else v for v in value]
-    return value
-
-
-_CONTAINERS = (dict, list)
-
-
-def _key_bytes(key: str | bytes) -> bytes:
-    return key.encode() if isinstance(key, str) else key
 
 
 # -- decoding with field-level errors -------------------------------------------------------
@@ -212,120 +213,74 @@ _NESTED = {
 }
 
 
-def _take(wire: dict, name: str, kind: type, prefix: str = "") -> Any:
-    field = prefix + name
-    if name not in wire:
-        raise RecordError(field, "missing")
-    value = wire[name]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        raise RecordError(field, f"expected {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _fixed_bytes(wire: dict, name: str, size: int) -> bytes:
-    value = _take(wire, name, bytes)
-    if len(value) != size:
-        raise RecordError(name, f"expected {size} bytes, got {len(value)}")
-    return value
-
-
-def _int(wire: dict, name: str, low: int, high: int, prefix: str = "") -> int:
-    value = _take(wire, name, int, prefix)
-    if not low <= value <= high:
-        raise RecordError(prefix + name, f"{value} is outside [{low}, {high}]")
-    return value
-
-
-def _text(wire: dict, name: str, limit: int) -> str:
-    value = _take(wire, name, str)
-    if len(value.encode()) > limit:
-        raise RecordError(name, f"longer than {limit} bytes")
-    return value
-
-
-def _float(wire: dict, name: str, prefix: str = "") -> float:
-    value = _take(wire, name, float, prefix)
-    if not math.isfinite(value):
-        raise RecordError(prefix + name, "not finite")
-    return value
-
-
-def _array(wire: dict, name: str, code: str, limit: int) -> tuple:
-    value = _take(wire, name, bytes)
-    if len(value) % 4:
-        raise RecordError(name, f"{len(value)} bytes is not a whole number of 4-byte items")
-    if len(value) // 4 > limit:
-        raise RecordError(name, f"{len(value) // 4} items exceeds the limit of {limit}")
-    return struct.unpack(f"<{len(value) // 4}{code}", value)
-
-
 def _from_wire(wire: dict) -> Rollout:
-    version = _take(wire, "v", int)
+    version = take(wire, "v", int)
     if version != RECORD_VERSION:
-        raise RecordError("v", f"unknown record version {version} (this reader knows {RECORD_VERSION})")
+        raise RecordError("v", f"unknown record version {version} (this reader knows {RECORD_VERSION})",
+                          kind=RecordFault.UNKNOWN_VERSION)
     unknown = set(wire) - _TOP_LEVEL
     if unknown:
         raise RecordError(str(sorted(unknown, key=repr)[0]), "unknown field")
     for name, known in _NESTED.items():
-        unknown = set(_take(wire, name, dict)) - known
+        unknown = set(take(wire, name, dict)) - known
         if unknown:
             raise RecordError(f"{name}.{sorted(unknown, key=repr)[0]}", "unknown field")
     sampling_wire = wire["sampling"]
-    stops = _take(sampling_wire, "stop_token_ids", list, "sampling.")
+    stops = take(sampling_wire, "stop_token_ids", list, "sampling.")
     if len(stops) > 64 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 32 for s in stops):
         raise RecordError("sampling.stop_token_ids", "expected at most 64 integers in [0, 2^32 - 1]")
     try:
         sampling = SamplingParams(
-            temperature=_float(sampling_wire, "temperature", "sampling."),
-            top_k=_int(sampling_wire, "top_k", 0, 1 << 24, "sampling."),
-            top_p=_float(sampling_wire, "top_p", "sampling."),
-            max_new_tokens=_int(sampling_wire, "max_new_tokens", 1, 1 << 20, "sampling."),
+            temperature=real(sampling_wire, "temperature", "sampling."),
+            top_k=integer(sampling_wire, "top_k", 0, 1 << 24, "sampling."),
+            top_p=real(sampling_wire, "top_p", "sampling."),
+            max_new_tokens=integer(sampling_wire, "max_new_tokens", 1, 1 << 20, "sampling."),
             stop_token_ids=tuple(stops),
         )
     except ValueError as error:  # InvalidParameters carries the field name
         raise RecordError(getattr(error, "field", "sampling"), getattr(error, "problem", str(error))) from None
 
-    completion = _array(wire, "completion_tokens", "I", sampling.max_new_tokens)
+    completion = packed_array(wire, "completion_tokens", "I", sampling.max_new_tokens)
     if not completion:
         raise RecordError("completion_tokens", "empty: a rollout has at least one token")
-    logprobs = _array(wire, "behaviour_logprobs", "f", sampling.max_new_tokens)
+    logprobs = packed_array(wire, "behaviour_logprobs", "f", sampling.max_new_tokens)
     if len(logprobs) != len(completion):
         raise RecordError("behaviour_logprobs", f"{len(logprobs)} values for {len(completion)} tokens")
     if not all(math.isfinite(x) and x <= 0.0 for x in logprobs):
         raise RecordError("behaviour_logprobs", "values must be finite and <= 0")
-    finish = _take(wire, "finish_reason", str)
+    finish = take(wire, "finish_reason", str)
     if finish not in FINISH_REASONS:
         raise RecordError("finish_reason", f"{finish!r} is not one of {', '.join(FINISH_REASONS)}")
-    prompt_tokens = _array(wire, "prompt_tokens", "I", MAX_PROMPT_TOKENS)
+    prompt_tokens = packed_array(wire, "prompt_tokens", "I", MAX_PROMPT_TOKENS)
     if not prompt_tokens:
         raise RecordError("prompt_tokens", "empty")
-    group_size = _int(wire, "group_size", 1, MAX_GROUP_SIZE)
+    group_size = integer(wire, "group_size", 1, MAX_GROUP_SIZE)
     spec_wire = wire["reward_spec"]
     try:
-        reward_spec = RewardSpec(_float(spec_wire, "correct", "reward_spec."), _float(spec_wire, "format", "reward_spec."),
-                                 _take(spec_wire, "tag", str, "reward_spec."))
+        reward_spec = RewardSpec(real(spec_wire, "correct", "reward_spec."), real(spec_wire, "format", "reward_spec."),
+                                 take(spec_wire, "tag", str, "reward_spec."))
     except ValueError as error:
-        if isinstance(error, RecordError):
+        if isinstance(error, FieldError):
             raise
         raise RecordError("reward_spec", str(error)) from None
     return Rollout(
-        node_id=_fixed_bytes(wire, "node_id", NODE_ID_BYTES),
-        model_hash=_fixed_bytes(wire, "model_hash", 32),
-        policy_version=_int(wire, "policy_version", 0, (1 << 63) - 1),
-        round_seed=_fixed_bytes(wire, "round_seed", 32),
-        group_index=_int(wire, "group_index", 0, (1 << 32) - 1),
-        task_id=_text(wire, "task_id", MAX_TASK_ID_BYTES),
-        sample_index=_int(wire, "sample_index", 0, MAX_GROUP_SIZE - 1),
+        node_id=fixed_bytes(wire, "node_id", NODE_ID_BYTES),
+        model_hash=fixed_bytes(wire, "model_hash", 32),
+        policy_version=integer(wire, "policy_version", 0, (1 << 63) - 1),
+        round_seed=fixed_bytes(wire, "round_seed", 32),
+        group_index=integer(wire, "group_index", 0, (1 << 32) - 1),
+        task_id=text(wire, "task_id", MAX_TASK_ID_BYTES),
+        sample_index=integer(wire, "sample_index", 0, MAX_GROUP_SIZE - 1),
         group_size=group_size,
-        prompt=_text(wire, "prompt", MAX_TEXT_BYTES),
-        reference=_text(wire, "reference", MAX_TEXT_BYTES),
+        prompt=text(wire, "prompt", MAX_TEXT_BYTES),
+        reference=text(wire, "reference", MAX_TEXT_BYTES),
         prompt_tokens=prompt_tokens,
         completion_tokens=completion,
         finish_reason=finish,
         sampling=sampling,
         behaviour_logprobs=logprobs,
-        reward=_float(wire, "reward"),
+        reward=real(wire, "reward"),
         reward_spec=reward_spec,
-        commitment=_take(wire, "commitment", bytes),
-        signature=_fixed_bytes(wire, "signature", SIGNATURE_BYTES),
+        commitment=take(wire, "commitment", bytes),
+        signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES),
     )

@@ -27,11 +27,11 @@ import torch
 
 from proofs import commitment, sampler
 from proofs.errors import MalformedCommitment, ProofsError
-from vrl.forward import HOST, Prefilled, prefill
-from vrl.model import Model
-from vrl.rollout import RecordError, Rollout
+from vrl.rollouts.forward import HOST, Prefilled, prefill
+from vrl.rollouts.model import Model
+from vrl.rollouts.record import RecordError, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign
-from vrl.workers import map_in_slices
+from vrl.rollouts.workers import map_in_slices
 
 
 class Stage(IntEnum):
@@ -119,7 +119,7 @@ class Expectations:
 
 
 #: ``vrl verify --max-tokens``'s default: the context of the built-in presets
-#: (``vrl.model.Preset.max_positions``), so no record a preset can verify is refused by default,
+#: (``vrl.rollouts.model.Preset.max_positions``), so no record a preset can verify is refused by default,
 #: while a model directory with a longer context needs the flag to spend more. Measured with
 #: ``bench/hostile_files.py long`` on the ``tiny`` preset (``vrl verify``, one record, 2 shared
 #: cores): 4,096 tokens cost 10.5 s and 644 MB; 32,768 tokens cost 139 s and 6.2 GB before any
@@ -136,6 +136,12 @@ def context_length(model: Model) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def commit(model: Model, prompt_tokens: list[int], completion_tokens: list[int]) -> bytes:
+    """Recompute, by one prefill of ``model``, the commitment an honest prover would attach."""
+    (recomputed,) = prefill(model, [(list(prompt_tokens), list(completion_tokens))])
+    return commitment.build(recomputed.hidden)
 
 
 @dataclass(frozen=True, slots=True)

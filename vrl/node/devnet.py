@@ -25,7 +25,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from vrl.keys import NodeKey
+from vrl.rollouts.keys import NodeKey
 from vrl.node.config import NodeConfig
 from vrl.node.work import ADVERSARIES
 
@@ -110,7 +110,7 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
 def _resolved(options: dict) -> dict:
     """``model`` and ``task`` made absolute when they name a local directory or file, as the
     node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path)."""
-    from vrl.model import PRESETS
+    from vrl.rollouts.model import PRESETS
 
     out = dict(options)
     model, task = out.get("model"), out.get("task")

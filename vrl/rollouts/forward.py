@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from proofs.sampler import SamplingParams, sample
-from vrl.model import Model, network_device
+from vrl.rollouts.model import Model, network_device
 
 
 #: Where inputs are assembled before one copy each to the network's device, and where the

@@ -25,7 +25,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vrl.rollout import MAX_RECORD_BYTES, RecordError, Rollout
+from vrl.rollouts.record import MAX_RECORD_BYTES, RecordError, RecordFault, Rollout
+
+TRUNCATED, CORRUPT, OVERSIZED = RecordFault.TRUNCATED, RecordFault.CORRUPT, RecordFault.OVERSIZED
 
 FILE_MAGIC = b"VRLROLL\x01"
 FRAME_MAGIC = b"VRLR"
@@ -49,15 +51,15 @@ class RolloutFileError(Exception):
 class DamagedRange(RecordError):
     """Bytes ``[start, end)`` of a rollout file that hold no intact frame, reported once.
 
-    ``problem`` starts with what was wrong at ``start`` (``truncated``, ``oversized`` or
-    ``corrupt``, which the verifier's reason codes follow) and names the range."""
+    ``kind`` is what was wrong at ``start`` (truncated, oversized or corrupt), and ``problem``
+    says so and names the range."""
 
-    def __init__(self, first_problem: str, start: int, end: int, index: int | None = None) -> None:
-        super().__init__("", f"{first_problem}; skipped bytes {start} to {end} ({end - start} bytes)", index)
-        self.first_problem, self.start, self.end = first_problem, start, end
+    def __init__(self, first: tuple[RecordFault, str], start: int, end: int, index: int | None = None) -> None:
+        super().__init__("", f"{first[1]}; skipped bytes {start} to {end} ({end - start} bytes)", index, first[0])
+        self.first, self.start, self.end = first, start, end
 
     def at(self, index: int) -> DamagedRange:
-        return DamagedRange(self.first_problem, self.start, self.end, index)
+        return DamagedRange(self.first, self.start, self.end, index)
 
 
 def iter_records(path: str | Path) -> Iterator[Rollout | RecordError]:
@@ -92,7 +94,7 @@ def _frames(data: bytes | mmap.mmap, size: int) -> Iterator[Rollout | RecordErro
     frame that fails, resynchronising on the next marker whose frame checks out. The bytes in
     between are one :class:`DamagedRange`, however many markers they hold."""
     offset, index = len(FILE_MAGIC), 0
-    damaged: tuple[int, str] | None = None  # (start, first problem) of the range being skipped
+    damaged: tuple[int, tuple[RecordFault, str]] | None = None  # (start, first problem) of the range skipped
     failed_ends: list[int] = []  # min-heap: where the failed checksummed frames end
     with memoryview(data) as view:
         while offset < size:
@@ -103,25 +105,25 @@ def _frames(data: bytes | mmap.mmap, size: int) -> Iterator[Rollout | RecordErro
             problem, stop = None, False
             body = offset + _FRAME_HEADER.size
             if size - offset < _FRAME_HEADER.size:
-                problem, stop = f"truncated: {size - offset} trailing bytes, not a whole frame header", True
+                problem, stop = (TRUNCATED, f"truncated: {size - offset} trailing bytes, not a whole frame header"), True
             else:
                 magic, length, crc = _FRAME_HEADER.unpack_from(data, offset)
                 if magic != FRAME_MAGIC:
-                    problem = "corrupt: no frame marker where a record should start"
+                    problem = (CORRUPT, "corrupt: no frame marker where a record should start")
                 elif length > MAX_RECORD_BYTES:
-                    problem = f"oversized: {length} bytes exceeds the {MAX_RECORD_BYTES}-byte limit"
+                    problem = (OVERSIZED, f"oversized: {length} bytes exceeds the {MAX_RECORD_BYTES}-byte limit")
                 elif body + length > size:
                     if data.find(FRAME_MAGIC, offset + 1) < 0:
-                        problem, stop = f"truncated: expected {length} bytes, file has {size - body}", True
+                        problem, stop = (TRUNCATED, f"truncated: expected {length} bytes, file has {size - body}"), True
                     else:
-                        problem = "corrupt: frame length runs past the end of the file"
+                        problem = (CORRUPT, "corrupt: frame length runs past the end of the file")
                 else:
                     while failed_ends and failed_ends[0] <= offset:
                         heapq.heappop(failed_ends)
                     if len(failed_ends) >= MAX_OVERLAPPING_CHECKS:
-                        problem = f"corrupt: not checksummed, {MAX_OVERLAPPING_CHECKS} failed frames overlap it"
+                        problem = (CORRUPT, f"corrupt: not checksummed, {MAX_OVERLAPPING_CHECKS} failed frames overlap it")
                     elif zlib.crc32(view[body : body + length]) != crc:
-                        problem = "corrupt: checksum mismatch"
+                        problem = (CORRUPT, "corrupt: checksum mismatch")
                         heapq.heappush(failed_ends, body + length)
             if problem is not None:
                 if damaged is None:

@@ -6,8 +6,8 @@ import hashlib
 from collections.abc import Callable
 
 from proofs.sampler import SamplingParams
-from vrl.forward import decode
-from vrl.model import Model
+from vrl.rollouts.forward import decode
+from vrl.rollouts.model import Model
 from vrl.tasks import HELD_OUT_SHARE, RewardSpec, Task, TaskSet, is_held_out
 
 EVAL_INDEX_DOMAIN = b"vrl/eval-index/v1\x00"
@@ -68,7 +68,7 @@ def expected_accuracy(model: Model, tasks: list[Task], *, temperature: float = 1
     """
     import torch
 
-    from vrl.forward import continue_prompts, token_logprobs
+    from vrl.rollouts.forward import continue_prompts, token_logprobs
 
     if not tasks:
         raise ValueError("expected accuracy of an empty task list")

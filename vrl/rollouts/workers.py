@@ -4,7 +4,7 @@ verification (OpenSSL, through ``cryptography``).
 Threads only help such work. Measured on this 2-core machine: checking 128 rollout signatures
 takes 13.5 ms instead of 20 ms. Ed25519 signing gains too little to be worth a thread (11.2 to
 9.9 ms), and Python-level work gains nothing. (Model hashing needs no pool: BLAKE3 spreads a
-tensor over the cores itself, ``vrl.model.weights_hash``.)
+tensor over the cores itself, ``vrl.rollouts.model.weights_hash``.)
 """
 
 from __future__ import annotations

@@ -1,133 +1,29 @@
-"""Models: built-in presets and local Hugging Face directories, with a content hash.
+"""Models: the named ones (:mod:`vrl.rollouts.presets`) and local Hugging Face directories,
+with a content hash.
 
-Nothing is ever downloaded. A preset is a Qwen2-style config, weights drawn from a seeded
-generator per parameter name, and a byte-level tokenizer built in code, so the same preset
-has the same ``model_hash`` on every machine with the same torch. A directory is loaded with
-transformers (any causal LM with safetensors weights), offline.
+Nothing is ever downloaded. A directory is loaded with transformers (any causal LM with
+safetensors weights), offline.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import torch
 from blake3 import blake3
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: there is none here
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-from transformers import (  # noqa: E402  (after the offline switch)
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+from vrl.rollouts.presets import PRESETS, base_model_dir, build_preset
 
 MODEL_HASH_DOMAIN = b"vrl/model/v3\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-EOS_TOKEN = "<|endoftext|>"
-PAD_TOKEN = "<|pad|>"
 
 
 class ModelError(Exception):
     """A model spec that names nothing loadable, or a directory that is not a causal LM."""
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Architecture of a built-in model (Qwen2 layout: RMSNorm, RoPE, GQA, SwiGLU)."""
-
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tie_embeddings: bool
-    seed: int
-    max_positions: int = 4096
-    init_std: float = 0.02  # the usual initializer_range of Qwen2/Llama configs
-
-
-PRESETS = {
-    # About 3.3M parameters: fast enough for the whole test suite on 2 CPU cores.
-    "tiny": Preset(hidden=256, intermediate=768, layers=4, heads=4, kv_heads=2, vocab=512,
-                   tie_embeddings=True, seed=0),
-    # About 156M parameters (the shape of the TOPLOC measurements in shared research).
-    "small": Preset(hidden=1024, intermediate=2816, layers=8, heads=16, kv_heads=4, vocab=32000,
-                    tie_embeddings=False, seed=0),
-}
-
-
-def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from bytes to printable characters (what ByteLevel expects)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    mapping, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            mapping[byte] = chr(byte)
-        else:
-            mapping[byte] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level tokenizer: token id = byte value, then the special tokens.
-
-    One token per byte keeps digits separate (good for arithmetic) and is fully specified by
-    this function, so prover and verifier tokenize identically without any downloaded file.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {char: byte for byte, char in _byte_to_unicode().items()}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([EOS_TOKEN, PAD_TOKEN])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN)
-
-
-def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Build a preset's network (float32) and tokenizer from code alone."""
-    if name not in PRESETS:
-        raise ModelError(f"unknown preset {name!r}; presets are {', '.join(PRESETS)}")
-    preset = PRESETS[name]
-    tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        vocab_size=preset.vocab,
-        hidden_size=preset.hidden,
-        intermediate_size=preset.intermediate,
-        num_hidden_layers=preset.layers,
-        num_attention_heads=preset.heads,
-        num_key_value_heads=preset.kv_heads,
-        max_position_embeddings=preset.max_positions,
-        tie_word_embeddings=preset.tie_embeddings,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        initializer_range=preset.init_std,
-    )
-    network = Qwen2ForCausalLM(config)
-    # Our own seeded init, per parameter name, so the weights do not depend on the order in
-    # which transformers happens to initialise modules.
-    with torch.no_grad():
-        for param_name, tensor in sorted(network.state_dict().items()):
-            if param_name.endswith("norm.weight"):
-                tensor.fill_(1.0)
-            elif param_name.endswith(".bias"):
-                tensor.zero_()
-            else:
-                digest = hashlib.sha256(f"vrl/preset/{name}/{preset.seed}/{param_name}".encode()).digest()
-                generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-                tensor.copy_(torch.randn(tensor.shape, generator=generator) * preset.init_std)
-    return network, tokenizer
 
 
 def network_device(network: torch.nn.Module) -> torch.device:
@@ -267,8 +163,6 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     target = resolve_device(device)
     text = str(spec)
     if text == "base":
-        from vrl.base_model import base_model_dir
-
         path = base_model_dir()
         if not path.is_dir():
             raise ModelError(f"the base model is not built yet ({path}); run ./scripts/build-base-model")

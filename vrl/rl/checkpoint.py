@@ -43,7 +43,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _STAGING = re.compile(rf"\.{PREFIX}(\d+)\.partial-(\d+)")
 MAX_STEP = 2**63 - 1  # steps are policy versions: 0 .. 2^63-1 (specs/record.md §1)
 
-log = structlog.get_logger("vrl.checkpoint")
+log = structlog.get_logger("vrl.rl.checkpoint")
 
 
 class CheckpointError(Exception):

@@ -2,14 +2,14 @@
 
 Each step ``s`` is one round and one policy version:
 
-1. the round seed is ``H(model_hash of version s, s)`` (:func:`vrl.rollout.round_seed`);
+1. the round seed is ``H(model_hash of version s, s)`` (:func:`vrl.rollouts.record.round_seed`);
 2. the node generates ``groups_per_step`` whole groups of its *assigned* tasks, committed and
    signed; they are written to ``rollouts/step-s.vrl`` for later audit;
 3. every rollout is verified (or a ``verify_fraction`` of the groups, drawn by hash of the
    round seed), and a group with any rejected member is dropped whole;
-4. GRPO updates the policy on the informative groups (:mod:`vrl.grpo`);
+4. GRPO updates the policy on the informative groups (:mod:`vrl.rl.grpo`);
 5. version ``s + 1`` is published: its model hash goes into ``metrics.jsonl``, and every
-   ``checkpoint_every`` steps a checkpoint is written (:mod:`vrl.checkpoint`).
+   ``checkpoint_every`` steps a checkpoint is written (:mod:`vrl.rl.checkpoint`).
 
 A run directory holds ``config.toml``, ``node.pem``, ``metrics.jsonl``, ``checkpoints/``,
 ``rollouts/`` and, at the end, ``curves.png``. ``resume=True`` continues from the newest
@@ -35,17 +35,17 @@ import tomli_w
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl import checkpoint
-from vrl.evaluate import accuracy, expected_accuracy, held_out
-from vrl.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
-from vrl.generate import iter_generate
-from vrl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
-from vrl.io import write_rollouts
-from vrl.keys import NodeKey
-from vrl.model import Model, load_model
-from vrl.rollout import Rollout, round_seed
+from vrl.rl import checkpoint
+from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
+from vrl.rollouts.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
+from vrl.rollouts.generate import iter_generate
+from vrl.rl.grpo import GRPOConfig, group_advantages, informative_groups, is_fresh, policy_loss, weight_advantages
+from vrl.rollouts.files import write_rollouts
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import Model, load_model
+from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import HELD_OUT_SHARE, RewardSpec, TaskSet, open_task_set
-from vrl.verify import Expectations, verify
+from vrl.rollouts.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
 
@@ -80,7 +80,7 @@ class TrainConfig:
     # generates its batch. On a small model each pass costs about the same at 64 rows as at
     # 128, so halving the passes took generation from 145 to 108 ms/step here (bench/vs_trl.py).
     generation_batch: int = 128
-    device: str = "auto"  # where the policy runs: CUDA when there is one (vrl.model.resolve_device)
+    device: str = "auto"  # where the policy runs: CUDA when there is one (vrl.rollouts.model.resolve_device)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
     def __post_init__(self) -> None:
@@ -346,7 +346,7 @@ class Trainer:
     def update(self, groups: list[list[Rollout]], weights: list[float] | None = None, *,
                forward: PolicyForward | None = None) -> dict:
         """One GRPO step on whole groups; ``weights`` (one per group, >= 0; e.g. the node's
-        admission weights from :func:`vrl.reputation.admit`) scale each group's advantages.
+        admission weights from :func:`vrl.node.reputation.admit`) scale each group's advantages.
         ``forward``, a :func:`policy_forward` of the current weights that covers every
         informative group, saves running the policy again."""
         config = self.config

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from proofs import commitment
 from proofs.sampler import SamplingParams
-from vrl.forward import decode
-from vrl.keys import NodeKey
-from vrl.model import Model
-from vrl.rollout import Rollout, sample_seed
+from vrl.rollouts.forward import decode
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import Model
+from vrl.rollouts.record import Rollout, sample_seed
 from vrl.tasks import RewardSpec, TaskSet, assign
 
 

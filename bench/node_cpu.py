@@ -1,0 +1,160 @@
+"""A node's CPU time per received group: the gossip path, and the check a verifier then runs.
+
+    python bench/node_cpu.py                          # this tree, 32 groups
+    python bench/node_cpu.py --against c270bf5        # this tree and another revision, interleaved
+
+It drives a real :class:`vrl.node.daemon.Node` (loopback transport, the ``tiny`` preset as the
+policy, one torch thread) through the daemon's own methods, so what is timed is what a node
+does with a group that arrives by gossip:
+
+* receive: the validator, storing, and the protocol's handling (``_validate`` + ``_on_message``);
+* check: what the ``Check`` action runs (``_check``: read the group back, verify it with one
+  prefill, publish the signed verdict).
+
+CPU time is ``time.process_time()``, every thread of the process, divided by the groups. With
+``--against REV`` the same measurement runs on a checkout of REV (through ``PYTHONPATH``, in
+its own process) alternately with this tree, ``--repeats`` times each, and the medians and
+their ratio are printed: absolute times are noisy on a shared machine, ratios side by side
+are the result. The measurement itself uses only what both layouts have (``Node``,
+``NodeConfig``, ``Submission``, ``vrl.iter_generate``), so a revision before the
+architecture pass can be measured with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(groups: int, group_size: int, new_tokens: int) -> dict:
+    import logging
+
+    import structlog
+    import torch
+
+    import vrl
+    from p2p.loopback import LoopbackNetwork
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node import protocol as P
+    from vrl.node.config import NodeConfig
+    from vrl.node.daemon import Node
+    from vrl.node.messages import TOPIC_GROUPS, PolicyAnnouncement, Submission
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    torch.manual_seed(0)
+    trainer, verifier, worker = (vrl.NodeKey.from_seed(hashlib.sha256(b"bench/node_cpu " + n).digest())
+                                 for n in (b"trainer", b"verifier", b"worker"))
+    with tempfile.TemporaryDirectory() as directory:
+        config = NodeConfig(data_dir=directory, trainer=trainer.node_id.hex(), model="tiny",
+                            task="arithmetic:digits=2", group_size=group_size, groups_per_round=groups,
+                            max_new_tokens=new_tokens, transport="loopback", roles=("verifier",))
+        transport = LoopbackNetwork().transport(verifier.private_seed())
+        node = Node(config, transport, verifier)
+        model = node.work.skeleton
+        announcement = PolicyAnnouncement(trainer.node_id, 0, model.model_hash, bytes(32), 1).signed(trainer)
+        node.protocol.handle(P.PolicyAnnounced(announcement))
+        node.work.install(0, model, 1)
+        node.protocol.handle(P.PolicyLoaded(0))
+        expect = node._expectations(0)
+        made = vrl.iter_generate(model, node.tasks, worker, round_seed=expect.round_seed, sampling=node.work.sampling,
+                                 groups=groups, group_size=group_size, policy_version=0,
+                                 reward_spec=expect.reward_spec, batch_size=32)
+        submissions = [Submission.of(group) for group in made]
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(transport.start())  # verdicts are published as on a live node
+        receive = check = 0.0
+        try:
+            for submission in submissions:
+                data = submission.to_bytes()
+                message = Message(TOPIC_GROUPS, data, b"\x09" * 32, message_id(TOPIC_GROUPS, data))
+                started = time.process_time()
+                assert node._validate(message) is Validation.ACCEPT
+                loop.run_until_complete(node._on_message(message))
+                receive += time.process_time() - started
+                # The protocol may have asked for a check (at its audit rate): the one timed
+                # below stands for it, for every group.
+                for task in list(node._tasks):
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*node._tasks, return_exceptions=True))
+                started = time.process_time()
+                loop.run_until_complete(node._check(submission.digest, 0))
+                check += time.process_time() - started
+            assert node.store.counts()["groups"] == groups
+            node._model_thread.shutdown(wait=True)
+            loop.run_until_complete(transport.close())
+        finally:
+            node.store.close()
+            loop.close()
+    return {"groups": groups, "group_size": group_size, "new_tokens": new_tokens,
+            "receive_ms_per_group": 1000 * receive / groups, "check_ms_per_group": 1000 * check / groups,
+            "total_ms_per_group": 1000 * (receive + check) / groups}
+
+
+def _run(pythonpath: str | None, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, __file__, "--measure", "--groups", str(args.groups), "--group-size",
+                          str(args.group_size), "--new-tokens", str(args.new_tokens)],
+                         env=env, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--groups", type=int, default=32)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=8)
+    parser.add_argument("--against", metavar="REV", help="also measure this git revision, interleaved")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # one measurement, as JSON
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "node-cpu.json")
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.groups, args.group_size, args.new_tokens)))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    trees: dict[str, str | None] = {"this tree": None}
+    with tempfile.TemporaryDirectory() as other:
+        if args.against:
+            subprocess.run(["git", "--work-tree", other, "checkout", args.against, "--", "vrl", "proofs", "p2p"],
+                           cwd=ROOT, check=True)
+            subprocess.run(["git", "reset", "-q", "--", "vrl", "proofs", "p2p"], cwd=ROOT, check=True)
+            trees[args.against] = other
+        runs: dict[str, list[dict]] = {name: [] for name in trees}
+        for _ in range(args.repeats):
+            for name, path in trees.items():
+                runs[name].append(_run(path, args))
+    keys = ("receive_ms_per_group", "check_ms_per_group", "total_ms_per_group")
+    medians = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
+    table = Table(title=f"CPU per received group ({args.groups} groups of {args.group_size}, "
+                        f"{args.new_tokens} new tokens, tiny preset, median of {args.repeats})")
+    table.add_column("code")
+    for k in keys:
+        table.add_column(k.removesuffix("_ms_per_group") + " ms", justify="right")
+    for name, m in medians.items():
+        table.add_row(name, *(f"{m[k]:.2f}" for k in keys))
+    if args.against:
+        table.add_row(f"{args.against} / this tree",
+                      *(f"{medians[args.against][k] / medians['this tree'][k]:.2f}x" for k in keys))
+    Console().print(table)
+    args.out.write_text(json.dumps({"settings": vars(args) | {"out": None}, "medians": medians, "runs": runs},
+                                   indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""The task core: tasks, task sets, assignment, the held-out split and the reward
+(specs/tasks.md). :mod:`vrl.tasks` is its face, with the two task sets beside it."""
+
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from vrl.tasks.answers import answers_match, extract_answer, has_format
+
+ASSIGNMENT_DOMAIN = b"vrl/assignment/v2\x00"
+HELD_OUT_DOMAIN = b"vrl/held-out/v2\x00"
+#: One problem in 16 is held out (specs/tasks.md section 1): 625 of the 10,000 problems of the
+#: default two-digit addition set, enough for the trainer's 256-problem evaluation set, while
+#: training keeps 15/16 of every task set.
+HELD_OUT_SHARE = 16
+#: Draws before assignment gives up: a set with the expected 1/16 held out fails only with
+#: probability 16^-64; a list whose every task is held out is refused when it is built.
+MAX_ASSIGNMENT_ATTEMPTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: str
+    prompt: str
+    answer: str
+
+
+class TaskFileError(ValueError):
+    """A task line that cannot be used; names the file, line and field."""
+
+
+class TaskSet(Protocol):
+    """Anything that maps an assignment index to a task, the same way on every machine."""
+
+    name: str
+
+    def task(self, index: int) -> Task: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskList:
+    """A finite task set, such as a file; index ``i`` is ``tasks[i mod len]``.
+
+    With 64-bit assignment indices the modulo bias is below ``len / 2**64``: negligible.
+    """
+
+    name: str
+    tasks: tuple[Task, ...]
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError(f"task set {self.name!r} is empty")
+        if all(map(is_held_out, self.tasks)):
+            raise ValueError(f"task set {self.name!r}: all {len(self.tasks)} tasks are held out for evaluation "
+                             f"(1 prompt in {HELD_OUT_SHARE} is, by hash), so none is left to train on")
+
+    def task(self, index: int) -> Task:
+        return self.tasks[index % len(self.tasks)]
+
+
+def is_held_out(task: Task) -> bool:
+    """Whether a problem is kept out of training, for evaluation (specs/tasks.md section 1).
+    By prompt, not index: two indices of a generator, or two lines of a file, can hold the
+    same problem, and that problem must be on one side only."""
+    digest = hashlib.sha256(HELD_OUT_DOMAIN + task.prompt.encode()).digest()
+    return int.from_bytes(digest[:8], "big") < (1 << 64) // HELD_OUT_SHARE
+
+
+def assignment_index(round_seed: bytes, node_id: bytes, group_index: int, attempt: int) -> int:
+    """``u64be(SHA-256(domain, round_seed, node_id, u32be(group_index), u32be(attempt))[:8])``
+    (specs/tasks.md section 1)."""
+    digest = hashlib.sha256(ASSIGNMENT_DOMAIN + round_seed + node_id + group_index.to_bytes(4, "big")
+                            + attempt.to_bytes(4, "big")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def assignment_draws(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Iterator[Task]:
+    """The problems assignment draws for a group, attempt 0 first, at most
+    ``MAX_ASSIGNMENT_ATTEMPTS`` of them."""
+    for attempt in range(MAX_ASSIGNMENT_ATTEMPTS):
+        yield tasks.task(assignment_index(round_seed, node_id, group_index, attempt))
+
+
+def assign(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Task:
+    """The task of group ``group_index`` for ``node_id`` in the round of ``round_seed``: the
+    first draw that is not a held-out problem."""
+    for task in assignment_draws(tasks, round_seed, node_id, group_index):
+        if not is_held_out(task):
+            return task
+    raise ValueError(f"task set {tasks.name!r}: {MAX_ASSIGNMENT_ATTEMPTS} draws for group {group_index} "
+                     "all landed on held-out problems")
+
+
+@dataclass(frozen=True, slots=True)
+class RewardSpec:
+    """Correctness plus an optional format reward (specs/tasks.md §3).
+
+    ``tag`` names the answer tag (``"answer"`` reads ``<answer>…</answer>``); empty means the
+    answer is the last ``\\boxed{}``, ``####`` line or number in the completion. The format
+    reward pays for exactly one well-formed tagged numeric answer, so it needs a tag.
+    """
+
+    correct: float = 1.0
+    format: float = 0.0
+    tag: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("correct", "format"):
+            value = getattr(self, name)
+            if not (isinstance(value, float | int) and 0.0 <= value <= 1e6):
+                raise ValueError(f"reward_spec.{name} must be a number in [0, 1e6], got {value!r}")
+        if self.format and not self.tag:
+            raise ValueError("reward_spec.format needs reward_spec.tag: the format reward checks the answer tag")
+        if not (self.tag == "" or self.tag.isidentifier()) or len(self.tag) > 32:
+            raise ValueError(f"reward_spec.tag must be empty or a short identifier, got {self.tag!r}")
+
+    def is_correct(self, task: Task, completion: str) -> bool:
+        return answers_match(extract_answer(completion, self.tag or None), task.answer)
+
+    def reward(self, task: Task, completion: str) -> float:
+        value = self.correct if self.is_correct(task, completion) else 0.0
+        if self.format and has_format(completion, self.tag):
+            value += self.format
+        return float(value)
