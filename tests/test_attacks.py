@@ -65,7 +65,7 @@ def test_bfloat16_compute_honest_accepted(node):
 def test_a_callers_grad_mode_forward_checks_like_the_verifiers_own_prefill(tiny, node, sampling):
     """The trainer hands verify() its GRPO forward pass (right-padded, graph kept, prompts shared)
     instead of letting it prefill: verdicts are the same, honest or not."""
-    from vrl.adversary import tampered
+    from vrl.node.work import tampered
     from vrl.rollouts.forward import continue_prompts, prefilled
 
     cheap = degraded(tiny, "perturb-1pct")

@@ -17,7 +17,7 @@ import torch
 
 import vrl
 from tests.conftest import ROUND, TASKS
-from vrl.rollouts.model import ModelError, resolve_device
+from vrl.rollouts.model import MAX_PLATFORM_BYTES, ModelError, platform_tag, resolve_device
 from vrl.rollouts.verify import Stage
 
 
@@ -44,3 +44,34 @@ def test_generate_and_verify_make_no_tensor_off_the_models_device(tiny, node, sa
         verdicts = vrl.verify(rollouts, tiny)
     assert [v.accepted for v in verdicts] == [True, False] + [True] * 10
     assert verdicts[1].stage is not Stage.ACCEPTED
+
+
+def test_platform_tags_differ_wherever_recomputed_digests_may(tiny, monkeypatch):
+    """The daemon once said ``cpu/float32`` whatever its device (issue 14 §5): honest verifiers
+    on different GPUs claimed one platform, produced different digests, and a differing digest
+    on one platform is a hard fail. The tag names what changes the low bits of a hidden state."""
+    from dataclasses import replace as copy_with
+
+    base = platform_tag(tiny)
+    assert base.startswith(f"torch-{torch.__version__}/cpu-") and "/float32/sdpa/" in base
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)  # reductions split another way
+        assert platform_tag(tiny) != base
+    finally:
+        torch.set_num_threads(threads)
+    assert platform_tag(copy_with(tiny, dtype_name="bfloat16")) != base
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # other CPU kernels
+    assert platform_tag(tiny) != base
+    monkeypatch.undo()
+
+    # A model on a GPU, seen without one: the tag follows the device's name and CUDA version.
+    import vrl.rollouts.model as model_module
+
+    monkeypatch.setattr(model_module, "network_device", lambda network: torch.device("cuda:0"))
+    names = iter(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: next(names))
+    h100, a100 = platform_tag(tiny), platform_tag(tiny)
+    assert len({base, h100, a100}) == 3 and "NVIDIA H100" in h100
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "N" * 500)
+    assert len(platform_tag(tiny).encode()) <= MAX_PLATFORM_BYTES  # fits a verdict's field

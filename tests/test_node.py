@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from p2p.loopback import LoopbackNetwork
+from vrl.adversary import work_for
 from vrl.rollouts.keys import NodeKey
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
-from vrl.node.messages import SignedVerdict, Submission
+from vrl.node.messages import Group, SignedVerdict, Submission
 from vrl.node.store import Store
 
 TRAINER = NodeKey.from_seed(b"trainer".ljust(32, b"\0"))
@@ -44,7 +45,8 @@ async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, dead
         "suspect": (WORKERS[2], config(tmp_path / "w2", adversary=adversary, roles=(
             ("worker", "verifier") if adversary == "lazy-verifier" else ("worker",)))),
     }
-    nodes = {name: Node(cfg, network.transport(key.private_seed()), key) for name, (key, cfg) in specs.items()}
+    nodes = {name: Node(cfg, network.transport(key.private_seed()), key, work=work_for(cfg.adversary))
+             for name, (key, cfg) in specs.items()}
     stop = asyncio.Event()
     for node in nodes.values():
         await node.transport.start()
@@ -316,7 +318,7 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
         node.protocol.handle(__import__("vrl.node.protocol", fromlist=["P"]).PolicyAnnounced(policy))
         honest_group = Submission((b"honest group",))
         from vrl.node import protocol as P
-        node.protocol.handle(P.GroupReceived(honest_group, honest_key.node_id, 0, 101, 0.0))
+        node.protocol.handle(P.GroupReceived(Group(honest_group, (), honest_key.node_id, 0, 101), 0.0))
         before = node.protocol.standing(honest_key.node_id)
         garbage = [msgpack.packb(p, use_bin_type=True) for p in (
             {"messages": 1, "next": None}, {1: 2, "a": 3}, {"messages": [1, "x"], "next": None},
@@ -369,9 +371,9 @@ def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
     worker.work.install(0, worker.work.skeleton, 3)
     honest = worker.work.generate(0)[0]
     extra = Submission.of([r.signed(WORKERS[1], group_index=node.config.groups_per_round)
-                           for r in honest.rollouts()])
-    cut = Submission.of([r.signed(WORKERS[1], group_size=2) for r in honest.rollouts()[:2]])
-    future = Submission.of([r.signed(WORKERS[1], policy_version=2) for r in honest.rollouts()])
+                           for r in honest.rollouts])
+    cut = Submission.of([r.signed(WORKERS[1], group_size=2) for r in honest.rollouts[:2]])
+    future = Submission.of([r.signed(WORKERS[1], policy_version=2) for r in honest.rollouts])
     verdicts = {name: node._validate(Message(TOPIC_GROUPS, sub.to_bytes(), b"x" * 32,
                                              message_id(TOPIC_GROUPS, sub.to_bytes())))
                 for name, sub in (("honest", honest), ("extra", extra), ("cut", cut), ("future", future))}

@@ -7,6 +7,7 @@ import pytest
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.messages import (
+    Group,
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
 )
 from vrl.node.reputation import AdmissionConfig
@@ -25,6 +26,10 @@ def announcement(version: int) -> PolicyAnnouncement:
 
 def submission(tag: int) -> Submission:
     return Submission((tag.to_bytes(8, "big"),))
+
+def held(sub: Submission, subject: bytes, version: int, index: int) -> Group:
+    """A group as the protocol sees it; its records are the daemon's concern, not the protocol's."""
+    return Group(sub, (), subject, version, index)
 
 
 def node(key: NodeKey, *roles: str, **options) -> P.NodeProtocol:
@@ -68,7 +73,7 @@ def test_a_verifier_checks_a_newcomer_and_signs_a_verdict_with_its_digest():
     verifier = node(VERIFIER, "verifier")
     ready(verifier)
     sub = submission(1)
-    assert kinds(verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, 101, 0.0))) == ["Check"]
+    assert kinds(verifier.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 101), 0.0))) == ["Check"]
     (publish,) = verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
     assert publish.topic == TOPIC_VERDICTS
     verdict = SignedVerdict.from_bytes(publish.data)
@@ -81,12 +86,12 @@ def test_a_trusted_node_is_spot_checked_and_skips_are_signed_and_provable():
     ready(verifier)
     for i in range(300):  # build trust: checked and passed
         sub = submission(i)
-        verifier.handle(P.GroupReceived(sub, WORKER.node_id, 0, i, 0.0))
+        verifier.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, i), 0.0))
         verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
     assert verifier.standing(WORKER.node_id).check_rate < 0.2
     checked = skipped = 0
     for i in range(1000, 1100):
-        actions = verifier.handle(P.GroupReceived(submission(i), WORKER.node_id, 0, i, 0.0))
+        actions = verifier.handle(P.GroupReceived(held(submission(i), WORKER.node_id, 0, i), 0.0))
         if kinds(actions) == ["Check"]:
             checked += 1
             verifier.handle(P.Abandoned(actions[0]))
@@ -108,7 +113,7 @@ def test_a_skip_the_ticket_does_not_allow_is_invalid():
 def endorse(proto: P.NodeProtocol, key: NodeKey) -> None:
     """The node checks and passes one group of ``key``: its reports now carry some weight."""
     own = Submission((b"own work of " + key.node_id,))
-    proto.handle(P.GroupReceived(own, key.node_id, 0, 0, 0.0))
+    proto.handle(P.GroupReceived(held(own, key.node_id, 0, 0), 0.0))
     proto.handle(P.Checked(own.digest, (), b"\x05" * 32))
 
 
@@ -117,8 +122,8 @@ def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
     ready(trainer)
     endorse(trainer, VERIFIER)
     bad, other = submission(1), submission(2)
-    trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 104, 0.0))
-    trainer.handle(P.GroupReceived(other, CHEAT.node_id, 0, 105, 0.0))
+    trainer.handle(P.GroupReceived(held(bad, CHEAT.node_id, 0, 104), 0.0))
+    trainer.handle(P.GroupReceived(held(other, CHEAT.node_id, 0, 105), 0.0))
     actions = trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))
     assert [a for a in actions if isinstance(a, P.Check)] == [P.Check(bad.digest, 0)]
     assert trainer.decided(bad.digest) is None
@@ -132,7 +137,7 @@ def test_a_false_accusation_is_cleared_by_the_re_check_and_the_group_admitted():
     trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 106, 0.0))
+    trainer.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 106), 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "hard_fail", b"\x08" * 32)))
     actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32))
     assert not any(isinstance(a, P.Quarantine) for a in actions)
@@ -146,8 +151,8 @@ def test_the_trainer_waits_for_verdicts_then_trains_once_and_announces():
                    admission=AdmissionConfig(batch_groups=2, trusted_share=0.0, node_cap=1.0))
     ready(trainer)
     a, b = submission(1), submission(2)
-    trainer.handle(P.GroupReceived(a, WORKER.node_id, 0, 107, 100.0))
-    trainer.handle(P.GroupReceived(b, WORKER.node_id, 0, 108, 100.0))
+    trainer.handle(P.GroupReceived(held(a, WORKER.node_id, 0, 107), 100.0))
+    trainer.handle(P.GroupReceived(held(b, WORKER.node_id, 0, 108), 100.0))
     assert trainer.handle(P.Tick(102.0)) == []  # verifiers still have time
     train = [x for x in trainer.handle(P.Tick(106.0)) if isinstance(x, P.Train)]
     assert len(train) == 1 and {d for d, _ in train[0].batch} == {a.digest, b.digest}
@@ -163,7 +168,7 @@ def test_a_pass_verdict_decides_a_group_without_waiting():
         VERIFIER.node_id}))
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 109, 0.0))
+    trainer.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 109), 0.0))
     assert trainer.decided(sub.digest) is None
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "pass")))
     assert trainer.decided(sub.digest) is True
@@ -175,7 +180,7 @@ def test_a_pass_from_a_verifier_of_no_weight_decides_nothing():
     trainer = node(TRAINER, "trainer", verdict_wait=5.0, lazy_audit_rate=0.0)
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, CHEAT.node_id, 0, 0, 0.0))
+    trainer.handle(P.GroupReceived(held(sub, CHEAT.node_id, 0, 0), 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(OTHER_VERIFIER, sub, CHEAT.node_id, "pass")))
     assert trainer.standing(OTHER_VERIFIER.node_id).trust == 0.0
     assert trainer.decided(sub.digest) is None
@@ -187,7 +192,7 @@ def test_the_trainer_audits_other_verifiers_passes_at_its_lazy_audit_rate():
     trainer = node(TRAINER, "trainer", lazy_audit_rate=1.0)
     ready(trainer)
     sub = submission(1)
-    trainer.handle(P.GroupReceived(sub, WORKER.node_id, 0, 110, 0.0))
+    trainer.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 110), 0.0))
     actions = trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, sub, WORKER.node_id, "pass")))
     assert P.Check(sub.digest, 0) in actions
 
@@ -200,7 +205,7 @@ def test_planted_groups_are_never_trained_and_revealed_after_the_step():
     canary = submission(99)
     published = trainer.handle(P.Planted(canary, CHEAT.node_id, 0))
     assert P.Publish(TOPIC_GROUPS, canary.to_bytes()) in published
-    trainer.handle(P.GroupReceived(canary, CHEAT.node_id, 0, 111, 0.0))
+    trainer.handle(P.GroupReceived(held(canary, CHEAT.node_id, 0, 111), 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, canary, CHEAT.node_id, "pass")))
     assert trainer.decided(canary.digest) is False
     actions = trainer.handle(P.Trained(announcement(1), ()))
@@ -213,8 +218,8 @@ def test_planted_groups_are_never_trained_and_revealed_after_the_step():
 def test_replay_rebuilds_the_state_silently_and_pending_resumes_the_work():
     live = node(VERIFIER, "worker", "verifier")
     events = [P.PolicyAnnounced(announcement(0)), P.PolicyLoaded(0),
-              P.GroupReceived(submission(1), WORKER.node_id, 0, 112, 0.0),
-              P.GroupReceived(submission(2), WORKER.node_id, 0, 113, 0.0),
+              P.GroupReceived(held(submission(1), WORKER.node_id, 0, 112), 0.0),
+              P.GroupReceived(held(submission(2), WORKER.node_id, 0, 113), 0.0),
               P.VerdictReceived(verdict_from(VERIFIER, submission(1), WORKER.node_id, "pass"))]
     for event in events:
         live.handle(event)
@@ -234,7 +239,7 @@ def test_groups_older_than_the_staleness_bound_are_not_checked_or_trained():
     old = submission(5)
     trainer.handle(P.PolicyAnnounced(announcement(2)))
     trainer.handle(P.PolicyLoaded(2))
-    actions = trainer.handle(P.GroupReceived(old, WORKER.node_id, 0, 114, 0.0))
+    actions = trainer.handle(P.GroupReceived(held(old, WORKER.node_id, 0, 114), 0.0))
     assert not any(isinstance(a, P.Check) for a in actions)
     assert not trainer._fresh(0)
 
@@ -248,7 +253,7 @@ def test_the_trainer_publishes_no_version_after_its_last():
     trainer = node(TRAINER, "trainer", verdict_wait=0.0, last_version=1,
                    admission=AdmissionConfig(batch_groups=1, trusted_share=0.0))
     ready(trainer, 1)
-    trainer.handle(P.GroupReceived(submission(1), WORKER.node_id, 1, 115, 0.0))
+    trainer.handle(P.GroupReceived(held(submission(1), WORKER.node_id, 1, 115), 0.0))
     assert not any(isinstance(a, P.Train) for a in trainer.handle(P.Tick(10.0)))
 
 
@@ -259,10 +264,10 @@ def test_one_group_per_slot_so_a_re_signed_copy_is_never_trained_twice():
         batch_groups=8, trusted_share=0.0, node_cap=1.0))
     ready(trainer)
     first, copy = submission(1), submission(2)
-    trainer.handle(P.GroupReceived(first, WORKER.node_id, 0, 3, 0.0))
-    trainer.handle(P.GroupReceived(copy, WORKER.node_id, 0, 3, 0.0))
+    trainer.handle(P.GroupReceived(held(first, WORKER.node_id, 0, 3), 0.0))
+    trainer.handle(P.GroupReceived(held(copy, WORKER.node_id, 0, 3), 0.0))
     assert copy.digest not in trainer.groups and first.digest in trainer.groups
-    trainer.handle(P.GroupReceived(copy, WORKER.node_id, 0, 4, 0.0))  # another slot is another group
+    trainer.handle(P.GroupReceived(held(copy, WORKER.node_id, 0, 4), 0.0))  # another slot is another group
     assert copy.digest in trainer.groups
 
 
@@ -271,10 +276,10 @@ def test_a_quarantined_nodes_later_groups_cost_no_checks():
     ready(trainer)
     endorse(trainer, VERIFIER)
     bad = submission(1)
-    trainer.handle(P.GroupReceived(bad, CHEAT.node_id, 0, 0, 0.0))
+    trainer.handle(P.GroupReceived(held(bad, CHEAT.node_id, 0, 0), 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))
     trainer.handle(P.Checked(bad.digest, ("reward_mismatch",), b"\x08" * 32))
     assert trainer.standing(CHEAT.node_id).quarantined
-    actions = trainer.handle(P.GroupReceived(submission(2), CHEAT.node_id, 0, 1, 1.0))
+    actions = trainer.handle(P.GroupReceived(held(submission(2), CHEAT.node_id, 0, 1), 1.0))
     assert not [a for a in actions if isinstance(a, P.Check)]
 

@@ -8,8 +8,9 @@ import random
 import pytest
 from scipy.special import betaincinv
 
+from vrl.node.messages import Outcome
 from vrl.node.reputation import (
-    HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig, admit, compute,
+    AdmissionConfig, Candidate, Report, Reputation, ReputationConfig, admit, compute,
 )
 
 ME, TRUSTED = b"\x01" * 32, b"\x02" * 32
@@ -22,7 +23,7 @@ def group(i: int) -> bytes:
 
 
 def passes(reporter: bytes, subject: bytes, n: int, start: int = 0, round_index: int = 0) -> list[Report]:
-    return [Report(round_index, reporter, subject, group(start + i), PASS) for i in range(n)]
+    return [Report(round_index, reporter, subject, group(start + i), Outcome.PASS) for i in range(n)]
 
 
 def view(*reports: Report, config: ReputationConfig = ReputationConfig(), anchors=(ME,)) -> Reputation:
@@ -42,8 +43,8 @@ def test_score_is_the_beta_lower_bound_so_three_passes_are_not_three_thousand():
 
 def test_one_hard_fail_outweighs_many_passes_and_soft_fails_weigh_little():
     base = passes(ME, HONEST, 60)
-    hard = view(*base, Report(0, ME, HONEST, group(999), HARD_FAIL)).standing(HONEST, 0).score
-    soft = view(*base, Report(0, ME, HONEST, group(999), SOFT_FAIL)).standing(HONEST, 0).score
+    hard = view(*base, Report(0, ME, HONEST, group(999), Outcome.HARD_FAIL)).standing(HONEST, 0).score
+    soft = view(*base, Report(0, ME, HONEST, group(999), Outcome.SOFT_FAIL)).standing(HONEST, 0).score
     clean = view(*base).standing(HONEST, 0).score
     assert hard < 0.5 < soft < clean  # 60 passes then one hard fail: below even odds
 
@@ -67,9 +68,9 @@ def test_newcomers_are_checked_fully_and_the_rate_falls_toward_the_floor_with_tr
 
 def test_low_trust_sybils_can_neither_smear_an_honest_node_nor_whitewash_a_cheat():
     honest_history = passes(ME, HONEST, 200)
-    smears = [Report(0, s, HONEST, group(5000 + i), HARD_FAIL) for i, s in enumerate(SYBILS)]
+    smears = [Report(0, s, HONEST, group(5000 + i), Outcome.HARD_FAIL) for i, s in enumerate(SYBILS)]
     whitewash = [r for s in SYBILS for r in passes(s, CHEAT, 100, start=9000)]
-    cheat_history = [Report(0, ME, CHEAT, group(1), HARD_FAIL)]
+    cheat_history = [Report(0, ME, CHEAT, group(1), Outcome.HARD_FAIL)]
     clean = view(*honest_history).standing(HONEST, 0).score
     smeared = view(*honest_history, *smears).standing(HONEST, 0).score
     assert smeared == pytest.approx(clean)
@@ -88,36 +89,36 @@ def test_a_verifier_earns_report_weight_only_through_trusted_nodes():
 
 
 def test_quarantine_needs_a_re_check_by_a_second_reporter():
-    one = Report(0, ME, CHEAT, group(7), HARD_FAIL)
-    again = Report(0, TRUSTED, CHEAT, group(7), HARD_FAIL)
+    one = Report(0, ME, CHEAT, group(7), Outcome.HARD_FAIL)
+    again = Report(0, TRUSTED, CHEAT, group(7), Outcome.HARD_FAIL)
     assert not view(one).standing(CHEAT, 0).quarantined  # one check alone never evicts
     both = view(one, again, anchors=(ME, TRUSTED)).standing(CHEAT, 0)
     assert both.quarantined and both.score == 0.0
     # Two untrusted accusers cannot evict anyone.
-    sybil_pair = [Report(0, s, HONEST, group(8), HARD_FAIL) for s in SYBILS[:2]]
+    sybil_pair = [Report(0, s, HONEST, group(8), Outcome.HARD_FAIL) for s in SYBILS[:2]]
     assert not view(*sybil_pair).standing(HONEST, 0).quarantined
 
 
 def test_lazy_verifiers_are_caught_by_planted_groups_and_by_digests():
     lazy = SYBILS[0]
-    planted = Report(3, ME, SYBILS[4], group(50), HARD_FAIL, planted=True)
-    approved = Report(3, lazy, SYBILS[4], group(50), PASS, digest=b"\x00" * 32, platform="p")
+    planted = Report(3, ME, SYBILS[4], group(50), Outcome.HARD_FAIL, planted=True)
+    approved = Report(3, lazy, SYBILS[4], group(50), Outcome.PASS, digest=b"\x00" * 32, platform="p")
     rep = view(planted, approved)
     assert rep.standing(SYBILS[4], 3).quarantined  # the planter needs no second opinion
     assert rep.standing(lazy, 3).quarantined
     # A made-up digest disagrees with a pre-trusted re-check on the same platform.
     honest_digest, fake = b"\x05" * 32, b"\x06" * 32
-    mine = Report(4, ME, HONEST, group(60), PASS, digest=honest_digest, platform="p")
-    theirs = Report(4, lazy, HONEST, group(60), PASS, digest=fake, platform="p")
+    mine = Report(4, ME, HONEST, group(60), Outcome.PASS, digest=honest_digest, platform="p")
+    theirs = Report(4, lazy, HONEST, group(60), Outcome.PASS, digest=fake, platform="p")
     assert view(mine, theirs).standing(lazy, 4).quarantined
-    other_platform = Report(4, lazy, HONEST, group(60), PASS, digest=fake, platform="q")
+    other_platform = Report(4, lazy, HONEST, group(60), Outcome.PASS, digest=fake, platform="q")
     assert not view(mine, other_platform).standing(lazy, 4).quarantined
 
 
 def test_a_reject_contradicted_by_a_trusted_re_check_costs_its_reporter_a_soft_fail():
     accuser = SYBILS[1]
-    rep = view(*passes(ME, accuser, 30), Report(0, accuser, HONEST, group(70), HARD_FAIL),
-               Report(0, ME, HONEST, group(70), PASS))
+    rep = view(*passes(ME, accuser, 30), Report(0, accuser, HONEST, group(70), Outcome.HARD_FAIL),
+               Report(0, ME, HONEST, group(70), Outcome.PASS))
     standing = rep.standing(accuser, 0)
     assert not standing.quarantined and not rep.standing(HONEST, 0).quarantined
     assert standing.failures == pytest.approx(ReputationConfig().soft_weight)
@@ -125,8 +126,8 @@ def test_a_reject_contradicted_by_a_trusted_re_check_costs_its_reporter_a_soft_f
 
 def test_state_is_a_function_of_the_report_set_not_of_arrival_order():
     reports = (passes(ME, HONEST, 20) + passes(ME, SYBILS[0], 10, start=50)
-               + passes(SYBILS[0], CHEAT, 5, start=80) + [Report(2, ME, CHEAT, group(99), HARD_FAIL),
-                                                          Report(2, SYBILS[0], CHEAT, group(99), HARD_FAIL)])
+               + passes(SYBILS[0], CHEAT, 5, start=80) + [Report(2, ME, CHEAT, group(99), Outcome.HARD_FAIL),
+                                                          Report(2, SYBILS[0], CHEAT, group(99), Outcome.HARD_FAIL)])
     expected = compute(sorted(reports, key=Report.sort_key), frozenset({ME}), 3, ReputationConfig())
     for seed in range(5):
         shuffled = reports[:]
@@ -138,7 +139,7 @@ def test_state_is_a_function_of_the_report_set_not_of_arrival_order():
 def test_reports_are_idempotent_and_self_reports_ignored():
     rep = view(*passes(ME, HONEST, 3))
     assert not rep.add(passes(ME, HONEST, 1)[0])
-    assert not rep.add(Report(0, HONEST, HONEST, group(1), PASS))
+    assert not rep.add(Report(0, HONEST, HONEST, group(1), Outcome.PASS))
 
 
 # -- admission ----------------------------------------------------------------------------------

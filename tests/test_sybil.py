@@ -14,8 +14,8 @@ import pytest
 
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
-from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
-from vrl.node.reputation import HARD_FAIL, PASS, AdmissionConfig, Report, Reputation, ReputationConfig
+from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
+from vrl.node.reputation import AdmissionConfig, Report, Reputation, ReputationConfig
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
 VERIFIER = NodeKey.from_seed(b"V" * 32)
@@ -31,6 +31,10 @@ def announcement(version: int) -> PolicyAnnouncement:
 
 def submission(tag: int) -> Submission:
     return Submission((tag.to_bytes(8, "big"),))
+
+def held(sub: Submission, subject: bytes, version: int, index: int) -> Group:
+    """A group as the protocol sees it; its records are the daemon's concern, not the protocol's."""
+    return Group(sub, (), subject, version, index)
 
 
 def verdict(key: NodeKey, group: bytes, subject: bytes, outcome: str, *, version: int = 0, round_index: int = 0,
@@ -51,14 +55,14 @@ def trainer_view(roles=("trainer", "verifier"), **options) -> P.NodeProtocol:
 def endorse(proto: P.NodeProtocol, key: NodeKey) -> None:
     """The view checks and passes one group of ``key``: its reports now carry some weight."""
     own = Submission((b"own work of " + key.node_id,))
-    proto.handle(P.GroupReceived(own, key.node_id, 0, 0, 0.0))
+    proto.handle(P.GroupReceived(held(own, key.node_id, 0, 0), 0.0))
     proto.handle(P.Checked(own.digest, (), b"\x05" * 32))
 
 
 def confirm_bad(proto: P.NodeProtocol, group: Submission, subject: bytes) -> None:
     """A group the trainer saw fail twice: an endorsed verifier's hard fail, then its own re-check."""
     endorse(proto, VERIFIER)
-    proto.handle(P.GroupReceived(group, subject, 0, 101, 0.0))
+    proto.handle(P.GroupReceived(held(group, subject, 0, 101), 0.0))
     proto.handle(P.VerdictReceived(verdict(VERIFIER, group.digest, subject, "hard_fail", reasons=("reward_mismatch",))))
     proto.handle(P.Checked(group.digest, ("reward_mismatch",), b"\x08" * 32))
 
@@ -68,7 +72,7 @@ def test_a_fresh_identity_cannot_get_an_honest_node_quarantined_by_naming_it_as_
     verdict about it from a brand-new key, naming an honest node, quarantined that node."""
     proto = trainer_view()
     honest, bad = HONEST[0].node_id, submission(1)
-    proto.handle(P.GroupReceived(submission(2), honest, 0, 102, 0.0))
+    proto.handle(P.GroupReceived(held(submission(2), honest, 0, 102), 0.0))
     confirm_bad(proto, bad, CHEAT.node_id)
     assert proto.standing(CHEAT.node_id).quarantined
     forged = verdict(SYBILS[0], bad.digest, honest, "hard_fail", reasons=("reward_mismatch",))
@@ -84,7 +88,7 @@ def test_the_planted_canary_cannot_be_pinned_on_an_honest_node():
     honest, canary = HONEST[0].node_id, submission(99)
     canary_id = NodeKey.from_seed(b"K" * 32).node_id
     proto.handle(P.Planted(canary, canary_id, 0))
-    proto.handle(P.GroupReceived(canary, canary_id, 0, 103, 0.0))
+    proto.handle(P.GroupReceived(held(canary, canary_id, 0, 103), 0.0))
     proto.handle(P.Trained(announcement(1), ()))  # the reveal: a planted hard fail
     assert proto.standing(canary_id).quarantined
     for outcome in ("hard_fail", "pass", "soft_fail"):
@@ -98,7 +102,7 @@ def test_a_verdict_that_arrives_before_its_group_waits_then_counts_and_is_persis
     group, worker = submission(5), HONEST[1].node_id
     early = verdict(VERIFIER, group.digest, worker, "pass")
     assert proto.handle(P.VerdictReceived(early)) == []  # not stored: the group is unknown
-    actions = proto.handle(P.GroupReceived(group, worker, 0, 104, 0.0))
+    actions = proto.handle(P.GroupReceived(held(group, worker, 0, 104), 0.0))
     assert P.Persist(early) in actions
     assert proto.decided(group.digest) is True  # the waiting pass now counts
     lying = verdict(SYBILS[2], group.digest, CHEAT.node_id, "hard_fail")
@@ -125,7 +129,7 @@ def test_fifty_fresh_identities_move_an_honest_nodes_score_by_nothing_and_quaran
         for tag, worker in enumerate(HONEST):  # each honest worker has a record the trainer checked
             for i in range(4):
                 group = submission(100 * (tag + 1) + i)
-                proto.handle(P.GroupReceived(group, worker.node_id, 0, i, float(i)))
+                proto.handle(P.GroupReceived(held(group, worker.node_id, 0, i), float(i)))
                 proto.handle(P.Checked(group.digest, (), b"\x05" * 32))
         confirm_bad(proto, submission(7), CHEAT.node_id)
         if hostile:
@@ -163,19 +167,19 @@ def test_an_endorsed_accuser_hurts_no_one_once_a_trusted_re_check_contradicts_it
     most w * w_hard to b; after it, nothing (specs/reputation.md §7)."""
     me, accuser, honest = b"\x01" * 32, b"\x21" * 32, b"\x10" * 32
     config = ReputationConfig()
-    history = [Report(0, me, accuser, i.to_bytes(32, "big"), PASS) for i in range(30)]
-    history += [Report(0, me, honest, (100 + i).to_bytes(32, "big"), PASS) for i in range(10)]
+    history = [Report(0, me, accuser, i.to_bytes(32, "big"), Outcome.PASS) for i in range(30)]
+    history += [Report(0, me, honest, (100 + i).to_bytes(32, "big"), Outcome.PASS) for i in range(10)]
     accused = (500).to_bytes(32, "big")
     rep = Reputation(frozenset({me}), config)
     for r in history:
         rep.add(r)
     clean = rep.standing(honest, 0)
-    rep.add(Report(0, accuser, honest, accused, HARD_FAIL))
+    rep.add(Report(0, accuser, honest, accused, Outcome.HARD_FAIL))
     pending = rep.standing(honest, 0)
     weight = rep.standing(accuser, 0).trust
     assert 0 < weight <= 1 and pending.failures == pytest.approx(weight * config.hard_weight)
     assert not pending.quarantined  # one accuser, and no re-check of one's own
-    rep.add(Report(0, me, honest, accused, PASS))  # the re-check every failure triggers
+    rep.add(Report(0, me, honest, accused, Outcome.PASS))  # the re-check every failure triggers
     after = rep.standing(honest, 0)
     assert after.failures == 0.0 and after.score >= clean.score
     assert rep.standing(accuser, 0).failures == pytest.approx(config.soft_weight)
@@ -188,11 +192,11 @@ def test_many_endorsed_accusers_cannot_quarantine_without_a_re_check_of_ones_own
     rep = Reputation(frozenset({me}), config)
     for a in accusers:
         for i in range(40):
-            rep.add(Report(0, me, a, a[:1] + i.to_bytes(31, "big"), PASS))
-        rep.add(Report(0, a, honest, b"\xee" * 32, HARD_FAIL))
+            rep.add(Report(0, me, a, a[:1] + i.to_bytes(31, "big"), Outcome.PASS))
+        rep.add(Report(0, a, honest, b"\xee" * 32, Outcome.HARD_FAIL))
     assert sum(rep.standing(a, 0).trust for a in accusers) >= config.quarantine_weight  # together they weigh enough...
     assert not rep.standing(honest, 0).quarantined  # ...but only a re-check of one's own evicts
-    rep.add(Report(0, me, honest, b"\xee" * 32, HARD_FAIL))
+    rep.add(Report(0, me, honest, b"\xee" * 32, Outcome.HARD_FAIL))
     assert rep.standing(honest, 0).quarantined
 
 
@@ -203,12 +207,12 @@ def test_a_strangers_fail_on_a_group_the_trainer_skipped_is_re_checked_not_a_blo
     worker = HONEST[0].node_id
     for i in range(300):  # a long record: the trainer now skips most of this worker's groups
         group = submission(10_000 + i)
-        proto.handle(P.GroupReceived(group, worker, 0, i, 0.0))
+        proto.handle(P.GroupReceived(held(group, worker, 0, i), 0.0))
         proto.handle(P.Checked(group.digest, (), b"\x05" * 32))
     skipped = None
     for i in range(300, 400):
         group = submission(10_000 + i)
-        actions = proto.handle(P.GroupReceived(group, worker, 0, i, 0.0))
+        actions = proto.handle(P.GroupReceived(held(group, worker, 0, i), 0.0))
         if not any(isinstance(a, P.Check) for a in actions):
             skipped = group
             break
@@ -229,7 +233,7 @@ def test_only_a_counting_reporters_fail_makes_a_plain_verifier_re_check():
     verifier.handle(P.PolicyAnnounced(announcement(0)))
     verifier.handle(P.PolicyLoaded(0))
     group = submission(7)
-    verifier.handle(P.GroupReceived(group, HONEST[0].node_id, 0, 0, 0.0))
+    verifier.handle(P.GroupReceived(held(group, HONEST[0].node_id, 0, 0), 0.0))
     verifier.handle(P.Abandoned(P.Check(group.digest, 0)))  # its own draw's check, set aside
     verifier._in_flight.clear()
     verifier.verdicts[group.digest][VERIFIER.node_id] = verdict(VERIFIER, group.digest, HONEST[0].node_id, "skipped")
@@ -244,7 +248,7 @@ def test_strangers_verdicts_per_group_are_capped_so_the_report_log_stays_bounded
     verdicts weigh nothing, so past MAX_STRANGER_VERDICTS_PER_GROUP a group takes no more."""
     proto = trainer_view()
     group, worker = submission(3), HONEST[0].node_id
-    proto.handle(P.GroupReceived(group, worker, 0, 0, 0.0))
+    proto.handle(P.GroupReceived(held(group, worker, 0, 0), 0.0))
     accepted = 0
     for sybil in SYBILS:
         message = verdict(sybil, group.digest, worker, "pass")

@@ -22,7 +22,7 @@ from vrl.rl.evaluate import held_out
 from vrl.rollouts.forward import decode
 from vrl.rl.grpo import GRPOConfig
 from vrl.rl.plots import plot_run
-from vrl.rl.train import TrainConfig, Trainer
+from vrl.rl.train import RunError, TrainConfig, Trainer
 
 # A smaller, faster build than scripts/build-base-model: one-digit sums, which a few hundred
 # examples teach well enough that sampled groups have mixed rewards.
@@ -98,7 +98,7 @@ def test_training_makes_no_tensor_off_the_policys_device(base, tmp_path):
 
 def test_a_new_run_never_overwrites_an_old_one(base, tmp_path):
     Trainer(config(base, steps=1), tmp_path / "run").run()
-    with pytest.raises(FileExistsError):
+    with pytest.raises(RunError, match="already holds a run"):
         Trainer(config(base, steps=1), tmp_path / "run")
 
 

@@ -217,11 +217,10 @@ def test_records_longer_than_the_context_are_refused_before_the_prefill(tiny, no
     assert context == 4096
     fits = _long(base, node, context - len(base.prompt_tokens))
     too_long = _long(base, node, context - len(base.prompt_tokens) + 1)
-    recomputed: dict[int, bytes] = {}
-    verdicts = vrl.verify([too_long], tiny, recomputed=recomputed)
+    verdicts = vrl.verify([too_long], tiny)
     assert (verdicts[0].stage, verdicts[0].reason) == (Stage.BINDING, "too_many_tokens")
     assert f"context of {context} positions" in verdicts[0].message
-    assert recomputed == {} and dict(verdicts[0].scores) == {}  # the model never ran
+    assert verdicts[0].recomputed == b"" and dict(verdicts[0].scores) == {}  # the model never ran
     assert vrl.verify([fits], tiny, expect=Expectations(max_tokens=16))[0].reason == "too_many_tokens"
 
 

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from vrl.errors import VrlError
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Verifiable-compute RL rollouts: generate, commit, sign and verify.")
 out = Console()
@@ -27,7 +29,7 @@ log = structlog.get_logger("vrl")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
 
 
-def _configure_logging(json_mode: bool, level: int | None = None) -> None:
+def configure_logging(json_mode: bool, level: int | None = None) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
@@ -128,7 +130,7 @@ def generate(
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable summary; no progress bar.")] = False,
 ):
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
-    _configure_logging(json_output)
+    configure_logging(json_output)
     from proofs.errors import InvalidParameters
     from vrl.rollouts.generate import GenerationStats, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
@@ -201,7 +203,7 @@ def verify(
                                             "before the model runs (the model's context applies too).")] = 4096,
 ):
     """Verify every rollout in a file. Exit 0 all accepted, 1 any rejected, 2 unusable input."""
-    _configure_logging(json_output)
+    configure_logging(json_output)
     from vrl.rollouts.files import RolloutFileError, iter_records
     from vrl.rollouts.verify import Expectations
     from vrl.rollouts.verify import verify as run_verify
@@ -294,11 +296,8 @@ def train(
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
     """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
-    _configure_logging(json_output)
-    from vrl.rl.checkpoint import CheckpointError
-    from vrl.rollouts.model import ModelError
+    configure_logging(json_output)
     from vrl.rl.plots import plot_run
-    from vrl.tasks import TaskFileError
     from vrl.rl.train import TrainConfig, Trainer
 
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
@@ -315,7 +314,7 @@ def train(
         else:
             settings = TrainConfig.from_dict({}, **flags)
         trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True)  # past damaged ones, logged
-    except (ValueError, TypeError, ModelError, TaskFileError, CheckpointError, FileExistsError) as error:
+    except (VrlError, ValueError) as error:  # a config, model, task set, checkpoint or run directory, named
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,
              node_id=trainer.key.node_id.hex()[:16])
@@ -349,7 +348,7 @@ def build_base_model_command(
     force: Annotated[bool, typer.Option(help="Rebuild even if it is cached.")] = False,
 ):
     """Supervised fine-tuning of the tiny model on the arithmetic format (cached; about 5 minutes)."""
-    _configure_logging(False)
+    configure_logging(False)
     import dataclasses
 
     from vrl.rl.base_model import build_base_model
@@ -381,26 +380,25 @@ def node(
 
     from rich.markup import escape
 
-    from vrl.rl.checkpoint import CheckpointError
+    from vrl.adversary import work_for
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
-    from vrl.node.store import StoreError
 
     def fail(message: str) -> typer.Exit:
         # One line however wide (soft_wrap), and a value quoted in it is never read as markup.
         err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         return typer.Exit(EXIT_UNUSABLE)
 
-    _configure_logging(json_logs, level=logging.INFO)
+    configure_logging(json_logs, level=logging.INFO)
     try:
         config = NodeConfig.from_toml(config_path)
     except ConfigError as error:  # names the file and the key
         raise fail(str(error)) from None
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, work_for(config.adversary)))
     except ConfigError as error:  # what only the start finds, named by key
         raise fail(f"{config_path}: {error}") from None
-    except (CheckpointError, StoreError) as error:  # these name their file
+    except VrlError as error:  # a checkpoint, store, key or model: these name their file
         raise fail(str(error)) from None
 
 
@@ -428,7 +426,7 @@ def devnet(
 
     from vrl.node import devnet as dn
 
-    _configure_logging(False)
+    configure_logging(False)
     kinds = [k for k in adversaries.split(",") if k]
     if model == "base":
         from vrl.rl.base_model import ensure_base_model

@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from vrl import generate, iter_records, load_model, sampling_for, verify, write_rollouts
-from vrl.adversary import tampered
-from vrl.cli import _configure_logging, verdict_table
+from vrl.node.work import tampered
+from vrl.cli import configure_logging, verdict_table
 from vrl.rollouts.keys import NodeKey
 from vrl.tasks import Task, TaskList
 
@@ -49,7 +49,7 @@ def tampered_groups(honest: list, model, node: NodeKey) -> list[tuple[str, int, 
 
 
 def main() -> None:
-    _configure_logging(json_mode=True)  # the tables are the output; logs only for warnings
+    configure_logging(json_mode=True)  # the tables are the output; logs only for warnings
     model = load_model("tiny")
     node = NodeKey.from_seed(b"honest-node".ljust(32, b"\0"))
     console.print(f"[bold]vrl demo[/]: preset [cyan]tiny[/] ({sum(p.numel() for p in model.network.parameters()):,} "

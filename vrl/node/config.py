@@ -27,8 +27,19 @@ from multiaddr.exceptions import Error as MultiaddrError
 
 from p2p.transport import TransportLimits
 from vrl.node.protocol import ROLES
-from vrl.node.work import ADVERSARIES
 from vrl.rollouts.record import MAX_GROUP_SIZE
+
+
+# What a node may be configured to cheat at (``adversary``, ``vrl devnet --adversaries``): the
+# config's vocabulary. vrl.adversary.CheatingWork carries each out, at the top of the stack.
+ADVERSARIES = {
+    "fabricated-reward": "claims reward 1 for every sample",
+    "quantized-model": "generates with an int8-quantized copy of the policy, claims the real one",
+    "other-model": "generates with a different model of the same shape, claims the policy",
+    "tampered-tokens": "edits a completion token and re-commits it by one honest prefill (TOPLOC's gap)",
+    "replay": "re-signs another node's submitted groups as its own",
+    "lazy-verifier": "approves what it is asked to check without running the model",
+}
 
 
 class ConfigError(ValueError):
@@ -308,7 +319,7 @@ class NodeConfig:
     # GSM8K's test split, and keeps one evaluation's time bounded.
     held_out: int = field(default=128, metadata=bounded(1, 2**16))
     metrics_port: int = field(default=0, metadata=bounded(0, MAX_PORT))  # Prometheus on 127.0.0.1:port (0: off)
-    # devnets only: one of vrl.node.work.ADVERSARIES
+    # devnets only: one of ADVERSARIES
     adversary: str = field(default="", metadata=checked(one_of(("", *ADVERSARIES))))
     # torch.set_num_threads; several nodes share a machine in devnets. 1024 is more cores than
     # any machine here has, and stops a typo from starting a million threads.

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,14 +28,15 @@ from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement,
-    SignedVerdict, Submission, decode_group, topic_of,
+    Group, SignedVerdict, decode_group, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
 from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.node.reputation import AdmissionConfig
-from vrl.rollouts.record import Rollout, round_seed
+from vrl.rollouts.model import platform_tag
+from vrl.rollouts.record import round_seed
 from vrl.tasks import RewardSpec, open_task_set
 from vrl.rl.grpo import GRPOConfig
 from vrl.rl.train import TrainConfig
@@ -50,18 +52,19 @@ TICK_SECONDS = 0.25
 # peer's log of the last two rounds and keeps what it lacked.
 BACKFILL_EVERY_SECONDS = 5.0
 MAX_WEIGHTS_BYTES = 2 << 30
-
-
-def platform_tag() -> str:
-    """What makes recomputed digests bit-identical: same torch build, device, dtype, threads."""
-    return f"torch-{torch.__version__}/cpu/float32/threads-{torch.get_num_threads()}"
+# Groups the validator decoded, held for the handler that follows it (by message id), so a
+# group is decoded and its signatures checked once. A validated message is handled at once,
+# so a few hundred cover any burst; one evicted early is only decoded again.
+MAX_DECODED_GROUPS = 512
 
 
 class Node:
     """One node. ``await node.run(stop)`` until ``stop`` is set."""
 
     def __init__(self, config: NodeConfig, transport: Transport, key: NodeKey,
-                 log: structlog.BoundLogger | None = None) -> None:
+                 log: structlog.BoundLogger | None = None, work: Callable[..., Work] = Work) -> None:
+        """``work`` makes the node's model work: honest :class:`~vrl.node.work.Work`, or for a
+        node configured to cheat, what :func:`vrl.adversary.work_for` gives."""
         self.config, self.transport, self.key = config, transport, key
         self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
         self.metrics = NodeMetrics()
@@ -73,6 +76,11 @@ class Node:
             self.log.warning("task skipped", problem=str(problem))
         self.reward_spec = RewardSpec()
         torch.set_num_threads(config.torch_threads)
+        self.work = work(key, WorkConfig(
+            model=config.model, tasks=self.tasks, group_size=config.group_size,
+            groups_per_round=config.groups_per_round, temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens, adversary=config.adversary, device=config.device),
+            self._expectations)
         self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
             roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted),
@@ -80,12 +88,10 @@ class Node:
             round_timeout=config.round_timeout, max_staleness=config.max_staleness,
             lazy_audit_rate=config.lazy_audit_rate, plant_every=config.plant_every, last_version=config.rounds,
             admission=AdmissionConfig(batch_groups=config.batch_groups, node_cap=config.node_cap,
-                                      trusted_share=config.trusted_share)), platform_tag())
-        self.work = Work(key, WorkConfig(
-            model=config.model, tasks=self.tasks, group_size=config.group_size,
-            groups_per_round=config.groups_per_round, temperature=config.temperature,
-            max_new_tokens=config.max_new_tokens, adversary=config.adversary, device=config.device),
-            self._expectations)
+                                      trusted_share=config.trusted_share)), platform_tag(self.work.skeleton))
+        if self.work.cheat != config.adversary:
+            raise ValueError(f"adversary {config.adversary!r} is configured, but the work given does "
+                             f"{self.work.cheat or 'no cheat'}: make it with vrl.adversary.work_for")
         self.trainer: PolicyTrainer | None = None
         if "trainer" in config.roles:
             self.trainer = PolicyTrainer(TrainConfig(
@@ -99,6 +105,7 @@ class Node:
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
+        self._decoded: OrderedDict[bytes, Group] = OrderedDict()  # message id -> group (MAX_DECODED_GROUPS)
 
     # -- helpers ------------------------------------------------------------------------------
     def _expectations(self, version: int) -> Expectations:
@@ -124,24 +131,33 @@ class Node:
         if not task.cancelled() and task.exception() is not None:
             self.log.error("task failed", error=repr(task.exception()))
 
+    def _remember(self, message_id: bytes, group: Group) -> None:
+        self._decoded[message_id] = group
+        while len(self._decoded) > MAX_DECODED_GROUPS:
+            self._decoded.popitem(last=False)
+
+    def _group_of(self, message_id: bytes, data: bytes) -> Group:
+        """The group a validated message holds: decoded by the validator, else decoded now."""
+        group = self._decoded.pop(message_id, None)
+        return group if group is not None else decode_group(data)
+
     # -- validators: cheap, pure, before anything is stored or forwarded -------------------------
     def _validate(self, message: Message) -> Validation:
         try:
             if message.topic == TOPIC_GROUPS:
-                submission, rollouts = decode_group(message.data)
-                if rollouts[0].node_id in self.protocol.quarantined:
+                group = decode_group(message.data)
+                if group.subject in self.protocol.quarantined:
                     return Validation.IGNORE  # the forwarder is not at fault
-                first = rollouts[0]
                 # Network parameters (specs/network.md §3.1): a round has groups_per_round
                 # groups of group_size samples per node, of a version still usable. A worker
                 # free to submit any index or size could keep the groups or samples it likes.
                 # Ignored, not rejected: a peer configured otherwise is not hostile.
-                if (first.group_index >= self.protocol.config.groups_per_round
-                        or first.group_size != self.config.group_size
-                        or not self.protocol.may_hold(first.policy_version)
-                        or self.protocol.slot_taken(first.node_id, first.policy_version, first.group_index,
-                                                    submission.digest)):
+                if (group.index >= self.protocol.config.groups_per_round
+                        or len(group.rollouts) != self.config.group_size
+                        or not self.protocol.may_hold(group.version)
+                        or self.protocol.slot_taken(group.subject, group.version, group.index, group.digest)):
                     return Validation.IGNORE
+                self._remember(message.msg_id, group)
             elif message.topic == TOPIC_VERDICTS:
                 verdict = SignedVerdict.from_bytes(message.data)
                 if not verdict.valid():
@@ -171,14 +187,12 @@ class Node:
             return  # the transport may still deliver while the node shuts down
         now = time.time()
         if message.topic == TOPIC_GROUPS:
-            submission = Submission.from_bytes(message.data)
-            rollouts = submission.rollouts()
-            subject, version = rollouts[0].node_id, rollouts[0].policy_version
-            if self.store.put_group(submission, subject, version, now):
+            group = self._group_of(message.msg_id, message.data)
+            if self.store.put_group(group.submission, group.subject, group.version, now):
                 self.metrics.groups_received.inc()
-                if subject != self.key.node_id:
-                    self.work.observe(rollouts)
-            await self._feed(P.GroupReceived(submission, subject, version, rollouts[0].group_index, now))
+                if group.subject != self.key.node_id:
+                    self.work.observe(group)
+            await self._feed(P.GroupReceived(group, now))
         elif message.topic == TOPIC_VERDICTS:
             # Stored by the protocol's Persist, once its group is known and agrees with it.
             await self._feed(P.VerdictReceived(SignedVerdict.from_bytes(message.data)))
@@ -219,9 +233,9 @@ class Node:
             return
         now = time.time()
         if topic == TOPIC_GROUPS:
-            submission, rollouts = decode_group(data)
-            self.store.put_group(submission, rollouts[0].node_id, rollouts[0].policy_version, now,
-                                 planted=submission.digest in self.protocol.planted)
+            group = self._group_of(message_id(topic, data), data)
+            self.store.put_group(group.submission, group.subject, group.version, now,
+                                 planted=group.digest in self.protocol.planted)
         elif topic == TOPIC_VERDICTS:
             verdict = SignedVerdict.from_bytes(data)
             if self.store.put_verdict(verdict, now) and not verdict.checked:
@@ -258,17 +272,19 @@ class Node:
         await self._feed(P.PolicyLoaded(announcement.version))
 
     async def _generate(self, version: int) -> None:
-        submissions = await self._in_model_thread("generate", self.work.generate, version)
-        self.metrics.rollouts_produced.inc(sum(len(s.records) for s in submissions))
-        self.log.info("generated", version=version, groups=len(submissions))
-        await self._feed(P.Generated(version, tuple(submissions)))
+        groups = await self._in_model_thread("generate", self.work.generate, version)
+        for group in groups:  # signed here: published, then handed back by gossip, undecoded
+            self._remember(message_id(TOPIC_GROUPS, group.to_bytes()), group)
+        self.metrics.rollouts_produced.inc(sum(len(g.rollouts) for g in groups))
+        self.log.info("generated", version=version, groups=len(groups))
+        await self._feed(P.Generated(version, tuple(groups)))
 
     async def _check(self, digest: bytes, version: int) -> None:
-        submission = self.store.group(digest)
-        if submission is None or version not in self.work.models:
+        group = self.protocol.group(digest)
+        if group is None or version not in self.work.models:
             await self._feed(P.Abandoned(P.Check(digest, version)))
             return
-        reasons, recomputed = await self._in_model_thread("check", self.work.check, submission.rollouts(), version)
+        reasons, recomputed = await self._in_model_thread("check", self.work.check, group, version)
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
         for reason in reasons:
@@ -284,7 +300,8 @@ class Node:
 
     async def _train(self, version: int, batch: tuple[tuple[bytes, float], ...]) -> None:
         assert self.trainer is not None
-        groups = [self.store.group(digest).rollouts() for digest, _ in batch]
+        # Every group of a batch is fresh, so the protocol still holds its decoded records.
+        groups = [list(self.protocol.group(digest).rollouts) for digest, _ in batch]
         weights = [w for _, w in batch]
         model, blob, metrics = await self._in_model_thread("train", self.trainer.step, groups, weights)
         await self._announce(model, blob, tuple(d for d, _ in batch), metrics)
@@ -367,12 +384,15 @@ class Node:
                 self.protocol.handle(P.Tick(extra[0]), replaying=True)
                 self.protocol.handle(P.PolicyAnnounced(PolicyAnnouncement.from_bytes(data)), replaying=True)
             elif kind == "group":
-                subject, version, received, planted = extra
-                submission = Submission.from_bytes(data)
+                _, _, received, planted = extra
+                try:  # decoded and signature-checked as when it arrived: the disk is not trusted more
+                    group = decode_group(data)
+                except MessageError as error:
+                    self.log.warning("stored group does not decode; skipped", error=str(error))
+                    continue
                 if planted:
-                    self.protocol.handle(P.Planted(submission, subject, version), replaying=True)
-                index = Rollout.from_bytes(submission.records[0]).group_index
-                self.protocol.handle(P.GroupReceived(submission, subject, version, index, received), replaying=True)
+                    self.protocol.handle(P.Planted(group.submission, group.subject, group.version), replaying=True)
+                self.protocol.handle(P.GroupReceived(group, received), replaying=True)
             elif kind == "verdict":
                 self.protocol.handle(P.VerdictReceived(SignedVerdict.from_bytes(data)), replaying=True)
             elif kind == "trained":

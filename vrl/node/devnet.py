@@ -26,8 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from vrl.rollouts.keys import NodeKey
-from vrl.node.config import NodeConfig
-from vrl.node.work import ADVERSARIES
+from vrl.node.config import ADVERSARIES, NodeConfig
 
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 20.0

@@ -17,11 +17,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 import msgpack
 
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
+from vrl.errors import VrlError
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, take, text
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 
@@ -36,12 +38,23 @@ POLICY_DOMAIN = b"vrl/policy/v1\x00"
 AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
 DIGEST_DOMAIN = b"vrl/recomputed/v1\x00"
 
-CHECKED_OUTCOMES = ("pass", "soft_fail", "hard_fail")
-SKIPPED = "skipped"
 U64 = (1 << 64) - 1
 
 
-class MessageError(ValueError):
+class Outcome(StrEnum):
+    """What a verdict says of a group (specs/network.md §3.2): a check's result, or that the
+    verifier's audit ticket let it skip the group."""
+
+    PASS = "pass"
+    SOFT_FAIL = "soft_fail"  # only rejections honest numerical drift can cause (specs/network.md §5)
+    HARD_FAIL = "hard_fail"
+    SKIPPED = "skipped"
+
+
+OUTCOMES = {o.value: o for o in Outcome}
+
+
+class MessageError(VrlError, ValueError):
     """A message that does not decode; names the kind and the field."""
 
 
@@ -179,7 +192,36 @@ def group_problem(rollouts: list[Rollout]) -> str | None:
     return None
 
 
-def decode_group(data: bytes) -> tuple[Submission, list[Rollout]]:
+@dataclass(frozen=True, eq=False)
+class Group:
+    """A group as a node holds it: the submission, its records decoded once with every
+    signature checked, and what follows from them and from nothing a message asserts: its
+    subject (the records' signer), policy version and slot index (specs/network.md §3.1).
+
+    Made by :func:`decode_group` from received bytes, or by :meth:`of` from rollouts this
+    node signed itself."""
+
+    submission: Submission
+    rollouts: tuple[Rollout, ...]
+    subject: bytes
+    version: int
+    index: int
+
+    @classmethod
+    def of(cls, rollouts: list[Rollout]) -> Group:
+        ordered = tuple(sorted(rollouts, key=lambda r: r.sample_index))
+        first = ordered[0]
+        return cls(Submission.of(list(ordered)), ordered, first.node_id, first.policy_version, first.group_index)
+
+    @property
+    def digest(self) -> bytes:
+        return self.submission.digest
+
+    def to_bytes(self) -> bytes:
+        return self.submission.to_bytes()
+
+
+def decode_group(data: bytes) -> Group:
     """A ``group`` message as a receiver accepts it (specs/network.md §3.1): strict decoding,
     every record decoded, one whole group in order, every signature valid. Its subject is the
     records' ``node_id``: who signed them. Raises only :class:`MessageError`."""
@@ -194,7 +236,8 @@ def decode_group(data: bytes) -> tuple[Submission, list[Rollout]]:
     for index, rollout in enumerate(rollouts):
         if not rollout.signature_valid():
             raise MessageError(f"group: record {index}: field 'signature' does not verify")
-    return submission, rollouts
+    first = rollouts[0]
+    return Group(submission, tuple(rollouts), first.node_id, first.policy_version, first.group_index)
 
 
 # -- verdicts --------------------------------------------------------------------------------
@@ -238,7 +281,7 @@ class SignedVerdict(_Signed):
     policy_version: int
     ticket: bytes  # audit_ticket(verifier, group)
     rate: float  # the check rate the verifier applied to the subject
-    outcome: str  # CHECKED_OUTCOMES or SKIPPED
+    outcome: Outcome
     reasons: tuple[str, ...]  # rejection codes of the failed records (empty on pass or skip)
     digest: bytes  # recomputed_digest, or b"" when skipped
     platform: str  # e.g. "torch-2.13.0/cpu/float32": digests compare only on equal platforms
@@ -247,13 +290,13 @@ class SignedVerdict(_Signed):
 
     @property
     def checked(self) -> bool:
-        return self.outcome != SKIPPED
+        return self.outcome != Outcome.SKIPPED
 
     def _wire(self, with_signature: bool) -> dict[str, Any]:
         wire = {"kind": "verdict", "v": MESSAGE_VERSION, "verifier": self.verifier, "subject": self.subject,
                 "group": self.group, "round": self.round, "policy_version": self.policy_version,
-                "ticket": self.ticket, "rate": float(self.rate), "outcome": self.outcome,
-                "reasons": list(self.reasons), "digest": self.digest, "platform": self.platform,
+                "ticket": self.ticket, "rate": float(self.rate), "outcome": str(self.outcome),
+                "reasons": [str(r) for r in self.reasons], "digest": self.digest, "platform": self.platform,
                 "planted": self.planted}
         if with_signature:
             wire["signature"] = self.signature
@@ -277,7 +320,7 @@ class SignedVerdict(_Signed):
 
         def decode() -> SignedVerdict:
             outcome = text(wire, "outcome", 16)
-            if outcome not in (*CHECKED_OUTCOMES, SKIPPED):
+            if outcome not in OUTCOMES:
                 raise FieldError("outcome", f"unknown outcome {outcome!r}")
             reasons = take(wire, "reasons", list)
             if len(reasons) > 64 or not all(isinstance(r, str) and len(r) <= 64 for r in reasons):
@@ -293,7 +336,7 @@ class SignedVerdict(_Signed):
                 subject=fixed_bytes(wire, "subject", NODE_ID_BYTES),
                 group=fixed_bytes(wire, "group", 32), round=integer(wire, "round", 0, U64),
                 policy_version=integer(wire, "policy_version", 0, U64),
-                ticket=fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=outcome,
+                ticket=fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=OUTCOMES[outcome],
                 reasons=tuple(reasons), digest=digest, platform=text(wire, "platform", 128),
                 planted=take(wire, "planted", bool), signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
 

@@ -29,12 +29,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.verify import Reason
 from vrl.node.messages import (
-    SKIPPED, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission,
+    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, Group, Outcome, PolicyAnnouncement, SignedVerdict, Submission,
     audit_ticket, ticket_selected,
 )
 from vrl.node.reputation import (
-    COUNTING_WEIGHT, HARD_FAIL, PASS, SOFT_FAIL, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig,
+    COUNTING_WEIGHT, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig,
     admit,
 )
 
@@ -42,7 +43,7 @@ ROLES = ("worker", "verifier", "trainer")
 
 # Rejection codes that honest numerical drift can produce just over a threshold: soft fails.
 # Every other rejection needs a dishonest prover (research grpo-and-reputation.md §3.5 (1)).
-SOFT_REASONS = frozenset({"logprob_mismatch"})
+SOFT_REASONS = frozenset({Reason.LOGPROB_MISMATCH})
 # Verdicts that name a group this node has not seen wait for it (gossip does not keep order),
 # at most this many, oldest dropped first (specs/network.md §3.2). A round brings about
 # workers x groups_per_round x verifiers verdicts (the 4-node devnet: 3 x 4 x 4 = 48); 4096
@@ -99,12 +100,10 @@ class PolicyLoaded:
 
 @dataclass(frozen=True)
 class GroupReceived:
-    """A submission whose records decoded, verify their signatures and form one group: of
-    ``subject`` (their signer), at policy ``version``, in slot ``index`` of its round."""
-    submission: Submission
-    subject: bytes
-    version: int
-    index: int  # the records' group_index
+    """A group whose records decoded, verify their signatures and form one whole group
+    (:func:`vrl.node.messages.decode_group`), decoded once: its subject, version and slot
+    come from its records."""
+    group: Group
     now: float
 
 
@@ -116,7 +115,7 @@ class VerdictReceived:
 @dataclass(frozen=True)
 class Generated:
     version: int
-    submissions: tuple[Submission, ...]
+    groups: tuple[Group, ...]
 
 
 @dataclass(frozen=True)
@@ -206,6 +205,10 @@ class _Group:
     version: int
     arrived: float
     trained: bool = False
+    # The decoded records, for the check and the training step that may still come; dropped
+    # once the group is too stale for either (max_staleness), so memory follows the fresh
+    # versions, not every group ever seen.
+    body: Group | None = None
 
 
 def _flight_key(action: Action) -> tuple:
@@ -232,13 +235,13 @@ def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | 
 def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
     """One verdict per verifier and group, except that a check replaces the verifier's own
     skip: a failure others reported made it check after all (specs/network.md §3.2)."""
-    return not earlier.checked and outcome != SKIPPED
+    return not earlier.checked and outcome != Outcome.SKIPPED
 
 
 def outcome_of(failed_reasons: tuple[str, ...]) -> str:
     if not failed_reasons:
-        return PASS
-    return SOFT_FAIL if set(failed_reasons) <= SOFT_REASONS else HARD_FAIL
+        return Outcome.PASS
+    return Outcome.SOFT_FAIL if set(failed_reasons) <= SOFT_REASONS else Outcome.HARD_FAIL
 
 
 class NodeProtocol:
@@ -267,6 +270,7 @@ class NodeProtocol:
         # different group there (the same rollouts signed anew, or other samples) is ignored:
         # a round has one group per slot, and a copy must not be trained twice.
         self._slots: dict[tuple[bytes, int, int], bytes] = {}
+        self._bodies_from = 0  # groups of older versions hold no decoded records any more
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -298,20 +302,22 @@ class NodeProtocol:
             case PolicyLoaded(version):
                 self.loaded.add(version)
                 self._in_flight.discard(("fetch", version))
-            case GroupReceived(submission, subject, version, index, now):
-                if submission.digest not in self.groups and self._slots.setdefault(
-                        (subject, version, index), submission.digest) == submission.digest:
-                    self.groups[submission.digest] = _Group(subject, version, now)
-                    self._by_version[version].append(submission.digest)
-                    if subject == self.me:
-                        self.generated.add(version)
-                    actions += self._release_pending(submission.digest)
+            case GroupReceived(group, now):
+                digest = group.digest
+                if digest not in self.groups and self._slots.setdefault(
+                        (group.subject, group.version, group.index), digest) == digest:
+                    self.groups[digest] = _Group(group.subject, group.version, now,
+                                                 body=None if group.version < self._bodies_from else group)
+                    self._by_version[group.version].append(digest)
+                    if group.subject == self.me:
+                        self.generated.add(group.version)
+                    actions += self._release_pending(digest)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
-            case Generated(version, submissions):
+            case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
-                actions += [Publish(TOPIC_GROUPS, s.to_bytes()) for s in submissions]
+                actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
             case Checked(group, failed_reasons, digest):
                 self._in_flight.discard(("check", group))
                 actions += self._publish_verdict(group, outcome_of(failed_reasons), failed_reasons, digest)
@@ -338,6 +344,16 @@ class NodeProtocol:
         if a.trainer == self.config.trainer and a.version not in self.policies:
             self.policies[a.version] = a
             self.round_started.setdefault(a.version, self.now)
+            keep_from = a.version - self.config.max_staleness
+            for version in [v for v in self._by_version if self._bodies_from <= v < keep_from]:
+                for digest in self._by_version[version]:
+                    self.groups[digest].body = None
+            self._bodies_from = max(self._bodies_from, keep_from)
+
+    def group(self, digest: bytes) -> Group | None:
+        """A fresh group's decoded records (None once it is too stale to check or train)."""
+        held = self.groups.get(digest)
+        return held.body if held is not None else None
 
     # -- what is still to do ----------------------------------------------------------------
     def pending(self) -> list[Action]:
@@ -419,7 +435,8 @@ class NodeProtocol:
             # trainer whoever reported it, since it decides what is trained; by other verifiers
             # only when the reporter's word counts, so a stranger cannot make everyone check
             # everything.
-            recheck = any(v.outcome in (HARD_FAIL, SOFT_FAIL) and (self.has("trainer") or self._counts(v.verifier))
+            recheck = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
+                          and (self.has("trainer") or self._counts(v.verifier))
                           for v in others)
             audit = self.has("trainer") and any(self._audits(v) for v in others)
             if recheck or audit:
@@ -429,7 +446,7 @@ class NodeProtocol:
                 if ticket_selected(audit_ticket(self.key, digest), rate):
                     actions += self._once(Check(digest, group.version))
                 else:
-                    actions += self._publish_verdict(digest, SKIPPED, (), b"", rate=rate)
+                    actions += self._publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
         return actions
 
     def _counts(self, verifier: bytes) -> bool:
@@ -439,7 +456,7 @@ class NodeProtocol:
     def _audits(self, verdict: SignedVerdict) -> bool:
         """Whether the trainer re-checks a pass from a verifier it does not trust outright: a
         draw of its own ticket over the verdict, so the verifier cannot know which."""
-        if verdict.outcome != PASS or verdict.verifier in self.reputation.pretrusted:
+        if verdict.outcome != Outcome.PASS or verdict.verifier in self.reputation.pretrusted:
             return False
         if verdict.id not in self._audit_draws:
             self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id),
@@ -465,7 +482,7 @@ class NodeProtocol:
         actions = []
         for digest, planted_in in sorted(self.planted.items()):
             if planted_in <= version and self.me not in self.verdicts[digest] and digest in self.groups:
-                actions += self._publish_verdict(digest, HARD_FAIL, ("planted",), b"")
+                actions += self._publish_verdict(digest, Outcome.HARD_FAIL, ("planted",), b"")
         return actions
 
     # -- verdicts of others: the subject is derived from the group, never taken from the message
@@ -535,14 +552,14 @@ class NodeProtocol:
             return False
         verdicts = self.verdicts[digest].values()
         mine = self.verdicts[digest].get(self.me)
-        if any(v.outcome in (HARD_FAIL, SOFT_FAIL) for v in verdicts):
+        if any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) for v in verdicts):
             # A failure stands until this node's own re-check clears it.
             if mine is None or not mine.checked:
                 return None
-            return mine.outcome == PASS
+            return mine.outcome == Outcome.PASS
         if ("check", digest) in self._in_flight:
             return None
-        if any(v.outcome == PASS and self._counts(v.verifier) for v in verdicts):
+        if any(v.outcome == Outcome.PASS and self._counts(v.verifier) for v in verdicts):
             return True  # a pass from a checker that counts; a stranger's pass decides nothing
         return self.now - group.arrived >= self.config.verdict_wait or None
 
@@ -567,7 +584,7 @@ class NodeProtocol:
             return []
         anchors = self.reputation.pretrusted
         candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score,
-                                verified=any(v.outcome == PASS and v.verifier in anchors
+                                verified=any(v.outcome == Outcome.PASS and v.verifier in anchors
                                              for v in self.verdicts[d].values()))
                       for d in sorted(ready)]
         seed = hashlib.sha256(b"vrl/admission/v1\x00" + self.policies[version].model_hash).digest()

@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 
 from scipy.special import betaincinv
 
-PASS, SOFT_FAIL, HARD_FAIL = "pass", "soft_fail", "hard_fail"
-OUTCOMES = (PASS, SOFT_FAIL, HARD_FAIL)
+from vrl.node.messages import Outcome
+
+CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # what a check can say
+
 #: A reporter whose weight reaches this counts as a checker (specs/reputation.md §5): its
 #: checks count toward a node's ``checked_groups``, and its pass decides a group at once
 #: (specs/network.md §5.2). Half a pre-trusted node's weight: a reporter trust reaches only
@@ -82,14 +84,14 @@ class Report:
     reporter: bytes
     subject: bytes
     group: bytes  # the group's digest: which submission was checked
-    outcome: str  # PASS, SOFT_FAIL or HARD_FAIL
+    outcome: Outcome  # a check's: PASS, SOFT_FAIL or HARD_FAIL (a skip is no report)
     digest: bytes = b""  # the reporter's recomputed commitment digest (empty for a skipped check)
     platform: str = ""  # digests are compared only between identical platforms
     planted: bool = False  # the reporter made this known-bad group itself to test verifiers
 
     def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"report outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+        if self.outcome not in CHECKED:
+            raise ValueError(f"report outcome must be one of {sorted(CHECKED)}, got {self.outcome!r}")
 
     def sort_key(self) -> tuple:
         return (self.round, self.reporter, self.subject, self.group, self.outcome, self.digest, self.platform,
@@ -165,16 +167,17 @@ def _derived(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set
         for report in group_reports:
             if report.reporter in pretrusted:
                 continue
-            if group in confirmed and report.outcome == PASS:
-                derived.append(Report(report.round, b"", report.reporter, group, HARD_FAIL))
+            if group in confirmed and report.outcome == Outcome.PASS:
+                derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
                 continue
             same_platform = [a for a in anchors if a.platform == report.platform and a.digest and report.digest]
             if any(a.digest != report.digest for a in same_platform):
-                derived.append(Report(report.round, b"", report.reporter, group, HARD_FAIL))
-            elif report.outcome == HARD_FAIL and group not in confirmed and any(a.outcome == PASS for a in anchors):
-                derived.append(Report(report.round, b"", report.reporter, group, SOFT_FAIL))
+                derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
+            elif (report.outcome == Outcome.HARD_FAIL and group not in confirmed
+                  and any(a.outcome == Outcome.PASS for a in anchors)):
+                derived.append(Report(report.round, b"", report.reporter, group, Outcome.SOFT_FAIL))
             elif same_platform:
-                derived.append(Report(report.round, b"", report.reporter, group, PASS))
+                derived.append(Report(report.round, b"", report.reporter, group, Outcome.PASS))
     return derived
 
 
@@ -187,7 +190,8 @@ def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, conf
         if not r.reporter:
             continue
         nodes.update((r.reporter, r.subject))
-        penalty = {PASS: -1.0, SOFT_FAIL: config.soft_weight, HARD_FAIL: config.hard_weight}[r.outcome]
+        penalty = {Outcome.PASS: -1.0, Outcome.SOFT_FAIL: config.soft_weight,
+                   Outcome.HARD_FAIL: config.hard_weight}[r.outcome]
         local[r.reporter][r.subject] -= penalty * decay(r.round)  # s_ij = sat - unsat (Kamvar §3)
     order = sorted(nodes)
     anchors = sorted(pretrusted)
@@ -222,7 +226,7 @@ def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapp
     for r in reports:
         # Only reporters with some weight are accusers: a fresh key (weight 0, §7) cannot be
         # the second opinion that turns one check into a confirmation.
-        if r.outcome == HARD_FAIL and r.reporter and weight.get(r.reporter, 0.0) > 0:
+        if r.outcome == Outcome.HARD_FAIL and r.reporter and weight.get(r.reporter, 0.0) > 0:
             accusers[r.group].add(r.reporter)
             if r.planted and r.reporter in pretrusted:
                 planted.add(r.group)
@@ -234,7 +238,7 @@ def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapp
 def _cleared(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set[bytes]) -> set[bytes]:
     """Groups a pre-trusted re-check passed and that are not confirmed bad: failure reports on
     them say nothing true about the group's node (they cost their reporters instead, §4)."""
-    return {r.group for r in reports if r.outcome == PASS and r.reporter in pretrusted} - confirmed
+    return {r.group for r in reports if r.outcome == Outcome.PASS and r.reporter in pretrusted} - confirmed
 
 
 def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
@@ -254,7 +258,7 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     # A verifier caught not checking is quarantined too: its signed verdict contradicts a
     # confirmed fact (a planted or doubly-confirmed bad group, or a pre-trusted digest).
     quarantined = {r.subject for r in reports if r.group in confirmed}
-    quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == HARD_FAIL}
+    quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == Outcome.HARD_FAIL}
 
     cleared = _cleared(reports, pretrusted, confirmed)
     passes: dict[bytes, float] = defaultdict(float)
@@ -262,12 +266,12 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     checked: dict[bytes, set[bytes]] = defaultdict(set)
     for r in everything:
         w = weight.get(r.reporter, 0.0) * decay(r.round)
-        if r.outcome != PASS and r.reporter and r.group in cleared:
+        if r.outcome != Outcome.PASS and r.reporter and r.group in cleared:
             continue
-        if r.outcome == PASS:
+        if r.outcome == Outcome.PASS:
             passes[r.subject] += w
         else:
-            failures[r.subject] += w * (config.soft_weight if r.outcome == SOFT_FAIL else config.hard_weight)
+            failures[r.subject] += w * (config.soft_weight if r.outcome == Outcome.SOFT_FAIL else config.hard_weight)
         if r.reporter and weight.get(r.reporter, 0.0) >= COUNTING_WEIGHT:
             checked[r.subject].add(r.group)
 

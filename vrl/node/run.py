@@ -54,22 +54,23 @@ def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
                            limits=config.transport_limits)
 
 
-def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log):
+def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work):
     """The node, with what only loading finds wrong (the model, the task file) named by key."""
     from vrl.rollouts.model import ModelError
     from vrl.node.daemon import Node
     from vrl.tasks import TaskFileError
 
     try:
-        return Node(config, transport, key, log)
+        return Node(config, transport, key, log, work)
     except ModelError as error:  # the device was checked by preflight: this is the model
         raise ConfigError(f"model: {error}") from None
     except TaskFileError as error:
         raise ConfigError(f"task: {error}") from None
 
 
-async def serve(config: NodeConfig) -> None:
-    """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent)."""
+async def serve(config: NodeConfig, work) -> None:
+    """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent).
+    ``work`` makes the node's model work (``Work``, or a cheat's: ``vrl.adversary.work_for``)."""
     preflight(config)
     key = node_key(config)
     transport = open_transport(config, key)
@@ -80,7 +81,7 @@ async def serve(config: NodeConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     await transport.start()
     try:  # closed however the start ends: its network thread would keep the process alive
-        node = open_node(config, transport, key, log)
+        node = open_node(config, transport, key, log, work)
         log.info("node started", id=key.node_id.hex(), roles=list(config.roles), addresses=transport.addresses(),
                  adversary=config.adversary or None)
         await node.run(stop)

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from vrl.errors import VrlError
 from vrl.node.messages import (
     BACKFILL_MAX_MESSAGES, TOPIC_GROUPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
 )
@@ -74,7 +75,7 @@ def _verdict_version(data: bytes) -> bytes:
 _MAX_OFFSET = (1 << 63) - 1
 
 
-class StoreError(Exception):
+class StoreError(VrlError):
     """The database cannot be opened or was written by an incompatible version."""
 
 

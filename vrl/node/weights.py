@@ -15,10 +15,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from vrl.errors import VrlError
 from vrl.rollouts.model import Model
 
 
-class WeightsError(Exception):
+class WeightsError(VrlError):
     """A blob that does not decode, does not fit the architecture, or hashes wrong."""
 
 

@@ -1,9 +1,9 @@
 """The model-side work a node's protocol asks for: generate, check, plant, train.
 
 Everything here is synchronous torch code, run by the daemon on one worker thread so the
-network loop stays responsive. A node may be configured to cheat (``adversary``); that is
-how devnets and benchmarks put the verifiers to the test, and each cheat is what a dishonest
-node would really run, not a label.
+network loop stays responsive. This is the honest work; the cheats devnets put verifiers to
+the test with are :class:`vrl.adversary.CheatingWork`, a subclass, chosen by the node's
+``adversary`` setting at the top of the stack (``vrl node``), never here.
 """
 
 from __future__ import annotations
@@ -16,27 +16,15 @@ from pathlib import Path
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl import adversary as degradations
-from vrl.adversary import tampered
+from vrl.node.messages import Group, PolicyAnnouncement, Submission, recomputed_digest
+from vrl.node.weights import from_blob, to_blob
+from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.generate import iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, load_model
-from vrl.node.messages import PolicyAnnouncement, Submission, recomputed_digest
-from vrl.node.weights import from_blob, to_blob
 from vrl.rollouts.record import Rollout, round_seed
+from vrl.rollouts.verify import commit, verify
 from vrl.tasks import TaskSet
-from vrl.rl.train import TrainConfig, Trainer
-from vrl.rollouts.verify import verify
-
-# What a cheating node can be told to do (``vrl devnet --adversaries``).
-ADVERSARIES = {
-    "fabricated-reward": "claims reward 1 for every sample",
-    "quantized-model": "generates with an int8-quantized copy of the policy, claims the real one",
-    "other-model": "generates with a different model of the same shape, claims the policy",
-    "tampered-tokens": "edits a completion token and re-commits it by one honest prefill (TOPLOC's gap)",
-    "replay": "re-signs another node's submitted groups as its own",
-    "lazy-verifier": "approves what it is asked to check without running the model",
-}
 
 
 @dataclasses.dataclass
@@ -55,6 +43,8 @@ class WorkConfig:
 class Work:
     """The models a node holds (one per policy version it needs) and what it does with them."""
 
+    cheat = ""  # the vrl.node.config.ADVERSARIES entry this work carries out; honest work none
+
     def __init__(self, key: NodeKey, config: WorkConfig, expectations) -> None:
         self.key, self.config = key, config
         self.skeleton = load_model(config.model, dtype="float32", device=config.device)
@@ -63,9 +53,6 @@ class Work:
                                        self.skeleton.stop_token_ids)
         self.models: dict[int, Model] = {}
         self.expectations = expectations  # callable(version) -> Expectations
-        self.seen_groups: list[list[Rollout]] = []  # for the replay cheat: others' groups
-        if config.adversary and config.adversary not in ADVERSARIES:
-            raise ValueError(f"unknown adversary {config.adversary!r}; choose from {', '.join(ADVERSARIES)}")
 
     # -- policy versions ----------------------------------------------------------------------
     def load(self, announcement: PolicyAnnouncement, blob: bytes, keep: int) -> Model:
@@ -80,50 +67,28 @@ class Work:
             del self.models[old]
 
     # -- worker -------------------------------------------------------------------------------
-    def generate(self, version: int) -> list[Submission]:
-        model = self.models[version]
-        seed = round_seed(model.model_hash, version)
-        generator_model = model
-        if self.config.adversary == "quantized-model":
-            generator_model = degradations.degraded(model, "int8")
-        elif self.config.adversary == "other-model":
-            generator_model = degradations.degraded(model, "other-model")
-        groups = list(iter_generate(
-            generator_model, self.config.tasks, self.key, round_seed=seed, sampling=self.sampling,
-            groups=self.config.groups_per_round, group_size=self.config.group_size, policy_version=version,
-            reward_spec=self.expectations(version).reward_spec, batch_size=self.config.generation_batch))
-        if generator_model is not model:  # claim the real policy: what the cheat is about
-            groups = [[r.signed(self.key, model_hash=model.model_hash) for r in g] for g in groups]
-        groups = [self._cheat(g, model) for g in groups]
-        return [Submission.of(g) for g in groups]
+    def generate(self, version: int) -> list[Group]:
+        """This round's groups, sampled from the policy of ``version`` and signed."""
+        return [Group.of(g) for g in self.sample(self.models[version], version)]
 
-    def _cheat(self, group: list[Rollout], model: Model) -> list[Rollout]:
-        kind = self.config.adversary
-        if kind == "fabricated-reward":
-            return [r.signed(self.key, reward=1.0) for r in group]
-        if kind == "tampered-tokens":
-            return [tampered(group[0], model, self.key)] + group[1:]
-        if kind == "replay" and self.seen_groups:
-            return [r.signed(self.key) for r in self.seen_groups.pop()]
-        return group
+    def sample(self, model: Model, version: int) -> list[list[Rollout]]:
+        """The round's groups as ``model`` samples them, claiming the policy of ``version``."""
+        return list(iter_generate(
+            model, self.config.tasks, self.key, round_seed=round_seed(self.models[version].model_hash, version),
+            sampling=self.sampling, groups=self.config.groups_per_round, group_size=self.config.group_size,
+            policy_version=version, reward_spec=self.expectations(version).reward_spec,
+            batch_size=self.config.generation_batch))
 
-    def observe(self, rollouts: list[Rollout]) -> None:
-        """Another node's group went by (kept only by the replay cheat)."""
-        if self.config.adversary == "replay":
-            self.seen_groups = [*self.seen_groups[-15:], rollouts]
+    def observe(self, group: Group) -> None:
+        """Another node's group went by (honest work has no use for it)."""
 
     # -- verifier -----------------------------------------------------------------------------
-    def check(self, rollouts: list[Rollout], version: int) -> tuple[tuple[str, ...], bytes]:
-        """``(rejection codes, recomputed commitment digest)`` for one whole group."""
-        if self.config.adversary == "lazy-verifier":
-            # Approves unseen; the digest it must attach is made up (copying the prover's own
-            # commitments is the best it can do without a prefill).
-            return (), recomputed_digest([r.commitment for r in rollouts])
-        recomputed: dict[int, bytes] = {}
-        verdicts = verify(rollouts, self.models[version], expect=self.expectations(version),
-                          batch_size=len(rollouts), recomputed=recomputed)
-        reasons = tuple(v.reason for v in verdicts if not v.accepted)
-        return reasons, recomputed_digest([recomputed.get(i, b"") for i in range(len(rollouts))])
+    def check(self, group: Group, version: int) -> tuple[tuple[str, ...], bytes]:
+        """``(rejection codes, recomputed commitment digest)`` for one whole group, whose
+        signatures :func:`~vrl.node.messages.decode_group` checked when it arrived."""
+        verdicts = verify(group.rollouts, self.models[version], expect=self.expectations(version),
+                          batch_size=len(group.rollouts), signatures_checked=True)
+        return tuple(v.reason for v in verdicts if not v.accepted), recomputed_digest([v.recomputed for v in verdicts])
 
     # -- trainer ------------------------------------------------------------------------------
     def plant(self, version: int) -> tuple[Submission, bytes]:
@@ -134,8 +99,7 @@ class Work:
         (group,) = iter_generate(model, self.config.tasks, canary, round_seed=round_seed(model.model_hash, version),
                                  sampling=self.sampling, groups=[0], group_size=self.config.group_size,
                                  policy_version=version, reward_spec=self.expectations(version).reward_spec)
-        bad = [tampered(group[0], model, canary)] + [r for r in group[1:]]
-        return Submission.of(bad), canary.node_id
+        return Submission.of([tampered(group[0], model, canary), *group[1:]]), canary.node_id
 
 
 class PolicyTrainer:
@@ -166,3 +130,12 @@ class PolicyTrainer:
         return Model(name=model.name, network=copy.deepcopy(model.network).eval(), tokenizer=model.tokenizer,
                      dtype_name=model.dtype_name)
 
+
+def tampered(rollout: Rollout, model: Model, key: NodeKey, position: int = 0) -> Rollout:
+    """One completion token changed, the commitment rebuilt by an honest prefill of the claimed
+    model, re-signed: it passes TOPLOC's commitment check, not the sampling check. What the
+    trainer plants to see which verifiers pass it, and what the ``tampered-tokens`` cheat sends."""
+    tokens = list(rollout.completion_tokens)
+    tokens[position] = (tokens[position] + 1) % model.vocab_size
+    return rollout.signed(key, completion_tokens=tuple(tokens),
+                          commitment=commit(model, list(rollout.prompt_tokens), tokens))

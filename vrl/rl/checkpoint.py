@@ -32,6 +32,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file, save_model
 
+from vrl.errors import VrlError
+
 MANIFEST = "MANIFEST.json"
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.safetensors", "state.json")  # what a manifest covers, exactly
@@ -46,7 +48,7 @@ MAX_STEP = 2**63 - 1  # steps are policy versions: 0 .. 2^63-1 (specs/record.md 
 log = structlog.get_logger("vrl.rl.checkpoint")
 
 
-class CheckpointError(Exception):
+class CheckpointError(VrlError):
     """A checkpoint that is missing, corrupt, or does not fit the model; names the file."""
 
 

@@ -35,6 +35,7 @@ import tomli_w
 import torch
 
 from proofs.sampler import SamplingParams
+from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.rollouts.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
@@ -48,6 +49,10 @@ from vrl.tasks import HELD_OUT_SHARE, RewardSpec, TaskSet, open_task_set
 from vrl.rollouts.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
+
+
+class RunError(VrlError, ValueError):
+    """A run directory, or a run's task set or key, that a :class:`Trainer` cannot use."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,7 @@ class Trainer:
             self.log("skipped task", problem=str(problem))
         self.evaluation = held_out(self.tasks, config.held_out)
         if not self.evaluation:
-            raise ValueError(f"task set {self.tasks.name!r} has no held-out problem to measure accuracy on "
+            raise RunError(f"task set {self.tasks.name!r} has no held-out problem to measure accuracy on "
                              f"(1 prompt in {HELD_OUT_SHARE} is held out, by hash); it needs more tasks")
         loaded = load_model(config.model, dtype="float32", device=config.device)
         self.network, self.tokenizer = loaded.network, loaded.tokenizer
@@ -206,12 +211,12 @@ class Trainer:
             (key or NodeKey.generate()).save(key_path)
         self.key = NodeKey.load(key_path)
         if key is not None and key.node_id != self.key.node_id:
-            raise ValueError(f"{key_path} holds another node's key than the one given")
+            raise RunError(f"{key_path} holds another node's key than the one given")
         self.step_index = 0
         checkpoints = self.run_dir / "checkpoints"
         checkpoint.remove_stale_partials(checkpoints)  # a writer killed mid-save left them; logged
         if not resume and (checkpoint.latest(checkpoints) is not None or self.metrics_path.exists()):
-            raise FileExistsError(f"{self.run_dir} already holds a run; pass resume to continue it")
+            raise RunError(f"{self.run_dir} already holds a run; pass resume to continue it")
         # The newest checkpoint (that verifies, with fall_back: each damaged newer one is logged
         # with the reason, and if none verifies the CheckpointError names them all).
         loaded = checkpoint.load_latest(checkpoints, self.network, self.optimizer, fall_back=fall_back) if (
@@ -278,7 +283,7 @@ class Trainer:
             record.update(self.evaluate(model))
         record["seconds_eval"] = time.perf_counter() - started
 
-        # 1-2. Generate the assigned groups, committed and signed.
+        # 1. Generate the assigned groups, committed and signed.
         started = time.perf_counter()
         groups = list(iter_generate(
             model, self.tasks, self.key, round_seed=seed, sampling=self.sampling, groups=config.groups_per_step,
@@ -287,28 +292,28 @@ class Trainer:
         record["seconds_generate"] = time.perf_counter() - started
         write_rollouts(self.run_dir / "rollouts" / f"step-{step:08d}.vrl", [r for g in groups for r in g])
 
-        # 3. The GRPO forward pass over the groups it can learn from (rewards that differ), with
-        #    the hidden states captured: it is a forward pass of the claimed model over the claimed
-        #    tokens, so the verifier checks those rollouts against it instead of a prefill of its own.
+        # 2. Verify; a group is used only if every member passed (groups are submitted whole).
+        #    The cache: GRPO's forward pass, made here once over the groups it can learn from
+        #    (rewards that differ), hidden states captured. It is a pass of the claimed model
+        #    over the claimed tokens, so the verifier reads those rollouts' prefill from it, and
+        #    the update (3) its logprobs.
         started = time.perf_counter()
-        learnable = [g for g, keep in zip(groups, informative_groups(torch.tensor(
-            [[r.reward for r in g] for g in groups], device=HOST)).tolist()) if keep]
-        forward = policy_forward(self.network, [r for g in learnable for r in g], config.temperature,
-                                 self.tokenizer.pad_token_id, capture_hidden=True) if learnable else None
+        informative = informative_groups(torch.tensor([[r.reward for r in g] for g in groups], device=HOST)).tolist()
+        learnable = [r for g, keep in zip(groups, informative) if keep for r in g]
+        forward = policy_forward(self.network, learnable, config.temperature, self.tokenizer.pad_token_id,
+                                 capture_hidden=True) if learnable else None
         seconds_forward = time.perf_counter() - started
-
-        # 4. Verify; a group is used only if every member passed (groups are submitted whole).
         started = time.perf_counter()
         audited = [r for g in groups if _audited(seed, g[0].group_index, config.verify_fraction) for r in g]
         expect = Expectations(tasks=self.tasks, round_seed=seed, sampling=self.sampling, reward_spec=config.reward_spec)
-        shared = {} if forward is None else {
+        cached = {} if forward is None else {
             index: forward.recomputed[forward.rows[r.signature]]
             for index, r in enumerate(audited) if r.signature in forward.rows}
-        verdicts = verify(audited, model, expect=expect, batch_size=config.generation_batch, prefilled=shared)
+        verdicts = verify(audited, model, expect=expect, batch_size=config.generation_batch, prefilled=cached)
         record["seconds_verify"] = time.perf_counter() - started
         rejected = Counter(v.reason for v in verdicts if not v.accepted)
         bad_groups = {audited[v.index].group_index for v in verdicts if not v.accepted}
-        usable = [g for g in groups if g[0].group_index not in bad_groups
+        usable = [(g, keep) for g, keep in zip(groups, informative) if g[0].group_index not in bad_groups
                   and is_fresh(g[0].policy_version, step, config.grpo.max_staleness)]
         rollouts = [r for g in groups for r in g]
         record.update({
@@ -321,13 +326,13 @@ class Trainer:
             "truncated_fraction": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),
         })
 
-        # 5. GRPO on the informative groups, from the forward pass already made.
+        # 3. GRPO on the informative groups, from the cached forward pass.
         started = time.perf_counter()
-        record.update(self.update(usable, forward=forward))
+        record.update(self.update([g for g, _ in usable], forward=forward, informative=[k for _, k in usable]))
         record["seconds_update"] = seconds_forward + time.perf_counter() - started
         record["seconds_step"] = record["seconds_generate"] + record["seconds_verify"] + record["seconds_update"]
 
-        # 6. Publish version step + 1.
+        # 4. Publish version step + 1.
         self.advance()
         self._append_metrics(record)
         return record
@@ -344,11 +349,12 @@ class Trainer:
         return model
 
     def update(self, groups: list[list[Rollout]], weights: list[float] | None = None, *,
-               forward: PolicyForward | None = None) -> dict:
+               forward: PolicyForward | None = None, informative: list[bool] | None = None) -> dict:
         """One GRPO step on whole groups; ``weights`` (one per group, >= 0; e.g. the node's
         admission weights from :func:`vrl.node.reputation.admit`) scale each group's advantages.
         ``forward``, a :func:`policy_forward` of the current weights that covers every
-        informative group, saves running the policy again."""
+        informative group, saves running the policy again; ``informative``, the groups'
+        :func:`~vrl.rl.grpo.informative_groups` when the caller has it already."""
         config = self.config
         weights = [1.0] * len(groups) if weights is None else list(weights)
         if len(weights) != len(groups):
@@ -358,7 +364,7 @@ class Trainer:
         if not groups:
             return stats
         rewards = torch.tensor([[r.reward for r in g] for g in groups], device=HOST)
-        keep = informative_groups(rewards)
+        keep = informative_groups(rewards) if informative is None else torch.tensor(informative, device=HOST)
         stats["groups_zero_variance"] = int((~keep).sum())
         if not bool(keep.any()):
             return stats

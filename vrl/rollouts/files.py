@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vrl.errors import VrlError
 from vrl.rollouts.record import MAX_RECORD_BYTES, RecordError, RecordFault, Rollout
 
 TRUNCATED, CORRUPT, OVERSIZED = RecordFault.TRUNCATED, RecordFault.CORRUPT, RecordFault.OVERSIZED
@@ -44,7 +45,7 @@ _FRAME_HEADER = struct.Struct(">4sII")
 MAX_OVERLAPPING_CHECKS = 16
 
 
-class RolloutFileError(Exception):
+class RolloutFileError(VrlError):
     """The file as a whole is unusable: missing, unreadable, or not a rollout file."""
 
 

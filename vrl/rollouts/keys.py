@@ -11,11 +11,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from vrl.errors import VrlError
+
 NODE_ID_BYTES = 32
 SIGNATURE_BYTES = 64
 
 
-class KeyFileError(Exception):
+class KeyFileError(VrlError):
     """A key file that cannot be read as an Ed25519 private key."""
 
 

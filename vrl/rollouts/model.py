@@ -16,13 +16,14 @@ import torch
 from blake3 import blake3
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
+from vrl.errors import VrlError
 from vrl.rollouts.presets import PRESETS, base_model_dir, build_preset
 
 MODEL_HASH_DOMAIN = b"vrl/model/v3\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ModelError(Exception):
+class ModelError(VrlError):
     """A model spec that names nothing loadable, or a directory that is not a causal LM."""
 
 
@@ -147,6 +148,30 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ModelError(f"device {name!r} asked for, but there are {torch.cuda.device_count()} CUDA devices")
     return device
+
+
+#: A verdict carries its platform tag in at most this many bytes (specs/network.md §3.2).
+MAX_PLATFORM_BYTES = 128
+
+
+def platform_tag(model: Model) -> str:
+    """What must be equal for two verifiers' recomputed commitments to be bit-identical, so
+    that their digests may be compared (specs/reputation.md §4): the torch build; the device,
+    by its kernels (the CPU's vector instruction set, or the GPU's name and CUDA version); the
+    compute dtype; the attention implementation; and torch's thread count, which splits the
+    reductions. Anything that differs may change the low bits of a hidden state, so it makes
+    another tag, and digests of different tags are never held against each other."""
+    device = network_device(model.network)
+    if device.type == "cuda":
+        kernels = f"cuda-{torch.version.cuda}/{torch.cuda.get_device_name(device)}"
+    else:
+        kernels = f"cpu-{torch.backends.cpu.get_cpu_capability()}"
+    attention = getattr(model.network.config, "_attn_implementation", None) or "default"
+    tag = f"torch-{torch.__version__}/{kernels}/{model.dtype_name}/{attention}/threads-{torch.get_num_threads()}"
+    if len(tag.encode()) > MAX_PLATFORM_BYTES:  # a long device name: keep what fits, and a hash of all of it
+        tag = tag.encode()[:MAX_PLATFORM_BYTES - 33].decode(errors="ignore") + "#" + hashlib.sha256(
+            tag.encode()).hexdigest()[:32]
+    return tag
 
 
 def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa", device: str = "cpu") -> Model:

@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -29,7 +29,7 @@ from proofs import commitment, sampler
 from proofs.errors import MalformedCommitment, ProofsError
 from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model
-from vrl.rollouts.record import RecordError, Rollout
+from vrl.rollouts.record import RecordError, RecordFault, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign
 from vrl.rollouts.workers import map_in_slices
 
@@ -44,6 +44,83 @@ class Stage(IntEnum):
     LOGPROBS = 7
     REWARD = 8
     ACCEPTED = 9
+
+
+class Reason(StrEnum):
+    """Why a record was rejected, by stage (specs/verification.md §2); ``ok`` when it was not.
+    The value is the code that verdicts, rollout files' reports and node messages carry."""
+
+    OK = "ok"
+    # 1. schema and bounds: the record does not decode (vrl.rollouts.record.RecordFault)
+    MALFORMED_RECORD = "malformed_record"
+    TRUNCATED_RECORD = "truncated_record"
+    OVERSIZED_RECORD = "oversized_record"
+    CORRUPT_RECORD = "corrupt_record"
+    UNKNOWN_VERSION = "unknown_version"
+    # 2. signature
+    BAD_SIGNATURE = "bad_signature"
+    # 3. binding: model, round, sampling, reward, assignment, the group, bounds before the prefill
+    MODEL_MISMATCH = "model_mismatch"
+    ROUND_SEED_MISMATCH = "round_seed_mismatch"
+    SAMPLING_PARAMS_MISMATCH = "sampling_params_mismatch"
+    REWARD_SPEC_MISMATCH = "reward_spec_mismatch"
+    STOP_TOKENS_MISMATCH = "stop_tokens_mismatch"
+    ASSIGNMENT_INVALID = "assignment_invalid"
+    TOO_MANY_TOKENS = "too_many_tokens"
+    TASK_NOT_ASSIGNED = "task_not_assigned"
+    TASK_MISMATCH = "task_mismatch"
+    PROMPT_MISMATCH = "prompt_mismatch"
+    TOKEN_OUT_OF_VOCAB = "token_out_of_vocab"
+    GROUP_INCONSISTENT = "group_inconsistent"
+    DUPLICATE_SAMPLE = "duplicate_sample"
+    GROUP_INCOMPLETE = "group_incomplete"
+    # 4. activation commitment
+    COMMITMENT_MALFORMED = "commitment_malformed"
+    COMMITMENT_MISMATCH = "commitment_mismatch"
+    # 5. sampling
+    SAMPLING_UNDEFINED = "sampling_undefined"
+    SAMPLING_MISMATCH = "sampling_mismatch"
+    # 6. termination
+    CONTINUED_AFTER_STOP = "continued_after_stop"
+    FAKE_STOP = "fake_stop"
+    STOP_NOT_SAMPLED = "stop_not_sampled"
+    FINISH_REASON_MISMATCH = "finish_reason_mismatch"
+    TRUNCATED = "truncated"
+    # 7. behaviour logprobs
+    LOGPROB_MISMATCH = "logprob_mismatch"
+    # 8. reward
+    REWARD_MISMATCH = "reward_mismatch"
+
+    @property
+    def stage(self) -> Stage:
+        """The stage that emits this reason."""
+        return _STAGES[self]
+
+
+_STAGES: dict[Reason, Stage] = {
+    Reason.OK: Stage.ACCEPTED,
+    **dict.fromkeys((Reason.MALFORMED_RECORD, Reason.TRUNCATED_RECORD, Reason.OVERSIZED_RECORD, Reason.CORRUPT_RECORD,
+                     Reason.UNKNOWN_VERSION), Stage.SCHEMA),
+    Reason.BAD_SIGNATURE: Stage.SIGNATURE,
+    **dict.fromkeys((Reason.MODEL_MISMATCH, Reason.ROUND_SEED_MISMATCH, Reason.SAMPLING_PARAMS_MISMATCH,
+                     Reason.REWARD_SPEC_MISMATCH, Reason.STOP_TOKENS_MISMATCH, Reason.ASSIGNMENT_INVALID,
+                     Reason.TOO_MANY_TOKENS, Reason.TASK_NOT_ASSIGNED, Reason.TASK_MISMATCH, Reason.PROMPT_MISMATCH,
+                     Reason.TOKEN_OUT_OF_VOCAB, Reason.GROUP_INCONSISTENT, Reason.DUPLICATE_SAMPLE,
+                     Reason.GROUP_INCOMPLETE), Stage.BINDING),
+    **dict.fromkeys((Reason.COMMITMENT_MALFORMED, Reason.COMMITMENT_MISMATCH), Stage.COMMITMENT),
+    **dict.fromkeys((Reason.SAMPLING_UNDEFINED, Reason.SAMPLING_MISMATCH), Stage.SAMPLING),
+    **dict.fromkeys((Reason.CONTINUED_AFTER_STOP, Reason.FAKE_STOP, Reason.STOP_NOT_SAMPLED,
+                     Reason.FINISH_REASON_MISMATCH, Reason.TRUNCATED), Stage.TERMINATION),
+    Reason.LOGPROB_MISMATCH: Stage.LOGPROBS,
+    Reason.REWARD_MISMATCH: Stage.REWARD,
+}
+
+#: The stage-1 reason of each way a record can fail to decode.
+_UNDECODABLE = {
+    RecordFault.MALFORMED: Reason.MALFORMED_RECORD, RecordFault.TRUNCATED: Reason.TRUNCATED_RECORD,
+    RecordFault.OVERSIZED: Reason.OVERSIZED_RECORD, RecordFault.CORRUPT: Reason.CORRUPT_RECORD,
+    RecordFault.UNKNOWN_VERSION: Reason.UNKNOWN_VERSION,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +228,16 @@ class Verdict:
     index: int
     accepted: bool
     stage: Stage
-    reason: str  # machine-readable code, "ok" when accepted
+    reason: Reason
     message: str  # one human sentence
     node_id: str = ""
     task_id: str = ""
     sample_index: int = -1
     scores: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # The commitment this verifier rebuilt from its own prefill (empty for a record stopped
+    # before stage 4): what a node's signed verdict digests to show the check was run
+    # (specs/network.md §3.2).
+    recomputed: bytes = b""
 
     def to_json(self) -> dict:
         return {
@@ -169,37 +250,36 @@ class Verdict:
 class _Rejected(Exception):
     """Internal control flow of a stage check: never escapes :func:`verify`."""
 
-    def __init__(self, stage: Stage, reason: str, message: str) -> None:
-        self.stage, self.reason, self.message = stage, reason, message
+    def __init__(self, reason: Reason, message: str) -> None:
+        self.reason, self.message = reason, message
 
 
 def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tuple, Any]) -> None:
     """Stage 3. ``seen`` memoises, within one call of :func:`verify`, the tokenization of each
     prompt and the assignment of each group: a group's members repeat both."""
-    fail = lambda reason, message: _Rejected(Stage.BINDING, reason, message)  # noqa: E731
     if rollout.model_hash != model.model_hash:
-        raise fail("model_mismatch", f"claims model {rollout.model_hash.hex()[:16]}, "
+        raise _Rejected(Reason.MODEL_MISMATCH, f"claims model {rollout.model_hash.hex()[:16]}, "
                    f"verifier has {model.model_hash.hex()[:16]}")
     if expect.round_seed is not None and rollout.round_seed != expect.round_seed:
-        raise fail("round_seed_mismatch", "round seed is not this round's")
+        raise _Rejected(Reason.ROUND_SEED_MISMATCH, "round seed is not this round's")
     if expect.sampling is not None and rollout.sampling != expect.sampling:
-        raise fail("sampling_params_mismatch", f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
+        raise _Rejected(Reason.SAMPLING_PARAMS_MISMATCH, f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
     if expect.reward_spec is not None and rollout.reward_spec != expect.reward_spec:
-        raise fail("reward_spec_mismatch", f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
+        raise _Rejected(Reason.REWARD_SPEC_MISMATCH, f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
     if rollout.sampling.stop_token_ids != model.stop_token_ids:
-        raise fail("stop_tokens_mismatch", f"stop tokens {rollout.sampling.stop_token_ids} "
+        raise _Rejected(Reason.STOP_TOKENS_MISMATCH, f"stop tokens {rollout.sampling.stop_token_ids} "
                    f"are not the model's {model.stop_token_ids}")
     if rollout.sample_index >= rollout.group_size:
-        raise fail("assignment_invalid", f"sample {rollout.sample_index} of a group of {rollout.group_size}")
+        raise _Rejected(Reason.ASSIGNMENT_INVALID, f"sample {rollout.sample_index} of a group of {rollout.group_size}")
     # Before the prefill, whose time and memory grow with the length: an unpinned 32k-token
     # record took 6.2 GB (issue 13). The prefill runs prompt and completion through the model.
     length = len(rollout.prompt_tokens) + len(rollout.completion_tokens)
     context = context_length(model)
     if context is not None and length > context:
-        raise fail("too_many_tokens", f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
+        raise _Rejected(Reason.TOO_MANY_TOKENS, f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
                    f"completion tokens exceed the model's context of {context} positions")
     if expect.max_tokens is not None and length > expect.max_tokens:
-        raise fail("too_many_tokens", f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
+        raise _Rejected(Reason.TOO_MANY_TOKENS, f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
                    f"completion tokens exceed the verifier's limit of {expect.max_tokens} (--max-tokens)")
     if expect.tasks is not None:
         slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
@@ -207,17 +287,17 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
             seen[slot] = assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index)
         task = seen[slot]
         if task.id != rollout.task_id:
-            raise fail("task_not_assigned", f"group {rollout.group_index} was assigned task {task.id!r}, "
+            raise _Rejected(Reason.TASK_NOT_ASSIGNED, f"group {rollout.group_index} was assigned task {task.id!r}, "
                        f"not {rollout.task_id!r}")
         if (task.prompt, task.answer) != (rollout.prompt, rollout.reference):
-            raise fail("task_mismatch", f"prompt or reference differ from task {task.id!r}")
+            raise _Rejected(Reason.TASK_MISMATCH, f"prompt or reference differ from task {task.id!r}")
     slot = ("prompt", rollout.prompt)
     if slot not in seen:
         seen[slot] = tuple(model.encode(rollout.prompt))
     if rollout.prompt_tokens != seen[slot]:
-        raise fail("prompt_mismatch", "prompt tokens are not the tokenization of the prompt")
+        raise _Rejected(Reason.PROMPT_MISMATCH, "prompt tokens are not the tokenization of the prompt")
     if max(rollout.completion_tokens, default=-1) >= model.vocab_size:
-        raise fail("token_out_of_vocab", f"a completion token is >= the vocabulary size {model.vocab_size}")
+        raise _Rejected(Reason.TOKEN_OUT_OF_VOCAB, f"a completion token is >= the vocabulary size {model.vocab_size}")
 
 
 def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
@@ -233,17 +313,17 @@ def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
             rollout = rollouts[index]
             if (rollout.group_size, rollout.sampling, rollout.model_hash, rollout.task_id, rollout.reward_spec) != (
                     first.group_size, first.sampling, first.model_hash, first.task_id, first.reward_spec):
-                problems[index] = _Rejected(Stage.BINDING, "group_inconsistent",
+                problems[index] = _Rejected(Reason.GROUP_INCONSISTENT,
                                             "group members disagree on task, group size, sampling, reward or model")
             elif rollout.sample_index in seen:
-                problems[index] = _Rejected(Stage.BINDING, "duplicate_sample",
+                problems[index] = _Rejected(Reason.DUPLICATE_SAMPLE,
                                             f"sample {rollout.sample_index} appears twice in the group")
             seen.setdefault(rollout.sample_index, index)
         missing = sorted(set(range(first.group_size)) - set(seen))
         if missing:
             for index in members:
                 problems.setdefault(index, _Rejected(
-                    Stage.BINDING, "group_incomplete",
+                    Reason.GROUP_INCOMPLETE,
                     f"group submitted without samples {missing[:8]}{'...' if len(missing) > 8 else ''}"))
     return problems
 
@@ -259,7 +339,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay."""
     # 4. Activation commitment: the hidden states the prover committed are the claimed model's.
     if isinstance(agreement, MalformedCommitment):
-        raise _Rejected(Stage.COMMITMENT, "commitment_malformed", str(agreement))
+        raise _Rejected(Reason.COMMITMENT_MALFORMED, str(agreement))
     scores["commitment_miss_rate"] = agreement.miss_rate
     scores["commitment_mantissa_error"] = agreement.mantissa_error_mean
     scores["commitment_rows_fully_missed"] = agreement.rows_fully_missed
@@ -268,7 +348,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
             or _exceeds(agreement.mantissa_error_mean, tol.commitment_mantissa_error)
             or _exceeds(agreement.rows_fully_missed, tol.commitment_rows_fully_missed)
             or _exceeds(agreement.closing_misses, tol.commitment_closing_misses)):
-        raise _Rejected(Stage.COMMITMENT, "commitment_mismatch",
+        raise _Rejected(Reason.COMMITMENT_MISMATCH,
                         f"{agreement.misses} of {agreement.comparisons} committed values disagree, "
                         f"{agreement.rows_fully_missed} rows entirely, {agreement.closing_misses} of "
                         f"{commitment.CLOSING_VALUES} after the last token "
@@ -276,7 +356,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
 
     # 5. Sampling: every seeded race replayed; the final token of a "stop" rollout is stage 6's.
     if isinstance(races, ProofsError):
-        raise _Rejected(Stage.SAMPLING, "sampling_undefined", f"the seeded races cannot be replayed: {races}")
+        raise _Rejected(Reason.SAMPLING_UNDEFINED, f"the seeded races cannot be replayed: {races}")
     n = len(rollout.completion_tokens)
     body = n - 1 if rollout.finish_reason == "stop" else n
     margins = races.margins[:body]
@@ -284,7 +364,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if body and _exceeds(scores["race_margin_max"], tol.race_margin):
         position = int(np.argmax(margins))
         lost_by = "outside the sampling masks" if math.isinf(margins[position]) else f"by {margins[position]:.3f}"
-        raise _Rejected(Stage.SAMPLING, "sampling_mismatch",
+        raise _Rejected(Reason.SAMPLING_MISMATCH,
                         f"token {position} did not win its seeded race ({lost_by}; "
                         f"{int((margins > tol.race_margin).sum())} of {body} tokens did not)")
 
@@ -292,33 +372,33 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     stops = set(rollout.sampling.stop_token_ids)
     early = [i for i, t in enumerate(rollout.completion_tokens[:-1]) if t in stops]
     if early:
-        raise _Rejected(Stage.TERMINATION, "continued_after_stop", f"a stop token at {early[0]} did not end the rollout")
+        raise _Rejected(Reason.CONTINUED_AFTER_STOP, f"a stop token at {early[0]} did not end the rollout")
     last = rollout.completion_tokens[-1]
     if rollout.finish_reason == "stop":
         if last not in stops:
-            raise _Rejected(Stage.TERMINATION, "fake_stop", "finish reason is stop but the last token is not a stop token")
+            raise _Rejected(Reason.FAKE_STOP, "finish reason is stop but the last token is not a stop token")
         if _exceeds(races.margins[-1], tol.race_margin):
-            raise _Rejected(Stage.TERMINATION, "stop_not_sampled",
+            raise _Rejected(Reason.STOP_NOT_SAMPLED,
                             f"the stop token lost its seeded race by {races.margins[-1]:.3f}")
     else:
         if last in stops:
-            raise _Rejected(Stage.TERMINATION, "finish_reason_mismatch", "ends in a stop token but claims length")
+            raise _Rejected(Reason.FINISH_REASON_MISMATCH, "ends in a stop token but claims length")
         if n != rollout.sampling.max_new_tokens:
-            raise _Rejected(Stage.TERMINATION, "truncated",
+            raise _Rejected(Reason.TRUNCATED,
                             f"claims the length limit after {n} of {rollout.sampling.max_new_tokens} tokens")
 
     # 7. Behaviour logprobs: what GRPO's importance ratios will be computed against.
     error = np.abs(races.logprobs - np.asarray(rollout.behaviour_logprobs, dtype=np.float64))
     scores["logprob_error_max"] = float(error.max())
     if _exceeds(scores["logprob_error_max"], tol.logprob_error):
-        raise _Rejected(Stage.LOGPROBS, "logprob_mismatch",
+        raise _Rejected(Reason.LOGPROB_MISMATCH,
                         f"behaviour logprob of token {int(np.argmax(error))} is off by {error.max():.4f}")
 
     # 8. Reward, recomputed from the completion text.
     recomputed_reward = rollout.reward_spec.reward(rollout.task, model.decode(list(rollout.completion_tokens)))
     scores["reward_recomputed"] = recomputed_reward
     if recomputed_reward != rollout.reward:
-        raise _Rejected(Stage.REWARD, "reward_mismatch",
+        raise _Rejected(Reason.REWARD_MISMATCH,
                         f"claims reward {rollout.reward}, recomputed {recomputed_reward}")
 
 
@@ -348,18 +428,19 @@ def verify(
     tolerances: Tolerances | None = None,
     batch_size: int = 4,
     on_progress: Callable[[int], None] | None = None,
-    recomputed: dict[int, bytes] | None = None,
     prefilled: Mapping[int, Prefilled] | None = None,
+    signatures_checked: bool = False,
 ) -> list[Verdict]:
     """Verify rollouts (or the :class:`RecordError` of records that did not decode).
 
     Returns one verdict per input, in input order. ``on_progress(n)`` is called as ``n`` more
-    records are finished. When ``recomputed`` is given, it receives for each record that
-    reached the prefill the commitment the verifier rebuilt from its own hidden states: what a
-    network verdict digests to show the check was really run (``specs/network.md``).
+    records are finished. Each verdict of a record that reached the prefill carries the
+    commitment the verifier rebuilt from its own hidden states (``Verdict.recomputed``).
     ``prefilled`` holds, by record index, recomputations the caller already made with ``model``
     over the record's own prompt and completion tokens (the trainer's GRPO forward pass); the
-    other records get the verifier's own prefill.
+    other records get the verifier's own prefill. ``signatures_checked`` says the caller already
+    checked every record's signature (a node's :func:`~vrl.node.messages.decode_group` does,
+    before a group is stored or forwarded), so stage 2 does not check them again.
     """
     expect = expect or Expectations()
     tolerances = tolerances or Tolerances.for_dtype(model.dtype_name)
@@ -367,33 +448,27 @@ def verify(
     verdicts: dict[int, Verdict] = {}
     alive: dict[int, Rollout] = {}
 
-    def finish(index: int, rejected: _Rejected | None, scores: dict[str, float] | None = None) -> None:
+    def finish(index: int, rejected: _Rejected | None, scores: dict[str, float] | None = None,
+               recomputed: bytes = b"") -> None:
         item = items[index]
         about = {}
         if isinstance(item, Rollout):
             about = {"node_id": item.node_id.hex(), "task_id": item.task_id, "sample_index": item.sample_index}
-        if rejected is None:
-            verdicts[index] = Verdict(index, True, Stage.ACCEPTED, "ok", "all checks passed",
-                                      scores=MappingProxyType(scores or {}), **about)
-        else:
-            verdicts[index] = Verdict(index, False, rejected.stage, rejected.reason, rejected.message,
-                                      scores=MappingProxyType(scores or {}), **about)
+        reason, message = (Reason.OK, "all checks passed") if rejected is None else (rejected.reason, rejected.message)
+        verdicts[index] = Verdict(index, rejected is None, reason.stage, reason, message,
+                                  scores=MappingProxyType(scores or {}), recomputed=recomputed, **about)
         if on_progress is not None:
             on_progress(1)
 
     # Ed25519 verification releases the GIL: the records' signatures are checked on every core.
     decoded = [index for index, item in enumerate(items) if isinstance(item, Rollout)]
-    signed = dict(zip(decoded, map_in_slices(lambda index: items[index].signature_valid(), decoded)))
+    signed = dict.fromkeys(decoded, True) if signatures_checked else dict(
+        zip(decoded, map_in_slices(lambda index: items[index].signature_valid(), decoded)))
     for index, item in enumerate(items):
         if isinstance(item, RecordError):
-            reason = "malformed_record"
-            for prefix, code in (("truncated", "truncated_record"), ("oversized", "oversized_record"),
-                                 ("corrupt", "corrupt_record"), ("unknown record version", "unknown_version")):
-                if item.problem.startswith(prefix):
-                    reason = code
-            finish(index, _Rejected(Stage.SCHEMA, reason, str(item.at(index))))
+            finish(index, _Rejected(_UNDECODABLE[item.kind], str(item.at(index))))
         elif not signed[index]:
-            finish(index, _Rejected(Stage.SIGNATURE, "bad_signature", "signature does not verify under node_id"))
+            finish(index, _Rejected(Reason.BAD_SIGNATURE, "signature does not verify under node_id"))
         else:
             alive[index] = item
     for index, problem in _group_problems(alive).items():
@@ -423,8 +498,7 @@ def verify(
         computed = dict(zip(own, prefill(model, [(list(alive[i].prompt_tokens), list(alive[i].completion_tokens))
                                                  for i in own]))) if own else {}
         prefilled_batch = [given[i] if i in given else computed[i] for i in batch]
-        if recomputed is not None:
-            recomputed.update(zip(batch, commitment.build_many([r.hidden for r in prefilled_batch])))
+        rebuilt = commitment.build_many([r.hidden for r in prefilled_batch])
         # The commitment check and the race replay run vectorized across the whole batch; the
         # per-rollout stages then only compare numbers with the tolerances.
         agreements = commitment.check_many([alive[i].commitment for i in batch], [r.hidden for r in prefilled_batch])
@@ -433,12 +507,12 @@ def verify(
               alive[i].sampling) for i, result in zip(batch, prefilled_batch)],
             tolerances.race_margin,
         )
-        for index, agreement, race in zip(batch, agreements, races):
+        for index, agreement, race, own_commitment in zip(batch, agreements, races, rebuilt):
             scores: dict[str, float] = {}
             try:
                 _checks_after_prefill(alive[index], agreement, race, model, tolerances, scores)
             except _Rejected as rejected:
-                finish(index, rejected, scores)
+                finish(index, rejected, scores, own_commitment)
             else:
-                finish(index, None, scores)
+                finish(index, None, scores, own_commitment)
     return [verdicts[i] for i in range(len(items))]

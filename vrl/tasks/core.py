@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from vrl.errors import VrlError
 from vrl.tasks.answers import answers_match, extract_answer, has_format
 
 ASSIGNMENT_DOMAIN = b"vrl/assignment/v2\x00"
@@ -29,7 +30,7 @@ class Task:
     answer: str
 
 
-class TaskFileError(ValueError):
+class TaskFileError(VrlError, ValueError):
     """A task line that cannot be used; names the file, line and field."""
 
 

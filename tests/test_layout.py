@@ -1,0 +1,137 @@
+"""The layout is the architecture (README, Layout): each layer imports only from the ones
+below it, no module imports another in a cycle (lazy imports included), no module takes
+another's private helpers, and the leaf packages never import ``vrl``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Lower rank, lower layer. vrl/__init__.py is the public face, so it sits on top with the CLI.
+LAYERS = {"vrl.errors": 0, "vrl.tasks": 1, "vrl.rollouts": 2, "vrl.rl": 3, "vrl.node": 4}
+TOP = 5
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    for prefix, rank in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return TOP
+
+
+def imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """``(module, names, line)`` for every import in the file, at any depth (lazy ones too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [alias.name for alias in node.names], node.lineno))
+    return found
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def vrl_graph() -> dict[str, set[str]]:
+    """Module -> the vrl modules it imports (``from vrl.x import y`` names module vrl.x.y
+    when that is a module, since that is what gets imported)."""
+    known = {module_name(p) for p in sources("vrl")}
+    graph: dict[str, set[str]] = {}
+    for path in sources("vrl"):
+        targets = set()
+        for module, names, _ in imports(path):
+            if module == "vrl" or module.startswith("vrl."):
+                submodules = {f"{module}.{n}" for n in names} & known
+                targets |= submodules or {module}
+        graph[module_name(path)] = targets - {module_name(path)}
+    return graph
+
+
+def test_each_layer_imports_only_from_the_layers_below():
+    wrong = []
+    for path in sources("vrl"):
+        here = module_name(path)
+        for module, names, line in imports(path):
+            if (module == "vrl" or module.startswith("vrl.")) and layer(module) > layer(here):
+                wrong.append(f"{here}:{line} imports {module} ({', '.join(names)})")
+    assert wrong == []
+
+
+def test_no_import_cycle():
+    graph = vrl_graph()
+    # A package imports its own submodules (its face); that is not a cycle through them.
+    edges = {m: {t for t in ts if not (t.startswith(m + ".") and path_is_package(m))} for m, ts in graph.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(trail[trail.index(target):] + [module, target]) if target in trail
+                              else f"{module} -> {target}")
+            elif target in edges and not state.get(target):
+                visit(target, trail + [module])
+        state[module] = 2
+
+    for module in sorted(edges):
+        if not state.get(module):
+            visit(module, [])
+    assert cycles == []
+
+
+def path_is_package(module: str) -> bool:
+    return (ROOT / module.replace(".", "/") / "__init__.py").exists()
+
+
+def test_no_private_helper_is_imported_across_modules():
+    """A ``_name`` belongs to its module; a package's private module (``p2p._common``) may be
+    shared by that package's own modules, and no one else's."""
+    def allowed(importer: str, module: str, name: str) -> bool:
+        package_private_module = (ROOT / module.replace(".", "/") / f"{name}.py").exists()
+        return package_private_module and importer.rsplit(".", 1)[0] == module
+
+    wrong = [f"{module_name(path)}:{line} takes {name} from {module}"
+             for package in ("vrl", "proofs", "p2p") for path in sources(package)
+             for module, names, line in imports(path) for name in names
+             if name.startswith("_") and not name.startswith("__") and module.split(".")[0] in ("vrl", "proofs", "p2p")
+             and module != module_name(path) and not allowed(module_name(path), module, name)]
+    assert wrong == []
+
+
+def test_the_leaf_packages_never_import_vrl():
+    wrong = [f"{module_name(path)}:{line} imports {module}" for package in ("proofs", "p2p")
+             for path in sources(package) for module, _, line in imports(path)
+             if module == "vrl" or module.startswith("vrl.")]
+    assert wrong == []
+
+
+def test_the_checks_see_the_violations_they_are_for(tmp_path, monkeypatch):
+    """The rules above, run on a tree that breaks each: they must not pass vacuously."""
+    import tests.test_layout as rules
+
+    (tmp_path / "vrl" / "rollouts").mkdir(parents=True)
+    (tmp_path / "vrl" / "rl").mkdir()
+    (tmp_path / "proofs").mkdir()
+    (tmp_path / "p2p").mkdir()
+    for package in ("vrl", "vrl/rollouts", "vrl/rl", "proofs", "p2p"):
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "vrl" / "rollouts" / "model.py").write_text("def f():\n    from vrl.rl.base import g\n")
+    (tmp_path / "vrl" / "rl" / "base.py").write_text("from vrl.rollouts.model import f, _helper\n")
+    (tmp_path / "proofs" / "x.py").write_text("import vrl\n")
+    monkeypatch.setattr(rules, "ROOT", tmp_path)
+    for check in (rules.test_each_layer_imports_only_from_the_layers_below, rules.test_no_import_cycle,
+                  rules.test_no_private_helper_is_imported_across_modules, rules.test_the_leaf_packages_never_import_vrl):
+        try:
+            check()
+        except AssertionError:
+            continue
+        raise AssertionError(f"{check.__name__} passed a tree that breaks it")
