@@ -8,8 +8,11 @@ policy, one torch thread) through the daemon's own methods, so what is timed is 
 does with a group that arrives by gossip:
 
 * receive: the validator, storing, and the protocol's handling (``_validate`` + ``_on_message``);
-* check: what the ``Check`` action runs (``_check``: read the group back, verify it with one
-  prefill, publish the signed verdict).
+* check: what the ``Check`` action runs (``_check``: the group's records, verified with one
+  prefill; the signed verdict published).
+
+It also counts, per record, how often a record is decoded and its signature checked on the
+way (the counting wraps ``Rollout.from_bytes`` and ``Rollout.signature_valid`` in both trees).
 
 CPU time is ``time.process_time()``, every thread of the process, divided by the groups. With
 ``--against REV`` the same measurement runs on a checkout of REV (through ``PYTHONPATH``, in
@@ -35,6 +38,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+async def settle(node) -> None:
+    """Cancel what handling a group spawned (the protocol's own check, at its audit rate)."""
+    for task in list(node._tasks):
+        task.cancel()
+    await asyncio.gather(*node._tasks, return_exceptions=True)
 
 
 def measure(groups: int, group_size: int, new_tokens: int) -> dict:
@@ -71,6 +81,21 @@ def measure(groups: int, group_size: int, new_tokens: int) -> dict:
                                  groups=groups, group_size=group_size, policy_version=0,
                                  reward_spec=expect.reward_spec, batch_size=32)
         submissions = [Submission.of(group) for group in made]
+        # Count what the node does per group: records decoded, signatures checked (both
+        # layouts export Rollout on the package face). Counting costs a call per event, in
+        # both trees alike.
+        counts = {"decodes": 0, "signature_checks": 0}
+        decode, check_signature = vrl.Rollout.from_bytes.__func__, vrl.Rollout.signature_valid
+
+        def counted_decode(cls, data):
+            counts["decodes"] += 1
+            return decode(cls, data)
+
+        def counted_check(self):
+            counts["signature_checks"] += 1
+            return check_signature(self)
+
+        vrl.Rollout.from_bytes, vrl.Rollout.signature_valid = classmethod(counted_decode), counted_check
         loop = asyncio.new_event_loop()
         loop.run_until_complete(transport.start())  # verdicts are published as on a live node
         receive = check = 0.0
@@ -84,9 +109,7 @@ def measure(groups: int, group_size: int, new_tokens: int) -> dict:
                 receive += time.process_time() - started
                 # The protocol may have asked for a check (at its audit rate): the one timed
                 # below stands for it, for every group.
-                for task in list(node._tasks):
-                    task.cancel()
-                loop.run_until_complete(asyncio.gather(*node._tasks, return_exceptions=True))
+                loop.run_until_complete(settle(node))
                 started = time.process_time()
                 loop.run_until_complete(node._check(submission.digest, 0))
                 check += time.process_time() - started
@@ -97,6 +120,8 @@ def measure(groups: int, group_size: int, new_tokens: int) -> dict:
             node.store.close()
             loop.close()
     return {"groups": groups, "group_size": group_size, "new_tokens": new_tokens,
+            "decodes_per_record": counts["decodes"] / (groups * group_size),
+            "signature_checks_per_record": counts["signature_checks"] / (groups * group_size),
             "receive_ms_per_group": 1000 * receive / groups, "check_ms_per_group": 1000 * check / groups,
             "total_ms_per_group": 1000 * (receive + check) / groups}
 
@@ -105,10 +130,12 @@ def _run(pythonpath: str | None, args: argparse.Namespace) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, __file__, "--measure", "--groups", str(args.groups), "--group-size",
-                          str(args.group_size), "--new-tokens", str(args.new_tokens)],
-                         env=env, cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run([sys.executable, __file__, "--measure", "--groups", str(args.groups), "--group-size",
+                           str(args.group_size), "--new-tokens", str(args.new_tokens)],
+                          env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"the measurement failed on {pythonpath or 'this tree'}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -139,13 +166,15 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, path in trees.items():
                 runs[name].append(_run(path, args))
-    keys = ("receive_ms_per_group", "check_ms_per_group", "total_ms_per_group")
+    keys = ("receive_ms_per_group", "check_ms_per_group", "total_ms_per_group", "decodes_per_record",
+            "signature_checks_per_record")
     medians = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
     table = Table(title=f"CPU per received group ({args.groups} groups of {args.group_size}, "
                         f"{args.new_tokens} new tokens, tiny preset, median of {args.repeats})")
     table.add_column("code")
     for k in keys:
-        table.add_column(k.removesuffix("_ms_per_group") + " ms", justify="right")
+        table.add_column(k.replace("_ms_per_group", " ms").replace("_per_record", " / record").replace("_", " "),
+                         justify="right")
     for name, m in medians.items():
         table.add_row(name, *(f"{m[k]:.2f}" for k in keys))
     if args.against:
