@@ -1,6 +1,6 @@
-"""Proof systems for verifiable rollouts: the canonical sampler and its replay check,
-activation commitments, and (optionally) zk proofs. Knows tensors and bytes; nothing about
-RL or networking, and never imports :mod:`vrl`."""
+"""Proof systems for verifiable rollouts: the canonical sampler and its replay check, and
+activation commitments. Optional zk proofs are planned (issue 17) and not here yet. Knows
+tensors and bytes; nothing about RL or networking, and never imports :mod:`vrl`."""
 
 from proofs.errors import InvalidParameters, MalformedCommitment, ProofsError
 from proofs.sampler import SamplingParams

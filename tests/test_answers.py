@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import time
+from contextlib import contextmanager
 from fractions import Fraction
 
 import pytest
@@ -148,13 +151,54 @@ def test_has_format_needs_a_tag():
     assert not has_format("<>1</>", "")
 
 
+@contextmanager
+def _time_limit(seconds: float):
+    """Fail, rather than hang, when the block runs past ``seconds`` of wall time. SIGALRM
+    interrupts Python code and a backtracking regex alike (CPython's ``re`` checks for
+    signals while it matches)."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+N = 50_000
+# Hostile completions for the reward a verifier recomputes, each with the answer the spec's
+# rules give (specs/tasks.md §3): an unclosed or deeply nested \boxed{}, a long #### line, a
+# long comma run, nested answer tags.
+ADVERSARIAL = [
+    ("\\boxed{" * N, None, None),
+    ("\\boxed{" * N + "1" + "}" * N, None, "1"),
+    ("#### " + " " * N + "x", None, "x"),
+    ("1," * N + "x", None, ("1," * N)[:-1]),
+    ("<answer>" * N + "1" + "</answer>" * N, "answer", "1" + "</answer>" * (N - 1)),
+    ("\\frac{1}{2}" * N, None, "2"),
+]
+
+
 def test_adversarial_completions_are_cheap():
-    # Verifiers recompute rewards on untrusted text; these must stay linear-time.
-    nested = "\\boxed{" * 20_000 + "1" + "}" * 20_000
-    for completion in ["\\boxed{" * 20_000, nested, "#### " + " " * 50_000 + "x", "1," * 50_000 + "x"]:
-        for tag in (None, "answer"):
-            extract_answer(completion, tag)
-        parse_number(completion)
+    """Verifiers recompute rewards on untrusted text, so answer extraction, number parsing and
+    the format check must stay linear in the text. At N = 50,000 the whole set takes about
+    0.5 s here; a quadratic scan (a brace match from every \\boxed{, a backtracking regex)
+    takes minutes, so 10 s is a generous bound that still tells them apart."""
+    start = time.monotonic()
+    try:
+        with _time_limit(10.0):
+            for completion, tag, answer in ADVERSARIAL:
+                assert extract_answer(completion, tag) == answer
+                assert parse_number(completion) is None
+                assert not has_format(completion, "answer")
+                assert not answers_match(completion, "1")
+    except TimeoutError:
+        pytest.fail(f"answer checks on {N:,}-character completions ran past 10 s "
+                    f"({time.monotonic() - start:.1f} s): not linear any more")
 
 
 # --- task files ---------------------------------------------------------------------------
