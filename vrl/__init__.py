@@ -25,7 +25,7 @@ from vrl.rollouts.generate import generate, iter_generate, sampling_for
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, ModelError, load_model
 from vrl.rollouts.record import RecordError, Rollout, sample_seed
-from vrl.rollouts.verify import Expectations, Stage, Tolerances, Verdict, commit, verify
+from vrl.rollouts.verify import Expectations, Reason, Stage, Tolerances, Verdict, commit, verify
 from vrl.tasks import (
     Arithmetic,
     RewardSpec,
@@ -37,8 +37,9 @@ from vrl.tasks import (
 )
 
 __all__ = [
-    "Expectations", "Model", "ModelError", "NodeKey", "RecordError", "Rollout", "RolloutFileError",
-    "RolloutWriter", "SamplingParams", "Stage", "Task", "Tolerances", "Verdict", "VrlError", "commit", "generate",
-    "iter_generate", "iter_records", "load_model", "read_rollouts", "read_task_file", "sample_seed",
-    "sampling_for", "verify", "write_rollouts", "Arithmetic", "RewardSpec", "TaskList", "assign", "open_task_set",
+    "Arithmetic", "Expectations", "Model", "ModelError", "NodeKey", "Reason", "RecordError", "RewardSpec",
+    "Rollout", "RolloutFileError", "RolloutWriter", "SamplingParams", "Stage", "Task", "TaskList", "Tolerances",
+    "Verdict", "VrlError", "assign", "commit", "generate", "iter_generate", "iter_records", "load_model",
+    "open_task_set", "read_rollouts", "read_task_file", "sample_seed", "sampling_for", "verify",
+    "write_rollouts",
 ]

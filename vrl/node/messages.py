@@ -25,6 +25,7 @@ import msgpack
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.errors import VrlError
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, take, text
+from vrl.rollouts.model import MAX_PLATFORM_BYTES
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 
 MESSAGE_VERSION = 1
@@ -337,7 +338,7 @@ class SignedVerdict(_Signed):
                 group=fixed_bytes(wire, "group", 32), round=integer(wire, "round", 0, U64),
                 policy_version=integer(wire, "policy_version", 0, U64),
                 ticket=fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=OUTCOMES[outcome],
-                reasons=tuple(reasons), digest=digest, platform=text(wire, "platform", 128),
+                reasons=tuple(reasons), digest=digest, platform=text(wire, "platform", MAX_PLATFORM_BYTES),
                 planted=take(wire, "planted", bool), signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
 
         verdict = _fields("verdict", decode)

@@ -27,6 +27,11 @@ from vrl.rollouts.verify import commit, verify
 from vrl.tasks import TaskSet
 
 
+# The trainer's throw-away identity for a planted group is derived from its own signature over
+# the round, so no one else can predict or claim it (specs/network.md §5.3).
+CANARY_DOMAIN = b"vrl/canary/v1\x00"
+
+
 @dataclasses.dataclass
 class WorkConfig:
     model: str
@@ -93,7 +98,7 @@ class Work:
     # -- trainer ------------------------------------------------------------------------------
     def plant(self, version: int) -> tuple[Submission, bytes]:
         """A known-bad group from a throw-away identity, to see which verifiers pass it."""
-        canary = NodeKey.from_seed(hashlib.sha256(b"vrl/canary/v1\x00" + self.key.sign(
+        canary = NodeKey.from_seed(hashlib.sha256(CANARY_DOMAIN + self.key.sign(
             version.to_bytes(8, "big"))).digest())
         model = self.models[version]
         (group,) = iter_generate(model, self.config.tasks, canary, round_seed=round_seed(model.model_hash, version),

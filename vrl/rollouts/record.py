@@ -38,12 +38,12 @@ MAX_GROUP_SIZE = 1024
 
 class RecordFault(StrEnum):
     """What kind of wrong a record that does not decode is (the verifier's stage-1 reason
-    codes follow from it, specs/verification.md §2)."""
+    codes follow from it, specs/verification.md §1)."""
 
     MALFORMED = "malformed"  # a field's type, size or range; an unknown field; not canonical
     OVERSIZED = "oversized"  # longer than MAX_RECORD_BYTES
     UNKNOWN_VERSION = "unknown_version"  # a "v" this reader does not know
-    TRUNCATED = "truncated"  # a rollout file ends inside it (specs/record.md §7)
+    TRUNCATED = "truncated"  # a rollout file ends inside it (specs/record.md §4)
     CORRUPT = "corrupt"  # a rollout file's frame fails its checksum or marker
 
 

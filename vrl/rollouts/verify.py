@@ -47,7 +47,7 @@ class Stage(IntEnum):
 
 
 class Reason(StrEnum):
-    """Why a record was rejected, by stage (specs/verification.md §2); ``ok`` when it was not.
+    """Why a record was rejected, by stage (specs/verification.md §1); ``ok`` when it was not.
     The value is the code that verdicts, rollout files' reports and node messages carry."""
 
     OK = "ok"
