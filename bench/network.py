@@ -12,8 +12,9 @@ Prints one table:
 
 One process per peer, as a node runs: this process is peer 0 (the publisher and client), the
 others run this file with ``--peer``. Latency is measured on CLOCK_MONOTONIC, which all
-processes share. The topology is the research note's (shared/research/py-libp2p.md §2.2): peer
-i dials i+1 and i+3, about four links each. On a shared 2-core machine the numbers are noisy.
+processes share. The topology: peer i dials i+1 and i+3 (``dial_neighbours``), about four links
+each (with 5 peers, every other peer), enough for GossipSub's D_low = 4 (p2p/libp2p_transport.py).
+On a shared 2-core machine the numbers are noisy.
 Every phase has a deadline and the peers exit by themselves; a run takes well under 2 minutes.
 """
 

@@ -28,9 +28,10 @@ from p2p.transport import DEFAULT_REQUEST_TIMEOUT, PeerId, Transport, TransportE
 BLOB_PROTOCOL = "/vrl/blob/1"
 
 CHUNK_BYTES = 1 << 20
-"""1 MiB: the research note's chunk size for large responses (shared/research/py-libp2p.md
-§5.2), far below the ~6.5 MB where py-libp2p's own length-prefixed reader fails (§3.1 #4) and
-below the transport's MAX_RESPONSE_BYTES."""
+"""1 MiB, the blob chunk of specs/network.md §6 and §9: far below the ~6.5 MB where py-libp2p's
+own length-prefixed reader failed on Yamux (measured on this machine kind, not reproduced in
+bench/ yet; see p2p/transport.py) and below the transport's MAX_RESPONSE_BYTES.
+bench/network.py fetches an 8 MiB blob in these chunks."""
 
 DIGEST_BYTES = 32  # SHA-256
 

@@ -6,22 +6,35 @@ await the answer, so node code never sees trio. Node callbacks (message and requ
 run on the node's loop. Validators are the exception: gossipsub calls them inline, so they run
 on the transport's thread; the contract already asks them to be cheap and pure.
 
-What the wrapper fixes, from measurements in shared/research/py-libp2p.md (§ numbers below):
+What the wrapper fixes. Sources: py-libp2p 0.8.1's own code (paths under ``libp2p/``), its
+issue tracker (libp2p/py-libp2p), and the tests that show each fix (tests/test_libp2p_hardening.py,
+tests/test_transport.py); what was only measured on this machine kind says so.
 
 * Security is Noise only and muxing Yamux only. By default py-libp2p also accepts plaintext
-  and secio (§3.1 #1), and Mplex kills connections (§2.3, §3.1 #9).
+  and secio (``new_host``'s default ``sec_opt``, libp2p/__init__.py), and with Mplex an
+  abandoned stream killed its connection (measured on this machine kind; not reproduced in
+  tests/ or bench/ yet). test_only_noise_and_yamux_are_accepted.
 * Every stream handler and validator is wrapped: an escaping exception takes the host down or
-  silently stops a connection from accepting streams (§3.1 #2, #3). A validator that raises
-  rejects; a request that fails gets an error response or a reset stream.
-* GossipSub: spam protection off (it silently drops above 10 msg/s per topic, §2.2), heartbeat
-  1 s (the default is 120 s), content-addressed message ids, strict signing. Publishes wait for
-  the router's per-peer queues to drain (it drops silently past 32 queued RPCs, §2.2), and
-  delivery bypasses the 32-slot subscription channel, which also drops when full.
-* Requests use our own framing and read loop on a fresh stream each: msgio fails above ~6.5 MB
-  on Yamux (§3.1 #4). Every request has a deadline (a hung peer is never noticed by the stack,
-  §3.1 #7), which the server also applies to its handler.
-* Dialling a peer first lifts it from the swarm's 60 s negative dial cache, which would
-  otherwise refuse a peer that has just restarted (§2.3, §3.1 #5).
+  silently stops a connection from accepting streams (measured on this machine kind; issue
+  #1120 is one of the kind: a StreamReset escaping ``Pubsub.write_msg`` crashed the pubsub
+  service). A validator that raises rejects; a request that fails gets an error response or a
+  reset stream. test_malformed_request_frames_leave_the_connection_serving.
+* GossipSub: spam protection off (by default it drops, with a log warning only, above
+  ``max_messages_per_topic_per_second=10`` per topic: libp2p/pubsub/gossipsub.py), heartbeat
+  1 s (the default is 120 s there; the GossipSub spec's is 1 s), content-addressed message ids,
+  strict signing. Publishes wait for the router's per-peer queues to drain (it drops past
+  ``OutBoundQueueSize`` = 32 queued RPCs, libp2p/pubsub/rpc_queue.py;
+  test_a_burst_of_publishes_is_paced_not_dropped), and delivery bypasses the 32-slot
+  subscription channel (``SUBSCRIPTION_CHANNEL_SIZE``, libp2p/pubsub/pubsub.py), which also
+  drops when full.
+* Requests use our own framing and read loop on a fresh stream each: msgio's ``read_exactly``
+  gives up after 100 short reads (libp2p/io/utils.py), which failed above ~6.5 MB on Yamux
+  (measured on this machine kind). Every request has a deadline (a hung peer is never noticed
+  by the stack, measured likewise; test_a_stopped_peer_times_out_and_recovers_when_continued),
+  which the server also applies to its handler.
+* Dialling a peer first lifts it from the swarm's 60 s negative dial cache
+  (``_NegativePeerCache``, libp2p/network/swarm.py), which would otherwise refuse a peer that
+  has just restarted (test_a_killed_peer_restarted_on_the_same_key_and_port_is_reached_again).
 * Misbehaving peers are scored and banned (:class:`p2p.transport.TransportLimits`). py-libp2p's
   own scorer cannot do it: its validators are boolean, so IGNORE would be penalised like
   REJECT, and it forgets a peer's counters when it disconnects (``PeerScorer.remove_peer``).
@@ -115,11 +128,16 @@ log = _common.log
 
 REQUEST_PROTOCOL = TProtocol("/vrl/req/1.0.0")
 
-# GossipSub mesh degree D / D_low / D_high: the values the research note measured with (§1,
-# §2.2). meshsub/1.1 only: the version measured there; all our peers speak it.
+# GossipSub mesh degree D / D_low / D_high: the spec's defaults (libp2p/specs
+# pubsub/gossipsub/gossipsub-v1.0.md, "Parameters"; v1.1 extends v1.0 and leaves them).
+# meshsub/1.1 only: the version specs/network.md §7 requires, and the one tests/ and
+# bench/network.py run; all our peers speak it.
 GOSSIP_DEGREE, GOSSIP_DEGREE_LOW, GOSSIP_DEGREE_HIGH = 6, 4, 12
 GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11,)
-HEARTBEAT_SECONDS = 1  # py-libp2p's default is 120 s, which leaves new peers out of the mesh (§1)
+# The spec's default heartbeat (same table). py-libp2p's is 120 s (libp2p/pubsub/gossipsub.py),
+# which leaves new peers out of the mesh that long: the mesh grafts peers at heartbeats (the
+# spec's "Mesh Maintenance").
+HEARTBEAT_SECONDS = 1
 
 # Publish pacing. The router drops an RPC when a peer's outbound queue holds 32
 # (OutBoundQueueSize, libp2p/pubsub/rpc_queue.py); gossipsub control messages (IHAVE, GRAFT,
@@ -489,7 +507,8 @@ class Libp2pTransport:
             # they stop the swarm from dialling and from opening streams. Drop them.
             await network.close_peer(peer)
         # The swarm refuses, for 60 s, any peer whose dial failed: also one that has restarted
-        # since (§2.3, §3.1 #5). Every dial we make is deliberate, so lift that block first.
+        # since (``_NegativePeerCache``, libp2p/network/swarm.py). Every dial we make is
+        # deliberate, so lift that block first.
         network.unblock_peer(peer)
         try:
             await self._host.connect(PeerInfo(peer, addresses))
@@ -523,7 +542,8 @@ class Libp2pTransport:
         """Whether to deliver and forward a gossip message that ``forwarder`` sent us (ourselves
         for our own publishes). A REJECT counts against the forwarder, the peer that sent it to
         us (GossipSub v1.1 P4; an honest peer validates before it forwards); IGNORE counts
-        against nobody. libp2p's answer is boolean: ACCEPT is True. Never raises (§3.1 #3)."""
+        against nobody. libp2p's answer is boolean: ACCEPT is True. Never raises: an exception
+        escaping a validator takes pubsub and the host down (module docstring)."""
         try:
             sender = None if forwarder == self._host.get_id() else _raw_key(forwarder.to_bytes())
             if sender is not None and self._scores.banned(sender):
@@ -670,7 +690,8 @@ class Libp2pTransport:
         return status, body
 
     async def _on_request_stream(self, stream: INetStream) -> None:
-        """The libp2p stream handler. Nothing may escape it (§3.1 #2)."""
+        """The libp2p stream handler. Nothing may escape it: an escaping exception stops the host,
+        or the connection's accepting of streams (module docstring)."""
         try:
             await self._answer(stream)
         except Exception:
@@ -997,7 +1018,8 @@ def _parse_address(address: str) -> PeerInfo:
 
 
 async def _read_exactly(stream: INetStream, size: int) -> bytes:
-    """Our own read loop: msgio's gives up after 100 short reads (§3.1 #4)."""
+    """Our own read loop: msgio's gives up after 100 short reads (``read_exactly``,
+    libp2p/io/utils.py)."""
     buffer = bytearray()
     while len(buffer) < size:
         chunk = await stream.read(min(size - len(buffer), READ_CHUNK))

@@ -44,9 +44,12 @@ PeerId = bytes
 
 PEER_ID_BYTES = 32
 
-# Size limits. py-libp2p 0.8.1 silently drops gossip over 1 MiB and costs ~16 ms of CPU per
-# 256 KiB message per node (shared/research/py-libp2p.md §2.2, §5.2); its length-prefixed
-# reader fails over ~6.5 MB on Yamux (§3.1 #4). Bigger payloads go by request in chunks.
+# Size limits (specs/network.md §7, §9). py-libp2p 0.8.1 silently drops gossip over 1 MiB
+# (libp2p/pubsub/rpc_queue.py DefaultMaxMessageSize; gossipsub.py drops the RPC as "oversized")
+# and costs ~16 ms of CPU per 256 KiB message per node (measured on this machine kind; not
+# reproduced in bench/ yet, whose bench/network.py sends 2 KiB); its length-prefixed reader
+# gives up after 100 short reads (libp2p/io/utils.py read_exactly), which failed over ~6.5 MB on
+# Yamux (measured likewise). Bigger payloads go by request in chunks (p2p/blobs.py).
 MAX_GOSSIP_BYTES = 256 << 10
 MAX_REQUEST_BYTES = 64 << 10
 MAX_RESPONSE_BYTES = 2 << 20

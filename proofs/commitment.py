@@ -8,7 +8,8 @@ recomputes the hidden states by one prefill takes its *own* top indices and eval
 polynomial there. Where its index was among the prover's, it gets the prover's exact value
 back; elsewhere it gets noise.
 
-What differs from TOPLOC, and why (measured in shared research and ``bench/``):
+What differs from TOPLOC, and why (specs/commitment.md §6; ``bench/calibrate.py`` judges the
+same hidden states by TOPLOC's thresholds beside ours, and ``bench/cost.py`` measures the size):
 
 * top-k is taken **per row**, not over a flattened 32-row chunk, so every row, hence every
   generated token, holds ``VALUES_PER_ROW`` values (TOPLOC can leave rows with none);

@@ -1,6 +1,7 @@
-"""Libp2pTransport against the py-libp2p failure modes of shared/research/py-libp2p.md §3.1:
-downgraded security and muxers, malformed request frames, a killed and restarted peer (the 60 s
-negative dial cache), a SIGSTOPped peer, and the identity binding.
+"""Libp2pTransport against the py-libp2p 0.8.1 failure modes that p2p/libp2p_transport.py's
+module docstring lists with their sources: downgraded security and muxers, malformed request
+frames, a killed and restarted peer (the 60 s negative dial cache), a SIGSTOPped peer, and the
+identity binding.
 
 Hostile dialers are raw py-libp2p hosts, run with trio in a worker thread while the asyncio
 loop keeps serving. Peers to kill run tests/p2p_peer.py in a process of their own.
@@ -470,7 +471,8 @@ def test_a_killed_peer_restarted_on_the_same_key_and_port_is_reached_again() -> 
             with pytest.raises(PeerUnavailable):  # the redial is refused
                 await client.request(peer, "/echo", b"while down", timeout=5)
             # The failed dial put the peer in the swarm's negative cache, which would refuse
-            # it for 60 s (§3.1 #5) had the transport not lifted it.
+            # it for 60 s (``_NegativePeerCache``, libp2p/network/swarm.py) had the transport
+            # not lifted it.
             negative_cache = client._host.get_network()._negative_peer_cache
             assert negative_cache.is_blocked(str(ID.from_pubkey(Ed25519PublicKey.from_bytes(peer))))
             await peer_process.start()

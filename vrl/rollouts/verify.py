@@ -155,8 +155,9 @@ PROFILES = {
                           commitment_rows_fully_missed=0, commitment_closing_misses=8,
                           race_margin=0.05, logprob_error=1e-3),
     # Calibration: honest worst miss rate 0.033, mantissa 0.58, no fully missed row, race
-    # margin 0.010, logprob error 0.020 (small preset, 8 x 256 tokens). Shared research
-    # measured bf16 attacks at mantissa >= 1.78 (int8) and 2.10 (1% weights).
+    # margin 0.010, logprob error 0.020 (small preset, 8 x 256 tokens). The weakest int8 and 1%
+    # weights rollouts sit at mantissa 2.06 and 2.53 (bench/calibrate.py --model small --dtype
+    # bfloat16 --new-tokens 256, measured on this machine kind; not in bench/results/ yet).
     "bfloat16": Tolerances(commitment_miss_rate=0.08, commitment_mantissa_error=1.2,
                            commitment_rows_fully_missed=2, commitment_closing_misses=8,
                            race_margin=0.05, logprob_error=0.05),
