@@ -191,10 +191,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
     args = parser.parse_args()
     ensure_base_model()
-    common = dict(model="base", task="arithmetic:digits=2,ops=+")
+    common = dict(work={"model": "base", "task": "arithmetic:digits=2,ops=+"})  # node.toml's [work] table
     results = []
     if args.what == "throughput":
-        results.append(one_run("throughput", 5, [], args.rounds, args.deadline, args.port, plant_every=0, **common))
+        results.append(one_run("throughput", 5, [], args.rounds, args.deadline, args.port, protocol={"plant_every": 0},
+                               **common))
     elif args.what == "poisoning":
         # 25% adversarial: 1 of the 4 workers; verification on (verifiers + trainer re-checks) vs off.
         for kind in ("fabricated-reward", "tampered-tokens"):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -66,9 +67,13 @@ def measure(groups: int, group_size: int, new_tokens: int) -> dict:
     trainer, verifier, worker = (vrl.NodeKey.from_seed(hashlib.sha256(b"bench/node_cpu " + n).digest())
                                  for n in (b"trainer", b"verifier", b"worker"))
     with tempfile.TemporaryDirectory() as directory:
-        config = NodeConfig(data_dir=directory, trainer=trainer.node_id.hex(), model="tiny",
-                            task="arithmetic:digits=2", group_size=group_size, groups_per_round=groups,
-                            max_new_tokens=new_tokens, transport="loopback", roles=("verifier",))
+        work = dict(model="tiny", task="arithmetic:digits=2", group_size=group_size, max_new_tokens=new_tokens)
+        if "work" in {f.name for f in dataclasses.fields(NodeConfig)}:  # node.toml's tables (issue 14 §2)
+            settings = dict(work=work, protocol=dict(groups_per_round=groups))
+        else:  # a revision before them, measured with --against: every key at the top level
+            settings = dict(work, groups_per_round=groups)
+        config = NodeConfig(data_dir=directory, trainer=trainer.node_id.hex(), transport="loopback",
+                            roles=("verifier",), **settings)
         transport = LoopbackNetwork().transport(verifier.private_seed())
         node = Node(config, transport, verifier)
         model = node.work.skeleton

@@ -330,7 +330,7 @@ def file_targets() -> list[Target]:
         Target("node TOML", lambda data: NodeConfig.from_toml_bytes(data, "node.toml"), (ConfigError,), lambda: [
             tomli_w.dumps({"data_dir": "d", "trainer": "ab" * 32}).encode(),
             tomli_w.dumps({"data_dir": "/tmp/n", "trainer": "cd" * 32, "roles": ["trainer", "verifier"],
-                           "listen": "/ip4/127.0.0.1/tcp/29000", "group_size": 8, "temperature": 0.7,
+                           "listen": "/ip4/127.0.0.1/tcp/29000", "work": {"group_size": 8, "temperature": 0.7},
                            "bootstrap": ["/ip4/127.0.0.1/tcp/29001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"],
                            "metrics_port": 30001}).encode()], structure="toml"),
         Target("checkpoint manifest", lambda data: parse_manifest(data, "MANIFEST.json"), (CheckpointError,),
@@ -354,9 +354,9 @@ class NodeUnderFire:
         from vrl.node.daemon import Node
 
         worker = NodeKey.from_seed(hashlib.sha256(b"vrl fuzz worker").digest())
-        config = NodeConfig(data_dir=str(directory), trainer=TRAINER.node_id.hex(), model="tiny",
-                            task="arithmetic:digits=1", group_size=2, groups_per_round=1, max_new_tokens=4,
-                            transport="loopback")
+        config = NodeConfig(data_dir=str(directory), trainer=TRAINER.node_id.hex(), transport="loopback",
+                            work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 2, "max_new_tokens": 4},
+                            protocol={"groups_per_round": 1})
         self.loop = asyncio.new_event_loop()
         self.node = Node(config, LoopbackNetwork().transport(worker.private_seed()), worker)
         self.node.protocol.handle(P.PolicyAnnounced(policy(0)))

@@ -31,9 +31,10 @@ def free_port() -> int:
 def test_a_three_node_libp2p_devnet_quarantines_the_cheater_and_trains(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative --dir, as a user types it
     summary = devnet.run(Path("dn"), 3, ["fabricated-reward"], rounds=2, deadline_s=240, base_port=free_port(),
-                         console=Console(file=open("/dev/null", "w")), model="tiny", task="arithmetic:digits=1",
-                         group_size=4, groups_per_round=2, max_new_tokens=4, held_out=8, verdict_wait=1.0,
-                         plant_every=0)
+                         console=Console(file=open("/dev/null", "w")),
+                         work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
+                         protocol={"groups_per_round": 2, "verdict_wait": 1.0, "plant_every": 0},
+                         train={"held_out": 8})
     assert summary["failure"] is None, summary
     assert summary["policy_version"] >= 2, summary
     assert summary["quarantined"] == ["worker-2"], summary
@@ -56,7 +57,8 @@ def test_paths_are_resolved_once_where_they_are_given(tmp_path, monkeypatch):
     process started anywhere, leads to the planned directory, key and task file."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tasks.jsonl").write_text('{"id": "a", "prompt": "1+1=", "answer": "2"}\n')
-    network = devnet.plan(Path("dn"), 3, ["fabricated-reward"], base_port=29000, model="tiny", task="tasks.jsonl")
+    network = devnet.plan(Path("dn"), 3, ["fabricated-reward"], base_port=29000,
+                          work={"model": "tiny", "task": "tasks.jsonl"})
     monkeypatch.chdir(tmp_path.parent)
     root = (tmp_path / "dn").resolve()
     for i, planned in enumerate(network):
@@ -64,12 +66,12 @@ def test_paths_are_resolved_once_where_they_are_given(tmp_path, monkeypatch):
         assert config.path == root / f"node-{i}"
         assert NodeKey.load(config.path / config.key).node_id == planned.key.node_id
         assert config.trainer == network[0].key.node_id.hex()
-        assert config.task == str((tmp_path / "tasks.jsonl").resolve()) and config.model == "tiny"
+        assert config.work.task == str((tmp_path / "tasks.jsonl").resolve()) and config.work.model == "tiny"
         assert config == planned.config
 
 
 def planned(tmp_path: Path, nodes: int = 3) -> list[devnet.DevnetNode]:
-    return devnet.plan(tmp_path / "dn", nodes, [], base_port=29000, model="tiny")
+    return devnet.plan(tmp_path / "dn", nodes, [], base_port=29000, work={"model": "tiny"})
 
 
 def metrics(peers: float, evaluated: bool = True) -> dict:

@@ -118,7 +118,7 @@ def test_is_fresh(rollout, trainer, max_staleness, fresh):
 def test_config_defaults():
     c = GRPOConfig()
     assert (c.advantage, c.aggregation, c.eps_low, c.eps_high) == ("std", "token", 0.2, 0.28)
-    assert (c.kl_beta, c.is_cap, c.max_staleness, c.std_eps) == (0.0, 2.0, 4, 1e-4)
+    assert (c.kl_beta, c.is_cap, c.std_eps, c.iterations) == (0.0, 2.0, 1e-4, 1)
 
 
 @pytest.mark.parametrize(
@@ -133,9 +133,9 @@ def test_config_defaults():
         ("kl_beta", -0.1),
         ("kl_beta", math.inf),
         ("is_cap", 0.5),
-        ("max_staleness", -1),
-        ("max_staleness", 1.5),
-        ("max_staleness", True),
+        ("iterations", 0),
+        ("iterations", 1.5),
+        ("iterations", True),
         ("std_eps", 0.0),
     ],
 )

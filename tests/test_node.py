@@ -24,12 +24,14 @@ TRAINER = NodeKey.from_seed(b"trainer".ljust(32, b"\0"))
 WORKERS = [NodeKey.from_seed(f"worker-{i}".encode().ljust(32, b"\0")) for i in range(3)]
 
 
-def config(data_dir: Path, **changes) -> NodeConfig:
-    base = NodeConfig(data_dir=str(data_dir), trainer=TRAINER.node_id.hex(), model="tiny", task="arithmetic:digits=1",
-                      group_size=4, groups_per_round=2, max_new_tokens=4, batch_groups=4, node_cap=0.5,
-                      trusted_share=0.0, verdict_wait=0.5, round_timeout=5.0, held_out=8, eval_every=1,
-                      transport="loopback", warmup_steps=1)
-    return dataclasses.replace(base, **changes)
+def config(data_dir: Path, plant_every: int = 0, **changes) -> NodeConfig:
+    """A small, fast node; its tables are given as node.toml gives them, on the node's defaults."""
+    return NodeConfig(data_dir=str(data_dir), trainer=TRAINER.node_id.hex(), transport="loopback",
+                      work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
+                      protocol={"groups_per_round": 2, "verdict_wait": 0.5, "round_timeout": 5.0,
+                                "plant_every": plant_every},
+                      admission={"batch_groups": 4, "node_cap": 0.5, "trusted_share": 0.0},
+                      train={"held_out": 8, "eval_every": 1, "warmup_steps": 1}, **changes)
 
 
 async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, deadline: float = 150.0,
@@ -370,7 +372,7 @@ def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
         n.protocol.policies[0] = policy
     worker.work.install(0, worker.work.skeleton, 3)
     honest = worker.work.generate(0)[0]
-    extra = Submission.of([r.signed(WORKERS[1], group_index=node.config.groups_per_round)
+    extra = Submission.of([r.signed(WORKERS[1], group_index=node.config.protocol.groups_per_round)
                            for r in honest.rollouts])
     cut = Submission.of([r.signed(WORKERS[1], group_size=2) for r in honest.rollouts[:2]])
     future = Submission.of([r.signed(WORKERS[1], policy_version=2) for r in honest.rollouts])

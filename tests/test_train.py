@@ -214,4 +214,4 @@ def test_cli_train_with_toml_and_flags(base, tmp_path):
     assert summary["steps"] == 2 and (run / "curves.png").exists()
     bad = CliRunner().invoke(app, ["train", "--config", str(settings), "--out", str(tmp_path / "x"),
                                    "--aggregation", "nonsense"])
-    assert bad.exit_code == 2 and "GRPOConfig.aggregation" in bad.output
+    assert bad.exit_code == 2 and "[grpo] aggregation" in bad.output

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import structlog
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -47,7 +48,8 @@ def configure_logging(json_mode: bool, level: int | None = None) -> None:
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # A message quoting a config's table ("[grpo] eps_low: ...") or a value is never read as markup.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(EXIT_UNUSABLE)
 
 
@@ -310,11 +312,11 @@ def train(
         if config is not None:
             settings = TrainConfig.from_toml(config, **flags)
         elif resume and saved.exists():
-            settings = TrainConfig.from_toml(saved, **flags)
+            settings = TrainConfig.from_saved(saved, **flags)
         else:
             settings = TrainConfig.from_dict({}, **flags)
         trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True)  # past damaged ones, logged
-    except (VrlError, ValueError) as error:  # a config, model, task set, checkpoint or run directory, named
+    except VrlError as error:  # a config, model, task set, checkpoint or run directory, named
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,
              node_id=trainer.key.node_id.hex()[:16])
@@ -434,8 +436,8 @@ def devnet(
         ensure_base_model()
     directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))  # resolved once, by dn.plan
     try:
-        summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err, model=model, task=task,
-                         plant_every=plant_every)
+        summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err,
+                         work={"model": model, "task": task}, protocol={"plant_every": plant_every})
     except ValueError as error:
         raise _fail(str(error)) from None
     if json_out:

@@ -89,7 +89,7 @@ def local_devnet(nodes: int = 4, rounds: int = 12) -> None:
                   f"the last one fabricates rewards; the trainer also plants a known-bad group every 2 rounds")
     directory = Path(tempfile.mkdtemp(prefix="vrl-demo-"))
     summary = devnet.run(directory, nodes, ["fabricated-reward"], rounds, deadline_s=900, base_port=29000,
-                         console=console, model="base", plant_every=2)
+                         console=console, work={"model": "base"}, protocol={"plant_every": 2})
     if summary.get("failure"):
         console.print(f"[red]error[/]: devnet failed: {summary['failure']}. Logs, stores and configs: {directory}",
                       highlight=False)

@@ -25,6 +25,7 @@ from p2p.transport import Message, Transport, TransportError, Validation, messag
 from vrl.rollouts.files import write_bytes_atomic
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
+from vrl.config import as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement,
@@ -34,11 +35,9 @@ from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
 from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
-from vrl.node.reputation import AdmissionConfig
 from vrl.rollouts.model import platform_tag
 from vrl.rollouts.record import round_seed
 from vrl.tasks import RewardSpec, open_task_set
-from vrl.rl.grpo import GRPOConfig
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.verify import Expectations
 
@@ -71,36 +70,30 @@ class Node:
         self.store = Store(config.path / "node.sqlite")
         self.blob_dir = config.path / "blobs"
         self.blob_dir.mkdir(parents=True, exist_ok=True)
-        self.tasks, problems = open_task_set(config.task)
+        self.tasks, problems = open_task_set(config.work.task)
         for problem in problems:
             self.log.warning("task skipped", problem=str(problem))
         self.reward_spec = RewardSpec()
         torch.set_num_threads(config.torch_threads)
-        self.work = work(key, WorkConfig(
-            model=config.model, tasks=self.tasks, group_size=config.group_size,
-            groups_per_round=config.groups_per_round, temperature=config.temperature,
-            max_new_tokens=config.max_new_tokens, adversary=config.adversary, device=config.device),
-            self._expectations)
+        # The node.toml's tables go through as they are: each is its library's config.
+        self.work = work(key, WorkConfig(**as_kwargs(config.work), tasks=self.tasks,
+                                         groups_per_round=config.protocol.groups_per_round), self._expectations)
         self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
-            roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
-            pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted),
-            groups_per_round=config.groups_per_round, verdict_wait=config.verdict_wait,
-            round_timeout=config.round_timeout, max_staleness=config.max_staleness,
-            lazy_audit_rate=config.lazy_audit_rate, plant_every=config.plant_every, last_version=config.rounds,
-            admission=AdmissionConfig(batch_groups=config.batch_groups, node_cap=config.node_cap,
-                                      trusted_share=config.trusted_share)), platform_tag(self.work.skeleton))
+            **as_kwargs(config.protocol), roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
+            pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted), reputation=config.reputation,
+            admission=config.admission), platform_tag(self.work.skeleton))
         if self.work.cheat != config.adversary:
             raise ValueError(f"adversary {config.adversary!r} is configured, but the work given does "
                              f"{self.work.cheat or 'no cheat'}: make it with vrl.adversary.work_for")
         self.trainer: PolicyTrainer | None = None
         if "trainer" in config.roles:
+            # The trainer trains the network's model on its task ([work]); the rest is the
+            # node's: a step per admitted batch, a checkpoint per version (announced after it
+            # is on disk), one step past the last version.
             self.trainer = PolicyTrainer(TrainConfig(
-                model=config.model, task=config.task, steps=max(config.rounds, 1) + 1, group_size=config.group_size,
-                groups_per_step=config.batch_groups, max_new_tokens=config.max_new_tokens,
-                temperature=config.temperature, learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
-                held_out=config.held_out, eval_every=config.eval_every, checkpoint_every=1,
-                device=config.device,
-                grpo=GRPOConfig(max_staleness=config.max_staleness)), config.path / "trainer", key)
+                **as_kwargs(config.work), **as_kwargs(config.train), grpo=config.grpo,
+                steps=max(config.protocol.last_version, 1) + 1, groups_per_step=config.admission.batch_groups,
+                checkpoint_every=1), config.path / "trainer", key)
         self.blobs = BlobStore(transport)
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
         self._tasks: set[asyncio.Task] = set()
@@ -153,7 +146,7 @@ class Node:
                 # free to submit any index or size could keep the groups or samples it likes.
                 # Ignored, not rejected: a peer configured otherwise is not hostile.
                 if (group.index >= self.protocol.config.groups_per_round
-                        or len(group.rollouts) != self.config.group_size
+                        or len(group.rollouts) != self.config.work.group_size
                         or not self.protocol.may_hold(group.version)
                         or self.protocol.slot_taken(group.subject, group.version, group.index, group.digest)):
                     return Validation.IGNORE
@@ -262,7 +255,8 @@ class Node:
                     announcement.size, MAX_WEIGHTS_BYTES), timeout=60.0)
                 write_bytes_atomic(path, blob)
             self.blobs.put(blob)
-            await self._in_model_thread("load", self.work.load, announcement, blob, self.config.max_staleness + 1)
+            await self._in_model_thread("load", self.work.load, announcement, blob,
+                                        self.config.protocol.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()
             self.log.warning("policy fetch failed", version=announcement.version, error=repr(error))
             await self._feed(P.Abandoned(P.FetchPolicy(announcement)))
@@ -316,7 +310,7 @@ class Node:
                                           hashlib.sha256(blob).digest(), len(blob)).signed(self.key)
         write_bytes_atomic(self.blob_dir / announcement.blob.hex(), blob)
         self.blobs.put(blob)
-        self.work.install(version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
+        self.work.install(version, self.trainer.frozen_copy(model), self.config.protocol.max_staleness + 1)
         metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if "held_out_accuracy" in metrics:
             self.metrics.held_out_accuracy.set(metrics["held_out_accuracy"])
@@ -347,7 +341,7 @@ class Node:
         partition, a drop, a clogged link) of rounds ``>= since``; returns the number of
         messages it had not stored before. Known messages cost a hash, not a validation."""
         if since is None:
-            since = max((self.protocol.version or 0) - self.config.max_staleness, 0)
+            since = max((self.protocol.version or 0) - self.config.protocol.max_staleness, 0)
         fed = 0
         for peer in sorted(self.transport.peers()):
             after: int | None = 0
@@ -408,7 +402,8 @@ class Node:
         if self.trainer.version in self.protocol.policies:
             announcement = self.protocol.policies[self.trainer.version]
             model = await self._in_model_thread("load", self.trainer.policy)
-            self.work.install(announcement.version, self.trainer.frozen_copy(model), self.config.max_staleness + 1)
+            self.work.install(announcement.version, self.trainer.frozen_copy(model),
+                              self.config.protocol.max_staleness + 1)
             path = self.blob_dir / announcement.blob.hex()
             if path.exists():
                 self.blobs.put(path.read_bytes())

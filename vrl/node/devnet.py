@@ -58,17 +58,19 @@ class DevnetNode:
 
 
 def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, verification: bool = True,
-         **node_options) -> list[DevnetNode]:
+         rounds: int = 0, **settings) -> list[DevnetNode]:
     """Keys, configs and ports for every node (written to ``directory/node-i/``).
 
-    ``verification=False`` is the baseline the benchmarks compare against: no verifier role
-    anywhere, no audits, no planted groups; the trainer admits whatever arrives."""
+    ``settings`` are node.toml's keys and tables (``work={"model": "tiny"}``), the same for
+    every node; ``rounds`` is the trainer's last version. ``verification=False`` is the
+    baseline the benchmarks compare against: no verifier role anywhere, no audits, no planted
+    groups; the trainer admits whatever arrives."""
     from p2p.libp2p_transport import multiaddr_for
 
     # Every path is resolved here, once: a node reads its node.toml from its own folder and a
     # relative data_dir there would be taken relative to that folder (dn/node-1/dn/node-1).
     directory = Path(directory).resolve()
-    node_options = _resolved(node_options)
+    settings = _within(_resolved(settings), protocol={"last_version": rounds})
     if nodes < 2:
         raise ValueError("a devnet needs at least 2 nodes (a trainer and a worker)")
     if len(adversaries) > nodes - 1:
@@ -94,30 +96,36 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
         if not verification:
             roles = tuple(r for r in roles if r != "verifier")
             # Nothing is checked, so no node ever earns trust: the naive trainer admits all.
-            node_options = {**node_options, "lazy_audit_rate": 0.0, "plant_every": 0, "trusted_share": 0.0}
-        config = NodeConfig(
+            settings = _within(settings, protocol={"lazy_audit_rate": 0.0, "plant_every": 0},
+                               admission={"trusted_share": 0.0})
+        config = NodeConfig.from_dict(dict(
             data_dir=str(directory / f"node-{i}"), trainer=trainer.node_id.hex(), roles=roles,
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}",
             bootstrap=tuple(addresses[j] for j in sorted({0, i - 1}) if 0 <= j < i),
-            metrics_port=base_port + 1000 + i, adversary=kind, **node_options)
+            metrics_port=base_port + 1000 + i, adversary=kind, **settings))
         (directory / f"node-{i}" / "node.toml").write_text(config.to_toml(), encoding="utf-8")
         name = "trainer" if i == 0 else f"worker-{i}"
         out.append(DevnetNode(name, key, config, base_port + 1000 + i))
     return out
 
 
-def _resolved(options: dict) -> dict:
-    """``model`` and ``task`` made absolute when they name a local directory or file, as the
-    node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path)."""
+def _within(settings: dict, **tables: dict) -> dict:
+    """node.toml's ``settings`` with more keys in its tables."""
+    return {**settings, **{name: {**settings.get(name, {}), **keys} for name, keys in tables.items()}}
+
+
+def _resolved(settings: dict) -> dict:
+    """``[work]``'s model and task made absolute when they name a local directory or file, as
+    the node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path)."""
     from vrl.rollouts.model import PRESETS
 
-    out = dict(options)
-    model, task = out.get("model"), out.get("task")
+    work = dict(settings.get("work", {}))
+    model, task = work.get("model"), work.get("task")
     if isinstance(model, str) and model not in (*PRESETS, "base") and Path(model).expanduser().exists():
-        out["model"] = str(Path(model).expanduser().resolve())
+        work["model"] = str(Path(model).expanduser().resolve())
     if isinstance(task, str) and not (task == "arithmetic" or task.startswith("arithmetic:")) and Path(task).exists():
-        out["task"] = str(Path(task).resolve())
-    return out
+        work["task"] = str(Path(task).resolve())
+    return {**settings, "work": work} if work else settings
 
 
 def start(nodes: list[DevnetNode]) -> None:
@@ -289,12 +297,12 @@ class Watch:
 
 
 def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadline_s: float, base_port: int,
-        console: Console, verification: bool = True, **node_options) -> dict:
+        console: Console, verification: bool = True, **settings) -> dict:
     """Start, watch until ``rounds`` versions, a failure or the deadline, stop; returns the
     summary. ``summary["failure"]`` is None for a run that worked, else why it did not: a node
     exited, nodes could not reach each other (:class:`Watch`), or the network never got past
     policy version 0."""
-    network = plan(directory, nodes, adversaries, base_port, verification, rounds=rounds, **node_options)
+    network = plan(directory, nodes, adversaries, base_port, verification, rounds=rounds, **settings)
     start(network)
     started = time.monotonic()
     summary: dict = {}

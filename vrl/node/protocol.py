@@ -28,6 +28,7 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from vrl.config import U63, ConfigError, bounded, check_fields
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.verify import Reason
 from vrl.node.messages import (
@@ -40,9 +41,14 @@ from vrl.node.reputation import (
 )
 
 ROLES = ("worker", "verifier", "trainer")
+# A round's admission draw is seeded by its policy, which no worker knows before the round
+# (specs/reputation.md §6).
+ADMISSION_DOMAIN = b"vrl/admission/v1\x00"
 
-# Rejection codes that honest numerical drift can produce just over a threshold: soft fails.
-# Every other rejection needs a dishonest prover (research grpo-and-reputation.md §3.5 (1)).
+# Rejection codes that honest numerical drift can produce just over a threshold: soft fails
+# (specs/network.md §3.2). A behaviour logprob off by more than the tolerance changes no token,
+# reward or commitment: it only skews GRPO's importance ratio, which is truncated (GRPOConfig
+# is_cap). Every other rejection is a record that is not what the claimed model sampled.
 SOFT_REASONS = frozenset({Reason.LOGPROB_MISMATCH})
 # Verdicts that name a group this node has not seen wait for it (gossip does not keep order),
 # at most this many, oldest dropped first (specs/network.md §3.2). A round brings about
@@ -59,25 +65,57 @@ MAX_STRANGER_VERDICTS_PER_GROUP = 16
 
 
 @dataclass(frozen=True)
-class ProtocolConfig:
+class ProtocolParams:
+    """The protocol's tunables (specs/network.md §9): a node's ``[protocol]`` table. Nodes of
+    one network set groups_per_round and max_staleness alike; the rest is a node's own."""
+
+    # A worker's groups per policy version: 4 groups of 8 are a round of 32 rollouts, one
+    # generation pass (vrl.node.config: [work] generation_batch). An index is a u32 (specs/record.md §1).
+    groups_per_round: int = field(default=4, metadata=bounded(1, 2**32))
+    # Seconds a group waits for verdicts before it may be admitted unchecked: honest fails
+    # arrive well within 4 s (check latency p90 1.98-2.50 s on the devnets: specs/security.md,
+    # bench/results/devnet-poisoning.json). 0 admits on reputation alone at once; a day is
+    # longer than any round should wait, and keeps every deadline the node computes finite.
+    verdict_wait: float = field(default=4.0, metadata=bounded(0, 86400))
+    # Seconds after which the trainer steps with what it has: about 7 of the devnet's rounds
+    # (README: 12 versions in 98 s).
+    round_timeout: float = field(default=60.0, metadata=bounded(0, 86400, open_low=True))
+    # The trainer steps on any decided group rather than stall (specs/network.md §5.2).
+    min_batch_groups: int = field(default=1, metadata=bounded(1, 2**16))
+    # Versions a group may lag the trainer and still be checked and trained (vrl.rl.grpo.is_fresh):
+    # a group of version r counts while the trainer announces r + 1 and r + 2, two rounds of
+    # slack for gossip and backfill. A node keeps max_staleness + 1 copies of the policy in
+    # memory (vrl.node.daemon: Work.install), so this bounds its memory: 17 copies of the
+    # 156M-parameter small preset are about 10 GiB. Why GRPO has no such key: vrl/node/config.py.
+    max_staleness: int = field(default=2, metadata=bounded(0, 16))
+    # Share of other verifiers' passes the trainer re-checks itself (specs/network.md §5.3).
+    lazy_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))
+    # The trainer plants one known-bad group every N rounds (0: never); rounds are policy versions.
+    plant_every: int = field(default=0, metadata=bounded(0, U63))
+    # The trainer publishes no version after this one (0: no limit).
+    last_version: int = field(default=0, metadata=bounded(0, U63))
+
+    def __post_init__(self) -> None:
+        check_fields(self, ProtocolParams)  # a subclass's further fields are its own to check
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtocolConfig(ProtocolParams):
+    """All a :class:`NodeProtocol` is configured with: the tunables, who this node is to the
+    network, and the reputation and admission parameters."""
+
     roles: frozenset[str]
     trainer: bytes  # whose policy announcements this network follows
     pretrusted: frozenset[bytes] = frozenset()  # bootstrap trust anchors besides this node
-    groups_per_round: int = 4  # a worker's groups per policy version
-    verdict_wait: float = 4.0  # seconds a group waits for verdicts before it may be admitted unchecked
-    round_timeout: float = 60.0  # the trainer steps with what it has after this long
-    min_batch_groups: int = 1
-    max_staleness: int = 2  # versions a group may lag the trainer (vrl.rl.grpo.is_fresh)
-    lazy_audit_rate: float = 0.25  # share of other verifiers' passes the trainer re-checks itself
-    plant_every: int = 0  # the trainer plants one known-bad group every N rounds (0: never)
-    last_version: int = 0  # the trainer publishes no version after this one (0: no limit)
     reputation: ReputationConfig = field(default_factory=ReputationConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         unknown = set(self.roles) - set(ROLES)
         if unknown or not self.roles:
-            raise ValueError(f"roles must be a non-empty subset of {ROLES}, got {sorted(self.roles)}")
+            raise ConfigError(f"must be a non-empty subset of {ROLES}, got {sorted(self.roles)}", ("roles",),
+                              type(self).__name__)
 
 
 # -- events (fed in) ---------------------------------------------------------------------------
@@ -587,7 +625,7 @@ class NodeProtocol:
                                 verified=any(v.outcome == Outcome.PASS and v.verifier in anchors
                                              for v in self.verdicts[d].values()))
                       for d in sorted(ready)]
-        seed = hashlib.sha256(b"vrl/admission/v1\x00" + self.policies[version].model_hash).digest()
+        seed = hashlib.sha256(ADMISSION_DOMAIN + self.policies[version].model_hash).digest()
         batch = admit(candidates, self.config.admission, seed)
         if len(batch) < self.config.min_batch_groups:
             return []

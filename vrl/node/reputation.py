@@ -29,7 +29,7 @@ normative text; the pieces are:
 5. **Check rate** ``p = floor + (1-floor) (1-R)^gamma``, 1 for newcomers.
 6. **Admission** into a GRPO batch: see :func:`admit`.
 
-Defaults follow shared/research/grpo-and-reputation.md §3.5 unless noted.
+Each default's reason is beside it and in the tables of specs/reputation.md (§2, §5, §6).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from scipy.special import betaincinv
 
+from vrl.config import U63, bounded, check_fields
 from vrl.node.messages import Outcome
 
 CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # what a check can say
@@ -51,29 +52,44 @@ CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # wha
 #: (specs/network.md §5.2). Half a pre-trusted node's weight: a reporter trust reaches only
 #: through honest nodes' checks, never a fresh identity (weight 0, §7).
 COUNTING_WEIGHT = 0.5
+# Each candidate's admission key is a hash of the round's seed and its group (specs/reputation.md §6).
+ADMIT_DOMAIN = b"vrl/admit/v1\x00"
 
 
 @dataclass(frozen=True)
 class ReputationConfig:
-    prior_pass: float = 1.0  # a0: research §3.5 (2), a pessimistic newcomer prior
-    prior_fail: float = 3.0  # b0: same
-    soft_weight: float = 1.0  # w_s: same
-    hard_weight: float = 50.0  # w_h: one hard fail outweighs ~50 passes (same)
-    half_life_rounds: float = 200.0  # old evidence fades; research suggests ~1 day of steps
-    confidence: float = 0.05  # the score is the 5% quantile of Beta(a, b) (research §3.5 (3))
-    check_floor: float = 0.1  # trusted nodes still see 10% of groups checked (grail's rate)
-    check_gamma: float = 1.0
-    newcomer_checks: int = 8  # groups checked at 100% before the rate may fall (research: ~50 in prod)
-    damping: float = 0.15  # EigenTrust teleport a, "typically 0.1-0.2" (Kamvar et al. §4.5)
-    iterations: int = 60  # power iterations; (1-a)^60 < 1e-4 of the start vector remains
-    quarantine_reporters: int = 2  # distinct reporters that must agree on a hard fail (issue #4)
-    quarantine_weight: float = 1.0  # their summed trust weight: e.g. one pre-trusted re-check
+    """The reputation formulas' parameters (specs/reputation.md §1): a node's ``[reputation]``
+    table. Each value is checked where it is made (:func:`vrl.config.check_fields`)."""
+
+    # a0, b0: a pessimistic newcomer prior, Beta(1, 3), whose 5% quantile is 0.017 (Beta
+    # reputation: Jøsang and Ismail, 2002); specs/reputation.md §2
+    prior_pass: float = field(default=1.0, metadata=bounded(0, open_low=True))
+    prior_fail: float = field(default=3.0, metadata=bounded(0, open_low=True))  # b0
+    soft_weight: float = field(default=1.0, metadata=bounded(0))  # w_s: a soft fail may be honest drift, so one pass's worth
+    hard_weight: float = field(default=50.0, metadata=bounded(0))  # w_h: one hard fail outweighs ~50 passes
+    # old evidence fades; 200 rounds is about a day of training steps (specs/reputation.md §2)
+    half_life_rounds: float = field(default=200.0, metadata=bounded(0, open_low=True))
+    # the score is the 5% quantile of Beta(a, b), so 3 passes are not 3,000 (specs/reputation.md
+    # §2); a quantile is inside (0, 1)
+    confidence: float = field(default=0.05, metadata=bounded(0, 1, open_low=True, open_high=True))
+    # trusted nodes still see 10% of groups checked (grail's rate)
+    check_floor: float = field(default=0.1, metadata=bounded(0, 1))
+    check_gamma: float = field(default=1.0, metadata=bounded(0))  # the rate falls linearly with the score
+    # groups checked at 100% before the rate may fall: two rounds of a default worker's 4 groups
+    # (a production network would want more; specs/reputation.md §2)
+    newcomer_checks: int = field(default=8, metadata=bounded(0, U63))
+    # EigenTrust teleport a, "typically 0.1-0.2" (Kamvar et al. §4.5); 0 would never reach the anchors
+    damping: float = field(default=0.15, metadata=bounded(0, 1, open_low=True))
+    # power iterations; (1-a)^60 < 1e-4 of the start vector remains. Each walks every report,
+    # so 10,000 (past convergence for any a >= 0.001) keeps a recomputation's time bounded.
+    iterations: int = field(default=60, metadata=bounded(1, 10_000))
+    # distinct reporters that must agree on a hard fail (issue #4)
+    quarantine_reporters: int = field(default=2, metadata=bounded(1, U63))
+    # their summed trust weight: e.g. one pre-trusted re-check
+    quarantine_weight: float = field(default=1.0, metadata=bounded(0))
 
     def __post_init__(self) -> None:
-        if not (0 < self.confidence < 1 and 0 <= self.check_floor <= 1 and 0 < self.damping <= 1):
-            raise ValueError("confidence in (0,1), check_floor in [0,1], damping in (0,1]")
-        if min(self.prior_pass, self.prior_fail, self.half_life_rounds) <= 0:
-            raise ValueError("priors and half_life_rounds must be > 0")
+        check_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,14 +314,21 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
 
 @dataclass(frozen=True)
 class AdmissionConfig:
-    batch_groups: int = 16
-    node_cap: float = 0.25  # no node supplies more than a quarter of a batch (research §3.5 (6): 1/8-1/4)
-    trusted_share: float = 0.5  # at least half from trusted nodes: SAPO's 4/4 mix beat 2/6 (arXiv 2509.08721 §5.2)
-    trusted_score: float = 0.5  # a score this high counts as trusted
+    """How a GRPO batch is drawn (specs/reputation.md §6): a node's ``[admission]`` table."""
+
+    # groups per GRPO step, as vrl train's groups_per_step (vrl.rl.train.TrainConfig). A step
+    # holds its batch in memory; 2^16 groups is far past any batch measured here.
+    batch_groups: int = field(default=16, metadata=bounded(1, 2**16))
+    # no node supplies more than a quarter of a batch, so a full batch draws on at least four
+    # nodes (specs/reputation.md §6)
+    node_cap: float = field(default=0.25, metadata=bounded(0, 1, open_low=True))
+    # at least half from trusted nodes: SAPO's 4/4 mix beat 2/6 (arXiv 2509.08721 §5.2)
+    trusted_share: float = field(default=0.5, metadata=bounded(0, 1))
+    # a score this high counts as trusted (scores are in [0, 1])
+    trusted_score: float = field(default=0.5, metadata=bounded(0, 1))
 
     def __post_init__(self) -> None:
-        if self.batch_groups < 1 or not (0 < self.node_cap <= 1) or not (0 <= self.trusted_share <= 1):
-            raise ValueError("batch_groups >= 1, node_cap in (0,1], trusted_share in [0,1]")
+        check_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,10 +355,10 @@ def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes)
       run short the batch shrinks rather than dilutes. A group is trusted when its node's
       score reaches ``trusted_score`` or a pre-trusted node checked and passed it.
     * Weights are ``score / mean(score)`` over the batch: mean 1, so the learning rate and the
-      token-mean denominator are unchanged (research §3.5 (6)); a weight is never negative.
+      token-mean denominator are unchanged (specs/reputation.md §6); a weight is never negative.
     """
     def key(c: Candidate) -> float:
-        u = (int.from_bytes(hashlib.sha256(b"vrl/admit/v1\x00" + seed + c.group).digest()[:8], "big") + 1) / (2**64 + 1)
+        u = (int.from_bytes(hashlib.sha256(ADMIT_DOMAIN + seed + c.group).digest()[:8], "big") + 1) / (2**64 + 1)
         return u ** (1.0 / c.score)
 
     ranked = sorted((c for c in candidates if c.score > 0), key=lambda c: (-key(c), c.group))

@@ -2,7 +2,8 @@
 
 What the config file cannot show by itself (a device this machine lacks, a task file or model
 that is not there, a data_dir that cannot be created, a damaged key) is found when the node
-starts and raised as a :class:`ConfigError` naming the key, so the operator gets one line.
+starts and raised as a :class:`ConfigError` naming the table and the key, so the operator
+gets one line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def node_key(config: NodeConfig) -> NodeKey:
             NodeKey.generate().save(path)
         return NodeKey.load(path)
     except (KeyFileError, OSError) as error:
-        raise ConfigError(f"key: {error}") from None
+        raise ConfigError(str(error), ("key",)) from None
 
 
 def preflight(config: NodeConfig) -> None:
@@ -37,13 +38,14 @@ def preflight(config: NodeConfig) -> None:
     try:
         config.path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ConfigError(f"data_dir: cannot use {config.path}: {error.strerror or error}") from None
+        raise ConfigError(f"cannot use {config.path}: {error.strerror or error}", ("data_dir",)) from None
     try:
-        resolve_device(config.device)
+        resolve_device(config.work.device)
     except ModelError as error:
-        raise ConfigError(f"device: {error}") from None
-    if not (config.task == "arithmetic" or config.task.startswith("arithmetic:")) and not Path(config.task).is_file():
-        raise ConfigError(f"task: {config.task!r} is neither an arithmetic spec nor a task file")
+        raise ConfigError(str(error), ("work", "device")) from None
+    task = config.work.task
+    if not (task == "arithmetic" or task.startswith("arithmetic:")) and not Path(task).is_file():
+        raise ConfigError(f"{task!r} is neither an arithmetic spec nor a task file", ("work", "task"))
 
 
 def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
@@ -63,9 +65,9 @@ def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work)
     try:
         return Node(config, transport, key, log, work)
     except ModelError as error:  # the device was checked by preflight: this is the model
-        raise ConfigError(f"model: {error}") from None
+        raise ConfigError(str(error), ("work", "model")) from None
     except TaskFileError as error:
-        raise ConfigError(f"task: {error}") from None
+        raise ConfigError(str(error), ("work", "task")) from None
 
 
 async def serve(config: NodeConfig, work) -> None:

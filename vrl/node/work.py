@@ -19,7 +19,7 @@ from proofs.sampler import SamplingParams
 from vrl.node.messages import Group, PolicyAnnouncement, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
 from vrl.rl.train import TrainConfig, Trainer
-from vrl.rollouts.generate import iter_generate
+from vrl.rollouts.generate import GenerationConfig, iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, load_model
 from vrl.rollouts.record import Rollout, round_seed
@@ -32,17 +32,14 @@ from vrl.tasks import TaskSet
 CANARY_DOMAIN = b"vrl/canary/v1\x00"
 
 
-@dataclasses.dataclass
-class WorkConfig:
-    model: str
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkConfig(GenerationConfig):
+    """What :class:`Work` is given: the node's ``[work]`` table (a :class:`GenerationConfig`,
+    whose defaults are the ones), the task set it names, opened once by the node, and the
+    network's ``groups_per_round`` (the ``[protocol]`` table's)."""
+
     tasks: TaskSet
-    group_size: int
     groups_per_round: int
-    temperature: float = 1.0
-    max_new_tokens: int = 8
-    adversary: str = ""
-    generation_batch: int = 32
-    device: str = "cpu"
 
 
 class Work:

@@ -10,11 +10,13 @@ One page, no classes beyond the config. References, cited per line below:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
+
+from vrl.config import bounded, check_fields, checked, one_of
 
 ADVANTAGES = ("std", "mean")
 AGGREGATIONS = ("token", "sequence", "constant")
@@ -22,35 +24,37 @@ AGGREGATIONS = ("token", "sequence", "constant")
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    advantage: str = "std"  # "std": (r-mean)/(std+eps), GRPO §4.1.2; "mean": r-mean, Dr. GRPO §3.1
-    aggregation: str = "token"  # "token" DAPO §3.3; "sequence" GRPO eq. 3; "constant" Dr. GRPO §3.1
-    eps_low: float = 0.2  # lower clip, DAPO §3.1 keeps PPO's 0.2
-    eps_high: float = 0.28  # upper clip, DAPO §3.1 clip-higher value
-    kl_beta: float = 0.0  # k3 penalty weight; DAPO §2.3 drops it (0 = no reference model needed)
-    is_cap: float = 2.0  # TIS truncation C, verl's rollout_is_threshold default / TIS blog
-    max_staleness: int = 4  # policy versions a rollout may lag, TRL async GRPO's max_staleness default
-    std_eps: float = 1e-4  # added to the group std, as TRL's GRPOTrainer does
+    """The loss's settings: ``[grpo]`` in ``vrl train``'s TOML and in a node's. Each value is
+    checked where it is made (:func:`vrl.config.check_fields`)."""
+
+    # "std": (r-mean)/(std+eps), GRPO §4.1.2; "mean": r-mean, Dr. GRPO §3.1
+    advantage: str = field(default="std", metadata=checked(one_of(ADVANTAGES)))
+    # "token" DAPO §3.3; "sequence" GRPO eq. 3; "constant" Dr. GRPO §3.1
+    aggregation: str = field(default="token", metadata=checked(one_of(AGGREGATIONS)))
+    # lower clip, DAPO §3.1 keeps PPO's 0.2; below 1, so that 1 - eps_low > 0
+    eps_low: float = field(default=0.2, metadata=bounded(0, 1, open_low=True, open_high=True))
+    # upper clip, DAPO §3.1 clip-higher value
+    eps_high: float = field(default=0.28, metadata=bounded(0, open_low=True))
+    # k3 penalty weight; DAPO §2.3 drops it (0 = no reference model needed)
+    kl_beta: float = field(default=0.0, metadata=bounded(0))
+    # TIS truncation C, verl's rollout_is_threshold default / TIS blog; below 1 it would damp
+    # on-policy tokens
+    is_cap: float = field(default=2.0, metadata=bounded(1))
+    # added to the group std, as TRL's GRPOTrainer does
+    std_eps: float = field(default=1e-4, metadata=bounded(0, open_low=True))
     # mu, optimiser steps per batch (GRPO Algorithm 1; TRL's num_iterations, default 1). With 1
-    # the ratio is exactly 1 and the clip never binds; above 1, pi_old is the first pass.
-    iterations: int = 1
+    # the ratio is exactly 1 and the clip never binds; above 1, pi_old is the first pass. 64
+    # passes over one batch is far past any setting the references use.
+    iterations: int = field(default=1, metadata=bounded(1, 64))
+
+    # How stale a rollout may be is the network's bound, not the loss's: a single-machine run
+    # samples every batch from its current policy (vrl/node/config.py, NODE_OVERRIDES' notes).
+    moved_keys: ClassVar[dict[str, str]] = {
+        "max_staleness": "moved to the [protocol] table of node.toml, the network's bound (vrl train samples "
+                         "every batch from its current policy: its rollouts never lag); delete it here"}
 
     def __post_init__(self) -> None:
-        def check(name: str, ok: bool, need: str) -> None:
-            if not ok:
-                raise ValueError(f"GRPOConfig.{name} must be {need}, got {getattr(self, name)!r}")
-
-        real = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-        check("advantage", self.advantage in ADVANTAGES, f"one of {ADVANTAGES}")
-        check("aggregation", self.aggregation in AGGREGATIONS, f"one of {AGGREGATIONS}")
-        check("eps_low", real(self.eps_low) and 0 < self.eps_low < 1, "in (0, 1)")  # 1-eps_low > 0
-        check("eps_high", real(self.eps_high) and self.eps_high > 0, "> 0")
-        check("kl_beta", real(self.kl_beta) and self.kl_beta >= 0, ">= 0")
-        check("is_cap", real(self.is_cap) and self.is_cap >= 1, ">= 1")  # < 1 would damp on-policy tokens
-        ok = isinstance(self.max_staleness, int) and not isinstance(self.max_staleness, bool)
-        check("max_staleness", ok and self.max_staleness >= 0, "an int >= 0")
-        check("std_eps", real(self.std_eps) and self.std_eps > 0, "> 0")
-        ok = isinstance(self.iterations, int) and not isinstance(self.iterations, bool)
-        check("iterations", ok and 1 <= self.iterations <= 64, "an int in [1, 64]")
+        check_fields(self)
 
 
 def group_advantages(rewards: Tensor, mode: str = "std", std_eps: float = 1e-4) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vrl.config import path_like
 from vrl.tasks.arithmetic import Arithmetic
 from vrl.tasks.core import (
     HELD_OUT_SHARE, RewardSpec, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index,
@@ -37,7 +38,20 @@ def open_task_set(spec: str) -> tuple[TaskSet, list[TaskFileError]]:
     return TaskList(Path(spec).name, tuple(tasks)), problems
 
 
+def task_spec(text: str) -> str | None:
+    """What is wrong with a task spec (config field metadata), or None: an arithmetic spec is
+    parsed here; a task file's path is only read when the task set is opened."""
+    if problem := path_like(text):
+        return problem
+    if text == "arithmetic" or text.startswith("arithmetic:"):
+        try:
+            Arithmetic.parse(text)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
 __all__ = [
     "HELD_OUT_SHARE", "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
-    "assignment_draws", "assignment_index", "is_held_out", "open_task_set", "read_task_file",
+    "assignment_draws", "assignment_index", "is_held_out", "open_task_set", "read_task_file", "task_spec",
 ]
