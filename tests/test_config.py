@@ -483,3 +483,15 @@ def test_vrl_train_toml_keeps_its_grpo_table(tmp_path):
     path.write_text("[grpo]\neps_low = 0\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: \[grpo\] eps_low: must be in \(0, 1\)"):
         TrainConfig.from_toml(path)
+
+
+def test_tables_nested_a_thousand_deep_are_a_config_error_not_a_recursion_error(tmp_path):
+    """repr() of a 1,200-deep table where a number belongs raised RecursionError (review)."""
+    path = tmp_path / "deep.toml"
+    path.write_text(f'data_dir = "d"\ntrainer = "{"a" * 64}"\n[protocol.verdict_wait{".x" * 1200}]\ny = 1\n',
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[protocol\] verdict_wait: expected a number"):
+        NodeConfig.from_toml(path)
+    path.write_text(f'[grpo.eps_low{".x" * 1200}]\ny = 1\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[grpo\] eps_low: expected a number"):
+        TrainConfig.from_toml(path)

@@ -426,3 +426,32 @@ def test_a_replayed_round_starts_when_its_policy_arrived_not_at_zero(tmp_path):
     node._replay()
     assert node.protocol.round_started == {0: 1000.0}
     node.store.close()
+
+
+def test_a_group_whose_decoded_records_were_let_go_is_read_back_from_the_store(tmp_path, monkeypatch):
+    """Decoded groups are held in a cache bounded by bytes (a decoded group is ~9x its
+    message); a check or training step for one that left it reads the stored bytes back and
+    decodes them, signatures checked again, rather than being abandoned."""
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node import daemon
+    from vrl.node.messages import TOPIC_GROUPS, PolicyAnnouncement
+
+    network = LoopbackNetwork()
+    node = Node(config(tmp_path / "v"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
+    worker = Node(config(tmp_path / "w"), network.transport(WORKERS[1].private_seed()), WORKERS[1])
+    policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
+    for n in (node, worker):
+        n.protocol.policies[0] = policy
+    worker.work.install(0, worker.work.skeleton, 3)
+    first, second = worker.work.generate(0)[:2]
+    monkeypatch.setattr(daemon, "DECODED_GROUP_BYTES", sum(map(len, first.submission.records)))
+    for group in (first, second):
+        message = Message(TOPIC_GROUPS, group.to_bytes(), b"x" * 32, message_id(TOPIC_GROUPS, group.to_bytes()))
+        assert node._validate(message) is Validation.ACCEPT
+        asyncio.run(node._on_message(message))
+    assert list(node._bodies) == [second.digest]  # the first went: the bound holds one
+    again = node._body(first.digest)
+    assert again is not None and again.rollouts == first.rollouts and again is not first
+    assert node._body(b"\x00" * 32) is None  # never stored
+    node.store.close()
+    worker.store.close()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import vrl
 from proofs.sampler import SamplingParams
 from vrl.rl import checkpoint
-from vrl.adversary import tampered
+from vrl.node.work import tampered
 from vrl.rl.base_model import build_base_model
 from vrl.rollouts.presets import BaseModelConfig, read_meta
 from vrl.rl.checkpoint import CheckpointError
@@ -215,3 +215,13 @@ def test_cli_train_with_toml_and_flags(base, tmp_path):
     bad = CliRunner().invoke(app, ["train", "--config", str(settings), "--out", str(tmp_path / "x"),
                                    "--aggregation", "nonsense"])
     assert bad.exit_code == 2 and "[grpo] aggregation" in bad.output
+
+
+def test_a_run_directory_that_cannot_be_one_is_a_clear_error_not_a_traceback(tmp_path):
+    """FileExistsError from mkdir escaped the CLI once its except clause became VrlError (review)."""
+    in_the_way = tmp_path / "afile"
+    in_the_way.write_text("not a directory")
+    with pytest.raises(RunError, match="cannot be a run directory"):
+        Trainer(TrainConfig(model="tiny", steps=1), in_the_way)
+    result = CliRunner().invoke(app, ["train", "--out", str(in_the_way), "--model", "tiny", "--steps", "1"])
+    assert result.exit_code == 2 and "cannot be a run directory" in result.output, result.output

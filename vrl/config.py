@@ -21,6 +21,7 @@ import difflib
 import functools
 import math
 import re
+import reprlib
 import tomllib
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -159,11 +160,17 @@ def path_like(text: str) -> str | None:
 
 # -- the generic checks ----------------------------------------------------------------------------
 
+_SHOWN = reprlib.Repr()  # Python 3.11's takes no arguments: its limits are attributes
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxtuple = 3, 4, 4, 4
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 60, 60, 80
+
+
 def _show(value) -> str:
-    """A value for an error message: its repr, cut short (a hostile one may be a megabyte)."""
-    if isinstance(value, int) and value.bit_length() > 256:  # repr would refuse past 4300 digits
+    """A value for an error message, cut short: a hostile one may be a megabyte, an integer
+    past repr's 4300 digits, or tables nested a thousand deep (reprlib stops at 3 levels)."""
+    if isinstance(value, int) and value.bit_length() > 256:
         return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
+    text = _SHOWN.repr(value)
     return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
 
 

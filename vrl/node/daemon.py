@@ -29,14 +29,14 @@ from vrl.config import as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement,
-    Group, SignedVerdict, decode_group, topic_of,
+    Group, SignedVerdict, Submission, decode_group, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store
 from vrl.node.weights import to_blob
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.rollouts.model import platform_tag
-from vrl.rollouts.record import round_seed
+from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec, open_task_set
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.verify import Expectations
@@ -55,6 +55,12 @@ MAX_WEIGHTS_BYTES = 2 << 30
 # group is decoded and its signatures checked once. A validated message is handled at once,
 # so a few hundred cover any burst; one evicted early is only decoded again.
 MAX_DECODED_GROUPS = 512
+# Decoded groups kept for the check and the training step that may follow, least recently
+# used first out, bounded by their message bytes: decoded records take about 9x their bytes
+# (a 256 KiB group is 2.3 MiB of Python objects, measured in review), so 32 MiB of messages is
+# at most ~300 MiB, and thousands of groups of the sizes a devnet makes. One that is gone is
+# read back from the store and decoded again, signatures checked as when it arrived.
+DECODED_GROUP_BYTES = 32 << 20
 
 
 class Node:
@@ -99,6 +105,8 @@ class Node:
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._decoded: OrderedDict[bytes, Group] = OrderedDict()  # message id -> group (MAX_DECODED_GROUPS)
+        self._bodies: OrderedDict[bytes, Group] = OrderedDict()  # digest -> group (DECODED_GROUP_BYTES)
+        self._body_bytes = 0
 
     # -- helpers ------------------------------------------------------------------------------
     def _expectations(self, version: int) -> Expectations:
@@ -133,6 +141,32 @@ class Node:
         """The group a validated message holds: decoded by the validator, else decoded now."""
         group = self._decoded.pop(message_id, None)
         return group if group is not None else decode_group(data)
+
+    def _keep(self, group: Group) -> None:
+        """Hold a stored group's decoded records for its check and training step."""
+        if group.digest in self._bodies:
+            self._bodies.move_to_end(group.digest)
+            return
+        self._bodies[group.digest] = group
+        self._body_bytes += sum(map(len, group.submission.records))
+        while self._body_bytes > DECODED_GROUP_BYTES and len(self._bodies) > 1:
+            _, old = self._bodies.popitem(last=False)
+            self._body_bytes -= sum(map(len, old.submission.records))
+
+    def _body(self, digest: bytes) -> Group | None:
+        """A stored group, decoded: held since it arrived, else read back from the store."""
+        group = self._bodies.get(digest)
+        if group is None:
+            submission = self.store.group(digest)
+            if submission is None:
+                return None
+            try:  # the disk is trusted no more than the network was
+                group = decode_group(submission.to_bytes())
+            except MessageError as error:
+                self.log.warning("stored group does not decode", group=digest.hex()[:12], error=str(error))
+                return None
+        self._keep(group)
+        return group
 
     # -- validators: cheap, pure, before anything is stored or forwarded -------------------------
     def _validate(self, message: Message) -> Validation:
@@ -182,6 +216,7 @@ class Node:
         if message.topic == TOPIC_GROUPS:
             group = self._group_of(message.msg_id, message.data)
             if self.store.put_group(group.submission, group.subject, group.version, now):
+                self._keep(group)
                 self.metrics.groups_received.inc()
                 if group.subject != self.key.node_id:
                     self.work.observe(group)
@@ -267,14 +302,14 @@ class Node:
 
     async def _generate(self, version: int) -> None:
         groups = await self._in_model_thread("generate", self.work.generate, version)
-        for group in groups:  # signed here: published, then handed back by gossip, undecoded
+        for group in groups:  # signed here, so stored and published without decoding them again
             self._remember(message_id(TOPIC_GROUPS, group.to_bytes()), group)
         self.metrics.rollouts_produced.inc(sum(len(g.rollouts) for g in groups))
         self.log.info("generated", version=version, groups=len(groups))
         await self._feed(P.Generated(version, tuple(groups)))
 
     async def _check(self, digest: bytes, version: int) -> None:
-        group = self.protocol.group(digest)
+        group = self._body(digest)
         if group is None or version not in self.work.models:
             await self._feed(P.Abandoned(P.Check(digest, version)))
             return
@@ -294,8 +329,7 @@ class Node:
 
     async def _train(self, version: int, batch: tuple[tuple[bytes, float], ...]) -> None:
         assert self.trainer is not None
-        # Every group of a batch is fresh, so the protocol still holds its decoded records.
-        groups = [list(self.protocol.group(digest).rollouts) for digest, _ in batch]
+        groups = [list(self._body(digest).rollouts) for digest, _ in batch]  # stored, so never None
         weights = [w for _, w in batch]
         model, blob, metrics = await self._in_model_thread("train", self.trainer.step, groups, weights)
         await self._announce(model, blob, tuple(d for d, _ in batch), metrics)
@@ -378,15 +412,15 @@ class Node:
                 self.protocol.handle(P.Tick(extra[0]), replaying=True)
                 self.protocol.handle(P.PolicyAnnounced(PolicyAnnouncement.from_bytes(data)), replaying=True)
             elif kind == "group":
-                _, _, received, planted = extra
-                try:  # decoded and signature-checked as when it arrived: the disk is not trusted more
-                    group = decode_group(data)
-                except MessageError as error:
-                    self.log.warning("stored group does not decode; skipped", error=str(error))
-                    continue
+                subject, version, received, planted = extra
+                submission = Submission.from_bytes(data)
                 if planted:
-                    self.protocol.handle(P.Planted(group.submission, group.subject, group.version), replaying=True)
-                self.protocol.handle(P.GroupReceived(group, received), replaying=True)
+                    self.protocol.handle(P.Planted(submission, subject, version), replaying=True)
+                # The header only: its records are decoded (signatures checked) if a check or a
+                # training step asks for them (_body), not for every group the store ever held.
+                index = Rollout.from_bytes(submission.records[0]).group_index
+                self.protocol.handle(P.GroupReceived(Group(submission, (), subject, version, index), received),
+                                     replaying=True)
             elif kind == "verdict":
                 self.protocol.handle(P.VerdictReceived(SignedVerdict.from_bytes(data)), replaying=True)
             elif kind == "trained":

@@ -200,7 +200,9 @@ class Group:
     subject (the records' signer), policy version and slot index (specs/network.md §3.1).
 
     Made by :func:`decode_group` from received bytes, or by :meth:`of` from rollouts this
-    node signed itself."""
+    node signed itself. A node replaying its store knows a group's header (its subject,
+    version and slot, from the store's columns) without decoding its records again: there
+    ``rollouts`` is empty, which the protocol, reading only the header, never notices."""
 
     submission: Submission
     rollouts: tuple[Rollout, ...]

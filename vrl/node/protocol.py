@@ -243,10 +243,6 @@ class _Group:
     version: int
     arrived: float
     trained: bool = False
-    # The decoded records, for the check and the training step that may still come; dropped
-    # once the group is too stale for either (max_staleness), so memory follows the fresh
-    # versions, not every group ever seen.
-    body: Group | None = None
 
 
 def _flight_key(action: Action) -> tuple:
@@ -308,7 +304,6 @@ class NodeProtocol:
         # different group there (the same rollouts signed anew, or other samples) is ignored:
         # a round has one group per slot, and a copy must not be trained twice.
         self._slots: dict[tuple[bytes, int, int], bytes] = {}
-        self._bodies_from = 0  # groups of older versions hold no decoded records any more
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -344,8 +339,7 @@ class NodeProtocol:
                 digest = group.digest
                 if digest not in self.groups and self._slots.setdefault(
                         (group.subject, group.version, group.index), digest) == digest:
-                    self.groups[digest] = _Group(group.subject, group.version, now,
-                                                 body=None if group.version < self._bodies_from else group)
+                    self.groups[digest] = _Group(group.subject, group.version, now)
                     self._by_version[group.version].append(digest)
                     if group.subject == self.me:
                         self.generated.add(group.version)
@@ -382,16 +376,6 @@ class NodeProtocol:
         if a.trainer == self.config.trainer and a.version not in self.policies:
             self.policies[a.version] = a
             self.round_started.setdefault(a.version, self.now)
-            keep_from = a.version - self.config.max_staleness
-            for version in [v for v in self._by_version if self._bodies_from <= v < keep_from]:
-                for digest in self._by_version[version]:
-                    self.groups[digest].body = None
-            self._bodies_from = max(self._bodies_from, keep_from)
-
-    def group(self, digest: bytes) -> Group | None:
-        """A fresh group's decoded records (None once it is too stale to check or train)."""
-        held = self.groups.get(digest)
-        return held.body if held is not None else None
 
     # -- what is still to do ----------------------------------------------------------------
     def pending(self) -> list[Action]:

@@ -20,7 +20,6 @@ curve has no duplicate steps.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import os
@@ -136,8 +135,10 @@ class TrainConfig(LearnerConfig, GenerationConfig):
     def from_saved(cls, path: Path, **overrides) -> TrainConfig:
         """A run's own ``config.toml``, as this or an earlier vrl wrote it, for ``--resume``:
         keys an earlier version wrote that this one retired (:data:`RETIRED_KEYS`) are dropped
-        with a warning, so a run is never stranded by an upgrade. A file a user gives
-        (:meth:`from_toml`) is refused on them instead, naming where the setting went."""
+        with a warning, so an upgrade alone does not strand a run. A file a user gives
+        (:meth:`from_toml`) is refused on them instead, naming where the setting went. Values
+        that this version checks more strictly than the one that wrote them (a ``group_size``
+        of 1, a learning rate above 1) are refused, naming the key, as from any file."""
         with reading(path):
             data = read_toml(path)
         for (table, key), why in RETIRED_KEYS.items():
@@ -219,7 +220,10 @@ class Trainer:
         already published the newer versions (a node's trainer) would fork them by training
         from an older one, and is better stopped with the error."""
         self.config, self.run_dir, self.log = config, Path(run_dir), log or (lambda *a, **k: None)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file in its place, no permission: say which, not a traceback
+            raise RunError(f"{self.run_dir}: cannot be a run directory: {error.strerror or error}") from None
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.tasks: TaskSet
         self.tasks, problems = open_task_set(config.task)
