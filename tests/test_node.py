@@ -356,13 +356,10 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
     asyncio.run(asyncio.wait_for(attack(), 120))
 
 
-def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
-    """Assignment binds a task to each group index; without a bound on the index a worker
-    could generate groups 0..999 and submit the ones whose tasks it likes; without a fixed
-    group size it could cut a group to the samples it likes; and a group of a version no one
-    can train on would only fill the disk and every backfill page."""
-    from p2p.transport import Message, Validation, message_id
-    from vrl.node.messages import TOPIC_GROUPS, PolicyAnnouncement
+def verifier_and_worker(tmp_path: Path) -> tuple[Node, Node]:
+    """Two nodes that know policy 0, the worker holding its weights: to hand the first groups
+    the second makes, through the daemon's own validator and handler."""
+    from vrl.node.messages import PolicyAnnouncement
 
     network = LoopbackNetwork()
     node = Node(config(tmp_path / "v"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
@@ -371,6 +368,18 @@ def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
     for n in (node, worker):
         n.protocol.policies[0] = policy
     worker.work.install(0, worker.work.skeleton, 3)
+    return node, worker
+
+
+def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
+    """Assignment binds a task to each group index; without a bound on the index a worker
+    could generate groups 0..999 and submit the ones whose tasks it likes; without a fixed
+    group size it could cut a group to the samples it likes; and a group of a version no one
+    can train on would only fill the disk and every backfill page."""
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node.messages import TOPIC_GROUPS
+
+    node, worker = verifier_and_worker(tmp_path)
     honest = worker.work.generate(0)[0]
     extra = Submission.of([r.signed(WORKERS[1], group_index=node.config.protocol.groups_per_round)
                            for r in honest.rollouts])
@@ -434,15 +443,9 @@ def test_a_group_whose_decoded_records_were_let_go_is_read_back_from_the_store(t
     decodes them, signatures checked again, rather than being abandoned."""
     from p2p.transport import Message, Validation, message_id
     from vrl.node import daemon
-    from vrl.node.messages import TOPIC_GROUPS, PolicyAnnouncement
+    from vrl.node.messages import TOPIC_GROUPS
 
-    network = LoopbackNetwork()
-    node = Node(config(tmp_path / "v"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
-    worker = Node(config(tmp_path / "w"), network.transport(WORKERS[1].private_seed()), WORKERS[1])
-    policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
-    for n in (node, worker):
-        n.protocol.policies[0] = policy
-    worker.work.install(0, worker.work.skeleton, 3)
+    node, worker = verifier_and_worker(tmp_path)
     first, second = worker.work.generate(0)[:2]
     monkeypatch.setattr(daemon, "DECODED_GROUP_BYTES", sum(map(len, first.submission.records)))
     for group in (first, second):
