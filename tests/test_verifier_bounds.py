@@ -237,3 +237,11 @@ def test_cli_verify_max_tokens(tmp_path, base):
     assert json.loads(refused.stdout)["reasons"] == {"too_many_tokens": 1}
     accepted = runner.invoke(app, ["verify", str(path), "--model", "tiny", "--json", "--max-tokens", str(total)])
     assert accepted.exit_code == 0, accepted.output
+
+
+def test_the_verifiers_own_commitment_is_rebuilt_only_when_asked(tiny, base):
+    """Rebuilding costs about 7% of verification; only a node's signed verdict needs it."""
+    (plain,) = vrl.verify([base], tiny)
+    (rebuilt,) = vrl.verify([base], tiny, rebuild_commitments=True)
+    assert plain.accepted and rebuilt.accepted and plain.recomputed == b""
+    assert rebuilt.recomputed == vrl.commit(tiny, list(base.prompt_tokens), list(base.completion_tokens))

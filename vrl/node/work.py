@@ -89,7 +89,8 @@ class Work:
         """``(rejection codes, recomputed commitment digest)`` for one whole group, whose
         signatures :func:`~vrl.node.messages.decode_group` checked when it arrived."""
         verdicts = verify(group.rollouts, self.models[version], expect=self.expectations(version),
-                          batch_size=len(group.rollouts), signatures_checked=True)
+                          batch_size=len(group.rollouts), signatures_checked=True,
+                          rebuild_commitments=True)
         return tuple(v.reason for v in verdicts if not v.accepted), recomputed_digest([v.recomputed for v in verdicts])
 
     # -- trainer ------------------------------------------------------------------------------
