@@ -37,9 +37,10 @@ from vrl.config import U63, bounded, build, check_fields, read_toml, reading, to
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
-from vrl.rollouts.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
+from vrl.rollouts.forward import HOST
 from vrl.rollouts.generate import GenerationConfig, iter_generate
-from vrl.rl.grpo import GRPOConfig, group_advantages, informative_groups, policy_loss, weight_advantages
+from vrl.rl.grpo import GRPOConfig, informative_groups
+from vrl.rl.step import PolicyForward, StepConfig, grpo_step, optimizer_for, policy_forward
 from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, load_model
@@ -172,44 +173,6 @@ def _audited(round_seed_: bytes, group_index: int, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") < fraction * 2**64
 
 
-@dataclass(frozen=True)
-class PolicyForward:
-    """One forward pass of the policy, with its graph, over whole rollouts: what GRPO's loss
-    needs, and the hidden states and logits the verifier can check the same rollouts against."""
-
-    rows: dict[bytes, int]  # a rollout's signature -> its row
-    logprobs: torch.Tensor  # (B, T) log pi(token | prefix) at the sampling temperature, 0 on padding
-    mask: torch.Tensor  # (B, T) real completion tokens
-    behaviour: torch.Tensor  # (B, T) the behaviour logprobs the rollouts recorded
-    recomputed: list[Prefilled]  # the verifier's view of the same pass, when captured
-
-    def select(self, rollouts: list[Rollout]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logprobs, mask, behaviour)`` of these rollouts, in their order, graph kept, as wide
-        as their longest completion (so any pass over the same rollouts has the same shape)."""
-        rows = torch.tensor([self.rows[r.signature] for r in rollouts], device=self.logprobs.device)
-        width = max(len(r.completion_tokens) for r in rollouts)
-        return self.logprobs[rows, :width], self.mask[rows, :width], self.behaviour[rows, :width]
-
-
-def policy_forward(network: torch.nn.Module, rollouts: list[Rollout], temperature: float, pad: int,
-                   *, capture_hidden: bool = False) -> PolicyForward:
-    """Run ``network`` over the rollouts' prompts and completions under the caller's grad mode.
-
-    The logits are divided by the sampling temperature, so the logprobs are those of the same
-    distribution the sampler drew from and the behaviour logprobs were recorded under.
-    """
-    continued = continue_prompts(network, [list(r.prompt_tokens) for r in rollouts],
-                                 [list(r.completion_tokens) for r in rollouts], pad, capture_hidden=capture_hidden)
-    mask = continued.mask.bool()
-    behaviour = torch.zeros(mask.shape, device=HOST)
-    for b, r in enumerate(rollouts):
-        behaviour[b, : len(r.behaviour_logprobs)] = torch.tensor(r.behaviour_logprobs, device=HOST)
-    behaviour = behaviour.to(mask.device)
-    return PolicyForward({r.signature: b for b, r in enumerate(rollouts)},
-                         token_logprobs(continued, temperature).masked_fill(~mask, 0.0), mask, behaviour,
-                         prefilled(continued) if capture_hidden else [])
-
-
 class Trainer:
     """One run: a policy, its optimizer and run directory. :meth:`step` runs one round."""
 
@@ -242,10 +205,9 @@ class Trainer:
         self.network.eval().requires_grad_(True)
         self.reference = copy.deepcopy(self.network).requires_grad_(False) if (
             config.track_kl or config.grpo.kl_beta > 0) else None
-        # The fused kernel (CPU and CUDA): 2.8 ms a step here against 8.7 ms for the default
-        # per-tensor loop and 13.0 ms for foreach, on the 3.3M-parameter base model.
-        self.optimizer = torch.optim.AdamW(self.network.parameters(), lr=config.learning_rate, weight_decay=0.0,
-                                           fused=True)
+        # pi_ref is the model the run started from; a step config names it when the KL is in the loss.
+        self.reference_hash = loaded.model_hash if config.grpo.kl_beta > 0 else b""
+        self.optimizer = optimizer_for(self.network, self.step_config)
         key_path = self.run_dir / "node.pem"
         if not key_path.exists():
             (key or NodeKey.generate()).save(key_path)
@@ -261,9 +223,10 @@ class Trainer:
         # with the reason, and if none verifies the CheckpointError names them all).
         loaded = checkpoint.load_latest(checkpoints, self.network, self.optimizer, fall_back=fall_back) if (
             resume) else None
+        self.resumed_state: dict = {}  # what advance() saved beside the checkpoint resumed from
         if loaded is not None:
             path, state = loaded
-            self.step_index = state["step"]
+            self.step_index, self.resumed_state = state["step"], state
             self.log("resumed", checkpoint=str(path), step=self.step_index)
         # Steps after the checkpoint (or all, if a run died before its first one) are redone.
         self._truncate_metrics(self.step_index)
@@ -377,65 +340,38 @@ class Trainer:
         self._append_metrics(record)
         return record
 
-    def advance(self) -> Model:
+    def advance(self, state: dict | None = None) -> Model:
         """Make the current weights policy version ``step + 1``; the checkpoint, when one is
-        due, is on disk before this returns. Returns the new policy."""
+        due, is on disk before this returns, with ``state`` (JSON-able) beside the model hash,
+        read back as :attr:`resumed_state`. Returns the new policy."""
         self.step_index += 1
         model = self.policy()
         if self.step_index % self.config.checkpoint_every == 0 or self.step_index == self.config.steps:
             checkpoint.save(self.run_dir / "checkpoints", self.step_index, self.network, self.optimizer,
-                            {"model_hash": model.model_hash.hex()})
+                            {**(state or {}), "model_hash": model.model_hash.hex()})
             checkpoint.prune(self.run_dir / "checkpoints", self.config.keep_checkpoints)
         return model
 
+    @property
+    def step_config(self) -> StepConfig:
+        """What, besides its data, decides each of this run's steps (specs/training.md §1)."""
+        config = self.config
+        return StepConfig(learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
+                          grad_clip=config.grad_clip, temperature=config.temperature,
+                          max_new_tokens=config.max_new_tokens, grpo=config.grpo, reference=self.reference_hash)
+
     def update(self, groups: list[list[Rollout]], weights: list[float] | None = None, *,
                forward: PolicyForward | None = None, informative: list[bool] | None = None) -> dict:
-        """One GRPO step on whole groups; ``weights`` (one per group, >= 0; e.g. the node's
-        admission weights from :func:`vrl.node.reputation.admit`) scale each group's advantages.
-        ``forward``, a :func:`policy_forward` of the current weights that covers every
-        informative group, saves running the policy again; ``informative``, the groups'
-        :func:`~vrl.rl.grpo.informative_groups` when the caller has it already."""
-        config = self.config
+        """One GRPO step on whole groups (:func:`vrl.rl.step.grpo_step`); ``weights`` (one per
+        group, >= 0; e.g. the node's admission weights from :func:`vrl.node.reputation.admit`)
+        scale each group's advantages. ``forward``, a :func:`policy_forward` of the current
+        weights that covers every informative group, saves running the policy again;
+        ``informative``, the groups' :func:`~vrl.rl.grpo.informative_groups` when the caller has
+        it already."""
         weights = [1.0] * len(groups) if weights is None else list(weights)
-        if len(weights) != len(groups):
-            raise ValueError(f"{len(weights)} weights for {len(groups)} groups")
-        stats = {"groups_used": 0, "groups_zero_variance": 0, "loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
-                 "is_weight_mean": 1.0, "is_truncated_fraction": 0.0}
-        if not groups:
-            return stats
-        rewards = torch.tensor([[r.reward for r in g] for g in groups], device=HOST)
-        keep = informative_groups(rewards) if informative is None else torch.tensor(informative, device=HOST)
-        stats["groups_zero_variance"] = int((~keep).sum())
-        if not bool(keep.any()):
-            return stats
-        groups = [g for g, k in zip(groups, keep.tolist()) if k]
-        weights = [w for w, k in zip(weights, keep.tolist()) if k]
-        advantages = group_advantages(rewards[keep], config.grpo.advantage, config.grpo.std_eps)
-        advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype, device=HOST)).reshape(-1)
-        rollouts = [r for g in groups for r in g]
-        pad = self.tokenizer.pad_token_id
-        reference = None
-        if self.reference is not None:  # the reference policy never changes: one pass serves every iteration
-            with torch.no_grad():
-                reference, _, _ = policy_forward(self.reference, rollouts, config.temperature, pad).select(rollouts)
-        for group in self.optimizer.param_groups:  # linear warmup, from the step count: resume-safe
-            group["lr"] = config.learning_rate * min(1.0, (self.step_index + 1) / config.warmup_steps)
-        old_logprobs, totals = None, Counter()
-        for iteration in range(config.grpo.iterations):  # mu steps on one batch, GRPO Algorithm 1
-            if forward is None or iteration > 0:
-                forward = policy_forward(self.network, rollouts, config.temperature, pad)
-            logprobs, mask, behaviour = forward.select(rollouts)
-            if iteration == 0 and config.grpo.iterations > 1:
-                old_logprobs = logprobs.detach()  # pi_old: the policy that the batch was drawn for
-            loss, loss_stats = policy_loss(logprobs, behaviour, advantages, mask, config.grpo, ref_logprobs=reference,
-                                           max_completion_tokens=config.max_new_tokens, old_logprobs=old_logprobs)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.network.parameters(), config.grad_clip)
-            self.optimizer.step()
-            totals.update({**loss_stats, "loss": float(loss.detach())})
-        means = {name: value / config.grpo.iterations for name, value in totals.items()}
-        return {**stats, **means, "groups_used": len(groups)}
+        return grpo_step(self.network, self.optimizer, groups, weights, self.step_config, self.step_index,
+                         self.tokenizer.pad_token_id, reference=self.reference, track_kl=self.config.track_kl,
+                         forward=forward, informative=informative)
 
     def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
         """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then
