@@ -34,10 +34,11 @@ from hypothesis import strategies as st
 from proofs.sampler import SamplingParams
 from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import (
-    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
+    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, StepVerdict, SignedVerdict, Submission, audit_ticket,
     decode_group,
 )
 from vrl.rl.checkpoint import CheckpointError, parse_manifest
+from vrl.rl.step import StepConfig, StepError, load_optimizer_bytes, optimizer_bytes, optimizer_for
 from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.rollouts.record import RecordError, Rollout
@@ -80,7 +81,41 @@ def verdict(outcome: str = "hard_fail", **changes: Any) -> SignedVerdict:
 
 
 def policy(version: int = 0) -> PolicyAnnouncement:
-    return PolicyAnnouncement(TRAINER.node_id, version, b"\x01" * 32, b"\x02" * 32, 4096).signed(TRAINER)
+    if version == 0:
+        return PolicyAnnouncement(TRAINER.node_id, version, b"\x01" * 32, b"\x02" * 32, 4096).signed(TRAINER)
+    return PolicyAnnouncement(TRAINER.node_id, version, b"\x01" * 32, b"\x02" * 32, 4096, parent=b"\x03" * 32,
+                              batch=((group().digest, 1.0), (b"\x04" * 32, 0.25)), config=b"\x05" * 32,
+                              optimizer_before=b"\x06" * 32, optimizer=b"\x07" * 32, optimizer_size=999,
+                              platform="torch-2.13.0/cpu/float32/threads-1").signed(TRAINER)
+
+
+def step_verdict(outcome: str = "fraud") -> StepVerdict:
+    announcement = policy(1)
+    return StepVerdict(KEY.node_id, TRAINER.node_id, 1, announcement.id, outcome,
+                       ("weights_mismatch",) if outcome == "fraud" else (), b"\x08" * 32,
+                       0.5 if outcome == "fraud" else 0.0, "torch-2.13.0/cpu/float32/threads-1").signed(KEY)
+
+
+def step_config_file() -> bytes:
+    return StepConfig(learning_rate=2e-5, warmup_steps=5, grad_clip=1.0, temperature=1.0,
+                      max_new_tokens=16).to_bytes()
+
+
+def optimizer_file() -> bytes:
+    import torch
+
+    linear = torch.nn.Linear(3, 2)
+    optimizer = optimizer_for(linear, StepConfig.from_bytes(step_config_file()))
+    linear(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    return optimizer_bytes(linear, optimizer)
+
+
+def load_optimizer_file(data: bytes) -> None:
+    import torch
+
+    linear = torch.nn.Linear(3, 2)
+    load_optimizer_bytes(linear, optimizer_for(linear, StepConfig.from_bytes(step_config_file())), data)
 
 
 # -- hostile values and mutations -----------------------------------------------------------------
@@ -307,6 +342,10 @@ def message_targets() -> list[Target]:
                lambda: [verdict("hard_fail").to_bytes(), verdict("hard_fail", planted=True).to_bytes()]),
         Target("policy", PolicyAnnouncement.from_bytes, (MessageError,), lambda: [policy(0).to_bytes(),
                                                                                   policy(2**64 - 1).to_bytes()]),
+        Target("step verdict", StepVerdict.from_bytes, (MessageError,),
+               lambda: [step_verdict("fraud").to_bytes(), step_verdict("pass").to_bytes()]),
+        Target("step config", StepConfig.from_bytes, (StepError,), lambda: [step_config_file()]),
+        Target("optimizer state", load_optimizer_file, (StepError,), lambda: [optimizer_file()], structure="bytes"),
         Target("backfill request", request, (MessageError,),
                lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 7).to_bytes()]),
         Target("backfill page", lambda data: BackfillPage.from_bytes(data, after=0), (MessageError,),
@@ -406,7 +445,8 @@ class NodeUnderFire:
 
 def node_targets(node: NodeUnderFire) -> list[Target]:
     seeds = lambda: [policy(0).to_bytes(), policy(1).to_bytes(), group(2).to_bytes(), verdict("pass").to_bytes(),
-                     verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes()]
+                     verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes(),
+                     step_verdict("fraud").to_bytes()]
     return [
         Target("gossip handler", lambda data: node.gossip(node.topic(data), data), (), seeds, check=node.nothing_lost),
         Target("backfill handler", node.serve_backfill, (MessageError,),

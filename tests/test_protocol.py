@@ -20,8 +20,10 @@ CHEAT = NodeKey.from_seed(b"C" * 32)
 
 
 def announcement(version: int) -> PolicyAnnouncement:
+    # Bound to its parent, as an honest trainer's is (specs/training.md §3).
     return PolicyAnnouncement(TRAINER.node_id, version, bytes([version]) * 32, bytes([100 + version]) * 32,
-                              1000).signed(TRAINER)
+                              1000, parent=bytes([version - 1]) * 32 if version else b"",
+                              optimizer_before=bytes(32) if version else b"").signed(TRAINER)
 
 
 def submission(tag: int) -> Submission:

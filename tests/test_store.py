@@ -35,7 +35,7 @@ def test_writes_are_idempotent_and_replay_in_a_stable_order(tmp_path):
     kinds = [kind for kind, _, _ in store.replay()]
     assert kinds == ["policy"] + ["group"] * 3 + ["verdict"] * 3 + ["trained"]
     assert store.trained_versions()[0][1] == (groups[0].digest, groups[1].digest)
-    assert store.counts() == {"policies": 1, "groups": 3, "verdicts": 3, "trained": 1}
+    assert store.counts() == {"policies": 1, "groups": 3, "verdicts": 3, "steps": 0, "trained": 1}
     store.close()
 
 
@@ -158,12 +158,12 @@ def test_a_version_1_database_is_migrated_in_place_keeping_everything(tmp_path):
     old.commit()
     old.close()
     store = Store(path)
-    assert store.counts() == {"policies": 1, "groups": 1, "verdicts": 1, "trained": 1}
+    assert store.counts() == {"policies": 1, "groups": 1, "verdicts": 1, "steps": 0, "trained": 1}
     assert store.policy(3) == policy and store.trained_versions() == [(3, (group.digest,), "{}")]
     assert [extra for kind, _, extra in store.replay() if kind == "group"] == [(b"w" * 32, 3, 2.0, False)]
     assert len(store.since(3, 1 << 20)[0]) == 3 and store.since(4, 1 << 20)[0] == []
     store.close()
-    assert Store(path).counts()["verdicts"] == 1  # opens again as version 2
+    assert Store(path).counts()["verdicts"] == 1  # opens again as the current version
 
 
 def test_a_check_replaces_the_verifiers_own_skip_never_the_reverse(tmp_path):

@@ -163,6 +163,7 @@ def test_network_vectors():
     assert verdict.signed(key).to_bytes().hex() == vectors["verdict"]["message"]
     policy = PolicyAnnouncement.from_bytes(bytes.fromhex(vectors["policy"]["message"]))
     assert policy.valid() and policy.signing_payload().hex() == vectors["policy"]["signing_payload"]
+    assert policy.id.hex() == vectors["policy"]["id"] and len(policy.batch) == 2 and policy.parent
 
     case = vectors["reputation"]
     reports = [Report(r["round"], bytes.fromhex(r["reporter"]), bytes.fromhex(r["subject"]), bytes.fromhex(r["group"]),
@@ -179,6 +180,48 @@ def test_network_vectors():
     candidates = [Candidate(bytes.fromhex(c["group"]), bytes.fromhex(c["node"]), c["score"]) for c in case["candidates"]]
     batch = admit(candidates, AdmissionConfig(**case["config"]), bytes.fromhex(case["seed"]))
     assert [(c.group.hex(), w) for c, w in batch] == [(b["group"], b["weight"]) for b in case["batch"]]
+
+
+def test_training_vectors():
+    """specs/training.md: the step config file and its hash, the warmup, the optimizer state
+    file before and after one AdamW step, the step ticket and a step verdict."""
+    import hashlib
+
+    import torch
+
+    from vrl.node.messages import STEP_TICKET_DOMAIN, StepVerdict, ticket_selected
+    from vrl.rl.step import StepConfig, load_optimizer_bytes, optimizer_bytes, optimizer_for
+
+    vectors = load("training")
+    key = NodeKey.from_seed(bytes.fromhex(vectors["private_key_seed"]))
+    case = vectors["step_config"]
+    config = StepConfig.from_bytes(bytes.fromhex(case["file"]))
+    assert config.to_bytes().hex() == case["file"] and config.hash.hex() == case["hash"]
+    assert hashlib.sha256(bytes.fromhex(case["file"])).hexdigest() == case["hash"]
+    for step, rate in case["learning_rate_at"].items():
+        assert config.learning_rate_at(int(step)) == rate
+
+    case = vectors["optimizer"]
+    linear = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        linear.weight.copy_(torch.arange(6, dtype=torch.float32).reshape(2, 3) * 0.5)
+        linear.bias.copy_(torch.tensor([-1.0, 1.0]))
+    optimizer = optimizer_for(linear, config)
+    assert optimizer_bytes(linear, optimizer).hex() == case["empty"]
+    load_optimizer_bytes(linear, optimizer, bytes.fromhex(case["after_one_step"]))
+    assert optimizer_bytes(linear, optimizer).hex() == case["after_one_step"]
+    assert hashlib.sha256(bytes.fromhex(case["after_one_step"])).hexdigest() == case["after_one_step_hash"]
+
+    case = vectors["step_ticket"]
+    ticket = key.sign(STEP_TICKET_DOMAIN + bytes.fromhex(case["announcement_id"]))
+    assert ticket.hex() == case["ticket"]
+    for rate, selected in case["selected_at"].items():
+        assert ticket_selected(ticket, float(rate)) is selected
+    case = vectors["step_verdict"]
+    verdict = StepVerdict.from_bytes(bytes.fromhex(case["message"]))
+    assert verdict.valid() and verdict.signing_payload().hex() == case["signing_payload"]
+    assert verdict.id.hex() == case["id"] and verdict.signed(key).to_bytes().hex() == case["message"]
+    assert verdict.announcement.hex() == vectors["step_ticket"]["announcement_id"]
 
 
 def test_every_test_and_file_the_specs_cite_exists():

@@ -124,7 +124,7 @@ def network_vectors() -> dict:
     """Group digest, audit ticket and draw, recomputed digest, a verdict, a policy
     announcement (specs/network.md); a reputation and an admission case (specs/reputation.md)."""
     from vrl.node.messages import (
-        PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
+        SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
     )
     from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
 
@@ -134,8 +134,7 @@ def network_vectors() -> dict:
     verdict = SignedVerdict(key.node_id, bytes(32), submission.digest, 5, 4, ticket, 0.25, "hard_fail",
                             ("reward_mismatch",), recomputed_digest([b"c0", b""]), "torch-2.13.0/cpu/float32/threads-1"
                             ).signed(key)
-    policy = PolicyAnnouncement(key.node_id, 3, hashlib.sha256(b"model").digest(), hashlib.sha256(b"blob").digest(),
-                                1234).signed(key)
+    policy = _policy(key)
     a, b, c = (bytes([i]) * 32 for i in (1, 2, 3))
     reports = [Report(0, a, b, bytes([g]) * 32, "pass") for g in range(10)] + [
         Report(1, a, c, b"\x40" * 32, "hard_fail"), Report(1, b, c, b"\x40" * 32, "hard_fail"),
@@ -152,7 +151,8 @@ def network_vectors() -> dict:
         "recomputed_digest": {"commitments": ["6330", ""], "digest": recomputed_digest([b"c0", b""]).hex()},
         "verdict": {"message": verdict.to_bytes().hex(), "signing_payload": verdict.signing_payload().hex(),
                     "id": verdict.id.hex()},
-        "policy": {"message": policy.to_bytes().hex(), "signing_payload": policy.signing_payload().hex()},
+        "policy": {"message": policy.to_bytes().hex(), "signing_payload": policy.signing_payload().hex(),
+                   "id": policy.id.hex()},
         "reputation": {
             "pretrusted": [a.hex()], "round": 2,
             "reports": [{"round": r.round, "reporter": r.reporter.hex(), "subject": r.subject.hex(),
@@ -164,6 +164,53 @@ def network_vectors() -> dict:
             "seed": b"seed".hex(),
             "candidates": [{"group": c.group.hex(), "node": c.node.hex(), "score": c.score} for c in candidates],
             "batch": [{"group": c.group.hex(), "weight": w} for c, w in batch]},
+    }
+
+
+def _policy(key: NodeKey):
+    """Version 3, trained from version 2 on two groups (specs/network.md §3.3)."""
+    from vrl.node.messages import PolicyAnnouncement
+
+    h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
+    return PolicyAnnouncement(key.node_id, 3, h(b"model"), h(b"blob"), 1234, parent=h(b"parent"),
+                              batch=((h(b"group-a"), 1.0), (h(b"group-b"), 0.5)), config=h(b"config"),
+                              optimizer_before=h(b"optimizer-2"), optimizer=h(b"optimizer-3"), optimizer_size=2468,
+                              platform="torch-2.13.0/cpu-AVX512/float32/default/threads-1").signed(key)
+
+
+def training_vectors() -> dict:
+    """A step config file, an optimizer state file, a step ticket and a step verdict
+    (specs/training.md)."""
+    from vrl.node.messages import STEP_TICKET_DOMAIN, StepOutcome, StepVerdict, ticket_selected
+    from vrl.rl.step import StepConfig, optimizer_bytes, optimizer_for
+
+    key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
+    config = StepConfig(learning_rate=2e-5, warmup_steps=5, grad_clip=1.0, temperature=1.0, max_new_tokens=16)
+    linear = _linear_example().requires_grad_(True)
+    optimizer = optimizer_for(linear, config)
+    empty = optimizer_bytes(linear, optimizer)
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate_at(0)
+    linear(torch.ones(1, 3)).sum().backward()  # d/dw = 1 for every weight, d/db = 1
+    optimizer.step()
+    after = optimizer_bytes(linear, optimizer)
+    policy = _policy(key)
+    ticket = key.sign(STEP_TICKET_DOMAIN + policy.id)
+    step = StepVerdict(key.node_id, policy.trainer, policy.version, policy.id, StepOutcome.FRAUD,
+                       ("weights_mismatch",), hashlib.sha256(b"replayed").digest(), 0.0476,
+                       "torch-2.13.0/cpu-AVX512/float32/default/threads-1").signed(key)
+    return {
+        "private_key_seed": hashlib.sha256(b"vrl test vector key").hexdigest(),
+        "step_config": {"file": config.to_bytes().hex(), "hash": config.hash.hex(),
+                        "learning_rate_at": {str(s): config.learning_rate_at(s) for s in (0, 1, 4, 5, 100)}},
+        "optimizer": {"model": "the linear model of model.json; one AdamW step at learning_rate_at(0), gradient 1",
+                      "empty": empty.hex(), "empty_hash": hashlib.sha256(empty).hexdigest(),
+                      "after_one_step": after.hex(), "after_one_step_hash": hashlib.sha256(after).hexdigest(),
+                      "weights_after": {n: t.detach().flatten().tolist() for n, t in sorted(linear.state_dict().items())}},
+        "step_ticket": {"announcement_id": policy.id.hex(), "ticket": ticket.hex(),
+                        "selected_at": {str(r): ticket_selected(ticket, r) for r in (0.0, 0.25, 0.5, 1.0)}},
+        "step_verdict": {"message": step.to_bytes().hex(), "signing_payload": step.signing_payload().hex(),
+                         "id": step.id.hex()},
     }
 
 
@@ -193,7 +240,7 @@ def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
                        ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
-                       ("model", model_vectors)]:
+                       ("training", training_vectors), ("model", model_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 

@@ -39,11 +39,13 @@ from vrl.rl.grpo import GRPOConfig
 from vrl.rl.train import LearnerConfig
 from vrl.rollouts.generate import GenerationConfig
 
-__all__ = ["ADVERSARIES", "NODE_OVERRIDES", "ConfigError", "NodeConfig", "listen_host_port"]
+__all__ = ["ADVERSARIES", "NODE_OVERRIDES", "TRAINER_ADVERSARIES", "ConfigError", "NodeConfig", "listen_host_port"]
 
 
 # What a node may be configured to cheat at (``adversary``, ``vrl devnet --adversaries``): the
-# config's vocabulary. vrl.adversary.CheatingWork carries each out, at the top of the stack.
+# config's vocabulary. vrl.adversary carries each out, at the top of the stack: CheatingWork the
+# worker's and verifier's cheats, CheatingTrainer the trainer's (TRAINER_ADVERSARIES, the ones
+# whose node must have the trainer role).
 ADVERSARIES = {
     "fabricated-reward": "claims reward 1 for every sample",
     "quantized-model": "generates with an int8-quantized copy of the policy, claims the real one",
@@ -51,7 +53,13 @@ ADVERSARIES = {
     "tampered-tokens": "edits a completion token and re-commits it by one honest prefill (TOPLOC's gap)",
     "replay": "re-signs another node's submitted groups as its own",
     "lazy-verifier": "approves what it is asked to check without running the model",
+    "trainer-rejected-group": "trains on groups it failed itself, and lists them in the batch",
+    "trainer-foreign-data": "trains on a group no one submitted besides the batch it lists",
+    "trainer-drops-node": "lists an honest node's admitted groups in the batch but trains without them",
+    "trainer-learning-rate": "trains at twice the learning rate its step config states",
+    "trainer-fake-weights": "publishes weights no step produced (the step's, nudged by 0.1% noise)",
 }
+TRAINER_ADVERSARIES = frozenset(kind for kind in ADVERSARIES if kind.startswith("trainer-"))
 
 
 # -- the forms of strings --------------------------------------------------------------------------
@@ -205,6 +213,9 @@ class NodeConfig:
         if not self.roles or len(set(self.roles)) != len(self.roles):
             raise ConfigError(f"must be a non-empty subset of {list(ROLES)}, got {list(self.roles)}", ("roles",),
                               type(self).__name__)
+        if self.adversary in TRAINER_ADVERSARIES and "trainer" not in self.roles:
+            raise ConfigError(f"{self.adversary!r} is a trainer's cheat: the node needs the trainer role",
+                              ("adversary",), type(self).__name__)
         for address in self.bootstrap:
             if (self.transport == "loopback") != bool(_LOOPBACK.fullmatch(address)):
                 raise ConfigError(f"{address!r} is not an address of the {self.transport} transport", ("bootstrap",),

@@ -10,6 +10,7 @@ the store into a fresh protocol and catches up on the rest by backfill from peer
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import time
@@ -28,13 +29,13 @@ from vrl.node import protocol as P
 from vrl.config import as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement,
-    Group, SignedVerdict, Submission, decode_group, topic_of,
+    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError,
+    PolicyAnnouncement, Group, SignedVerdict, StepVerdict, Submission, decode_group, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
-from vrl.node.store import Store
-from vrl.node.weights import to_blob
-from vrl.node.work import PolicyTrainer, Work, WorkConfig
+from vrl.node.store import Store, StoreError
+from vrl.node.work import PolicyTrainer, TrainedStep, Work, WorkConfig
+from vrl.rl.step import MAX_STEP_CONFIG_BYTES
 from vrl.rollouts.model import platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec, open_task_set
@@ -51,6 +52,8 @@ TICK_SECONDS = 0.25
 # peer's log of the last two rounds and keeps what it lacked.
 BACKFILL_EVERY_SECONDS = 5.0
 MAX_WEIGHTS_BYTES = 2 << 30
+# An optimizer state file is AdamW's two moments: twice the weights, plus a step count each.
+MAX_OPTIMIZER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)
 # Groups the validator decoded, held for the handler that follows it (by message id), so a
 # group is decoded and its signatures checked once. A validated message is handled at once,
 # so a few hundred cover any burst; one evicted early is only decoded again.
@@ -67,9 +70,12 @@ class Node:
     """One node. ``await node.run(stop)`` until ``stop`` is set."""
 
     def __init__(self, config: NodeConfig, transport: Transport, key: NodeKey,
-                 log: structlog.BoundLogger | None = None, work: Callable[..., Work] = Work) -> None:
-        """``work`` makes the node's model work: honest :class:`~vrl.node.work.Work`, or for a
-        node configured to cheat, what :func:`vrl.adversary.work_for` gives."""
+                 log: structlog.BoundLogger | None = None, work: Callable[..., Work] = Work,
+                 trainer: Callable[..., PolicyTrainer] = PolicyTrainer) -> None:
+        """``work`` makes the node's model work and ``trainer`` its trainer role: honest
+        :class:`~vrl.node.work.Work` and :class:`~vrl.node.work.PolicyTrainer`, or for a node
+        configured to cheat, what :func:`vrl.adversary.work_for` and
+        :func:`vrl.adversary.trainer_for` give."""
         self.config, self.transport, self.key = config, transport, key
         self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
         self.metrics = NodeMetrics()
@@ -88,18 +94,19 @@ class Node:
             **as_kwargs(config.protocol), roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted), reputation=config.reputation,
             admission=config.admission), platform_tag(self.work.skeleton))
-        if self.work.cheat != config.adversary:
-            raise ValueError(f"adversary {config.adversary!r} is configured, but the work given does "
-                             f"{self.work.cheat or 'no cheat'}: make it with vrl.adversary.work_for")
         self.trainer: PolicyTrainer | None = None
         if "trainer" in config.roles:
             # The trainer trains the network's model on its task ([work]); the rest is the
             # node's: a step per admitted batch, a checkpoint per version (announced after it
             # is on disk), one step past the last version.
-            self.trainer = PolicyTrainer(TrainConfig(
+            self.trainer = trainer(TrainConfig(
                 **as_kwargs(config.work), **as_kwargs(config.train), grpo=config.grpo,
                 steps=max(config.protocol.last_version, 1) + 1, groups_per_step=config.admission.batch_groups,
                 checkpoint_every=1), config.path / "trainer", key)
+        cheat = self.work.cheat or (self.trainer.cheat if self.trainer is not None else "")
+        if cheat != config.adversary:
+            raise ValueError(f"adversary {config.adversary!r} is configured, but the work and trainer given do "
+                             f"{cheat or 'no cheat'}: make them with vrl.adversary.work_for and trainer_for")
         self.blobs = BlobStore(transport)
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
         self._tasks: set[asyncio.Task] = set()
@@ -200,6 +207,12 @@ class Node:
                     return Validation.REJECT
                 if announcement.trainer != self.protocol.config.trainer:
                     return Validation.IGNORE
+            elif message.topic == TOPIC_STEPS:
+                step = StepVerdict.from_bytes(message.data)
+                if not step.valid():
+                    return Validation.REJECT
+                if step.trainer != self.protocol.config.trainer or not self.protocol.may_hold(step.version):
+                    return Validation.IGNORE
             else:
                 return Validation.IGNORE
         except MessageError:
@@ -228,6 +241,9 @@ class Node:
             announcement = PolicyAnnouncement.from_bytes(message.data)
             self.store.put_policy(announcement, now)
             await self._feed(P.PolicyAnnounced(announcement))
+        elif message.topic == TOPIC_STEPS:
+            # Stored by the protocol's PersistStep, once it names a known announcement.
+            await self._feed(P.StepVerdictReceived(StepVerdict.from_bytes(message.data)))
 
     async def _feed(self, event: P.Event) -> None:
         for action in self.protocol.handle(event):
@@ -253,6 +269,19 @@ class Node:
             case P.Persist(verdict):
                 if self.store.put_verdict(verdict, time.time()):
                     self.metrics.verdicts.labels(verdict.outcome).inc()
+            case P.ReplayStep(announcement):
+                self._spawn(self._replay_step(announcement))
+            case P.PersistStep(verdict):
+                self.store.put_step(verdict, time.time())
+                if verdict.outcome == "fraud":
+                    self.log.warning("step reported as fraud", version=verdict.version, reporter=verdict.verifier.hex()[:8],
+                                     reasons=list(verdict.reasons))
+            case P.ConvictTrainer(trainer, version, reasons, reporters):
+                self.metrics.trainer_convicted.set(1)
+                self.metrics.trainer_fraud_version.set(version)
+                self.log.critical("TRAINER FRAUD CONFIRMED: following none of its versions from this one on",
+                                  trainer=trainer.hex()[:8], version=version, reasons=list(reasons),
+                                  reporters=[r.hex()[:8] for r in reporters])
 
     async def _publish(self, topic: str, data: bytes) -> None:
         """Own messages are stored first (acknowledged), then gossiped; delivery to ourselves
@@ -270,26 +299,46 @@ class Node:
                 self.metrics.skipped.inc()
         elif topic == TOPIC_POLICIES:
             self.store.put_policy(PolicyAnnouncement.from_bytes(data), now)
+        elif topic == TOPIC_STEPS:
+            step = StepVerdict.from_bytes(data)
+            self.store.put_step(step, now)
+            self.metrics.steps_replayed.labels(step.outcome).inc()
+            (self.log.error if step.reasons else self.log.info)(
+                "step judged", version=step.version, outcome=str(step.outcome), reasons=list(step.reasons),
+                drift=step.drift)
         try:
             await self.transport.publish(topic, data)
         except TransportError as error:
             self.log.warning("publish failed; peers will backfill it", topic=topic, error=str(error))
 
+    async def _blob(self, digest: bytes, max_size: int, what: str) -> bytes:
+        """A blob by its SHA-256: from this node's blob directory, else fetched from peers
+        (the trainer first), hash-checked, stored and served onward. Raises on failure."""
+        path = self.blob_dir / digest.hex()
+        blob = path.read_bytes() if path.exists() else None
+        if blob is not None and hashlib.sha256(blob).digest() != digest:
+            # Damaged on disk (bit rot, a hand edit): fetch it again rather than fail forever.
+            self.log.warning("stored blob does not match its hash; fetching again", what=what)
+            path.unlink()
+            blob = None
+        if blob is None:
+            peers = sorted(self.transport.peers(), key=lambda p: p != self.protocol.config.trainer)
+            blob = await fetch_blob(self.transport, peers, digest, max_size=max_size, timeout=60.0)
+            write_bytes_atomic(path, blob)
+        self.blobs.put(blob)
+        return blob
+
+    def _keep_blob(self, blob: bytes) -> bytes:
+        """Store a blob this node made (weights, optimizer state, step config) and serve it."""
+        digest = hashlib.sha256(blob).digest()
+        write_bytes_atomic(self.blob_dir / digest.hex(), blob)
+        self.blobs.put(blob)
+        return digest
+
     async def _fetch_policy(self, announcement: PolicyAnnouncement) -> None:
-        path = self.blob_dir / announcement.blob.hex()
         try:
-            blob = path.read_bytes() if path.exists() else None
-            if blob is not None and hashlib.sha256(blob).digest() != announcement.blob:
-                # Damaged on disk (bit rot, a hand edit): fetch it again rather than fail forever.
-                self.log.warning("stored weights do not match their hash; fetching again", version=announcement.version)
-                path.unlink()
-                blob = None
-            if blob is None:
-                peers = sorted(self.transport.peers(), key=lambda p: p != announcement.trainer)
-                blob = await fetch_blob(self.transport, peers, announcement.blob, max_size=min(
-                    announcement.size, MAX_WEIGHTS_BYTES), timeout=60.0)
-                write_bytes_atomic(path, blob)
-            self.blobs.put(blob)
+            blob = await self._blob(announcement.blob, min(announcement.size, MAX_WEIGHTS_BYTES),
+                                    f"weights of version {announcement.version}")
             await self._in_model_thread("load", self.work.load, announcement, blob,
                                         self.config.protocol.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()
@@ -329,32 +378,63 @@ class Node:
 
     async def _train(self, version: int, batch: tuple[tuple[bytes, float], ...]) -> None:
         assert self.trainer is not None
-        groups = [list(self._body(digest).rollouts) for digest, _ in batch]  # stored, so never None
-        weights = [w for _, w in batch]
-        model, blob, metrics = await self._in_model_thread("train", self.trainer.step, groups, weights)
-        await self._announce(model, blob, tuple(d for d, _ in batch), metrics)
+        batch = self.trainer.choose(batch, self.protocol)
+        groups = [self._body(digest) for digest, _ in batch]  # stored, so never None
+        step = await self._in_model_thread("train", self.trainer.step, groups, [w for _, w in batch])
+        await self._announce(step)
         for group in groups:
-            self.metrics.groups_trained.labels(group[0].node_id.hex()[:8]).inc()
+            self.metrics.groups_trained.labels(group.subject.hex()[:8]).inc()
 
-    async def _announce(self, model, blob: bytes, used: tuple[bytes, ...], metrics: dict) -> None:
-        """Publish the trainer's current weights as the next version (stored first)."""
+    async def _announce(self, step: TrainedStep) -> None:
+        """Publish the trainer's current weights as the next version, bound to the step that
+        made them (specs/training.md §3); every file it names is stored and served first."""
         assert self.trainer is not None
         version = self.trainer.version
-        announcement = PolicyAnnouncement(self.key.node_id, version, model.model_hash,
-                                          hashlib.sha256(blob).digest(), len(blob)).signed(self.key)
-        write_bytes_atomic(self.blob_dir / announcement.blob.hex(), blob)
-        self.blobs.put(blob)
-        self.work.install(version, self.trainer.frozen_copy(model), self.config.protocol.max_staleness + 1)
-        metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        parent = self.protocol.policies.get(version - 1)
+        announcement = PolicyAnnouncement(
+            self.key.node_id, version, step.model.model_hash, self._keep_blob(step.blob), len(step.blob),
+            parent=parent.model_hash if parent is not None else b"", batch=step.batch,
+            config=self._keep_blob(self.trainer.config_file), optimizer_before=step.optimizer_before,
+            optimizer=self._keep_blob(step.optimizer), optimizer_size=len(step.optimizer),
+            platform=platform_tag(step.model)).signed(self.key)
+        self.work.install(version, self.trainer.frozen_copy(step.model), self.config.protocol.max_staleness + 1)
+        metrics = {k: v for k, v in step.metrics.items() if isinstance(v, (int, float))}
         if "held_out_accuracy" in metrics:
             self.metrics.held_out_accuracy.set(metrics["held_out_accuracy"])
             self.metrics.expected_accuracy.set(metrics["held_out_expected_accuracy"])
         self.metrics.policy_version.set(version)
         self.store.put_policy(announcement, time.time())
+        used = tuple(d for d, _ in step.batch)
         self.store.put_trained(version, used, json.dumps(metrics, sort_keys=True))
-        self.log.info("policy published", version=version, groups=len(used), **{
+        self.log.info("policy published", version=version, groups=len(step.batch), **{
             k: round(v, 4) for k, v in metrics.items() if k in ("held_out_accuracy", "held_out_expected_accuracy", "rewards_mean", "loss")})
         await self._feed(P.Trained(announcement, used))
+
+    async def _replay_step(self, announcement: PolicyAnnouncement) -> None:
+        """Replay the step that made ``announcement`` (drawn by this node's step ticket, or
+        reported as fraud by another) and report what it found."""
+        version = announcement.version
+        parent = self.protocol.policies.get(version - 1)
+        groups = [self._body(digest) for digest in announcement.groups]
+        if (parent is None or any(g is None for g in groups) or version not in self.work.models
+                or version - 1 not in self.work.models):
+            await self._feed(P.Abandoned(P.ReplayStep(announcement)))
+            return
+        try:
+            config = await self._blob(announcement.config, MAX_STEP_CONFIG_BYTES, f"step config of version {version}")
+            before = await self._blob(announcement.optimizer_before, min(parent.optimizer_size, MAX_OPTIMIZER_BYTES),
+                                      f"optimizer state of version {version - 1}")
+            after = await self._blob(announcement.optimizer, min(announcement.optimizer_size, MAX_OPTIMIZER_BYTES),
+                                     f"optimizer state of version {version}")
+        except Exception as error:  # whatever the fetch failed on; the protocol decides when it is fraud
+            self.log.warning("step state unavailable", version=version, error=repr(error))
+            for action in self.protocol.step_state_missing(version):
+                await self._do(action)
+            return
+        faults, replayed, drift = await self._in_model_thread("replay", self.work.replay, announcement, config,
+                                                              before, after, groups)
+        self.metrics.step_drift.set(drift)
+        await self._feed(P.StepReplayed(version, faults, replayed, drift))
 
     # -- catching up ---------------------------------------------------------------------------
     async def _serve_backfill(self, peer: bytes, data: bytes) -> bytes:
@@ -408,9 +488,15 @@ class Node:
         """Rebuild the protocol's state from the store (no actions: they happened already)."""
         for kind, data, extra in self.store.replay():
             if kind == "policy":
+                try:
+                    announcement = PolicyAnnouncement.from_bytes(data)
+                except MessageError as error:
+                    raise StoreError(f"{self.store.path}: a stored policy announcement is not one this node can "
+                                     f"follow ({error}); it was written by an earlier protocol: start this node "
+                                     f"with a new data_dir") from None
                 # The clock as it was when the policy arrived: its round started then, not at 0.
                 self.protocol.handle(P.Tick(extra[0]), replaying=True)
-                self.protocol.handle(P.PolicyAnnounced(PolicyAnnouncement.from_bytes(data)), replaying=True)
+                self.protocol.handle(P.PolicyAnnounced(announcement), replaying=True)
             elif kind == "group":
                 subject, version, received, planted = extra
                 submission = Submission.from_bytes(data)
@@ -423,6 +509,8 @@ class Node:
                                      replaying=True)
             elif kind == "verdict":
                 self.protocol.handle(P.VerdictReceived(SignedVerdict.from_bytes(data)), replaying=True)
+            elif kind == "step":
+                self.protocol.handle(P.StepVerdictReceived(StepVerdict.from_bytes(data)), replaying=True)
             elif kind == "trained":
                 version, groups = extra
                 announcement = self.store.policy(version)
@@ -443,15 +531,14 @@ class Node:
                 self.blobs.put(path.read_bytes())
             await self._feed(P.PolicyLoaded(announcement.version))
             return
-        model = self.trainer.policy()
-        blob = await self._in_model_thread("serialize", to_blob, model)
-        metrics = await self._in_model_thread("evaluate", self.trainer.trainer.evaluate, model)
-        await self._announce(model, blob, (), metrics)
+        step = await self._in_model_thread("serialize", self.trainer.current)
+        metrics = await self._in_model_thread("evaluate", self.trainer.trainer.evaluate, step.model)
+        await self._announce(dataclasses.replace(step, metrics=metrics))
 
     async def run(self, stop: asyncio.Event) -> None:
         self._replay()
         self.log.info("replayed store", **self.store.counts(), version=self.protocol.version)
-        for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS):
+        for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_STEPS):
             self.transport.subscribe(topic, self._on_message, self._validate)
         self.transport.set_handler(BACKFILL_PROTOCOL, self._serve_backfill)
         for path in self.blob_dir.iterdir():

@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from vrl.rollouts.keys import NodeKey
-from vrl.node.config import ADVERSARIES, NodeConfig
+from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES, NodeConfig
 
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 20.0
@@ -73,11 +73,16 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
     settings = _within(_resolved(settings), protocol={"last_version": rounds})
     if nodes < 2:
         raise ValueError("a devnet needs at least 2 nodes (a trainer and a worker)")
-    if len(adversaries) > nodes - 1:
-        raise ValueError(f"{len(adversaries)} adversaries need at least {len(adversaries) + 1} nodes")
     for kind in adversaries:
         if kind not in ADVERSARIES:
             raise ValueError(f"unknown adversary {kind!r}; choose from {', '.join(ADVERSARIES)}")
+    # A trainer's cheat is node 0's, the trainer's; the others go to the last workers.
+    trainer_cheats = [k for k in adversaries if k in TRAINER_ADVERSARIES]
+    worker_cheats = [k for k in adversaries if k not in TRAINER_ADVERSARIES]
+    if len(trainer_cheats) > 1:
+        raise ValueError(f"a devnet has one trainer, so at most one trainer cheat, got {', '.join(trainer_cheats)}")
+    if len(worker_cheats) > nodes - 1:
+        raise ValueError(f"{len(worker_cheats)} cheating workers need at least {len(worker_cheats) + 1} nodes")
     keys = []
     for i in range(nodes):
         node_dir = directory / f"node-{i}"
@@ -88,7 +93,8 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
     trainer = keys[0]
     # Every worker dials the trainer and the worker before it: more than one path for gossip.
     addresses = [multiaddr_for(key.node_id, "127.0.0.1", base_port + i) for i, key in enumerate(keys)]
-    cheats = dict(zip(range(nodes - len(adversaries), nodes), adversaries))
+    cheats = dict(zip(range(nodes - len(worker_cheats), nodes), worker_cheats)) | (
+        {0: trainer_cheats[0]} if trainer_cheats else {})
     out = []
     for i, key in enumerate(keys):
         kind = cheats.get(i, "")
@@ -184,6 +190,10 @@ def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, d
         quarantined = total(trainer, "vrl_quarantined", peer=peer) > 0
         alive = node.process is not None and node.process.poll() is None
         state = "[red]quarantined[/]" if quarantined else ("up" if metrics else ("starting" if alive else "down"))
+        if node is nodes[0] and (judges := sum(total(m, "vrl_trainer_convicted") > 0 for m in scraped[1:])):
+            state = f"[red]convicted by {judges}/{len(nodes) - 1}[/]"
+        elif total(metrics, "vrl_trainer_convicted") > 0:
+            state += f", [red]left the trainer at v{total(metrics, 'vrl_trainer_fraud_version'):.0f}[/]"
         failed = (total(metrics, "vrl_groups_checked_total", outcome="hard_fail")
                   + total(metrics, "vrl_groups_checked_total", outcome="soft_fail"))
         role = "trainer" if "trainer" in node.config.roles else "worker"
@@ -199,6 +209,9 @@ def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, d
         "groups_trained": {n.peer: total(trainer, "vrl_groups_trained_total", peer=n.peer) for n in nodes},
         "quarantined": [n.name for n in nodes if total(trainer, "vrl_quarantined", peer=n.peer) > 0],
         "backfilled_by_trainer": total(trainer, "vrl_backfilled_total"),
+        "steps_replayed": {n.name: {o: total(m, "vrl_steps_replayed_total", outcome=o) for o in ("pass", "fraud")}
+                           for n, m in zip(nodes, scraped) if n is not nodes[0]},
+        "convicted_by": [n.name for n, m in zip(nodes, scraped) if total(m, "vrl_trainer_convicted") > 0],
     }
     return table, summary
 
@@ -309,6 +322,8 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     first: dict | None = None
     reached: float | None = None
     watch = Watch(network)
+    # With a dishonest trainer, the run is over once every honest verifier has convicted it.
+    judges = {n.name for n in network[1:] if not n.config.adversary} if network[0].config.adversary else set()
     failure: str | None = None
     scraped: list[dict] = []
     try:
@@ -323,7 +338,8 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
                            + (f" (version 0: {first['held_out_accuracy']:.1%}, {first['expected_accuracy']:.2%})"
                               if first else "") + f"; {time.monotonic() - started:.0f} s")
                 live.update(Group(table, caption))
-                if summary["policy_version"] >= rounds:
+                # A convicted trainer is followed by no honest node: nothing more will happen.
+                if summary["policy_version"] >= rounds or (judges and set(summary["convicted_by"]) >= judges):
                     if reached is None:
                         reached = time.monotonic()
                     if time.monotonic() - reached >= DRAIN_SECONDS:
@@ -341,7 +357,51 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
                    nodes={n.peer: {"name": n.name, "adversary": n.config.adversary} for n in network},
                    directory=str(network[0].config.path.parent))
     summary["failure"] = failure or watch.final(summary, scraped)
+    if network[0].config.adversary:
+        summary["trainer_fraud"] = trainer_fraud(network)
     return summary
+
+
+def _events(path: Path | None, offset: int, event: str) -> list[dict]:
+    """A node's JSON log lines of one event, from ``offset`` (this run's part of the log)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            lines = handle.read().decode(errors="replace").splitlines()
+    except (OSError, TypeError):
+        return []
+    found = []
+    for line in lines:
+        if f'"{event}"' in line:
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                continue
+    return found
+
+
+def _seconds(timestamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def trainer_fraud(network: list[DevnetNode]) -> dict:
+    """A dishonest trainer's run, from the logs: its first bad version and when it published
+    it, and for each node that confirmed the fraud, the version and the seconds it took."""
+    trainer = network[0]
+    cheats = _events(trainer.log_path, trainer.log_start, "cheating")
+    first = min((c["version"] for c in cheats), default=None)
+    published = {r["version"]: _seconds(r["timestamp"]) for r in _events(
+        trainer.log_path, trainer.log_start, "policy published")}
+    start = published.get(first) if first is not None else None
+    confirmed = {}
+    for node in network[1:]:
+        for record in _events(node.log_path, node.log_start, "TRAINER FRAUD CONFIRMED: following none of its "
+                                                              "versions from this one on")[:1]:
+            confirmed[node.name] = {"version": record.get("version"), "reasons": record.get("reasons"),
+                                    "seconds": None if start is None else round(_seconds(record["timestamp"]) - start, 1)}
+    return {"cheat": trainer.config.adversary, "first_bad_version": first, "confirmed": confirmed}
 
 
 
@@ -349,9 +409,15 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
 
 def outcome_line(summary: dict) -> str:
     """What a finished devnet did, in one line: versions, accuracy, cheats caught."""
-    cheats = [node["name"] for node in summary["nodes"].values() if node["adversary"]]
+    cheats = [node["name"] for node in summary["nodes"].values() if node["adversary"] and node["name"] != "trainer"]
     caught = [name for name in cheats if name in summary["quarantined"]]
-    return (f"{len(caught)} of {len(cheats)} cheating nodes quarantined; {summary['policy_version']:.0f} policy "
+    fraud = summary.get("trainer_fraud")
+    convicted = "" if fraud is None else (
+        f"dishonest trainer ({fraud['cheat']}, bad from version {fraud['first_bad_version']}) convicted by "
+        f"{len(fraud['confirmed'])} of {len(summary['nodes']) - 1} nodes"
+        + (f" within {max(c['seconds'] or 0 for c in fraud['confirmed'].values()):.0f} s" if fraud["confirmed"] else "")
+        + "; ")
+    return convicted + (f"{len(caught)} of {len(cheats)} cheating nodes quarantined; {summary['policy_version']:.0f} policy "
             f"versions in {summary['seconds']:.0f} s; held-out accuracy {summary['first_accuracy'] or 0:.1%} -> "
             f"{summary['held_out_accuracy']:.1%} sampled, {summary['first_expected_accuracy'] or 0:.2%} -> "
             f"{summary['expected_accuracy']:.2%} expected; logs, stores and configs in {summary['directory']}")

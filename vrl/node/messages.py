@@ -1,12 +1,15 @@
 """The node protocol's messages: what crosses the network, byte for byte (``specs/network.md``).
 
-Three gossip messages, each a canonical msgpack map with a ``kind`` and a version:
+Four gossip messages, each a canonical msgpack map with a ``kind`` and a version:
 
 * :class:`Submission`: one whole GRPO group, its rollout records as signed by the worker;
 * :class:`SignedVerdict`: a verifier's signed statement about one submission: checked or
   skipped, the outcome, and the digest of the commitments it recomputed itself;
 * :class:`PolicyAnnouncement`: a trainer's signed statement that policy version ``v`` has
-  this model hash and these weight bytes (fetched in chunks by content hash).
+  this model hash and these weight bytes (fetched in chunks by content hash), made by this
+  training step: parent, batch, step config and optimizer state (specs/training.md);
+* :class:`StepVerdict`: a verifier's signed statement that it replayed one training step,
+  and whether the announced weights are what the step makes.
 
 Every decoder is strict (no unknown fields, exact types, canonical bytes) and raises
 :class:`MessageError` naming the message kind and the field.
@@ -15,6 +18,7 @@ Every decoder is strict (no unknown fields, exact types, canonical bytes) and ra
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -29,13 +33,18 @@ from vrl.rollouts.model import MAX_PLATFORM_BYTES
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 
 MESSAGE_VERSION = 1
+# 2: a policy announcement binds the training step that made it (specs/training.md §3).
+POLICY_VERSION = 2
 TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/1"
-TOPIC_POLICIES = "vrl/policies/1"
+TOPIC_POLICIES = "vrl/policies/2"
+TOPIC_STEPS = "vrl/steps/1"
 
 GROUP_DOMAIN = b"vrl/group/v1\x00"
 VERDICT_DOMAIN = b"vrl/verdict/v1\x00"
-POLICY_DOMAIN = b"vrl/policy/v1\x00"
+POLICY_DOMAIN = b"vrl/policy/v2\x00"
+STEP_DOMAIN = b"vrl/step-verdict/v1\x00"
+STEP_TICKET_DOMAIN = b"vrl/step-ticket/v1\x00"
 AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
 DIGEST_DOMAIN = b"vrl/recomputed/v1\x00"
 
@@ -79,12 +88,12 @@ def _exactly(wire: dict, kind: str, fields: set[str]) -> dict:
     return wire
 
 
-def _decode_map(data: bytes, kind: str, fields: set[str]) -> dict:
+def _decode_map(data: bytes, kind: str, fields: set[str], version: int = MESSAGE_VERSION) -> dict:
     """A gossip message: its ``kind`` and version first, then exactly ``fields``."""
     wire = _msgpack_map(data, kind)
     if wire.get("kind") != kind:
         raise MessageError(f"{kind}: field 'kind' must be {kind!r}, got {wire.get('kind')!r}")
-    if wire.get("v") != MESSAGE_VERSION:
+    if wire.get("v") != version:
         raise MessageError(f"{kind}: unknown message version {wire.get('v')!r}")
     return _exactly(wire, kind, fields | {"kind", "v"})
 
@@ -100,7 +109,8 @@ def topic_of(data: bytes) -> str | None:
     except Exception:  # msgpack raises several unrelated types for bad bytes: not a message of ours
         return None
     kind = wire.get("kind") if isinstance(wire, dict) else None
-    return {"group": TOPIC_GROUPS, "verdict": TOPIC_VERDICTS, "policy": TOPIC_POLICIES}.get(kind) if isinstance(
+    return {"group": TOPIC_GROUPS, "verdict": TOPIC_VERDICTS, "policy": TOPIC_POLICIES,
+            "step": TOPIC_STEPS}.get(kind) if isinstance(
         kind, str) else None
 
 
@@ -350,12 +360,28 @@ class SignedVerdict(_Signed):
 
 # -- policy announcements ----------------------------------------------------------------------
 
+#: A batch is listed in full in its announcement, at most 4096 groups: 4096 entries of a 32-byte
+#: digest and a float64 weight pack to ~176 KiB, under the 256 KiB gossip cap (specs/network.md
+#: §7) with room for the rest. AdmissionConfig.batch_groups is bounded by it.
+MAX_BATCH_GROUPS = 4096
+#: An optimizer state file of 2^41 bytes is AdamW's two moments of a 256-billion-parameter
+#: float32 model: any real one fits; the fetch itself is bounded lower (MAX_WEIGHTS_BYTES x 2).
+MAX_OPTIMIZER_BYTES = 1 << 41
+
 
 @dataclass(frozen=True)
 class PolicyAnnouncement(_Signed):
     """Policy version ``version`` is the model with ``model_hash``, whose weights file (see
     :func:`vrl.node.weights.to_blob`) has SHA-256 ``blob`` and ``size`` bytes. Round ``r``
-    runs on version ``r``; its seed is ``round_seed(model_hash, r)``, unknowable before this."""
+    runs on version ``r``; its seed is ``round_seed(model_hash, r)``, unknowable before this.
+
+    It also binds the training step that made it (specs/training.md §3), so that anyone can
+    run the step again: the ``parent`` model hash (version - 1's; empty for version 0), the
+    ``batch`` of admitted group digests with their weights, in the order trained, the hash of
+    the step config file (``config``), the hashes of the optimizer state files before and after
+    the step (``optimizer_before``, empty for version 0; ``optimizer``, of ``optimizer_size``
+    bytes), and the ``platform`` the trainer ran on (a replay on the same one is bit-exact).
+    The defaults are a version 0 with nothing trained."""
 
     _DOMAIN = POLICY_DOMAIN
     _SIGNER = "trainer"
@@ -365,11 +391,21 @@ class PolicyAnnouncement(_Signed):
     model_hash: bytes
     blob: bytes
     size: int
+    parent: bytes = b""
+    batch: tuple[tuple[bytes, float], ...] = ()
+    config: bytes = bytes(32)
+    optimizer_before: bytes = b""
+    optimizer: bytes = bytes(32)
+    optimizer_size: int = 0
+    platform: str = ""
     signature: bytes = b""
 
     def _wire(self, with_signature: bool) -> dict[str, Any]:
-        wire = {"kind": "policy", "v": MESSAGE_VERSION, "trainer": self.trainer, "version": self.version,
-                "model_hash": self.model_hash, "blob": self.blob, "size": self.size}
+        wire = {"kind": "policy", "v": POLICY_VERSION, "trainer": self.trainer, "version": self.version,
+                "model_hash": self.model_hash, "blob": self.blob, "size": self.size, "parent": self.parent,
+                "batch": [[digest, float(weight)] for digest, weight in self.batch], "config": self.config,
+                "optimizer_before": self.optimizer_before, "optimizer": self.optimizer,
+                "optimizer_size": self.optimizer_size, "platform": self.platform}
         if with_signature:
             wire["signature"] = self.signature
         return wire
@@ -377,15 +413,151 @@ class PolicyAnnouncement(_Signed):
     def valid(self) -> bool:
         return self.signature_ok()
 
+    @property
+    def id(self) -> bytes:
+        """What a step verdict names: the SHA-256 of the announcement's bytes."""
+        return hashlib.sha256(self.to_bytes()).digest()
+
+    @property
+    def groups(self) -> tuple[bytes, ...]:
+        return tuple(digest for digest, _ in self.batch)
+
     @classmethod
     def from_bytes(cls, data: bytes) -> PolicyAnnouncement:
-        wire = _decode_map(data, "policy", {"trainer", "version", "model_hash", "blob", "size", "signature"})
-        announcement = _fields("policy", lambda: cls(
-            trainer=fixed_bytes(wire, "trainer", NODE_ID_BYTES), version=integer(wire, "version", 0, U64),
-            model_hash=fixed_bytes(wire, "model_hash", 32), blob=fixed_bytes(wire, "blob", 32),
-            size=integer(wire, "size", 1, 1 << 40), signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES)))
+        fields = {"trainer", "version", "model_hash", "blob", "size", "parent", "batch", "config", "optimizer_before",
+                  "optimizer", "optimizer_size", "platform", "signature"}
+        wire = _decode_map(data, "policy", fields, POLICY_VERSION)
+
+        def decode() -> PolicyAnnouncement:
+            return cls(
+                trainer=fixed_bytes(wire, "trainer", NODE_ID_BYTES), version=integer(wire, "version", 0, U64),
+                model_hash=fixed_bytes(wire, "model_hash", 32), blob=fixed_bytes(wire, "blob", 32),
+                size=integer(wire, "size", 1, 1 << 40), parent=_hash_or_empty(wire, "parent"),
+                batch=_batch(wire), config=fixed_bytes(wire, "config", 32),
+                optimizer_before=_hash_or_empty(wire, "optimizer_before"),
+                optimizer=fixed_bytes(wire, "optimizer", 32),
+                optimizer_size=integer(wire, "optimizer_size", 0, MAX_OPTIMIZER_BYTES),
+                platform=text(wire, "platform", MAX_PLATFORM_BYTES),
+                signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
+
+        announcement = _fields("policy", decode)
         _canonical("policy", data, announcement)
         return announcement
+
+
+def _hash_or_empty(wire: dict, name: str) -> bytes:
+    value = take(wire, name, bytes)
+    if len(value) not in (0, 32):
+        raise FieldError(name, f"expected 0 or 32 bytes, got {len(value)}")
+    return value
+
+
+def _batch(wire: dict) -> tuple[tuple[bytes, float], ...]:
+    entries = take(wire, "batch", list)
+    if len(entries) > MAX_BATCH_GROUPS:
+        raise FieldError("batch", f"{len(entries)} groups exceeds the limit of {MAX_BATCH_GROUPS}")
+    out = []
+    for index, entry in enumerate(entries):
+        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], bytes) or len(entry[0]) != 32
+                or not isinstance(entry[1], float) or not math.isfinite(entry[1]) or entry[1] < 0):
+            raise FieldError(f"batch[{index}]", "expected [a 32-byte group digest, a finite float weight >= 0]")
+        out.append((entry[0], entry[1]))
+    if len({digest for digest, _ in out}) != len(out):
+        raise FieldError("batch", "a group is listed twice")
+    return tuple(out)
+
+
+# -- step verdicts: a verifier's replay of one training step (specs/training.md §5) ------------
+
+
+class StepOutcome(StrEnum):
+    """What a step verdict says: the replay agreed with the announcement, or it did not."""
+
+    PASS = "pass"
+    FRAUD = "fraud"
+
+
+STEP_OUTCOMES = {o.value: o for o in StepOutcome}
+
+
+class StepFault(StrEnum):
+    """Why a step is fraud (specs/training.md §5): each names evidence anyone can re-check."""
+
+    WEIGHTS_MISMATCH = "weights_mismatch"  # the replayed weights are not the announced ones
+    OPTIMIZER_MISMATCH = "optimizer_mismatch"  # the replayed optimizer state is not the announced one
+    WRONG_PARENT = "wrong_parent"  # parent is not version - 1's model hash
+    WRONG_OPTIMIZER_BEFORE = "wrong_optimizer_before"  # not the optimizer version - 1 announced
+    WRONG_CONFIG = "wrong_config"  # the step config is not the one the trainer's earlier versions bound
+    REJECTED_GROUP = "rejected_group"  # a group the trainer itself failed, trained anyway
+    QUARANTINED_GROUP = "quarantined_group"  # a group of a node quarantined before the step's round
+    UNAVAILABLE_GROUP = "unavailable_group"  # a listed group no peer, the trainer included, serves
+    UNAVAILABLE_STATE = "unavailable_state"  # the step config or optimizer file is not served
+    STALE_GROUP = "stale_group"  # a group too old for the step (max_staleness)
+
+
+@dataclass(frozen=True)
+class StepVerdict(_Signed):
+    """A verifier's signed statement that it replayed training step ``version - 1 -> version``
+    (the announcement with id ``announcement``) and what it found."""
+
+    _DOMAIN = STEP_DOMAIN
+    _SIGNER = "verifier"
+
+    verifier: bytes
+    trainer: bytes
+    version: int
+    announcement: bytes  # PolicyAnnouncement.id
+    outcome: StepOutcome
+    reasons: tuple[str, ...]  # StepFault codes, empty on pass
+    replayed: bytes  # the model hash the replay produced, empty when it could not run
+    drift: float  # ||theta_claimed - theta_replay|| / ||theta_replay - theta_parent|| (specs/training.md §4)
+    platform: str  # the verifier's; equal to the announcement's means the replay had to be bit-exact
+    signature: bytes = b""
+
+    def _wire(self, with_signature: bool) -> dict[str, Any]:
+        wire = {"kind": "step", "v": MESSAGE_VERSION, "verifier": self.verifier, "trainer": self.trainer,
+                "version": self.version, "announcement": self.announcement, "outcome": str(self.outcome),
+                "reasons": [str(r) for r in self.reasons], "replayed": self.replayed, "drift": float(self.drift),
+                "platform": self.platform}
+        if with_signature:
+            wire["signature"] = self.signature
+        return wire
+
+    def valid(self) -> bool:
+        return self.signature_ok()
+
+    @property
+    def id(self) -> bytes:
+        return hashlib.sha256(self.to_bytes()).digest()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StepVerdict:
+        fields = {"verifier", "trainer", "version", "announcement", "outcome", "reasons", "replayed", "drift",
+                  "platform", "signature"}
+        wire = _decode_map(data, "step", fields)
+
+        def decode() -> StepVerdict:
+            outcome = text(wire, "outcome", 16)
+            if outcome not in STEP_OUTCOMES:
+                raise FieldError("outcome", f"unknown outcome {outcome!r}")
+            reasons = take(wire, "reasons", list)
+            if len(reasons) > 16 or not all(isinstance(r, str) and len(r) <= 64 for r in reasons):
+                raise FieldError("reasons", "expected at most 16 codes of at most 64 characters")
+            drift = take(wire, "drift", float)
+            if not (drift >= 0.0):  # also refuses NaN; +inf is a replay that moved nothing where the claim did
+                raise FieldError("drift", f"{drift} is not >= 0")
+            return cls(
+                verifier=fixed_bytes(wire, "verifier", NODE_ID_BYTES), trainer=fixed_bytes(wire, "trainer", NODE_ID_BYTES),
+                version=integer(wire, "version", 1, U64), announcement=fixed_bytes(wire, "announcement", 32),
+                outcome=STEP_OUTCOMES[outcome], reasons=tuple(reasons), replayed=_hash_or_empty(wire, "replayed"),
+                drift=drift, platform=text(wire, "platform", MAX_PLATFORM_BYTES),
+                signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
+
+        verdict = _fields("step", decode)
+        if (verdict.outcome == StepOutcome.PASS) != (not verdict.reasons):
+            raise MessageError("step: field 'reasons' must be empty exactly when the outcome is pass")
+        _canonical("step", data, verdict)
+        return verdict
 
 
 # -- backfill: request/response between two peers (specs/network.md §6) ----------------------

@@ -34,6 +34,16 @@ class NodeMetrics:
         self.step_seconds = Histogram("vrl_step_seconds", "Seconds per unit of model work, by kind", ["kind"],
                                       registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
         self.peers = Gauge("vrl_peers", "Connected peers", registry=r)
+        self.steps_replayed = Counter("vrl_steps_replayed", "Training steps this node replayed or judged, by outcome",
+                                      ["outcome"], registry=r)
+        self.step_drift = Gauge("vrl_step_drift", "Relative weight drift of this node's last step replay",
+                                registry=r)
+        self.trainer_convicted = Gauge("vrl_trainer_convicted",
+                                       "1 once trainer fraud is confirmed: this node follows it no further",
+                                       registry=r)
+        self.trainer_fraud_version = Gauge("vrl_trainer_fraud_version",
+                                           "The first policy version of a convicted trainer this node refused",
+                                           registry=r)
 
     def serve(self, port: int) -> int:
         """Serve on 127.0.0.1 only; returns the bound port (``port`` 0 picks a free one)."""

@@ -32,8 +32,8 @@ from vrl.config import U63, ConfigError, bounded, check_fields
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.verify import Reason
 from vrl.node.messages import (
-    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, Group, Outcome, PolicyAnnouncement, SignedVerdict, Submission,
-    audit_ticket, ticket_selected,
+    STEP_TICKET_DOMAIN, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, Group, Outcome, PolicyAnnouncement,
+    SignedVerdict, StepFault, StepOutcome, StepVerdict, Submission, audit_ticket, ticket_selected,
 )
 from vrl.node.reputation import (
     COUNTING_WEIGHT, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig,
@@ -62,6 +62,13 @@ MAX_PENDING_VERDICTS = 4096
 # report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
 # times the verifiers per group of any devnet measured here, so honest newcomers still fit.
 MAX_STRANGER_VERDICTS_PER_GROUP = 16
+# Step faults that signed data alone proves (specs/training.md §5): the announcements, the
+# trainer's own verdicts and the groups' records. One node's finding of them is conviction
+# enough; so is a replay on the trainer's own platform, which must be bit-exact. The rest (a
+# replay on another platform, within a calibrated tolerance; what the network did not deliver)
+# needs a second reporter whose word counts.
+SELF_EVIDENT_FAULTS = frozenset({StepFault.WRONG_PARENT, StepFault.WRONG_OPTIMIZER_BEFORE, StepFault.WRONG_CONFIG,
+                                 StepFault.REJECTED_GROUP, StepFault.STALE_GROUP})
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,16 @@ class ProtocolParams:
     plant_every: int = field(default=0, metadata=bounded(0, U63))
     # The trainer publishes no version after this one (0: no limit).
     last_version: int = field(default=0, metadata=bounded(0, U63))
+    # Share of training steps each verifier replays (specs/training.md §5), drawn by its own
+    # step ticket. A replay costs about one training step (bench/replay.py); with three
+    # verifiers at 0.25 a single bad step escapes all of them with probability 0.75^3 = 0.42,
+    # a trainer that cheats on k steps with 0.42^k. A fraud report that counts makes every
+    # verifier replay the step, whatever its draw.
+    step_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))
+    # Seconds an announced step's groups and state files may take to reach a verifier before
+    # their absence is itself fraud (specs/training.md §5): the trainer serves all of them, and
+    # backfill asks every 5 s (vrl.node.daemon.BACKFILL_EVERY_SECONDS): 30 s is six passes.
+    step_wait: float = field(default=30.0, metadata=bounded(0, 86400, open_low=True))
 
     def __post_init__(self) -> None:
         check_fields(self, ProtocolParams)  # a subclass's further fields are its own to check
@@ -177,13 +194,28 @@ class Trained:
 
 
 @dataclass(frozen=True)
+class StepVerdictReceived:
+    verdict: StepVerdict
+
+
+@dataclass(frozen=True)
+class StepReplayed:
+    """The daemon replayed the step that made ``version`` (:class:`ReplayStep`)."""
+    version: int
+    faults: tuple[str, ...]  # StepFault codes, empty when the replay agreed
+    replayed: bytes  # the replay's model hash (empty if it could not run)
+    drift: float
+
+
+@dataclass(frozen=True)
 class Abandoned:
     """The daemon could not carry out an action (e.g. no peer had the weights yet); the
     protocol will ask again when it is still due."""
     action: Action
 
 
-Event = Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked | Planted | Trained
+Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
+         | Planted | Trained | StepVerdictReceived | StepReplayed)
 
 
 # -- actions (carried out by the daemon) ---------------------------------------------------------
@@ -234,7 +266,29 @@ class Persist:
     verdict: SignedVerdict
 
 
-Action = Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist
+@dataclass(frozen=True)
+class ReplayStep:
+    """Run the step that made this announcement again and compare (specs/training.md §4)."""
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class PersistStep:
+    """Store this received step verdict (it names a known announcement and now counts)."""
+    verdict: StepVerdict
+
+
+@dataclass(frozen=True)
+class ConvictTrainer:
+    """Trainer fraud is confirmed (specs/training.md §6): this node follows no version from
+    ``version`` on; the daemon says so loudly in its logs and metrics."""
+    trainer: bytes
+    version: int
+    reasons: tuple[str, ...]
+    reporters: tuple[bytes, ...]
+
+
+Action = Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist | ReplayStep | PersistStep | ConvictTrainer
 
 
 @dataclass
@@ -253,6 +307,8 @@ def _flight_key(action: Action) -> tuple:
             return ("check", group)
         case Generate(version) | Plant(version) | Train(version, _):
             return (type(action).__name__.lower(), version)
+        case ReplayStep(a):
+            return ("replay", a.version)
     return ()
 
 
@@ -304,12 +360,23 @@ class NodeProtocol:
         # different group there (the same rollouts signed anew, or other samples) is ignored:
         # a round has one group per slot, and a copy must not be trained twice.
         self._slots: dict[tuple[bytes, int, int], bytes] = {}
+        # Training steps (specs/training.md §5): step verdicts by version and verifier, this
+        # node's step-ticket draws, and the conviction, once trainer fraud is confirmed.
+        self.step_verdicts: dict[int, dict[bytes, StepVerdict]] = defaultdict(dict)
+        self._step_draws: dict[int, bool] = {}
+        self.convicted: ConvictTrainer | None = None
+        self._frauds_found: set[int] = set()  # versions this node itself reported as fraud
 
     # -- reading the state ------------------------------------------------------------------
     @property
     def version(self) -> int | None:
-        """The newest announced policy version: the current round."""
-        return max(self.policies) if self.policies else None
+        """The newest announced policy version this node follows: the current round."""
+        followed = [v for v in self.policies if self.follows(v)]
+        return max(followed) if followed else None
+
+    def follows(self, version: int) -> bool:
+        """Whether this node still follows a version: every one before a convicted step."""
+        return self.convicted is None or version < self.convicted.version
 
     @property
     def waiting_verdicts(self) -> int:
@@ -358,6 +425,11 @@ class NodeProtocol:
                 self.planted[submission.digest] = version
                 self.planted_rounds.add(version)
                 actions.append(Publish(TOPIC_GROUPS, submission.to_bytes()))
+            case StepVerdictReceived(verdict):
+                actions += self._received_step_verdict(verdict)
+            case StepReplayed(version, faults, replayed, drift):
+                self._in_flight.discard(("replay", version))
+                actions += self._publish_step_verdict(version, faults, replayed, drift)
             case Trained(announcement, used):
                 self._in_flight.discard(("train", announcement.version - 1))
                 self._announced(announcement)
@@ -368,12 +440,13 @@ class NodeProtocol:
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
                 actions += self._reveal_plants(announcement.version - 1)
         actions += self._quarantines()
+        actions += self._convictions()
         if replaying:
             return []
         return actions + self.pending()
 
     def _announced(self, a: PolicyAnnouncement) -> None:
-        if a.trainer == self.config.trainer and a.version not in self.policies:
+        if a.trainer == self.config.trainer and a.version not in self.policies and self.follows(a.version):
             self.policies[a.version] = a
             self.round_started.setdefault(a.version, self.now)
 
@@ -391,6 +464,8 @@ class NodeProtocol:
             actions += self._once(Generate(version))
         if self.has("verifier") or self.has("trainer"):
             actions += self._checks()
+        if self.has("verifier"):
+            actions += self._step_checks()
         if self.has("trainer"):
             if (self.config.plant_every and version % self.config.plant_every == 0
                     and version not in self.planted_rounds and version in self.loaded):
@@ -412,7 +487,9 @@ class NodeProtocol:
         needed = {version}
         if self.has("verifier") or self.has("trainer"):
             needed |= {self.groups[d].version for d in self._fresh_groups() if self.groups[d].version in self.policies}
-        return sorted(needed)
+        if self.has("verifier"):  # a step to replay needs its parent's weights and its own
+            needed |= {v for a in self._steps_to_replay() for v in (a.version - 1, a.version)}
+        return sorted(v for v in needed if v in self.policies)
 
     def _fresh(self, version: int) -> bool:
         current = self.version
@@ -565,6 +642,136 @@ class NodeProtocol:
                 purged = tuple(sorted(d for d, g in self.groups.items() if g.subject == node and not g.trained))
                 actions.append(Quarantine(node, purged))
         return actions
+
+    # -- the trainer's steps (specs/training.md §5) ---------------------------------------------
+    def _judgeable(self) -> list[int]:
+        """Steps this node may still judge, oldest first: not its own, and its parent's weights
+        still among those a node keeps (max_staleness + 1 versions before the current one).
+        A window, so the work per event does not grow with every version ever seen."""
+        current = self.version
+        if current is None:
+            return []
+        return [v for v in range(max(1, current - self.config.max_staleness + 1), current + 1)
+                if v in self.policies and self.policies[v].trainer != self.me]
+
+    def _steps_to_replay(self) -> list[PolicyAnnouncement]:
+        """Steps drawn (or reported) for replay, judged by the rules, not yet judged here."""
+        out = []
+        for version in self._judgeable():
+            if (self.me not in self.step_verdicts[version]
+                    and self._rule_faults(self.policies[version]) == ()
+                    and (self._step_drawn(self.policies[version]) or self._step_reported(version))):
+                out.append(self.policies[version])
+        return out
+
+    def _rule_faults(self, a: PolicyAnnouncement) -> tuple[str, ...] | None:
+        """What signed data alone shows wrong with a step (SELF_EVIDENT_FAULTS); None while its
+        parent's announcement is unknown."""
+        parent = self.policies.get(a.version - 1)
+        if parent is None:
+            return None
+        faults = set()
+        if a.parent != parent.model_hash:
+            faults.add(StepFault.WRONG_PARENT)
+        if a.optimizer_before != parent.optimizer:
+            faults.add(StepFault.WRONG_OPTIMIZER_BEFORE)
+        if a.config != parent.config:  # a run's step config is fixed at version 0
+            faults.add(StepFault.WRONG_CONFIG)
+        for digest in a.groups:
+            group, own = self.groups.get(digest), self.verdicts.get(digest, {}).get(a.trainer)
+            # The trainer's own hard fail, signed while an earlier version was current: it knew
+            # before this step's round began (a fail signed in that round may follow the step).
+            if own is not None and own.outcome == Outcome.HARD_FAIL and own.round < a.version - 1:
+                faults.add(StepFault.REJECTED_GROUP)
+            if group is not None and not 0 <= (a.version - 1) - group.version <= self.config.max_staleness:
+                faults.add(StepFault.STALE_GROUP)
+        return tuple(sorted(faults))
+
+    def _step_drawn(self, a: PolicyAnnouncement) -> bool:
+        """This node's step ticket for the announcement: its own signature, drawn after the
+        step exists, so the trainer cannot know which verifiers will replay which steps."""
+        if a.version not in self._step_draws:
+            ticket = self.key.sign(STEP_TICKET_DOMAIN + a.id)
+            self._step_draws[a.version] = ticket_selected(ticket, self.config.step_audit_rate)
+        return self._step_draws[a.version]
+
+    def _step_reported(self, version: int) -> bool:
+        """Whether a verifier whose word counts reported the step as fraud: then every
+        verifier replays it, as a failed group is re-checked (specs/network.md §5.1)."""
+        return any(v.outcome == StepOutcome.FRAUD and verifier != self.me and self._counts(verifier)
+                   for verifier, v in self.step_verdicts[version].items())
+
+    def _step_checks(self) -> list[Action]:
+        actions: list[Action] = []
+        for version in self._judgeable():
+            if self.me in self.step_verdicts[version]:
+                continue
+            a = self.policies[version]
+            faults = self._rule_faults(a)
+            if faults:
+                actions += self._publish_step_verdict(version, faults, b"", 0.0)
+            elif faults is not None and (self._step_drawn(a) or self._step_reported(version)):
+                if any(d not in self.groups for d in a.groups):
+                    if self.now - self.round_started.get(version, self.now) >= self.config.step_wait:
+                        actions += self._publish_step_verdict(version, (StepFault.UNAVAILABLE_GROUP,), b"", 0.0)
+                elif version in self.loaded and version - 1 in self.loaded:
+                    actions += self._once(ReplayStep(a))
+        return actions
+
+    def step_state_missing(self, version: int) -> list[Action]:
+        """The daemon could not get a step's config or optimizer files: fraud once the trainer
+        has had ``step_wait`` seconds to serve them, else asked again later."""
+        self._in_flight.discard(("replay", version))
+        if self.now - self.round_started.get(version, self.now) < self.config.step_wait:
+            return []
+        return self._publish_step_verdict(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0)
+
+    def _publish_step_verdict(self, version: int, faults: tuple[str, ...], replayed: bytes,
+                              drift: float) -> list[Action]:
+        a = self.policies.get(version)
+        if a is None or self.me in self.step_verdicts[version]:
+            return []
+        verdict = StepVerdict(verifier=self.me, trainer=a.trainer, version=version, announcement=a.id,
+                              outcome=StepOutcome.FRAUD if faults else StepOutcome.PASS,
+                              reasons=tuple(sorted(set(faults))), replayed=replayed, drift=drift,
+                              platform=self.platform).signed(self.key)
+        self.step_verdicts[version][self.me] = verdict
+        if faults:
+            self._frauds_found.add(version)
+        return [Publish(TOPIC_STEPS, verdict.to_bytes())]
+
+    def _received_step_verdict(self, verdict: StepVerdict) -> list[Action]:
+        """Count another verifier's step verdict on a known announcement: one per verifier
+        and version, at most MAX_STRANGER_VERDICTS_PER_GROUP from verifiers of weight 0."""
+        a = self.policies.get(verdict.version)
+        known = self.step_verdicts[verdict.version]
+        if a is None or verdict.announcement != a.id or verdict.trainer != a.trainer or verdict.verifier in known:
+            return []
+        if self.standing(verdict.verifier).trust == 0 and sum(
+                1 for v in known if self.standing(v).trust == 0) >= MAX_STRANGER_VERDICTS_PER_GROUP:
+            return []
+        known[verdict.verifier] = verdict
+        if verdict.verifier == self.me and verdict.outcome == StepOutcome.FRAUD:
+            self._frauds_found.add(verdict.version)  # this node's own, replayed from its store
+        return [PersistStep(verdict)]
+
+    def _convictions(self) -> list[Action]:
+        """Trainer fraud is confirmed when this node found it itself, and either the evidence
+        is self-evident (SELF_EVIDENT_FAULTS, or a replay on the trainer's own platform) or
+        another verifier whose word counts found it too (specs/training.md §6)."""
+        if self.convicted is not None:
+            return []
+        for version in sorted(self._frauds_found):
+            verdicts = self.step_verdicts[version]
+            mine, a = verdicts[self.me], self.policies[version]
+            others = tuple(sorted(v for v, sv in verdicts.items() if v != self.me and sv.outcome == StepOutcome.FRAUD
+                                  and (self._counts(v) or v in self.reputation.pretrusted)))
+            evident = bool(set(mine.reasons) & SELF_EVIDENT_FAULTS) or (
+                mine.platform == a.platform and mine.replayed != b"")
+            if evident or others:
+                self.convicted = ConvictTrainer(a.trainer, version, mine.reasons, (self.me, *others))
+                return [self.convicted]
+        return []
 
     # -- training ---------------------------------------------------------------------------
     def decided(self, digest: bytes) -> bool | None:

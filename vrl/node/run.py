@@ -56,23 +56,24 @@ def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
                            limits=config.transport_limits)
 
 
-def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work):
+def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work, trainer=None):
     """The node, with what only loading finds wrong (the model, the task file) named by key."""
     from vrl.rollouts.model import ModelError
     from vrl.node.daemon import Node
     from vrl.tasks import TaskFileError
 
     try:
-        return Node(config, transport, key, log, work)
+        return Node(config, transport, key, log, work, **({} if trainer is None else {"trainer": trainer}))
     except ModelError as error:  # the device was checked by preflight: this is the model
         raise ConfigError(str(error), ("work", "model")) from None
     except TaskFileError as error:
         raise ConfigError(str(error), ("work", "task")) from None
 
 
-async def serve(config: NodeConfig, work) -> None:
+async def serve(config: NodeConfig, work, trainer=None) -> None:
     """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent).
-    ``work`` makes the node's model work (``Work``, or a cheat's: ``vrl.adversary.work_for``)."""
+    ``work`` makes the node's model work and ``trainer`` its trainer role (``Work`` and
+    ``PolicyTrainer``, or a cheat's: ``vrl.adversary.work_for`` and ``trainer_for``)."""
     preflight(config)
     key = node_key(config)
     transport = open_transport(config, key)
@@ -83,7 +84,7 @@ async def serve(config: NodeConfig, work) -> None:
         loop.add_signal_handler(signum, stop.set)
     await transport.start()
     try:  # closed however the start ends: its network thread would keep the process alive
-        node = open_node(config, transport, key, log, work)
+        node = open_node(config, transport, key, log, work, trainer)
         log.info("node started", id=key.node_id.hex(), roles=list(config.roles), addresses=transport.addresses(),
                  adversary=config.adversary or None)
         await node.run(stop)

@@ -22,13 +22,16 @@ from pathlib import Path
 
 from vrl.errors import VrlError
 from vrl.node.messages import (
-    BACKFILL_MAX_MESSAGES, TOPIC_GROUPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict, Submission,
+    BACKFILL_MAX_MESSAGES, TOPIC_GROUPS, TOPIC_STEPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict,
+    StepVerdict, Submission,
 )
 
 # 2: versions and rounds are u64 (specs/network.md §3), which SQLite's signed 64-bit INTEGER
 # cannot hold from 2^63 on; they are stored as 8-byte big-endian BLOBs, which compare and
 # sort as the numbers do. A version 1 database is migrated in place, in one transaction.
-SCHEMA_VERSION = 2
+# 3: step verdicts (specs/training.md §5) get a table of their own; a version 2 database
+# gains it in place (nothing else changed).
+SCHEMA_VERSION = 3
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS policies (
@@ -43,6 +46,9 @@ CREATE TABLE IF NOT EXISTS verdicts (
     UNIQUE (grp, verifier));
 CREATE TABLE IF NOT EXISTS trained (
     version BLOB PRIMARY KEY, groups BLOB NOT NULL, metrics TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS steps (
+    id BLOB PRIMARY KEY, version BLOB NOT NULL, verifier BLOB NOT NULL, outcome TEXT NOT NULL,
+    data BLOB NOT NULL, received REAL NOT NULL, UNIQUE (version, verifier));
 CREATE TABLE IF NOT EXISTS reputation (
     node BLOB PRIMARY KEY, round BLOB NOT NULL, score REAL NOT NULL, check_rate REAL NOT NULL,
     quarantined INTEGER NOT NULL, trust REAL NOT NULL, checked_groups INTEGER NOT NULL);
@@ -95,8 +101,11 @@ class Store:
             if found is None:
                 self._db.executescript(_TABLES + _INDEXES)
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif found[0] == "1":
-                self._migrate_from_1()
+            elif found[0] in ("1", "2"):
+                if found[0] == "1":
+                    self._migrate_from_1()
+                self._db.executescript(_TABLES + _INDEXES)  # 2 -> 3: the steps table
+                self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             elif found[0] != str(SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: schema version {found[0]}, this node knows {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as error:
@@ -160,6 +169,11 @@ class Store:
             verdict.id, verdict.group, verdict.verifier, verdict.subject, u64(verdict.policy_version), verdict.outcome,
             verdict.to_bytes(), received))
 
+    def put_step(self, verdict: StepVerdict, received: float) -> bool:
+        # One step verdict per (version, verifier), never replaced: a step is judged once.
+        return self._write("INSERT OR IGNORE INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
+            verdict.id, u64(verdict.version), verdict.verifier, verdict.outcome, verdict.to_bytes(), received))
+
     def put_trained(self, version: int, groups: tuple[bytes, ...], metrics_json: str) -> bool:
         return self._write("INSERT OR IGNORE INTO trained VALUES (?, ?, ?)",
                            (u64(version), b"".join(groups), metrics_json))
@@ -192,6 +206,8 @@ class Store:
             return bool(self._rows("SELECT 1 FROM groups WHERE digest=?", (key,)))
         if topic == TOPIC_VERDICTS:
             return bool(self._rows("SELECT 1 FROM verdicts WHERE id=?", (hashlib.sha256(data).digest(),)))
+        if topic == TOPIC_STEPS:
+            return bool(self._rows("SELECT 1 FROM steps WHERE id=?", (hashlib.sha256(data).digest(),)))
         return bool(self._rows("SELECT 1 FROM policies WHERE data=?", (data,)))
 
     def group(self, digest: bytes) -> Submission | None:
@@ -204,7 +220,7 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         return {table: self._rows(f"SELECT count(*) FROM {table}")[0][0]  # noqa: S608 (fixed names)
-                for table in ("policies", "groups", "verdicts", "trained")}
+                for table in ("policies", "groups", "verdicts", "steps", "trained")}
 
     def trained_versions(self) -> list[tuple[int, tuple[bytes, ...], str]]:
         return [(_from_u64(v), tuple(g[i:i + 32] for i in range(0, len(g), 32)), m)
@@ -218,7 +234,7 @@ class Store:
     def replay(self) -> Iterator[tuple[str, bytes, tuple]]:
         """Everything stored, as ``(kind, data, extra)``: policies by version (extra: received),
         then groups by arrival (extra: subject, version, received, planted), then verdicts, then
-        training steps."""
+        step verdicts, then training steps."""
         for data, received in self._rows("SELECT data, received FROM policies ORDER BY version"):
             yield "policy", data, (received,)
         for data, subject, version, received, planted in self._rows(
@@ -226,6 +242,8 @@ class Store:
             yield "group", data, (subject, _from_u64(version), received, bool(planted))
         for (data,) in self._rows("SELECT data FROM verdicts ORDER BY received, id"):
             yield "verdict", data, ()
+        for (data,) in self._rows("SELECT data FROM steps ORDER BY received, id"):
+            yield "step", data, ()
         for version, groups, _ in self.trained_versions():
             yield "trained", b"", (version, groups)
 
@@ -240,14 +258,15 @@ class Store:
         BLOB; an offset past SQLite's signed range skips everything, as any past the end does.
         Only the keys are sorted; each message's bytes are read once it is known to fit, so a
         request costs one page's bytes in memory, however large the store."""
-        tables = ("policies", "groups", "verdicts")
+        tables = ("policies", "groups", "verdicts", "steps")
         with self._lock:
             keys = self._db.execute(
                 "SELECT k, r FROM (SELECT 0 AS k, version AS o, blob AS t, rowid AS r FROM policies WHERE version >= ?"
                 " UNION ALL SELECT 1, version, digest, rowid FROM groups WHERE version >= ? AND planted = 0"
-                " UNION ALL SELECT 2, version, id, rowid FROM verdicts WHERE version >= ?)"
+                " UNION ALL SELECT 2, version, id, rowid FROM verdicts WHERE version >= ?"
+                " UNION ALL SELECT 3, version, id, rowid FROM steps WHERE version >= ?)"
                 " ORDER BY k, o, t LIMIT ? OFFSET ?",
-                (u64(round_index),) * 3 + (limit_messages + 1, min(after, _MAX_OFFSET))).fetchall()
+                (u64(round_index),) * 4 + (limit_messages + 1, min(after, _MAX_OFFSET))).fetchall()
             out, size = [], 0
             for kind, row in keys:
                 (data,), = self._db.execute(f"SELECT data FROM {tables[kind]} WHERE rowid=?", (row,))  # noqa: S608

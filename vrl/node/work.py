@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl.node.messages import Group, PolicyAnnouncement, Submission, recomputed_digest
+from vrl.node.messages import Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
+from vrl.rl.step import StepConfig, StepError, compare, optimizer_bytes, replay
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.generate import GenerationConfig, iter_generate
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import Model, load_model
+from vrl.rollouts.model import Model, load_model, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
 from vrl.tasks import TaskSet
@@ -93,6 +94,35 @@ class Work:
                           rebuild_commitments=True)
         return tuple(v.reason for v in verdicts if not v.accepted), recomputed_digest([v.recomputed for v in verdicts])
 
+    # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
+    def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,
+               optimizer_after: bytes, groups: list[Group]) -> tuple[tuple[str, ...], bytes, float]:
+        """Run the step that made ``announcement`` again from the parent's weights (held),
+        ``optimizer_before`` and the batch's groups, and compare with the announced weights
+        (held) and ``optimizer_after``: ``(StepFault codes, replayed model hash, drift)``.
+        Bit-exact is required on the trainer's own platform, the tolerance elsewhere."""
+        parent, claimed = self.models[announcement.version - 1], self.models[announcement.version]
+        try:
+            config = StepConfig.from_bytes(config_file)
+        except StepError:
+            return (StepFault.WRONG_CONFIG,), b"", 0.0
+        if config.reference and config.reference != self.skeleton.model_hash:
+            return (StepFault.WRONG_CONFIG,), b"", 0.0  # pi_ref must be the network's base model
+        try:
+            network, optimizer, stats = replay(
+                parent.network, optimizer_before, [list(g.rollouts) for g in groups],
+                [w for _, w in announcement.batch], config, announcement.version - 1, self.skeleton.tokenizer.pad_token_id,
+                reference=self.skeleton.network if config.reference else None)
+        except StepError:  # the optimizer file the parent announced does not fit the model
+            return (StepFault.WRONG_OPTIMIZER_BEFORE,), b"", 0.0
+        result = compare(parent.network, optimizer_before, network, optimizer, claimed.network.state_dict(),
+                         optimizer_after, stats, parent.dtype_name)
+        same_platform = announcement.platform == platform_tag(parent)
+        faults = [fault for fault, ok in ((StepFault.WEIGHTS_MISMATCH, result.weights_agree(same_platform)),
+                                          (StepFault.OPTIMIZER_MISMATCH, result.optimizer_agrees(same_platform)))
+                  if not ok]
+        return tuple(faults), result.model_hash, result.drift
+
     # -- trainer ------------------------------------------------------------------------------
     def plant(self, version: int) -> tuple[Submission, bytes]:
         """A known-bad group from a throw-away identity, to see which verifiers pass it."""
@@ -105,11 +135,29 @@ class Work:
         return Submission.of([tampered(group[0], model, canary), *group[1:]]), canary.node_id
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedStep:
+    """What a training step hands the daemon to announce (specs/training.md §3)."""
+
+    model: Model
+    blob: bytes  # the weights file
+    optimizer: bytes  # the optimizer state file after the step
+    optimizer_before: bytes  # its hash before the step; empty for version 0
+    batch: tuple[tuple[bytes, float], ...]  # (group digest, weight), in the order trained
+    metrics: dict
+
+
 class PolicyTrainer:
-    """The trainer role: a :class:`vrl.rl.train.Trainer` stepped on admitted groups only."""
+    """The trainer role: a :class:`vrl.rl.train.Trainer` stepped on admitted groups only, each
+    step accountable: its inputs and outputs are what the announcement binds. The cheats that
+    devnets put verifiers to the test with are :class:`vrl.adversary.CheatingTrainer`."""
+
+    cheat = ""  # the vrl.node.config.TRAINER_ADVERSARIES entry this trainer carries out
 
     def __init__(self, config: TrainConfig, run_dir: Path, key: NodeKey) -> None:
         self.trainer = Trainer(config, run_dir, resume=True, key=key)
+        self.step_config = self.trainer.step_config
+        self.config_file = self.step_config.to_bytes()
 
     @property
     def version(self) -> int:
@@ -118,15 +166,40 @@ class PolicyTrainer:
     def policy(self) -> Model:
         return self.trainer.policy()
 
-    def step(self, groups: list[list[Rollout]], weights: list[float]) -> tuple[Model, bytes, dict]:
-        """GRPO on the batch, then version + 1: ``(model, weights blob, metrics)``; the
-        checkpoint is on disk before this returns."""
-        metrics = self.trainer.update(groups, weights)
-        model = self.trainer.advance()  # checkpoint_every is 1 for the node's trainer
+    def optimizer_file(self) -> bytes:
+        return optimizer_bytes(self.trainer.network, self.trainer.optimizer)
+
+    def current(self) -> TrainedStep:
+        """The current version as the step that made it: for version 0 (or a checkpoint a
+        crash left unannounced) rebuilt from what the checkpoint saved beside the weights."""
+        model = self.policy()
+        saved = self.trainer.resumed_state if self.version > 0 else {}
+        batch = tuple((bytes.fromhex(d), float(w)) for d, w in saved.get("batch", ()))
+        return TrainedStep(model, to_blob(model), self.optimizer_file(), bytes.fromhex(saved.get("optimizer_before", "")),
+                           batch, {})
+
+    def step(self, groups: list[Group], weights: list[float]) -> TrainedStep:
+        """GRPO on the batch (:func:`vrl.rl.step.grpo_step`), then version + 1; the checkpoint,
+        with the step's batch and starting optimizer hash, is on disk before this returns."""
+        before = hashlib.sha256(self.optimizer_file()).digest()
+        batch = tuple((g.digest, float(w)) for g, w in zip(groups, weights))
+        metrics = self.update(groups, weights)
+        model = self.trainer.advance({"batch": [[d.hex(), w] for d, w in batch],
+                                      "optimizer_before": before.hex()})  # checkpoint_every is 1 here
         if self.trainer.step_index % self.trainer.config.eval_every == 0:
             metrics.update(self.trainer.evaluate(model))
-        metrics["rewards_mean"] = float(torch.tensor([r.reward for g in groups for r in g]).mean()) if groups else 0.0
-        return model, to_blob(model), metrics
+        rewards = [r.reward for g in groups for r in g.rollouts]
+        metrics["rewards_mean"] = float(torch.tensor(rewards).mean()) if rewards else 0.0
+        return TrainedStep(model, to_blob(model), self.optimizer_file(), before, batch, metrics)
+
+    def update(self, groups: list[Group], weights: list[float]) -> dict:
+        """The GRPO step itself, on exactly the batch announced."""
+        return self.trainer.update([list(g.rollouts) for g in groups], weights)
+
+    def choose(self, batch: tuple[tuple[bytes, float], ...], protocol) -> tuple[tuple[bytes, float], ...]:
+        """The batch to train and announce: the one admission picked (``protocol``, the node's
+        :class:`~vrl.node.protocol.NodeProtocol`, is for the cheats that pick otherwise)."""
+        return batch
 
     def frozen_copy(self, model: Model) -> Model:
         """A snapshot of the live weights for verification (the live ones keep training)."""

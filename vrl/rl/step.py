@@ -321,14 +321,23 @@ class StepReplay:
     optimizer_hash: bytes
     drift: float
     optimizer_drift: float
-    exact: bool  # the announced weights and optimizer state are the replay's, bit for bit
+    weights_exact: bool  # the announced weights are the replay's, bit for bit
+    optimizer_exact: bool  # the announced optimizer file is the replay's, byte for byte
     stats: dict[str, float]
 
-    def agrees(self, same_platform: bool, tolerance: float = DRIFT_TOLERANCE) -> bool:
+    @property
+    def exact(self) -> bool:
+        return self.weights_exact and self.optimizer_exact
+
+    def weights_agree(self, same_platform: bool, tolerance: float = DRIFT_TOLERANCE) -> bool:
         """Bit-exact on the announcing trainer's platform; within ``tolerance`` elsewhere."""
-        if same_platform:
-            return self.exact
-        return self.drift <= tolerance and self.optimizer_drift <= tolerance
+        return self.weights_exact or (not same_platform and self.drift <= tolerance)
+
+    def optimizer_agrees(self, same_platform: bool, tolerance: float = DRIFT_TOLERANCE) -> bool:
+        return self.optimizer_exact or (not same_platform and self.optimizer_drift <= tolerance)
+
+    def agrees(self, same_platform: bool, tolerance: float = DRIFT_TOLERANCE) -> bool:
+        return self.weights_agree(same_platform, tolerance) and self.optimizer_agrees(same_platform, tolerance)
 
 
 def replay(parent: torch.nn.Module, optimizer_state: bytes, groups: list[list[Rollout]], weights: list[float],
@@ -369,10 +378,10 @@ def compare(parent: torch.nn.Module, parent_optimizer: bytes, network: torch.nn.
         claimed_moments = {}
     replayed_moments = load_tensors(replayed_optimizer)
     before = load_tensors(parent_optimizer) if parent_optimizer else {}
-    exact = replayed_optimizer == claimed_optimizer and all(
-        k in claimed and torch.equal(claimed[k], v) for k, v in replayed_state.items()) and set(claimed) == set(
-        replayed_state)
-    return StepReplay(model_hash=weights_hash(network, dtype_name), optimizer_hash=hashlib.sha256(replayed_optimizer).digest(),
+    weights_exact = set(claimed) == set(replayed_state) and all(
+        torch.equal(claimed[k].detach().cpu(), v) for k, v in replayed_state.items())
+    return StepReplay(model_hash=weights_hash(network, dtype_name),
+                      optimizer_hash=hashlib.sha256(replayed_optimizer).digest(),
                       drift=relative_drift(parent_state, replayed_state, claimed),
                       optimizer_drift=relative_drift(before, replayed_moments, claimed_moments),
-                      exact=exact, stats=stats)
+                      weights_exact=weights_exact, optimizer_exact=replayed_optimizer == claimed_optimizer, stats=stats)

@@ -1,0 +1,158 @@
+"""Training steps replayed for real (specs/training.md §4): a node's trainer takes a GRPO step
+on real groups, and a verifier's replay of it agrees bit for bit; each way a trainer can lie
+about a step (another learning rate, a dropped or a foreign group, weights no step made, an
+optimizer state it did not reach) is a fault."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from vrl.node.messages import Group, PolicyAnnouncement, StepFault
+from vrl.node.work import PolicyTrainer, Work, WorkConfig
+from vrl.rl.base_model import build_base_model
+from vrl.rl.step import StepConfig, optimizer_bytes, replay
+from vrl.rl.train import TrainConfig
+from vrl.rollouts.generate import iter_generate
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import Model, platform_tag
+from vrl.rollouts.presets import BaseModelConfig
+from vrl.tasks import open_task_set
+
+# One-digit sums, quickly taught: sampled groups then have mixed rewards (tests/test_train.py).
+QUICK = BaseModelConfig(tasks="arithmetic:digits=1,ops=+", steps=60, batch_size=32, learning_rate=3e-3,
+                        warmup_steps=10, held_out=64)
+TRAINER, WORKER, STRANGER = (NodeKey.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
+
+
+@dataclasses.dataclass
+class Step:
+    trainer: PolicyTrainer
+    work: Work
+    groups: list[Group]
+    foreign: Group
+    announcement: PolicyAnnouncement
+    before: bytes  # the optimizer file the step started from
+    after: bytes
+
+
+def announce(trainer: PolicyTrainer, step, parent: PolicyAnnouncement | None) -> PolicyAnnouncement:
+    import hashlib
+
+    return PolicyAnnouncement(
+        TRAINER.node_id, trainer.version, step.model.model_hash, hashlib.sha256(step.blob).digest(), len(step.blob),
+        parent=parent.model_hash if parent else b"", batch=step.batch, config=trainer.step_config.hash,
+        optimizer_before=step.optimizer_before, optimizer=hashlib.sha256(step.optimizer).digest(),
+        optimizer_size=len(step.optimizer), platform=platform_tag(step.model)).signed(TRAINER)
+
+
+@pytest.fixture(scope="module")
+def step(tmp_path_factory) -> Step:
+    root = tmp_path_factory.mktemp("replay")
+    base = build_base_model(QUICK, root / "base")
+    config = TrainConfig(model=str(base), task=QUICK.tasks, group_size=4, groups_per_step=8, max_new_tokens=4,
+                         learning_rate=1e-3, warmup_steps=1, held_out=8, eval_every=1000, steps=10,
+                         checkpoint_every=1)
+    trainer = PolicyTrainer(config, root / "trainer", TRAINER)
+    tasks, _ = open_task_set(QUICK.tasks)
+    work = Work(WORKER, WorkConfig(model=str(base), task=QUICK.tasks, group_size=4, max_new_tokens=4, tasks=tasks,
+                                   groups_per_round=8), expectations=None)
+    v0 = trainer.current()
+    a0 = announce(trainer, v0, None)
+    work.install(0, trainer.frozen_copy(v0.model), keep=4)
+
+    def sample(key: NodeKey, seed: bytes, count: int) -> list[Group]:
+        return [Group.of(g) for g in iter_generate(v0.model, tasks, key, round_seed=seed, sampling=work.sampling,
+                                                   groups=count, group_size=4, policy_version=0)]
+
+    groups = sample(WORKER, bytes(32), 8)
+    assert any(informative(g) for g in groups), "no informative group to learn from"
+    # A foreign group of equal rewards has no gradient and changes nothing: one with a gradient.
+    foreign = next(g for g in sample(STRANGER, b"\x01" * 32, 8) if informative(g))
+    before = v0.optimizer
+    v1 = trainer.step(groups, [1.0] * len(groups))
+    work.install(1, trainer.frozen_copy(v1.model), keep=4)
+    return Step(trainer, work, groups, foreign, announce(trainer, v1, a0), before, v1.optimizer)
+
+
+def informative(group: Group) -> bool:
+    return len({r.reward for r in group.rollouts}) > 1
+
+
+def claim(step: Step, network: torch.nn.Module) -> None:
+    """What the trainer published as version 1: these weights."""
+    step.work.install(1, Model("claimed", copy.deepcopy(network).eval(), step.work.skeleton.tokenizer, "float32"), 4)
+
+
+def replayed_by_a_verifier(step: Step, *, after: bytes | None = None, groups: list[Group] | None = None):
+    return step.work.replay(step.announcement, step.trainer.config_file, step.before,
+                            step.after if after is None else after, step.groups if groups is None else groups)
+
+
+def dishonest(step: Step, *, config: StepConfig | None = None, groups: list[Group] | None = None) -> torch.nn.Module:
+    """Weights from a step other than the announced one, from the same parent and state."""
+    groups = step.groups if groups is None else groups
+    network, _, _ = replay(step.work.models[0].network, step.before, [list(g.rollouts) for g in groups],
+                           [1.0] * len(groups), config or step.trainer.step_config, 0,
+                           step.work.skeleton.tokenizer.pad_token_id)
+    return network
+
+
+def test_an_honest_step_replays_bit_for_bit_on_the_same_platform(step):
+    assert step.announcement.platform == platform_tag(step.work.models[0])
+    faults, replayed, drift = replayed_by_a_verifier(step)
+    assert (faults, replayed, drift) == ((), step.announcement.model_hash, 0.0)
+
+
+def test_every_dishonest_step_is_a_weights_fault(step):
+    learned_from = [g for g in step.groups if informative(g)]
+    honest = step.work.models[1]
+    lies = {
+        "learning rate 2x": dishonest(step, config=dataclasses.replace(step.trainer.step_config, learning_rate=2e-3)),
+        "an admitted group dropped": dishonest(step, groups=[g for g in step.groups if g is not learned_from[0]]),
+        "a foreign group added": dishonest(step, groups=[*step.groups, step.foreign]),
+        "weights no step made": _perturbed(honest.network, 1e-4),
+        "no step at all": step.work.models[0].network,
+    }
+    try:
+        for name, network in lies.items():
+            claim(step, network)
+            faults, replayed, _ = replayed_by_a_verifier(step)
+            assert StepFault.WEIGHTS_MISMATCH in faults, name
+            assert replayed == step.announcement.model_hash, name  # the replay itself is the honest step
+    finally:
+        step.work.install(1, honest, 4)
+
+
+def test_an_optimizer_state_the_step_did_not_reach_is_an_optimizer_fault(step):
+    network = copy.deepcopy(step.work.models[1].network).requires_grad_(True)
+    optimizer = torch.optim.AdamW(network.parameters())
+    network(torch.tensor([[1, 2]])).logits.sum().backward()
+    optimizer.step()
+    faults, _, _ = replayed_by_a_verifier(step, after=optimizer_bytes(network, optimizer))
+    assert faults == (StepFault.OPTIMIZER_MISMATCH,)
+
+
+def test_a_config_file_that_does_not_decode_is_a_config_fault(step):
+    faults, _, _ = step.work.replay(step.announcement, b"\x80not a config", step.before, step.after, step.groups)
+    assert faults == (StepFault.WRONG_CONFIG,)
+
+
+def test_a_trainer_restarted_between_checkpoint_and_announcement_announces_the_same_step(step, tmp_path):
+    restarted = PolicyTrainer(step.trainer.trainer.config, step.trainer.trainer.run_dir, TRAINER)
+    again = restarted.current()
+    assert restarted.version == 1 and again.model.model_hash == step.announcement.model_hash
+    assert again.batch == step.announcement.batch and again.optimizer == step.after
+    assert again.optimizer_before == step.announcement.optimizer_before
+
+
+def _perturbed(network: torch.nn.Module, scale: float) -> torch.nn.Module:
+    copied = copy.deepcopy(network)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for tensor in copied.parameters():
+            tensor.mul_(1 + scale * torch.randn(tensor.shape, generator=generator))
+    return copied

@@ -1,0 +1,208 @@
+"""The trainer made accountable (specs/training.md), as the protocol state machine sees it:
+which steps a verifier judges and how, what a step verdict counts for, and when trainer
+fraud is confirmed and what follows. No models here; tests/test_replay.py runs real steps."""
+
+from __future__ import annotations
+
+import hashlib
+
+from vrl.node import protocol as P
+from vrl.node.messages import (
+    TOPIC_STEPS, Group, Outcome, PolicyAnnouncement, SignedVerdict, StepFault, StepOutcome, StepVerdict, Submission,
+    audit_ticket,
+)
+from vrl.rollouts.keys import NodeKey
+
+TRAINER = NodeKey.from_seed(b"T" * 32)
+VERIFIER = NodeKey.from_seed(b"V" * 32)
+OTHER = NodeKey.from_seed(b"U" * 32)
+WORKER = NodeKey.from_seed(b"W" * 32)
+PLATFORM = "torch-2.13.0/cpu-AVX512/float32/default/threads-1"
+
+
+def h(label: str) -> bytes:
+    return hashlib.sha256(label.encode()).digest()
+
+
+def group(tag: int, version: int = 0) -> Group:
+    return Group(Submission((tag.to_bytes(8, "big"),)), (), WORKER.node_id, version, tag)
+
+
+def chain(length: int, batch: dict[int, tuple[Group, ...]] | None = None, **changes) -> list[PolicyAnnouncement]:
+    """Versions 0..length-1 of an honest trainer, each bound to its parent; ``changes`` maps a
+    version to the fields its announcement gets instead (``changes={2: {...}}``)."""
+    out = []
+    for v in range(length):
+        fields = dict(parent=out[-1].model_hash if out else b"", config=h("config"),
+                      optimizer_before=out[-1].optimizer if out else b"", optimizer=h(f"optimizer-{v}"),
+                      optimizer_size=100, platform=PLATFORM,
+                      batch=tuple((g.digest, 1.0) for g in (batch or {}).get(v, ())))
+        fields.update(changes.get("changes", {}).get(v, {}))
+        out.append(PolicyAnnouncement(TRAINER.node_id, v, h(f"model-{v}"), h(f"blob-{v}"), 1000, **fields)
+                   .signed(TRAINER))
+    return out
+
+
+def verifier(key: NodeKey = VERIFIER, platform: str = PLATFORM, **options) -> P.NodeProtocol:
+    config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id, pretrusted=frozenset(
+        options.pop("pretrusted", ())), **options)
+    return P.NodeProtocol(key, config, platform=platform)
+
+
+def feed(node: P.NodeProtocol, announcements: list[PolicyAnnouncement], groups: tuple[Group, ...] = (),
+         now: float = 0.0) -> list:
+    actions = []
+    for g in groups:
+        actions += node.handle(P.GroupReceived(g, now))
+    for a in announcements:
+        actions += node.handle(P.Tick(now))
+        actions += node.handle(P.PolicyAnnounced(a))
+        actions += node.handle(P.PolicyLoaded(a.version))
+    return actions
+
+
+def published_steps(actions: list) -> list[StepVerdict]:
+    return [StepVerdict.from_bytes(a.data) for a in actions if isinstance(a, P.Publish) and a.topic == TOPIC_STEPS]
+
+
+def replays(actions: list) -> list[int]:
+    return [a.announcement.version for a in actions if isinstance(a, P.ReplayStep)]
+
+
+def test_an_honest_step_drawn_for_replay_is_replayed_and_passes_without_conviction():
+    g = group(1)
+    node = verifier(step_audit_rate=1.0)
+    actions = feed(node, chain(2, {1: (g,)}), (g,))
+    assert replays(actions) == [1] and not published_steps(actions)
+    actions = node.handle(P.StepReplayed(1, (), h("model-1"), 0.0))
+    (verdict,) = published_steps(actions)
+    assert verdict.valid() and verdict.outcome == StepOutcome.PASS and verdict.replayed == h("model-1")
+    assert verdict.announcement == node.policies[1].id and node.convicted is None
+    assert replays(node.handle(P.Tick(1.0))) == []  # judged once
+
+
+def test_at_rate_zero_nothing_is_replayed_but_the_rules_still_apply_to_every_step():
+    node = verifier(step_audit_rate=0.0)
+    assert replays(feed(node, chain(3))) == [] and node.convicted is None
+    node = verifier(step_audit_rate=0.0)
+    actions = feed(node, chain(3, changes={2: {"parent": h("somewhere else")}}))
+    (verdict,) = published_steps(actions)
+    assert verdict.outcome == StepOutcome.FRAUD and verdict.reasons == (StepFault.WRONG_PARENT,)
+
+
+def test_self_evident_faults_convict_at_once_and_the_node_stops_following_the_trainer():
+    for changes, fault in [({"parent": h("x")}, StepFault.WRONG_PARENT),
+                           ({"optimizer_before": h("x")}, StepFault.WRONG_OPTIMIZER_BEFORE),
+                           ({"config": h("another config")}, StepFault.WRONG_CONFIG)]:
+        node = verifier(step_audit_rate=0.0)
+        actions = feed(node, chain(3, changes={2: changes}))
+        convictions = [a for a in actions if isinstance(a, P.ConvictTrainer)]
+        assert [(c.version, c.reasons) for c in convictions] == [(2, (fault,))], fault
+        assert node.version == 1 and not node.follows(2)
+        later = chain(4)[3]
+        assert node.handle(P.PolicyAnnounced(later)) == [] and 3 not in node.policies  # ignored from now on
+
+
+def test_training_on_a_group_the_trainer_itself_failed_a_round_earlier_is_fraud():
+    bad = group(7, version=0)
+    own_fail = SignedVerdict(TRAINER.node_id, WORKER.node_id, bad.digest, 0, 0, audit_ticket(TRAINER, bad.digest),
+                             1.0, Outcome.HARD_FAIL, ("reward_mismatch",), h("digest"), PLATFORM).signed(TRAINER)
+    node = verifier(step_audit_rate=0.0)
+    feed(node, chain(2), (bad,))
+    node.handle(P.VerdictReceived(own_fail))
+    actions = feed(node, [chain(3, {2: (bad,)})[2]])
+    (verdict,) = published_steps(actions)
+    assert verdict.reasons == (StepFault.REJECTED_GROUP,) and node.convicted.version == 2
+
+
+def test_a_fail_the_trainer_signed_in_the_steps_own_round_is_not_evidence():
+    """An honest trainer may re-check a group it already trained on (a late failure report):
+    a fail signed while the parent was current may follow the step, so it proves nothing."""
+    g = group(7, version=1)
+    late = SignedVerdict(TRAINER.node_id, WORKER.node_id, g.digest, 1, 1, audit_ticket(TRAINER, g.digest), 1.0,
+                         Outcome.HARD_FAIL, ("reward_mismatch",), h("digest"), PLATFORM).signed(TRAINER)
+    node = verifier(step_audit_rate=0.0)
+    feed(node, chain(2), (g,))
+    node.handle(P.VerdictReceived(late))
+    assert published_steps(feed(node, [chain(3, {2: (g,)})[2]])) == [] and node.convicted is None
+
+
+def test_a_group_older_than_max_staleness_in_a_batch_is_fraud():
+    old = group(3, version=0)
+    node = verifier(step_audit_rate=0.0, max_staleness=1)
+    actions = feed(node, chain(4, {3: (old,)}), (old,))
+    assert [v.reasons for v in published_steps(actions)] == [(StepFault.STALE_GROUP,)]
+
+
+def test_a_replay_mismatch_on_the_trainers_own_platform_convicts_alone():
+    g = group(1)
+    node = verifier(step_audit_rate=1.0)
+    feed(node, chain(2, {1: (g,)}), (g,))
+    actions = node.handle(P.StepReplayed(1, (StepFault.WEIGHTS_MISMATCH,), h("replayed"), 0.3))
+    assert [type(a).__name__ for a in actions][:2] == ["Publish", "ConvictTrainer"]
+
+
+def test_on_another_platform_a_mismatch_needs_a_second_reporter_whose_word_counts():
+    g = group(1)
+    elsewhere = "torch-2.13.0/cpu-AVX2/float32/default/threads-2"
+    node = verifier(step_audit_rate=1.0, platform=elsewhere)
+    announcements = chain(2, {1: (g,)})
+    feed(node, announcements, (g,))
+    node.handle(P.StepReplayed(1, (StepFault.WEIGHTS_MISMATCH,), h("replayed"), 0.3))
+    assert node.convicted is None  # tolerance-based evidence alone is not enough
+    stranger = StepVerdict(WORKER.node_id, TRAINER.node_id, 1, announcements[1].id, StepOutcome.FRAUD,
+                           (StepFault.WEIGHTS_MISMATCH,), h("replayed"), 0.3, PLATFORM).signed(WORKER)
+    node.handle(P.StepVerdictReceived(stranger))
+    assert node.convicted is None  # a stranger's word counts for nothing
+    anchor = StepVerdict(OTHER.node_id, TRAINER.node_id, 1, announcements[1].id, StepOutcome.FRAUD,
+                         (StepFault.WEIGHTS_MISMATCH,), h("replayed"), 0.3, PLATFORM).signed(OTHER)
+    trusting = verifier(step_audit_rate=1.0, platform=elsewhere, pretrusted={OTHER.node_id})
+    feed(trusting, announcements, (g,))
+    trusting.handle(P.StepVerdictReceived(anchor))
+    trusting.handle(P.StepReplayed(1, (StepFault.WEIGHTS_MISMATCH,), h("replayed"), 0.3))
+    assert trusting.convicted is not None and trusting.convicted.reporters == (VERIFIER.node_id, OTHER.node_id)
+
+
+def test_a_fraud_report_that_counts_makes_a_verifier_replay_a_step_it_did_not_draw():
+    g = group(1)
+    announcements = chain(2, {1: (g,)})
+    node = verifier(step_audit_rate=0.0, pretrusted={OTHER.node_id})
+    assert replays(feed(node, announcements, (g,))) == []
+    report = StepVerdict(OTHER.node_id, TRAINER.node_id, 1, announcements[1].id, StepOutcome.FRAUD,
+                         (StepFault.WEIGHTS_MISMATCH,), h("replayed"), 0.3, PLATFORM).signed(OTHER)
+    assert [type(a).__name__ for a in node.handle(P.StepVerdictReceived(report))] == ["PersistStep", "ReplayStep"]
+    stranger_only = verifier(step_audit_rate=0.0)
+    feed(stranger_only, announcements, (g,))
+    assert replays(stranger_only.handle(P.StepVerdictReceived(report))) == []
+
+
+def test_a_step_verdict_naming_another_announcement_or_an_unknown_version_is_dropped():
+    announcements = chain(2)
+    node = verifier(step_audit_rate=0.0)
+    feed(node, announcements)
+    forged = StepVerdict(OTHER.node_id, TRAINER.node_id, 1, h("not the announcement"), StepOutcome.FRAUD,
+                         (StepFault.WEIGHTS_MISMATCH,), b"", 0.0, PLATFORM).signed(OTHER)
+    future = StepVerdict(OTHER.node_id, TRAINER.node_id, 9, h("x"), StepOutcome.PASS, (), b"", 0.0,
+                         PLATFORM).signed(OTHER)
+    assert node.handle(P.StepVerdictReceived(forged)) == [] and node.handle(P.StepVerdictReceived(future)) == []
+
+
+def test_a_batch_group_nobody_serves_is_fraud_after_step_wait_but_never_convicts_alone():
+    ghost = group(99)  # listed in the batch, never gossiped
+    node = verifier(step_audit_rate=1.0, step_wait=30.0)
+    feed(node, chain(2, {1: (ghost,)}))
+    assert published_steps(node.handle(P.Tick(10.0))) == []
+    (verdict,) = published_steps(node.handle(P.Tick(31.0)))
+    assert verdict.reasons == (StepFault.UNAVAILABLE_GROUP,) and node.convicted is None
+
+
+def test_a_node_replaying_its_log_reaches_the_same_conviction():
+    node = verifier(step_audit_rate=0.0)
+    announcements = chain(3, changes={2: {"parent": h("x")}})
+    actions = feed(node, announcements)
+    (mine,) = published_steps(actions)
+    restarted = verifier(step_audit_rate=0.0)
+    for a in announcements:
+        restarted.handle(P.PolicyAnnounced(a), replaying=True)
+    restarted.handle(P.StepVerdictReceived(mine), replaying=True)
+    assert restarted.convicted == node.convicted and restarted.version == 1
