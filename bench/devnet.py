@@ -4,6 +4,7 @@
     python bench/devnet.py poisoning    # 25% cheating workers, verification on vs off
     python bench/devnet.py learning     # accuracy after N steps: all honest vs under attack (verified)
     python bench/devnet.py faults       # SIGKILL + restart, SIGSTOP + SIGCONT a worker mid-run
+    python bench/devnet.py trainers     # each dishonest trainer: caught or not, and how fast
 
 Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
 not from logs. Runs are bounded by a round count and a deadline and stop by themselves.
@@ -25,6 +26,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vrl.node import devnet  # noqa: E402
+from vrl.node.config import TRAINER_ADVERSARIES  # noqa: E402
 from vrl.rl.base_model import ensure_base_model  # noqa: E402
 from vrl.node.messages import SignedVerdict, Submission  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
@@ -128,6 +130,27 @@ def one_run(name: str, nodes: int, adversaries: list[str], rounds: int, deadline
     return result
 
 
+def trainer_run(kind: str, rounds: int, deadline: float, port: int, **options) -> dict:
+    """A 4-node devnet whose trainer cheats as ``kind`` from version CHEAT_FROM + 1 on: whether
+    every honest node confirmed the fraud, at which version, and how many seconds after the
+    first bad version was published (from the nodes' own logs: vrl.node.devnet.trainer_fraud)."""
+    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-{kind}-"))
+    console.print(f"[bold]{kind}[/]: 4 nodes, the trainer cheats, up to {rounds} rounds -> {directory}")
+    summary = devnet.run(directory, 4, [kind], rounds, deadline, port, console, **options)
+    fraud = summary["trainer_fraud"]
+    seconds = [c["seconds"] for c in fraud["confirmed"].values() if c["seconds"] is not None]
+    result = {"name": kind, "caught_by": len(fraud["confirmed"]), "honest_nodes": 3,
+              "first_bad_version": fraud["first_bad_version"],
+              "confirmed_at_versions": sorted({c["version"] for c in fraud["confirmed"].values()}),
+              "reasons": sorted({r for c in fraud["confirmed"].values() for r in c["reasons"] or ()}),
+              "seconds_to_first_confirmation": min(seconds, default=None),
+              "seconds_to_all_confirmations": max(seconds, default=None),
+              "steps_replayed": summary["steps_replayed"], "versions_published": summary["policy_version"],
+              "failure": summary["failure"], "directory": str(directory)}
+    console.print_json(json.dumps(result))
+    return result
+
+
 def run_with_faults(directory, nodes, adversaries, rounds, deadline, port, during, **options) -> dict:
     network = devnet.plan(directory, nodes, adversaries, port, rounds=rounds, **options)
     devnet.start(network)
@@ -185,7 +208,7 @@ def plot_learning(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults"])
+    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers"])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
@@ -210,6 +233,9 @@ def main() -> None:
                                    args.port + 100 * seed + 50, **common))
     elif args.what == "faults":
         results.append(one_run("faults", 5, [], args.rounds, args.deadline, args.port, during=faults, **common))
+    elif args.what == "trainers":
+        for i, kind in enumerate(sorted(TRAINER_ADVERSARIES)):
+            results.append(trainer_run(kind, args.rounds, args.deadline, args.port + 100 * i, **common))
     RESULTS.mkdir(exist_ok=True)
     if args.what == "learning":
         plot_learning(results, RESULTS / "devnet-learning.png")

@@ -52,6 +52,27 @@ def test_a_three_node_libp2p_devnet_quarantines_the_cheater_and_trains(tmp_path,
     assert '"event": "policy loaded"' in log  # weights arrived by hash over libp2p
 
 
+def test_every_honest_node_convicts_a_trainer_that_publishes_weights_no_step_made(tmp_path):
+    """specs/training.md §6 on real processes: every step replayed (rate 1), the first bad
+    version is confirmed by each honest node on its own replay, and nobody follows it on."""
+    from vrl.adversary import CHEAT_FROM
+
+    summary = devnet.run(tmp_path / "dn", 3, ["trainer-fake-weights"], rounds=CHEAT_FROM + 4, deadline_s=240,
+                         base_port=free_port(), console=Console(file=open("/dev/null", "w")),
+                         work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
+                         protocol={"groups_per_round": 2, "verdict_wait": 1.0, "plant_every": 0,
+                                   "step_audit_rate": 1.0},
+                         train={"held_out": 8})
+    assert summary["failure"] is None, summary
+    fraud = summary["trainer_fraud"]
+    assert fraud["first_bad_version"] == CHEAT_FROM + 1, fraud
+    assert set(fraud["confirmed"]) == {"worker-1", "worker-2"}, fraud
+    assert all(c["version"] == CHEAT_FROM + 1 and c["reasons"] == ["weights_mismatch"]
+               for c in fraud["confirmed"].values()), fraud
+    assert summary["convicted_by"] == ["worker-1", "worker-2"], summary
+    assert all(s["pass"] >= CHEAT_FROM for s in summary["steps_replayed"].values()), summary  # honest steps passed
+
+
 def test_paths_are_resolved_once_where_they_are_given(tmp_path, monkeypatch):
     """`--dir dn` and a relative task file: every node.toml, read from its own folder by a
     process started anywhere, leads to the planned directory, key and task file."""

@@ -409,7 +409,9 @@ def devnet(
     nodes: Annotated[int, typer.Option(min=2, help="Node processes; node 0 trains, the rest work and verify.")] = 4,
     adversaries: Annotated[str, typer.Option(help="Comma-separated cheats for the last nodes: "
                                              "fabricated-reward, quantized-model, other-model, tampered-tokens, "
-                                             "replay, lazy-verifier.")] = "",
+                                             "replay, lazy-verifier; and at most one for the trainer (node 0): "
+                                             "trainer-rejected-group, trainer-foreign-data, trainer-drops-node, "
+                                             "trainer-learning-rate, trainer-fake-weights.")] = "",
     rounds: Annotated[int, typer.Option(min=1, help="Stop after the trainer has published this many versions.")] = 6,
     model: Annotated[str, typer.Option(help="Model every node builds its skeleton from (weights come from the trainer).")] = "base",
     task: Annotated[str, typer.Option()] = "arithmetic:digits=2,ops=+",
