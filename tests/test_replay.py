@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 
 import pytest
 import torch
@@ -37,11 +38,11 @@ class Step:
     announcement: PolicyAnnouncement
     before: bytes  # the optimizer file the step started from
     after: bytes
+    parent: PolicyAnnouncement
+    blobs: dict[bytes, bytes]  # every file either announcement names, by SHA-256
 
 
 def announce(trainer: PolicyTrainer, step, parent: PolicyAnnouncement | None) -> PolicyAnnouncement:
-    import hashlib
-
     return PolicyAnnouncement(
         TRAINER.node_id, trainer.version, step.model.model_hash, hashlib.sha256(step.blob).digest(), len(step.blob),
         parent=parent.model_hash if parent else b"", batch=step.batch, config=trainer.step_config.hash,
@@ -75,7 +76,9 @@ def step(tmp_path_factory) -> Step:
     before = v0.optimizer
     v1 = trainer.step(groups, [1.0] * len(groups))
     work.install(1, trainer.frozen_copy(v1.model), keep=4)
-    return Step(trainer, work, groups, foreign, announce(trainer, v1, a0), before, v1.optimizer)
+    files = (v0.blob, v1.blob, v0.optimizer, v1.optimizer, trainer.config_file)
+    return Step(trainer, work, groups, foreign, announce(trainer, v1, a0), before, v1.optimizer, a0,
+                {hashlib.sha256(f).digest(): f for f in files})
 
 
 def informative(group: Group) -> bool:
@@ -156,3 +159,34 @@ def _perturbed(network: torch.nn.Module, scale: float) -> torch.nn.Module:
         for tensor in copied.parameters():
             tensor.mul_(1 + scale * torch.randn(tensor.shape, generator=generator))
     return copied
+
+
+def test_the_audit_replays_a_step_from_its_files_alone(step):
+    """vrl.audit.replay_step: the files by hash, the groups by digest, nothing else held."""
+    from vrl.audit.replay import replay_step
+
+    groups = {g.digest: g for g in step.groups}
+    check = replay_step(step.announcement, step.parent, blob=step.blobs.get, group=groups.get,
+                        base=step.work.skeleton)
+    assert check.ok and check.exact and check.same_platform and check.drift == 0.0, check
+    assert "bit for bit" in check.sentence()
+    lost = {k: v for k, v in step.blobs.items() if k != step.announcement.optimizer}
+    check = replay_step(step.announcement, step.parent, blob=lost.get, group=groups.get, base=step.work.skeleton)
+    assert not check.replayed and check.missing == (f"optimizer state of version 1 {step.announcement.optimizer.hex()[:16]}",)
+    forged = dataclasses.replace(step.announcement, parent=b"\x00" * 32)
+    check = replay_step(forged, step.parent, blob=step.blobs.get, group=groups.get, base=step.work.skeleton)
+    assert check.faults == (StepFault.WRONG_PARENT,)
+
+
+def test_the_audit_finds_weights_no_step_made(step):
+    from vrl.audit.replay import replay_step
+    from vrl.node.weights import to_blob
+
+    fake = Model("fake", _perturbed(step.work.models[1].network, 1e-4), step.work.skeleton.tokenizer, "float32")
+    blob = to_blob(fake)
+    announcement = dataclasses.replace(step.announcement, model_hash=fake.model_hash,
+                                       blob=hashlib.sha256(blob).digest(), size=len(blob))
+    blobs = {**step.blobs, announcement.blob: blob}
+    check = replay_step(announcement, step.parent, blob=blobs.get, group={g.digest: g for g in step.groups}.get,
+                        base=step.work.skeleton)
+    assert check.faults == (StepFault.WEIGHTS_MISMATCH,) and check.drift > 0 and "not what its step makes" in check.sentence()

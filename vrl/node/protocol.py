@@ -328,6 +328,29 @@ def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
     return not earlier.checked and outcome != Outcome.SKIPPED
 
 
+def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, group_versions: dict[bytes, int],
+                     trainer_fails: dict[bytes, int], max_staleness: int) -> tuple[str, ...]:
+    """The faults of specs/training.md §5's rules: what signed data alone shows wrong with the
+    step that made ``a``, given its parent's announcement, the policy versions of the batch
+    groups known (digest -> version) and the rounds of the trainer's own hard fails on them
+    (digest -> the verdict's round)."""
+    faults = set()
+    if a.parent != parent.model_hash:
+        faults.add(StepFault.WRONG_PARENT)
+    if a.optimizer_before != parent.optimizer:
+        faults.add(StepFault.WRONG_OPTIMIZER_BEFORE)
+    if a.config != parent.config:  # a run's step config is fixed at version 0
+        faults.add(StepFault.WRONG_CONFIG)
+    for digest in a.groups:
+        # The trainer's own hard fail, signed while an earlier version was current: it knew
+        # before this step's round began (a fail signed in that round may follow the step).
+        if trainer_fails.get(digest, a.version - 1) < a.version - 1:
+            faults.add(StepFault.REJECTED_GROUP)
+        if digest in group_versions and not 0 <= (a.version - 1) - group_versions[digest] <= max_staleness:
+            faults.add(StepFault.STALE_GROUP)
+    return tuple(sorted(faults))
+
+
 def outcome_of(failed_reasons: tuple[str, ...]) -> str:
     if not failed_reasons:
         return Outcome.PASS
@@ -665,27 +688,15 @@ class NodeProtocol:
         return out
 
     def _rule_faults(self, a: PolicyAnnouncement) -> tuple[str, ...] | None:
-        """What signed data alone shows wrong with a step (SELF_EVIDENT_FAULTS); None while its
-        parent's announcement is unknown."""
+        """What signed data alone shows wrong with a step (:func:`step_rule_faults`); None
+        while its parent's announcement is unknown."""
         parent = self.policies.get(a.version - 1)
         if parent is None:
             return None
-        faults = set()
-        if a.parent != parent.model_hash:
-            faults.add(StepFault.WRONG_PARENT)
-        if a.optimizer_before != parent.optimizer:
-            faults.add(StepFault.WRONG_OPTIMIZER_BEFORE)
-        if a.config != parent.config:  # a run's step config is fixed at version 0
-            faults.add(StepFault.WRONG_CONFIG)
-        for digest in a.groups:
-            group, own = self.groups.get(digest), self.verdicts.get(digest, {}).get(a.trainer)
-            # The trainer's own hard fail, signed while an earlier version was current: it knew
-            # before this step's round began (a fail signed in that round may follow the step).
-            if own is not None and own.outcome == Outcome.HARD_FAIL and own.round < a.version - 1:
-                faults.add(StepFault.REJECTED_GROUP)
-            if group is not None and not 0 <= (a.version - 1) - group.version <= self.config.max_staleness:
-                faults.add(StepFault.STALE_GROUP)
-        return tuple(sorted(faults))
+        fails = {d: own.round for d in a.groups
+                 if (own := self.verdicts.get(d, {}).get(a.trainer)) is not None and own.outcome == Outcome.HARD_FAIL}
+        versions = {d: self.groups[d].version for d in a.groups if d in self.groups}
+        return step_rule_faults(a, parent, versions, fails, self.config.max_staleness)
 
     def _step_drawn(self, a: PolicyAnnouncement) -> bool:
         """This node's step ticket for the announcement: its own signature, drawn after the

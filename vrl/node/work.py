@@ -18,7 +18,7 @@ import torch
 from proofs.sampler import SamplingParams
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
-from vrl.rl.step import StepConfig, StepError, compare, optimizer_bytes, replay
+from vrl.rl.step import StepConfig, StepError, StepReplay, compare, optimizer_bytes, replay
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.generate import GenerationConfig, iter_generate
 from vrl.rollouts.keys import NodeKey
@@ -97,31 +97,11 @@ class Work:
     # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
     def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,
                optimizer_after: bytes, groups: list[Group]) -> tuple[tuple[str, ...], bytes, float]:
-        """Run the step that made ``announcement`` again from the parent's weights (held),
-        ``optimizer_before`` and the batch's groups, and compare with the announced weights
-        (held) and ``optimizer_after``: ``(StepFault codes, replayed model hash, drift)``.
-        Bit-exact is required on the trainer's own platform, the tolerance elsewhere."""
-        parent, claimed = self.models[announcement.version - 1], self.models[announcement.version]
-        try:
-            config = StepConfig.from_bytes(config_file)
-        except StepError:
-            return (StepFault.WRONG_CONFIG,), b"", 0.0
-        if config.reference and config.reference != self.skeleton.model_hash:
-            return (StepFault.WRONG_CONFIG,), b"", 0.0  # pi_ref must be the network's base model
-        try:
-            network, optimizer, stats = replay(
-                parent.network, optimizer_before, [list(g.rollouts) for g in groups],
-                [w for _, w in announcement.batch], config, announcement.version - 1, self.skeleton.tokenizer.pad_token_id,
-                reference=self.skeleton.network if config.reference else None)
-        except StepError:  # the optimizer file the parent announced does not fit the model
-            return (StepFault.WRONG_OPTIMIZER_BEFORE,), b"", 0.0
-        result = compare(parent.network, optimizer_before, network, optimizer, claimed.network.state_dict(),
-                         optimizer_after, stats, parent.dtype_name)
-        same_platform = announcement.platform == platform_tag(parent)
-        faults = [fault for fault, ok in ((StepFault.WEIGHTS_MISMATCH, result.weights_agree(same_platform)),
-                                          (StepFault.OPTIMIZER_MISMATCH, result.optimizer_agrees(same_platform)))
-                  if not ok]
-        return tuple(faults), result.model_hash, result.drift
+        """Replay the step that made ``announcement`` from the weights this node holds (its
+        parent's and its own): ``(StepFault codes, replayed model hash, drift)``."""
+        judged = judge_step(announcement, self.models[announcement.version - 1], self.models[announcement.version],
+                            config_file, optimizer_before, optimizer_after, groups, self.skeleton)
+        return judged.faults, judged.model_hash, judged.drift
 
     # -- trainer ------------------------------------------------------------------------------
     def plant(self, version: int) -> tuple[Submission, bytes]:
@@ -133,6 +113,52 @@ class Work:
                                  sampling=self.sampling, groups=[0], group_size=self.config.group_size,
                                  policy_version=version, reward_spec=self.expectations(version).reward_spec)
         return Submission.of([tampered(group[0], model, canary), *group[1:]]), canary.node_id
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgedStep:
+    """A step replayed against its announcement (specs/training.md §4, §5)."""
+
+    faults: tuple[str, ...]  # StepFault codes; empty when the step is what was announced
+    replay: StepReplay | None  # None when it could not run (a config or optimizer file at fault)
+    same_platform: bool  # the replay ran on the announcement's platform: bit-exact required
+
+    @property
+    def model_hash(self) -> bytes:
+        return self.replay.model_hash if self.replay is not None else b""
+
+    @property
+    def drift(self) -> float:
+        return self.replay.drift if self.replay is not None else 0.0
+
+
+def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, config_file: bytes,
+               optimizer_before: bytes, optimizer_after: bytes, groups: list[Group], base: Model) -> JudgedStep:
+    """Run the step that made ``announcement`` again from ``parent``'s weights,
+    ``optimizer_before`` and the batch's ``groups`` (in batch order), and compare with the
+    announced weights (``claimed``) and ``optimizer_after``. Bit-exact is required on the
+    trainer's own platform, the tolerance elsewhere. ``base`` is the network's base model, the
+    only reference policy a step config may name. What a verifier's replay and the audit's run."""
+    same_platform = announcement.platform == platform_tag(parent)
+    try:
+        config = StepConfig.from_bytes(config_file)
+    except StepError:
+        return JudgedStep((StepFault.WRONG_CONFIG,), None, same_platform)
+    if config.reference and config.reference != base.model_hash:
+        return JudgedStep((StepFault.WRONG_CONFIG,), None, same_platform)  # pi_ref must be the base model
+    try:
+        network, optimizer, stats = replay(
+            parent.network, optimizer_before, [list(g.rollouts) for g in groups], [w for _, w in announcement.batch],
+            config, announcement.version - 1, base.tokenizer.pad_token_id,
+            reference=base.network if config.reference else None)
+    except StepError:  # the optimizer file the parent announced does not fit the model
+        return JudgedStep((StepFault.WRONG_OPTIMIZER_BEFORE,), None, same_platform)
+    result = compare(parent.network, optimizer_before, network, optimizer, claimed.network.state_dict(),
+                     optimizer_after, stats, parent.dtype_name)
+    faults = tuple(fault for fault, ok in ((StepFault.WEIGHTS_MISMATCH, result.weights_agree(same_platform)),
+                                           (StepFault.OPTIMIZER_MISMATCH, result.optimizer_agrees(same_platform)))
+                   if not ok)
+    return JudgedStep(faults, result, same_platform)
 
 
 @dataclasses.dataclass(frozen=True)

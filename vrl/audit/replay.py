@@ -1,0 +1,119 @@
+"""Training steps replayed offline (specs/training.md §4): :func:`replay_step` re-executes the
+GRPO step that made one policy version from the files its announcement names, and says
+whether the announced weights and optimizer state are what that step makes.
+
+The files come from wherever the caller has them (a devnet's ``blobs/`` directories, a
+node's store for the groups): :func:`replay_step` takes two lookups, by SHA-256 and by group
+digest, and never fetches, writes or trusts anything it cannot hash. When the announcement's
+platform differs from this machine's only in torch's thread count, the replay runs at the
+trainer's count, so that bit-exactness is what it checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from vrl.node.messages import Group, PolicyAnnouncement, StepFault
+from vrl.node.protocol import step_rule_faults
+from vrl.node.weights import WeightsError, from_blob
+from vrl.node.work import judge_step
+from vrl.rollouts.model import Model, platform_tag
+
+_THREADS = re.compile(r"/threads-(\d+)$")
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """One step judged offline: its faults (StepFault codes, empty when it is what was
+    announced), what was missing to judge it, and the replay's numbers."""
+
+    version: int
+    faults: tuple[str, ...]
+    missing: tuple[str, ...]  # files or groups not found: the step could not be replayed
+    same_platform: bool  # bit-exact was required
+    exact: bool
+    drift: float  # ||claimed - replay|| / ||replay - parent|| (specs/training.md §4)
+    optimizer_drift: float
+    seconds: float  # the replay's own time
+
+    @property
+    def replayed(self) -> bool:
+        return not self.missing
+
+    @property
+    def ok(self) -> bool:
+        return self.replayed and not self.faults
+
+    def sentence(self) -> str:
+        if self.missing:
+            return f"version {self.version} could not be replayed: missing {', '.join(self.missing[:3])}"
+        if not self.faults:
+            how = "bit for bit" if self.exact else f"within tolerance (drift {self.drift:.2e})"
+            return f"version {self.version} is what its step makes, {how}"
+        return (f"version {self.version} is not what its step makes: {', '.join(self.faults)} "
+                f"(drift {self.drift:.3g}{', same platform: bit-exact was required' if self.same_platform else ''})")
+
+
+@contextlib.contextmanager
+def _threads_of(platform: str, model: Model) -> Iterator[None]:
+    """Run at the announcement's thread count when that is all that differs from this machine."""
+    wanted, before = _THREADS.search(platform), torch.get_num_threads()
+    if wanted and _THREADS.sub("", platform) == _THREADS.sub("", platform_tag(model)):
+        torch.set_num_threads(int(wanted[1]))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
+                blob: Callable[[bytes], bytes | None], group: Callable[[bytes], Group | None], base: Model,
+                max_staleness: int = 2) -> StepCheck:
+    """Re-execute the step that made ``announcement`` (version ``v``) from ``parent`` (version
+    ``v - 1``): the chain rules of specs/training.md §5 first, then the replay. ``blob`` looks a
+    file up by its SHA-256 (None if absent; what it returns is hashed again here), ``group`` a
+    batch group by digest; ``base`` is the network's base model (the architecture, tokenizer
+    and only reference policy)."""
+    if announcement.version != parent.version + 1:
+        raise ValueError(f"version {parent.version} is not the parent of version {announcement.version}")
+    missing: list[str] = []
+
+    def file(digest: bytes, what: str) -> bytes | None:
+        data = blob(digest)
+        if data is None or hashlib.sha256(data).digest() != digest:
+            missing.append(f"{what} {digest.hex()[:16]}")
+            return None
+        return data
+
+    groups = [group(d) for d in announcement.groups]
+    missing += [f"group {d.hex()[:16]}" for d, g in zip(announcement.groups, groups) if g is None]
+    versions = {g.digest: g.version for g in groups if g is not None}
+    rules = step_rule_faults(announcement, parent, versions, {}, max_staleness)
+    if rules:
+        return StepCheck(announcement.version, rules, (), False, False, 0.0, 0.0, 0.0)
+    weights = [file(a.blob, f"weights of version {a.version}") for a in (parent, announcement)]
+    config = file(announcement.config, "step config")
+    before = file(announcement.optimizer_before, f"optimizer state of version {parent.version}")
+    after = file(announcement.optimizer, f"optimizer state of version {announcement.version}")
+    if missing:
+        return StepCheck(announcement.version, (), tuple(missing), False, False, 0.0, 0.0, 0.0)
+    try:
+        parent_model, claimed = (from_blob(base, w, blob_hash=a.blob, model_hash=a.model_hash, name=f"policy@{a.version}")
+                                 for w, a in zip(weights, (parent, announcement)))
+    except WeightsError:  # the weights file is not the announced model: no step made it
+        return StepCheck(announcement.version, (StepFault.WEIGHTS_MISMATCH,), (), False, False, float("inf"), 0.0, 0.0)
+    started = time.perf_counter()
+    with _threads_of(announcement.platform, parent_model):
+        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base)
+    seconds = time.perf_counter() - started
+    result = judged.replay
+    return StepCheck(announcement.version, judged.faults, (), judged.same_platform,
+                     result is not None and result.exact, judged.drift,
+                     result.optimizer_drift if result is not None else 0.0, seconds)
