@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -117,3 +117,27 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     return StepCheck(announcement.version, judged.faults, (), judged.same_platform,
                      result is not None and result.exact, judged.drift,
                      result.optimizer_drift if result is not None else 0.0, seconds)
+
+
+# Which steps an audit replays when it samples: a hash of the announcement, not a choice, so
+# two audits of one run replay the same steps (specs/training.md §4).
+SAMPLE_DOMAIN = b"vrl/audit-step-sample/v1\x00"
+
+
+def sampled(announcement: PolicyAnnouncement, share: float) -> bool:
+    """Whether an audit replaying a ``share`` of the steps replays this one."""
+    digest = hashlib.sha256(SAMPLE_DOMAIN + announcement.id).digest()
+    return int.from_bytes(digest[:8], "big") < share * 2**64
+
+
+def replay_steps(announcements: Iterable[PolicyAnnouncement], *, blob: Callable[[bytes], bytes | None],
+                 group: Callable[[bytes], Group | None], base: Model, share: float = 1.0,
+                 max_staleness: int = 2) -> Iterator[StepCheck]:
+    """Replay a ``share`` of the steps of one trainer's announcements (any order; each
+    version's parent must be among them), oldest first."""
+    by_version = {a.version: a for a in announcements}  # announcements are ~250 bytes plus their batch
+    for version in sorted(by_version):
+        parent = by_version.get(version - 1)
+        if version > 0 and parent is not None and sampled(by_version[version], share):
+            yield replay_step(by_version[version], parent, blob=blob, group=group, base=base,
+                              max_staleness=max_staleness)
