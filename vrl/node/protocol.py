@@ -102,7 +102,8 @@ class ProtocolParams:
     # The trainer publishes no version after this one (0: no limit).
     last_version: int = field(default=0, metadata=bounded(0, U63))
     # Share of training steps each verifier replays (specs/training.md §5), drawn by its own
-    # step ticket. A replay costs about one training step (bench/replay.py); with three
+    # step ticket. A replay costs about one training step (0.1-0.3 s each
+    # on the base model, replaying a devnet's steps offline: vrl.audit.replay); with three
     # verifiers at 0.25 a single bad step escapes all of them with probability 0.75^3 = 0.42,
     # a trainer that cheats on k steps with 0.42^k. A fraud report that counts makes every
     # verifier replay the step, whatever its draw.
