@@ -62,8 +62,9 @@ class StepCheck:
 
 
 @contextlib.contextmanager
-def _threads_of(platform: str, model: Model) -> Iterator[None]:
-    """Run at the announcement's thread count when that is all that differs from this machine."""
+def threads_of(platform: str, model: Model) -> Iterator[None]:
+    """Run at the thread count a platform tag names when that is all that differs from this
+    machine's: a replay or re-verification on the same platform must then be bit-exact."""
     wanted, before = _THREADS.search(platform), torch.get_num_threads()
     if wanted and _THREADS.sub("", platform) == _THREADS.sub("", platform_tag(model)):
         torch.set_num_threads(int(wanted[1]))
@@ -110,7 +111,7 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     except WeightsError:  # the weights file is not the announced model: no step made it
         return StepCheck(announcement.version, (StepFault.WEIGHTS_MISMATCH,), (), False, False, float("inf"), 0.0, 0.0)
     started = time.perf_counter()
-    with _threads_of(announcement.platform, parent_model):
+    with threads_of(announcement.platform, parent_model):
         judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base)
     seconds = time.perf_counter() - started
     result = judged.replay

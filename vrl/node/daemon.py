@@ -80,6 +80,7 @@ class Node:
         self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
         self.metrics = NodeMetrics()
         self.store = Store(config.path / "node.sqlite")
+        self.store.claim(key.node_id)
         self.blob_dir = config.path / "blobs"
         self.blob_dir.mkdir(parents=True, exist_ok=True)
         self.tasks, problems = open_task_set(config.work.task)
@@ -114,6 +115,7 @@ class Node:
         self._decoded: OrderedDict[bytes, Group] = OrderedDict()  # message id -> group (MAX_DECODED_GROUPS)
         self._bodies: OrderedDict[bytes, Group] = OrderedDict()  # digest -> group (DECODED_GROUP_BYTES)
         self._body_bytes = 0
+        self._feeding = 0  # events whose actions are under way (_feed)
 
     # -- helpers ------------------------------------------------------------------------------
     def _expectations(self, version: int) -> Expectations:
@@ -246,8 +248,16 @@ class Node:
             await self._feed(P.StepVerdictReceived(StepVerdict.from_bytes(message.data)))
 
     async def _feed(self, event: P.Event) -> None:
-        for action in self.protocol.handle(event):
-            await self._do(action)
+        # While an event's actions are being done (a Publish awaits the network), the
+        # protocol's reputation already counts verdicts the store does not hold yet: no
+        # snapshot is taken then (_export_reputation), so that an auditor replaying the
+        # verdicts stored by the snapshot's time gets the snapshot (specs/audit.md §3).
+        self._feeding += 1
+        try:
+            for action in self.protocol.handle(event):
+                await self._do(action)
+        finally:
+            self._feeding -= 1
 
     # -- actions -------------------------------------------------------------------------------
     async def _do(self, action: P.Action) -> None:
@@ -594,7 +604,8 @@ class Node:
             self.metrics.reputation.labels(peer).set(s.score)
             self.metrics.check_rate.labels(peer).set(s.check_rate)
             self.metrics.quarantined.labels(peer).set(int(s.quarantined))
-        if self.protocol.version is not None and version != getattr(self, "_reputation_round", None):
+        if (self.protocol.version is not None and version != getattr(self, "_reputation_round", None)
+                and not self._feeding):  # else the next tick takes it
             self._reputation_round = version
             self.store.put_reputation(version, [(n, s.score, s.check_rate, s.quarantined, s.trust, s.checked_groups)
-                                                for n, s in standings.items()])
+                                                for n, s in standings.items()], at=time.time())

@@ -79,6 +79,12 @@ def _verdict_version(data: bytes) -> bytes:
 
 
 _MAX_OFFSET = (1 << 63) - 1
+# The meta key naming whose store this is (hex node id): an auditor replays reputation as that
+# node's view, whose pre-trusted set includes the node itself (specs/audit.md §1). Not a schema
+# change: a store without it is still read, and its folder's key names the owner instead.
+OWNER_KEY = "node"
+# The meta key holding when the reputation snapshot was computed (a float, time.time()).
+SNAPSHOT_AT_KEY = "reputation_at"
 
 
 class StoreError(VrlError):
@@ -143,6 +149,15 @@ class Store:
         with self._lock:
             self._db.close()
 
+    def claim(self, node_id: bytes) -> None:
+        """Record whose store this is, once (:data:`OWNER_KEY`); a store is one node's for life."""
+        with self._lock:
+            found = self._db.execute("SELECT value FROM meta WHERE key=?", (OWNER_KEY,)).fetchone()
+            if found is not None and found[0] != node_id.hex():
+                raise StoreError(f"{self.path}: this store belongs to node {found[0][:16]}…, not "
+                                 f"{node_id.hex()[:16]}…: give each node a data_dir of its own")
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (OWNER_KEY, node_id.hex()))
+
     def _write(self, sql: str, params: tuple) -> bool:
         """One committed statement; False when it inserted nothing (already known)."""
         with self._lock:
@@ -178,11 +193,17 @@ class Store:
         return self._write("INSERT OR IGNORE INTO trained VALUES (?, ?, ?)",
                            (u64(version), b"".join(groups), metrics_json))
 
-    def put_reputation(self, round_index: int, rows: list[tuple[bytes, float, float, bool, float, int]]) -> None:
+    def put_reputation(self, round_index: int, rows: list[tuple[bytes, float, float, bool, float, int]],
+                       at: float | None = None) -> None:
+        """Replace the snapshot with ``rows``, as of round ``round_index``, computed at ``at``
+        (the clock the ``received`` columns use): an auditor replays the verdicts received by
+        then and must get these rows (specs/audit.md §3, ``reputation``)."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("DELETE FROM reputation")
+                if at is not None:
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (SNAPSHOT_AT_KEY, repr(at)))
                 self._db.executemany("INSERT INTO reputation VALUES (?, ?, ?, ?, ?, ?, ?)", [
                     (node, u64(round_index), score, rate, int(q), trust, checked)
                     for node, score, rate, q, trust, checked in rows])

@@ -1,0 +1,255 @@
+"""vrl.audit and `vrl audit` on a real devnet's stores (specs/audit.md): the cheats convicted,
+the honest nodes clean, nothing written into the inputs, tampered and damaged inputs found,
+unusable inputs refused with the path, hostile bytes in a store never a traceback.
+
+One devnet (tiny model, 4 libp2p node processes on 127.0.0.1, one worker fabricating
+rewards, a trainer publishing weights no step made from version CHEAT_FROM + 1) serves every test;
+each test that changes something works on a copy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+from typer.testing import CliRunner
+
+import vrl.audit
+from vrl.adversary import CHEAT_FROM
+from vrl.audit import AuditError, Severity
+from vrl.cli import app
+from vrl.node import devnet
+from vrl.node.messages import Outcome, PolicyAnnouncement, SignedVerdict
+from vrl.rollouts.keys import NodeKey
+
+LOG_CHECKS = ["signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("audit") / "dn"
+    summary = devnet.run(directory, 4, ["fabricated-reward", "trainer-fake-weights"], rounds=CHEAT_FROM + 4,
+                         deadline_s=300, base_port=random.Random().randrange(20000, 27000),
+                         console=Console(file=open("/dev/null", "w")),
+                         work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
+                         protocol={"groups_per_round": 2, "verdict_wait": 1.0, "plant_every": 2,
+                                   "step_audit_rate": 1.0},
+                         train={"held_out": 8})
+    assert summary["failure"] is None, summary
+    assert summary["quarantined"] == ["worker-3"], summary
+    return directory
+
+
+def copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "dn"
+    shutil.copytree(run_dir, target)
+    return target
+
+
+def ids(directory: Path) -> dict[str, str]:
+    return {f"node-{i}": NodeKey.load(directory / f"node-{i}" / "node.pem").node_id.hex() for i in range(4)}
+
+
+def fingerprint(directory: Path) -> dict[str, tuple[str, int]]:
+    return {str(p.relative_to(directory)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# -- the whole run -------------------------------------------------------------------------------
+
+def test_the_audit_convicts_both_cheats_and_clears_every_honest_node(run_dir):
+    before = fingerprint(run_dir)
+    result = CliRunner().invoke(app, ["audit", str(run_dir), "--all", "--json", "-q"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    node = ids(run_dir)
+    verdicts = {id_: info["verdict"] for id_, info in report["nodes"].items()}
+    assert verdicts[node["node-3"]] == "convicted" and "bad_group" in report["nodes"][node["node-3"]]["errors"]
+    assert verdicts[node["node-0"]] == "convicted" and "step_fraud" in report["nodes"][node["node-0"]]["errors"]
+    assert verdicts[node["node-1"]] == verdicts[node["node-2"]] == "clean", report["nodes"]
+    frauds = [f for f in report["findings"] if f["code"] == "step_fraud"]
+    assert frauds and min(f["evidence"]["version"] for f in frauds) == CHEAT_FROM + 1
+    assert all(f["evidence"]["faults"] == ["weights_mismatch"] for f in frauds)
+    # Every step before the cheat replays bit for bit; the reputation snapshots are the logs'.
+    honest_steps = [s for s in report["series"]["steps"] if s["version"] <= CHEAT_FROM]
+    assert honest_steps and all(s["ok"] and s["exact"] for s in honest_steps)
+    assert not [f for f in report["findings"] if f["code"] == "snapshot_mismatch"], report["findings"]
+    assert report["stats"]["reputation"]["snapshot rows compared"] > 0
+    assert fingerprint(run_dir) == before  # read-only: not a byte, not an mtime
+
+
+def test_the_python_api_and_the_html_report(run_dir, tmp_path):
+    with vrl.audit.open([run_dir]) as audit:
+        report = audit.run(checks=["signatures", "reputation", "groups", "steps", "accuracy"], sample=0.5)
+    assert isinstance(report.findings[0], vrl.audit.Finding) and report.exit_code == 1
+    assert {"reputation", "latency", "rejections", "steps", "accuracy"} <= set(report.series)
+    assert "reward_mismatch" in report.series["rejections"]
+    page = report.write_html(tmp_path / "audit.html").read_text()
+    assert page.count("<img ") == 5 and "http" not in page.replace("http-equiv", "")  # self-contained
+    assert "convicted" in page and "step_fraud" in page
+    json.dumps(report.to_json())  # every value serializes
+
+
+def test_two_audits_at_one_share_reexecute_the_same_items(run_dir):
+    with vrl.audit.open([run_dir]) as audit:
+        first = audit.run(checks=["groups", "steps"], sample=0.3)
+        second = audit.run(checks=["groups", "steps"], sample=0.3)
+    assert first.stats["groups"] == second.stats["groups"]
+    assert [s["version"] for s in first.series["steps"]] == [s["version"] for s in second.series["steps"]]
+
+
+# -- what a tampered log shows --------------------------------------------------------------------
+
+def test_a_forged_snapshot_an_unsigned_verdict_and_equivocations_are_findings(run_dir, tmp_path):
+    directory = copy_of(run_dir, tmp_path)
+    node = ids(directory)
+    trainer = NodeKey.load(directory / "node-0" / "node.pem")
+    verifier = NodeKey.load(directory / "node-1" / "node.pem")
+    store = directory / "node-1" / "node.sqlite"
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE reputation SET score = 0.999 WHERE node = ?", (bytes.fromhex(node["node-3"]),))
+        grp, data = db.execute("SELECT grp, data FROM verdicts WHERE verifier = ? AND outcome = 'pass' LIMIT 1",
+                               (verifier.node_id,)).fetchone()
+        honest = SignedVerdict.from_bytes(data)
+        # The same verifier says the opposite to another node: a signed contradiction.
+        lie = SignedVerdict(**{**honest.__dict__, "outcome": Outcome.HARD_FAIL, "reasons": ("reward_mismatch",),
+                               "signature": b""}).signed(verifier)
+        forged = SignedVerdict(**{**honest.__dict__, "round": honest.round + 1})  # signature no longer covers it
+        db.execute("UPDATE verdicts SET data = ? WHERE grp = ? AND verifier = ?", (forged.to_bytes(), grp,
+                                                                                   verifier.node_id))
+        first = PolicyAnnouncement.from_bytes(db.execute("SELECT data FROM policies ORDER BY version LIMIT 1 OFFSET 1")
+                                              .fetchone()[0])
+    with sqlite3.connect(directory / "node-2" / "node.sqlite") as db:
+        db.execute("UPDATE verdicts SET data = ?, outcome = 'hard_fail' WHERE grp = ? AND verifier = ?",
+                   (lie.to_bytes(), grp, verifier.node_id))
+        other = PolicyAnnouncement(**{**first.__dict__, "size": first.size + 1, "signature": b""}).signed(trainer)
+        db.execute("UPDATE policies SET data = ? WHERE version = ?", (other.to_bytes(), first.version.to_bytes(8, "big")))
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(checks=LOG_CHECKS)
+    codes = {(f.code, f.subject) for f in report.findings if f.severity == Severity.ERROR}
+    assert ("snapshot_mismatch", node["node-1"]) in codes
+    assert ("bad_signature", "") in codes
+    assert ("verifier_equivocation", node["node-1"]) in codes
+    assert ("trainer_equivocation", node["node-0"]) in codes
+
+
+def test_a_batch_with_a_quarantined_nodes_group_is_found(run_dir, tmp_path):
+    directory = copy_of(run_dir, tmp_path)
+    node = ids(directory)
+    trainer = NodeKey.load(directory / "node-0" / "node.pem")
+    with sqlite3.connect(directory / "node-0" / "node.sqlite") as db:
+        cheat = bytes.fromhex(node["node-3"])
+        digest, version = db.execute("SELECT digest, version FROM groups WHERE subject = ? ORDER BY version DESC "
+                                     "LIMIT 1", (cheat,)).fetchone()
+        last = db.execute("SELECT data, version FROM policies ORDER BY version DESC LIMIT 1").fetchone()
+        a = PolicyAnnouncement.from_bytes(last[0])
+        padded = PolicyAnnouncement(**{**a.__dict__, "batch": (*a.batch[:-1], (digest, a.batch[-1][1])),
+                                       "signature": b""}).signed(trainer)
+        db.execute("UPDATE policies SET data = ? WHERE version = ?", (padded.to_bytes(), last[1]))
+    with vrl.audit.open([directory / "node-0"]) as audit:
+        report = audit.run(checks=["quarantine"])
+    found = [f for f in report.findings if f.code in ("trained_quarantined", "stale_group")]
+    assert found and all(f.subject == node["node-0"] for f in found), report.findings
+
+
+# -- damaged and unusable input -------------------------------------------------------------------
+
+def test_unusable_inputs_exit_2_naming_the_path(tmp_path):
+    runner = CliRunner()
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database" * 100)
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('schema', '99')")
+    for path, words in ((junk, "not a vrl node store"), (old, "schema version 99"),
+                        (tmp_path / "missing", "no such file"), (tmp_path, "neither a devnet folder")):
+        result = runner.invoke(app, ["audit", str(path)])
+        assert result.exit_code == 2, result.output
+        text = " ".join(result.output.split())  # rich wraps at the terminal's width
+        assert str(path) in text and words in text, result.output
+        assert "Traceback" not in result.output
+
+
+def test_damaged_rows_missing_blobs_and_truncated_files_are_findings(run_dir, tmp_path):
+    directory = copy_of(run_dir, tmp_path)
+    with sqlite3.connect(directory / "node-1" / "node.sqlite") as db:
+        db.execute("UPDATE verdicts SET data = X'c1c1c1' WHERE rowid = (SELECT min(rowid) FROM verdicts)")
+    for node in directory.glob("node-*"):
+        shutil.rmtree(node / "blobs")
+    records = directory / "r.vrl"
+    from vrl.rollouts.files import write_rollouts
+    from vrl.node.store import Store
+
+    store = Store(directory / "node-2" / "node.sqlite")
+    try:
+        digest = next(d for _, groups, _ in Store(directory / "node-0" / "node.sqlite").trained_versions()
+                      for d in groups)
+        rollouts = store.group(digest).rollouts()
+    finally:
+        store.close()
+    write_rollouts(records, rollouts)
+    records.write_bytes(records.read_bytes()[:-20])  # the last record cut short
+    result = CliRunner().invoke(app, ["audit", str(directory), str(records), "--json", "-q"])
+    assert result.exit_code == 1, result.output
+    codes = {f["code"] for f in json.loads(result.stdout)["findings"]}
+    assert {"undecodable", "damaged_file", "weights_unavailable", "step_unreplayable"} <= codes, codes
+
+
+def test_a_store_with_an_unmerged_write_ahead_log_is_read_through_a_copy(run_dir, tmp_path):
+    directory = copy_of(run_dir, tmp_path)
+    store = directory / "node-1" / "node.sqlite"
+    writer = sqlite3.connect(store)  # a node still running: its last writes are in the -wal only
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("UPDATE reputation SET score = 0.5")
+    writer.commit()
+    try:
+        assert (directory / "node-1" / "node.sqlite-wal").stat().st_size > 0
+        before = fingerprint(directory)
+        with vrl.audit.open([directory / "node-1"]) as audit:
+            report = audit.run(checks=["reputation"])
+        assert any(f.code == "snapshot_mismatch" for f in report.findings)  # the -wal's write was read
+        assert fingerprint(directory) == before
+    finally:
+        writer.close()
+
+
+# -- hostile bytes in a store -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_store(run_dir, tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("hostile") / "node.sqlite"
+    shutil.copy(run_dir / "node-1" / "node.sqlite", target)
+    return target
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=st.sampled_from(["policies", "groups", "verdicts", "steps", "trained", "reputation", "meta"]),
+       column=st.integers(0, 7), payload=st.one_of(st.binary(max_size=300), st.text(max_size=50),
+                                                    st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True),
+                                                    st.none()))
+def test_any_value_in_any_column_is_a_finding_or_an_audit_error(small_store, tmp_path_factory, table, column, payload):
+    target = tmp_path_factory.mktemp("h") / "node.sqlite"
+    shutil.copy(small_store, target)
+    with sqlite3.connect(target) as db:
+        columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+        name = columns[column % len(columns)]
+        try:
+            db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT min(rowid) FROM {table})", (payload,))
+        except sqlite3.IntegrityError:
+            return  # the database itself refuses it
+    try:
+        with vrl.audit.open([target]) as audit:
+            report = audit.run(checks=LOG_CHECKS)
+    except AuditError as error:
+        assert str(target) in str(error)
+        return
+    assert all(isinstance(f, vrl.audit.Finding) for f in report.findings)

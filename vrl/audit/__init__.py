@@ -1,0 +1,149 @@
+"""The audit library: anyone re-checks a whole run, afterwards, from what its nodes stored.
+
+::
+
+    import vrl.audit
+
+    with vrl.audit.open(["devnet/"]) as audit:          # node stores (read-only), node or devnet
+        report = audit.run(sample=0.25)                  # folders, rollout files
+    for finding in report.findings:                      # Finding: check, code, severity, subject,
+        print(finding.severity, finding.sentence)        # evidence, sentence
+    report.write_html("audit.html")                      # or report.to_json(); report.exit_code
+
+What each check does, and the bytes of the JSON report, are specs/audit.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from vrl.audit.checks import (
+    Run, check_batches, check_duplicates, check_latency, check_planted, check_reputation, index_run,
+)
+from vrl.audit.findings import Finding, Severity
+from vrl.audit.reexecute import Models, check_accuracy, check_groups, check_steps
+from vrl.audit.replay import StepCheck, replay_step, replay_steps
+from vrl.audit.report import Report
+from vrl.audit.sources import AuditError, Inputs, open_inputs
+
+#: Every check, in the order they run (specs/audit.md §3). ``signatures`` always runs: it is
+#: the pass that reads the log. ``admission`` and ``quarantine`` are one pass over the batches.
+CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine", "groups", "steps",
+          "accuracy")
+#: The checks that re-execute models, at ``sample``; the others read the whole log.
+REEXECUTING = ("groups", "steps", "accuracy")
+#: The default share of re-executed items: the verifiers' own step_audit_rate
+#: (vrl.node.protocol.ProtocolParams), so an audit costs about what one more verifier did.
+DEFAULT_SAMPLE = 0.25
+
+__all__ = ["CHECKS", "DEFAULT_SAMPLE", "Audit", "AuditError", "Finding", "Report", "Severity", "StepCheck", "open",
+           "replay_step", "replay_steps"]
+
+
+class Audit:
+    """An audit of the inputs given to :func:`open`. Close it (or use ``with``) to release
+    the stores."""
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+
+    def __enter__(self) -> Audit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.inputs.close()
+
+    def run(self, checks: Iterable[str] | None = None, sample: float = DEFAULT_SAMPLE,
+            progress: Callable[[str, int], None] | None = None) -> Report:
+        """Run ``checks`` (default: all of :data:`CHECKS`), re-executing a ``sample`` share of
+        the groups, steps and versions (1.0: all of them). ``progress(check, n)`` is told as
+        items are done. Raises :class:`AuditError` for an unknown check or a share outside [0, 1]."""
+        chosen = tuple(CHECKS if checks is None else dict.fromkeys(checks))
+        unknown = [c for c in chosen if c not in CHECKS]
+        if unknown:
+            raise AuditError(f"unknown check {unknown[0]!r}; choose from {', '.join(CHECKS)}")
+        if not (isinstance(sample, (int, float)) and 0.0 <= sample <= 1.0):
+            raise AuditError(f"sample must be a share between 0 and 1, got {sample!r}")
+        chosen = ("signatures", *(c for c in chosen if c != "signatures"))
+        tell = progress or (lambda what, n: None)
+        findings: list[Finding] = []
+        seconds: dict[str, float] = {}
+        started = time.perf_counter()
+        run = index_run(self.inputs, tell, findings)
+        seconds["signatures"] = time.perf_counter() - started
+        models: Models | None = None
+        done: set = set()
+        for name in chosen[1:]:
+            started = time.perf_counter()
+            if name in REEXECUTING and models is None:
+                models = Models(run)
+            if name == "reputation":
+                check_reputation(run, findings, tell, sample)
+            elif name == "duplicates":
+                check_duplicates(run, findings, tell, sample)
+            elif name == "lazy_verifiers":
+                check_planted(run, findings, tell, sample)
+            elif name in ("admission", "quarantine") and "batches" not in done:
+                done.add("batches")
+                check_batches(run, findings, tell, sample)
+            elif name == "groups":
+                check_groups(run, findings, tell, sample, models)
+            elif name == "steps":
+                check_steps(run, findings, tell, sample, models)
+            elif name == "accuracy":
+                check_accuracy(run, findings, tell, sample, models)
+            seconds[name] = time.perf_counter() - started
+        check_latency(run)
+        return _report(run, chosen, sample, findings, seconds, models)
+
+    def work(self, sample: float = DEFAULT_SAMPLE) -> dict[str, int]:
+        """How many items each re-executing check will do at ``sample``, for a progress bar."""
+        from vrl.audit.checks import sampled
+
+        stores = self.inputs.nodes
+        groups = {row[0] for node in stores for row in node.store.group_headers()}
+        versions = max((node.store.counts()["policies"] for node in stores), default=0)
+        return {"signatures": sum(node.store.counts()["groups"] for node in stores),
+                "duplicates": len(groups),
+                "groups": sum(sampled(d, sample) for d in groups),
+                "steps": int(versions * sample) + 1,
+                "accuracy": int(versions * sample) + 2}
+
+
+def open(paths: Iterable[str | Path]) -> Audit:  # noqa: A001 (the module's verb, as builtins.open is the file's)
+    """An :class:`Audit` of these inputs: devnet folders, node folders, node stores
+    (``node.sqlite``, opened read-only) and rollout files. Raises :class:`AuditError`, naming
+    the path, for one it cannot use."""
+    return Audit(open_inputs([Path(p) for p in paths]))
+
+
+def _report(run: Run, checks: tuple[str, ...], sample: float, findings: list[Finding], seconds: dict[str, float],
+            models: Models | None) -> Report:
+    from vrl.rollouts.model import platform_tag
+
+    names = {node.owner.hex(): node.name for node in run.inputs.nodes if node.owner is not None}
+    nodes: dict[str, dict] = {}
+    for index in run.stores:
+        for head in index.groups.values():
+            if head.subject.hex() not in nodes:
+                nodes[head.subject.hex()] = {"name": names.get(head.subject.hex(), ""), "role": "worker"}
+        for v in index.verdicts:
+            nodes.setdefault(v.verifier.hex(), {"name": names.get(v.verifier.hex(), ""), "role": "verifier"})
+    for canary in run.canaries:  # the trainer's throw-away identities for planted groups are not nodes
+        if canary.hex() not in names:
+            nodes.pop(canary.hex(), None)
+    if run.trainer is not None:
+        nodes[run.trainer.hex()] = {"name": names.get(run.trainer.hex(), ""), "role": "trainer"}
+    for hex_id, name in names.items():
+        nodes.setdefault(hex_id, {"name": name, "role": "verifier"})
+    inputs = [{"name": node.name, "path": str(node.store.path), "owner": node.owner.hex() if node.owner else None,
+               "counts": node.store.counts()} for node in run.inputs.nodes]
+    inputs += [{"name": path.name, "path": str(path), "owner": None, "counts": {}} for path in run.inputs.rollout_files]
+    platform = platform_tag(models.base) if models is not None and models.problem is None else ""
+    return Report(findings, checks, sample, inputs, nodes, run.stats, run.series, seconds, platform)
+

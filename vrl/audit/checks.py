@@ -1,0 +1,604 @@
+"""The audit's checks (specs/audit.md §3), each a function of the run that yields findings.
+
+One streamed pass over every store (:func:`index_run`) checks every signature and keeps a
+compact index of the log: the headers of the groups (digest, signer, version, arrival), the
+policy announcements, and each verdict's few fields, never a record's bytes. Every other
+check reads that index, and fetches a group's records by digest, one group at a time, only
+when it re-executes something. So memory grows with the number of messages (about 200 bytes
+each, measured in bench/audit.py), not with the bytes of the log.
+
+Who a finding incriminates is always derived from signatures, never from a field a message
+asserts (specs/security.md §1): a group's node is the signer of its records, a verdict's
+verifier is its signer, a step's trainer is the announcement's signer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from vrl.audit.findings import Finding, Severity
+from vrl.audit.sources import Inputs, NodeInput
+from vrl.node.config import NodeConfig
+from vrl.node.messages import (
+    Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepOutcome, StepVerdict, decode_group,
+)
+from vrl.node.protocol import report_of
+from vrl.node.reputation import AdmissionConfig, Report, Reputation
+from vrl.rollouts.files import iter_records
+from vrl.rollouts.record import RecordError, Rollout
+
+# -- tolerances (specs/audit.md §4 gives each its source) -------------------------------------------
+# A replayed reputation score against the node's own snapshot: both are the same float64 code
+# over the same reports, so they agree to the last bit when nothing differs; 1e-9 only absorbs
+# the order a set of reports is summed in.
+SCORE_TOLERANCE = 1e-9
+# A re-measured held-out accuracy against the trainer's claim. On the trainer's own platform
+# the evaluation is deterministic (fixed seeds, vrl.rl.evaluate) and must agree exactly; on
+# another, a problem whose answer wins its sampling race by less than float noise may flip:
+# two problems' worth for sampled accuracy, and 0.005 for expected accuracy (a sum of
+# probabilities, whose float32 noise across ISAs is ~1e-6 per problem: far inside).
+ACCURACY_PROBLEMS_ACROSS_PLATFORMS = 2
+EXPECTED_ACCURACY_ACROSS_PLATFORMS = 0.005
+# Which groups and versions a sampled check re-executes: a hash of the item, not a choice, so
+# two audits of one run at one share re-execute the same items (steps: vrl.audit.replay.SAMPLE_DOMAIN).
+ITEM_DOMAIN = b"vrl/audit-item/v1\x00"
+
+
+def sampled(key: bytes, share: float) -> bool:
+    """Whether an audit re-executing a ``share`` of the items re-executes this one."""
+    return int.from_bytes(hashlib.sha256(ITEM_DOMAIN + key).digest()[:8], "big") < share * 2**64
+
+
+def short(node: bytes) -> str:
+    return node.hex()[:8]
+
+
+# -- the index -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GroupHead:
+    subject: bytes  # the signer of its records (decode_group), not the store's column
+    version: int
+    index: int
+    received: float
+    planted: bool
+    store: int  # which input holds its bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictHead:
+    verifier: bytes
+    group: bytes
+    outcome: str
+    reasons: tuple[str, ...]
+    digest: bytes
+    platform: str
+    planted: bool
+    policy_version: int
+    round: int
+    received: float
+    id: bytes
+
+
+@dataclass
+class StoreIndex:
+    """What one store holds, compactly."""
+
+    node: NodeInput
+    groups: dict[bytes, GroupHead] = field(default_factory=dict)
+    policies: dict[int, PolicyAnnouncement] = field(default_factory=dict)
+    verdicts: list[VerdictHead] = field(default_factory=list)  # in received order
+    steps: list[StepVerdict] = field(default_factory=list)
+    trained: dict[int, tuple[tuple[bytes, ...], dict]] = field(default_factory=dict)
+    announced_at: dict[int, float] = field(default_factory=dict)  # when this node received each version
+
+
+@dataclass
+class Run:
+    """The run as the audit sees it: every input's index, and what follows from them."""
+
+    inputs: Inputs
+    stores: list[StoreIndex]
+    trainer: bytes | None
+    config: NodeConfig | None  # the network's settings, from the first node folder with a node.toml
+    policies: dict[int, PolicyAnnouncement]  # the trainer's, one per version (equivocations are findings)
+    groups: dict[bytes, GroupHead]  # every group any store holds
+    planted: set[bytes]  # groups the trainer planted (its store's column, or its "planted" verdict)
+    canaries: set[bytes] = field(default_factory=set)  # the throw-away identities that signed them
+    rollout_records: int = 0
+    series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
+    stats: dict = field(default_factory=dict)  # per check: what it looked at
+
+    def group_bytes(self, digest: bytes) -> bytes | None:
+        head = self.groups.get(digest)
+        order = ([self.stores[head.store]] if head is not None else []) + self.stores
+        for index in order:
+            data = index.node.store.group(digest)
+            if data is not None:
+                return data
+        return None
+
+    def decoded(self, digest: bytes) -> Group | None:
+        data = self.group_bytes(digest)
+        if data is None:
+            return None
+        try:
+            return decode_group(data)
+        except MessageError:
+            return None  # the signatures check has already said so, with the store and the row
+
+
+Progress = Callable[[str, int], None]  # (what, items done since the last call)
+
+
+def finding(check: str, code: str, severity: Severity, sentence: str, subject: bytes = b"", **evidence) -> Finding:
+    return Finding(check, code, severity, sentence, subject.hex() if subject else "", evidence)
+
+
+def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Run:
+    """One streamed pass over every input: every signature checked (the ``signatures``
+    check's findings go to ``findings``), and the run's index built."""
+    check = "signatures"
+    stores = []
+    config = next((n.config for n in inputs.nodes if n.config is not None), None)
+    trainer = bytes.fromhex(config.trainer) if config is not None else None
+    checked = Counter()
+    for number, node in enumerate(inputs.nodes):
+        index = StoreIndex(node)
+        where = str(node.store.path)
+        for data, received in node.store.policies():
+            checked["policies"] += 1
+            try:
+                a = PolicyAnnouncement.from_bytes(data)
+            except MessageError as error:
+                findings.append(finding(check, "undecodable", Severity.ERROR,
+                                         f"{where}: a stored policy announcement does not decode ({error})", store=where))
+                continue
+            if not a.valid():
+                findings.append(finding(check, "bad_signature", Severity.ERROR,
+                                         f"{where}: the announcement of version {a.version} is not signed by the "
+                                         f"trainer it names", store=where, version=a.version))
+                continue
+            index.policies[a.version] = a
+            index.announced_at[a.version] = received
+        for digest, data, subject, version, planted in node.store.groups():
+            checked["groups"] += 1
+            progress("signatures", 1)
+            try:
+                group = decode_group(data)
+            except MessageError as error:
+                findings.append(finding(check, "bad_signature" if "signature" in str(error) else "undecodable",
+                                         Severity.ERROR, f"{where}: group {digest.hex()[:16]} was stored though it "
+                                         f"does not decode ({error})", store=where, group=digest.hex()))
+                continue
+            checked["records"] += len(group.rollouts)
+            if (group.digest, group.subject, group.version) != (digest, subject, version):
+                findings.append(finding(check, "column_mismatch", Severity.ERROR,
+                                         f"{where}: group {digest.hex()[:16]}'s stored digest, signer or version is "
+                                         f"not its records'", store=where, group=digest.hex()))
+            index.groups[group.digest] = GroupHead(group.subject, group.version, group.index, 0.0, planted, number)
+        for digest, _, _, received, _ in node.store.group_headers():  # arrival times, for the latency plot
+            if digest in index.groups:
+                head = index.groups[digest]
+                index.groups[digest] = GroupHead(head.subject, head.version, head.index, received, head.planted,
+                                                 head.store)
+        for data, received in node.store.verdicts():
+            checked["verdicts"] += 1
+            try:
+                v = SignedVerdict.from_bytes(data)
+            except MessageError as error:
+                findings.append(finding(check, "undecodable", Severity.ERROR,
+                                         f"{where}: a stored verdict does not decode ({error})", store=where))
+                continue
+            if not v.valid():
+                findings.append(finding(check, "bad_signature", Severity.ERROR,
+                                         f"{where}: verdict {v.id.hex()[:16]} is not signed by the verifier it "
+                                         f"names", store=where, verdict=v.id.hex()))
+                continue
+            index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
+                                              v.planted, v.policy_version, v.round, received, v.id))
+        for data, _ in node.store.steps():
+            checked["step verdicts"] += 1
+            try:
+                s = StepVerdict.from_bytes(data)
+            except MessageError as error:
+                findings.append(finding(check, "undecodable", Severity.ERROR,
+                                         f"{where}: a stored step verdict does not decode ({error})", store=where))
+                continue
+            if not s.valid():
+                findings.append(finding(check, "bad_signature", Severity.ERROR,
+                                         f"{where}: step verdict {s.id.hex()[:16]} is not signed by the verifier "
+                                         f"it names", store=where))
+                continue
+            index.steps.append(s)
+        for version, digests, metrics in node.store.trained():
+            try:
+                values = json.loads(metrics)
+            except ValueError:
+                values = {}
+            index.trained[version] = (digests, values if isinstance(values, dict) else {})
+        for table, rowid in dict.fromkeys(node.store.damaged):  # each damaged row once, however often read
+            findings.append(finding(check, "damaged_row", Severity.ERROR,
+                                     f"{where}: row {rowid} of table {table} is not what a node writes there "
+                                     f"(a column of the wrong type or size); it is skipped", store=where,
+                                     table=table, row=rowid))
+        stores.append(index)
+    if trainer is None:  # no node.toml: the network's trainer is whoever signed version 0
+        signers = Counter(a.trainer for s in stores for v, a in s.policies.items() if v == 0)
+        trainer = signers.most_common(1)[0][0] if signers else None
+    run = Run(inputs, stores, trainer, config, {}, {}, set())
+    for number, index in enumerate(stores):
+        for digest, head in index.groups.items():
+            run.groups.setdefault(digest, head)
+            if head.planted:
+                run.planted.add(digest)
+        for v in index.verdicts:
+            # The trainer reveals its plants with a signed hard fail whose reason is "planted".
+            if v.verifier == trainer and v.planted:
+                run.planted.add(v.group)
+    run.canaries = {run.groups[d].subject for d in run.planted if d in run.groups}
+    _policies_and_equivocation(run, findings)
+    _rollout_files(run, findings, checked)
+    run.stats[check] = dict(checked)
+    return run
+
+
+def _policies_and_equivocation(run: Run, findings: list[Finding]) -> None:
+    """The trainer's announcements across stores: one per version, or a signed contradiction."""
+    seen: dict[int, PolicyAnnouncement] = {}
+    for index in run.stores:
+        for version, a in index.policies.items():
+            if a.trainer != run.trainer:
+                findings.append(finding("signatures", "foreign_policy", Severity.WARNING,
+                                         f"{index.node.store.path}: version {version} is announced by "
+                                         f"{short(a.trainer)}, not the network's trainer", a.trainer, version=version))
+                continue
+            first = seen.setdefault(version, a)
+            if first.id != a.id:
+                findings.append(finding("signatures", "trainer_equivocation", Severity.ERROR,
+                                         f"the trainer signed two different announcements of version {version} "
+                                         f"({first.id.hex()[:12]} and {a.id.hex()[:12]})", a.trainer,
+                                         version=version, announcements=[first.id.hex(), a.id.hex()]))
+    run.policies = dict(sorted(seen.items()))
+
+
+def _rollout_files(run: Run, findings: list[Finding], checked: Counter) -> None:
+    for path in run.inputs.rollout_files:
+        for item in iter_records(path):
+            if isinstance(item, RecordError):
+                findings.append(finding("signatures", "damaged_file", Severity.WARNING,
+                                         f"{path}: {item}", file=str(path)))
+                continue
+            checked["file records"] += 1
+            run.rollout_records += 1
+            if not item.signature_valid():
+                findings.append(finding("signatures", "bad_signature", Severity.ERROR,
+                                         f"{path}: record {item.task_id} sample {item.sample_index} of "
+                                         f"{short(item.node_id)} is not signed by the node it names",
+                                         file=str(path), node=item.node_id.hex()))
+
+
+# -- reputation ------------------------------------------------------------------------------------
+
+def _view(run: Run, owner: bytes | None) -> Reputation:
+    config = run.config
+    anchors = {a for a in (owner, run.trainer) if a}
+    if config is not None:
+        anchors |= {bytes.fromhex(p) for p in config.pretrusted}
+        return Reputation(frozenset(anchors), config.reputation)
+    return Reputation(frozenset(anchors))
+
+
+def _reports(index: StoreIndex, until: float = math.inf) -> Iterator[tuple[float, Report]]:
+    """``(received, report)`` for one store's verdicts received by ``until``, in that order:
+    subject and round from the group the verdict names (vrl.node.protocol.report_of)."""
+    for v in index.verdicts:
+        if v.received > until:
+            break
+        head = index.groups.get(v.group)
+        if head is None or v.outcome == Outcome.SKIPPED:
+            continue
+        report = report_of(_as_verdict(v, head), head.subject, head.version)
+        if report is not None:
+            yield v.received, report
+
+
+def _as_verdict(v: VerdictHead, head: GroupHead) -> SignedVerdict:
+    return SignedVerdict(verifier=v.verifier, subject=head.subject, group=v.group, round=v.round,
+                         policy_version=v.policy_version, ticket=b"", rate=0.0, outcome=Outcome(v.outcome),
+                         reasons=v.reasons, digest=v.digest, platform=v.platform, planted=v.planted, signature=b"")
+
+
+def check_reputation(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+    """Each store's reputation snapshot against the same view replayed from its verdict log;
+    and the per-round scores the report plots (the trainer's view where its store is here)."""
+    check = "reputation"
+    compared = 0
+    for index in run.stores:
+        owner = index.node.owner
+        where = str(index.node.store.path)
+        snapshot = index.node.store.snapshot()
+        if not snapshot:
+            continue
+        if owner is None:
+            findings.append(finding(check, "owner_unknown", Severity.INFO,
+                                     f"{where}: whose view this store is cannot be told (no owner recorded, no "
+                                     f"node.pem beside it), so its reputation snapshot is not compared", store=where))
+            continue
+        at = index.node.store.snapshot_at()
+        view = _view(run, owner)
+        for _, report in _reports(index, math.inf if at is None else at):
+            view.add(report)
+        round_index = snapshot[0][1]
+        standings = view.standings(round_index)
+        for node, _, score, quarantined in snapshot:
+            compared += 1
+            mine = standings.get(node) or view.standing(node, round_index)
+            if abs(mine.score - score) > SCORE_TOLERANCE or mine.quarantined != quarantined:
+                findings.append(finding(
+                    check, "snapshot_mismatch", Severity.ERROR if at else Severity.INFO,
+                    f"{index.node.name}'s reputation of {short(node)} at round {round_index} is {score:.6f}"
+                    f"{' (quarantined)' if quarantined else ''}, but its own verdict log gives {mine.score:.6f}"
+                    f"{' (quarantined)' if mine.quarantined else ''}"
+                    + ("" if at else " (the store does not say when its snapshot was taken: an older node)"),
+                    owner, store=where, node=node.hex(), round=round_index, snapshot=score, replayed=mine.score))
+    run.stats[check] = {"snapshot rows compared": compared}
+    _reputation_series(run)
+    _views_agree(run, findings)
+
+
+def trainer_index(run: Run) -> StoreIndex | None:
+    """The trainer's own store, if it is among the inputs; else the first store."""
+    return next((s for s in run.stores if s.node.owner == run.trainer), run.stores[0] if run.stores else None)
+
+
+def _reputation_series(run: Run) -> None:
+    index = trainer_index(run)
+    if index is None or not run.policies:
+        return
+    view = _view(run, index.node.owner)
+    for _, report in _reports(index):
+        view.add(report)
+    series: dict[str, list] = defaultdict(list)
+    for version in run.policies:
+        for node, standing in view.standings(version).items():
+            series[node.hex()].append((version, standing.score, standing.quarantined))
+    run.series["reputation"] = {"view": index.node.name, "nodes": dict(series)}
+
+
+def _views_agree(run: Run, findings: list[Finding]) -> None:
+    """Signed contradictions between stores: one verifier, one group, two different checked
+    outcomes (a verifier telling two peers two things); and, as information, nodes one
+    honest view quarantined that another did not."""
+    said: dict[tuple[bytes, bytes], VerdictHead] = {}
+    for index in run.stores:
+        for v in index.verdicts:
+            if v.outcome == Outcome.SKIPPED:
+                continue
+            first = said.setdefault((v.verifier, v.group), v)
+            if first.id != v.id and first.outcome != v.outcome:
+                findings.append(finding("reputation", "verifier_equivocation", Severity.ERROR,
+                                         f"verifier {short(v.verifier)} signed both {first.outcome} and {v.outcome} "
+                                         f"on group {v.group.hex()[:16]}", v.verifier, group=v.group.hex(),
+                                         verdicts=[first.id.hex(), v.id.hex()]))
+    quarantined: dict[str, set[bytes]] = {}
+    for index in run.stores:
+        rows = index.node.store.snapshot()
+        if rows:
+            quarantined[index.node.name] = {node for node, _, _, q in rows if q}
+    owners = {index.node.name: index.node.owner for index in run.stores}
+    for node in sorted(set().union(*quarantined.values()) - run.canaries if quarantined else ()):
+        views = [name for name in quarantined if owners.get(name) != node]  # a node never quarantines itself
+        by = [name for name in views if node in quarantined[name]]
+        if by and len(by) < len(views):
+            findings.append(finding("reputation", "views_differ", Severity.INFO,
+                                     f"{short(node)} is quarantined in the views of {', '.join(by)} but not of "
+                                     f"{', '.join(n for n in views if n not in by)} (views differ in what verdicts "
+                                     f"had arrived when each snapshot was taken)", node=node.hex(), quarantined_by=by))
+
+
+# -- duplicates and replays across the whole history -------------------------------------------
+
+def check_duplicates(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+    """specs/verification.md §6 sees one verify call; this sees the run. A record (its bytes)
+    in two groups is a replay; two different records in one sample slot (signer, round seed,
+    group, sample) are a node submitting twice for one slot; two groups in one slot are the
+    same at the group level."""
+    check = "duplicates"
+    records: dict[bytes, bytes] = {}  # 16 bytes of the record's SHA-256 -> its group
+    slots: dict[bytes, bytes] = {}  # 16 bytes of the slot's hash -> 16 bytes of the record's hash
+    group_slots: dict[tuple[bytes, int, int], bytes] = {}
+    reported = set()
+
+    def see(rollout_bytes: bytes, rollout: Rollout, where: bytes, label: str) -> None:
+        key = hashlib.sha256(rollout_bytes).digest()[:16]
+        slot = hashlib.sha256(rollout.node_id + rollout.round_seed + rollout.policy_version.to_bytes(8, "big")
+                              + rollout.group_index.to_bytes(4, "big")
+                              + rollout.sample_index.to_bytes(4, "big")).digest()[:16]
+        first = records.setdefault(key, where)
+        if first != where and (key, "replay") not in reported:
+            reported.add((key, "replay"))
+            findings.append(finding(check, "replayed_record", Severity.ERROR,
+                                     f"a record of {short(rollout.node_id)} (version {rollout.policy_version}, "
+                                     f"sample {rollout.sample_index}) appears in {first.hex()[:16]} and in {label}",
+                                     rollout.node_id, record=key.hex(), first=first.hex()))
+        earlier = slots.setdefault(slot, key)
+        if earlier != key and (slot, "slot") not in reported:
+            reported.add((slot, "slot"))
+            findings.append(finding(check, "slot_twice", Severity.ERROR,
+                                     f"{short(rollout.node_id)} signed two different samples {rollout.sample_index} "
+                                     f"of group {rollout.group_index} at version {rollout.policy_version} "
+                                     f"(one in {label})", rollout.node_id, version=rollout.policy_version,
+                                     group_index=rollout.group_index))
+
+    seen = 0
+    for digest, head in run.groups.items():
+        if digest in run.planted:
+            continue  # the trainer's canaries reuse its round's draws on purpose
+        data = run.group_bytes(digest)
+        if data is None:
+            continue
+        group = decode_group(data)
+        seen += 1
+        progress(check, 1)
+        slot_key = (head.subject, head.version, head.index)
+        other = group_slots.setdefault(slot_key, digest)
+        if other != digest:
+            findings.append(finding(check, "group_slot_twice", Severity.ERROR,
+                                     f"{short(head.subject)} submitted two groups for slot {head.index} of version "
+                                     f"{head.version}: {other.hex()[:16]} and {digest.hex()[:16]}", head.subject,
+                                     version=head.version, groups=[other.hex(), digest.hex()]))
+        for record, rollout in zip(group.submission.records, group.rollouts):
+            see(record, rollout, digest, f"group {digest.hex()[:16]}")
+    for path in run.inputs.rollout_files:
+        for item in iter_records(path):
+            if isinstance(item, Rollout):
+                see(item.to_bytes(), item, hashlib.sha256(str(path).encode()).digest(), str(path))
+    run.stats[check] = {"groups": seen, "records": len(records), "file records": run.rollout_records}
+
+
+# -- planted groups, quarantine, admission: the trainer's batches against the rules -----------------
+
+def check_planted(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+    """A pass on a group the trainer planted is a verifier that did not check (its canary is
+    known bad: specs/network.md §5.3), whoever it told."""
+    check = "lazy_verifiers"
+    passes = 0
+    said = set()
+    for index in run.stores:
+        for v in index.verdicts:
+            if v.group in run.planted and v.outcome == Outcome.PASS and v.id not in said:
+                said.add(v.id)
+                passes += 1
+                findings.append(finding(check, "passed_planted", Severity.ERROR,
+                                         f"verifier {short(v.verifier)} passed group {v.group.hex()[:16]}, which the "
+                                         f"trainer planted as known-bad", v.verifier, group=v.group.hex(),
+                                         verdict=v.id.hex()))
+    run.stats.setdefault(check, {})["planted groups"] = len(run.planted)
+
+
+def _quarantine_rounds(run: Run, index: StoreIndex) -> dict[bytes, int]:
+    """In the trainer's view as this store's log rebuilds it: the round from which each node
+    stands quarantined, counting the verdicts received before that round's announcement."""
+    view = _view(run, run.trainer)
+    out: dict[bytes, int] = {}
+    reports = _reports(index)
+    pending = next(reports, None)
+    for version in run.policies:
+        announced = index.announced_at.get(version, math.inf)
+        while pending is not None and pending[0] <= announced:
+            view.add(pending[1])
+            pending = next(reports, None)
+        for node, standing in view.standings(version).items():
+            if standing.quarantined:
+                out.setdefault(node, version)
+    return out
+
+
+def check_batches(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+    """Every announced batch against the protocol's rules (specs/reputation.md §6, network.md
+    §5): known groups only, no planted group, fresh groups, the per-node cap, weights of mean
+    1, no group trained twice, and no group of a node quarantined a whole round before."""
+    check = "admission"
+    admission = run.config.admission if run.config is not None else AdmissionConfig()
+    staleness = run.config.protocol.max_staleness if run.config is not None else 2
+    cap = math.ceil(admission.node_cap * admission.batch_groups)
+    index = trainer_index(run)
+    quarantined = _quarantine_rounds(run, index) if index is not None else {}
+    trained_before: dict[bytes, int] = {}
+    batches = 0
+    for version, a in run.policies.items():
+        if version == 0:
+            continue
+        batches += 1
+        where = f"version {version}"
+        heads = [(d, w, run.groups.get(d)) for d, w in a.batch]
+        if len(a.batch) > admission.batch_groups:
+            findings.append(finding(check, "batch_too_large", Severity.ERROR,
+                                     f"{where} trained {len(a.batch)} groups, more than batch_groups "
+                                     f"{admission.batch_groups}", a.trainer, version=version))
+        per_node = Counter(h.subject for _, _, h in heads if h is not None)
+        for node, count in per_node.items():
+            if count > cap:
+                findings.append(finding(check, "node_cap", Severity.ERROR,
+                                         f"{where} trained {count} groups of {short(node)}, more than the cap of "
+                                         f"{cap} (node_cap {admission.node_cap} of {admission.batch_groups})",
+                                         a.trainer, version=version, node=node.hex(), groups=count))
+        weights = [w for _, w, _ in heads]
+        if weights and abs(sum(weights) / len(weights) - 1) > 1e-6:
+            findings.append(finding(check, "weights", Severity.ERROR,
+                                     f"{where}'s batch weights average {sum(weights) / len(weights):.4f}, not 1 "
+                                     f"(specs/reputation.md §6)", a.trainer, version=version))
+        for digest, _, head in heads:
+            if head is None:
+                findings.append(finding(check, "unknown_group", Severity.ERROR,
+                                         f"{where} trained group {digest.hex()[:16]}, which no audited store ever "
+                                         f"received: data no one submitted", a.trainer, version=version,
+                                         group=digest.hex()))
+                continue
+            if digest in run.planted:
+                findings.append(finding(check, "trained_planted", Severity.ERROR,
+                                         f"{where} trained group {digest.hex()[:16]}, which the trainer itself "
+                                         f"planted as known-bad", a.trainer, version=version, group=digest.hex()))
+            if not 0 <= (version - 1) - head.version <= staleness:
+                findings.append(finding(check, "stale_group", Severity.ERROR,
+                                         f"{where} trained group {digest.hex()[:16]} of version {head.version}, "
+                                         f"outside max_staleness {staleness}", a.trainer, version=version,
+                                         group=digest.hex()))
+            if digest in trained_before:
+                findings.append(finding(check, "trained_twice", Severity.ERROR,
+                                         f"{where} trained group {digest.hex()[:16]} again (first at version "
+                                         f"{trained_before[digest]})", a.trainer, version=version, group=digest.hex()))
+            trained_before.setdefault(digest, version)
+            since = quarantined.get(head.subject)
+            if since is not None and since < version - 1:
+                findings.append(finding("quarantine", "trained_quarantined", Severity.ERROR,
+                                         f"{where} trained group {digest.hex()[:16]} of {short(head.subject)}, "
+                                         f"quarantined in the trainer's view since round {since}", a.trainer,
+                                         version=version, node=head.subject.hex(), quarantined_since=since))
+    run.stats[check] = {"batches": batches, "node cap": cap}
+    run.stats["quarantine"] = {"nodes quarantined (trainer's view)": len(set(quarantined) - run.canaries),
+                               "view": index.node.name if index is not None else ""}
+
+
+# -- step verdicts in the log ------------------------------------------------------------------------
+
+def step_reports(run: Run) -> dict[int, dict[bytes, StepVerdict]]:
+    """Every signed step verdict on the trainer's announcements, by version and verifier."""
+    out: dict[int, dict[bytes, StepVerdict]] = defaultdict(dict)
+    for index in run.stores:
+        for s in index.steps:
+            a = run.policies.get(s.version)
+            if a is not None and s.announcement == a.id:
+                out[s.version].setdefault(s.verifier, s)
+    return out
+
+
+def check_latency(run: Run) -> None:
+    """For the report: each store owner's own checks, from the group's arrival to its verdict;
+    and the rejections by reason, once per verdict."""
+    latency: dict[str, list[float]] = defaultdict(list)
+    reasons: Counter = Counter()
+    counted = set()
+    for index in run.stores:
+        owner = index.node.owner
+        for v in index.verdicts:
+            if v.id not in counted:
+                counted.add(v.id)
+                if v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) and v.group not in run.planted:
+                    reasons.update(set(v.reasons))
+            head = index.groups.get(v.group)
+            if v.verifier == owner and head is not None and v.outcome != Outcome.SKIPPED and head.received:
+                latency[index.node.name].append(max(0.0, v.received - head.received))
+    run.series["latency"] = dict(latency)
+    run.series["rejections"] = dict(reasons.most_common())
+
+
+def now() -> float:
+    return time.perf_counter()

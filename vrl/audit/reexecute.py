@@ -1,0 +1,331 @@
+"""The checks that re-execute (specs/audit.md §3): groups re-verified with the weights of
+their policy version, training steps replayed, held-out accuracy re-measured. Each runs on
+a ``share`` of its items, drawn by a hash (:func:`vrl.audit.checks.sampled`), so two audits
+at one share do the same work; ``share = 1`` (``vrl audit --all``) does all of it.
+
+The weights, step configs and optimizer states come from the inputs' ``blobs/`` folders by
+SHA-256 and are hashed again before use; nothing is fetched from a network. When a verdict's
+or announcement's platform differs from this machine's only in torch's thread count, the
+work runs at that count (:func:`vrl.audit.replay.threads_of`), so that equal platforms can be
+held to bit-exact agreement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict, defaultdict
+
+from proofs.sampler import SamplingParams
+from vrl.audit.checks import (
+    ACCURACY_PROBLEMS_ACROSS_PLATFORMS, EXPECTED_ACCURACY_ACROSS_PLATFORMS, Progress, Run, finding, trainer_index,
+    sampled, short, step_reports,
+)
+from vrl.audit.findings import Finding, Severity
+from vrl.audit.replay import replay_steps, threads_of
+from vrl.node.messages import Outcome, PolicyAnnouncement, StepOutcome, recomputed_digest
+from vrl.node.protocol import outcome_of
+from vrl.node.weights import WeightsError, from_blob
+from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
+from vrl.rollouts.model import Model, ModelError, load_model, platform_tag
+from vrl.rollouts.record import round_seed
+from vrl.rollouts.verify import Expectations, verify
+from vrl.tasks import RewardSpec, TaskFileError, open_task_set
+
+# Policy versions held in memory at once: re-verification walks groups by version, and a
+# version's groups are verified together, so two (one being replaced) is all it needs;
+# a step replay holds its parent and its own besides (vrl.audit.replay).
+_MODELS_KEPT = 2
+
+
+class Models:
+    """The network's base model, and policy versions loaded from their weights by hash."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._base: Model | None = None
+        self._versions: OrderedDict[int, Model] = OrderedDict()
+        self.tasks = None
+        self.problem: str | None = None  # why nothing can be re-executed, if so
+        spec = run.config.work.model if run.config is not None else None
+        if spec is None:
+            self.problem = "no node.toml among the inputs names the network's model"
+            return
+        try:
+            self._base = load_model(spec, dtype="float32")
+        except ModelError as error:
+            self.problem = f"the network's model cannot be loaded here: {error}"
+            return
+        try:
+            self.tasks, _ = open_task_set(run.config.work.task)
+        except (TaskFileError, ValueError) as error:
+            self.problem = f"the network's task set cannot be opened here: {error}"
+
+    @property
+    def base(self) -> Model:
+        assert self._base is not None
+        return self._base
+
+    def version(self, a: PolicyAnnouncement) -> Model | None:
+        """Version ``a``'s model, or None when its weights are not among the inputs (or are not
+        what ``a`` announces)."""
+        if a.version in self._versions:
+            self._versions.move_to_end(a.version)
+            return self._versions[a.version]
+        blob = self.run.inputs.blob(a.blob)
+        if blob is None:
+            return None
+        try:
+            model = from_blob(self.base, blob, blob_hash=a.blob, model_hash=a.model_hash, name=f"policy@{a.version}")
+        except WeightsError:
+            return None
+        self._versions[a.version] = model
+        while len(self._versions) > _MODELS_KEPT:
+            self._versions.popitem(last=False)
+        return model
+
+    def expectations(self, a: PolicyAnnouncement) -> Expectations:
+        work = self.run.config.work
+        return Expectations(tasks=self.tasks, round_seed=round_seed(a.model_hash, a.version),
+                            sampling=SamplingParams(work.temperature, 0, 1.0, work.max_new_tokens,
+                                                    self.base.stop_token_ids),
+                            reward_spec=RewardSpec())
+
+
+def _cannot(run: Run, findings: list[Finding], check: str, models: Models) -> bool:
+    if models.problem is None:
+        return False
+    findings.append(finding(check, "not_reexecuted", Severity.WARNING, f"nothing re-executed: {models.problem}"))
+    run.stats[check] = {"re-executed": 0}
+    return True
+
+
+# -- groups -----------------------------------------------------------------------------------------
+
+def _candidates(run: Run, share: float) -> dict[bytes, set[str]]:
+    """Groups to re-verify, with why: a ``share`` of each batch's admitted groups; for every
+    node that some verifier failed, its failed groups at ``share`` and at least one, so no node
+    is accused on a verifier's word without the auditor's own re-check; planted groups never
+    (they are the trainer's canaries, bad on purpose)."""
+    why: dict[bytes, set[str]] = defaultdict(set)
+    for a in run.policies.values():
+        for digest in a.groups:
+            if digest in run.groups and sampled(digest, share):
+                why[digest].add("admitted")
+    failed: dict[bytes, list[bytes]] = defaultdict(list)
+    for index in run.stores:
+        for v in index.verdicts:
+            head = run.groups.get(v.group)
+            if v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) and head is not None and v.group not in run.planted:
+                failed[head.subject].append(v.group)
+    for digests in failed.values():
+        ordered = sorted(set(digests))
+        chosen = [d for d in ordered if sampled(d, share)] or ordered[:1]
+        for digest in chosen:
+            why[digest].add("failed")
+    for digest in run.planted:
+        why.pop(digest, None)
+    return why
+
+
+def check_groups(run: Run, findings: list[Finding], progress: Progress, share: float, models: Models) -> None:
+    """Re-verify groups with their version's weights (the 8 stages of specs/verification.md),
+    then hold every verdict on them against the auditor's own: a pass on a bad group, a fail
+    of a good one, or (on an equal platform) another recomputed digest is a verifier that did
+    not do what it signed."""
+    check = "groups"
+    if _cannot(run, findings, check, models):
+        return
+    candidates = _candidates(run, share)
+    trained_in = {d: a.version for a in run.policies.values() for d in a.groups}
+    verdicts = defaultdict(list)
+    for index in run.stores:
+        for v in index.verdicts:
+            if v.group in candidates:
+                verdicts[v.group].append(v)
+    by_version: dict[int, list[bytes]] = defaultdict(list)
+    for digest in sorted(candidates):
+        by_version[run.groups[digest].version].append(digest)
+    done, failed_groups = 0, 0
+    reasons_seen: Counter = Counter()
+    for version in sorted(by_version):
+        a = run.policies.get(version)
+        model = models.version(a) if a is not None else None
+        if model is None:
+            findings.append(finding(check, "weights_unavailable", Severity.WARNING,
+                                     f"{len(by_version[version])} groups of version {version} not re-verified: its "
+                                     f"weights are not among the inputs", version=version))
+            continue
+        expect = models.expectations(a)
+        for digest in by_version[version]:
+            group = run.decoded(digest)
+            progress(check, 1)
+            if group is None:
+                continue
+            # The platform most of its verifiers named, when it is this machine's but for threads.
+            platforms = Counter(v.platform for v in verdicts[digest] if v.outcome != Outcome.SKIPPED)
+            platform = platforms.most_common(1)[0][0] if platforms else a.platform
+            with threads_of(platform, model):
+                results = verify(group.rollouts, model, expect=expect, batch_size=len(group.rollouts),
+                                 signatures_checked=True, rebuild_commitments=True)
+                mine = platform_tag(model)
+            done += 1
+            reasons = tuple(r.reason for r in results if not r.accepted)
+            outcome = outcome_of(reasons)
+            digest_here = recomputed_digest([r.recomputed for r in results])
+            head = run.groups[digest]
+            if reasons:
+                failed_groups += 1
+                reasons_seen.update(reasons)
+                counts = ", ".join(f"{r} x{n}" for r, n in sorted(Counter(reasons).items()))
+                findings.append(finding(check, "bad_group", Severity.ERROR if outcome == Outcome.HARD_FAIL
+                                         else Severity.WARNING,
+                                         f"{short(head.subject)}'s group {digest.hex()[:16]} of version {version} "
+                                         f"fails re-verification: {counts}", head.subject, group=digest.hex(),
+                                         version=version, reasons=sorted(set(reasons)), outcome=outcome))
+                if digest in trained_in and outcome == Outcome.HARD_FAIL:
+                    findings.append(finding(check, "trained_bad_group", Severity.ERROR,
+                                             f"version {trained_in[digest]} trained group {digest.hex()[:16]} of "
+                                             f"{short(head.subject)}, which fails re-verification ({counts})",
+                                             run.trainer or b"", group=digest.hex(), version=trained_in[digest]))
+            _judge_verdicts(run, findings, verdicts[digest], digest, outcome, digest_here, mine)
+    run.stats[check] = {"candidates": len(candidates), "re-verified": done, "failing": failed_groups,
+                        "share": share}
+    run.series["reverified"] = {"groups": done, "failing": failed_groups, "reasons": dict(reasons_seen)}
+
+
+def _judge_verdicts(run: Run, findings: list[Finding], verdicts, digest: bytes, outcome: str, digest_here: bytes,
+                    platform: str) -> None:
+    check = "lazy_verifiers"
+    for v in verdicts:
+        if v.outcome == Outcome.SKIPPED or (v.verifier == run.trainer and v.planted):
+            continue
+        same = v.platform == platform
+        if v.outcome == Outcome.PASS and outcome == Outcome.HARD_FAIL:
+            findings.append(finding(check, "passed_bad_group", Severity.ERROR,
+                                     f"verifier {short(v.verifier)} passed group {digest.hex()[:16]}, which fails "
+                                     f"re-verification", v.verifier, group=digest.hex(), verdict=v.id.hex()))
+        elif v.outcome == Outcome.HARD_FAIL and outcome == Outcome.PASS:
+            findings.append(finding(check, "failed_good_group", Severity.ERROR if same else Severity.WARNING,
+                                     f"verifier {short(v.verifier)} failed group {digest.hex()[:16]} "
+                                     f"({', '.join(v.reasons)}), which passes re-verification"
+                                     + ("" if same else " on another platform"), v.verifier, group=digest.hex(),
+                                     verdict=v.id.hex(), platform=v.platform))
+        elif same and v.digest != digest_here:
+            findings.append(finding(check, "digest_mismatch", Severity.ERROR,
+                                     f"verifier {short(v.verifier)}'s {v.outcome} of group {digest.hex()[:16]} "
+                                     f"carries another recomputed digest than the auditor's on the same platform: "
+                                     f"it did not run the prefill it signed", v.verifier, group=digest.hex(),
+                                     verdict=v.id.hex(), platform=platform))
+
+
+# -- steps ---------------------------------------------------------------------------------------------
+
+def check_steps(run: Run, findings: list[Finding], progress: Progress, share: float, models: Models) -> None:
+    """Replay a ``share`` of the trainer's steps (vrl.audit.replay), and hold the step
+    verdicts in the log against the replays: a pass on a bad step, or a fraud report on a
+    step that replays bit-exact, is a verifier that did not do what it signed."""
+    check = "steps"
+    reports = step_reports(run)
+    for version, by in sorted(reports.items()):
+        frauds = {v: s for v, s in by.items() if s.outcome == StepOutcome.FRAUD}
+        if frauds:
+            reasons = sorted({r for s in frauds.values() for r in s.reasons})
+            findings.append(finding(check, "step_reported", Severity.WARNING,
+                                     f"version {version} was reported as fraud by {len(frauds)} verifier(s) "
+                                     f"({', '.join(short(v) for v in sorted(frauds))}): {', '.join(reasons)}",
+                                     run.trainer or b"", version=version, reasons=reasons))
+    if _cannot(run, findings, check, models):
+        return
+    if run.policies and 0 in run.policies and run.policies[0].model_hash != models.base.model_hash:
+        findings.append(finding(check, "not_the_base_model", Severity.WARNING,
+                                 f"version 0 ({run.policies[0].model_hash.hex()[:16]}) is not the network's model "
+                                 f"as this machine builds it ({models.base.model_hash.hex()[:16]})", run.trainer or b""))
+    series = []
+    replayed = 0
+    for result in replay_steps(run.policies.values(), blob=run.inputs.blob, group=run.decoded, base=models.base,
+                               share=share, max_staleness=run.config.protocol.max_staleness):
+        progress(check, 1)
+        series.append({"version": result.version, "ok": result.ok, "exact": result.exact, "drift": result.drift,
+                       "seconds": result.seconds, "faults": list(result.faults), "missing": list(result.missing)})
+        if result.missing:
+            findings.append(finding(check, "step_unreplayable", Severity.WARNING, result.sentence(),
+                                     run.trainer or b"", version=result.version, missing=list(result.missing)))
+            continue
+        replayed += 1
+        if result.faults:
+            findings.append(finding(check, "step_fraud", Severity.ERROR, result.sentence(), run.trainer or b"",
+                                     version=result.version, faults=list(result.faults),
+                                     drift=result.drift if math.isfinite(result.drift) else "inf"))
+        for verifier, s in reports.get(result.version, {}).items():
+            if s.outcome == StepOutcome.PASS and result.faults:
+                findings.append(finding("lazy_verifiers", "passed_bad_step", Severity.ERROR,
+                                         f"verifier {short(verifier)} passed the step to version {result.version}, "
+                                         f"which replays as {', '.join(result.faults)}", verifier,
+                                         version=result.version))
+            elif s.outcome == StepOutcome.FRAUD and not result.faults and result.exact:
+                findings.append(finding("lazy_verifiers", "false_step_fraud", Severity.ERROR,
+                                         f"verifier {short(verifier)} reported the step to version {result.version} "
+                                         f"as {', '.join(s.reasons)}, but it replays bit for bit", verifier,
+                                         version=result.version))
+    run.stats[check] = {"steps": max(len(run.policies) - 1, 0), "replayed": replayed, "share": share,
+                        "step verdicts in the log": sum(len(v) for v in reports.values())}
+    run.series["steps"] = series
+
+
+# -- held-out accuracy -----------------------------------------------------------------------------
+
+def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share: float, models: Models) -> None:
+    """Re-measure each sampled version's held-out accuracy as the trainer measured it
+    (vrl.rl.train.Trainer.evaluate: its temperature, max_new_tokens and held_out count), the
+    first and last claimed versions always: a trainer's claimed curve is one of its outputs."""
+    check = "accuracy"
+    index = trainer_index(run)
+    claims = {v: m for v, (_, m) in (index.trained.items() if index is not None else ())
+              if "held_out_accuracy" in m and v in run.policies}
+    if not claims:
+        run.stats[check] = {"claimed versions": 0}
+        return
+    if _cannot(run, findings, check, models):
+        return
+    work, count = run.config.work, run.config.train.held_out
+    evaluation = held_out(models.tasks, count)
+    spec = RewardSpec()
+    versions = sorted(claims)
+    chosen = [v for v in versions if v in (versions[0], versions[-1]) or sampled(run.policies[v].id, share)]
+    series = []
+    for version in versions:
+        claim = claims[version]
+        point = {"version": version, "claimed": claim["held_out_accuracy"],
+                 "claimed_expected": claim.get("held_out_expected_accuracy")}
+        if version in chosen:
+            a = run.policies[version]
+            model = models.version(a)
+            progress(check, 1)
+            if model is None:
+                findings.append(finding(check, "weights_unavailable", Severity.WARNING,
+                                         f"version {version}'s accuracy not re-measured: its weights are not among "
+                                         f"the inputs", version=version))
+            else:
+                with threads_of(a.platform, model):
+                    same = a.platform == platform_tag(model)
+                    sampled_now = accuracy(model, evaluation, spec, temperature=work.temperature,
+                                           max_new_tokens=work.max_new_tokens)
+                    expected_now = expected_accuracy(model, evaluation, temperature=work.temperature)
+                point.update(measured=sampled_now, measured_expected=expected_now, same_platform=same)
+                off = abs(sampled_now - claim["held_out_accuracy"])
+                off_expected = abs(expected_now - claim.get("held_out_expected_accuracy", expected_now))
+                allowed = 1e-12 if same else ACCURACY_PROBLEMS_ACROSS_PLATFORMS / len(evaluation)
+                allowed_expected = 1e-9 if same else EXPECTED_ACCURACY_ACROSS_PLATFORMS
+                if off > allowed or off_expected > allowed_expected:
+                    findings.append(finding(
+                        check, "accuracy_claim", Severity.ERROR,
+                        f"version {version} claims held-out accuracy {claim['held_out_accuracy']:.1%} "
+                        f"({claim.get('held_out_expected_accuracy', float('nan')):.2%} expected); re-measured on "
+                        f"{len(evaluation)} problems: {sampled_now:.1%} ({expected_now:.2%})"
+                        + ("" if same else " on another platform"), run.trainer or b"", version=version,
+                        claimed=claim["held_out_accuracy"], measured=sampled_now,
+                        claimed_expected=claim.get("held_out_expected_accuracy"), measured_expected=expected_now))
+        series.append(point)
+    run.stats[check] = {"claimed versions": len(claims), "re-measured": sum("measured" in p for p in series),
+                        "held-out problems": len(evaluation)}
+    run.series["accuracy"] = series
