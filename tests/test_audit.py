@@ -253,3 +253,19 @@ def test_any_value_in_any_column_is_a_finding_or_an_audit_error(small_store, tmp
         assert str(target) in str(error)
         return
     assert all(isinstance(f, vrl.audit.Finding) for f in report.findings)
+
+
+def test_a_claimed_accuracy_that_the_weights_do_not_have_is_found(run_dir, tmp_path):
+    directory = copy_of(run_dir, tmp_path)
+    with sqlite3.connect(directory / "node-0" / "node.sqlite") as db:
+        version, metrics = db.execute("SELECT version, metrics FROM trained ORDER BY version DESC LIMIT 1").fetchone()
+        claimed = {**json.loads(metrics), "held_out_accuracy": 0.75}
+        db.execute("UPDATE trained SET metrics = ? WHERE version = ?", (json.dumps(claimed), version))
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(checks=["accuracy"], sample=0.0)
+    found = [f for f in report.findings if f.code == "accuracy_claim"]
+    assert [f.evidence["version"] for f in found] == [int.from_bytes(version, "big")], report.findings
+    assert found[0].subject == ids(directory)["node-0"] and found[0].evidence["claimed"] == 0.75
+    # The honest claims, first version and last, re-measure exactly on the trainer's platform.
+    measured = [p for p in report.series["accuracy"] if "measured" in p]
+    assert len(measured) == 2 and measured[0]["measured"] == measured[0]["claimed"] and measured[0]["same_platform"]

@@ -358,17 +358,29 @@ def trainer_index(run: Run) -> StoreIndex | None:
     return next((s for s in run.stores if s.node.owner == run.trainer), run.stores[0] if run.stores else None)
 
 
+def rounds_of_view(run: Run, index: StoreIndex, owner: bytes | None) -> Iterator[tuple[int, dict]]:
+    """``(version, standings)`` for each round of the trainer's announcements, in ``owner``'s
+    view as ``index``'s log rebuilds it: the verdicts received before that round's announcement."""
+    view = _view(run, owner)
+    reports = _reports(index)
+    pending = next(reports, None)
+    for version in run.policies:
+        announced = index.announced_at.get(version, math.inf)
+        while pending is not None and pending[0] <= announced:
+            view.add(pending[1])
+            pending = next(reports, None)
+        yield version, view.standings(version)
+
+
 def _reputation_series(run: Run) -> None:
     index = trainer_index(run)
     if index is None or not run.policies:
         return
-    view = _view(run, index.node.owner)
-    for _, report in _reports(index):
-        view.add(report)
     series: dict[str, list] = defaultdict(list)
-    for version in run.policies:
-        for node, standing in view.standings(version).items():
-            series[node.hex()].append((version, standing.score, standing.quarantined))
+    for version, standings in rounds_of_view(run, index, index.node.owner):
+        for node, standing in standings.items():
+            if node not in run.canaries:
+                series[node.hex()].append((version, standing.score, standing.quarantined))
     run.series["reputation"] = {"view": index.node.name, "nodes": dict(series)}
 
 
@@ -486,16 +498,9 @@ def check_planted(run: Run, findings: list[Finding], progress: Progress, share: 
 def _quarantine_rounds(run: Run, index: StoreIndex) -> dict[bytes, int]:
     """In the trainer's view as this store's log rebuilds it: the round from which each node
     stands quarantined, counting the verdicts received before that round's announcement."""
-    view = _view(run, run.trainer)
     out: dict[bytes, int] = {}
-    reports = _reports(index)
-    pending = next(reports, None)
-    for version in run.policies:
-        announced = index.announced_at.get(version, math.inf)
-        while pending is not None and pending[0] <= announced:
-            view.add(pending[1])
-            pending = next(reports, None)
-        for node, standing in view.standings(version).items():
+    for version, standings in rounds_of_view(run, index, run.trainer):
+        for node, standing in standings.items():
             if standing.quarantined:
                 out.setdefault(node, version)
     return out

@@ -137,6 +137,7 @@ def _plots(report: Report) -> list[tuple[str, str]]:
 
     matplotlib.use("Agg")  # no screen here, and none needed
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out = []
     reputation = report.series.get("reputation", {})
@@ -148,6 +149,7 @@ def _plots(report: Report) -> list[tuple[str, str]]:
             marks = [(r, s) for r, s, q in points if q]
             if marks:
                 axis.plot(*zip(*marks), "x", color=line.get_color(), markersize=9)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set(xlabel="round (policy version)", ylabel="score", ylim=(-0.03, 1.03),
                  title=f"reputation per node ({reputation['view']}'s view; x: quarantined)")
         axis.legend(fontsize=7, loc="best")
@@ -178,6 +180,7 @@ def _plots(report: Report) -> list[tuple[str, str]]:
                       markersize=9, label="re-measured, sampled")
             axis.plot([p["version"] for p in measured], [p["measured_expected"] for p in measured], "s",
                       fillstyle="none", markersize=9, label="re-measured, expected")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set(xlabel="policy version", ylabel="held-out accuracy", title="accuracy per version")
         axis.legend(fontsize=7)
         out.append(("Held-out accuracy per version", _png(figure)))
@@ -191,6 +194,7 @@ def _plots(report: Report) -> list[tuple[str, str]]:
             if points:
                 axis.scatter(*zip(*points), color=colour, label=label, zorder=3)
         axis.set_yscale("log")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set(xlabel="policy version", ylabel="drift (0 drawn at 1e-12)",
                  title="training steps replayed: announced weights against the replay")
         axis.legend(fontsize=7)
