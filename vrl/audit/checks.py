@@ -495,15 +495,27 @@ def check_planted(run: Run, findings: list[Finding], progress: Progress, share: 
     run.stats.setdefault(check, {})["planted groups"] = len(run.planted)
 
 
-def _quarantine_rounds(run: Run, index: StoreIndex) -> dict[bytes, int]:
-    """In the trainer's view as this store's log rebuilds it: the round from which each node
-    stands quarantined, counting the verdicts received before that round's announcement."""
-    out: dict[bytes, int] = {}
-    for version, standings in rounds_of_view(run, index, run.trainer):
-        for node, standing in standings.items():
-            if standing.quarantined:
-                out.setdefault(node, version)
-    return out
+def _trusted_share(run: Run, findings: list[Finding], a: PolicyAnnouncement, heads: list, admission: AdmissionConfig,
+                   standings: dict, verified: set[bytes]) -> None:
+    """specs/reputation.md §6: untrusted groups fill at most ``(1 - trusted_share)`` of a batch,
+    and at most ``trusted * (1 - share) / share`` of it. Trusted as the trainer's view, rebuilt
+    from the log, stood when the batch was announced: a node's score reaching trusted_score,
+    or an anchor's pass on the group. A view rebuilt from arrival times is not the trainer's to
+    the verdict, so a breach is a warning."""
+    if admission.trusted_share <= 0:
+        return
+    trusted = sum(1 for d, _, h in heads if h is not None and (
+        d in verified or (standings.get(h.subject) is not None
+                          and standings[h.subject].score >= admission.trusted_score)))
+    untrusted = len(heads) - trusted
+    allowed = min(math.floor((1 - admission.trusted_share) * admission.batch_groups),
+                  math.floor(trusted * (1 - admission.trusted_share) / admission.trusted_share + 1e-9))
+    if untrusted > allowed:
+        findings.append(finding("admission", "trusted_share", Severity.WARNING,
+                                f"version {a.version} trained {untrusted} untrusted groups of {len(heads)}, more "
+                                f"than trusted_share {admission.trusted_share} allows ({allowed}), as the log "
+                                f"rebuilds the trainer's view", a.trainer, version=a.version, untrusted=untrusted,
+                                allowed=allowed))
 
 
 def check_batches(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
@@ -515,7 +527,17 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
     staleness = run.config.protocol.max_staleness if run.config is not None else 2
     cap = math.ceil(admission.node_cap * admission.batch_groups)
     index = trainer_index(run)
-    quarantined = _quarantine_rounds(run, index) if index is not None else {}
+    views = dict(rounds_of_view(run, index, run.trainer)) if index is not None else {}
+    quarantined: dict[bytes, int] = {}
+    for version, standings in views.items():
+        for node, standing in standings.items():
+            if standing.quarantined:
+                quarantined.setdefault(node, version)
+    anchors = {run.trainer} | ({bytes.fromhex(p) for p in run.config.pretrusted} if run.config is not None else set())
+    verified: dict[bytes, float] = {}  # group -> when an anchor's pass on it arrived (the trainer's view)
+    for v in index.verdicts if index is not None else ():
+        if v.outcome == Outcome.PASS and v.verifier in anchors:
+            verified.setdefault(v.group, v.received)
     trained_before: dict[bytes, int] = {}
     batches = 0
     for version, a in run.policies.items():
@@ -524,6 +546,8 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
         batches += 1
         where = f"version {version}"
         heads = [(d, w, run.groups.get(d)) for d, w in a.batch]
+        _trusted_share(run, findings, a, heads, admission, views.get(version, {}),
+                       {d for d, t in verified.items() if t <= index.announced_at.get(version, math.inf)})
         if len(a.batch) > admission.batch_groups:
             findings.append(finding(check, "batch_too_large", Severity.ERROR,
                                      f"{where} trained {len(a.batch)} groups, more than batch_groups "
