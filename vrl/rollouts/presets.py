@@ -122,9 +122,10 @@ META_FILE = "vrl-base.json"
 class BaseModelConfig:
     preset: str = "tiny"
     tasks: str = "arithmetic:digits=2,ops=+"  # an Arithmetic spec
-    # Measured here (2 cores, 131 s): 1000 steps give held-out accuracy of 27.3% sampled at
-    # T=1 and 76.2% greedy on problems it never saw: sampling inside the issue's 20-50% band,
-    # with room for GRPO.
+    # 1000 steps give held-out accuracy of 21.9% sampled at T=1 and 50.0% greedy on problems
+    # it never saw (the pinned build, 76b580a8..., 163 s on one thread here: vrl.rl.base_model,
+    # specs/vectors/base_model.json): sampling inside issue 3's 20-50% band, with room for GRPO.
+    # (Unpinned builds on AVX-512 machines gave 27.3% and 76.2%: the same recipe, other kernels.)
     steps: int = 1000
     batch_size: int = 64
     learning_rate: float = 1e-3  # AdamW, as nanoGPT uses for models of this size
