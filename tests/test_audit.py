@@ -269,3 +269,30 @@ def test_a_claimed_accuracy_that_the_weights_do_not_have_is_found(run_dir, tmp_p
     # The honest claims, first version and last, re-measure exactly on the trainer's platform.
     measured = [p for p in report.series["accuracy"] if "measured" in p]
     assert len(measured) == 2 and measured[0]["measured"] == measured[0]["claimed"] and measured[0]["same_platform"]
+
+
+def test_a_group_left_out_of_a_batch_with_room_is_found(run_dir, tmp_path):
+    """The trainer had passed a group itself a whole round before; a batch with room that does
+    not list it (and none later does) is a trainer starving that node."""
+    from vrl.audit.checks import index_run, trainer_index
+
+    directory = copy_of(run_dir, tmp_path)
+    with vrl.audit.open([directory]) as audit:
+        run = index_run(audit.inputs, lambda *_: None, [])
+        index = trainer_index(run)
+    passed = {v.group: v.received for v in index.verdicts if v.verifier == run.trainer and v.outcome == "pass"}
+    version, dropped = next((v, d) for v, a in run.policies.items() for d in a.groups
+                            if v >= 2 and passed.get(d, float("inf")) <= index.announced_at[v - 1])
+    trainer = NodeKey.load(directory / "node-0" / "node.pem")
+    a = run.policies[version]
+    kept = [(d, w) for d, w in a.batch if d != dropped]
+    mean = sum(w for _, w in kept) / len(kept)
+    forged = PolicyAnnouncement(**{**a.__dict__, "batch": tuple((d, w / mean) for d, w in kept),
+                                   "signature": b""}).signed(trainer)
+    with sqlite3.connect(directory / "node-0" / "node.sqlite") as db:
+        db.execute("UPDATE policies SET data = ? WHERE version = ?", (forged.to_bytes(), version.to_bytes(8, "big")))
+    with vrl.audit.open([directory / "node-0"]) as audit:
+        report = audit.run(checks=["admission"])
+    found = [f for f in report.findings if f.code == "left_out"]
+    assert found and found[0].evidence["version"] == version and dropped.hex() in found[0].evidence["groups"]
+    assert found[0].subject == run.trainer.hex()

@@ -111,6 +111,7 @@ class Run:
     groups: dict[bytes, GroupHead]  # every group any store holds
     planted: set[bytes]  # groups the trainer planted (its store's column, or its "planted" verdict)
     canaries: set[bytes] = field(default_factory=set)  # the throw-away identities that signed them
+    trained_groups: set[bytes] = field(default_factory=set)  # every group some announced batch lists
     rollout_records: int = 0
     series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
     stats: dict = field(default_factory=dict)  # per check: what it looked at
@@ -244,6 +245,7 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 run.planted.add(v.group)
     run.canaries = {run.groups[d].subject for d in run.planted if d in run.groups}
     _policies_and_equivocation(run, findings)
+    run.trained_groups = {d for a in run.policies.values() for d in a.groups}
     _rollout_files(run, findings, checked)
     run.stats[check] = dict(checked)
     return run
@@ -495,6 +497,36 @@ def check_planted(run: Run, findings: list[Finding], progress: Progress, share: 
     run.stats.setdefault(check, {})["planted groups"] = len(run.planted)
 
 
+def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnnouncement, heads: list,
+              admission: AdmissionConfig, staleness: int, standings: dict, verified: dict[bytes, float]) -> None:
+    """A batch that is not full, while a group the trainer itself had passed a whole round
+    before (so it was decided and trusted: vrl.node.protocol.NodeProtocol.decided, Candidate.
+    trusted), fresh, of a node under the cap with a score above 0, and failed by no one, was
+    never trained at all: admission takes every such group when the batch has room
+    (vrl.node.reputation.admit), so the trainer left it out."""
+    if len(heads) >= admission.batch_groups or a.version - 1 not in index.announced_at:
+        return
+    cap = math.ceil(admission.node_cap * admission.batch_groups)
+    taken = Counter(h.subject for _, _, h in heads if h is not None)
+    before = index.announced_at[a.version - 1]
+    trained = run.trained_groups
+    failed = {v.group for v in index.verdicts if v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)}
+    left: dict[bytes, list[bytes]] = defaultdict(list)
+    for digest, head in index.groups.items():
+        standing = standings.get(head.subject)
+        if (verified.get(digest, math.inf) <= before and digest not in trained and digest not in failed
+                and digest not in run.planted and 0 <= (a.version - 1) - head.version <= staleness
+                and standing is not None and standing.score > 0 and not standing.quarantined
+                and taken[head.subject] < cap):
+            left[head.subject].append(digest)
+    for node, digests in sorted(left.items()):
+        findings.append(finding("admission", "left_out", Severity.WARNING,
+                                f"version {a.version} trained {len(heads)} groups of {admission.batch_groups} while "
+                                f"{len(digests)} group(s) of {short(node)}, passed by the trainer a round before, "
+                                f"were never trained", a.trainer, version=a.version, node=node.hex(),
+                                groups=[d.hex() for d in digests]))
+
+
 def _trusted_share(run: Run, findings: list[Finding], a: PolicyAnnouncement, heads: list, admission: AdmissionConfig,
                    standings: dict, verified: set[bytes]) -> None:
     """specs/reputation.md §6: untrusted groups fill at most ``(1 - trusted_share)`` of a batch,
@@ -548,6 +580,8 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
         heads = [(d, w, run.groups.get(d)) for d, w in a.batch]
         _trusted_share(run, findings, a, heads, admission, views.get(version, {}),
                        {d for d, t in verified.items() if t <= index.announced_at.get(version, math.inf)})
+        if index is not None:
+            _left_out(run, findings, index, a, heads, admission, staleness, views.get(version, {}), verified)
         if len(a.batch) > admission.batch_groups:
             findings.append(finding(check, "batch_too_large", Severity.ERROR,
                                      f"{where} trained {len(a.batch)} groups, more than batch_groups "
