@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import vrl.audit  # noqa: E402
 from vrl.node import devnet  # noqa: E402
 from vrl.node.config import TRAINER_ADVERSARIES  # noqa: E402
 from vrl.rl.base_model import ensure_base_model  # noqa: E402
@@ -147,6 +148,18 @@ def trainer_run(kind: str, rounds: int, deadline: float, port: int, **options) -
               "seconds_to_all_confirmations": max(seconds, default=None),
               "steps_replayed": summary["steps_replayed"], "versions_published": summary["policy_version"],
               "failure": summary["failure"], "directory": str(directory)}
+    # The audit afterwards, over every store, every step replayed (vrl audit --all).
+    started = time.monotonic()
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(sample=1.0)
+    trainer = next((node for node in report.verdicts_by_node().values() if node["role"] == "trainer"), {})
+    result["audit"] = {"trainer": trainer.get("verdict"), "evidence": {**trainer.get("errors", {}),
+                                                                      **trainer.get("warnings", {})},
+                       "versions": sorted({f.evidence.get("version") for f in report.findings
+                                           if f.subject == trainer.get("id") and "version" in f.evidence}),
+                       "others_convicted": sorted(n["name"] for n in report.verdicts_by_node().values()
+                                                  if n["verdict"] == "convicted" and n["role"] != "trainer"),
+                       "seconds": round(time.monotonic() - started, 1)}
     console.print_json(json.dumps(result))
     return result
 

@@ -17,7 +17,8 @@ from collections import Counter, OrderedDict, defaultdict
 
 from proofs.sampler import SamplingParams
 from vrl.audit.checks import (
-    ACCURACY_PROBLEMS_ACROSS_PLATFORMS, EXPECTED_ACCURACY_ACROSS_PLATFORMS, Progress, Run, finding, trainer_index,
+    ACCURACY_PROBLEMS_ACROSS_PLATFORMS, EXPECTED_ACCURACY_ACROSS_PLATFORMS, EXPECTED_ACCURACY_SAME_PLATFORM,
+    Progress, Run, finding, trainer_index,
     sampled, short, step_reports,
 )
 from vrl.audit.findings import Finding, Severity
@@ -315,7 +316,7 @@ def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share:
                 off = abs(sampled_now - claim["held_out_accuracy"])
                 off_expected = abs(expected_now - claim.get("held_out_expected_accuracy", expected_now))
                 allowed = 1e-12 if same else ACCURACY_PROBLEMS_ACROSS_PLATFORMS / len(evaluation)
-                allowed_expected = 1e-9 if same else EXPECTED_ACCURACY_ACROSS_PLATFORMS
+                allowed_expected = EXPECTED_ACCURACY_SAME_PLATFORM if same else EXPECTED_ACCURACY_ACROSS_PLATFORMS
                 if off > allowed or off_expected > allowed_expected:
                     findings.append(finding(
                         check, "accuracy_claim", Severity.ERROR,

@@ -58,7 +58,7 @@ class Report:
             mine = [f for f in self.findings if f.subject == node and f.severity >= Severity.WARNING]
             errors = Counter(f.code for f in mine if f.severity == Severity.ERROR)
             warnings = Counter(f.code for f in mine if f.severity == Severity.WARNING)
-            out[node] = {**info, "errors": dict(errors), "warnings": dict(warnings),
+            out[node] = {**info, "id": node, "errors": dict(errors), "warnings": dict(warnings),
                          "verdict": "convicted" if errors else ("suspect" if warnings else "clean")}
         return out
 
