@@ -4,8 +4,8 @@ One streamed pass over every store (:func:`index_run`) checks every signature an
 compact index of the log: the headers of the groups (digest, signer, version, arrival), the
 policy announcements, and each verdict's few fields, never a record's bytes. Every other
 check reads that index, and fetches a group's records by digest, one group at a time, only
-when it re-executes something. So memory grows with the number of messages (about 200 bytes
-each, measured in bench/audit.py), not with the bytes of the log.
+when it re-executes something. So memory grows with the number of messages (about 630 bytes
+each, measured by bench/audit.py: specs/audit.md §6), not with the bytes of the log.
 
 Who a finding incriminates is always derived from signatures, never from a field a message
 asserts (specs/security.md §1): a group's node is the signer of its records, a verdict's
