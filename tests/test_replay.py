@@ -50,8 +50,18 @@ def announce(trainer: PolicyTrainer, step, parent: PolicyAnnouncement | None) ->
         optimizer_size=len(step.optimizer), platform=platform_tag(step.model)).signed(TRAINER)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The trainer's and the verifiers' platform: a CPU at one thread, the one held to the bits
+    (vrl.rollouts.model.bit_exact_platform), as a node runs by default (torch_threads = 1)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
-def step(tmp_path_factory) -> Step:
+def step(tmp_path_factory, one_thread) -> Step:
     root = tmp_path_factory.mktemp("replay")
     base = build_base_model(QUICK, root / "base")
     config = TrainConfig(model=str(base), task=QUICK.tasks, group_size=4, groups_per_step=8, max_new_tokens=4,
@@ -190,3 +200,27 @@ def test_the_audit_finds_weights_no_step_made(step):
     check = replay_step(announcement, step.parent, blob=blobs.get, group={g.digest: g for g in step.groups}.get,
                         base=step.work.skeleton)
     assert check.faults == (StepFault.WEIGHTS_MISMATCH,) and check.drift > 0 and "not what its step makes" in check.sentence()
+
+
+def test_only_a_cpu_at_one_thread_is_held_to_the_bits(step):
+    """specs/training.md §4: at two threads one step computed twice differed (bench/replay.py),
+    so an equal platform at two threads is judged by the tolerance, and a mismatch there is not
+    self-evident."""
+    from vrl.rollouts.model import bit_exact_platform
+
+    tag = step.announcement.platform
+    assert bit_exact_platform(tag) == tag.endswith("/threads-1")
+    assert bit_exact_platform("torch-2.13.0+cpu/cpu-AVX2/float32/sdpa/threads-1")
+    assert not bit_exact_platform("torch-2.13.0+cpu/cpu-AVX2/float32/sdpa/threads-2")
+    assert not bit_exact_platform("torch-2.13.0+cpu/cuda-12.4/NVIDIA H100/float32/sdpa/threads-1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = dataclasses.replace(step.announcement, platform=platform_tag(step.work.models[0]))
+        honest = step.work.models[1]
+        claim(step, _perturbed(honest.network, 1e-7))  # an honest run's few ulps of difference
+        faults, _, drift = step.work.replay(two, step.trainer.config_file, step.before, step.after, step.groups)
+        assert 0 < drift < 1e-3 and faults == (), (faults, drift)
+    finally:
+        torch.set_num_threads(before)
+        step.work.install(1, honest, 4)

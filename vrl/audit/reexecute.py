@@ -27,7 +27,7 @@ from vrl.node.messages import Outcome, PolicyAnnouncement, StepOutcome, recomput
 from vrl.node.protocol import outcome_of
 from vrl.node.weights import WeightsError, from_blob
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
-from vrl.rollouts.model import Model, ModelError, load_model, platform_tag
+from vrl.rollouts.model import Model, ModelError, bit_exact_platform, load_model, platform_tag
 from vrl.rollouts.record import round_seed
 from vrl.rollouts.verify import Expectations, verify
 from vrl.tasks import RewardSpec, TaskFileError, open_task_set
@@ -200,7 +200,7 @@ def _judge_verdicts(run: Run, findings: list[Finding], verdicts, digest: bytes, 
     for v in verdicts:
         if v.outcome == Outcome.SKIPPED or (v.verifier == run.trainer and v.planted):
             continue
-        same = v.platform == platform
+        same = v.platform == platform and bit_exact_platform(platform)
         if v.outcome == Outcome.PASS and outcome == Outcome.HARD_FAIL:
             findings.append(finding(check, "passed_bad_group", Severity.ERROR,
                                      f"verifier {short(v.verifier)} passed group {digest.hex()[:16]}, which fails "
@@ -308,7 +308,7 @@ def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share:
                                          f"the inputs", version=version))
             else:
                 with threads_of(a.platform, model):
-                    same = a.platform == platform_tag(model)
+                    same = a.platform == platform_tag(model) and bit_exact_platform(a.platform)
                     sampled_now = accuracy(model, evaluation, spec, temperature=work.temperature,
                                            max_new_tokens=work.max_new_tokens)
                     expected_now = expected_accuracy(model, evaluation, temperature=work.temperature)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from vrl.config import U63, ConfigError, bounded, check_fields
 from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import bit_exact_platform
 from vrl.rollouts.verify import Reason
 from vrl.node.messages import (
     STEP_TICKET_DOMAIN, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, Group, Outcome, PolicyAnnouncement,
@@ -779,7 +780,7 @@ class NodeProtocol:
             others = tuple(sorted(v for v, sv in verdicts.items() if v != self.me and sv.outcome == StepOutcome.FRAUD
                                   and (self._counts(v) or v in self.reputation.pretrusted)))
             evident = bool(set(mine.reasons) & SELF_EVIDENT_FAULTS) or (
-                mine.platform == a.platform and mine.replayed != b"")
+                mine.platform == a.platform and bit_exact_platform(a.platform) and mine.replayed != b"")
             if evident or others:
                 self.convicted = ConvictTrainer(a.trainer, version, mine.reasons, (self.me, *others))
                 return [self.convicted]

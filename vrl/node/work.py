@@ -22,7 +22,7 @@ from vrl.rl.step import StepConfig, StepError, StepReplay, compare, optimizer_by
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.generate import GenerationConfig, iter_generate
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import Model, load_model, platform_tag
+from vrl.rollouts.model import Model, bit_exact_platform, load_model, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
 from vrl.tasks import TaskSet
@@ -121,7 +121,7 @@ class JudgedStep:
 
     faults: tuple[str, ...]  # StepFault codes; empty when the step is what was announced
     replay: StepReplay | None  # None when it could not run (a config or optimizer file at fault)
-    same_platform: bool  # the replay ran on the announcement's platform: bit-exact required
+    same_platform: bool  # the replay ran on the announcement's platform, a bit-exact one: bit-exact required
 
     @property
     def model_hash(self) -> bytes:
@@ -139,7 +139,7 @@ def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, 
     announced weights (``claimed``) and ``optimizer_after``. Bit-exact is required on the
     trainer's own platform, the tolerance elsewhere. ``base`` is the network's base model, the
     only reference policy a step config may name. What a verifier's replay and the audit's run."""
-    same_platform = announcement.platform == platform_tag(parent)
+    same_platform = announcement.platform == platform_tag(parent) and bit_exact_platform(announcement.platform)
     try:
         config = StepConfig.from_bytes(config_file)
     except StepError:

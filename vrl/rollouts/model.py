@@ -185,6 +185,15 @@ def platform_tag(model: Model) -> str:
     return tag
 
 
+def bit_exact_platform(tag: str) -> bool:
+    """Whether the same work on this platform tag gives the same bits every time, so that a
+    replay on an equal tag must be bit-exact (specs/training.md §4): a CPU at one thread. At
+    two threads on this 2-core machine one training step computed twice in one process differed
+    in 4 of 12 cases (up to 7.2e-6 relative drift), at one thread never (bench/replay.py,
+    bench/results/replay.json); a GPU's kernels were not measured here."""
+    return "/cpu-" in tag and tag.endswith("/threads-1")
+
+
 def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa", device: str = "cpu") -> Model:
     """Load a preset (``tiny``, ``small``), the built ``base`` model, or a local Hugging Face directory.
 
