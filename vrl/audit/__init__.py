@@ -38,7 +38,8 @@ REEXECUTING = ("groups", "steps", "accuracy")
 #: (vrl.node.protocol.ProtocolParams), so an audit costs about what one more verifier did.
 DEFAULT_SAMPLE = 0.25
 
-__all__ = ["CHECKS", "DEFAULT_SAMPLE", "Audit", "AuditError", "Finding", "Report", "Severity", "StepCheck", "open",
+# vrl.audit.open is called by its module's name; ``from vrl.audit import *`` must not shadow open().
+__all__ = ["CHECKS", "DEFAULT_SAMPLE", "Audit", "AuditError", "Finding", "Report", "Severity", "StepCheck",
            "replay_step", "replay_steps"]
 
 
@@ -48,6 +49,7 @@ class Audit:
 
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
+        self.closed = False
 
     def __enter__(self) -> Audit:
         return self
@@ -57,13 +59,16 @@ class Audit:
 
     def close(self) -> None:
         self.inputs.close()
+        self.closed = True
 
     def run(self, checks: Iterable[str] | None = None, sample: float = DEFAULT_SAMPLE,
             progress: Callable[[str, int], None] | None = None) -> Report:
         """Run ``checks`` (default: all of :data:`CHECKS`), re-executing a ``sample`` share of
         the groups, steps and versions (1.0: all of them). ``progress(check, n)`` is told as
         items are done. Raises :class:`AuditError` for an unknown check or a share outside [0, 1]."""
-        chosen = tuple(CHECKS if checks is None else dict.fromkeys(checks))
+        if self.closed:
+            raise AuditError("this audit is closed: vrl.audit.open() the inputs again")
+        chosen = tuple(CHECKS if checks is None else dict.fromkeys([checks] if isinstance(checks, str) else checks))
         unknown = [c for c in chosen if c not in CHECKS]
         if unknown:
             raise AuditError(f"unknown check {unknown[0]!r}; choose from {', '.join(CHECKS)}")
@@ -115,11 +120,11 @@ class Audit:
                 "accuracy": int(versions * sample) + 2}
 
 
-def open(paths: Iterable[str | Path]) -> Audit:  # noqa: A001 (the module's verb, as builtins.open is the file's)
+def open(paths: Iterable[str | Path] | str | Path) -> Audit:  # noqa: A001 (the module's verb, as builtins.open is the file's)
     """An :class:`Audit` of these inputs: devnet folders, node folders, node stores
     (``node.sqlite``, opened read-only) and rollout files. Raises :class:`AuditError`, naming
     the path, for one it cannot use."""
-    return Audit(open_inputs([Path(p) for p in paths]))
+    return Audit(open_inputs([Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]))
 
 
 def _report(run: Run, checks: tuple[str, ...], sample: float, findings: list[Finding], seconds: dict[str, float],

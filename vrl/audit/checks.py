@@ -26,11 +26,12 @@ from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepOutcome, StepVerdict, decode_group,
+    Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepOutcome, StepVerdict, Submission,
+    decode_group,
 )
 from vrl.node.protocol import report_of
 from vrl.node.reputation import AdmissionConfig, Report, Reputation
-from vrl.rollouts.files import iter_records
+from vrl.rollouts.files import RolloutFileError, iter_records
 from vrl.rollouts.record import RecordError, Rollout
 
 # -- tolerances (specs/audit.md §4 gives each its source) -------------------------------------------
@@ -122,12 +123,19 @@ class Run:
     stats: dict = field(default_factory=dict)  # per check: what it looked at
 
     def group_bytes(self, digest: bytes) -> bytes | None:
+        """A group's bytes by digest from any store, hashed again: a row filed under a digest
+        that is not its own is passed over (the signatures check reports it)."""
         head = self.groups.get(digest)
         order = ([self.stores[head.store]] if head is not None else []) + self.stores
         for index in order:
             data = index.node.store.group(digest)
-            if data is not None:
-                return data
+            if data is None:
+                continue
+            try:
+                if Submission.from_bytes(data).digest == digest:
+                    return data
+            except MessageError:
+                continue
         return None
 
     def decoded(self, digest: bytes) -> Group | None:
@@ -154,11 +162,17 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
     stores = []
     config = next((n.config for n in inputs.nodes if n.config is not None), None)
     trainer = bytes.fromhex(config.trainer) if config is not None else None
+    for node in inputs.nodes:
+        if node.config is not None and config is not None and (node.config.trainer, node.config.work) != (
+                config.trainer, config.work):
+            findings.append(finding(check, "config_disagrees", Severity.WARNING,
+                                    f"{node.name}'s node.toml names another trainer or [work] table than "
+                                    f"{inputs.nodes[0].name}'s; the audit follows the first", node=node.name))
     checked = Counter()
     for number, node in enumerate(inputs.nodes):
         index = StoreIndex(node)
         where = str(node.store.path)
-        for data, received in node.store.policies():
+        for column, data, received in node.store.policies():
             checked["policies"] += 1
             try:
                 a = PolicyAnnouncement.from_bytes(data)
@@ -171,9 +185,14 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                                          f"{where}: the announcement of version {a.version} is not signed by the "
                                          f"trainer it names", store=where, version=a.version))
                 continue
+            if a.version != column:
+                findings.append(finding(check, "column_mismatch", Severity.ERROR,
+                                        f"{where}: the announcement of version {a.version} is stored as version "
+                                        f"{column}", store=where, version=a.version))
+                continue
             index.policies[a.version] = a
             index.announced_at[a.version] = received
-        for digest, data, subject, version, planted in node.store.groups():
+        for digest, data, subject, version, planted, received in node.store.groups():
             checked["groups"] += 1
             progress("signatures", 1)
             try:
@@ -188,12 +207,9 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 findings.append(finding(check, "column_mismatch", Severity.ERROR,
                                          f"{where}: group {digest.hex()[:16]}'s stored digest, signer or version is "
                                          f"not its records'", store=where, group=digest.hex()))
-            index.groups[group.digest] = GroupHead(group.subject, group.version, group.index, 0.0, planted, number)
-        for digest, _, _, received, _ in node.store.group_headers():  # arrival times, for the latency plot
-            if digest in index.groups:
-                head = index.groups[digest]
-                index.groups[digest] = GroupHead(head.subject, head.version, head.index, received, head.planted,
-                                                 head.store)
+                continue
+            index.groups[group.digest] = GroupHead(group.subject, group.version, group.index, received, planted,
+                                                   number)
         for data, received in node.store.verdicts():
             checked["verdicts"] += 1
             try:
@@ -228,7 +244,10 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 values = json.loads(metrics)
             except ValueError:
                 values = {}
-            index.trained[version] = (digests, values if isinstance(values, dict) else {})
+            # Only the numbers a trainer writes; anything else in the column is no claim at all.
+            numbers = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and math.isfinite(v)} if isinstance(values, dict) else {}
+            index.trained[version] = (digests, numbers)
         for table, rowid in dict.fromkeys(node.store.damaged):  # each damaged row once, however often read
             findings.append(finding(check, "damaged_row", Severity.ERROR,
                                      f"{where}: row {rowid} of table {table} is not what a node writes there "
@@ -239,11 +258,11 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
         signers = Counter(a.trainer for s in stores for v, a in s.policies.items() if v == 0)
         trainer = signers.most_common(1)[0][0] if signers else None
     run = Run(inputs, stores, trainer, config, {}, {}, set())
-    for number, index in enumerate(stores):
+    for index in stores:
         for digest, head in index.groups.items():
             run.groups.setdefault(digest, head)
-            if head.planted:
-                run.planted.add(digest)
+        # Which groups were planted comes from the trainer's signature, never from a store's
+        # planted column (any store's owner can set it).
         for v in index.verdicts:
             # The trainer reveals its plants with a signed hard fail whose reason is "planted".
             if v.verifier == trainer and v.planted:
@@ -275,9 +294,17 @@ def _policies_and_equivocation(run: Run, findings: list[Finding]) -> None:
     run.policies = dict(sorted(seen.items()))
 
 
+def _records(path, findings: list[Finding]) -> Iterator[Rollout | RecordError]:
+    """A rollout file's records; a file that became unreadable since it was opened is a finding."""
+    try:
+        yield from iter_records(path)
+    except RolloutFileError as error:
+        findings.append(finding("signatures", "damaged_file", Severity.WARNING, str(error), file=str(path)))
+
+
 def _rollout_files(run: Run, findings: list[Finding], checked: Counter) -> None:
     for path in run.inputs.rollout_files:
-        for item in iter_records(path):
+        for item in _records(path, findings):
             if isinstance(item, RecordError):
                 findings.append(finding("signatures", "damaged_file", Severity.WARNING,
                                          f"{path}: {item}", file=str(path)))
@@ -354,7 +381,9 @@ def check_reputation(run: Run, findings: list[Finding], progress: Progress, shar
                     f"{' (quarantined)' if quarantined else ''}, but its own verdict log gives {mine.score:.6f}"
                     f"{' (quarantined)' if mine.quarantined else ''}"
                     + ("" if at else " (the store does not say when its snapshot was taken: an older node)"),
-                    owner, store=where, node=node.hex(), round=round_index, snapshot=score, replayed=mine.score))
+                    # No subject: whose store it is is the store's own word, not a signature.
+                    store=where, owner=owner.hex(), node=node.hex(), round=round_index, snapshot=score,
+                    replayed=mine.score))
     run.stats[check] = {"snapshot rows compared": compared}
     _reputation_series(run)
     _views_agree(run, findings)
@@ -435,12 +464,13 @@ def check_duplicates(run: Run, findings: list[Finding], progress: Progress, shar
     group_slots: dict[tuple[bytes, int, int], bytes] = {}
     reported = set()
 
-    def see(rollout_bytes: bytes, rollout: Rollout, where: bytes, label: str) -> None:
+    def see(rollout_bytes: bytes, rollout: Rollout, where: bytes, label: str, in_group: bool = True) -> None:
         key = hashlib.sha256(rollout_bytes).digest()[:16]
         slot = hashlib.sha256(rollout.node_id + rollout.round_seed + rollout.policy_version.to_bytes(8, "big")
                               + rollout.group_index.to_bytes(4, "big")
                               + rollout.sample_index.to_bytes(4, "big")).digest()[:16]
-        first = records.setdefault(key, where)
+        # A copy of signed bytes in a file is no misbehaviour: only a record in two groups is a replay.
+        first = records.setdefault(key, where) if in_group else where
         if first != where and (key, "replay") not in reported:
             reported.add((key, "replay"))
             findings.append(finding(check, "replayed_record", Severity.ERROR,
@@ -460,10 +490,9 @@ def check_duplicates(run: Run, findings: list[Finding], progress: Progress, shar
     for digest, head in run.groups.items():
         if digest in run.planted:
             continue  # the trainer's canaries reuse its round's draws on purpose
-        data = run.group_bytes(digest)
-        if data is None:
+        group = run.decoded(digest)
+        if group is None:
             continue
-        group = decode_group(data)
         seen += 1
         progress(check, 1)
         slot_key = (head.subject, head.version, head.index)
@@ -476,9 +505,9 @@ def check_duplicates(run: Run, findings: list[Finding], progress: Progress, shar
         for record, rollout in zip(group.submission.records, group.rollouts):
             see(record, rollout, digest, f"group {digest.hex()[:16]}")
     for path in run.inputs.rollout_files:
-        for item in iter_records(path):
+        for item in _records(path, []):
             if isinstance(item, Rollout):
-                see(item.to_bytes(), item, hashlib.sha256(str(path).encode()).digest(), str(path))
+                see(item.to_bytes(), item, hashlib.sha256(str(path).encode()).digest(), str(path), in_group=False)
     run.stats[check] = {"groups": seen, "records": len(records), "file records": run.rollout_records}
 
 
@@ -575,6 +604,9 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
     for v in index.verdicts if index is not None else ():
         if v.outcome == Outcome.PASS and v.verifier in anchors:
             verified.setdefault(v.group, v.received)
+    # The trainer's own store is its own record of what it knew when; another store's arrival
+    # times are only an approximation of the trainer's view.
+    own_view = Severity.ERROR if index is not None and index.node.owner == run.trainer else Severity.WARNING
     trained_before: dict[bytes, int] = {}
     batches = 0
     for version, a in run.policies.items():
@@ -605,7 +637,7 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
                                      f"(specs/reputation.md §6)", a.trainer, version=version))
         for digest, _, head in heads:
             if head is None:
-                findings.append(finding(check, "unknown_group", Severity.ERROR,
+                findings.append(finding(check, "unknown_group", Severity.WARNING,
                                          f"{where} trained group {digest.hex()[:16]}, which no audited store ever "
                                          f"received: data no one submitted", a.trainer, version=version,
                                          group=digest.hex()))
@@ -626,7 +658,7 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
             trained_before.setdefault(digest, version)
             since = quarantined.get(head.subject)
             if since is not None and since < version - 1:
-                findings.append(finding("quarantine", "trained_quarantined", Severity.ERROR,
+                findings.append(finding("quarantine", "trained_quarantined", own_view,
                                          f"{where} trained group {digest.hex()[:16]} of {short(head.subject)}, "
                                          f"quarantined in the trainer's view since round {since}", a.trainer,
                                          version=version, node=head.subject.hex(), quarantined_since=since))

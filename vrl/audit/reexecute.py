@@ -134,9 +134,10 @@ def check_groups(run: Run, findings: list[Finding], progress: Progress, share: f
     of a good one, or (on an equal platform) another recomputed digest is a verifier that did
     not do what it signed."""
     check = "groups"
-    if _cannot(run, findings, check, models):
-        return
     candidates = _candidates(run, share)
+    if not candidates or _cannot(run, findings, check, models):
+        run.stats[check] = {"candidates": len(candidates), "re-verified": 0}
+        return
     trained_in = {d: a.version for a in run.policies.values() for d in a.groups}
     verdicts = defaultdict(list)
     for index in run.stores:
@@ -235,7 +236,8 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
                                      f"version {version} was reported as fraud by {len(frauds)} verifier(s) "
                                      f"({', '.join(short(v) for v in sorted(frauds))}): {', '.join(reasons)}",
                                      run.trainer or b"", version=version, reasons=reasons))
-    if _cannot(run, findings, check, models):
+    if len(run.policies) < 2 or _cannot(run, findings, check, models):
+        run.stats[check] = {"steps": max(len(run.policies) - 1, 0), "replayed": 0}
         return
     if run.policies and 0 in run.policies and run.policies[0].model_hash != models.base.model_hash:
         findings.append(finding(check, "not_the_base_model", Severity.WARNING,
@@ -280,8 +282,11 @@ def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share:
     (vrl.rl.train.Trainer.evaluate: its temperature, max_new_tokens and held_out count), the
     first and last claimed versions always: a trainer's claimed curve is one of its outputs."""
     check = "accuracy"
+    # A claim is the trainer's own record (its store's trained table); another store's rows
+    # under that name are no claim of the trainer's.
     index = trainer_index(run)
-    claims = {v: m for v, (_, m) in (index.trained.items() if index is not None else ())
+    own = index is not None and index.node.owner == run.trainer
+    claims = {v: m for v, (_, m) in (index.trained.items() if own else ())
               if "held_out_accuracy" in m and v in run.policies}
     if not claims:
         run.stats[check] = {"claimed versions": 0}

@@ -8,6 +8,7 @@ import base64
 import html
 import io
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,11 @@ class Report:
     def verdicts_by_node(self) -> dict[str, dict]:
         """Per node: its role, its errors and warnings by code, and one word: clean or not."""
         out = {}
-        for node, info in self.nodes.items():
+        nodes = dict(self.nodes)
+        for f in self.findings:  # a node only a finding names (a foreign trainer, say)
+            if f.subject and f.subject not in nodes:
+                nodes[f.subject] = {"name": "", "role": "named by a finding"}
+        for node, info in nodes.items():
             mine = [f for f in self.findings if f.subject == node and f.severity >= Severity.WARNING]
             errors = Counter(f.code for f in mine if f.severity == Severity.ERROR)
             warnings = Counter(f.code for f in mine if f.severity == Severity.WARNING)
@@ -64,6 +69,11 @@ class Report:
 
     # -- outputs --------------------------------------------------------------------------------------
     def to_json(self) -> dict:
+        """The report as JSON values (specs/audit.md §5); a non-finite number (a replay that
+        moved nothing where the claim moved, drift inf) is written as its string, since JSON has none."""
+        return _finite(self._json())
+
+    def _json(self) -> dict:
         return {"report": REPORT_VERSION, "clean": self.clean, "exit_code": self.exit_code,
                 "checks": list(self.checks), "sample": self.sample, "platform": self.platform,
                 "inputs": self.inputs, "nodes": self.verdicts_by_node(),
@@ -81,6 +91,16 @@ class Report:
         path = Path(path)
         write_bytes_atomic(path, self.to_html().encode())
         return path
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 # -- the terminal -------------------------------------------------------------------------------------
@@ -139,6 +159,12 @@ def _plots(report: Report) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    # Labels include reason codes and names from signed messages: text, never TeX ("$\\x{$").
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw(report, plt, MaxNLocator)
+
+
+def _draw(report: Report, plt, MaxNLocator) -> list[tuple[str, str]]:  # noqa: N803 (a class)
     out = []
     reputation = report.series.get("reputation", {})
     if reputation.get("nodes"):

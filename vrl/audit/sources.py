@@ -11,8 +11,10 @@ cursors: an audit holds one message's bytes at a time, whatever the length of th
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shutil
+import stat
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -23,12 +25,17 @@ from urllib.parse import quote
 from vrl.errors import VrlError
 from vrl.node.config import NodeConfig
 from vrl.node.store import OWNER_KEY, SCHEMA_VERSION, SNAPSHOT_AT_KEY
+from vrl.rollouts.files import FILE_MAGIC
 from vrl.rollouts.keys import KeyFileError, NodeKey
 
 STORE_FILE = "node.sqlite"
 CONFIG_FILE = "node.toml"
 BLOB_DIR = "blobs"
 ROLLOUT_SUFFIXES = (".vrl", ".msgpack")
+# The largest blob an audit reads: a node's own bound on what it fetches (vrl.node.daemon:
+# MAX_OPTIMIZER_BYTES, two moments of a MAX_WEIGHTS_BYTES model and a margin), so any file a
+# node could have stored is read, and a hand-made 1 TB "blob" is not.
+MAX_BLOB_BYTES = (4 << 30) + (64 << 20)
 # The tables an audit reads, with the columns it reads: a store without them is not a node store.
 _EXPECTED = {"policies": {"version", "data", "received"}, "groups": {"digest", "subject", "version", "data",
                                                                      "received", "planted"},
@@ -79,6 +86,10 @@ class StoreReader:
             raise AuditError(f"{self.path}: store schema version {found[0] if found else 'missing'}; this audit "
                              f"reads version {SCHEMA_VERSION} (a node of this vrl migrates older stores when it "
                              f"starts: audit a copy it has opened)")
+        # A view under a table's name would be queried like one, and a recursive one never ends.
+        missing = sorted(set(_EXPECTED) - tables)
+        if missing:
+            raise AuditError(f"{self.path}: not a vrl node store (no table {missing[0]!r})")
         for table, columns in _EXPECTED.items():
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}  # noqa: S608 (fixed names)
             if not columns <= have:
@@ -93,16 +104,22 @@ class StoreReader:
             shutil.rmtree(self._copy, ignore_errors=True)
             self._copy = None
 
-    def _stream(self, sql: str, params: tuple = (), types: tuple = ()) -> Iterator[tuple]:
-        """Rows whose columns have ``types`` (bytes of a given length as ``(bytes, n)``); any
-        other row is noted in :attr:`damaged` (table and rowid) and skipped."""
-        table = sql.split(" FROM ")[1].split()[0]
+    def _stream(self, table: str, columns: str, order: str, types: tuple) -> Iterator[tuple]:
+        """``columns`` of every row of ``table`` in ``order``, one row at a time: the order is
+        taken over the row ids alone (sorting whole rows would copy every message's bytes into
+        a temporary B-tree), then each row is read by its id. A row whose columns do not have
+        ``types`` (bytes of a given length as ``(bytes, n)``) is noted in :attr:`damaged` and
+        skipped."""
         try:
-            for row in self._db.execute(sql, params):
-                if all(_fits(value, kind) for value, kind in zip(row[1:], types)):
-                    yield row[1:]
+            rowids = [row[0] for row in self._db.execute(f"SELECT rowid FROM {table} ORDER BY {order}")]  # noqa: S608
+            for rowid in rowids:
+                row = self._db.execute(f"SELECT {columns} FROM {table} WHERE rowid=?", (rowid,)).fetchone()  # noqa: S608
+                if row is None:
+                    continue
+                if all(_fits(value, kind) for value, kind in zip(row, types)):
+                    yield row
                 else:
-                    self.damaged.append((table, row[0]))
+                    self.damaged.append((table, rowid))
         except sqlite3.DatabaseError as error:
             raise AuditError(f"{self.path}: damaged while reading ({error})") from None
 
@@ -111,40 +128,45 @@ class StoreReader:
         """The node whose store this is, if its node recorded it (vrl.node.store.OWNER_KEY)."""
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (OWNER_KEY,)).fetchone()
         try:
-            return bytes.fromhex(row[0]) if row else None
+            owner = bytes.fromhex(row[0]) if row and isinstance(row[0], str) else None
         except ValueError:
             return None
+        return owner if owner is not None and len(owner) == 32 else None
 
     def snapshot_at(self) -> float | None:
         """When the node computed its reputation snapshot (vrl.node.store.SNAPSHOT_AT_KEY)."""
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (SNAPSHOT_AT_KEY,)).fetchone()
         try:
-            return float(row[0]) if row else None
+            at = float(row[0]) if row and isinstance(row[0], (str, int, float)) else None
         except ValueError:
             return None
+        return at if at is not None and math.isfinite(at) else None
 
     def counts(self) -> dict[str, int]:
         return {table: self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
                 for table in ("policies", "groups", "verdicts", "steps", "trained")}
 
     # -- the log, streamed ------------------------------------------------------------------------
-    def policies(self) -> Iterator[tuple[bytes, float]]:
-        """``(data, received)`` by version."""
-        yield from self._stream("SELECT rowid, data, received FROM policies ORDER BY version", (), (bytes, float))
+    def policies(self) -> Iterator[tuple[int, bytes, float]]:
+        """``(version column, data, received)`` by version."""
+        for version, data, received in self._stream("policies", "version, data, received", "version",
+                                                     ((bytes, 8), bytes, float)):
+            yield _u64(version), data, received
 
     def group_headers(self) -> Iterator[tuple[bytes, bytes, int, float, bool]]:
         """``(digest, subject, version, received, planted)`` by arrival, without the records."""
         for digest, subject, version, received, planted in self._stream(
-                "SELECT rowid, digest, subject, version, received, planted FROM groups ORDER BY received, digest", (),
+                "groups", "digest, subject, version, received, planted", "received, rowid",
                 ((bytes, 32), bytes, (bytes, 8), float, int)):
             yield digest, subject, _u64(version), received, bool(planted)
 
-    def groups(self) -> Iterator[tuple[bytes, bytes, bytes, int, bool]]:
-        """``(digest, data, subject, version, planted)`` by arrival, one group's bytes at a time."""
-        for digest, data, subject, version, planted in self._stream(
-                "SELECT rowid, digest, data, subject, version, planted FROM groups ORDER BY received, digest", (),
-                ((bytes, 32), bytes, bytes, (bytes, 8), int)):
-            yield digest, data, subject, _u64(version), bool(planted)
+    def groups(self) -> Iterator[tuple[bytes, bytes, bytes, int, bool, float]]:
+        """``(digest, data, subject, version, planted, received)`` by arrival, one group's bytes at
+        a time."""
+        for digest, data, subject, version, planted, received in self._stream(
+                "groups", "digest, data, subject, version, planted, received", "received, rowid",
+                ((bytes, 32), bytes, bytes, (bytes, 8), int, float)):
+            yield digest, data, subject, _u64(version), bool(planted), received
 
     def group(self, digest: bytes) -> bytes | None:
         row = self._db.execute("SELECT data FROM groups WHERE digest=?", (digest,)).fetchone()
@@ -152,28 +174,32 @@ class StoreReader:
 
     def verdicts(self) -> Iterator[tuple[bytes, float]]:
         """``(data, received)`` in the order they were received."""
-        yield from self._stream("SELECT rowid, data, received FROM verdicts ORDER BY received, id", (), (bytes, float))
+        yield from self._stream("verdicts", "data, received", "received, rowid", (bytes, float))
 
     def steps(self) -> Iterator[tuple[bytes, float]]:
-        yield from self._stream("SELECT rowid, data, received FROM steps ORDER BY received, id", (), (bytes, float))
+        yield from self._stream("steps", "data, received", "received, rowid", (bytes, float))
 
     def trained(self) -> Iterator[tuple[int, tuple[bytes, ...], str]]:
         """``(version, group digests, metrics JSON)``: what the trainer recorded for each version."""
-        for version, groups, metrics in self._stream("SELECT rowid, version, groups, metrics FROM trained "
-                                                     "ORDER BY version", (), ((bytes, 8), bytes, str)):
-            if len(groups) % 32 == 0:
-                yield _u64(version), tuple(groups[i:i + 32] for i in range(0, len(groups), 32)), metrics
+        for version, groups, metrics in self._stream("trained", "version, groups, metrics", "version",
+                                                     ((bytes, 8), _Digests, str)):
+            yield _u64(version), tuple(groups[i:i + 32] for i in range(0, len(groups), 32)), metrics
 
     def snapshot(self) -> list[tuple[bytes, int, float, bool]]:
         """The reputation table the node last wrote: ``(node, round, score, quarantined)``."""
         return [(node, _u64(r), score, bool(q)) for node, r, score, q in self._stream(
-            "SELECT rowid, node, round, score, quarantined FROM reputation ORDER BY node", (),
-            ((bytes, 32), (bytes, 8), float, int))]
+            "reputation", "node, round, score, quarantined", "node", ((bytes, 32), (bytes, 8), float, int))]
+
+
+class _Digests:
+    """The type of a column of concatenated 32-byte digests."""
 
 
 def _fits(value: object, kind: type | tuple[type, int]) -> bool:
     """Whether a column's value is what the node writes there: an int is a float column's
     value too (SQLite keeps 1.0 as 1); received times and scores must be finite."""
+    if kind is _Digests:
+        return isinstance(value, bytes) and len(value) % 32 == 0
     if isinstance(kind, tuple):
         return isinstance(value, kind[0]) and len(value) == kind[1]
     if kind is float:
@@ -209,14 +235,23 @@ class Inputs:
             node.store.close()
 
     def blob(self, digest: bytes) -> bytes | None:
-        """A blob by its SHA-256 from any node folder; the caller hashes it again."""
+        """A blob by its SHA-256 from any node folder: the first copy that is a regular file of
+        at most MAX_BLOB_BYTES whose bytes hash to ``digest`` (a damaged copy in one folder does
+        not hide a good one in another; a pipe or a device is never opened)."""
         for node in self.nodes:
-            if node.blob_dir is not None:
-                path = node.blob_dir / digest.hex()
-                try:
-                    return path.read_bytes()
-                except OSError:
+            if node.blob_dir is None:
+                continue
+            path = node.blob_dir / digest.hex()
+            try:
+                info = path.stat()
+                if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BLOB_BYTES:
                     continue
+                with open(path, "rb") as handle:
+                    data = handle.read(MAX_BLOB_BYTES + 1)
+            except OSError:
+                continue
+            if hashlib.sha256(data).digest() == digest:
+                return data
         return None
 
 
@@ -230,7 +265,9 @@ def _node_folder(folder: Path, name: str) -> NodeInput:
         except ConfigError as error:
             raise AuditError(str(error)) from None
     key_id = None
-    key_path = (config.path / config.key) if config is not None else folder / "node.pem"
+    # The folder's own key: a node.toml's data_dir may name where the folder was made, not
+    # where it is now (an audit of a copy must not read the original's).
+    key_path = folder / (Path(config.key).name if config is not None else "node.pem")
     if key_path.is_file():
         try:
             key_id = NodeKey.load(key_path).node_id
@@ -240,10 +277,12 @@ def _node_folder(folder: Path, name: str) -> NodeInput:
     return NodeInput(name, StoreReader(folder / STORE_FILE), config, blob_dir if blob_dir.is_dir() else None, key_id)
 
 
-def open_inputs(paths: list[Path]) -> Inputs:
+def open_inputs(paths: list[Path] | str | Path) -> Inputs:
     """Sort ``paths`` into stores and rollout files: a devnet folder (``node-*/`` folders), a
     node folder (with ``node.sqlite``), a ``.sqlite`` store, or a rollout file. Raises
     :class:`AuditError` naming the first path that is none of them."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
     if not paths:
         raise AuditError("nothing to audit: give a devnet folder, node folders, node stores or rollout files")
     inputs = Inputs()
@@ -263,6 +302,13 @@ def open_inputs(paths: list[Path]) -> Inputs:
                     raise AuditError(f"{path}: neither a devnet folder (node-*/{STORE_FILE}) nor a node folder "
                                      f"({STORE_FILE})")
             elif path.suffix in ROLLOUT_SUFFIXES:
+                try:
+                    with open(path, "rb") as handle:
+                        magic = handle.read(len(FILE_MAGIC))
+                except OSError as error:
+                    raise AuditError(f"{path}: cannot be read ({error.strerror or error})") from None
+                if magic != FILE_MAGIC:
+                    raise AuditError(f"{path}: not a vrl rollout file (bad or missing header)")
                 inputs.rollout_files.append(path)
             else:
                 folder = path.parent

@@ -204,6 +204,8 @@ class Store:
                 self._db.execute("DELETE FROM reputation")
                 if at is not None:
                     self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (SNAPSHOT_AT_KEY, repr(at)))
+                else:  # a snapshot of unknown time: no earlier time may be taken for it
+                    self._db.execute("DELETE FROM meta WHERE key=?", (SNAPSHOT_AT_KEY,))
                 self._db.executemany("INSERT INTO reputation VALUES (?, ?, ?, ?, ?, ?, ?)", [
                     (node, u64(round_index), score, rate, int(q), trust, checked)
                     for node, score, rate, q, trust, checked in rows])
