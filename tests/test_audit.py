@@ -74,6 +74,9 @@ def test_the_audit_convicts_both_cheats_and_clears_every_honest_node(run_dir):
     assert verdicts[node["node-3"]] == "convicted" and "bad_group" in report["nodes"][node["node-3"]]["errors"]
     assert verdicts[node["node-0"]] == "convicted" and "step_fraud" in report["nodes"][node["node-0"]]["errors"]
     assert verdicts[node["node-1"]] == verdicts[node["node-2"]] == "clean", report["nodes"]
+    # No one else: the trainer's canaries (its planted groups' throw-away keys, the last round's
+    # never revealed) are not nodes.
+    assert {i for i, v in verdicts.items() if v != "clean"} == {node["node-0"], node["node-3"]}, report["nodes"]
     frauds = [f for f in report["findings"] if f["code"] == "step_fraud"]
     assert frauds and min(f["evidence"]["version"] for f in frauds) == CHEAT_FROM + 1
     assert all(f["evidence"]["faults"] == ["weights_mismatch"] for f in frauds)

@@ -259,10 +259,15 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
         trainer = signers.most_common(1)[0][0] if signers else None
     run = Run(inputs, stores, trainer, config, {}, {}, set())
     for index in stores:
+        # Which groups were planted: the trainer's signed reveal, or the planted column of the
+        # trainer's own store (its last round's plants are never revealed, since no batch follows;
+        # the column is the trainer's word about itself, worth what its signed reveal is), never
+        # another store's column, which that store's owner can set.
+        own = index.node.owner == trainer and trainer is not None
         for digest, head in index.groups.items():
             run.groups.setdefault(digest, head)
-        # Which groups were planted comes from the trainer's signature, never from a store's
-        # planted column (any store's owner can set it).
+            if own and head.planted:
+                run.planted.add(digest)
         for v in index.verdicts:
             # The trainer reveals its plants with a signed hard fail whose reason is "planted".
             if v.verifier == trainer and v.planted:
