@@ -183,7 +183,7 @@ def check_groups(run: Run, findings: list[Finding], progress: Progress, share: f
                                          else Severity.WARNING,
                                          f"{short(head.subject)}'s group {digest.hex()[:16]} of version {version} "
                                          f"fails re-verification: {counts}", head.subject, group=digest.hex(),
-                                         version=version, reasons=sorted(set(reasons)), outcome=outcome))
+                                         version=version, reasons=sorted({str(r) for r in reasons}), outcome=str(outcome)))
                 if digest in trained_in and outcome == Outcome.HARD_FAIL:
                     findings.append(finding(check, "trained_bad_group", Severity.ERROR,
                                              f"version {trained_in[digest]} trained group {digest.hex()[:16]} of "
