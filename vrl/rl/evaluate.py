@@ -66,14 +66,22 @@ def expected_accuracy(model: Model, tasks: list[Task], *, temperature: float = 1
     (another spelling of the right number would also be rewarded), and the noise-free curve
     for runs too short for sampled accuracy to leave its +-3-point noise band at 256 tasks.
     """
+    if not tasks:
+        raise ValueError("expected accuracy of an empty task list")
+    return sum(answer_probabilities(model, tasks, temperature=temperature, batch_size=batch_size)) / len(tasks)
+
+
+def answer_probabilities(model: Model, tasks: list[Task], *, temperature: float = 1.0,
+                         batch_size: int = 128) -> list[float]:
+    """Per task, the probability that the model writes exactly the reference answer and stops
+    (:func:`expected_accuracy` is their mean): two models compared task by task give the
+    standard error of their difference (vrl.demo's learning verdict)."""
     import torch
 
     from vrl.rollouts.forward import continue_prompts, token_logprobs
 
-    if not tasks:
-        raise ValueError("expected accuracy of an empty task list")
     stop = model.stop_token_ids[0]
-    total = 0.0
+    out: list[float] = []
     for start in range(0, len(tasks), batch_size):
         batch = tasks[start : start + batch_size]
         answers = [model.encode(t.answer) + [stop] for t in batch]
@@ -81,5 +89,5 @@ def expected_accuracy(model: Model, tasks: list[Task], *, temperature: float = 1
             continued = continue_prompts(model.network, [model.encode(t.prompt) for t in batch], answers,
                                          model.pad_token_id)
         logprobs = token_logprobs(continued, temperature).masked_fill(continued.mask == 0, 0.0)
-        total += float(logprobs.sum(dim=1).exp().sum())
-    return total / len(tasks)
+        out.extend(logprobs.sum(dim=1).exp().tolist())
+    return out
