@@ -382,3 +382,16 @@ def test_hostile_folders_are_refused_or_passed_over_never_hang(run_dir, tmp_path
     audit.close()
     with pytest.raises(AuditError, match="closed"):
         audit.run()
+
+
+def test_the_demo_ends_with_the_audit_of_its_devnet(run_dir, tmp_path, capsys):
+    from vrl import demo
+
+    directory = copy_of(run_dir, tmp_path)
+    html = demo.audit_devnet(directory, sample=0.5)
+    said = " ".join(capsys.readouterr().out.split())
+    node = ids(directory)
+    assert html.is_file() and "<img " in html.read_text()
+    assert f"audit: 2 nodes clean (node-1, node-2); convicted: node-0 (step_fraud), node-3 (bad_group)" in said or (
+        "node-3 (bad_group" in said and "2 nodes clean (node-1, node-2)" in said), said[-600:]
+    assert node["node-3"][:8] in said
