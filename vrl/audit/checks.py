@@ -174,16 +174,8 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
         where = str(node.store.path)
         for column, data, received in node.store.policies():
             checked["policies"] += 1
-            try:
-                a = PolicyAnnouncement.from_bytes(data)
-            except MessageError as error:
-                findings.append(finding(check, "undecodable", Severity.ERROR,
-                                         f"{where}: a stored policy announcement does not decode ({error})", store=where))
-                continue
-            if not a.valid():
-                findings.append(finding(check, "bad_signature", Severity.ERROR,
-                                         f"{where}: the announcement of version {a.version} is not signed by the "
-                                         f"trainer it names", store=where, version=a.version))
+            a = _signed(PolicyAnnouncement.from_bytes, data, "policy announcement", where, findings)
+            if a is None:
                 continue
             if a.version != column:
                 findings.append(finding(check, "column_mismatch", Severity.ERROR,
@@ -212,33 +204,16 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                                                    number)
         for data, received in node.store.verdicts():
             checked["verdicts"] += 1
-            try:
-                v = SignedVerdict.from_bytes(data)
-            except MessageError as error:
-                findings.append(finding(check, "undecodable", Severity.ERROR,
-                                         f"{where}: a stored verdict does not decode ({error})", store=where))
-                continue
-            if not v.valid():
-                findings.append(finding(check, "bad_signature", Severity.ERROR,
-                                         f"{where}: verdict {v.id.hex()[:16]} is not signed by the verifier it "
-                                         f"names", store=where, verdict=v.id.hex()))
+            v = _signed(SignedVerdict.from_bytes, data, "verdict", where, findings)
+            if v is None:
                 continue
             index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
                                               v.planted, v.policy_version, v.round, received, v.id))
         for data, _ in node.store.steps():
             checked["step verdicts"] += 1
-            try:
-                s = StepVerdict.from_bytes(data)
-            except MessageError as error:
-                findings.append(finding(check, "undecodable", Severity.ERROR,
-                                         f"{where}: a stored step verdict does not decode ({error})", store=where))
-                continue
-            if not s.valid():
-                findings.append(finding(check, "bad_signature", Severity.ERROR,
-                                         f"{where}: step verdict {s.id.hex()[:16]} is not signed by the verifier "
-                                         f"it names", store=where))
-                continue
-            index.steps.append(s)
+            step = _signed(StepVerdict.from_bytes, data, "step verdict", where, findings)
+            if step is not None:
+                index.steps.append(step)
         for version, digests, metrics in node.store.trained():
             try:
                 values = json.loads(metrics)
@@ -278,6 +253,22 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
     _rollout_files(run, findings, checked)
     run.stats[check] = dict(checked)
     return run
+
+
+def _signed(decode: Callable, data: bytes, what: str, where: str, findings: list[Finding]):
+    """A stored signed message decoded and its signature checked, or None and a finding."""
+    try:
+        message = decode(data)
+    except MessageError as error:
+        findings.append(finding("signatures", "undecodable", Severity.ERROR,
+                                f"{where}: a stored {what} does not decode ({error})", store=where))
+        return None
+    if not message.valid():
+        findings.append(finding("signatures", "bad_signature", Severity.ERROR,
+                                f"{where}: {what} {message.id.hex()[:16]} is not signed by the key it names",
+                                store=where, id=message.id.hex()))
+        return None
+    return message
 
 
 def _policies_and_equivocation(run: Run, findings: list[Finding]) -> None:
