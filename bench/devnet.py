@@ -247,8 +247,11 @@ def main() -> None:
     elif args.what == "faults":
         results.append(one_run("faults", 5, [], args.rounds, args.deadline, args.port, during=faults, **common))
     elif args.what == "trainers":
+        # Planted groups give the trainer groups it failed itself: without any, trainer-rejected-group
+        # has nothing to cheat with (a run without plants never cheated).
         for i, kind in enumerate(sorted(TRAINER_ADVERSARIES)):
-            results.append(trainer_run(kind, args.rounds, args.deadline, args.port + 100 * i, **common))
+            results.append(trainer_run(kind, args.rounds, args.deadline, args.port + 100 * i,
+                                       protocol={"plant_every": 2}, **common))
     RESULTS.mkdir(exist_ok=True)
     if args.what == "learning":
         plot_learning(results, RESULTS / "devnet-learning.png")

@@ -395,3 +395,15 @@ def test_the_demo_ends_with_the_audit_of_its_devnet(run_dir, tmp_path, capsys):
     assert f"audit: 2 nodes clean (node-1, node-2); convicted: node-0 (step_fraud), node-3 (bad_group)" in said or (
         "node-3 (bad_group" in said and "2 nodes clean (node-1, node-2)" in said), said[-600:]
     assert node["node-3"][:8] in said
+
+
+def test_the_cli_default_sample_is_the_librarys_and_bad_options_exit_2(run_dir):
+    import inspect
+
+    import vrl.cli
+
+    assert inspect.signature(vrl.cli.audit).parameters["sample"].default == vrl.audit.DEFAULT_SAMPLE
+    for options, words in ((["--sample", "1.5"], "sample must be a share between 0 and 1"),
+                           (["--check", "bogus"], "unknown check 'bogus'")):
+        result = CliRunner().invoke(app, ["audit", str(run_dir), *options])
+        assert result.exit_code == 2 and words in " ".join(result.output.split()), result.output

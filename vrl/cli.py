@@ -517,6 +517,7 @@ def reputation(
 def audit(
     paths: Annotated[list[Path], typer.Argument(help="Devnet folders, node folders, node.sqlite stores (opened "
                                                      "read-only) and rollout files (.vrl).", show_default=False)],
+    # vrl.audit.DEFAULT_SAMPLE, written out: importing vrl.audit loads torch before --help.
     sample: Annotated[float, typer.Option(help="Share of groups, steps and versions re-executed (hash-drawn: "
                                                "two audits at one share re-execute the same).")] = 0.25,
     all_items: Annotated[bool, typer.Option("--all", help="Re-execute every group, step and version "

@@ -243,10 +243,16 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
         findings.append(finding(check, "not_the_base_model", Severity.WARNING,
                                  f"version 0 ({run.policies[0].model_hash.hex()[:16]}) is not the network's model "
                                  f"as this machine builds it ({models.base.model_hash.hex()[:16]})", run.trainer or b""))
+    # The trainer's own signed hard fails, by group, at their earliest round (specs/training.md §5).
+    fails: dict[bytes, int] = {}
+    for index in run.stores:
+        for v in index.verdicts:
+            if v.verifier == run.trainer and v.outcome == Outcome.HARD_FAIL:
+                fails[v.group] = min(v.round, fails.get(v.group, v.round))
     series = []
     replayed = 0
     for result in replay_steps(run.policies.values(), blob=run.inputs.blob, group=run.decoded, base=models.base,
-                               share=share, max_staleness=run.config.protocol.max_staleness):
+                               share=share, max_staleness=run.config.protocol.max_staleness, trainer_fails=fails):
         progress(check, 1)
         series.append({"version": result.version, "ok": result.ok, "exact": result.exact, "drift": result.drift,
                        "seconds": result.seconds, "faults": list(result.faults), "missing": list(result.missing)})

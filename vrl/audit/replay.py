@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -76,12 +76,14 @@ def threads_of(platform: str, model: Model) -> Iterator[None]:
 
 def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
                 blob: Callable[[bytes], bytes | None], group: Callable[[bytes], Group | None], base: Model,
-                max_staleness: int = 2) -> StepCheck:
+                max_staleness: int = 2, trainer_fails: Mapping[bytes, int] | None = None) -> StepCheck:
     """Re-execute the step that made ``announcement`` (version ``v``) from ``parent`` (version
     ``v - 1``): the chain rules of specs/training.md §5 first, then the replay. ``blob`` looks a
     file up by its SHA-256 (None if absent; what it returns is hashed again here), ``group`` a
     batch group by digest; ``base`` is the network's base model (the architecture, tokenizer
-    and only reference policy)."""
+    and only reference policy). ``trainer_fails`` maps a group's digest to the round of the
+    trainer's own signed hard fail on it, for the ``rejected_group`` rule: a step can replay
+    bit for bit and still train a group its trainer had rejected."""
     if announcement.version != parent.version + 1:
         raise ValueError(f"version {parent.version} is not the parent of version {announcement.version}")
     missing: list[str] = []
@@ -96,7 +98,7 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     groups = [group(d) for d in announcement.groups]
     missing += [f"group {d.hex()[:16]}" for d, g in zip(announcement.groups, groups) if g is None]
     versions = {g.digest: g.version for g in groups if g is not None}
-    rules = step_rule_faults(announcement, parent, versions, {}, max_staleness)
+    rules = step_rule_faults(announcement, parent, versions, dict(trainer_fails or {}), max_staleness)
     if rules:
         return StepCheck(announcement.version, rules, (), False, False, 0.0, 0.0, 0.0)
     weights = [file(a.blob, f"weights of version {a.version}") for a in (parent, announcement)]
@@ -133,7 +135,7 @@ def sampled(announcement: PolicyAnnouncement, share: float) -> bool:
 
 def replay_steps(announcements: Iterable[PolicyAnnouncement], *, blob: Callable[[bytes], bytes | None],
                  group: Callable[[bytes], Group | None], base: Model, share: float = 1.0,
-                 max_staleness: int = 2) -> Iterator[StepCheck]:
+                 max_staleness: int = 2, trainer_fails: Mapping[bytes, int] | None = None) -> Iterator[StepCheck]:
     """Replay a ``share`` of the steps of one trainer's announcements (any order; each
     version's parent must be among them), oldest first."""
     by_version = {a.version: a for a in announcements}  # announcements are ~250 bytes plus their batch
@@ -141,4 +143,4 @@ def replay_steps(announcements: Iterable[PolicyAnnouncement], *, blob: Callable[
         parent = by_version.get(version - 1)
         if version > 0 and parent is not None and sampled(by_version[version], share):
             yield replay_step(by_version[version], parent, blob=blob, group=group, base=base,
-                              max_staleness=max_staleness)
+                              max_staleness=max_staleness, trainer_fails=trainer_fails)
