@@ -26,7 +26,7 @@ from vrl.adversary import CHEAT_FROM
 from vrl.audit import AuditError, Severity
 from vrl.cli import app
 from vrl.node import devnet
-from vrl.node.messages import Outcome, PolicyAnnouncement, SignedVerdict
+from vrl.node.messages import Outcome, PolicyAnnouncement, SignedVerdict, audit_ticket
 from vrl.rollouts.keys import NodeKey
 
 LOG_CHECKS = ["signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine"]
@@ -407,3 +407,29 @@ def test_the_cli_default_sample_is_the_librarys_and_bad_options_exit_2(run_dir):
                            (["--check", "bogus"], "unknown check 'bogus'")):
         result = CliRunner().invoke(app, ["audit", str(run_dir), *options])
         assert result.exit_code == 2 and words in " ".join(result.output.split()), result.output
+
+
+def test_a_step_that_trains_a_group_its_trainer_had_failed_is_fraud_however_it_replays(run_dir, tmp_path):
+    """specs/training.md §5's rejected_group: the trainer's own signed hard fail, a round before
+    the step's, on a group the step trained. The step replays bit for bit; the rule convicts."""
+    directory = copy_of(run_dir, tmp_path)
+    trainer = NodeKey.load(directory / "node-0" / "node.pem")
+    with vrl.audit.open([directory]) as audit:
+        from vrl.audit.checks import index_run
+
+        run = index_run(audit.inputs, lambda *_: None, [])
+    version = 3  # honest (the trainer cheats from CHEAT_FROM + 1 = 4)
+    digest = run.policies[version].groups[0]
+    head = run.groups[digest]
+    fail = SignedVerdict(verifier=trainer.node_id, subject=head.subject, group=digest, round=version - 2,
+                         policy_version=head.version, ticket=audit_ticket(trainer, digest), rate=1.0, outcome=Outcome.HARD_FAIL,
+                         reasons=("reward_mismatch",), digest=b"", platform="p", planted=False).signed(trainer)
+    with sqlite3.connect(directory / "node-1" / "node.sqlite") as db:
+        db.execute("DELETE FROM verdicts WHERE grp = ? AND verifier = ?", (digest, trainer.node_id))
+        db.execute("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+            fail.id, digest, trainer.node_id, head.subject, head.version.to_bytes(8, "big"), "hard_fail",
+            fail.to_bytes(), 1.0))
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(checks=["steps"], sample=1.0)
+    frauds = {f.evidence["version"]: f.evidence["faults"] for f in report.findings if f.code == "step_fraud"}
+    assert frauds.get(version) == ["rejected_group"], frauds
