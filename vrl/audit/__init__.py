@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from vrl.audit.checks import (
-    Run, check_batches, check_duplicates, check_latency, check_planted, check_reputation, index_run,
+    Run, check_batches, check_duplicates, collect_latency, check_planted, check_reputation, index_run,
 )
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.reexecute import Models, check_accuracy, check_groups, check_steps
@@ -103,7 +103,7 @@ class Audit:
             elif name == "accuracy":
                 check_accuracy(run, findings, tell, sample, models)
             seconds[name] = time.perf_counter() - started
-        check_latency(run)
+        collect_latency(run)
         return _report(run, chosen, sample, findings, seconds, models)
 
     def work(self, sample: float = DEFAULT_SAMPLE) -> dict[str, int]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepOutcome, StepVerdict, Submission,
+    Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepVerdict, Submission,
     decode_group,
 )
 from vrl.node.protocol import report_of
@@ -676,7 +675,7 @@ def step_reports(run: Run) -> dict[int, dict[bytes, StepVerdict]]:
     return out
 
 
-def check_latency(run: Run) -> None:
+def collect_latency(run: Run) -> None:
     """For the report: each store owner's own checks, from the group's arrival to its verdict;
     and the rejections by reason, once per verdict."""
     latency: dict[str, list[float]] = defaultdict(list)
@@ -694,7 +693,3 @@ def check_latency(run: Run) -> None:
                 latency[index.node.name].append(max(0.0, v.received - head.received))
     run.series["latency"] = dict(latency)
     run.series["rejections"] = dict(reasons.most_common())
-
-
-def now() -> float:
-    return time.perf_counter()
