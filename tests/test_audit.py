@@ -405,6 +405,7 @@ def test_the_cli_default_sample_is_the_librarys_and_bad_options_exit_2(run_dir):
 
     assert inspect.signature(vrl.cli.audit).parameters["sample"].default == vrl.audit.DEFAULT_SAMPLE
     for options, words in ((["--sample", "1.5"], "sample must be a share between 0 and 1"),
+                           (["--sample", "nan"], "sample must be a share between 0 and 1"),
                            (["--check", "bogus"], "unknown check 'bogus'")):
         result = CliRunner().invoke(app, ["audit", str(run_dir), *options])
         assert result.exit_code == 2 and words in " ".join(result.output.split()), result.output

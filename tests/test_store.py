@@ -196,3 +196,16 @@ def test_an_honest_page_is_one_an_honest_client_accepts_however_small_the_messag
         after = following
     assert seen == 5000
     store.close()
+
+
+def test_a_store_is_one_nodes_for_life(tmp_path):
+    """vrl.node.store.OWNER_KEY: an auditor reads whose view a store is from it, so a second
+    node given the same data_dir is refused rather than mixed in."""
+    store = Store(tmp_path / "n.sqlite")
+    try:
+        store.claim(KEY.node_id)
+        store.claim(KEY.node_id)  # the same node again: nothing changes
+        with pytest.raises(StoreError, match="belongs to node"):
+            store.claim(NodeKey.from_seed(b"t" * 32).node_id)
+    finally:
+        store.close()

@@ -72,8 +72,7 @@ class Audit:
         unknown = [c for c in chosen if c not in CHECKS]
         if unknown:
             raise AuditError(f"unknown check {unknown[0]!r}; choose from {', '.join(CHECKS)}")
-        if not (isinstance(sample, (int, float)) and 0.0 <= sample <= 1.0):
-            raise AuditError(f"sample must be a share between 0 and 1, got {sample!r}")
+        _check_share(sample)
         chosen = ("signatures", *(c for c in chosen if c != "signatures"))
         tell = progress or (lambda what, n: None)
         findings: list[Finding] = []
@@ -110,6 +109,7 @@ class Audit:
         """How many items each re-executing check will do at ``sample``, for a progress bar."""
         from vrl.audit.checks import sampled
 
+        _check_share(sample)
         stores = self.inputs.nodes
         groups = {row[0] for node in stores for row in node.store.group_headers()}
         versions = max((node.store.counts()["policies"] for node in stores), default=0)
@@ -118,6 +118,12 @@ class Audit:
                 "groups": sum(sampled(d, sample) for d in groups),
                 "steps": int(versions * sample) + 1,
                 "accuracy": int(versions * sample) + 2}
+
+
+def _check_share(sample: object) -> None:
+    """A share of items is a number in [0, 1]; NaN, infinities and booleans are not."""
+    if isinstance(sample, bool) or not (isinstance(sample, (int, float)) and 0.0 <= sample <= 1.0):
+        raise AuditError(f"sample must be a share between 0 and 1, got {sample!r}")
 
 
 def open(paths: Iterable[str | Path] | str | Path) -> Audit:  # noqa: A001 (the module's verb, as builtins.open is the file's)
