@@ -1,175 +1,316 @@
-"""Calibrate the verification tolerances on honest drift, and print the detection table for
-our checks and for the ``toploc`` package on the same hidden states.
+"""Calibrate the verification profiles on honest drift, and write the tolerance table.
 
-    python bench/calibrate.py --model small --dtype float32 --new-tokens 256
-    python bench/calibrate.py --model tiny --dtype bfloat16
+    python bench/calibrate.py                     # every CPU profile; prints, writes bench/results/calibrate.json
+    python bench/calibrate.py --write-table       # ... and specs/tolerances.json, which the verifier loads
+    python bench/calibrate.py --rollouts 48       # a quick look (far fewer than the 5,000 verdicts a table needs)
 
-Honest rollouts are verified under every benign variation (prefill batch 1 vs padded 4, sdpa
-vs eager attention, 1 vs 2 threads; the prover always decodes with a KV cache, the verifier
-prefills). The worst honest value of every statistic is printed next to the tolerance of the
-dtype's profile (vrl/rollouts/verify.py PROFILES); then each attack is scored by both systems, with
-the smallest value of each statistic over the attack's rollouts (its weakest rollout).
-TOPLOC's verdict uses the paper's thresholds (<= 38 exponent mismatches, mean <= 10, median
-<= 8 per 32-token chunk); its proofs are built with toploc's own code from the prover's rows.
+A profile is (verifier device, dtype, verifier attention, producer device): see
+vrl/rollouts/profiles.py. For each dtype and each model (``tiny``: random weights, flat
+logits, 64-token completions; ``base``: trained, peaked, completions of a few tokens, the
+short-rollout case), honest rollouts are generated under benign producer variation (sdpa or
+eager attention, generation batches of 4 or 16 with padding, 1 or 2 threads), in two disjoint
+halves with their own round seeds:
+
+* the **calibration** half is verified with nothing rejected, and every statistic of every
+  verdict is kept, under each verifier variation (prefill batch 1, padded 4 or 8; 1 or 2
+  threads). A rate (a committed value missed, a race lost) is the Clopper-Pearson upper
+  bound (confidence RATE_CONFIDENCE) of the worst model and variation; a count's bound is
+  its binomial tail at RECORD_ALPHA; every other tolerance is HEADROOM times the worst
+  honest value. The race-loss rate is the sequential test's q0;
+* the **validation** half is then verified for real, with those tolerances, under the same
+  variations: its rejections are the honest false-positive rate the table is held to
+  (<= 0.1% of at least 5,000 verdicts per profile, issue 16).
+
+Only the CPU is here; a device lent through ``device`` adds rows whose producer is another
+device kind (the table's format has them: ``cpu/bfloat16/sdpa/cuda``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-from dataclasses import asdict
+import math
+import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
+from scipy.stats import beta, binom
 
-import vrl
-from proofs import commitment
-from vrl.adversary import degraded
-from vrl.rollouts.forward import decode, prefill
-from vrl.tasks import Task
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from proofs import commitment  # noqa: E402
+import vrl  # noqa: E402
+from vrl.rollouts.generate import sampling_for  # noqa: E402
+from vrl.rollouts.profiles import (  # noqa: E402
+    MEASURE_ONLY, RECORD_ALPHA, SAME, TABLE_FILE, TABLE_FORMAT, Tolerances, profile_name,
+)
+from vrl.rollouts.sequential import alternatives, threshold  # noqa: E402
+from vrl.tasks import open_task_set  # noqa: E402
 
-console = Console(width=160)
-STATS = ["commitment_miss_rate", "commitment_mantissa_error", "commitment_rows_fully_missed",
-         "commitment_closing_misses", "race_margin_max", "logprob_error_max"]
-LIMITS = {"commitment_miss_rate": "commitment_miss_rate", "commitment_mantissa_error": "commitment_mantissa_error",
-          "commitment_rows_fully_missed": "commitment_rows_fully_missed",
-          "commitment_closing_misses": "commitment_closing_misses", "race_margin_max": "race_margin",
-          "logprob_error_max": "logprob_error"}
+console = Console(width=150)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: Each tolerance is twice the worst honest value of the calibration half: the validation
+#: half, verified with it, measures what that leaves (specs/verification.md §5).
+HEADROOM = 2.0
+#: The honest race-loss rate q0 is an upper confidence bound, so that the sequential test's
+#: Ville bound holds with the calibration's own sampling error accounted for.
+RATE_CONFIDENCE = 0.999
+#: The honest per-token loss rate is never taken below this: q0 = 0 would make one lost race
+#: infinite evidence, and a profile calibrated on few tokens must not become that strict.
+MIN_RATE = 1e-6
+#: The mean mantissa error is never held below a quarter of a bf16 ulp: float32 replays
+#: agree exactly almost always, and twice a worst of 0 would reject the one value in a
+#: record that crosses a rounding boundary. Below it the committed rows are the claimed
+#: model's to within one value in four off by one ulp; the races judge the tokens.
+MANTISSA_FLOOR = 0.25
+#: What an honest prover varies (attention, generation batch, threads) ...
+PRODUCERS = (("sdpa", 16, 2), ("sdpa", 4, 1), ("eager", 16, 1), ("eager", 4, 2))
+#: ... and what the verifier varies (prefill batch, threads), with its attention in the profile.
+VERIFIERS = ((1, 1), (4, 2), (8, 1))
+STATS = ("commitment_misses", "commitment_comparisons", "commitment_miss_rate", "commitment_mantissa_error",
+         "commitment_rows_fully_missed", "commitment_closing_misses", "race_margin_max", "race_tokens", "races_lost",
+         "logprob_error_max")
 
 
-#: Tolerances nothing exceeds, so verify() reports every statistic of every rollout.
-PERMISSIVE = vrl.Tolerances(1.0, 127.0, 10**9, 10**9, 1e9, 1e9)
+#: The trained model's completions are a few tokens long: it gets this many times the
+#: rollouts, so that its token count bounds its loss rate as tightly as the other's.
+SHORT_MODEL_ROLLOUTS = {"base": 8}
 
 
-def honest_drift(model, rollouts) -> dict[str, dict[str, float]]:
-    variations = {}
-    before = torch.get_num_threads()
-    eager = vrl.load_model(model.name, dtype=model.dtype_name,
-                           attention="eager")
-    for name, verifier, batch, threads in [("batch 1", model, 1, before), ("padded batch 4", model, 4, before),
-                                           ("eager attention", eager, 4, before), ("1 thread", model, 4, 1),
-                                           ("2 threads", model, 4, 2)]:
+def honest(model_name: str, dtype: str, split: str, rollouts: int, new_tokens: int) -> list[vrl.Rollout]:
+    """Honest rollouts of one half, made under every producer variation in turn."""
+    rollouts *= SHORT_MODEL_ROLLOUTS.get(model_name, 1)
+    tasks, _ = open_task_set("arithmetic")
+    key = vrl.NodeKey.from_seed(hashlib.sha256(f"calibrate/{split}".encode()).digest())
+    made = []
+    for attention, batch, threads in PRODUCERS:
         torch.set_num_threads(threads)
-        verdicts = vrl.verify(rollouts, verifier, batch_size=batch, tolerances=PERMISSIVE)
-        variations[name] = {s: max(v.scores.get(s, 0.0) for v in verdicts) for s in STATS}
-    torch.set_num_threads(before)
-    return variations
+        model = vrl.load_model(model_name, dtype=dtype, attention=attention)
+        seed = hashlib.sha256(f"calibrate/{split}/{model_name}/{dtype}/{attention}/{batch}".encode()).digest()
+        made += [r for group in vrl.iter_generate(model, tasks, key, round_seed=seed, groups=max(1, rollouts // 4 // len(PRODUCERS)),
+                                                  sampling=sampling_for(model, max_new_tokens=new_tokens), batch_size=batch)
+                 for r in group]
+    torch.set_num_threads(2)
+    return made
 
 
-def toploc_verdict(prover_rows: torch.Tensor, verifier_rows: torch.Tensor) -> bool | None:
-    try:
-        import toploc
-    except ImportError:
-        return None
-    proofs = toploc.build_proofs_bytes(prover_rows.to(torch.bfloat16), 32, 128, skip_prefill=True)
-    results = toploc.verify_proofs_bytes(verifier_rows.to(torch.bfloat16), proofs, 32, 128, skip_prefill=True)
-    return all(r.exp_mismatches <= 38 and r.mant_err_mean <= 10 and r.mant_err_median <= 8 for r in results)
+def verdicts(records, model, tolerances) -> list[vrl.Verdict]:
+    out = []
+    for batch, threads in VERIFIERS:
+        torch.set_num_threads(threads)
+        out += vrl.verify(records, model, batch_size=batch, tolerances=tolerances)
+    torch.set_num_threads(2)
+    return out
 
 
-def detection(model, key, task_set, tasks, sampling, round_seed) -> list[dict]:
-    """Each attack's rollouts, verified by us; TOPLOC judged on the very same prover rows."""
-    rows = []
+def upper_rate(lost: int, tokens: int) -> float:
+    """Clopper-Pearson upper bound of a binomial rate at RATE_CONFIDENCE."""
+    if tokens == 0:
+        return 0.5
+    return float(beta.ppf(RATE_CONFIDENCE, lost + 1, tokens - lost)) if lost < tokens else 1.0
 
-    def judge(name, claimed_rollouts, prover_hidden):
-        verdicts = vrl.verify(claimed_rollouts, model)
-        # Every statistic of every rollout (no stage stops early), for placing the thresholds:
-        # an attack's weakest rollout is the one with the smallest value.
-        measured = vrl.verify(claimed_rollouts, model, tolerances=PERMISSIVE)
-        recomputed = prefill(model, [(list(r.prompt_tokens), list(r.completion_tokens)) for r in claimed_rollouts])
-        toploc_ok = [toploc_verdict(h[:-1], p.hidden[:-1]) for h, p in zip(prover_hidden, recomputed)]
-        rows.append({
-            "condition": name,
-            "ours_rejected": sum(not v.accepted for v in verdicts) / len(verdicts),
-            "ours_stage": sorted({v.stage.name.lower() for v in verdicts if not v.accepted}),
-            "toploc_rejected": None if None in toploc_ok else sum(not ok for ok in toploc_ok) / len(toploc_ok),
-            "weakest": {stat: min(v.scores.get(stat, 0.0) for v in measured) for stat in STATS},
-        })
 
-    def run(prover):
-        seeds = [vrl.sample_seed(round_seed, key.node_id, t.id, i) for t in tasks for i in range(4)]
-        prompts = [prover.encode(t.prompt) for t in tasks for _ in range(4)]
-        return decode(prover, prompts, seeds, sampling), prompts
+def _parts(rows_by_model: dict[str, list[dict]]):
+    """(label, rows) per model and verifier variation: the variations re-verify the same
+    records, which are one sample of the honest distribution, not three."""
+    for m, rs in rows_by_model.items():
+        for v, (batch, threads) in enumerate(VERIFIERS):
+            yield f"{m} batch {batch} threads {threads}", rs[v * len(rs) // len(VERIFIERS):(v + 1) * len(rs) // len(VERIFIERS)]
 
-    honest = vrl.generate(model, task_set, key, groups=len(tasks), round_seed=round_seed, sampling=sampling, group_size=4)
-    decoded, _ = run(model)
-    judge("honest", honest, [d.hidden for d in decoded])
-    for kind in ("other-model", "perturb-1pct", "int8", "int4"):
-        cheap = degraded(model, kind)
-        forged = [r.signed(key, model_hash=model.model_hash)
-                  for r in vrl.generate(cheap, task_set, key, groups=len(tasks), round_seed=round_seed, sampling=sampling, group_size=4)]
-        cheap_decoded, _ = run(cheap)
-        judge(f"generated by {kind}", forged, [d.hidden for d in cheap_decoded])
-        # The TOPLOC gap: the cheap model's tokens, committed by one honest prefill of ours.
-        recommitted = [r.signed(key, commitment=vrl.commit(model, list(r.prompt_tokens), list(r.completion_tokens)))
-                       for r in forged]
-        honest_rows = [p.hidden for p in prefill(model, [(list(r.prompt_tokens), list(r.completion_tokens)) for r in forged])]
-        judge(f"{kind} tokens + honest prefill commitment", recommitted, honest_rows)
-    # The last token edited: the claimed model's honest rows, one token changed.
-    edited, edited_rows = [], []
-    for r, d in zip(honest, decoded):
-        tokens = list(r.completion_tokens)
-        tokens[-1] = (tokens[-1] + 7) % 256
-        edited.append(r.signed(key, completion_tokens=tuple(tokens), finish_reason="length"
-                               if tokens[-1] not in model.stop_token_ids else "stop"))
-        edited_rows.append(d.hidden)
-    judge("last completion token edited", edited, edited_rows)
-    # Sign-flipped hidden states: TOPLOC ignores the sign bit.
-    flipped = [r.signed(key, commitment=commitment.build(-d.hidden)) for r, d in zip(honest, decoded)]
-    judge("sign-flipped hidden states", flipped, [-d.hidden for d in decoded])
-    return rows
+
+def _rate(rows_by_model: dict[str, list[dict]], events: str, trials) -> tuple[float, dict[str, float]]:
+    """The largest Clopper-Pearson upper bound of ``events`` per trial over the parts: the
+    flatter a model's logits or the more its variation drifts, the higher its rate."""
+    rates = {label: upper_rate(int(sum(r[events] for r in part)), int(sum(trials(r) for r in part)))
+             for label, part in _parts(rows_by_model)}
+    return max(MIN_RATE, *rates.values()), rates
+
+
+def derive(rows_by_model: dict[str, list[dict]]) -> tuple[dict, dict, float, bool]:
+    """(tolerances, the worst honest values, q0, race_exact) from the calibration half."""
+    rows = [r for rs in rows_by_model.values() for r in rs]
+    worst = {s: max(r[s] for r in rows) for s in STATS}
+    miss_rate, miss_rates = _rate(rows_by_model, "commitment_misses", lambda r: r["commitment_comparisons"])
+    closing_rate, _ = _rate(rows_by_model, "commitment_closing_misses", lambda r: commitment.CLOSING_VALUES)
+    row_rate, _ = _rate(rows_by_model, "commitment_rows_fully_missed", lambda r: r["race_tokens"])
+    longest = int(worst["race_tokens"])
+    drift = max(worst["race_margin_max"], worst["logprob_error_max"])
+    tolerances = {
+        # A count's bound is its binomial tail at RECORD_ALPHA (profiles.Tolerances), and never
+        # below HEADROOM times the worst count seen.
+        "commitment_miss_rate": miss_rate,
+        "commitment_mantissa_error": max(MANTISSA_FLOOR, HEADROOM * worst["commitment_mantissa_error"]),
+        "commitment_rows_fully_missed": max(binom_bound(longest, row_rate),
+                                            math.ceil(HEADROOM * worst["commitment_rows_fully_missed"])),
+        "commitment_closing_misses": max(binom_bound(commitment.CLOSING_VALUES, closing_rate),
+                                         math.ceil(HEADROOM * worst["commitment_closing_misses"])),
+        # A token can lose its race honestly only by what drift moves two scores: the worst
+        # honest margin, or the drift the logprobs show where no race was lost at all.
+        "race_margin": HEADROOM * drift,
+        "logprob_error": HEADROOM * worst["logprob_error_max"],
+    }
+    q0, rates = _rate(rows_by_model, "races_lost", lambda r: r["race_tokens"])
+    return tolerances, worst | {"miss_rate_upper_by_part": miss_rates, "race_loss_upper_by_part": rates}, q0, drift == 0.0
+
+
+def binom_bound(n: int, p: float) -> int:
+    return int(binom.isf(RECORD_ALPHA, n, p))
+
+
+#: The honest-flag check: this many honest producers, each making HORIZON rollouts drawn
+#: from the validation half's evidence, run through the sequential test.
+STREAMS, HORIZON = 2000, 10_000
+
+
+def honest_flags(evidence: list[tuple[int, int]], q0: float) -> dict:
+    """How often the sequential test flags an honest producer over HORIZON rollouts: each of
+    STREAMS producers draws its rollouts' (tokens, lost) with replacement from the validation
+    half, and the test's ln E is followed rollout by rollout. Ville bounds the true rate by
+    ALPHA for any producer whose loss rate is at most q0; this measures the margin: the
+    streams flagged, and the largest ln E any stream reached against ln(1/ALPHA)."""
+    rng = np.random.default_rng(16)
+    table = np.array(evidence, dtype=np.int64)
+    grid = np.array(alternatives(q0))
+    flagged, top = 0, -math.inf
+    for _ in range(STREAMS // 100):  # 100 streams at a time: 100 x 10,000 x J floats
+        draws = table[rng.integers(0, len(table), size=(100, HORIZON))]
+        n, k = np.cumsum(draws[..., 0], axis=1), np.cumsum(draws[..., 1], axis=1)
+        terms = (k[..., None] * np.log(grid / q0) + (n - k)[..., None] * (np.log1p(-grid) - np.log1p(-q0)))
+        log_e = np.logaddexp.reduce(terms, axis=-1) - math.log(len(grid))
+        flagged += int((log_e.max(axis=1) >= threshold()).sum())
+        top = max(top, float(log_e.max()))
+    return {"streams": STREAMS, "horizon_rollouts": HORIZON, "flagged": flagged, "max_log_e": top,
+            "threshold": threshold(), "tokens_per_rollout": float(table[:, 0].mean())}
+
+
+def scores(verdict: vrl.Verdict) -> dict:
+    return {s: float(verdict.scores.get(s, 0.0)) for s in STATS}
+
+
+def calibrate(args) -> dict:
+    results = {}
+    for dtype in args.dtypes:
+        halves = {}
+        for model_name in args.models:
+            for split in ("calibration", "validation"):
+                started = time.monotonic()
+                halves[model_name, split] = honest(model_name, dtype, split, args.rollouts, args.new_tokens)
+                console.log(f"{model_name} {dtype} {split}: {len(halves[model_name, split])} honest rollouts "
+                            f"in {time.monotonic() - started:.0f} s")
+        for attention in args.attention:
+            name = profile_name("cpu", dtype, attention, SAME)
+            measured: dict[str, list[dict]] = defaultdict(list)
+            verifiers = {m: vrl.load_model(m, dtype=dtype, attention=attention) for m in args.models}
+            for model_name, model in verifiers.items():
+                measured[model_name] = [scores(v) for v in verdicts(halves[model_name, "calibration"], model, MEASURE_ONLY)]
+            limits, worst, q0, exact = derive(measured)
+            tolerances = Tolerances(**limits)
+            checked, rejected, reasons, tokens, lost = 0, 0, defaultdict(int), 0, 0
+            evidence: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            for model_name, model in verifiers.items():
+                for v in verdicts(halves[model_name, "validation"], model, tolerances):
+                    checked += 1
+                    tokens += int(v.scores.get("race_tokens", 0))
+                    lost += int(v.scores.get("races_lost", 0))
+                    evidence[model_name].append((int(v.scores.get("race_tokens", 0)), int(v.scores.get("races_lost", 0))))
+                    if not v.accepted:
+                        rejected += 1
+                        reasons[v.reason.value] += 1
+            results[name] = {
+                "device": "cpu", "dtype": dtype, "attention": attention, "producer": SAME,
+                "tolerances": limits, "race_loss_rate": q0, "race_exact": exact,
+                "calibration": {"run": "bench/results/calibrate.json", "models": list(args.models),
+                                "verdicts": sum(len(r) for r in measured.values()),
+                                "tokens": int(sum(r["race_tokens"] for rs in measured.values() for r in rs)),
+                                "races_lost": int(sum(r["races_lost"] for rs in measured.values() for r in rs)),
+                                "worst": worst, "headroom": HEADROOM},
+                "validation": {"verdicts": checked, "rejected": rejected, "reasons": dict(reasons),
+                               "rejected_upper_95": float(beta.ppf(0.95, rejected + 1, checked - rejected)),
+                               "tokens": tokens, "races_lost": lost},
+                "honest_flag": {m: honest_flags(e, q0) for m, e in evidence.items()},
+            }
+            console.log(f"{name}: {checked} validation verdicts, {rejected} rejected {dict(reasons)}; q0 {q0:.3g}")
+    return results
+
+
+def show(results: dict) -> None:
+    table = Table(title="honest calibration per profile (CPU; producer: same device kind)")
+    for column in ("profile", "verdicts (cal/val)", "rejected (val)", "miss p/closing", "mantissa", "race margin",
+                   "logprob", "q0 (lost/tokens)"):
+        table.add_column(column, justify="right")
+    for name, row in results.items():
+        t, cal, val = row["tolerances"], row["calibration"], row["validation"]
+        table.add_row(name, f"{cal['verdicts']}/{val['verdicts']}",
+                      f"{val['rejected']} ({val['rejected'] / max(val['verdicts'], 1):.2%})",
+                      f"{t['commitment_miss_rate']:.2g}/{t['commitment_closing_misses']}", f"{t['commitment_mantissa_error']:.3g}",
+                      f"{t['race_margin']:.3g}", f"{t['logprob_error']:.3g}",
+                      f"{row['race_loss_rate']:.2g} ({cal['races_lost']}/{cal['tokens']})")
+    console.print(table)
+
+
+def write_table(results: dict) -> None:
+    document = {
+        "format": TABLE_FORMAT,
+        "written_by": "python bench/calibrate.py --write-table",
+        "method": "specs/verification.md §5: HEADROOM x the worst honest value of the calibration half; "
+                  "q0 the Clopper-Pearson upper bound; the validation half's rejections are the measured "
+                  "honest false-positive rate",
+        "headroom": HEADROOM, "rate_confidence": RATE_CONFIDENCE,
+        "profiles": results,
+    }
+    TABLE_FILE.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    console.print(f"wrote {TABLE_FILE}")
+    write_spec_rows(results)
+
+
+#: Where specs/verification.md §5.3 shows the rows; tests/test_specs.py holds them to the table.
+SPEC = TABLE_FILE.parent / "verification.md"
+SPEC_MARKER = "<!-- profile table: generated from specs/tolerances.json by bench/calibrate.py --write-table -->"
+SPEC_COLUMNS = ("commitment_miss_rate", "commitment_mantissa_error", "commitment_rows_fully_missed",
+                "commitment_closing_misses", "race_margin", "logprob_error")
+
+
+def write_spec_rows(results: dict) -> None:
+    """The table's rows, 3 significant digits, under SPEC_MARKER up to the next heading."""
+    lines = ["| Profile | " + " | ".join(f"`{c}`" for c in SPEC_COLUMNS) + " | `race_loss_rate` | validation: rejected |",
+             "|---" * (len(SPEC_COLUMNS) + 3) + "|"]
+    for name, row in results.items():
+        t, val = row["tolerances"], row["validation"]
+        lines.append(f"| `{name}` | " + " | ".join(f"{t[c]:.3g}" for c in SPEC_COLUMNS)
+                     + f" | {row['race_loss_rate']:.3g} | {val['rejected']} of {val['verdicts']} |")
+    text = SPEC.read_text()
+    head, _, rest = text.partition(SPEC_MARKER + "\n")
+    tail = rest[rest.index("\n## "):]
+    SPEC.write_text(head + SPEC_MARKER + "\n\n" + "\n".join(lines) + "\n" + tail)
+    console.print(f"wrote the rows of {SPEC} §5.3")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    parser.add_argument("--models", nargs="+", default=["tiny", "base"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"])
+    parser.add_argument("--attention", nargs="+", default=["sdpa", "eager"])
+    # 896 rollouts a half and model under 3 verifier variations: 2,688 verdicts a half, model and
+    # profile, 5,376 across the two models: over the 5,000 the goal is measured on.
+    parser.add_argument("--rollouts", type=int, default=896)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--write-table", action="store_true")
     args = parser.parse_args()
-    model = vrl.load_model(args.model, dtype=args.dtype)
-    key = vrl.NodeKey.from_seed(b"calibration".ljust(32, b"\0"))
-    task_set = vrl.TaskList("calibrate", tuple(
-        Task(f"c{i}", f"Question {i}: what is {i} times {i + 2}? ", str(i * (i + 2))) for i in range(args.tasks)))
-    sampling = vrl.SamplingParams(1.0, 0, 1.0, args.new_tokens, model.stop_token_ids)
-    round_seed = bytes(32)
-    # The tasks the node is assigned, group by group, in the order generate() produces them.
-    tasks = [vrl.assign(task_set, round_seed, key.node_id, g) for g in range(args.tasks)]
-    rollouts = vrl.generate(model, task_set, key, groups=len(tasks), round_seed=round_seed, sampling=sampling, group_size=4)
-    profile = vrl.Tolerances.for_dtype(args.dtype)
-
-    drift = honest_drift(model, rollouts)
-    table = Table(title=f"honest drift: {args.model} {args.dtype}, {len(rollouts)} rollouts x {args.new_tokens} tokens")
-    table.add_column("variation")
-    for stat in STATS:
-        table.add_column(stat.replace("commitment_", "c."), justify="right")
-    for name, values in drift.items():
-        table.add_row(name, *(f"{values[s]:.4g}" for s in STATS))
-    worst = {s: max(v[s] for v in drift.values()) for s in STATS}
-    table.add_row("[bold]worst honest", *(f"[bold]{worst[s]:.4g}" for s in STATS))
-    table.add_row("[bold]tolerance", *(f"[bold]{getattr(profile, LIMITS[s]):.4g}" for s in STATS))
-    console.print(table)
-    headroom_ok = all(worst[s] <= getattr(profile, LIMITS[s]) for s in STATS)
-    console.print(f"every honest value within tolerance: {'[green]yes' if headroom_ok else '[red]NO'}")
-
-    rows = detection(model, key, task_set, tasks, sampling, round_seed)
-    table = Table(title="detection: share of rollouts rejected (TOPLOC: paper thresholds, same prover rows)")
-    weakest = ("commitment_miss_rate", "commitment_mantissa_error", "race_margin_max", "logprob_error_max")
-    for column in ("condition", "vrl", "vrl stage", "toploc", *(f"weakest {s.replace('commitment_', 'c.')}"
-                                                                 for s in weakest)):
-        table.add_column(column)
-    for row in rows:
-        toploc = "n/a (toploc not installed)" if row["toploc_rejected"] is None else f"{row['toploc_rejected']:.2f}"
-        table.add_row(row["condition"], f"{row['ours_rejected']:.2f}", ",".join(row["ours_stage"]), toploc,
-                      *(f"{row['weakest'][s]:.3g}" for s in weakest))
-    console.print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"calibrate-{args.model}-{args.dtype}.json"
-    path.write_text(json.dumps({"drift": drift, "worst": worst, "tolerances": asdict(profile), "detection": rows},
-                               indent=2))
-    console.print(f"wrote {path}")
+    results = calibrate(args)
+    show(results)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "calibrate.json"
+    out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, "profiles": results}, indent=1,
+                              default=str) + "\n")
+    console.print(f"wrote {out}")
+    if args.write_table:
+        write_table(results)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
     python bench/devnet.py learning     # accuracy after N steps: all honest vs under attack (verified)
     python bench/devnet.py faults       # SIGKILL + restart, SIGSTOP + SIGCONT a worker mid-run
     python bench/devnet.py trainers     # each dishonest trainer: caught or not, and how fast
+    python bench/devnet.py spoofing     # each decode-spoofing worker: tokens to detection, learning beside honest runs
 
 Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
 not from logs. Runs are bounded by a round count and a deadline and stop by themselves.
@@ -27,13 +28,14 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vrl.audit  # noqa: E402
 from vrl.node import devnet  # noqa: E402
-from vrl.node.config import TRAINER_ADVERSARIES  # noqa: E402
+from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES  # noqa: E402
 from vrl.rl.base_model import ensure_base_model  # noqa: E402
 from vrl.node.messages import SignedVerdict, Submission  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
 
 console = Console(stderr=True)
 RESULTS = Path(__file__).resolve().parent / "results"
+SPOOFS = sorted(kind for kind in ADVERSARIES if kind.startswith("spoof-"))
 
 
 def stores(directory: Path, nodes: int) -> list[Store]:
@@ -102,6 +104,62 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
     finally:
         for store in opened:
             store.close()
+
+
+def spoof_detection(directory: Path, nodes: int) -> dict:
+    """How the network caught the last node's decode spoofing (specs/verification.md §7), from
+    the stores: each honest verifier's own signed verdicts on it in the order it signed them
+    (the race evidence it had checked when its first hard fail came, and why), and the cheat's
+    completion tokens produced before the first hard fail anywhere and before the second
+    reporter's, which is when its fraud counts as confirmed (specs/reputation.md §3)."""
+    opened = stores(directory, nodes)
+    try:
+        cheat = devnet_peer(directory, nodes - 1)
+        produced = []
+        for kind, data, extra in opened[-1].replay():
+            if kind == "group" and extra[0] == cheat:
+                rollouts = Submission.from_bytes(data).rollouts()
+                produced.append((extra[2], sum(len(r.completion_tokens) for r in rollouts)))
+        verifiers, fails = {}, []
+        for i, store in enumerate(opened[:-1]):
+            me = devnet_peer(directory, i)
+            checked, caught = 0, None
+            for data, at in store._rows("SELECT data, received FROM verdicts WHERE verifier=? ORDER BY received", (me,)):
+                verdict = SignedVerdict.from_bytes(data)
+                if verdict.subject != cheat or not verdict.checked or verdict.planted:
+                    continue
+                checked += verdict.race_tokens
+                if verdict.outcome == "hard_fail":
+                    caught = {"tokens_checked": checked, "reasons": list(verdict.reasons), "at": at}
+                    fails.append((at, i))
+                    break
+            verifiers[f"node-{i}"] = caught
+        fails.sort()
+        first = fails[0][0] if fails else None
+        confirmed = fails[1][0] if len(fails) > 1 else None
+        return {
+            "cheat_tokens_produced": sum(t for _, t in produced),
+            "cheat_tokens_before_first_fail": None if first is None else sum(t for at, t in produced if at <= first),
+            "cheat_tokens_before_confirmed": None if confirmed is None else sum(t for at, t in produced if at <= confirmed),
+            "verifiers": verifiers,
+        }
+    finally:
+        for store in opened:
+            store.close()
+
+
+def audited_changes(directory: Path, nodes: int) -> dict:
+    """What the spoof changed that training saw: every admitted group re-verified by the audit
+    (vrl audit --all, groups only). In float32 a changed token loses its race beyond honest
+    drift, so a group of the cheat that fails re-verification is one whose tokens it changed."""
+    cheat = devnet_peer(directory, nodes - 1).hex()
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(checks=("groups",), sample=1.0)
+    failing = [f for f in report.findings if f.code == "bad_group" and f.subject == cheat]
+    trained = [f for f in report.findings if f.code == "trained_bad_group"]
+    return {"cheat_groups_failing_reverification": len(failing), "of_them_trained": len(trained),
+            "reasons": sorted({r for f in failing for r in f.evidence.get("reasons", [])}),
+            "groups_reverified": report.stats.get("groups", {}).get("re-verified")}
 
 
 def _pct(values: list[float], q: int) -> float | None:
@@ -221,7 +279,7 @@ def plot_learning(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers"])
+    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers", "spoofing"])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
@@ -244,6 +302,18 @@ def main() -> None:
                                    **common))
             results.append(one_run(f"attacked-{seed}", 5, ["fabricated-reward"], args.rounds, args.deadline,
                                    args.port + 100 * seed + 50, **common))
+    elif args.what == "spoofing":
+        # specs/verification.md §7: one decode-spoofing worker of 4, against honest runs with the
+        # same node count and rounds; learning is compared with the honest runs' spread.
+        for seed in range(2):
+            results.append(one_run(f"honest-{seed}", 5, [], args.rounds, args.deadline, args.port + 100 * seed,
+                                   **common))
+        for i, kind in enumerate(SPOOFS):
+            result = one_run(kind, 5, [kind], args.rounds, args.deadline, args.port + 300 + 100 * i, **common)
+            result["detection"] = spoof_detection(Path(result["directory"]), 5)
+            result["detection"]["audit"] = audited_changes(Path(result["directory"]), 5)
+            console.print_json(json.dumps(result["detection"]))
+            results.append(result)
     elif args.what == "faults":
         results.append(one_run("faults", 5, [], args.rounds, args.deadline, args.port, during=faults, **common))
     elif args.what == "trainers":

@@ -337,7 +337,8 @@ def message_targets() -> list[Target]:
             completion_tokens=(1,) * 64, behaviour_logprobs=(-0.1,) * 64, finish_reason="length").to_bytes()]),
         Target("group", decode_group, (MessageError,), lambda: [group(2).to_bytes(), group(4).to_bytes()]),
         Target("verdict", SignedVerdict.from_bytes, (MessageError,),
-               lambda: [verdict(o).to_bytes() for o in ("pass", "soft_fail", "skipped")]),
+               lambda: [verdict(o).to_bytes() for o in ("pass", "soft_fail", "skipped")]
+               + [verdict(reasons=("race_losses",), race_tokens=640, races_lost=9).to_bytes()]),
         Target("fraud report", SignedVerdict.from_bytes, (MessageError,),  # a hard_fail verdict (network.md §5.1)
                lambda: [verdict("hard_fail").to_bytes(), verdict("hard_fail", planted=True).to_bytes()]),
         Target("policy", PolicyAnnouncement.from_bytes, (MessageError,), lambda: [policy(0).to_bytes(),

@@ -10,9 +10,14 @@ import torch
 
 import vrl
 from tests.conftest import ROUND, TASKS
-from vrl.adversary import degraded
+from vrl.adversary import NODE_SPOOF_STRENGTH, SPOOFS, CheatingWork, degraded, spoofed_groups, tokens_to_detection
+from vrl.node.config import ADVERSARIES
+from vrl.node.work import Work, WorkConfig
+from vrl.rollouts.profiles import profile_of
+from vrl.rollouts.record import round_seed
 from vrl.rollouts.verify import Expectations, Stage
 from vrl.rollouts.workers import map_in_slices
+from vrl.tasks import RewardSpec
 
 
 def verdicts(records, model, **options):
@@ -87,8 +92,10 @@ def test_a_callers_grad_mode_forward_checks_like_the_verifiers_own_prefill(tiny,
 
 
 def test_float16_compute_has_its_own_profile_that_catches_int8(node):
-    """float16 drifts ~10x less than bfloat16 (bench/calibrate.py), so its profile is tighter:
-    int8 weights, which the bfloat16 profile lets through, are caught."""
+    """float16 drifts less than bfloat16 (specs/tolerances.json), so its profile is tighter: a
+    node generating with int8 weights and its own commitments is caught by the commitment's
+    misses in some of its records (one hard fail convicts a node), while honest float16
+    records all pass."""
     model = vrl.load_model("tiny", dtype="float16")
     sampling = vrl.sampling_for(model, max_new_tokens=40)
     rollouts = vrl.generate(model, TASKS, node, groups=2, round_seed=ROUND, sampling=sampling, group_size=2)
@@ -96,8 +103,9 @@ def test_float16_compute_has_its_own_profile_that_catches_int8(node):
     assert all(v.accepted for v in result), [v.message for v in result if not v.accepted]
     cheap = degraded(model, "int8")
     forged = [r.signed(node, model_hash=model.model_hash)
-              for r in vrl.generate(cheap, TASKS, node, groups=2, round_seed=ROUND, sampling=sampling, group_size=2)]
-    assert {(v.stage, v.reason) for v in verdicts(forged, model)} == {(Stage.COMMITMENT, "commitment_mismatch")}
+              for r in vrl.generate(cheap, TASKS, node, groups=8, round_seed=ROUND, sampling=sampling, group_size=2)]
+    assert {(v.stage, v.reason) for v in verdicts(forged, model) if not v.accepted} == {
+        (Stage.COMMITMENT, "commitment_mismatch")}
 
 
 # -- a different or degraded model ---------------------------------------------------------------
@@ -313,3 +321,85 @@ def test_easier_task_than_assigned_caught_by_task_set(tiny, honest, node):
                        prompt_tokens=tuple(tiny.encode(easy.prompt))) for r in group]
     pinned = verdicts(forged, tiny, expect=Expectations(tasks=TASKS))
     assert {(v.stage, v.reason) for v in pinned} == {(Stage.BINDING, "task_not_assigned")}
+
+
+# -- decode spoofing: tokens sampled otherwise, everything else honest (issue 16) -----------------
+
+#: The groups of 4 within which each spoof, at its node strength, must be flagged on the tiny
+#: preset in float32. Measured with these seeds: every kind's first changed rollout is in group 0,
+#: and float32's race tolerance is far below any margin a changed token loses by.
+SPOOF_GROUPS = 4
+
+
+def race_blind(model):
+    """The model's profile with the race replay switched off: every other stage still judges."""
+    return dataclasses.replace(profile_of(model).tolerances, race_margin=1e9)
+
+
+@pytest.fixture(scope="module")
+def same_seeds(tiny, node, sampling):
+    """An honest node's rollouts, and the options that give a spoof the same tasks and seeds."""
+    options = dict(round_seed=ROUND, sampling=sampling, groups=SPOOF_GROUPS, group_size=4, batch_size=16)
+    return vrl.generate(tiny, TASKS, node, **options), options
+
+
+@pytest.mark.parametrize("kind", SPOOFS)
+def test_decode_spoof_passes_every_stage_but_the_race_and_the_node_is_flagged(tiny, node, same_seeds, kind):
+    """Sampled with an altered computation and the protocol's own seeded noise, then committed,
+    given logprobs, rewarded and signed honestly for the claimed model: only the seeded races
+    can tell, and only where a token changed."""
+    honest, options = same_seeds
+    spoofed = [r for g in spoofed_groups(tiny, kind, NODE_SPOOF_STRENGTH[kind], TASKS, node, **options) for r in g]
+    changed = [s.completion_tokens != h.completion_tokens for s, h in zip(spoofed, honest, strict=True)]
+    assert any(changed)
+    # Signature, binding, commitment, termination, behaviour logprobs and reward all pass.
+    blind = verdicts(spoofed, tiny, expect=Expectations(tasks=TASKS, round_seed=ROUND), tolerances=race_blind(tiny))
+    assert all(v.accepted for v in blind), [v.message for v in blind if not v.accepted]
+    assert all(v.scores["commitment_misses"] == 0 for v in blind)
+    # The races: a rollout whose tokens did not change is accepted (it changed nothing training
+    # sees); one whose tokens changed lost a race, by more than float32's tolerance.
+    judged = verdicts(spoofed, tiny)
+    assert [v.accepted for v in judged] == [not c for c in changed]
+    assert {(v.stage, v.reason) for v in judged if not v.accepted} <= {
+        (Stage.SAMPLING, "sampling_mismatch"), (Stage.TERMINATION, "stop_not_sampled")}
+    assert tokens_to_detection(spoofed, judged, profile_of(tiny).race_loss_rate) is not None
+
+
+def test_a_spoof_no_single_race_convicts_is_flagged_by_the_sequential_test(tiny, node, same_seeds):
+    """Where the per-rollout race tolerance lets every lost race through, every record is
+    accepted, and the count of lost races alone flags the node; the honest node, never."""
+    honest, options = same_seeds
+    q0 = profile_of(tiny).race_loss_rate
+    # 4-bit weights: enough lost races in SPOOF_GROUPS groups to reach ln(1/alpha).
+    spoofed = [r for g in spoofed_groups(tiny, "int8", 4, TASKS, node, **options) for r in g]
+    judged = verdicts(spoofed, tiny, tolerances=race_blind(tiny))
+    assert all(v.accepted for v in judged)
+    assert tokens_to_detection(spoofed, judged, q0) is not None
+    assert tokens_to_detection(honest, verdicts(honest, tiny, tolerances=race_blind(tiny)), q0) is None
+
+
+@pytest.fixture(scope="module")
+def spoofing_node(tiny):
+    """A node's key, [work] config and round expectations, and its round-0 rollouts done honestly."""
+    key = vrl.NodeKey.from_seed(b"spoofing-node".ljust(32, b"\0"))
+    config = WorkConfig(model="tiny", task="arithmetic:digits=1", tasks=TASKS, groups_per_round=4, group_size=4,
+                        max_new_tokens=40)
+    expect = Expectations(tasks=TASKS, round_seed=round_seed(tiny.model_hash, 0), reward_spec=RewardSpec())
+    honest = Work(key, config, lambda _: expect)
+    honest.install(0, tiny, keep=1)
+    return key, config, expect, [r for group in honest.generate(0) for r in group.rollouts]
+
+
+@pytest.mark.parametrize("adversary", [kind for kind in ADVERSARIES if kind.startswith("spoof-")])
+def test_spoofing_node_adversaries_sign_for_the_policy_and_only_the_race_can_fault_them(tiny, spoofing_node, adversary):
+    """A node configured as ``spoof-<kind>`` submits groups signed for the policy that only the
+    seeded races can fault: its rollouts whose tokens changed are rejected, the others accepted."""
+    key, config, expect, truth = spoofing_node
+    cheat = CheatingWork(key, config, lambda _: expect, kind=adversary)
+    cheat.install(0, tiny, keep=1)
+    submitted = [r for group in cheat.generate(0) for r in group.rollouts]
+    assert {r.model_hash for r in submitted} == {tiny.model_hash}
+    assert all(v.accepted for v in verdicts(submitted, tiny, expect=expect, tolerances=race_blind(tiny)))
+    changed = [s.completion_tokens != h.completion_tokens for s, h in zip(submitted, truth, strict=True)]
+    assert any(changed)
+    assert [v.accepted for v in verdicts(submitted, tiny, expect=expect)] == [not c for c in changed]

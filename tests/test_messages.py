@@ -57,6 +57,6 @@ def test_backfill_codecs_round_trip_across_the_u64_range():
 
 
 def test_topic_of_names_only_our_kinds():
-    assert topic_of(VERDICT.to_bytes()) == "vrl/verdicts/1"
+    assert topic_of(VERDICT.to_bytes()) == "vrl/verdicts/2"
     for data in (b"", b"\xc1", msgpack.packb([1]), msgpack.packb({"kind": ["group"]}), msgpack.packb({"kind": 1})):
         assert topic_of(data) is None

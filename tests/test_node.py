@@ -147,6 +147,20 @@ def test_a_cheating_worker_is_caught_quarantined_and_never_trained_on(tmp_path, 
         assert not nodes[honest].protocol.standing(WORKERS[0].node_id).quarantined
 
 
+@pytest.mark.parametrize("adversary", ["spoof-int8", "spoof-temperature"])
+def test_a_decode_spoofing_worker_is_caught_by_its_races_and_quarantined(tmp_path, adversary):
+    """It commits and reports logprobs by an honest prefill, so only its races show it
+    (specs/verification.md §7): in float32 a lost race beyond honest drift is proof at once."""
+    cheat = WORKERS[2].node_id
+    nodes = asyncio.run(run_network(tmp_path, adversary=adversary, deadline=240.0, until=lambda nodes: (
+        cheat in nodes["trainer"].protocol.quarantined and cheat in nodes["honest-0"].protocol.quarantined)))
+    assert cheat in nodes["trainer"].protocol.quarantined
+    reasons = {r for verdicts in nodes["trainer"].protocol.verdicts.values() for v in verdicts.values()
+               if v.subject == cheat for r in v.reasons}
+    assert reasons & {"sampling_mismatch", "stop_not_sampled", "race_losses"}
+    assert not {WORKERS[0].node_id, WORKERS[1].node_id} & nodes["trainer"].protocol.quarantined
+
+
 def test_a_lazy_verifier_is_caught_by_a_planted_group_and_quarantined(tmp_path):
     nodes = asyncio.run(run_network(tmp_path, adversary="lazy-verifier", plant_every=1,
                                     until=lambda n: WORKERS[2].node_id in n["trainer"].protocol.quarantined))

@@ -17,6 +17,8 @@ VERIFIER = NodeKey.from_seed(b"V" * 32)
 OTHER_VERIFIER = NodeKey.from_seed(b"U" * 32)
 WORKER = NodeKey.from_seed(b"W" * 32)
 CHEAT = NodeKey.from_seed(b"C" * 32)
+#: Any honest per-token race-loss rate will do for a protocol without models.
+RACE_LOSS_RATE = 1e-3
 
 
 def announcement(version: int) -> PolicyAnnouncement:
@@ -36,7 +38,7 @@ def held(sub: Submission, subject: bytes, version: int, index: int) -> Group:
 
 def node(key: NodeKey, *roles: str, **options) -> P.NodeProtocol:
     config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id, **options)
-    return P.NodeProtocol(key, config, platform="test")
+    return P.NodeProtocol(key, config, platform="test", race_loss_rate=RACE_LOSS_RATE)
 
 
 def kinds(actions: list) -> list[str]:
@@ -133,6 +135,51 @@ def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
     quarantines = [a for a in actions if isinstance(a, P.Quarantine)]
     assert quarantines == [P.Quarantine(CHEAT.node_id, tuple(sorted((bad.digest, other.digest))))]
     assert trainer.decided(other.digest) is False
+
+
+def accused(producer: NodeKey, count: int) -> tuple[P.NodeProtocol, list[Submission], list]:
+    """A trainer holding ``count`` groups of ``producer``, and the actions of receiving a
+    counting verifier's race_losses fail on the first: its sequential test rejected them."""
+    trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=50))
+    ready(trainer)
+    endorse(trainer, VERIFIER)
+    groups = [submission(200 + i) for i in range(count)]
+    for i, sub in enumerate(groups):
+        trainer.handle(P.GroupReceived(held(sub, producer.node_id, 0, 200 + i), 0.0))
+    accusation = verdict_from(VERIFIER, groups[0], producer.node_id, "hard_fail", b"\x08" * 32,
+                              race_tokens=500, races_lost=9)
+    accusation = SignedVerdict(**{**accusation.__dict__, "reasons": ("race_losses",), "signature": b""}).signed(VERIFIER)
+    return trainer, groups, trainer.handle(P.VerdictReceived(accusation))
+
+
+def test_a_sequential_test_failure_makes_others_check_every_group_and_convicts_on_their_own_evidence():
+    """race_losses (specs/verification.md §7): no record of the group is wrong, the producer's
+    tokens lose their races too often. The reporter's fail makes the trainer check every group
+    of the producer; its own test, over those checks, convicts."""
+    trainer, groups, actions = accused(CHEAT, 6)
+    assert CHEAT.node_id in trainer.suspects
+    assert {a.group for a in actions if isinstance(a, P.Check)} == {g.digest for g in groups}
+    quarantined, published = [], []
+    for sub in groups:  # each group passes on its own; the losses add up
+        actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32, race_tokens=300, races_lost=3))
+        quarantined += [a for a in actions if isinstance(a, P.Quarantine)]
+        published += [SignedVerdict.from_bytes(a.data) for a in actions
+                      if isinstance(a, P.Publish) and a.topic == TOPIC_VERDICTS]
+        if quarantined:
+            break
+    assert published[0].outcome == "pass" and published[0].race_tokens == 300 and published[0].races_lost == 3
+    assert published[-1].outcome == "hard_fail" and published[-1].reasons == ("race_losses",)
+    assert trainer.race_test(CHEAT.node_id).rejected
+    assert quarantined and quarantined[0].node == CHEAT.node_id
+
+
+def test_an_honest_loss_rate_never_fails_the_sequential_test_and_one_accusation_convicts_no_one():
+    trainer, groups, _ = accused(WORKER, 8)
+    for sub in groups:  # 1 loss in 1,000 tokens: the calibrated honest rate
+        actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32, race_tokens=1000, races_lost=1))
+        assert not any(isinstance(a, P.Quarantine) for a in actions)
+    assert not trainer.race_test(WORKER.node_id).rejected
+    assert not trainer.standing(WORKER.node_id).quarantined
 
 
 def test_a_false_accusation_is_cleared_by_the_re_check_and_the_group_admitted():

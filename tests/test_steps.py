@@ -46,7 +46,7 @@ def chain(length: int, batch: dict[int, tuple[Group, ...]] | None = None, **chan
 def verifier(key: NodeKey = VERIFIER, platform: str = PLATFORM, **options) -> P.NodeProtocol:
     config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id, pretrusted=frozenset(
         options.pop("pretrusted", ())), **options)
-    return P.NodeProtocol(key, config, platform=platform)
+    return P.NodeProtocol(key, config, platform=platform, race_loss_rate=1e-3)
 
 
 def feed(node: P.NodeProtocol, announcements: list[PolicyAnnouncement], groups: tuple[Group, ...] = (),

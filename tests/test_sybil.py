@@ -48,7 +48,7 @@ def verdict(key: NodeKey, group: bytes, subject: bytes, outcome: str, *, version
 def trainer_view(roles=("trainer", "verifier"), **options) -> P.NodeProtocol:
     config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id,
                               admission=AdmissionConfig(batch_groups=1000), **options)
-    proto = P.NodeProtocol(TRAINER, config, platform="test")
+    proto = P.NodeProtocol(TRAINER, config, platform="test", race_loss_rate=1e-3)
     proto.handle(P.PolicyAnnounced(announcement(0)))
     proto.handle(P.PolicyLoaded(0))
     return proto
@@ -231,7 +231,7 @@ def test_a_strangers_fail_on_a_group_the_trainer_skipped_is_re_checked_not_a_blo
 
 def test_only_a_counting_reporters_fail_makes_a_plain_verifier_re_check():
     config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id)
-    verifier = P.NodeProtocol(VERIFIER, config, platform="test")
+    verifier = P.NodeProtocol(VERIFIER, config, platform="test", race_loss_rate=1e-3)
     verifier.handle(P.PolicyAnnounced(announcement(0)))
     verifier.handle(P.PolicyLoaded(0))
     group = submission(7)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.keys import NodeKey, signature_valid
 from vrl.rollouts.model import weights_hash
 from vrl.rollouts.record import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
+from vrl.rollouts.sequential import RaceTest
 from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_index, is_held_out
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
@@ -222,6 +224,24 @@ def test_training_vectors():
     assert verdict.valid() and verdict.signing_payload().hex() == case["signing_payload"]
     assert verdict.id.hex() == case["id"] and verdict.signed(key).to_bytes().hex() == case["message"]
     assert verdict.announcement.hex() == vectors["step_ticket"]["announcement_id"]
+
+
+def test_sequential_vectors():
+    """specs/verification.md §7 from the formula alone: the grid, ln E and the decision."""
+    vectors = load("sequential")
+    assert vectors["threshold"] == pytest.approx(math.log(1 / vectors["alpha"]))
+    assert vectors["grid_q0_1e-3"] == pytest.approx([0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.5])
+    for case in vectors["cases"]:
+        q0, n, k = case["q0"], case["tokens"], case["lost"]
+        grid, q = [], 2 * q0
+        while q < 0.5:
+            grid.append(q)
+            q *= 2
+        grid.append(0.5)
+        e = sum((q / q0) ** k * ((1 - q) / (1 - q0)) ** (n - k) for q in grid) / len(grid)
+        assert math.log(e) == pytest.approx(case["log_e"], rel=1e-9, abs=1e-12)
+        assert (math.log(e) >= vectors["threshold"]) == case["rejected"]
+        assert RaceTest(q0, n, k).log_e == pytest.approx(case["log_e"], rel=1e-12, abs=1e-12)
 
 
 def test_every_test_and_file_the_specs_cite_exists():

@@ -1,10 +1,11 @@
 """Cheating nodes, for tests, benchmarks and devnets that put verifiers to the test.
 
 :func:`degraded` builds what a dishonest prover runs instead of the claimed model;
-:class:`CheatingWork` is a node's work done dishonestly in one of the ways
-:data:`vrl.node.config.ADVERSARIES` names, each what a cheating node would really run, not
-a label. It sits at the top of the stack: the node never imports it, ``vrl node`` hands it
-to a node whose config asks for a cheat (:func:`work_for`)."""
+:func:`spoofed_groups` samples with an altered computation and does everything else honestly
+(issue 16, "verification at the margin"); :class:`CheatingWork` is a node's work done
+dishonestly in one of the ways :data:`vrl.node.config.ADVERSARIES` names, each what a
+cheating node would really run, not a label. It sits at the top of the stack: the node never
+imports it, ``vrl node`` hands it to a node whose config asks for a cheat (:func:`work_for`)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,25 @@ import copy
 import dataclasses
 import functools
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
 
+import numpy as np
 import structlog
 import torch
+from transformers import DynamicCache
 
+from proofs.sampler import SamplingParams, replay, replay_sequences, sample
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES
 from vrl.node.messages import Group, Outcome, recomputed_digest
-from vrl.node.work import PolicyTrainer, Work, WorkConfig, tampered
-from vrl.rollouts.generate import iter_generate
+from vrl.node.work import CheckResult, PolicyTrainer, Work, WorkConfig, tampered
+from vrl.rollouts.forward import HOST, Decoded, decode, prefill
+from vrl.rollouts.generate import Decoder, iter_generate
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import Model
+from vrl.rollouts.model import Model, network_device
 from vrl.rollouts.record import Rollout
+from vrl.rollouts.sequential import RaceTest
+from vrl.rollouts.verify import Verdict
+from vrl.tasks import TaskSet
 
 
 def _int4(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:
@@ -33,15 +42,20 @@ def _int4(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:
     return (torch.clamp(torch.round(grouped / scale), -8, 7) * scale).reshape(rows, cols)
 
 
-def _int8(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:
-    """Symmetric int8 weight-only quantization per output channel."""
-    scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
-    return torch.round(weight / scale).clamp(-127, 127) * scale
+def _per_channel(weight: torch.Tensor, _generator: torch.Generator, bits: int = 8) -> torch.Tensor:
+    """Symmetric weight-only quantization per output channel to ``bits``-bit integers
+    (computed in float32, so that a bfloat16 model's grid is the integer one)."""
+    levels = 2 ** (bits - 1) - 1
+    scale = weight.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / levels
+    return (torch.round(weight.float() / scale).clamp(-levels, levels) * scale).to(weight.dtype)
 
 
-def _perturb(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Multiplicative 1% noise: a stand-in for a fine-tune or a stale checkpoint."""
-    return weight * (1 + 0.01 * torch.randn(weight.shape, generator=generator).to(weight))
+def _perturb(weight: torch.Tensor, generator: torch.Generator, relative: float = 0.01) -> torch.Tensor:
+    """Multiplicative noise of relative size ``relative``: a stand-in for a fine-tune or a
+    stale checkpoint. Drawn and applied in float32: in bfloat16, whose step near 1 is 0.8%,
+    ``1 + 0.003 * noise`` would round to a few values."""
+    noise = torch.randn(weight.shape, generator=generator)
+    return (weight.float() * (1 + relative * noise)).to(weight.dtype)
 
 
 def _reinit(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -49,12 +63,15 @@ def _reinit(weight: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return torch.randn(weight.shape, generator=generator).to(weight) * weight.std()
 
 
-DEGRADATIONS = {"int4": _int4, "int8": _int8, "perturb-1pct": _perturb, "other-model": _reinit}
+Transform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+DEGRADATIONS: dict[str, Transform] = {"int4": _int4, "int8": _per_channel, "perturb-1pct": _perturb,
+                                      "other-model": _reinit}
 
 
-def degraded(model: Model, kind: str, seed: int = 1234) -> Model:
-    """A copy of ``model`` with every weight matrix degraded as ``kind`` says."""
-    transform = DEGRADATIONS[kind]
+def degraded(model: Model, kind: str, seed: int = 1234, transform: Transform | None = None) -> Model:
+    """A copy of ``model`` with every weight matrix degraded as ``kind`` says: one of
+    :data:`DEGRADATIONS`, or any name for ``transform``."""
+    transform = transform or DEGRADATIONS[kind]
     network = copy.deepcopy(model.network)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -62,6 +79,185 @@ def degraded(model: Model, kind: str, seed: int = 1234) -> Model:
             if tensor.ndim == 2:
                 tensor.copy_(transform(tensor, generator))
     return Model(name=f"{model.name}+{kind}", network=network, tokenizer=model.tokenizer, dtype_name=model.dtype_name)
+
+
+# -- decode spoofing (issue 16, "verification at the margin") ------------------------------------
+#
+# The cheat samples every token with a cheaper or altered computation, using the protocol's
+# own seeded Gumbel noise (it has the seeds, as an honest node does), and then does the rest
+# of the record honestly: one prefill of the claimed model over its tokens gives the
+# commitment and the behaviour logprobs, the reward is recomputed from the text, and the
+# record is signed with the claimed model's hash. Every per-rollout check passes by
+# construction except the race replay, and there only the tokens the altered computation chose
+# differently lose, each by what the alteration moved the race: often less than the per-rollout
+# tolerance. What the verifier can still count is how often they lose (vrl.rollouts.sequential).
+
+#: Each spoof's strength, in its own unit, at the three settings bench/redteam.py runs, the
+#: weakest first.
+SPOOF_STRENGTHS: dict[str, tuple[float, ...]] = {
+    # Bits per weight of per-output-channel symmetric quantization: 8 is int8 proper
+    # (degraded(model, "int8")), 6 and 4 the same scheme coarser.
+    "int8": (8, 6, 4),
+    # Relative size of multiplicative Gaussian noise on every weight matrix: 0.3% is below
+    # what a fine-tune step moves, 3% a visibly different checkpoint.
+    "perturb": (0.003, 0.01, 0.03),
+    # eps: samples at T * (1 + eps) while claiming T.
+    "temperature": (0.02, 0.05, 0.1),
+    # delta, in raw-logit units as the verifier's race margin: an int8 draft's token is kept
+    # whenever the claimed model's own race lets it lose by less than delta.
+    "approximate": (0.01, 0.05, 0.1),
+}
+SPOOFS = tuple(SPOOF_STRENGTHS)
+#: The strength a spoofing node adversary (``spoof-<kind>``, vrl.node.config.ADVERSARIES) runs
+#: at: the weakest of SPOOF_STRENGTHS that still changes a token in a fair share (5% or more)
+#: of the base model's rollouts at the node's defaults (8 new tokens; 4 x 32 groups of 4,
+#: measured here), so that a devnet's few rounds show the cheat at all. int8 is int8 however
+#: rarely it changes a token (1.2% of rollouts); perturb changes 0.8, 2.0 and 6.8% at its three
+#: strengths, temperature 1.8, 4.1 and 7.4%; approximate cannot change more than its int8
+#: draft does, all of it already at delta 0.05 (the draft's tokens never lose by more), 1.2%.
+NODE_SPOOF_STRENGTH = {"int8": 8, "perturb": 0.03, "temperature": 0.1, "approximate": 0.05}
+
+#: What a spoof samples the tokens with: ``(prompts, seeds, sampling) -> completions``.
+Draw = Callable[[list[list[int]], list[bytes], SamplingParams], list[list[int]]]
+
+
+def spoofed_groups(model: Model, kind: str, strength: float, tasks: TaskSet, key: NodeKey,
+                   **options) -> Iterator[list[Rollout]]:
+    """Whole signed GRPO groups whose tokens the ``kind`` spoof (one of :data:`SPOOFS`) sampled
+    at ``strength`` (its unit: :data:`SPOOF_STRENGTHS`), each committed, given behaviour
+    logprobs, rewarded and signed as the claimed ``model`` would have. ``options`` are
+    :func:`~vrl.rollouts.generate.iter_generate`'s: the same ones give the same assignment and
+    seeds as an honest node's groups."""
+    return iter_generate(model, tasks, key, decoder=spoofing_decoder(model, kind, strength), **options)
+
+
+def spoofing_decoder(model: Model, kind: str, strength: float) -> Decoder:
+    """A :data:`~vrl.rollouts.generate.Decoder` that draws the tokens as the spoof does and
+    reports what the claimed model's own decode would have for them."""
+    draw = _spoofed_draw(model, kind, strength)
+
+    def decoder(claimed: Model, prompts: list[list[int]], seeds: list[bytes], sampling: SamplingParams,
+                on_step: Callable[[], None] | None = None) -> list[Decoded]:
+        # (on_step, a progress callback per decoding step, is not called: a draw runs whole.)
+        return claimed_paperwork(claimed, prompts, seeds, sampling, draw(prompts, seeds, sampling))
+
+    return decoder
+
+
+def _spoofed_draw(model: Model, kind: str, strength: float) -> Draw:
+    if kind == "int8":
+        bits = int(strength)
+        return _decoded_by(degraded(model, f"int{bits}", transform=functools.partial(_per_channel, bits=bits)))
+    if kind == "perturb":
+        return _decoded_by(degraded(model, f"perturb-{strength:g}",
+                                    transform=functools.partial(_perturb, relative=strength)))
+    if kind == "temperature":
+        return _decoded_by(model, temperature_factor=1 + strength)
+    if kind == "approximate":
+        return _approximate(model, degraded(model, "int8"), delta=strength)
+    raise ValueError(f"unknown spoof {kind!r}; choose from {', '.join(SPOOFS)}")
+
+
+def _decoded_by(sampler: Model, temperature_factor: float = 1.0) -> Draw:
+    """Completions as ``sampler`` decodes them, at ``temperature_factor`` times the temperature
+    the record will claim, with the protocol's own seeded races (forward.decode)."""
+
+    def draw(prompts: list[list[int]], seeds: list[bytes], sampling: SamplingParams) -> list[list[int]]:
+        actual = dataclasses.replace(sampling, temperature=sampling.temperature * temperature_factor)
+        return [result.tokens for result in decode(sampler, prompts, seeds, actual)]
+
+    return draw
+
+
+def _approximate(claimed: Model, draft: Model, delta: float) -> Draw:
+    """Approximate decoding: speculative decoding with a loose acceptance rule. At each
+    position the draft model proposes its race winner; the claimed model runs the same race
+    (the same seeded noise) and the proposal is kept when it loses there by less than
+    ``delta``, else the claimed model's own winner is taken."""
+
+    def draw(prompts: list[list[int]], seeds: list[bytes], sampling: SamplingParams) -> list[list[int]]:
+        networks = (_Lockstep(claimed, prompts), _Lockstep(draft, prompts))
+        completions: list[list[int]] = [[] for _ in prompts]
+        stops = set(sampling.stop_token_ids)
+        for position in range(sampling.max_new_tokens):
+            live = [b for b, tokens in enumerate(completions) if not tokens or tokens[-1] not in stops]
+            if not live:
+                break
+            if position:
+                for network in networks:
+                    network.advance([tokens[-1] for tokens in completions])
+            claimed_logits, draft_logits = (network.logits[live] for network in networks)
+            races = ([seeds[b] for b in live], [position] * len(live), sampling)
+            proposed, _ = sample(draft_logits, *races)
+            own, _ = sample(claimed_logits, *races)
+            lost_by = replay(claimed_logits, proposed, *races, slack=0.0).margins
+            for b, token in zip(live, np.where(lost_by < delta, proposed.numpy(), own.numpy()).tolist()):
+                completions[b].append(token)
+        return completions
+
+    return draw
+
+
+class _Lockstep:
+    """One network decoding a batch with a KV cache, every row one token further each step:
+    a finished row is still fed (its own last token) and its logits ignored, so the cache is
+    never reshaped. ``logits`` are what choose each row's next token."""
+
+    @torch.inference_mode()
+    def __init__(self, model: Model, prompts: list[list[int]]) -> None:
+        self.network, self.device = model.network, network_device(model.network)
+        width = max(map(len, prompts))
+        input_ids = torch.full((len(prompts), width), model.pad_token_id, dtype=torch.long)
+        self.mask = torch.zeros_like(input_ids)
+        for row, prompt in enumerate(prompts):  # left-padded, so every row's last token is last
+            input_ids[row, width - len(prompt):] = torch.tensor(prompt)
+            self.mask[row, width - len(prompt):] = 1
+        self.positions = (self.mask.cumsum(-1) - 1).clamp_min(0)
+        self.cache = DynamicCache()
+        self.logits = self._forward(input_ids)
+
+    @torch.inference_mode()
+    def advance(self, tokens: list[int]) -> None:
+        self.mask = torch.cat([self.mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=1)
+        self.positions = self.positions[:, -1:] + 1
+        self.logits = self._forward(torch.tensor(tokens)[:, None])
+
+    def _forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        out = self.network(input_ids=input_ids.to(self.device), attention_mask=self.mask.to(self.device),
+                           position_ids=self.positions.to(self.device), past_key_values=self.cache, use_cache=True,
+                           logits_to_keep=1)
+        return out.logits[:, -1].to(HOST)
+
+
+def claimed_paperwork(model: Model, prompts: list[list[int]], seeds: list[bytes], sampling: SamplingParams,
+                      completions: list[list[int]]) -> list[Decoded]:
+    """What ``model``'s own decode would have reported for completions it did not sample,
+    from one batched prefill: the hidden rows the commitment is built from, and the behaviour
+    logprobs as specs/sampler.md §3 defines them, ``log_softmax(z/T over the kept set)`` at the
+    claimed token, in float64 stored as float32. The sampler's replay computes exactly that
+    (over the kept set plus the token, the same set for any token the masks keep), on the
+    verifier's own prefill logits: a claimed logprob the verifier cannot fault."""
+    prefilled = prefill(model, [(list(p), list(c)) for p, c in zip(prompts, completions)])
+    races = replay_sequences([(p.logits, torch.tensor(c, dtype=torch.long), seed, sampling)
+                              for p, c, seed in zip(prefilled, completions, seeds)], slack=0.0)
+    stops = set(sampling.stop_token_ids)
+    return [Decoded(list(c), race.logprobs.astype(np.float32), "stop" if c[-1] in stops else "length", p.hidden)
+            for p, c, race in zip(prefilled, completions, races)]
+
+
+def tokens_to_detection(rollouts: Iterable[Rollout], verdicts: Iterable[Verdict], q0: float) -> int | None:
+    """The completion tokens a verifier reads, taking one producer's rollouts in order, until
+    it knows the producer cheats: through the first rollout rejected outright, or the first
+    whose races take the producer's sequential test (:class:`~vrl.rollouts.sequential.RaceTest`
+    at honest loss rate ``q0``) to rejection. None when neither happens."""
+    test, read = RaceTest(q0), 0
+    for rollout, verdict in zip(rollouts, verdicts, strict=True):
+        read += len(rollout.completion_tokens)
+        # A rollout stopped before the race replay (stage 5) carries no race evidence.
+        test = test.add(int(verdict.scores.get("race_tokens", 0)), int(verdict.scores.get("races_lost", 0)))
+        if not verdict.accepted or test.rejected:
+            return read
+    return None
 
 
 class CheatingWork(Work):
@@ -82,6 +278,8 @@ class CheatingWork(Work):
             # what the cheat is about.
             cheap = degraded(model, "int8" if self.cheat == "quantized-model" else "other-model")
             groups = [[r.signed(self.key, model_hash=model.model_hash) for r in g] for g in self.sample(cheap, version)]
+        elif self.cheat.startswith("spoof-"):
+            groups = self.spoofed(model, version)
         else:
             groups = self.sample(model, version)
         if self.cheat == "fabricated-reward":
@@ -92,15 +290,23 @@ class CheatingWork(Work):
             groups = [[r.signed(self.key) for r in self.seen_groups.pop()] if self.seen_groups else g for g in groups]
         return [Group.of(g) for g in groups]
 
+    def spoofed(self, model: Model, version: int) -> list[list[Rollout]]:
+        """The round's groups as :meth:`~vrl.node.work.Work.sample` makes them, their tokens
+        sampled as the node's spoof does (at NODE_SPOOF_STRENGTH)."""
+        kind = self.cheat.removeprefix("spoof-")
+        return self.sample(model, version, decoder=spoofing_decoder(model, kind, NODE_SPOOF_STRENGTH[kind]))
+
     def observe(self, group: Group) -> None:
         if self.cheat == "replay":
             self.seen_groups = [*self.seen_groups[-15:], group.rollouts]
 
-    def check(self, group: Group, version: int) -> tuple[tuple[str, ...], bytes]:
+    def check(self, group: Group, version: int) -> CheckResult:
         if self.cheat == "lazy-verifier":
             # Approves unseen; the digest it must attach is made up (copying the prover's own
-            # commitments is the best it can do without a prefill).
-            return (), recomputed_digest([r.commitment for r in group.rollouts])
+            # commitments is the best it can do without a prefill), and so is the evidence: every
+            # race won, which is what an honest group mostly shows.
+            return CheckResult((), recomputed_digest([r.commitment for r in group.rollouts]),
+                               sum(len(r.completion_tokens) for r in group.rollouts), 0)
         return super().check(group, version)
 
 

@@ -205,10 +205,15 @@ def verify(
     # vrl.rollouts.verify.DEFAULT_MAX_TOKENS, written out: importing vrl.verify loads torch before --help.
     max_tokens: Annotated[int, typer.Option(min=1, help="Refuse records with more prompt plus completion tokens, "
                                             "before the model runs (the model's context applies too).")] = 4096,
+    producer_device: Annotated[str, typer.Option(help="Device kind the rollouts were made on (same, cpu, cuda): "
+                                                 "which calibrated profile applies.")] = "same",
 ):
-    """Verify every rollout in a file. Exit 0 all accepted, 1 any rejected, 2 unusable input."""
+    """Verify every rollout in a file, and test each producer's sampling over all of its rollouts.
+    Exit 0 all accepted, 1 any rejected or any producer's sequential test failed, 2 unusable input."""
     configure_logging(json_output)
     from vrl.rollouts.files import RolloutFileError, iter_records
+    from vrl.rollouts.profiles import ProfileError, profile_of
+    from vrl.rollouts.sequential import RaceTest, threshold
     from vrl.rollouts.verify import Expectations
     from vrl.rollouts.verify import verify as run_verify
 
@@ -221,19 +226,37 @@ def verify(
     if not records:
         raise _fail(f"{rollouts}: no records")
     loaded = _load(model, dtype, device)
+    try:
+        profile = profile_of(loaded, producer_device)
+    except ProfileError as error:
+        raise _fail(str(error)) from None
     with _progress(json_output) as bar:
         task_bar = bar.add_task("verifying", total=len(records))
-        verdicts = run_verify(records, loaded, expect=expect, batch_size=batch_size,
+        verdicts = run_verify(records, loaded, expect=expect, batch_size=batch_size, tolerances=profile.tolerances,
                               on_progress=lambda n: bar.advance(task_bar, n))
     accepted = sum(v.accepted for v in verdicts)
     reasons = Counter(v.reason for v in verdicts if not v.accepted)
+    # specs/verification.md §7: each producer's races over all of its records in the file.
+    tests: dict[str, RaceTest] = {}
+    for v in verdicts:
+        if "race_tokens" in v.scores:
+            test = tests.get(v.node_id) or RaceTest(profile.race_loss_rate)
+            tests[v.node_id] = test.add(int(v.scores["race_tokens"]), int(v.scores["races_lost"]))
+    producers = {node: {"race_tokens": t.tokens, "races_lost": t.lost, "log_e": round(t.log_e, 4),
+                        "rejected": t.rejected} for node, t in sorted(tests.items())}
+    failed = [node for node, t in tests.items() if t.rejected]
     if json_output:
-        out.print_json(data={"file": str(rollouts), "model_hash": loaded.model_hash.hex(), "total": len(verdicts),
-                             "accepted": accepted, "rejected": len(verdicts) - accepted,
-                             "reasons": dict(reasons), "verdicts": [v.to_json() for v in verdicts]})
+        out.print_json(data={"file": str(rollouts), "model_hash": loaded.model_hash.hex(), "profile": profile.name,
+                             "total": len(verdicts), "accepted": accepted, "rejected": len(verdicts) - accepted,
+                             "reasons": dict(reasons), "producers": producers,
+                             "verdicts": [v.to_json() for v in verdicts]})
     else:
         out.print(verdict_table(verdicts, f"{rollouts}: {accepted} of {len(verdicts)} accepted"))
-    raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) else EXIT_REJECTED)
+        for node, row in producers.items():
+            verdict = "[red]FAILED[/]" if row["rejected"] else "passed"
+            out.print(f"producer {node[:16]}: {row['races_lost']} of {row['race_tokens']} races lost, "
+                      f"ln E = {row['log_e']:.2f} of {threshold():.2f} ({profile.name}): sequential test {verdict}")
+    raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) and not failed else EXIT_REJECTED)
 
 
 @app.command()

@@ -227,6 +227,18 @@ def model_vectors() -> dict:
     }
 
 
+def sequential_vectors() -> dict:
+    """The sequential test's grid, e-values and decisions on fixed evidence (specs/verification.md §7)."""
+    from vrl.rollouts.sequential import ALPHA, RaceTest, alternatives, log_e_value, threshold
+
+    cases = []
+    for q0, tokens, lost in [(1e-3, 0, 0), (1e-3, 1000, 1), (1e-3, 900, 9), (1e-3, 2000, 3), (2.5e-4, 400, 2),
+                             (2.5e-4, 5000, 0), (0.01, 300, 12), (0.3, 10, 10)]:
+        cases.append({"q0": q0, "tokens": tokens, "lost": lost, "log_e": log_e_value(tokens, lost, q0),
+                      "rejected": RaceTest(q0, tokens, lost).rejected})
+    return {"alpha": ALPHA, "threshold": threshold(), "grid_q0_1e-3": list(alternatives(1e-3)), "cases": cases}
+
+
 def _linear_example() -> torch.nn.Module:
     """A two-entry state dict with known values: weight (2, 3) = 0.5 * arange, bias = (-1, 1)."""
     linear = torch.nn.Linear(3, 2)
@@ -240,7 +252,8 @@ def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
                        ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
-                       ("training", training_vectors), ("model", model_vectors)]:
+                       ("training", training_vectors), ("model", model_vectors),
+                       ("sequential", sequential_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 

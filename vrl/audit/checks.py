@@ -31,7 +31,9 @@ from vrl.node.messages import (
 from vrl.node.protocol import report_of
 from vrl.node.reputation import AdmissionConfig, Report, Reputation
 from vrl.rollouts.files import RolloutFileError, iter_records
+from vrl.rollouts.profiles import profile_of_platform
 from vrl.rollouts.record import RecordError, Rollout
+from vrl.rollouts.sequential import RACE_LOSSES, RaceTest, threshold
 
 # -- tolerances (specs/audit.md §4 gives each its source) -------------------------------------------
 # A replayed reputation score against the node's own snapshot: both are the same float64 code
@@ -89,6 +91,8 @@ class VerdictHead:
     round: int
     received: float
     id: bytes
+    race_tokens: int = 0  # the sequential test's evidence (specs/verification.md §7)
+    races_lost: int = 0
 
 
 @dataclass
@@ -214,7 +218,8 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
             if v is None:
                 continue
             index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
-                                              v.planted, v.policy_version, v.round, received, v.id))
+                                              v.planted, v.policy_version, v.round, received, v.id,
+                                              v.race_tokens, v.races_lost))
         for data, _ in node.store.steps():
             checked["step verdicts"] += 1
             step = _signed(StepVerdict.from_bytes, data, "step verdict", where, findings)
@@ -348,7 +353,8 @@ def _reports(index: StoreIndex, until: float = math.inf) -> Iterator[tuple[float
 def _as_verdict(v: VerdictHead, head: GroupHead) -> SignedVerdict:
     return SignedVerdict(verifier=v.verifier, subject=head.subject, group=v.group, round=v.round,
                          policy_version=v.policy_version, ticket=b"", rate=0.0, outcome=Outcome(v.outcome),
-                         reasons=v.reasons, digest=v.digest, platform=v.platform, planted=v.planted, signature=b"")
+                         reasons=v.reasons, digest=v.digest, platform=v.platform, planted=v.planted,
+                         race_tokens=v.race_tokens, races_lost=v.races_lost, signature=b"")
 
 
 def check_reputation(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
@@ -531,6 +537,39 @@ def check_planted(run: Run, findings: list[Finding], progress: Progress, share: 
                                          f"trainer planted as known-bad", v.verifier, group=v.group.hex(),
                                          verdict=v.id.hex()))
     run.stats.setdefault(check, {})["planted groups"] = len(run.planted)
+    _race_losses(run, findings)
+
+
+def _race_losses(run: Run, findings: list[Finding]) -> None:
+    """A ``race_losses`` fail must follow from its signer's own evidence: the races lost over
+    every group of the subject it signed a check of, under its platform's profile, reach the
+    sequential test's threshold (specs/verification.md §7). Less is an accusation its own
+    signed verdicts do not support."""
+    check = "lazy_verifiers"
+    totals: dict[tuple[bytes, bytes], list[int]] = defaultdict(lambda: [0, 0])
+    accusations: dict[tuple[bytes, bytes], VerdictHead] = {}
+    seen = set()
+    for index in run.stores:
+        for v in index.verdicts:
+            head = run.groups.get(v.group)
+            if v.id in seen or head is None or v.outcome == Outcome.SKIPPED:
+                continue
+            seen.add(v.id)
+            pair = (v.verifier, head.subject)
+            totals[pair][0] += v.race_tokens
+            totals[pair][1] += v.races_lost
+            if RACE_LOSSES in v.reasons:
+                accusations.setdefault(pair, v)
+    for (verifier, subject), v in sorted(accusations.items()):
+        tokens, lost = totals[verifier, subject]
+        test = RaceTest(profile_of_platform(v.platform).race_loss_rate, tokens, lost)
+        if not test.rejected:
+            findings.append(finding(check, "unjustified_race_losses", Severity.ERROR,
+                                     f"verifier {short(verifier)} failed {short(subject)}'s sampling (race_losses) "
+                                     f"on {lost} of {tokens} races lost over all its signed checks: ln E = "
+                                     f"{test.log_e:.2f}, below the test's {threshold():.2f}", verifier,
+                                     accused=subject.hex(), verdict=v.id.hex(), platform=v.platform))
+    run.stats.setdefault(check, {})["race_losses accusations"] = len(accusations)
 
 
 def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnnouncement, heads: list,

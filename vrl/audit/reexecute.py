@@ -29,6 +29,7 @@ from vrl.node.weights import WeightsError, from_blob
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.rollouts.model import Model, ModelError, bit_exact_platform, load_model, platform_tag
 from vrl.rollouts.record import round_seed
+from vrl.rollouts.sequential import RACE_LOSSES
 from vrl.rollouts.verify import Expectations, verify
 from vrl.tasks import RewardSpec, TaskFileError, open_task_set
 
@@ -189,19 +190,29 @@ def check_groups(run: Run, findings: list[Finding], progress: Progress, share: f
                                              f"version {trained_in[digest]} trained group {digest.hex()[:16]} of "
                                              f"{short(head.subject)}, which fails re-verification ({counts})",
                                              run.trainer or b"", group=digest.hex(), version=trained_in[digest]))
-            _judge_verdicts(run, findings, verdicts[digest], digest, outcome, digest_here, mine)
+            evidence = (sum(int(r.scores.get("race_tokens", 0)) for r in results),
+                        sum(int(r.scores.get("races_lost", 0)) for r in results))
+            _judge_verdicts(run, findings, verdicts[digest], digest, outcome, digest_here, mine, evidence)
     run.stats[check] = {"candidates": len(candidates), "re-verified": done, "failing": failed_groups,
                         "share": share}
     run.series["reverified"] = {"groups": done, "failing": failed_groups, "reasons": dict(reasons_seen)}
 
 
 def _judge_verdicts(run: Run, findings: list[Finding], verdicts, digest: bytes, outcome: str, digest_here: bytes,
-                    platform: str) -> None:
+                    platform: str, evidence: tuple[int, int]) -> None:
     check = "lazy_verifiers"
     for v in verdicts:
         if v.outcome == Outcome.SKIPPED or (v.verifier == run.trainer and v.planted):
             continue
         same = v.platform == platform and bit_exact_platform(platform)
+        if same and (v.race_tokens, v.races_lost) != evidence:
+            findings.append(finding(check, "evidence_mismatch", Severity.ERROR,
+                                     f"verifier {short(v.verifier)}'s {v.outcome} of group {digest.hex()[:16]} "
+                                     f"signs {v.races_lost} of {v.race_tokens} races lost, the auditor replays "
+                                     f"{evidence[1]} of {evidence[0]} on the same platform", v.verifier,
+                                     group=digest.hex(), verdict=v.id.hex(), platform=platform))
+        if outcome == Outcome.PASS and set(v.reasons) == {RACE_LOSSES}:
+            continue  # a finding about the producer's sampling, not this group (specs/audit.md §3)
         if v.outcome == Outcome.PASS and outcome == Outcome.HARD_FAIL:
             findings.append(finding(check, "passed_bad_group", Severity.ERROR,
                                      f"verifier {short(v.verifier)} passed group {digest.hex()[:16]}, which fails "

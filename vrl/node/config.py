@@ -52,6 +52,13 @@ ADVERSARIES = {
     "other-model": "generates with a different model of the same shape, claims the policy",
     "tampered-tokens": "edits a completion token and re-commits it by one honest prefill (TOPLOC's gap)",
     "replay": "re-signs another node's submitted groups as its own",
+    # The decode spoofs (vrl.adversary.spoofed_groups): tokens sampled otherwise, with the
+    # protocol's seeded noise; commitment, logprobs and reward made honestly for the policy. Each
+    # runs at the strength vrl.adversary.NODE_SPOOF_STRENGTH gives it, which says why.
+    "spoof-int8": "samples with int8 weights, then commits and reports logprobs by one honest prefill",
+    "spoof-perturb": "samples with 3% noise on every weight, then commits and reports logprobs honestly",
+    "spoof-temperature": "samples at 10% above the protocol's temperature, claims the protocol's",
+    "spoof-approximate": "keeps an int8 draft's token wherever the policy's own race loses to it by < 0.05",
     "lazy-verifier": "approves what it is asked to check without running the model",
     "trainer-rejected-group": "trains on groups it failed itself, and lists them in the batch",
     "trainer-foreign-data": "trains on a group no one submitted besides the batch it lists",

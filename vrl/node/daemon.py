@@ -37,6 +37,7 @@ from vrl.node.store import Store, StoreError
 from vrl.node.work import PolicyTrainer, TrainedStep, Work, WorkConfig
 from vrl.rl.step import MAX_STEP_CONFIG_BYTES
 from vrl.rollouts.model import platform_tag
+from vrl.rollouts.profiles import profile_of
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec, open_task_set
 from vrl.rl.train import TrainConfig
@@ -94,7 +95,7 @@ class Node:
         self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
             **as_kwargs(config.protocol), roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted), reputation=config.reputation,
-            admission=config.admission), platform_tag(self.work.skeleton))
+            admission=config.admission), platform_tag(self.work.skeleton), profile_of(self.work.skeleton).race_loss_rate)
         self.trainer: PolicyTrainer | None = None
         if "trainer" in config.roles:
             # The trainer trains the network's model on its task ([work]); the rest is the
@@ -372,14 +373,15 @@ class Node:
         if group is None or version not in self.work.models:
             await self._feed(P.Abandoned(P.Check(digest, version)))
             return
-        reasons, recomputed = await self._in_model_thread("check", self.work.check, group, version)
+        result = await self._in_model_thread("check", self.work.check, group, version)
+        reasons = result.reasons
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
         for reason in reasons:
             self.metrics.rejected.labels(reason).inc()
         if reasons:
             self.log.warning("check failed", group=digest.hex()[:12], reasons=sorted(set(reasons)))
-        await self._feed(P.Checked(digest, reasons, recomputed))
+        await self._feed(P.Checked(digest, reasons, result.digest, result.race_tokens, result.races_lost))
 
     async def _plant(self, version: int) -> None:
         submission, canary = await self._in_model_thread("plant", self.work.plant, version)

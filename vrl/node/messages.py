@@ -33,10 +33,12 @@ from vrl.rollouts.model import MAX_PLATFORM_BYTES
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 
 MESSAGE_VERSION = 1
+# 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2).
+VERDICT_VERSION = 2
 # 2: a policy announcement binds the training step that made it (specs/training.md §3).
 POLICY_VERSION = 2
 TOPIC_GROUPS = "vrl/groups/1"
-TOPIC_VERDICTS = "vrl/verdicts/1"
+TOPIC_VERDICTS = "vrl/verdicts/2"
 TOPIC_POLICIES = "vrl/policies/2"
 TOPIC_STEPS = "vrl/steps/1"
 
@@ -299,6 +301,10 @@ class SignedVerdict(_Signed):
     digest: bytes  # recomputed_digest, or b"" when skipped
     platform: str  # e.g. "torch-2.13.0/cpu/float32": digests compare only on equal platforms
     planted: bool = False  # the verifier made this group itself to test others (always bad)
+    # The sequential test's evidence (specs/verification.md §7): the seeded races this check
+    # replayed over the group, and how many of them the claimed token lost. 0 and 0 for a skip.
+    race_tokens: int = 0
+    races_lost: int = 0
     signature: bytes = b""
 
     @property
@@ -306,11 +312,11 @@ class SignedVerdict(_Signed):
         return self.outcome != Outcome.SKIPPED
 
     def _wire(self, with_signature: bool) -> dict[str, Any]:
-        wire = {"kind": "verdict", "v": MESSAGE_VERSION, "verifier": self.verifier, "subject": self.subject,
+        wire = {"kind": "verdict", "v": VERDICT_VERSION, "verifier": self.verifier, "subject": self.subject,
                 "group": self.group, "round": self.round, "policy_version": self.policy_version,
                 "ticket": self.ticket, "rate": float(self.rate), "outcome": str(self.outcome),
                 "reasons": [str(r) for r in self.reasons], "digest": self.digest, "platform": self.platform,
-                "planted": self.planted}
+                "planted": self.planted, "race_tokens": self.race_tokens, "races_lost": self.races_lost}
         if with_signature:
             wire["signature"] = self.signature
         return wire
@@ -328,8 +334,8 @@ class SignedVerdict(_Signed):
     @classmethod
     def from_bytes(cls, data: bytes) -> SignedVerdict:
         fields = {"verifier", "subject", "group", "round", "policy_version", "ticket", "rate", "outcome",
-                  "reasons", "digest", "platform", "planted", "signature"}
-        wire = _decode_map(data, "verdict", fields)
+                  "reasons", "digest", "platform", "planted", "race_tokens", "races_lost", "signature"}
+        wire = _decode_map(data, "verdict", fields, VERDICT_VERSION)
 
         def decode() -> SignedVerdict:
             outcome = text(wire, "outcome", 16)
@@ -344,6 +350,10 @@ class SignedVerdict(_Signed):
             rate = take(wire, "rate", float)
             if not 0.0 <= rate <= 1.0:
                 raise FieldError("rate", f"{rate} is outside [0, 1]")
+            race_tokens = integer(wire, "race_tokens", 0, U64)
+            races_lost = integer(wire, "races_lost", 0, U64)
+            if races_lost > race_tokens:
+                raise FieldError("races_lost", f"{races_lost} races lost of {race_tokens} replayed")
             return cls(
                 verifier=fixed_bytes(wire, "verifier", NODE_ID_BYTES),
                 subject=fixed_bytes(wire, "subject", NODE_ID_BYTES),
@@ -351,7 +361,8 @@ class SignedVerdict(_Signed):
                 policy_version=integer(wire, "policy_version", 0, U64),
                 ticket=fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=OUTCOMES[outcome],
                 reasons=tuple(reasons), digest=digest, platform=text(wire, "platform", MAX_PLATFORM_BYTES),
-                planted=take(wire, "planted", bool), signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
+                planted=take(wire, "planted", bool), race_tokens=race_tokens, races_lost=races_lost,
+                signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
 
         verdict = _fields("verdict", decode)
         _canonical("verdict", data, verdict)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from vrl.config import U63, ConfigError, bounded, check_fields
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import bit_exact_platform
+from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
 from vrl.rollouts.verify import Reason
 from vrl.node.messages import (
     STEP_TICKET_DOMAIN, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, Group, Outcome, PolicyAnnouncement,
@@ -180,6 +181,8 @@ class Checked:
     group: bytes
     failed_reasons: tuple[str, ...]  # rejection codes, empty when every record passed
     digest: bytes
+    race_tokens: int = 0  # the sequential test's evidence (vrl.node.work.CheckResult)
+    races_lost: int = 0
 
 
 @dataclass(frozen=True)
@@ -321,7 +324,7 @@ def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | 
     if not verdict.checked or verdict.subject != subject or verdict.policy_version != version:
         return None
     return Report(version, verdict.verifier, subject, verdict.group, verdict.outcome, verdict.digest,
-                  verdict.platform, verdict.planted)
+                  verdict.platform, verdict.planted, node_level=RACE_LOSSES in verdict.reasons)
 
 
 def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
@@ -362,8 +365,12 @@ def outcome_of(failed_reasons: tuple[str, ...]) -> str:
 class NodeProtocol:
     """One node's view of the network. Feed it with :meth:`handle`; do what it returns."""
 
-    def __init__(self, key: NodeKey, config: ProtocolConfig, platform: str) -> None:
+    def __init__(self, key: NodeKey, config: ProtocolConfig, platform: str, race_loss_rate: float) -> None:
+        """``race_loss_rate`` is this verifier's profile's honest per-token race-loss rate, the
+        q0 of its sequential tests (vrl.rollouts.profiles.profile_of)."""
         self.key, self.config, self.platform = key, config, platform
+        RaceTest(race_loss_rate)  # checks the rate once, here, not at the first check
+        self.race_loss_rate = race_loss_rate
         self.me = key.node_id
         self.reputation = Reputation(frozenset({self.me, config.trainer, *config.pretrusted}), config.reputation)
         self.policies: dict[int, PolicyAnnouncement] = {}
@@ -391,6 +398,11 @@ class NodeProtocol:
         self._step_draws: dict[int, bool] = {}
         self.convicted: ConvictTrainer | None = None
         self._frauds_found: set[int] = set()  # versions this node itself reported as fraud
+        # The sequential test (specs/verification.md §7): per producer, this node's own checks'
+        # evidence; the producers whose test it failed; and the producers some verifier whose
+        # word counts failed it on, whose every fresh group this node then checks.
+        self.race_tests: dict[bytes, RaceTest] = {}
+        self.suspects: set[bytes] = set()
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -442,9 +454,9 @@ class NodeProtocol:
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
                 actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
-            case Checked(group, failed_reasons, digest):
+            case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
-                actions += self._publish_verdict(group, outcome_of(failed_reasons), failed_reasons, digest)
+                actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
             case Planted(submission, subject, version):
                 self._in_flight.discard(("plant", version))
                 self.planted[submission.digest] = version
@@ -565,6 +577,10 @@ class NodeProtocol:
             audit = self.has("trainer") and any(self._audits(v) for v in others)
             if recheck or audit:
                 actions += self._once(Check(digest, group.version))
+            elif group.subject in self.suspects and (self.has("verifier") or self.has("trainer")):
+                # A producer a counting verifier's sequential test failed: every group of it is
+                # checked, so that this node's own test sees all of them, chosen by no one.
+                actions += self._once(Check(digest, group.version))
             elif mine is None and self.has("verifier") and ("check", digest) not in self._in_flight:
                 rate = self.standing(group.subject).check_rate
                 if ticket_selected(audit_ticket(self.key, digest), rate):
@@ -587,8 +603,22 @@ class NodeProtocol:
                                                             self.config.lazy_audit_rate)
         return self._audit_draws[verdict.id]
 
+    def race_test(self, subject: bytes) -> RaceTest:
+        """This node's sequential test of ``subject``, over every group of it this node checked."""
+        return self.race_tests.get(subject) or RaceTest(self.race_loss_rate)
+
+    def _checked(self, digest: bytes, reasons: tuple[str, ...], recomputed: bytes, race_tokens: int,
+                 races_lost: int) -> list[Action]:
+        """Publish a check's verdict; a group whose evidence takes its producer's sequential test
+        to rejection fails hard as ``race_losses``, with the evidence in the verdict."""
+        group = self.groups.get(digest)
+        if group is not None and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
+            reasons = (*reasons, RACE_LOSSES)
+        return self._publish_verdict(digest, outcome_of(reasons), reasons, recomputed,
+                                     race_tokens=race_tokens, races_lost=races_lost)
+
     def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
-                         rate: float | None = None) -> list[Action]:
+                         rate: float | None = None, race_tokens: int = 0, races_lost: int = 0) -> list[Action]:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
         if group is None or (mine is not None and not _supersedes(outcome, mine)):
             return []
@@ -597,7 +627,7 @@ class NodeProtocol:
             policy_version=group.version, ticket=audit_ticket(self.key, digest),
             rate=self.standing(group.subject).check_rate if rate is None else rate, outcome=outcome,
             reasons=tuple(sorted(set(reasons))), digest=recomputed, platform=self.platform,
-            planted=digest in self.planted).signed(self.key)
+            planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost).signed(self.key)
         self._verdict(verdict)
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
@@ -657,6 +687,11 @@ class NodeProtocol:
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(report)
+            if verdict.verifier == self.me and verdict.race_tokens:
+                self.race_tests[group.subject] = self.race_test(group.subject).add(verdict.race_tokens,
+                                                                                   verdict.races_lost)
+            if report.node_level and (verdict.verifier == self.me or self._counts(verdict.verifier)):
+                self.suspects.add(group.subject)
         return True
 
     def _quarantines(self) -> list[Action]:

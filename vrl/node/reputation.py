@@ -104,6 +104,10 @@ class Report:
     digest: bytes = b""  # the reporter's recomputed commitment digest (empty for a skipped check)
     platform: str = ""  # digests are compared only between identical platforms
     planted: bool = False  # the reporter made this known-bad group itself to test verifiers
+    # The reporter's sequential test of the subject failed at this group (race_losses,
+    # specs/verification.md §7): a finding about the node's sampling, which the group's own
+    # records need not show, so a pass of the group does not contradict it.
+    node_level: bool = False
 
     def __post_init__(self) -> None:
         if self.outcome not in CHECKED:
@@ -111,7 +115,7 @@ class Report:
 
     def sort_key(self) -> tuple:
         return (self.round, self.reporter, self.subject, self.group, self.outcome, self.digest, self.platform,
-                self.planted)
+                self.planted, self.node_level)
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,7 @@ def _derived(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set
             same_platform = [a for a in anchors if a.platform == report.platform and a.digest and report.digest]
             if any(a.digest != report.digest for a in same_platform):
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
-            elif (report.outcome == Outcome.HARD_FAIL and group not in confirmed
+            elif (report.outcome == Outcome.HARD_FAIL and group not in confirmed and not report.node_level
                   and any(a.outcome == Outcome.PASS for a in anchors)):
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.SOFT_FAIL))
             elif same_platform:
@@ -246,15 +250,38 @@ def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapp
             accusers[r.group].add(r.reporter)
             if r.planted and r.reporter in pretrusted:
                 planted.add(r.group)
-    return planted | {g for g, who in accusers.items()
-                      if len(who) >= config.quarantine_reporters and not who.isdisjoint(pretrusted)
-                      and sum(weight.get(w, 0.0) for w in who) >= config.quarantine_weight}
+    return planted | {g for g, who in accusers.items() if _enough(who, pretrusted, weight, config)}
+
+
+def _enough(accusers: set[bytes], pretrusted: frozenset[bytes], weight: Mapping[bytes, float],
+            config: ReputationConfig) -> bool:
+    """Item 3's rule: enough distinct accusers, one of them pre-trusted, trusted enough together."""
+    return (len(accusers) >= config.quarantine_reporters and not accusers.isdisjoint(pretrusted)
+            and sum(weight.get(w, 0.0) for w in accusers) >= config.quarantine_weight)
+
+
+def _sequentially_convicted(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapping[bytes, float],
+                            config: ReputationConfig) -> set[bytes]:
+    """Nodes whose sampling the sequential tests of enough reporters rejected, by item 3's rule
+    applied to the node instead of one group: each reporter's test ran over the groups it
+    checked itself, so the evidence of each is its own (specs/reputation.md §3)."""
+    accusers: dict[bytes, set[bytes]] = defaultdict(set)
+    for r in reports:
+        if r.node_level and r.outcome == Outcome.HARD_FAIL and r.reporter and weight.get(r.reporter, 0.0) > 0:
+            accusers[r.subject].add(r.reporter)
+    return {node for node, who in accusers.items() if _enough(who, pretrusted, weight, config)}
 
 
 def _cleared(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set[bytes]) -> set[bytes]:
     """Groups a pre-trusted re-check passed and that are not confirmed bad: failure reports on
     them say nothing true about the group's node (they cost their reporters instead, §4)."""
     return {r.group for r in reports if r.outcome == Outcome.PASS and r.reporter in pretrusted} - confirmed
+
+
+def _counts_against(report: Report, cleared: set[bytes]) -> bool:
+    """Whether a report's failure counts against its subject: not when a pre-trusted re-check
+    cleared the group, unless it is about the node's sampling rather than the group (item 3)."""
+    return report.outcome == Outcome.PASS or not report.reporter or report.node_level or report.group not in cleared
 
 
 def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
@@ -275,6 +302,7 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     # confirmed fact (a planted or doubly-confirmed bad group, or a pre-trusted digest).
     quarantined = {r.subject for r in reports if r.group in confirmed}
     quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == Outcome.HARD_FAIL}
+    quarantined |= _sequentially_convicted(reports, pretrusted, weight, config)
 
     cleared = _cleared(reports, pretrusted, confirmed)
     passes: dict[bytes, float] = defaultdict(float)
@@ -282,7 +310,7 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     checked: dict[bytes, set[bytes]] = defaultdict(set)
     for r in everything:
         w = weight.get(r.reporter, 0.0) * decay(r.round)
-        if r.outcome != Outcome.PASS and r.reporter and r.group in cleared:
+        if not _counts_against(r, cleared):
             continue
         if r.outcome == Outcome.PASS:
             passes[r.subject] += w

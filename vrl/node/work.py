@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import hashlib
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -20,7 +21,8 @@ from vrl.node.messages import Group, PolicyAnnouncement, StepFault, Submission, 
 from vrl.node.weights import from_blob, to_blob
 from vrl.rl.step import StepConfig, StepError, StepReplay, compare, optimizer_bytes, replay
 from vrl.rl.train import TrainConfig, Trainer
-from vrl.rollouts.generate import GenerationConfig, iter_generate
+from vrl.rollouts.forward import decode
+from vrl.rollouts.generate import Decoder, GenerationConfig, iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, bit_exact_platform, load_model, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
@@ -31,6 +33,17 @@ from vrl.tasks import TaskSet
 # The trainer's throw-away identity for a planted group is derived from its own signature over
 # the round, so no one else can predict or claim it (specs/network.md §5.3).
 CANARY_DOMAIN = b"vrl/canary/v1\x00"
+
+
+class CheckResult(NamedTuple):
+    """What checking a group found: the rejection codes of its failed records (empty when every
+    record passed), the recomputed commitment digest, and the sequential test's evidence: the
+    seeded races replayed and how many the claimed token lost (vrl.rollouts.sequential)."""
+
+    reasons: tuple[str, ...]
+    digest: bytes
+    race_tokens: int = 0
+    races_lost: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,25 +87,29 @@ class Work:
         """This round's groups, sampled from the policy of ``version`` and signed."""
         return [Group.of(g) for g in self.sample(self.models[version], version)]
 
-    def sample(self, model: Model, version: int) -> list[list[Rollout]]:
-        """The round's groups as ``model`` samples them, claiming the policy of ``version``."""
+    def sample(self, model: Model, version: int, decoder: Decoder = decode) -> list[list[Rollout]]:
+        """The round's groups as ``model`` samples them with ``decoder``, claiming the policy of
+        ``version``."""
         return list(iter_generate(
             model, self.config.tasks, self.key, round_seed=round_seed(self.models[version].model_hash, version),
             sampling=self.sampling, groups=self.config.groups_per_round, group_size=self.config.group_size,
             policy_version=version, reward_spec=self.expectations(version).reward_spec,
-            batch_size=self.config.generation_batch))
+            batch_size=self.config.generation_batch, decoder=decoder))
 
     def observe(self, group: Group) -> None:
         """Another node's group went by (honest work has no use for it)."""
 
     # -- verifier -----------------------------------------------------------------------------
-    def check(self, group: Group, version: int) -> tuple[tuple[str, ...], bytes]:
-        """``(rejection codes, recomputed commitment digest)`` for one whole group, whose
-        signatures :func:`~vrl.node.messages.decode_group` checked when it arrived."""
+    def check(self, group: Group, version: int) -> CheckResult:
+        """One whole group checked, whose signatures :func:`~vrl.node.messages.decode_group`
+        checked when it arrived."""
         verdicts = verify(group.rollouts, self.models[version], expect=self.expectations(version),
                           batch_size=len(group.rollouts), signatures_checked=True,
                           rebuild_commitments=True)
-        return tuple(v.reason for v in verdicts if not v.accepted), recomputed_digest([v.recomputed for v in verdicts])
+        return CheckResult(tuple(v.reason for v in verdicts if not v.accepted),
+                           recomputed_digest([v.recomputed for v in verdicts]),
+                           sum(int(v.scores.get("race_tokens", 0)) for v in verdicts),
+                           sum(int(v.scores.get("races_lost", 0)) for v in verdicts))
 
     # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
     def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,

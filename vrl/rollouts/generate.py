@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from proofs import commitment
 from proofs.sampler import SamplingParams
 from vrl.config import bounded, check_fields, checked, path_like
-from vrl.rollouts.forward import decode
+from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, device_spec
 from vrl.rollouts.presets import DEFAULT
@@ -63,6 +63,14 @@ class GenerationConfig:
         check_fields(self, GenerationConfig)  # a subclass's further fields are its own to check
 
 
+#: What samples a batch's completions and captures the rows that commit them:
+#: ``(model, prompts, seeds, sampling, on_step) -> one Decoded per prompt``. An honest node's is
+#: :func:`vrl.rollouts.forward.decode`; the decode-spoofing cheats of :mod:`vrl.adversary`
+#: bring their own, and the rest of a record (assignment, seeds, reward, signature) is made
+#: here alike for both.
+Decoder = Callable[[Model, list[list[int]], list[bytes], SamplingParams, Callable[[], None] | None], list[Decoded]]
+
+
 def sampling_for(model: Model, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                  max_new_tokens: int = 256) -> SamplingParams:
     """Sampling parameters with the model's own stop tokens."""
@@ -83,11 +91,13 @@ def iter_generate(
     batch_size: int = 8,
     stats: GenerationStats | None = None,
     on_step: Callable[[], None] | None = None,
+    decoder: Decoder = decode,
 ) -> Iterator[list[Rollout]]:
     """Yield one whole GRPO group (``group_size`` signed rollouts) per group index, in order.
 
     ``groups`` is a count (group indices ``0 .. n-1``) or the group indices themselves; the
     task of each is its assignment (:func:`vrl.tasks.assign`), never the node's choice.
+    ``decoder`` samples the completions (:data:`Decoder`).
     """
     if len(round_seed) != 32:
         raise ValueError(f"round_seed must be 32 bytes, got {len(round_seed)}")
@@ -98,15 +108,15 @@ def iter_generate(
         pending.append(group_index)
         if len(pending) == groups_per_batch:
             yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                        group_size, policy_version, stats, on_step)
+                                        group_size, policy_version, stats, on_step, decoder)
             pending = []
     if pending:
         yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                    group_size, policy_version, stats, on_step)
+                                    group_size, policy_version, stats, on_step, decoder)
 
 
 def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, reward_spec, group_size,
-                     policy_version, stats, on_step):
+                     policy_version, stats, on_step, decoder):
     assigned = [(g, assign(task_set, round_seed, key.node_id, g)) for g in group_indices]
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
     prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
@@ -115,7 +125,7 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
             raise ValueError(f"task {task.id!r}: the prompt encodes to no tokens")
     seeds = [sample_seed(round_seed, key.node_id, task.id, index) for _, task, index in jobs]
     started = time.perf_counter()
-    decoded = decode(model, [prompts[task.id] for _, task, _ in jobs], seeds, sampling, on_step)
+    decoded = decoder(model, [prompts[task.id] for _, task, _ in jobs], seeds, sampling, on_step)
     stats.decode_seconds += time.perf_counter() - started
     started = time.perf_counter()
     commitments = commitment.build_many([result.hidden for result in decoded])

@@ -29,6 +29,7 @@ from proofs import commitment, sampler
 from proofs.errors import MalformedCommitment, ProofsError
 from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model
+from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign
 from vrl.rollouts.workers import map_in_slices
@@ -120,57 +121,6 @@ _UNDECODABLE = {
     RecordFault.MALFORMED: Reason.MALFORMED_RECORD, RecordFault.TRUNCATED: Reason.TRUNCATED_RECORD,
     RecordFault.OVERSIZED: Reason.OVERSIZED_RECORD, RecordFault.CORRUPT: Reason.CORRUPT_RECORD,
     RecordFault.UNKNOWN_VERSION: Reason.UNKNOWN_VERSION,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Tolerances:
-    """Acceptance thresholds (specs/verification.md, section 5).
-
-    The compute dtype is part of a model's identity, so the verifier knows which profile
-    applies: float32 replays agree almost bit for bit after rounding to bf16, bfloat16 decode
-    and prefill drift by about half an ulp. Every default sits above the worst honest value
-    that ``bench/calibrate.py`` measured under benign variation (batch 1 vs padded 4, sdpa vs
-    eager, 1 vs 2 threads, decode vs prefill) and below what the attacks in the detection
-    table produce; the numbers are in the comments of :data:`PROFILES`.
-    """
-
-    commitment_miss_rate: float  # share of body values whose sign or exponent disagree
-    commitment_mantissa_error: float  # mean mantissa error (bf16 ulps) of the agreeing values
-    commitment_rows_fully_missed: int  # body rows with every value disagreeing
-    commitment_closing_misses: int  # of the closing row's 32 values
-    race_margin: float  # raw-logit margin by which a claimed token may lose its seeded race
-    logprob_error: float  # largest |claimed - recomputed| behaviour logprob, nats
-
-    @classmethod
-    def for_dtype(cls, dtype_name: str) -> Tolerances:
-        return PROFILES[dtype_name if dtype_name in PROFILES else "bfloat16"]
-
-
-PROFILES = {
-    # Calibration (bench/calibrate.py): honest worst miss rate 0.0, mantissa 0.0, no fully
-    # missed row, closing misses 0, race margin ~1e-6, logprob error ~3e-6. The int4 / 1% /
-    # other-model attacks sit at miss rate >= 0.03 and mantissa error >= 0.3.
-    "float32": Tolerances(commitment_miss_rate=0.01, commitment_mantissa_error=0.2,
-                          commitment_rows_fully_missed=0, commitment_closing_misses=8,
-                          race_margin=0.05, logprob_error=1e-3),
-    # Calibration (bench/results/calibrate-small-bfloat16.json: bench/calibrate.py --model small
-    # --dtype bfloat16 --new-tokens 256): honest worst miss rate 0.048, mantissa 0.82, no fully
-    # missed row, closing misses 2, race margin 0.014, logprob error 0.024, the worst of them
-    # under eager attention. The weakest int8 and 1% weights rollouts sit at mantissa 2.06 and
-    # 2.53. (An earlier run, before that file, measured 0.033, 0.58, 0, 0.010 and 0.020.)
-    "bfloat16": Tolerances(commitment_miss_rate=0.08, commitment_mantissa_error=1.2,
-                           commitment_rows_fully_missed=2, commitment_closing_misses=8,
-                           race_margin=0.05, logprob_error=0.05),
-    # Calibration (tiny preset, 8 x 128 tokens): honest worst miss rate 0.0052, mantissa 0.060,
-    # no fully missed row, closing misses 0, race margin 0, logprob error 0.00098. float16
-    # keeps 3 more mantissa bits than the bf16 the commitment rounds to, so drift is ~10x
-    # smaller than bfloat16's; the weakest attack rollouts sit at mantissa 0.59 (int8) and
-    # 1.11 (1% weights), logprob error 0.014 (int8) and 0.023 (1%). Each bound is ~4-5x the
-    # honest worst.
-    "float16": Tolerances(commitment_miss_rate=0.02, commitment_mantissa_error=0.3,
-                          commitment_rows_fully_missed=1, commitment_closing_misses=8,
-                          race_margin=0.05, logprob_error=0.005),
 }
 
 
@@ -343,10 +293,12 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if isinstance(agreement, MalformedCommitment):
         raise _Rejected(Reason.COMMITMENT_MALFORMED, str(agreement))
     scores["commitment_miss_rate"] = agreement.miss_rate
+    scores["commitment_misses"] = agreement.misses
+    scores["commitment_comparisons"] = agreement.comparisons
     scores["commitment_mantissa_error"] = agreement.mantissa_error_mean
     scores["commitment_rows_fully_missed"] = agreement.rows_fully_missed
     scores["commitment_closing_misses"] = agreement.closing_misses
-    if (_exceeds(agreement.miss_rate, tol.commitment_miss_rate)
+    if (_exceeds(agreement.misses, tol.allowed_misses(agreement.comparisons))
             or _exceeds(agreement.mantissa_error_mean, tol.commitment_mantissa_error)
             or _exceeds(agreement.rows_fully_missed, tol.commitment_rows_fully_missed)
             or _exceeds(agreement.closing_misses, tol.commitment_closing_misses)):
@@ -362,6 +314,10 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     n = len(rollout.completion_tokens)
     body = n - 1 if rollout.finish_reason == "stop" else n
     margins = races.margins[:body]
+    # The sequential test's evidence (vrl.rollouts.sequential): every race replayed, the stop
+    # token's included, and how many the claimed token lost by any margin at all.
+    scores["race_tokens"] = n
+    scores["races_lost"] = int((races.margins > 0).sum())
     scores["race_margin_max"] = float(margins.max()) if body else 0.0
     if body and _exceeds(scores["race_margin_max"], tol.race_margin):
         position = int(np.argmax(margins))
@@ -449,7 +405,7 @@ def verify(
     before a group is stored or forwarded), so stage 2 does not check them again.
     """
     expect = expect or Expectations()
-    tolerances = tolerances or Tolerances.for_dtype(model.dtype_name)
+    tolerances = tolerances or profile_of(model).tolerances
     items = list(records)
     verdicts: dict[int, Verdict] = {}
     alive: dict[int, Rollout] = {}
