@@ -55,6 +55,18 @@ def test_verify_accepts_and_reports_json(workspace):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["accepted"] == 4 and report["rejected"] == 0
+    # specs/verification.md §7: the producer's races over all of its records, under the profile.
+    assert report["profile"] == "cpu/float32/sdpa/same"
+    (producer,) = report["producers"].values()
+    tokens = sum(len(r.completion_tokens) for r in vrl.read_rollouts(out))
+    assert producer["race_tokens"] == tokens and producer["races_lost"] == 0 and not producer["rejected"]
+
+
+def test_verify_with_an_uncalibrated_producer_device_falls_back_to_a_calibrated_profile(workspace):
+    _, _, _, out = workspace
+    result = runner.invoke(app, ["verify", str(out), "--model", "tiny", "--producer-device", "cuda", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["profile"] == "cpu/float32/sdpa/cuda"
 
 
 def test_verify_rejects_tampered_with_exit_1(workspace, tmp_path):
