@@ -435,3 +435,31 @@ def test_a_step_that_trains_a_group_its_trainer_had_failed_is_fraud_however_it_r
         report = audit.run(checks=["steps"], sample=1.0)
     frauds = {f.evidence["version"]: f.evidence["faults"] for f in report.findings if f.code == "step_fraud"}
     assert frauds.get(version) == ["rejected_group"], frauds
+
+
+def test_a_race_losses_accusation_its_signers_own_evidence_does_not_reach_is_found(run_dir, tmp_path):
+    """specs/verification.md §7 from the log alone: node-1 signs race_losses on an honest node's
+    group with 1 race lost of 8 (ln E far below 9.2): unjustified_race_losses; with 40 lost it
+    is justified. Re-checks others prompted would not count, and these are its own draws."""
+    node = ids(run_dir)
+    verifier = NodeKey.load(run_dir / "node-1" / "node.pem")
+
+    def accuse(lost: int) -> list:
+        directory = copy_of(run_dir, tmp_path / str(lost))
+        with sqlite3.connect(directory / "node-1" / "node.sqlite") as db:
+            grp, data = db.execute("SELECT grp, data FROM verdicts WHERE verifier = ? AND subject = ? AND "
+                                   "outcome = 'pass' LIMIT 1", (verifier.node_id, bytes.fromhex(node["node-2"]))
+                                   ).fetchone()
+            honest = SignedVerdict.from_bytes(data)
+            accusation = SignedVerdict(**{**honest.__dict__, "outcome": Outcome.HARD_FAIL, "reasons": ("race_losses",),
+                                          "rate": 1.0, "race_tokens": 64, "races_lost": lost,
+                                          "signature": b""}).signed(verifier)
+            db.execute("UPDATE verdicts SET data = ?, outcome = 'hard_fail' WHERE grp = ? AND verifier = ?",
+                       (accusation.to_bytes(), grp, verifier.node_id))
+        with vrl.audit.open([directory]) as audit:
+            report = audit.run(checks=["lazy_verifiers"])
+        return [f for f in report.findings if f.code == "unjustified_race_losses"]
+
+    (found,) = accuse(1)
+    assert found.subject == node["node-1"] and found.evidence["accused"] == node["node-2"]
+    assert accuse(40) == []

@@ -10,7 +10,7 @@ from vrl.node.messages import (
     Group,
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
 )
-from vrl.node.reputation import AdmissionConfig
+from vrl.node.reputation import AdmissionConfig, ReputationConfig
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
 VERIFIER = NodeKey.from_seed(b"V" * 32)
@@ -180,6 +180,27 @@ def test_an_honest_loss_rate_never_fails_the_sequential_test_and_one_accusation_
         assert not any(isinstance(a, P.Quarantine) for a in actions)
     assert not trainer.race_test(WORKER.node_id).rejected
     assert not trainer.standing(WORKER.node_id).quarantined
+
+
+def test_re_checks_that_others_prompted_add_no_evidence_to_the_sequential_test():
+    """An attacker who soft-fails exactly the groups in which an honest node lost a race gets
+    them re-checked, but a re-check its own ticket did not draw is evidence someone chose:
+    it is signed with its counts, and kept out of the test (specs/verification.md §7)."""
+    quiet = ReputationConfig(newcomer_checks=0, prior_pass=1000.0, check_floor=0.0, check_gamma=50.0)
+    trainer = node(TRAINER, "trainer", reputation=quiet, admission=AdmissionConfig(batch_groups=50))
+    ready(trainer)
+    groups = [submission(400 + i) for i in range(10)]
+    published = []
+    for i, sub in enumerate(groups):
+        trainer.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 400 + i), 0.0))
+        actions = trainer.handle(P.VerdictReceived(verdict_from(CHEAT, sub, WORKER.node_id, "soft_fail")))
+        assert P.Check(sub.digest, 0) in actions
+        actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32, race_tokens=12, races_lost=1))
+        published += [SignedVerdict.from_bytes(a.data) for a in actions
+                      if isinstance(a, P.Publish) and a.topic == TOPIC_VERDICTS]
+    assert [(v.race_tokens, v.races_lost, v.outcome) for v in published] == [(12, 1, "pass")] * 10
+    assert not any(P.drawn(v) for v in published)
+    assert trainer.race_test(WORKER.node_id).tokens == 0
 
 
 def test_a_false_accusation_is_cleared_by_the_re_check_and_the_group_admitted():

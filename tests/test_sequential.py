@@ -3,13 +3,15 @@ guarantee for honest producers, and how fast it catches a sampler that loses mor
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vrl.rollouts import profiles
 from vrl.rollouts.sequential import ALPHA, MAX_ALTERNATIVE, RaceTest, alternatives, log_e_value, threshold
 
 rates = st.floats(min_value=1e-6, max_value=0.2)
@@ -87,3 +89,54 @@ def test_losing_every_race_is_caught_at_once(q0, tokens):
     """A sampler whose every token loses needs only ln(1/alpha) / ln(1/(2 q0)) or so of them."""
     needed = math.ceil((threshold() + math.log(len(alternatives(q0)))) / math.log(MAX_ALTERNATIVE / q0)) + 1
     assert RaceTest(q0, max(tokens, needed), max(tokens, needed)).rejected
+
+
+# -- the tolerance table the verifier loads (specs/verification.md §5.2) -------------------------
+
+
+@pytest.fixture
+def table_file(tmp_path, monkeypatch):
+    """TABLE_FILE pointed at a scratch file, with the loader's caches cleared around the test."""
+    path = tmp_path / "tolerances.json"
+    monkeypatch.setattr(profiles, "TABLE_FILE", path)
+    profiles.table.cache_clear()
+    profiles._fallback.cache_clear()
+    yield path
+    profiles.table.cache_clear()
+    profiles._fallback.cache_clear()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=200), st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12).map(lambda value: json.dumps(value).encode())))
+def test_a_damaged_table_is_a_profile_error_naming_the_file(table_file, data):
+    table_file.write_bytes(data)
+    profiles.table.cache_clear()
+    try:
+        loaded = profiles.table()
+    except profiles.ProfileError as error:
+        assert str(table_file) in str(error)
+    else:
+        assert isinstance(loaded, dict)
+
+
+def test_a_row_out_of_range_is_a_profile_error_naming_the_row(table_file):
+    row = {"tolerances": {name: 1 for name in profiles.Tolerances.__slots__}, "race_loss_rate": 0.9,
+           "race_exact": False, "calibration": {"run": "here"}}
+    table_file.write_text(json.dumps({"format": profiles.TABLE_FORMAT, "profiles": {"cpu/x/y/same": row}}))
+    with pytest.raises(profiles.ProfileError, match="cpu/x/y/same"):
+        profiles.table()
+
+
+def test_a_missing_table_says_how_to_write_one(table_file):
+    with pytest.raises(profiles.ProfileError, match="bench/calibrate.py --write-table"):
+        profiles.table()
+
+
+def test_the_shipped_table_has_every_cpu_profile_and_an_unknown_one_falls_back_to_its_dtype():
+    names = set(profiles.table())
+    assert {f"cpu/{d}/{a}/same" for d in ("float32", "bfloat16", "float16") for a in ("sdpa", "eager")} <= names
+    fallback = profiles.profile("cuda/bfloat16/sdpa/same")
+    assert not fallback.race_exact and fallback.calibration.startswith("fallback to cpu/bfloat16/")

@@ -28,7 +28,7 @@ from vrl.node.messages import (
     Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepVerdict, Submission,
     decode_group,
 )
-from vrl.node.protocol import report_of
+from vrl.node.protocol import drawn, report_of
 from vrl.node.reputation import AdmissionConfig, Report, Reputation
 from vrl.rollouts.files import RolloutFileError, iter_records
 from vrl.rollouts.profiles import profile_of_platform
@@ -93,6 +93,7 @@ class VerdictHead:
     id: bytes
     race_tokens: int = 0  # the sequential test's evidence (specs/verification.md §7)
     races_lost: int = 0
+    drawn: bool = False  # its own ticket drew the check at its rate (vrl.node.protocol.drawn)
 
 
 @dataclass
@@ -219,7 +220,7 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 continue
             index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
                                               v.planted, v.policy_version, v.round, received, v.id,
-                                              v.race_tokens, v.races_lost))
+                                              v.race_tokens, v.races_lost, drawn(v)))
         for data, _ in node.store.steps():
             checked["step verdicts"] += 1
             step = _signed(StepVerdict.from_bytes, data, "step verdict", where, findings)
@@ -542,12 +543,13 @@ def check_planted(run: Run, findings: list[Finding], progress: Progress, share: 
 
 def _race_losses(run: Run, findings: list[Finding]) -> None:
     """A ``race_losses`` fail must follow from its signer's own evidence: the races lost over
-    every group of the subject it signed a check of, under its platform's profile, reach the
-    sequential test's threshold (specs/verification.md §7). Less is an accusation its own
-    signed verdicts do not support."""
+    the checks of the subject its own tickets drew, up to and including that verdict in the
+    order it signed them (round, then when it was stored), under the profile its platform tag
+    names, reach the sequential test's threshold (specs/verification.md §7; re-checks others
+    prompted are not evidence, as in vrl.node.protocol). Less is an accusation its own signed
+    verdicts do not support."""
     check = "lazy_verifiers"
-    totals: dict[tuple[bytes, bytes], list[int]] = defaultdict(lambda: [0, 0])
-    accusations: dict[tuple[bytes, bytes], VerdictHead] = {}
+    by_pair: dict[tuple[bytes, bytes], list[VerdictHead]] = defaultdict(list)
     seen = set()
     for index in run.stores:
         for v in index.verdicts:
@@ -555,21 +557,24 @@ def _race_losses(run: Run, findings: list[Finding]) -> None:
             if v.id in seen or head is None or v.outcome == Outcome.SKIPPED:
                 continue
             seen.add(v.id)
-            pair = (v.verifier, head.subject)
-            totals[pair][0] += v.race_tokens
-            totals[pair][1] += v.races_lost
-            if RACE_LOSSES in v.reasons:
-                accusations.setdefault(pair, v)
-    for (verifier, subject), v in sorted(accusations.items()):
-        tokens, lost = totals[verifier, subject]
-        test = RaceTest(profile_of_platform(v.platform).race_loss_rate, tokens, lost)
-        if not test.rejected:
-            findings.append(finding(check, "unjustified_race_losses", Severity.ERROR,
-                                     f"verifier {short(verifier)} failed {short(subject)}'s sampling (race_losses) "
-                                     f"on {lost} of {tokens} races lost over all its signed checks: ln E = "
-                                     f"{test.log_e:.2f}, below the test's {threshold():.2f}", verifier,
-                                     accused=subject.hex(), verdict=v.id.hex(), platform=v.platform))
-    run.stats.setdefault(check, {})["race_losses accusations"] = len(accusations)
+            by_pair[v.verifier, head.subject].append(v)
+    accusations = 0
+    for (verifier, subject), verdicts in sorted(by_pair.items()):
+        test = None
+        for v in sorted(verdicts, key=lambda v: (v.round, v.received, v.id)):
+            test = test or RaceTest(profile_of_platform(v.platform).race_loss_rate)
+            if v.drawn:
+                test = test.add(v.race_tokens, v.races_lost)
+            if RACE_LOSSES in v.reasons and v.outcome == Outcome.HARD_FAIL:
+                accusations += 1
+                if not test.rejected:
+                    findings.append(finding(check, "unjustified_race_losses", Severity.ERROR,
+                                             f"verifier {short(verifier)} failed {short(subject)}'s sampling "
+                                             f"(race_losses) on {test.lost} of {test.tokens} races lost over the "
+                                             f"checks it drew until then: ln E = {test.log_e:.2f}, below the "
+                                             f"test's {threshold():.2f}", verifier, accused=subject.hex(),
+                                             verdict=v.id.hex(), platform=v.platform))
+    run.stats.setdefault(check, {})["race_losses accusations"] = accusations
 
 
 def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnnouncement, heads: list,

@@ -498,14 +498,16 @@ class Node:
     # -- life cycle ----------------------------------------------------------------------------
     def _replay(self) -> None:
         """Rebuild the protocol's state from the store (no actions: they happened already)."""
+        def earlier_protocol(what: str, error: MessageError) -> StoreError:
+            return StoreError(f"{self.store.path}: a stored {what} is not one this node can follow ({error}); "
+                              f"it was written by an earlier protocol: start this node with a new data_dir")
+
         for kind, data, extra in self.store.replay():
             if kind == "policy":
                 try:
                     announcement = PolicyAnnouncement.from_bytes(data)
                 except MessageError as error:
-                    raise StoreError(f"{self.store.path}: a stored policy announcement is not one this node can "
-                                     f"follow ({error}); it was written by an earlier protocol: start this node "
-                                     f"with a new data_dir") from None
+                    raise earlier_protocol("policy announcement", error) from None
                 # The clock as it was when the policy arrived: its round started then, not at 0.
                 self.protocol.handle(P.Tick(extra[0]), replaying=True)
                 self.protocol.handle(P.PolicyAnnounced(announcement), replaying=True)
@@ -520,7 +522,11 @@ class Node:
                 self.protocol.handle(P.GroupReceived(Group(submission, (), subject, version, index), received),
                                      replaying=True)
             elif kind == "verdict":
-                self.protocol.handle(P.VerdictReceived(SignedVerdict.from_bytes(data)), replaying=True)
+                try:
+                    verdict = SignedVerdict.from_bytes(data)
+                except MessageError as error:  # a version 1 verdict (specs/network.md §3.2)
+                    raise earlier_protocol("verdict", error) from None
+                self.protocol.handle(P.VerdictReceived(verdict), replaying=True)
             elif kind == "step":
                 self.protocol.handle(P.StepVerdictReceived(StepVerdict.from_bytes(data)), replaying=True)
             elif kind == "trained":

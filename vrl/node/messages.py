@@ -354,6 +354,8 @@ class SignedVerdict(_Signed):
             races_lost = integer(wire, "races_lost", 0, U64)
             if races_lost > race_tokens:
                 raise FieldError("races_lost", f"{races_lost} races lost of {race_tokens} replayed")
+            if outcome == Outcome.SKIPPED and race_tokens:
+                raise FieldError("race_tokens", "a skipped check replayed no race")
             return cls(
                 verifier=fixed_bytes(wire, "verifier", NODE_ID_BYTES),
                 subject=fixed_bytes(wire, "subject", NODE_ID_BYTES),

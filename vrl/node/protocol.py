@@ -317,6 +317,12 @@ def _flight_key(action: Action) -> tuple:
     return ()
 
 
+def drawn(verdict: SignedVerdict) -> bool:
+    """Whether the verifier's own ticket drew this check at the rate it states: a check no
+    one else's report chose, whose race evidence its sequential test may count."""
+    return verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
+
+
 def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | None:
     """What a verdict about a group of ``subject`` (its records' signer) at policy ``version``
     says to reputation; None for a skip, or when the verdict's own subject or version is not
@@ -324,7 +330,8 @@ def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | 
     if not verdict.checked or verdict.subject != subject or verdict.policy_version != version:
         return None
     return Report(version, verdict.verifier, subject, verdict.group, verdict.outcome, verdict.digest,
-                  verdict.platform, verdict.planted, node_level=RACE_LOSSES in verdict.reasons)
+                  verdict.platform, verdict.planted,
+                  node_level=verdict.outcome == Outcome.HARD_FAIL and RACE_LOSSES in verdict.reasons)
 
 
 def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
@@ -369,7 +376,7 @@ class NodeProtocol:
         """``race_loss_rate`` is this verifier's profile's honest per-token race-loss rate, the
         q0 of its sequential tests (vrl.rollouts.profiles.profile_of)."""
         self.key, self.config, self.platform = key, config, platform
-        RaceTest(race_loss_rate)  # checks the rate once, here, not at the first check
+        RaceTest(race_loss_rate)  # refuses a rate outside (0, 1/2) here, not at the first check
         self.race_loss_rate = race_loss_rate
         self.me = key.node_id
         self.reputation = Reputation(frozenset({self.me, config.trainer, *config.pretrusted}), config.reputation)
@@ -402,7 +409,7 @@ class NodeProtocol:
         # evidence; the producers whose test it failed; and the producers some verifier whose
         # word counts failed it on, whose every fresh group this node then checks.
         self.race_tests: dict[bytes, RaceTest] = {}
-        self.suspects: set[bytes] = set()
+        self.suspects: dict[bytes, int] = {}  # producer -> the newest policy version it was accused at
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -577,7 +584,7 @@ class NodeProtocol:
             audit = self.has("trainer") and any(self._audits(v) for v in others)
             if recheck or audit:
                 actions += self._once(Check(digest, group.version))
-            elif group.subject in self.suspects and (self.has("verifier") or self.has("trainer")):
+            elif self.suspect(group.subject) and (self.has("verifier") or self.has("trainer")):
                 # A producer a counting verifier's sequential test failed: every group of it is
                 # checked, so that this node's own test sees all of them, chosen by no one.
                 actions += self._once(Check(digest, group.version))
@@ -604,17 +611,27 @@ class NodeProtocol:
         return self._audit_draws[verdict.id]
 
     def race_test(self, subject: bytes) -> RaceTest:
-        """This node's sequential test of ``subject``, over every group of it this node checked."""
+        """This node's sequential test of ``subject``, over the groups of it this node drew."""
         return self.race_tests.get(subject) or RaceTest(self.race_loss_rate)
+
+    def suspect(self, subject: bytes) -> bool:
+        """Whether a race_losses fail on a group of ``subject`` still fresh stands: suspicion
+        ends with the freshness window of the last group it was raised on (max_staleness)."""
+        return subject in self.suspects and self._fresh(self.suspects[subject])
 
     def _checked(self, digest: bytes, reasons: tuple[str, ...], recomputed: bytes, race_tokens: int,
                  races_lost: int) -> list[Action]:
-        """Publish a check's verdict; a group whose evidence takes its producer's sequential test
-        to rejection fails hard as ``race_losses``, with the evidence in the verdict."""
+        """Publish a check's verdict, with the check's race evidence. A suspect's group is
+        checked at rate 1, so its verdict is a draw too. When the evidence of a draw takes the
+        producer's sequential test to rejection, the verdict fails hard as ``race_losses``."""
         group = self.groups.get(digest)
-        if group is not None and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
+        if group is None:
+            return []
+        rate = 1.0 if self.suspect(group.subject) else self.standing(group.subject).check_rate
+        drawn = ticket_selected(audit_ticket(self.key, digest), rate)
+        if drawn and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
             reasons = (*reasons, RACE_LOSSES)
-        return self._publish_verdict(digest, outcome_of(reasons), reasons, recomputed,
+        return self._publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
                                      race_tokens=race_tokens, races_lost=races_lost)
 
     def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
@@ -687,11 +704,14 @@ class NodeProtocol:
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(report)
-            if verdict.verifier == self.me and verdict.race_tokens:
+            # Only a check its own ticket drew feeds this node's test: a re-check prompted by
+            # someone's report is a group that someone chose, perhaps for its lost races, and
+            # Ville's bound holds only for evidence no one selected (specs/verification.md §7).
+            if verdict.verifier == self.me and verdict.race_tokens and drawn(verdict):
                 self.race_tests[group.subject] = self.race_test(group.subject).add(verdict.race_tokens,
                                                                                    verdict.races_lost)
             if report.node_level and (verdict.verifier == self.me or self._counts(verdict.verifier)):
-                self.suspects.add(group.subject)
+                self.suspects[group.subject] = max(group.version, self.suspects.get(group.subject, group.version))
         return True
 
     def _quarantines(self) -> list[Action]:

@@ -278,10 +278,16 @@ def _cleared(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set
     return {r.group for r in reports if r.outcome == Outcome.PASS and r.reporter in pretrusted} - confirmed
 
 
-def _counts_against(report: Report, cleared: set[bytes]) -> bool:
-    """Whether a report's failure counts against its subject: not when a pre-trusted re-check
-    cleared the group, unless it is about the node's sampling rather than the group (item 3)."""
-    return report.outcome == Outcome.PASS or not report.reporter or report.node_level or report.group not in cleared
+def _counts_against(report: Report, cleared: set[bytes], convicted: set[bytes]) -> bool:
+    """Whether a report counts in its subject's score: a pass always; a failure not when a
+    pre-trusted re-check cleared the group; a node-level one (about the node's sampling, not the
+    group, item 3) only once the sequential tests convicted the node: an accusation alone,
+    which no pass contradicts, must not lower an honest node's score."""
+    if report.outcome == Outcome.PASS or not report.reporter:
+        return True
+    if report.node_level:
+        return report.subject in convicted
+    return report.group not in cleared
 
 
 def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
@@ -302,7 +308,8 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     # confirmed fact (a planted or doubly-confirmed bad group, or a pre-trusted digest).
     quarantined = {r.subject for r in reports if r.group in confirmed}
     quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == Outcome.HARD_FAIL}
-    quarantined |= _sequentially_convicted(reports, pretrusted, weight, config)
+    sequential = _sequentially_convicted(reports, pretrusted, weight, config)
+    quarantined |= sequential
 
     cleared = _cleared(reports, pretrusted, confirmed)
     passes: dict[bytes, float] = defaultdict(float)
@@ -310,7 +317,7 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
     checked: dict[bytes, set[bytes]] = defaultdict(set)
     for r in everything:
         w = weight.get(r.reporter, 0.0) * decay(r.round)
-        if not _counts_against(r, cleared):
+        if not _counts_against(r, cleared, sequential):
             continue
         if r.outcome == Outcome.PASS:
             passes[r.subject] += w

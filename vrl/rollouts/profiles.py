@@ -116,10 +116,12 @@ def table() -> dict[str, Profile]:
                                        ((n, int if n in ("commitment_rows_fully_missed",
                                                          "commitment_closing_misses") else float) for n in names)})
             q0 = float(row["race_loss_rate"])
-            if not 0 < q0 < 0.5 or not all(math.isfinite(float(getattr(tolerances, n))) for n in names):
+            values = [float(getattr(tolerances, n)) for n in names]
+            if not (0 < q0 < 0.5 and all(math.isfinite(v) and v >= 0 for v in values)
+                    and tolerances.commitment_miss_rate <= 1):
                 raise ValueError("a rate or tolerance out of range")
             profiles[name] = Profile(name, tolerances, q0, bool(row["race_exact"]), str(row["calibration"]["run"]))
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, OverflowError) as error:
             raise ProfileError(f"{TABLE_FILE}: profile {name!r}: {error!r}") from None
     return profiles
 
