@@ -69,6 +69,13 @@ def test_verify_with_an_uncalibrated_producer_device_falls_back_to_a_calibrated_
     assert json.loads(result.stdout)["profile"] == "cpu/float32/sdpa/cuda"
 
 
+@pytest.mark.parametrize("device", ["", "a/b/c", "x" * 5000, "CUDA", "cuda:0"])
+def test_verify_refuses_a_producer_device_that_names_no_device_kind(workspace, device):
+    _, _, _, out = workspace
+    result = runner.invoke(app, ["verify", str(out), "--model", "tiny", "--producer-device", device])
+    assert result.exit_code == 2 and "device kind" in " ".join(result.output.split())
+
+
 def test_verify_rejects_tampered_with_exit_1(workspace, tmp_path):
     _, _, key, out = workspace
     node = vrl.NodeKey.load(key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
@@ -93,7 +94,16 @@ class Profile:
     calibration: str  # the run that set it (bench/results/...)
 
 
+#: A device kind as torch names one (cpu, cuda, mps, xpu, ...), or SAME.
+_DEVICE_KIND = re.compile(r"[a-z][a-z0-9_]{0,15}")
+
+
 def profile_name(device: str, dtype: str, attention: str, producer: str = SAME) -> str:
+    """``device/dtype/attention/producer``; a producer that is not a device kind's name is a
+    ProfileError (a user's flag reaches here: ``vrl verify --producer-device``)."""
+    if not isinstance(producer, str) or not _DEVICE_KIND.fullmatch(producer):
+        raise ProfileError(f"the producer's device must be a device kind such as cpu or cuda, or {SAME!r}; "
+                           f"got {str(producer)[:40]!r}")
     return f"{device}/{dtype}/{attention}/{SAME if producer == device else producer}"
 
 
@@ -128,7 +138,8 @@ def table() -> dict[str, Profile]:
 
 def profile(name: str) -> Profile:
     """The profile called ``name``; an uncalibrated one falls back (with a warning, once) to
-    the loosest calibrated profile of the same dtype (specs/verification.md §5.3)."""
+    the loosest calibrated profile of the same dtype (specs/verification.md §5.2), or of any
+    dtype when none of its dtype is calibrated."""
     profiles = table()
     if name in profiles:
         return profiles[name]
