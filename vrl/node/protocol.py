@@ -405,9 +405,9 @@ class NodeProtocol:
         self._step_draws: dict[int, bool] = {}
         self.convicted: ConvictTrainer | None = None
         self._frauds_found: set[int] = set()  # versions this node itself reported as fraud
-        # The sequential test (specs/verification.md §7): per producer, this node's own checks'
-        # evidence; the producers whose test it failed; and the producers some verifier whose
-        # word counts failed it on, whose every fresh group this node then checks.
+        # The sequential test (specs/verification.md §7): per producer, the evidence of the
+        # checks this node's own tickets drew; and the producers some verifier whose word counts
+        # failed it on, whose every fresh group this node then checks.
         self.race_tests: dict[bytes, RaceTest] = {}
         self.suspects: dict[bytes, int] = {}  # producer -> the newest policy version it was accused at
 
@@ -628,8 +628,8 @@ class NodeProtocol:
         if group is None:
             return []
         rate = 1.0 if self.suspect(group.subject) else self.standing(group.subject).check_rate
-        drawn = ticket_selected(audit_ticket(self.key, digest), rate)
-        if drawn and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
+        if (ticket_selected(audit_ticket(self.key, digest), rate)
+                and self.race_test(group.subject).add(race_tokens, races_lost).rejected):
             reasons = (*reasons, RACE_LOSSES)
         return self._publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
                                      race_tokens=race_tokens, races_lost=races_lost)

@@ -20,7 +20,9 @@ normative text; the pieces are:
    admission). One check alone, even a trusted one, never evicts: it must be re-checked; and
    no number of other reporters' words evicts without a re-check of one's own. The exception
    is a group a pre-trusted node *planted* (made bad on purpose to test verifiers): its maker
-   knows.
+   knows. The same rule applied to a node rather than a group convicts on *node-level*
+   reports, the hard fails whose reporter's sequential test rejected the node's sampling
+   (specs/verification.md §7); until it does they weigh nothing in the node's score.
 4. **Verifiers are judged too**: a reporter that passed a group later confirmed bad, or whose
    recomputed commitment digest differs from a pre-trusted reporter's on the same platform,
    did not check (a *lazy verifier*: hard fail and quarantine). A reject that a pre-trusted re-check
