@@ -209,7 +209,7 @@ def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, conf
     local: dict[bytes, dict[bytes, float]] = defaultdict(lambda: defaultdict(float))
     nodes = set(pretrusted)
     for r in reports:
-        if not r.reporter:
+        if not r.reporter or r.node_level:  # an accusation of sampling is no local opinion (item 3)
             continue
         nodes.update((r.reporter, r.subject))
         penalty = {Outcome.PASS: -1.0, Outcome.SOFT_FAIL: config.soft_weight,
