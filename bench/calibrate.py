@@ -224,9 +224,8 @@ def calibrate(args) -> dict:
             for model_name, model in verifiers.items():
                 for v in verdicts(halves[model_name, "validation"], model, tolerances):
                     checked += 1
-                    tokens += int(v.scores.get("race_tokens", 0))
-                    lost += int(v.scores.get("races_lost", 0))
-                    evidence[model_name].append((int(v.scores.get("race_tokens", 0)), int(v.scores.get("races_lost", 0))))
+                    tokens, lost = tokens + v.race_evidence[0], lost + v.race_evidence[1]
+                    evidence[model_name].append(v.race_evidence)
                     if not v.accepted:
                         rejected += 1
                         reasons[v.reason.value] += 1

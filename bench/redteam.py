@@ -152,8 +152,9 @@ class Tally:
 
     def add(self, cheat: Rollout, honest: Rollout, verdict: vrl.Verdict) -> None:
         self.rollouts += 1
-        self.races += int(verdict.scores.get("race_tokens", 0))
-        self.races_lost += int(verdict.scores.get("races_lost", 0))
+        races, lost = verdict.race_evidence
+        self.races += races
+        self.races_lost += lost
         if not verdict.accepted:
             self.rejected += 1
             self.reasons[f"{verdict.stage.name.lower()}/{verdict.reason.value}"] += 1

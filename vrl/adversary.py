@@ -254,7 +254,7 @@ def tokens_to_detection(rollouts: Iterable[Rollout], verdicts: Iterable[Verdict]
     for rollout, verdict in zip(rollouts, verdicts, strict=True):
         read += len(rollout.completion_tokens)
         # A rollout stopped before the race replay (stage 5) carries no race evidence.
-        test = test.add(int(verdict.scores.get("race_tokens", 0)), int(verdict.scores.get("races_lost", 0)))
+        test = test.add(*verdict.race_evidence)
         if not verdict.accepted or test.rejected:
             return read
     return None

@@ -240,8 +240,7 @@ def verify(
     tests: dict[str, RaceTest] = {}
     for v in verdicts:
         if "race_tokens" in v.scores:
-            test = tests.get(v.node_id) or RaceTest(profile.race_loss_rate)
-            tests[v.node_id] = test.add(int(v.scores["race_tokens"]), int(v.scores["races_lost"]))
+            tests[v.node_id] = (tests.get(v.node_id) or RaceTest(profile.race_loss_rate)).add(*v.race_evidence)
     producers = {node: {"race_tokens": t.tokens, "races_lost": t.lost, "log_e": round(t.log_e, 4),
                         "rejected": t.rejected} for node, t in sorted(tests.items())}
     failed = [node for node, t in tests.items() if t.rejected]

@@ -190,8 +190,7 @@ def check_groups(run: Run, findings: list[Finding], progress: Progress, share: f
                                              f"version {trained_in[digest]} trained group {digest.hex()[:16]} of "
                                              f"{short(head.subject)}, which fails re-verification ({counts})",
                                              run.trainer or b"", group=digest.hex(), version=trained_in[digest]))
-            evidence = (sum(int(r.scores.get("race_tokens", 0)) for r in results),
-                        sum(int(r.scores.get("races_lost", 0)) for r in results))
+            evidence = tuple(map(sum, zip(*(r.race_evidence for r in results))))
             _judge_verdicts(run, findings, verdicts[digest], digest, outcome, digest_here, mine, evidence)
     run.stats[check] = {"candidates": len(candidates), "re-verified": done, "failing": failed_groups,
                         "share": share}

@@ -106,10 +106,9 @@ class Work:
         verdicts = verify(group.rollouts, self.models[version], expect=self.expectations(version),
                           batch_size=len(group.rollouts), signatures_checked=True,
                           rebuild_commitments=True)
+        tokens, lost = map(sum, zip(*(v.race_evidence for v in verdicts)))  # a group has records
         return CheckResult(tuple(v.reason for v in verdicts if not v.accepted),
-                           recomputed_digest([v.recomputed for v in verdicts]),
-                           sum(int(v.scores.get("race_tokens", 0)) for v in verdicts),
-                           sum(int(v.scores.get("races_lost", 0)) for v in verdicts))
+                           recomputed_digest([v.recomputed for v in verdicts]), tokens, lost)
 
     # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
     def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,

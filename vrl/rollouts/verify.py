@@ -191,6 +191,12 @@ class Verdict:
     # (specs/network.md §3.2).
     recomputed: bytes = b""
 
+    @property
+    def race_evidence(self) -> tuple[int, int]:
+        """``(races replayed, races lost)``: the sequential test's evidence (specs/verification.md
+        §7); ``(0, 0)`` for a record that stopped before stage 5."""
+        return int(self.scores.get("race_tokens", 0)), int(self.scores.get("races_lost", 0))
+
     def to_json(self) -> dict:
         return {
             "index": self.index, "accepted": self.accepted, "stage": self.stage.name.lower(),
