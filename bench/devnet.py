@@ -135,6 +135,8 @@ def spoof_detection(directory: Path, nodes: int) -> dict:
                     break
             verifiers[f"node-{i}"] = caught
         fails.sort()
+        # The trainer's own GRPO pass (specs/network.md §5.4): groups it refused to train.
+        refused = sum(json.loads(m or "{}").get("groups_refused", 0) for _, _, m in opened[0].trained_versions())
         first = fails[0][0] if fails else None
         confirmed = fails[1][0] if len(fails) > 1 else None
         return {
@@ -142,6 +144,7 @@ def spoof_detection(directory: Path, nodes: int) -> dict:
             "cheat_tokens_before_first_fail": None if first is None else sum(t for at, t in produced if at <= first),
             "cheat_tokens_before_confirmed": None if confirmed is None else sum(t for at, t in produced if at <= confirmed),
             "verifiers": verifiers,
+            "groups_refused_by_trainers_pass": refused,
         }
     finally:
         for store in opened:
@@ -283,6 +286,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="spoofing: runs of each spoof (node keys, hence tasks and seeds, differ per run)")
     args = parser.parse_args()
     ensure_base_model()
     common = dict(work={"model": "base", "task": "arithmetic:digits=2,ops=+"})  # node.toml's [work] table
@@ -308,8 +313,9 @@ def main() -> None:
         for seed in range(2):
             results.append(one_run(f"honest-{seed}", 5, [], args.rounds, args.deadline, args.port + 100 * seed,
                                    **common))
-        for i, kind in enumerate(SPOOFS):
-            result = one_run(kind, 5, [kind], args.rounds, args.deadline, args.port + 300 + 100 * i, **common)
+        for i, (kind, run) in enumerate((kind, run) for kind in SPOOFS for run in range(args.repeat)):
+            result = one_run(kind if args.repeat == 1 else f"{kind}-{run}", 5, [kind], args.rounds, args.deadline,
+                             args.port + 300 + 100 * i, **common)
             result["detection"] = spoof_detection(Path(result["directory"]), 5)
             result["detection"]["audit"] = audited_changes(Path(result["directory"]), 5)
             console.print_json(json.dumps(result["detection"]))

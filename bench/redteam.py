@@ -4,6 +4,7 @@
     python bench/redteam.py --dtypes float32 bfloat16 float16   # about 10x as long: few rollouts
                                                          # fail there, so most nodes spend their budget
     python bench/redteam.py --models tiny --nodes 4      # a quick look
+    python bench/redteam.py --dtypes bfloat16 --pinned-kernel   # the kernel-pinned rows instead
 
 For every model, dtype, attack and strength, several independent cheating nodes (their own
 keys, so their own tasks and seeds) produce groups as that attack does; each group is verified
@@ -23,8 +24,14 @@ whole, with the task set, round and sampling pinned, against the dtype's calibra
 * the honest false-positive rate of each profile, from the calibration's validation half
   (bench/results/calibrate.json), and an honest node run through the same per-node detection.
 
-Writes bench/results/redteam.json and bench/results/redteam.md. It prints counts and ratios:
-the machine is shared, so its timings would say nothing.
+With ``--pinned-kernel`` the verifier takes the profile's kernel-pinned row, measured by
+``bench/calibrate.py --pin-kernel`` (bench/results/calibrate-pinned.json): what a network that
+pins the producer's attention kernel to the verifier's would allow (specs/verification.md §6).
+The red team's producers run the verifier's own model, so its kernel too.
+
+Writes bench/results/redteam.json and bench/results/redteam.md (redteam-pinned.* with
+``--pinned-kernel``). It prints counts and ratios: the machine is shared, so its timings would
+say nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ import vrl  # noqa: E402
 from vrl.adversary import SPOOF_STRENGTHS, degraded, spoofing_decoder, tokens_to_detection  # noqa: E402
 from vrl.node.work import tampered  # noqa: E402
 from vrl.rollouts.generate import GenerationConfig, iter_generate  # noqa: E402
-from vrl.rollouts.profiles import profile_of  # noqa: E402
+from vrl.rollouts.profiles import profile_of, read_profiles  # noqa: E402
 from vrl.rollouts.record import Rollout  # noqa: E402
 from vrl.rollouts.verify import Expectations  # noqa: E402
 from vrl.tasks import open_task_set  # noqa: E402
@@ -57,6 +64,7 @@ from vrl.tasks import open_task_set  # noqa: E402
 console = Console(width=160)
 RESULTS = Path(__file__).resolve().parent / "results"
 CALIBRATION = RESULTS / "calibrate.json"
+PINNED = RESULTS / "calibrate-pinned.json"  # bench/calibrate.py --pin-kernel
 GROUP_SIZE = 4  # small groups: more groups, so more tasks, for the same rollouts
 #: One torch thread: the machine is shared (2 cores), and with another job on it two threads
 #: made generation and verification 25 to 40 times slower here than one (measured on the base
@@ -177,7 +185,7 @@ def shown(tokens: float) -> str:
 class Bench:
     """One model and dtype under attack: its settings, the nodes' keys, their honest groups."""
 
-    def __init__(self, name: str, dtype: str, nodes: int) -> None:
+    def __init__(self, name: str, dtype: str, nodes: int, pinned: bool = False) -> None:
         self.model = vrl.load_model(name, dtype=dtype)
         self.setting = SETTINGS[name]
         self.tasks, _ = open_task_set(self.setting.task)
@@ -188,6 +196,12 @@ class Bench:
         # What a network's verifier pins: the task set, the round and the protocol's sampling.
         self.expect = Expectations(tasks=self.tasks, round_seed=round_seed, sampling=sampling)
         self.profile = profile_of(self.model)
+        if pinned:
+            pinned_rows = read_profiles(PINNED, table_format=None)
+            if self.profile.name not in pinned_rows:
+                raise SystemExit(f"{PINNED} has no kernel-pinned row for {self.profile.name}: "
+                                 f"run python bench/calibrate.py --pin-kernel --dtypes {dtype}")
+            self.profile = pinned_rows[self.profile.name]
         self.keys = [vrl.NodeKey.from_seed(hashlib.sha256(f"redteam/node/{n}".encode()).digest())
                      for n in range(nodes)]
         self._honest: dict[tuple[int, int], list[list[Rollout]]] = {}
@@ -210,7 +224,8 @@ class Bench:
             groups = list(range(start, start + setting.chunk))
             honest = self.honest(node, groups)
             rollouts = [r for g in attack.make(key, groups, honest) for r in g]
-            checked = vrl.verify(rollouts, self.model, expect=self.expect, batch_size=len(rollouts))
+            checked = vrl.verify(rollouts, self.model, expect=self.expect, batch_size=len(rollouts),
+                                 tolerances=self.profile.tolerances)
             if start < setting.sample:
                 for cheat, truth, verdict in zip(rollouts, (r for g in honest for r in g), checked, strict=True):
                     tally.add(cheat, truth, verdict)
@@ -222,8 +237,8 @@ class Bench:
         return math.inf if detected is None else detected
 
 
-def run_model(name: str, dtype: str, nodes: int, progress: Progress) -> dict:
-    bench = Bench(name, dtype, nodes)
+def run_model(name: str, dtype: str, nodes: int, progress: Progress, pinned: bool = False) -> dict:
+    bench = Bench(name, dtype, nodes, pinned)
     rows = []
     listed = attacks(bench.model, bench.tasks, bench.options)
     task = progress.add_task(f"{name} {dtype}", total=len(listed) * nodes)
@@ -243,16 +258,16 @@ def run_model(name: str, dtype: str, nodes: int, progress: Progress) -> dict:
             "tokens_to_detection": [None if math.isinf(t) else t for t in detection],
             "median": None if math.isinf(median) else median, "p95": None if math.isinf(p95) else p95,
         })
-    return {"model": name, "dtype": dtype, "profile": bench.profile.name,
+    return {"model": name, "dtype": dtype, "profile": bench.profile.name + (" (kernel pinned)" if pinned else ""),
             "race_margin": bench.profile.tolerances.race_margin, "q0": bench.profile.race_loss_rate,
             "setting": asdict(bench.setting), "rows": rows}
 
 
-def honest_false_positives() -> dict:
+def honest_false_positives(calibration: Path = CALIBRATION) -> dict:
     """Each profile's validation half, as the calibration measured it."""
-    if not CALIBRATION.exists():
+    if not calibration.exists():
         return {}
-    profiles = json.loads(CALIBRATION.read_text())["profiles"]
+    profiles = json.loads(calibration.read_text())["profiles"]
     return {name: row["validation"] for name, row in profiles.items()}
 
 
@@ -312,6 +327,8 @@ def main() -> None:
     # Eight nodes: the 95th percentile of eight is their worst, so "never" there means one node
     # in eight went uncaught within its budget.
     parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--pinned-kernel", action="store_true",
+                        help="verify against the kernel-pinned rows (bench/results/calibrate-pinned.json)")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
     command = "python bench/redteam.py " + " ".join(sys.argv[1:])
@@ -319,8 +336,8 @@ def main() -> None:
     with Progress(console=console, transient=True) as progress:
         for dtype in args.dtypes:
             for name in args.models:
-                runs.append(run_model(name, dtype, args.nodes, progress))
-    false_positives = honest_false_positives()
+                runs.append(run_model(name, dtype, args.nodes, progress, args.pinned_kernel))
+    false_positives = honest_false_positives(PINNED if args.pinned_kernel else CALIBRATION)
     for run in runs:
         table = Table(title=f"{run['model']} {run['dtype']}: {setup(run)}", title_justify="left")
         for column in COLUMNS:
@@ -336,10 +353,11 @@ def main() -> None:
                       f"{v['races_lost']} / {v['tokens']}")
     console.print(table)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "redteam.json").write_text(json.dumps({"command": command, "args": vars(args), "runs": runs,
-                                                      "honest_false_positives": false_positives}, indent=1) + "\n")
-    (RESULTS / "redteam.md").write_text(markdown(runs, false_positives, command))
-    console.print("wrote bench/results/redteam.json and bench/results/redteam.md")
+    out = RESULTS / ("redteam-pinned" if args.pinned_kernel else "redteam")
+    out.with_suffix(".json").write_text(json.dumps({"command": command, "args": vars(args), "runs": runs,
+                                                    "honest_false_positives": false_positives}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(runs, false_positives, command))
+    console.print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":

@@ -159,6 +159,9 @@ def test_a_decode_spoofing_worker_is_caught_by_its_races_and_quarantined(tmp_pat
                if v.subject == cheat for r in v.reasons}
     assert reasons & {"sampling_mismatch", "stop_not_sampled", "race_losses"}
     assert not {WORKERS[0].node_id, WORKERS[1].node_id} & nodes["trainer"].protocol.quarantined
+    # Nothing any check failed was trained, the trainer's own pass included (specs/network.md §5.4).
+    assert not set(trained_groups(tmp_path / "trainer" / "node.sqlite")) & failed_groups(
+        tmp_path / "trainer" / "node.sqlite")
 
 
 def test_a_lazy_verifier_is_caught_by_a_planted_group_and_quarantined(tmp_path):

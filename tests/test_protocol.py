@@ -233,6 +233,29 @@ def test_the_trainer_waits_for_verdicts_then_trains_once_and_announces():
     assert not any(isinstance(x, P.Train) for x in trainer.handle(P.Tick(200.0)))
 
 
+def test_a_group_the_trainers_own_pass_refuses_is_reported_and_never_trained():
+    """specs/network.md §5.4: the step's forward pass failed it. The failure is this node's
+    check, published; the round goes on without the group, even over the trainer's earlier pass."""
+    trainer = node(TRAINER, "trainer", verdict_wait=5.0,
+                   admission=AdmissionConfig(batch_groups=3, trusted_share=0.0, node_cap=1.0))
+    ready(trainer)
+    bad, good, passed = submission(1), submission(2), submission(3)
+    for i, sub in enumerate((bad, good, passed)):
+        trainer.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 120 + i), 100.0))
+    trainer.handle(P.Checked(passed.digest, (), b"\x01" * 32, 12, 0))  # its own pass, published before
+    train = [x for x in trainer.handle(P.Tick(106.0)) if isinstance(x, P.Train)]
+    assert len(train) == 1 and {d for d, _ in train[0].batch} == {bad.digest, good.digest, passed.digest}
+    refused = [P.Refused(P.Checked(d, ("sampling_mismatch",), b"\x02" * 32, 12, 1)) for d in (bad.digest, passed.digest)]
+    published = [SignedVerdict.from_bytes(a.data) for r in refused for a in trainer.handle(r)
+                 if isinstance(a, P.Publish) and a.topic == TOPIC_VERDICTS]
+    assert [(v.group, v.outcome, v.reasons, v.race_tokens, v.races_lost) for v in published] == [
+        (bad.digest, "hard_fail", ("sampling_mismatch",), 12, 1)]  # one verdict per group: the pass stands
+    assert trainer.decided(bad.digest) is False and trainer.decided(passed.digest) is False
+    # Every group was refused, say, and no step taken: the protocol asks again, without them.
+    again = [x for x in trainer.handle(P.Abandoned(train[0])) if isinstance(x, P.Train)]
+    assert again and {d for d, _ in again[0].batch} == {good.digest}
+
+
 def test_a_pass_verdict_decides_a_group_without_waiting():
     trainer = node(TRAINER, "trainer", verdict_wait=1000.0, lazy_audit_rate=0.0, pretrusted=frozenset({
         VERIFIER.node_id}))

@@ -1,7 +1,8 @@
 """Training steps replayed for real (specs/training.md §4): a node's trainer takes a GRPO step
-on real groups, and a verifier's replay of it agrees bit for bit; each way a trainer can lie
-about a step (another learning rate, a dropped or a foreign group, weights no step made, an
-optimizer state it did not reach) is a fault."""
+on real groups, its own forward pass checking them first (specs/network.md §5.4), and a
+verifier's replay of it agrees bit for bit; each way a trainer can lie about a step (another
+learning rate, a dropped or a foreign group, weights no step made, an optimizer state it did not
+reach) is a fault."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
-from vrl.node.work import PolicyTrainer, Work, WorkConfig
+from vrl.node.work import PolicyTrainer, Work, WorkConfig, judge_step, tampered
 from vrl.rl.base_model import build_base_model
 from vrl.rl.step import StepConfig, optimizer_bytes, replay
 from vrl.rl.train import TrainConfig
@@ -21,12 +22,14 @@ from vrl.rollouts.generate import iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, platform_tag
 from vrl.rollouts.presets import BaseModelConfig
+from vrl.rollouts.verify import Expectations
 from vrl.tasks import open_task_set
 
 # One-digit sums, quickly taught: sampled groups then have mixed rewards (tests/test_train.py).
 QUICK = BaseModelConfig(tasks="arithmetic:digits=1,ops=+", steps=60, batch_size=32, learning_rate=3e-3,
                         warmup_steps=10, held_out=64)
 TRAINER, WORKER, STRANGER = (NodeKey.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
+ROUND = bytes(32)  # the round seed the groups are sampled (and checked) with
 
 
 @dataclasses.dataclass
@@ -70,7 +73,8 @@ def step(tmp_path_factory, one_thread) -> Step:
     trainer = PolicyTrainer(config, root / "trainer", TRAINER)
     tasks, _ = open_task_set(QUICK.tasks)
     work = Work(WORKER, WorkConfig(model=str(base), task=QUICK.tasks, group_size=4, max_new_tokens=4, tasks=tasks,
-                                   groups_per_round=8), expectations=None)
+                                   groups_per_round=8),
+                expectations=lambda version: Expectations(tasks=tasks, round_seed=ROUND, sampling=work.sampling))
     v0 = trainer.current()
     a0 = announce(trainer, v0, None)
     work.install(0, trainer.frozen_copy(v0.model), keep=4)
@@ -79,12 +83,13 @@ def step(tmp_path_factory, one_thread) -> Step:
         return [Group.of(g) for g in iter_generate(v0.model, tasks, key, round_seed=seed, sampling=work.sampling,
                                                    groups=count, group_size=4, policy_version=0)]
 
-    groups = sample(WORKER, bytes(32), 8)
+    groups = sample(WORKER, ROUND, 8)
     assert any(informative(g) for g in groups), "no informative group to learn from"
     # A foreign group of equal rewards has no gradient and changes nothing: one with a gradient.
     foreign = next(g for g in sample(STRANGER, b"\x01" * 32, 8) if informative(g))
     before = v0.optimizer
-    v1 = trainer.step(groups, [1.0] * len(groups))
+    v1, refused = trainer.step(groups, [1.0] * len(groups), screen=work.check)  # its pass, reused by the step
+    assert refused == {}, "the trainer's own pass failed an honest group"
     work.install(1, trainer.frozen_copy(v1.model), keep=4)
     files = (v0.blob, v1.blob, v0.optimizer, v1.optimizer, trainer.config_file)
     return Step(trainer, work, groups, foreign, announce(trainer, v1, a0), before, v1.optimizer, a0,
@@ -224,3 +229,46 @@ def test_only_a_cpu_at_one_thread_is_held_to_the_bits(step):
     finally:
         torch.set_num_threads(before)
         step.work.install(1, honest, 4)
+
+
+def test_the_trainers_own_pass_refuses_a_changed_group_and_the_rest_replays_bit_for_bit(step, tmp_path):
+    """specs/network.md §5.4: a group with one token changed (its commitment rebuilt honestly,
+    so only its seeded race shows it) is refused by the pass GRPO runs anyway; the step then
+    runs on the rest, which a verifier's replay reproduces to the bit."""
+    trainer = PolicyTrainer(step.trainer.trainer.config, tmp_path / "trainer", TRAINER)
+    parent = trainer.current()
+    victim = next(i for i, g in enumerate(step.groups) if informative(g))
+    changed = Group.of([tampered(step.groups[victim].rollouts[0], parent.model, WORKER),
+                        *step.groups[victim].rollouts[1:]])
+    batch = [*step.groups[:victim], changed, *step.groups[victim + 1:]]
+    made, refused = trainer.step(batch, [1.0] * len(batch), screen=step.work.check)
+    assert list(refused) == [changed.digest]
+    assert "sampling_mismatch" in refused[changed.digest].reasons
+    assert refused[changed.digest].race_tokens > 0 and refused[changed.digest].races_lost >= 1
+    kept = [g for g in batch if g is not changed]
+    assert [d for d, _ in made.batch] == [g.digest for g in kept] and made.metrics["groups_refused"] == 1
+    judged = judge_step(announce(trainer, made, step.parent), step.work.models[0], made.model, trainer.config_file,
+                        parent.optimizer, made.optimizer, kept, step.work.skeleton)
+    assert judged.same_platform and judged.faults == () and judged.replay.exact
+
+
+def test_a_batch_the_trainers_pass_refuses_entirely_is_no_step(step, tmp_path):
+    trainer = PolicyTrainer(step.trainer.trainer.config, tmp_path / "trainer", TRAINER)
+    group = next(g for g in step.groups if informative(g))
+    changed = Group.of([tampered(group.rollouts[0], trainer.current().model, WORKER), *group.rollouts[1:]])
+    made, refused = trainer.step([changed], [1.0], screen=step.work.check)
+    assert made is None and list(refused) == [changed.digest] and trainer.version == 0
+
+
+def test_a_changed_group_of_an_older_version_is_refused_by_a_prefill_of_that_version(step, tmp_path):
+    """The step's own pass runs the current weights; a group sampled by the version before is
+    checked by a prefill of that version's weights, which the node holds (max_staleness)."""
+    trainer = PolicyTrainer(step.trainer.trainer.config, tmp_path / "trainer", TRAINER)
+    trainer.step(step.groups, [1.0] * len(step.groups), screen=step.work.check)
+    assert trainer.version == 1
+    old = next(g for g in step.groups if informative(g))
+    changed = Group.of([tampered(old.rollouts[0], step.work.models[0], WORKER), *old.rollouts[1:]])
+    made, refused = trainer.step([changed, *(g for g in step.groups if g is not old)], [1.0] * len(step.groups),
+                                 screen=step.work.check)
+    assert list(refused) == [changed.digest] and changed.digest not in {d for d, _ in made.batch}
+    assert made.metrics["groups_screened"] == sum(informative(g) for g in step.groups)

@@ -349,9 +349,10 @@ class CheatingTrainer(PolicyTrainer):
             self.log.warning("cheating", kind=self.cheat, version=self.version + 1, groups=len(failed[:2]))
         return (*batch, *((d, 1.0) for d in failed[:2]))
 
-    def update(self, groups: list[Group], weights: list[float]) -> dict:
+    def update(self, groups: list[Group], weights: list[float], *, forward=None) -> dict:
+        # The honest pass over the batch (forward) serves only a step on that very batch.
         if not self._cheating() or self.cheat == "trainer-rejected-group":
-            return super().update(groups, weights)
+            return super().update(groups, weights, forward=forward)
         self.log.warning("cheating", kind=self.cheat, version=self.version + 1)
         if self.cheat == "trainer-foreign-data":
             # A group it sampled itself under an identity no one knows, never gossiped.

@@ -26,7 +26,7 @@ from p2p.transport import Message, Transport, TransportError, Validation, messag
 from vrl.rollouts.files import write_bytes_atomic
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
-from vrl.config import as_kwargs
+from vrl.config import ConfigError, as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError,
@@ -34,12 +34,13 @@ from vrl.node.messages import (
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store, StoreError
-from vrl.node.work import PolicyTrainer, TrainedStep, Work, WorkConfig
-from vrl.rl.step import MAX_STEP_CONFIG_BYTES
+from vrl.node.work import CheckResult, PolicyTrainer, Screen, TrainedStep, Work, WorkConfig
+from vrl.rl.step import MAX_STEP_CONFIG_BYTES, PolicyForward
 from vrl.rollouts.model import platform_tag
 from vrl.rollouts.profiles import profile_of
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec, open_task_set
+from vrl.tasks.answers import committed_reference
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.verify import Expectations
 
@@ -87,6 +88,10 @@ class Node:
         self.tasks, problems = open_task_set(config.work.task)
         for problem in problems:
             self.log.warning("task skipped", problem=str(problem))
+        if any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ())):
+            # Every check would fail reward_unproven: no node attaches answer proofs yet.
+            raise ConfigError("references committed as zk:... are for vrl verify and vrl prove; a network's "
+                              "task set needs its answers (specs/zk.md §8)", ("work", "task"))
         self.reward_spec = RewardSpec()
         torch.set_num_threads(config.torch_threads)
         # The node.toml's tables go through as they are: each is its library's config.
@@ -392,10 +397,36 @@ class Node:
         assert self.trainer is not None
         batch = self.trainer.choose(batch, self.protocol)
         groups = [self._body(digest) for digest, _ in batch]  # stored, so never None
-        step = await self._in_model_thread("train", self.trainer.step, groups, [w for _, w in batch])
+        step, refused = await self._in_model_thread("train", self.trainer.step, groups, [w for _, w in batch],
+                                                    self._screen(groups))
+        for digest, result in refused.items():
+            self.metrics.checks.labels(P.outcome_of(result.reasons)).inc()
+            for reason in result.reasons:
+                self.metrics.rejected.labels(reason).inc()
+            self.log.warning("refused to train a group its own pass failed", group=digest.hex()[:12],
+                             reasons=sorted(set(result.reasons)))
+            await self._feed(P.Refused(P.Checked(digest, result.reasons, result.digest, result.race_tokens,
+                                                 result.races_lost)))
+        if step is None:  # every group refused: the round goes on, and the protocol asks again
+            await self._feed(P.Abandoned(P.Train(version, batch)))
+            return
         await self._announce(step)
         for group in groups:
             self.metrics.groups_trained.labels(group.subject.hex()[:8]).inc()
+
+    def _screen(self, groups: list[Group]) -> Screen:
+        """What checks the batch before the step (PolicyTrainer.screened): every group from the
+        step's own pass or a prefill of its version, except an older version's group this node
+        has checked itself already (its verdict stands) or whose weights it no longer holds."""
+        mine = {g.digest for g in groups if (v := self.protocol.verdicts.get(g.digest, {}).get(self.key.node_id)) is not None
+                and v.checked}
+        held = set(self.work.models)
+
+        def screen(group: Group, version: int, forward: PolicyForward | None) -> CheckResult | None:
+            if forward is None and (group.digest in mine or version not in held):
+                return None
+            return self.work.check(group, version, forward)
+        return screen
 
     async def _announce(self, step: TrainedStep) -> None:
         """Publish the trainer's current weights as the next version, bound to the step that

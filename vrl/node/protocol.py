@@ -186,6 +186,14 @@ class Checked:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """The trainer's GRPO forward pass checked this group, one of the batch it was about to
+    train, and it failed (vrl.node.work.PolicyTrainer.screened: specs/network.md §5.4). It is
+    never trained; the check is published as any check of this node's is."""
+    check: Checked
+
+
+@dataclass(frozen=True)
 class Planted:
     submission: Submission
     subject: bytes
@@ -220,7 +228,7 @@ class Abandoned:
 
 
 Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
-         | Planted | Trained | StepVerdictReceived | StepReplayed)
+         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed)
 
 
 # -- actions (carried out by the daemon) ---------------------------------------------------------
@@ -388,6 +396,9 @@ class NodeProtocol:
         self.generated: set[int] = set()
         self.planted: dict[bytes, int] = {}  # group -> round; this trainer made them bad
         self.planted_rounds: set[int] = set()
+        # Groups this trainer's own GRPO pass failed (Refused): kept out of every batch even
+        # where its verdict could not say so (it had published a pass on the group before).
+        self.refused: set[bytes] = set()
         self.quarantined: set[bytes] = set()
         self.now = 0.0
         self.round_started: dict[int, float] = {}
@@ -463,6 +474,9 @@ class NodeProtocol:
                 actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
+                actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
+            case Refused(Checked(group, failed_reasons, digest, race_tokens, races_lost)):
+                self.refused.add(group)
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
             case Planted(submission, subject, version):
                 self._in_flight.discard(("plant", version))
@@ -845,7 +859,7 @@ class NodeProtocol:
     def decided(self, digest: bytes) -> bool | None:
         """Whether a group may enter a batch: True, False, or None while verdicts are due."""
         group = self.groups[digest]
-        if group.trained or digest in self.planted or group.subject in self.quarantined:
+        if group.trained or digest in self.planted or digest in self.refused or group.subject in self.quarantined:
             return False
         verdicts = self.verdicts[digest].values()
         mine = self.verdicts[digest].get(self.me)

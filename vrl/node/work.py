@@ -12,14 +12,16 @@ import copy
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from proofs.sampler import SamplingParams
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
-from vrl.rl.step import StepConfig, StepError, StepReplay, compare, optimizer_bytes, replay
+from vrl.rl.grpo import informative_groups
+from vrl.rl.step import (PolicyForward, StepConfig, StepError, StepReplay, compare, optimizer_bytes, policy_forward,
+                         replay)
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.forward import decode
 from vrl.rollouts.generate import Decoder, GenerationConfig, iter_generate
@@ -44,6 +46,11 @@ class CheckResult(NamedTuple):
     digest: bytes
     race_tokens: int = 0
     races_lost: int = 0
+
+
+# What checks a group of a policy version: from a pass of that policy over it when one is given
+# (Work.check), else by a prefill of its own; None where it leaves the group unchecked.
+Screen = Callable[[Group, int, PolicyForward | None], CheckResult | None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,12 +107,17 @@ class Work:
         """Another node's group went by (honest work has no use for it)."""
 
     # -- verifier -----------------------------------------------------------------------------
-    def check(self, group: Group, version: int) -> CheckResult:
+    def check(self, group: Group, version: int, forward: PolicyForward | None = None) -> CheckResult:
         """One whole group checked, whose signatures :func:`~vrl.node.messages.decode_group`
-        checked when it arrived."""
+        checked when it arrived. ``forward``, a pass of the policy of ``version`` over the
+        group's records (the trainer's GRPO forward pass, :meth:`PolicyTrainer.step`), stands
+        in for the verifier's own prefill of them."""
+        prefilled = {} if forward is None else {
+            i: forward.recomputed[forward.rows[r.signature]] for i, r in enumerate(group.rollouts)
+            if r.signature in forward.rows}
         verdicts = verify(group.rollouts, self.models[version], expect=self.expectations(version),
                           batch_size=len(group.rollouts), signatures_checked=True,
-                          rebuild_commitments=True)
+                          rebuild_commitments=True, prefilled=prefilled)
         tokens, lost = map(sum, zip(*(v.race_evidence for v in verdicts)))  # a group has records
         return CheckResult(tuple(v.reason for v in verdicts if not v.accepted),
                            recomputed_digest([v.recomputed for v in verdicts]), tokens, lost)
@@ -220,23 +232,63 @@ class PolicyTrainer:
         return TrainedStep(model, to_blob(model), self.optimizer_file(), bytes.fromhex(saved.get("optimizer_before", "")),
                            batch, {})
 
-    def step(self, groups: list[Group], weights: list[float]) -> TrainedStep:
+    def step(self, groups: list[Group], weights: list[float],
+             screen: Screen | None = None) -> tuple[TrainedStep | None, dict[bytes, CheckResult]]:
         """GRPO on the batch (:func:`vrl.rl.step.grpo_step`), then version + 1; the checkpoint,
-        with the step's batch and starting optimizer hash, is on disk before this returns."""
+        with the step's batch and starting optimizer hash, is on disk before this returns.
+
+        With ``screen`` (a node's :meth:`Work.check`), every group of the batch that can learn
+        is checked first (:meth:`screened`), and the groups that fail are refused: left out of
+        the step and of the batch announced. Returns the step, None when every group was
+        refused, and the refused groups' check results by digest."""
+        forward, screened, refused = self.screened(groups, screen) if screen is not None else (None, 0, {})
+        if refused:
+            kept = [(g, w) for g, w in zip(groups, weights) if g.digest not in refused]
+            groups, weights = [g for g, _ in kept], [w for _, w in kept]
+            # The batch changed: the step runs a fresh pass over exactly what it announces,
+            # since a verifier's replay runs one over that (a pass over more rows is not the
+            # same to the bit: a matrix product's blocking depends on the batch shape).
+            forward = None
+            if not groups:
+                return None, refused
         before = hashlib.sha256(self.optimizer_file()).digest()
         batch = tuple((g.digest, float(w)) for g, w in zip(groups, weights))
-        metrics = self.update(groups, weights)
+        metrics = self.update(groups, weights, forward=forward)
         model = self.trainer.advance({"batch": [[d.hex(), w] for d, w in batch],
                                       "optimizer_before": before.hex()})  # checkpoint_every is 1 here
         if self.trainer.step_index % self.trainer.config.eval_every == 0:
             metrics.update(self.trainer.evaluate(model))
         rewards = [r.reward for g in groups for r in g.rollouts]
         metrics["rewards_mean"] = float(torch.tensor(rewards).mean()) if rewards else 0.0
-        return TrainedStep(model, to_blob(model), self.optimizer_file(), before, batch, metrics)
+        metrics["groups_screened"], metrics["groups_refused"] = screened, len(refused)
+        return TrainedStep(model, to_blob(model), self.optimizer_file(), before, batch, metrics), refused
 
-    def update(self, groups: list[Group], weights: list[float]) -> dict:
-        """The GRPO step itself, on exactly the batch announced."""
-        return self.trainer.update([list(g.rollouts) for g in groups], weights)
+    def screened(self, groups: list[Group], screen: Screen) -> tuple[PolicyForward | None, int, dict[bytes, CheckResult]]:
+        """Every group of the batch that the step learns from, checked (specs/network.md §5.4).
+
+        GRPO's forward pass is taken first, with hidden states: for a group the current policy
+        sampled, a pass of the claimed model over the claimed tokens is the verifier's prefill,
+        so it is checked at no further cost. A group of an older version was sampled by
+        weights this pass does not run; ``screen`` checks it with a prefill of that version
+        (or leaves it, returning None: one this node has checked already). Groups whose
+        rewards are all equal carry no gradient, enter no pass, and change nothing training
+        sees. Returns the pass (reusable by the step when nothing is refused), how many groups
+        were checked, and the failed groups' results."""
+        rewards = torch.tensor([[r.reward for r in g.rollouts] for g in groups])
+        learnable = [g for g, keep in zip(groups, informative_groups(rewards).tolist()) if keep]
+        if not learnable:
+            return None, 0, {}
+        forward = policy_forward(self.trainer.network, [r for g in learnable for r in g.rollouts],
+                                 self.step_config.temperature, self.trainer.tokenizer.pad_token_id,
+                                 capture_hidden=True)
+        checked = {g.digest: screen(g, g.version, forward if g.version == self.version else None) for g in learnable}
+        return (forward, sum(r is not None for r in checked.values()),
+                {digest: result for digest, result in checked.items() if result is not None and result.reasons})
+
+    def update(self, groups: list[Group], weights: list[float], *, forward: PolicyForward | None = None) -> dict:
+        """The GRPO step itself, on exactly the batch announced; ``forward``, a pass of the
+        current weights over exactly its groups that can learn, saves running it again."""
+        return self.trainer.update([list(g.rollouts) for g in groups], weights, forward=forward)
 
     def choose(self, batch: tuple[tuple[bytes, float], ...], protocol) -> tuple[tuple[bytes, float], ...]:
         """The batch to train and announce: the one admission picked (``protocol``, the node's

@@ -110,13 +110,20 @@ def profile_name(device: str, dtype: str, attention: str, producer: str = SAME) 
 @cache
 def table() -> dict[str, Profile]:
     """Every calibrated profile, by name, read once from TABLE_FILE."""
+    return read_profiles(TABLE_FILE)
+
+
+def read_profiles(path: Path, *, table_format: str | None = TABLE_FORMAT) -> dict[str, Profile]:
+    """The profiles of a file with TABLE_FORMAT's ``profiles`` mapping: the table, or (with
+    ``table_format=None``) a calibration's own results, whose rows are alike (bench/)."""
     try:
-        data = json.loads(TABLE_FILE.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise ProfileError(f"{TABLE_FILE}: cannot read the tolerance table ({error}); "
+        raise ProfileError(f"{path}: cannot read the tolerance table ({error}); "
                            "bench/calibrate.py --write-table writes it") from None
-    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT or not isinstance(data.get("profiles"), dict):
-        raise ProfileError(f"{TABLE_FILE}: not a {TABLE_FORMAT} table")
+    if (not isinstance(data, dict) or not isinstance(data.get("profiles"), dict)
+            or (table_format is not None and data.get("format") != table_format)):
+        raise ProfileError(f"{path}: not a {table_format or 'calibration'} table")
     profiles = {}
     names = [f.name for f in fields(Tolerances)]
     for name, row in data["profiles"].items():
@@ -132,7 +139,7 @@ def table() -> dict[str, Profile]:
                 raise ValueError("a rate or tolerance out of range")
             profiles[name] = Profile(name, tolerances, q0, bool(row["race_exact"]), str(row["calibration"]["run"]))
         except (KeyError, TypeError, ValueError, OverflowError) as error:
-            raise ProfileError(f"{TABLE_FILE}: profile {name!r}: {error!r}") from None
+            raise ProfileError(f"{path}: profile {name!r}: {error!r}") from None
     return profiles
 
 
