@@ -1,5 +1,5 @@
 """Proof systems for verifiable rollouts: the canonical sampler and its replay check, and
-activation commitments. Optional zk proofs are planned (issue 17) and not here yet. Knows
+activation commitments, and optional zk proofs with ezkl (specs/zk.md). Knows
 tensors and bytes; nothing about RL or networking, and never imports :mod:`vrl`."""
 
 from proofs.errors import InvalidParameters, MalformedCommitment, ProofsError

@@ -41,3 +41,15 @@ def _fresh_logging():
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def zk_workdir(tmp_path_factory):
+    """One work directory for every zk test: the circuits are built, the dev SRS made and the
+    keys set up once (about 30 s here), as a verifier's cache would keep them."""
+    from proofs import zk
+    from proofs.circuits import ANSWER_MATCH
+
+    workdir = tmp_path_factory.mktemp("zk")
+    zk.dev_srs(workdir, ANSWER_MATCH.logrows)
+    return workdir

@@ -9,7 +9,10 @@ from fractions import Fraction
 
 import pytest
 from vrl.tasks import Task, TaskFileError
-from vrl.tasks.answers import answers_match, canonical_number, extract_answer, has_format, parse_number
+from hypothesis import given, strategies as st
+
+from vrl.tasks.answers import (answer_form, answers_match, canonical_number, extract_answer, has_format,
+                              parse_number)
 from vrl.tasks.files import GSM8K_TEMPLATE, read_task_file
 
 F = Fraction
@@ -140,6 +143,27 @@ FORMAT = [
     ("</answer>42<answer>", False),
     ("42", False),
 ]
+
+
+def test_answer_forms_are_equal_exactly_when_answers_match():
+    """What a zk proof of a private answer compares (specs/zk.md §3) is what the reward compares."""
+    for given, reference, expected in MATCH:
+        if given is not None:
+            assert (answer_form(given) == answer_form(reference)) is expected, (given, reference)
+    assert answer_form("\\boxed{1,000}") == answer_form("1000") == b"n:1000"
+    assert answer_form("-0.75") == answer_form("-3/4") == b"n:-3/4"
+    assert answer_form(" Paris ") == b"t:Paris"
+
+
+_ANSWERISH = st.one_of(
+    st.text(alphabet="0123456789,./-+ $%\\{}abcfrxod\u2212", max_size=12),
+    st.fractions(max_denominator=50).map(lambda f: str(f)),
+    st.decimals(allow_nan=False, allow_infinity=False, places=2).map(str))
+
+
+@given(_ANSWERISH, _ANSWERISH)
+def test_answer_form_equality_is_answers_match_for_any_pair(given_answer, reference):
+    assert (answer_form(given_answer) == answer_form(reference)) is answers_match(given_answer, reference)
 
 
 @pytest.mark.parametrize(("completion", "expected"), FORMAT)

@@ -260,3 +260,26 @@ def test_every_test_and_file_the_specs_cite_exists():
         for path in re.findall(r"`((?:vrl|p2p|proofs|bench|tests)/[\w/]+\.py)`", text):
             assert (root / path).is_file(), f"{spec.name} cites {path}"
     assert cited >= 50  # the threat model cites a test for nearly every attack
+
+
+def test_zk_vectors():
+    """specs/zk.md §2-§3: field elements, ezkl's Poseidon, a reference commitment, answer-match
+    instances and an attachment's bytes."""
+    from proofs import zk
+    from proofs.circuits import answer_codes, answer_match_instances, reference_commitment
+
+    vectors = load("zk")
+    assert vectors["ezkl"] == zk.EZKL_VERSION
+    assert {k: zk.felt(int(k)).hex() for k in vectors["felts"]} == vectors["felts"]
+    for case in vectors["poseidon"]:
+        assert zk.poseidon(case["values"]).hex() == case["hash"]
+    assert answer_codes(vectors["answer_codes"]["form"].encode()) == vectors["answer_codes"]["codes"]
+    ref = vectors["reference_commitment"]
+    commitment = reference_commitment(ref["form"].encode(), bytes.fromhex(ref["salt"]))
+    assert commitment.hex() == ref["commitment"]
+    case = vectors["answer_match_instances"]
+    assert [i.hex() for i in answer_match_instances(case["answer"].encode(), bytes.fromhex(case["commitment"]),
+                                                    case["correct"])] == case["instances"]
+    data = bytes.fromhex(vectors["attachment"]["bytes"])
+    assert zk.Attachment.from_bytes(data).to_bytes() == data
+    assert zk.Attachment.from_bytes(data).instances == tuple(bytes.fromhex(i) for i in case["instances"])

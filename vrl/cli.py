@@ -89,6 +89,28 @@ def _task_set(spec: str):
     return tasks
 
 
+def _answer_key(path: Path):
+    from vrl.zk import AnswerKey, ZkFileError
+
+    try:
+        return AnswerKey.read(path)
+    except ZkFileError as error:
+        raise _fail(str(error)) from None
+
+
+def _srs_for(srs: Optional[Path], dev: bool, logrows: int):
+    """The SRS a prover uses: the user's file, or (``--dev-srs``) the dev one, made once."""
+    from proofs import zk
+    from vrl.zk import work_directory
+
+    if (srs is None) == (not dev):
+        raise _fail("give the SRS with --srs PATH, or --dev-srs for an insecure test SRS (specs/zk.md §6)")
+    try:
+        return zk.Srs.load(srs) if srs is not None else zk.dev_srs(work_directory(), logrows)
+    except zk.ZkError as error:
+        raise _fail(str(error)) from None
+
+
 DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
 
 
@@ -132,6 +154,9 @@ def generate(
     dtype: Annotated[Optional[str], typer.Option(help="Compute dtype (part of the model's identity).")] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable summary; no progress bar.")] = False,
+    answers: Annotated[Optional[Path], typer.Option(help="Answer key of a task set of committed references "
+                                                    "(vrl commit-answers): rewards from it, records keep the "
+                                                    "commitments.")] = None,
 ):
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     configure_logging(json_output)
@@ -139,6 +164,8 @@ def generate(
     from vrl.rollouts.generate import GenerationStats, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
     from vrl.rollouts.keys import KeyFileError, NodeKey
+    from vrl.tasks import RewardSpec
+    from vrl.tasks.answers import committed_reference
 
     seed = parse_round_seed(round_seed)
     try:
@@ -146,6 +173,9 @@ def generate(
     except KeyFileError as error:
         raise _fail(str(error)) from None
     tasks = _task_set(task)
+    score = _answer_key(answers).scorer(RewardSpec()) if answers is not None else None
+    if score is None and any(committed_reference(t.answer) for t in getattr(tasks, "tasks", ())):
+        raise _fail(f"{task}: its references are committed (zk:...): pass the answer key with --answers")
     loaded = _load(model, dtype, device)
     try:
         sampling = sampling_for(loaded, temperature, top_k, top_p, max_new_tokens)
@@ -163,7 +193,7 @@ def generate(
         task_bar = bar.add_task("generating groups", total=groups)
         for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling, groups=groups,
                                    group_size=group_size, policy_version=policy_version,
-                                   batch_size=batch_size, stats=stats):
+                                   batch_size=batch_size, stats=stats, score=score):
             for rollout in group:
                 writer.write(rollout)
             writer.flush()
@@ -207,6 +237,11 @@ def verify(
                                             "before the model runs (the model's context applies too).")] = 4096,
     producer_device: Annotated[str, typer.Option(help="Device kind the rollouts were made on (same, cpu, cuda): "
                                                  "which calibrated profile applies.")] = "same",
+    zk_file: Annotated[Optional[Path], typer.Option("--zk", help="Proofs of the records' rewards (vrl prove); "
+                                                    "default: FILE.zk when it exists.")] = None,
+    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file proofs must be made against.")] = None,
+    allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against this machine's dev SRS: INSECURE, "
+                                                "for tests and demos.")] = False,
 ):
     """Verify every rollout in a file, and test each producer's sampling over all of its rollouts.
     Exit 0 all accepted, 1 any rejected or any producer's sequential test failed, 2 unusable input."""
@@ -230,10 +265,11 @@ def verify(
         profile = profile_of(loaded, producer_device)
     except ProfileError as error:
         raise _fail(str(error)) from None
+    proven, zk_summary = _check_proofs(rollouts, zk_file, records, loaded, srs, allow_dev_srs)
     with _progress(json_output) as bar:
         task_bar = bar.add_task("verifying", total=len(records))
         verdicts = run_verify(records, loaded, expect=expect, batch_size=batch_size, tolerances=profile.tolerances,
-                              on_progress=lambda n: bar.advance(task_bar, n))
+                              on_progress=lambda n: bar.advance(task_bar, n), proven=proven)
     accepted = sum(v.accepted for v in verdicts)
     reasons = Counter(v.reason for v in verdicts if not v.accepted)
     # specs/verification.md §7: each producer's races over all of its records in the file.
@@ -247,7 +283,7 @@ def verify(
     if json_output:
         out.print_json(data={"file": str(rollouts), "model_hash": loaded.model_hash.hex(), "profile": profile.name,
                              "total": len(verdicts), "accepted": accepted, "rejected": len(verdicts) - accepted,
-                             "reasons": dict(reasons), "producers": producers,
+                             "reasons": dict(reasons), "producers": producers, "zk": zk_summary,
                              "verdicts": [v.to_json() for v in verdicts]})
     else:
         out.print(verdict_table(verdicts, f"{rollouts}: {accepted} of {len(verdicts)} accepted"))
@@ -255,7 +291,36 @@ def verify(
             verdict = "[red]FAILED[/]" if row["rejected"] else "passed"
             out.print(f"producer {node[:16]}: {row['races_lost']} of {row['race_tokens']} races lost, "
                       f"ln E = {row['log_e']:.2f} of {threshold():.2f} ({profile.name}): sequential test {verdict}")
+        if zk_summary is not None:
+            failed_proofs = ", ".join(f"{r} {n}" for r, n in zk_summary["failed"].items()) or "none failed"
+            out.print(f"proofs ({zk_summary['file']}): {zk_summary['proven']} records' rewards proven, "
+                      f"{failed_proofs}" + (" [red]INSECURE: dev SRS allowed[/]" if allow_dev_srs else ""))
     raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) and not failed else EXIT_REJECTED)
+
+
+def _check_proofs(rollouts: Path, zk_file: Optional[Path], records: list, model, srs: Optional[Path],
+                  allow_dev: bool) -> tuple[dict | None, dict | None]:
+    """What the companion file's proofs show, for verify(proven=), and a summary; (None, None)
+    without one."""
+    from proofs import zk
+    from proofs.circuits import ANSWER_MATCH
+    from vrl.zk import ZkFileError, companion_path, proven_correctness, read_attachments, work_directory
+
+    path = zk_file or (companion_path(rollouts) if companion_path(rollouts).exists() else None)
+    if path is None:
+        return None, None
+    try:
+        attachments = read_attachments(path)
+        trusted = [zk.Srs.load(srs)] if srs is not None else []
+        dev = work_directory() / f"dev-kzg{ANSWER_MATCH.logrows}.srs"
+        if allow_dev or dev.exists():  # known, so that its proofs are named as dev ones
+            trusted.append(zk.dev_srs(work_directory(), ANSWER_MATCH.logrows))
+        proven = proven_correctness(records, attachments, model.decode, trusted, work_directory(), allow_dev=allow_dev)
+    except (ZkFileError, zk.ZkError) as error:
+        raise _fail(str(error)) from None
+    failed = Counter(v for v in proven.values() if isinstance(v, str))
+    return proven, {"file": str(path), "attachments": len(attachments), "dev_srs_allowed": allow_dev,
+                    "proven": sum(isinstance(v, bool) for v in proven.values()), "failed": dict(failed)}
 
 
 @app.command()
@@ -263,10 +328,12 @@ def inspect(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ):
-    """List the records of a rollout file without verifying them."""
+    """List the records of a rollout file, or the proofs of a companion file (.zk), without verifying them."""
     from vrl.rollouts.files import RolloutFileError, iter_records
     from vrl.rollouts.record import RecordError
 
+    if rollouts.suffix == ".zk":
+        return _inspect_proofs(rollouts, json_output)
     rows = []
     try:
         for index, item in enumerate(iter_records(rollouts)):
@@ -298,6 +365,104 @@ def inspect(
                       str(row["policy_version"]), str(row["prompt_tokens"]), str(row["completion_tokens"]),
                       row["finish_reason"], f"{row['reward']:g}", f"{row['temperature']:g}", str(row["commitment_bytes"]))
     out.print(table)
+
+
+def _inspect_proofs(path: Path, json_output: bool) -> None:
+    from vrl.zk import ZkFileError, read_attachments
+
+    try:
+        attachments = read_attachments(path)
+    except ZkFileError as error:
+        raise _fail(str(error)) from None
+    rows = [{"index": i, "circuit": a.circuit, "subject": a.subject.hex(), "srs": a.srs_hash.hex(),
+             "vk": a.vk_hash.hex(), "instances": [x.hex() for x in a.instances], "proof_bytes": len(a.proof)}
+            for i, a in enumerate(attachments)]
+    if json_output:
+        out.print_json(data=rows)
+        return
+    table = Table(title=f"{path}: {len(rows)} proofs", title_justify="left")
+    for column in ("#", "circuit", "record", "SRS", "key", "public inputs", "bytes"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["index"]), row["circuit"], row["subject"][:12], row["srs"][:12], row["vk"][:12],
+                      str(len(row["instances"])), str(row["proof_bytes"]))
+    out.print(table)
+
+
+@app.command("commit-answers")
+def commit_answers_command(
+    task: Annotated[str, typer.Argument(help="Task file whose reference answers are to stay private.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Public task file to write: references as commitments.")],
+    key_path: Annotated[Path, typer.Option("--key", help="Private answer key to write (never overwritten).")],
+):
+    """Publish a task set with its reference answers as salted commitments; keep the key (specs/zk.md §7)."""
+    configure_logging(False)
+    from vrl.rollouts.files import write_bytes_atomic
+    from vrl.zk import ZkFileError, commit_answers
+
+    tasks = getattr(_task_set(task), "tasks", None)
+    if tasks is None:
+        raise _fail(f"{task}: a generated task set has no answers to keep private; give a task file")
+    if key_path.exists():
+        raise _fail(f"{key_path} exists; an answer key is never overwritten (its salts open the published "
+                    "commitments)")
+    try:
+        public, key = commit_answers(tasks)
+        write_bytes_atomic(key_path, key.to_lines().encode())
+        key_path.chmod(0o600)
+        write_bytes_atomic(out_path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
+                                             for t in public).encode())
+    except (ZkFileError, OSError) as error:
+        raise _fail(str(error)) from None
+    out.print(f"wrote {len(public)} tasks with committed references to {out_path}; the answer key to {key_path} "
+              "(keep it private)", highlight=False)
+
+
+@app.command()
+def prove(
+    rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
+    model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim (for its tokenizer).")],
+    answers: Annotated[Path, typer.Option(help="The answer key of the rollouts' task set (vrl commit-answers).")],
+    kind: Annotated[str, typer.Option(help="What to prove: reward (the answer's correctness against a private "
+                                      "reference).")] = "reward",
+    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file to prove against.")] = None,
+    dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE, for tests and "
+                                          "demos.")] = False,
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="Companion file to write; default FILE.zk.")] = None,
+    json_output: Annotated[bool, typer.Option("--json")] = False,
+):
+    """Prove the rewards of a rollout file's records of private tasks; write the proofs beside it."""
+    configure_logging(json_output)
+    from proofs import zk
+    from proofs.circuits import ANSWER_MATCH
+    from vrl.rollouts.files import RolloutFileError, read_rollouts
+    from vrl.zk import ZkFileError, companion_path, prove_rewards, work_directory, write_attachments
+
+    if kind != "reward":
+        raise _fail(f"--kind {kind}: only reward proofs exist yet (sampling proofs: issue 17 §3)")
+    key = _answer_key(answers)
+    try:
+        records = list(read_rollouts(rollouts))
+    except RolloutFileError as error:
+        raise _fail(str(error)) from None
+    loaded = _load(model, None, "cpu")
+    chosen = _srs_for(srs, dev_srs, ANSWER_MATCH.logrows)
+    target = out_path or companion_path(rollouts)
+    try:
+        with _progress(json_output) as bar:
+            task_bar = bar.add_task("proving", total=len(records))
+            attachments = prove_rewards(records, key, loaded.decode, chosen, work_directory(),
+                                        on_progress=lambda n: bar.advance(task_bar, n))
+        write_attachments(target, attachments)
+    except (ZkFileError, zk.ZkError) as error:
+        raise _fail(str(error)) from None
+    summary = {"records": len(records), "proofs": len(attachments), "out": str(target),
+               "srs": chosen.sha256.hex(), "dev_srs": chosen.dev}
+    if json_output:
+        out.print_json(data=summary)
+    else:
+        out.print(f"wrote {len(attachments)} proofs for {len(records)} records to {target}"
+                  + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
 
 
 @app.command()

@@ -239,6 +239,28 @@ def sequential_vectors() -> dict:
     return {"alpha": ALPHA, "threshold": threshold(), "grid_q0_1e-3": list(alternatives(1e-3)), "cases": cases}
 
 
+def zk_vectors() -> dict:
+    """Field elements, Poseidon hashes, a reference commitment, answer-match instances and an
+    attachment's bytes (specs/zk.md)."""
+    from proofs import zk
+    from proofs.circuits import answer_codes, answer_match_instances, reference_commitment
+
+    salt = bytes(range(0, 2 * 9, 1))  # nine u16 values: 0x0001, 0x0203, ... all below 2^15
+    commitment = reference_commitment(b"n:42", salt)
+    attachment = zk.Attachment("answer-match/v1", bytes([1]) * 32, bytes([2]) * 32, bytes([3]) * 32, bytes([4]) * 32,
+                               answer_match_instances(b"n:42", commitment, True), bytes(range(64)))
+    return {
+        "ezkl": zk.EZKL_VERSION,
+        "felts": {str(v): zk.felt(v).hex() for v in (0, 1, 32767, 2**127 + 5)},
+        "poseidon": [{"values": v, "hash": zk.poseidon(v).hex()} for v in ([1, 2, 3], answer_codes(b"n:42"))],
+        "answer_codes": {"form": "n:42", "codes": answer_codes(b"n:42")},
+        "reference_commitment": {"form": "n:42", "salt": salt.hex(), "commitment": commitment.hex()},
+        "answer_match_instances": {"answer": "n:42", "commitment": commitment.hex(), "correct": True,
+                                   "instances": [i.hex() for i in answer_match_instances(b"n:42", commitment, True)]},
+        "attachment": {"bytes": attachment.to_bytes().hex()},
+    }
+
+
 def _linear_example() -> torch.nn.Module:
     """A two-entry state dict with known values: weight (2, 3) = 0.5 * arange, bias = (-1, 1)."""
     linear = torch.nn.Linear(3, 2)
@@ -253,7 +275,7 @@ def main() -> None:
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
                        ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
                        ("training", training_vectors), ("model", model_vectors),
-                       ("sequential", sequential_vectors)]:
+                       ("sequential", sequential_vectors), ("zk", zk_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 

@@ -14,7 +14,7 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, device_spec
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE, Rollout, sample_seed
-from vrl.tasks import RewardSpec, TaskSet, assign, task_spec
+from vrl.tasks import RewardSpec, Task, TaskSet, assign, task_spec
 
 
 @dataclass
@@ -92,13 +92,17 @@ def iter_generate(
     stats: GenerationStats | None = None,
     on_step: Callable[[], None] | None = None,
     decoder: Decoder = decode,
+    score: Callable[[Task, str], float] | None = None,
 ) -> Iterator[list[Rollout]]:
     """Yield one whole GRPO group (``group_size`` signed rollouts) per group index, in order.
 
     ``groups`` is a count (group indices ``0 .. n-1``) or the group indices themselves; the
     task of each is its assignment (:func:`vrl.tasks.assign`), never the node's choice.
-    ``decoder`` samples the completions (:data:`Decoder`).
+    ``decoder`` samples the completions (:data:`Decoder`). ``score`` rewards a completion,
+    ``reward_spec.reward`` by default; for a task set of committed references it is the answer
+    key's (vrl.zk.AnswerKey.scorer): the records carry only the commitments.
     """
+    score = score or reward_spec.reward
     if len(round_seed) != 32:
         raise ValueError(f"round_seed must be 32 bytes, got {len(round_seed)}")
     stats = stats if stats is not None else GenerationStats()
@@ -108,15 +112,15 @@ def iter_generate(
         pending.append(group_index)
         if len(pending) == groups_per_batch:
             yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                        group_size, policy_version, stats, on_step, decoder)
+                                        group_size, policy_version, stats, on_step, decoder, score)
             pending = []
     if pending:
         yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                    group_size, policy_version, stats, on_step, decoder)
+                                    group_size, policy_version, stats, on_step, decoder, score)
 
 
 def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, reward_spec, group_size,
-                     policy_version, stats, on_step, decoder):
+                     policy_version, stats, on_step, decoder, score):
     assigned = [(g, assign(task_set, round_seed, key.node_id, g)) for g in group_indices]
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
     prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
@@ -150,7 +154,7 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
             finish_reason=result.finish_reason,
             sampling=sampling,
             behaviour_logprobs=tuple(float(x) for x in result.logprobs),
-            reward=reward_spec.reward(task, model.decode(result.tokens)),
+            reward=score(task, model.decode(result.tokens)),
             reward_spec=reward_spec,
             commitment=committed,
         )

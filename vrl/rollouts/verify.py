@@ -32,6 +32,7 @@ from vrl.rollouts.model import Model
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign
+from vrl.tasks.answers import committed_reference
 from vrl.rollouts.workers import map_in_slices
 
 
@@ -91,6 +92,7 @@ class Reason(StrEnum):
     LOGPROB_MISMATCH = "logprob_mismatch"
     # 8. reward
     REWARD_MISMATCH = "reward_mismatch"
+    REWARD_UNPROVEN = "reward_unproven"  # a committed reference's correctness, unproven (specs/zk.md §7)
 
     @property
     def stage(self) -> Stage:
@@ -114,6 +116,7 @@ _STAGES: dict[Reason, Stage] = {
                      Reason.FINISH_REASON_MISMATCH, Reason.TRUNCATED), Stage.TERMINATION),
     Reason.LOGPROB_MISMATCH: Stage.LOGPROBS,
     Reason.REWARD_MISMATCH: Stage.REWARD,
+    Reason.REWARD_UNPROVEN: Stage.REWARD,
 }
 
 #: The stage-1 reason of each way a record can fail to decode.
@@ -293,8 +296,10 @@ def _exceeds(score: float, tolerance: float) -> bool:
 
 
 def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentCheck | MalformedCommitment,
-                          races: sampler.RaceReplay | ProofsError, model: Model, tol: Tolerances, scores: dict[str, float]) -> None:
-    """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay."""
+                          races: sampler.RaceReplay | ProofsError, model: Model, tol: Tolerances, scores: dict[str, float],
+                          proof: bool | str | None = None) -> None:
+    """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay,
+    and, for a committed reference, what its zk proof showed (``verify``'s ``proven``)."""
     # 4. Activation commitment: the hidden states the prover committed are the claimed model's.
     if isinstance(agreement, MalformedCommitment):
         raise _Rejected(Reason.COMMITMENT_MALFORMED, str(agreement))
@@ -358,8 +363,22 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
         raise _Rejected(Reason.LOGPROB_MISMATCH,
                         f"behaviour logprob of token {int(np.argmax(error))} is off by {error.max():.4f}")
 
-    # 8. Reward, recomputed from the completion text.
-    recomputed_reward = rollout.reward_spec.reward(rollout.task, model.decode(list(rollout.completion_tokens)))
+    # 8. Reward, recomputed from the completion text; for a committed reference, the
+    #    correctness is what its proof showed (specs/zk.md §7).
+    text = model.decode(list(rollout.completion_tokens))
+    try:
+        committed = committed_reference(rollout.reference)
+    except ValueError as error:
+        raise _Rejected(Reason.REWARD_UNPROVEN, str(error)) from None
+    if committed is None:
+        recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
+    else:
+        if rollout.reward_spec.given_form(text) is None:
+            proof = False  # no answer given: not correct, and nothing to prove
+        if not isinstance(proof, bool):
+            raise _Rejected(Reason.REWARD_UNPROVEN, "the reference is committed and no proof of the answer's "
+                            "correctness was given" if proof is None else f"its correctness proof fails: {proof}")
+        recomputed_reward = rollout.reward_spec.reward_given(proof, text)
     scores["reward_recomputed"] = recomputed_reward
     if recomputed_reward != rollout.reward:
         raise _Rejected(Reason.REWARD_MISMATCH,
@@ -395,6 +414,7 @@ def verify(
     prefilled: Mapping[int, Prefilled] | None = None,
     signatures_checked: bool = False,
     rebuild_commitments: bool = False,
+    proven: Mapping[int, bool | str] | None = None,
 ) -> list[Verdict]:
     """Verify rollouts (or the :class:`RecordError` of records that did not decode).
 
@@ -409,6 +429,8 @@ def verify(
     other records get the verifier's own prefill. ``signatures_checked`` says the caller already
     checked every record's signature (a node's :func:`~vrl.node.messages.decode_group` does,
     before a group is stored or forwarded), so stage 2 does not check them again.
+    ``proven`` holds, by record index, what the zk proof of a committed reference showed
+    (vrl.zk.proven_correctness): the answer's correctness, or the reason its proof failed.
     """
     expect = expect or Expectations()
     tolerances = tolerances or profile_of(model).tolerances
@@ -479,7 +501,8 @@ def verify(
         for index, agreement, race, own_commitment in zip(batch, agreements, races, rebuilt):
             scores: dict[str, float] = {}
             try:
-                _checks_after_prefill(alive[index], agreement, race, model, tolerances, scores)
+                _checks_after_prefill(alive[index], agreement, race, model, tolerances, scores,
+                                      (proven or {}).get(index))
             except _Rejected as rejected:
                 finish(index, rejected, scores, own_commitment)
             else:

@@ -147,6 +147,33 @@ def answers_match(given: str | None, reference: str) -> bool:
     return parse_number(given) == expected
 
 
+def answer_form(text: str) -> bytes:
+    """The normalized form that :func:`answers_match` compares, as bytes: two answers match
+    exactly when their forms are equal (for a reference, as for a given answer). A number is
+    ``n:`` and its :func:`canonical_number`; anything else ``t:`` and its normalized text.
+    What a zk proof of a private answer's match compares (proofs/circuits.py, specs/zk.md §3):
+    the verifier recomputes the given answer's form from the public completion."""
+    value = parse_number(text)
+    return (f"n:{canonical_number(value)}" if value is not None else f"t:{_normalize(text)}").encode()
+
+
+#: A reference answer kept private, published as its salted commitment (specs/zk.md §7):
+#: ``zk:`` and the 64 hex digits of the commitment.
+COMMITTED_PREFIX = "zk:"
+
+
+def committed_reference(reference: str) -> bytes | None:
+    """The commitment a committed reference names, None for an ordinary reference; a
+    reference that starts with COMMITTED_PREFIX but names no commitment is a ValueError."""
+    if not reference.startswith(COMMITTED_PREFIX):
+        return None
+    digits = reference[len(COMMITTED_PREFIX):]
+    if len(digits) != 64 or digits.strip("0123456789abcdef"):
+        raise ValueError(f"a committed reference is {COMMITTED_PREFIX} and 64 lowercase hex digits, "
+                         f"got {reference[:80]!r}")
+    return bytes.fromhex(digits)
+
+
 def has_format(completion: str, tag: str) -> bool:
     """The format reward: one ``<tag>number</tag>`` pair, and nothing but whitespace after it."""
     open_, close = f"<{tag}>", f"</{tag}>"

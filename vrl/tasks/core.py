@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vrl.errors import VrlError
-from vrl.tasks.answers import answers_match, extract_answer, has_format
+from vrl.tasks.answers import answer_form, answers_match, committed_reference, extract_answer, has_format
 
 ASSIGNMENT_DOMAIN = b"vrl/assignment/v2\x00"
 HELD_OUT_DOMAIN = b"vrl/held-out/v2\x00"
@@ -120,10 +120,24 @@ class RewardSpec:
             raise ValueError(f"reward_spec.tag must be empty or a short identifier, got {self.tag!r}")
 
     def is_correct(self, task: Task, completion: str) -> bool:
+        if committed_reference(task.answer) is not None:
+            # Compared as text, a committed reference would match a completion that quotes it.
+            raise ValueError(f"task {task.id!r} has a committed reference: its correctness is proven "
+                             "with the answer key (specs/zk.md §7), not recomputed")
         return answers_match(extract_answer(completion, self.tag or None), task.answer)
 
     def reward(self, task: Task, completion: str) -> float:
-        value = self.correct if self.is_correct(task, completion) else 0.0
+        return self.reward_given(self.is_correct(task, completion), completion)
+
+    def reward_given(self, correct: bool, completion: str) -> float:
+        """The reward of a completion whose correctness is known (recomputed, or proven)."""
+        value = self.correct if correct else 0.0
         if self.format and has_format(completion, self.tag):
             value += self.format
         return float(value)
+
+    def given_form(self, completion: str) -> bytes | None:
+        """The form (:func:`~vrl.tasks.answers.answer_form`) of the answer the completion
+        gives, None when it gives none: what a private reference's proof compares."""
+        given = extract_answer(completion, self.tag or None)
+        return None if given is None else answer_form(given)

@@ -1,0 +1,432 @@
+"""Optional zk proofs with ezkl: small circuits for what re-execution cannot give (specs/zk.md).
+
+Re-execution checks a rollout against public data. It cannot check a fact about a secret,
+such as "this answer matches a reference answer nobody has seen". A zk proof can, when the
+circuit is small: the smallest useful ezkl circuit costs a few seconds to prove on a CPU and
+30 ms to check, while a real LM head is out of reach (shared/research/ezkl.md §4).
+
+This module knows circuits, field elements and files; what a proof is *about* (a record, a
+task set, a claim) is the caller's, who hands in the public inputs it expects and a 32-byte
+``subject``. It never imports :mod:`vrl`.
+
+What the module guarantees, whatever the attachment's bytes say:
+
+* A verifier builds each circuit itself from its id, and derives its own verifying key from
+  its own SRS: a key, settings or SRS that the prover sends are only compared, never used.
+* An SRS made by ``ezkl.gen_srs`` is single-party: whoever made it could forge proofs. Such a
+  *dev* SRS serves tests and demos; a verifier refuses its proofs unless it allows them.
+* ``ezkl.verify`` raises on a bad proof; here every way a proof can fail is a :class:`Reason`,
+  never an exception. Exceptions (:class:`ZkError`) are for inputs that cannot be used at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+
+from proofs.errors import ProofsError
+
+#: The ezkl release whose circuits, keys and Poseidon these are. Every circuit's settings,
+#: keys and proofs belong to one release: ezkl changed its API and its defaults in each of its
+#: last majors (shared/research/ezkl.md §1.7), so another version is refused, not tried.
+EZKL_VERSION = "23.0.5"
+ATTACHMENT_VERSION = 1
+#: A field element as ezkl writes it: 32 bytes, little-endian (BN254's scalar field).
+FELT_BYTES = 32
+#: A k=15 proof is 3,840 bytes here; 64 KiB leaves room for circuits up to k=21 with several
+#: columns and bounds what a decoder holds for one attachment.
+MAX_PROOF_BYTES = 1 << 16
+#: Public inputs of one proof: 3 for answer-match; 4,096 bounds a batch circuit's.
+MAX_INSTANCES = 4096
+MAX_CIRCUIT_ID = 64
+#: Logrows a machine's memory supports when proving (shared/research/ezkl.md §4,
+#: recommendation 5: proving RAM is 2.3 to 2.8 times the proving key, and the key grows with
+#: 2^k): k=15 took 330 MB here, k=17 fits 8 GiB, k=19 24 GiB, k=21 64 GiB.
+LOGROWS_BY_MEMORY = ((1 << 30, 15), (8 << 30, 17), (24 << 30, 19), (64 << 30, 21))
+
+
+class ZkError(ProofsError):
+    """A zk input that cannot be used at all: ezkl missing, an SRS file unreadable, a circuit
+    too large for this machine, values outside a circuit's range. A proof that fails is not
+    an error: :func:`verify` returns its :class:`Reason`."""
+
+
+class MalformedAttachment(ZkError, ValueError):
+    """Attachment bytes that do not decode under specs/zk.md §2."""
+
+
+class Reason(enum.StrEnum):
+    """The outcome of checking one attachment (specs/zk.md §4), in the order checked."""
+
+    OK = "ok"
+    UNKNOWN_CIRCUIT = "zk_unknown_circuit"  # no circuit of that id here
+    WRONG_SETTINGS = "zk_wrong_settings"  # built with other settings than the verifier's
+    WRONG_SRS = "zk_wrong_srs"  # made against an SRS this verifier does not hold
+    DEV_SRS = "zk_dev_srs"  # made against a dev (single-party) SRS, not allowed here
+    WRONG_KEY = "zk_wrong_key"  # its verifying key is not the one the verifier derives
+    WRONG_SUBJECT = "zk_wrong_subject"  # about another record or claim
+    WRONG_INSTANCES = "zk_wrong_instances"  # public inputs other than the verifier's own
+    INVALID_PROOF = "zk_invalid_proof"  # the proof does not verify
+
+
+# -- the attachment -------------------------------------------------------------------------------
+
+def _digest(value: object, name: str) -> bytes:
+    if not isinstance(value, bytes) or len(value) != 32:
+        raise MalformedAttachment(f"{name}: must be 32 bytes")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """One proof and what it claims to be (specs/zk.md §2)."""
+
+    circuit: str  # a circuit id of CIRCUITS, e.g. "answer-match/v1"
+    settings_hash: bytes  # SHA-256 of the circuit's canonical settings (settings_hash())
+    vk_hash: bytes  # SHA-256 of the verifying key the prover used
+    srs_hash: bytes  # SHA-256 of the SRS file the prover used
+    subject: bytes  # 32 bytes naming what the proof is about (the caller's)
+    instances: tuple[bytes, ...]  # public inputs, FELT_BYTES each, in the circuit's order
+    proof: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.circuit, str) or not 0 < len(self.circuit) <= MAX_CIRCUIT_ID:
+            raise MalformedAttachment(f"circuit: must be a string of 1 to {MAX_CIRCUIT_ID} characters")
+        for name in ("settings_hash", "vk_hash", "srs_hash", "subject"):
+            _digest(getattr(self, name), name)
+        if not isinstance(self.instances, tuple) or not 0 < len(self.instances) <= MAX_INSTANCES:
+            raise MalformedAttachment(f"instances: must be 1 to {MAX_INSTANCES} field elements")
+        if any(not isinstance(i, bytes) or len(i) != FELT_BYTES for i in self.instances):
+            raise MalformedAttachment(f"instances: each must be {FELT_BYTES} bytes")
+        if not isinstance(self.proof, bytes) or not 0 < len(self.proof) <= MAX_PROOF_BYTES:
+            raise MalformedAttachment(f"proof: must be 1 to {MAX_PROOF_BYTES} bytes")
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb([ATTACHMENT_VERSION, self.circuit, self.settings_hash, self.vk_hash, self.srs_hash,
+                              self.subject, list(self.instances), self.proof], use_bin_type=True)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Attachment:
+        """Decode strictly: the exact layout of specs/zk.md §2 and nothing else."""
+        if not isinstance(data, bytes) or len(data) > MAX_PROOF_BYTES + MAX_INSTANCES * (FELT_BYTES + 3) + 512:
+            raise MalformedAttachment("not an attachment: too large or not bytes")
+        try:
+            fields = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True,
+                                     max_bin_len=MAX_PROOF_BYTES, max_str_len=MAX_CIRCUIT_ID * 4,
+                                     max_array_len=MAX_INSTANCES, max_map_len=0, max_ext_len=0)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+            raise MalformedAttachment(f"not msgpack: {error}") from None
+        if not isinstance(fields, list) or len(fields) != 8:
+            raise MalformedAttachment("must be an array of 8 fields")
+        if fields[0] != ATTACHMENT_VERSION or isinstance(fields[0], bool):
+            raise MalformedAttachment(f"version: {fields[0]!r} is not {ATTACHMENT_VERSION}")
+        if not isinstance(fields[6], list):
+            raise MalformedAttachment("instances: must be an array")
+        attachment = cls(fields[1], fields[2], fields[3], fields[4], fields[5], tuple(fields[6]), fields[7])
+        if attachment.to_bytes() != data:
+            raise MalformedAttachment("not in canonical form")
+        return attachment
+
+
+# -- field elements ---------------------------------------------------------------------------------
+
+def felt(value: int) -> bytes:
+    """A non-negative integer below 2^128 as a field element (FELT_BYTES, little-endian)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 128:
+        raise ZkError(f"field element: {value!r} is not an integer in [0, 2^128)")
+    return value.to_bytes(FELT_BYTES, "little")
+
+
+def poseidon(values: Sequence[int]) -> bytes:
+    """ezkl's Poseidon hash of integers as field elements: the hash a ``hashed/public`` input
+    of scale 0 shows among a proof's instances (specs/zk.md §3; vectors in specs/vectors/zk.json)."""
+    ezkl = _ezkl()
+    return bytes.fromhex(ezkl.poseidon_hash([felt(v).hex() for v in values])[0])
+
+
+# -- SRS -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Srs:
+    """A structured reference string file and what a verifier knows of it."""
+
+    path: Path
+    sha256: bytes
+    dev: bool  # made by ezkl.gen_srs (single-party): proofs against it are insecure
+
+    @classmethod
+    def load(cls, path: Path | str, *, dev: bool = False) -> Srs:
+        """A user's SRS file (``--srs PATH``), hashed here. Never handed to ``ezkl.get_srs``,
+        which deletes a file whose hash it does not know (shared/research/ezkl.md §1.6)."""
+        path = Path(path)
+        digest = hashlib.sha256()
+        try:
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as error:
+            raise ZkError(f"{path}: cannot read the SRS file ({error.strerror or error})") from None
+        return cls(path, digest.digest(), dev)
+
+
+def dev_srs(directory: Path, logrows: int) -> Srs:
+    """The dev SRS for ``logrows`` in ``directory``, made once by ``ezkl.gen_srs``: for tests
+    and demos only (its maker could forge proofs). Written whole or not at all."""
+    _check_logrows(logrows)
+    path = Path(directory) / f"dev-kzg{logrows}.srs"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _staging(path.parent) as staging:
+            _ezkl().gen_srs(str(staging / path.name), logrows)
+            os.replace(staging / path.name, path)
+    return Srs.load(path, dev=True)
+
+
+# -- budget ------------------------------------------------------------------------------------------
+
+def max_logrows(memory_bytes: int | None = None) -> int:
+    """The largest circuit (in logrows) this machine's memory can prove (LOGROWS_BY_MEMORY);
+    0 where even the smallest does not fit."""
+    memory = _total_memory() if memory_bytes is None else memory_bytes
+    return max((k for needed, k in LOGROWS_BY_MEMORY if memory >= needed), default=0)
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _check_logrows(logrows: int, memory_bytes: int | None = None) -> None:
+    if not isinstance(logrows, int) or not 1 <= logrows <= 26:
+        raise ZkError(f"logrows {logrows!r}: must be an integer in [1, 26]")
+    limit = max_logrows(memory_bytes)
+    if logrows > limit:
+        raise ZkError(f"a circuit of 2^{logrows} rows needs more memory than this machine has "
+                      f"(it can prove up to 2^{limit}: shared/research/ezkl.md §4)")
+
+
+# -- circuits ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Circuit:
+    """A circuit: an ONNX graph made from a torch module, and how ezkl lays it out."""
+
+    id: str
+    logrows: int
+    module: Callable[[], object]  # a torch.nn.Module factory
+    example: Callable[[], tuple]  # example inputs (torch tensors), one per graph input
+    input_visibility: str = "hashed/public"
+    output_visibility: str = "public"
+    param_visibility: str = "fixed"
+    scale: int = 0  # fixed-point scale of inputs and parameters: integers here
+
+
+@dataclass(frozen=True)
+class Built:
+    """A circuit built in a work directory (:func:`build`)."""
+
+    circuit: Circuit
+    directory: Path
+    settings_hash: bytes
+
+    @property
+    def settings(self) -> Path:
+        return self.directory / "settings.json"
+
+    @property
+    def compiled(self) -> Path:
+        return self.directory / "circuit.compiled"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """A built circuit's keys under one SRS (:func:`keys`)."""
+
+    built: Built
+    srs: Srs
+    vk: Path
+    pk: Path
+    vk_hash: bytes
+
+
+_LOCK = threading.Lock()  # ezkl's calls write files by name: one build or setup at a time
+
+
+def settings_hash(path: Path) -> bytes:
+    """SHA-256 of the settings' canonical JSON: keys sorted, the ``timestamp`` left out, so
+    that every build of one circuit by one ezkl version has the same hash (specs/zk.md §3)."""
+    settings = json.loads(path.read_text())
+    settings.pop("timestamp", None)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, separators=(",", ":")).encode()).digest()
+
+
+def build(circuit: Circuit, workdir: Path) -> Built:
+    """The circuit's ONNX graph, settings and compiled form under ``workdir``, made once (in a
+    staging directory, moved into place whole)."""
+    _check_logrows(circuit.logrows)
+    directory = Path(workdir) / f"{circuit.id.replace('/', '-')}-ezkl{EZKL_VERSION}"
+    with _LOCK:
+        if not (directory / "circuit.compiled").exists():
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            with _staging(directory.parent) as staging:
+                _export(circuit, staging)
+                shutil.rmtree(directory, ignore_errors=True)
+                os.replace(staging, directory)
+    return Built(circuit, directory, settings_hash(directory / "settings.json"))
+
+
+def _export(circuit: Circuit, out: Path) -> None:
+    import torch
+
+    ezkl = _ezkl()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
+        example = circuit.example()
+        # The legacy TorchScript exporter: the dynamo one writes weights beside the graph,
+        # which ezkl's loader rejects (shared/research/ezkl.md §1.5).
+        torch.onnx.export(circuit.module(), example, str(out / "circuit.onnx"), opset_version=17, dynamo=False,
+                          input_names=[f"input{i}" for i in range(len(example))], output_names=["output0"])
+    args = ezkl.PyRunArgs()
+    args.input_visibility, args.output_visibility = circuit.input_visibility, circuit.output_visibility
+    args.param_visibility = circuit.param_visibility
+    args.input_scale = args.param_scale = circuit.scale
+    args.logrows = circuit.logrows
+    with _quiet(out / "ezkl.log"):  # ezkl prints its layout notes (e.g. on scale 0) to stdout
+        _call(ezkl.gen_settings, str(out / "circuit.onnx"), str(out / "settings.json"), py_run_args=args)
+        _call(ezkl.compile_circuit, str(out / "circuit.onnx"), str(out / "circuit.compiled"),
+              str(out / "settings.json"))
+
+
+def keys(built: Built, srs: Srs) -> Keys:
+    """The proving and verifying keys of ``built`` under ``srs``, made once per SRS: ezkl's
+    setup is deterministic, so every party that builds the circuit derives the same keys."""
+    directory = built.directory / f"keys-{srs.sha256.hex()[:16]}"
+    with _LOCK:
+        if not (directory / "vk.key").exists():
+            with _staging(built.directory) as staging:
+                _call(_ezkl().setup, str(built.compiled), str(staging / "vk.key"), str(staging / "pk.key"),
+                      srs_path=str(srs.path))
+                shutil.rmtree(directory, ignore_errors=True)
+                os.replace(staging, directory)
+    return Keys(built, srs, directory / "vk.key", directory / "pk.key",
+                hashlib.sha256((directory / "vk.key").read_bytes()).digest())
+
+
+# -- proving and verifying ---------------------------------------------------------------------------
+
+def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs: Srs, workdir: Path) -> Attachment:
+    """Prove ``circuit`` on ``inputs`` (one list of integers per graph input). A witness that
+    does not satisfy the circuit is a ZkError before any proof is made: ezkl's ``prove`` runs
+    unchecked and would return a "proof" that cannot verify (shared/research/ezkl.md §3)."""
+    _digest(subject, "subject")
+    made = keys(build(circuit, workdir), srs)
+    ezkl = _ezkl()
+    with _staging(Path(workdir)) as scratch:
+        (scratch / "input.json").write_text(json.dumps({"input_data": [[float(v) for v in x] for x in inputs]}))
+        _call(ezkl.gen_witness, str(scratch / "input.json"), str(made.built.compiled), str(scratch / "witness.json"))
+        try:
+            ezkl.mock(str(scratch / "witness.json"), str(made.built.compiled))
+        except RuntimeError as error:
+            raise ZkError(f"{circuit.id}: the inputs do not satisfy the circuit ({error})") from None
+        _call(ezkl.prove, str(scratch / "witness.json"), str(made.built.compiled), str(made.pk),
+              proof_path=str(scratch / "proof.json"), srs_path=str(srs.path))
+        written = json.loads((scratch / "proof.json").read_text())
+    (instances,) = written["instances"]
+    return Attachment(circuit.id, made.built.settings_hash, made.vk_hash, srs.sha256, subject,
+                      tuple(bytes.fromhex(i) for i in instances), bytes(written["proof"]))
+
+
+def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: bytes, instances: Sequence[bytes],
+           srs: Sequence[Srs], workdir: Path, allow_dev: bool = False) -> Reason:
+    """Check one attachment against what the verifier derives itself: the circuit from its id,
+    the settings and keys from its own build and SRS, the subject and the public inputs from
+    the caller. Returns :data:`Reason.OK` or the first reason it fails (specs/zk.md §4)."""
+    circuit = circuits.get(attachment.circuit)
+    if circuit is None:
+        return Reason.UNKNOWN_CIRCUIT
+    built = build(circuit, workdir)
+    if attachment.settings_hash != built.settings_hash:
+        return Reason.WRONG_SETTINGS
+    held = next((s for s in srs if s.sha256 == attachment.srs_hash), None)
+    if held is None:
+        return Reason.WRONG_SRS
+    if held.dev and not allow_dev:
+        return Reason.DEV_SRS
+    made = keys(built, held)
+    if attachment.vk_hash != made.vk_hash:
+        return Reason.WRONG_KEY
+    if attachment.subject != subject:
+        return Reason.WRONG_SUBJECT
+    if attachment.instances != tuple(instances):
+        return Reason.WRONG_INSTANCES
+    ezkl = _ezkl()
+    with _staging(Path(workdir)) as scratch:
+        # Only what verify reads: the instances (the verifier's own) and the proof bytes.
+        (scratch / "proof.json").write_text(json.dumps({"protocol": None, "proof": list(attachment.proof),
+                                                        "instances": [[i.hex() for i in instances]]}))
+        try:
+            ok = ezkl.verify(str(scratch / "proof.json"), str(built.settings), str(made.vk), srs_path=str(held.path))
+        except (RuntimeError, ValueError, OSError):  # ezkl raises for a proof that fails
+            return Reason.INVALID_PROOF
+    return Reason.OK if ok is True else Reason.INVALID_PROOF
+
+
+# -- internals ---------------------------------------------------------------------------------------
+
+def _ezkl():
+    """ezkl, imported on first use (4 s; only zk work pays it), at the pinned version."""
+    try:
+        import ezkl
+    except ImportError:
+        raise ZkError(f"zk proofs need ezkl=={EZKL_VERSION}: pip install ezkl=={EZKL_VERSION}") from None
+    if getattr(ezkl, "__version__", None) != EZKL_VERSION:
+        raise ZkError(f"zk proofs need ezkl=={EZKL_VERSION}, found {getattr(ezkl, '__version__', 'unknown')}")
+    return ezkl
+
+
+def _call(function, *args, **kwargs):
+    """An ezkl call whose failure is a ZkError naming the step (ezkl raises RuntimeError)."""
+    try:
+        return function(*args, **kwargs)
+    except RuntimeError as error:
+        raise ZkError(f"ezkl {function.__name__}: {error}") from None
+
+
+@contextlib.contextmanager
+def _quiet(log: Path):
+    """Send what native code prints to file descriptors 1 and 2 to ``log`` instead."""
+    with log.open("ab") as sink:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            for fd in (1, 2):
+                os.dup2(sink.fileno(), fd)
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+@contextlib.contextmanager
+def _staging(parent: Path):
+    """A fresh directory beside the destination, removed unless moved into place."""
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
