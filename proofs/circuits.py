@@ -87,7 +87,9 @@ def _answer_match_example():
     return torch.zeros(1, ANSWER_CODES), torch.zeros(1, ANSWER_CODES + SALT_VALUES)
 
 
-ANSWER_MATCH = Circuit("answer-match/v1", logrows=15, module=_answer_match_module, example=_answer_match_example)
+ANSWER_MATCH = Circuit("answer-match/v1", logrows=15, module=_answer_match_module, example=_answer_match_example,
+                       settings_hash=bytes.fromhex("8306ca7e51ebb8d2a67afcf7b394fd64b53b70ab334c3102ea377f2d52fd053f"),
+                       proof_bytes=3840)
 
 #: Every circuit a verifier knows, by id.
 CIRCUITS: dict[str, Circuit] = {c.id: c for c in (ANSWER_MATCH,)}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import hashlib
 import json
 import os
@@ -186,11 +187,12 @@ def dev_srs(directory: Path, logrows: int) -> Srs:
     and demos only (its maker could forge proofs). Written whole or not at all."""
     _check_logrows(logrows)
     path = Path(directory) / f"dev-kzg{logrows}.srs"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _staging(path.parent) as staging:
-            _ezkl().gen_srs(str(staging / path.name), logrows)
-            os.replace(staging / path.name, path)
+    with _locked(Path(directory)):
+        if not path.exists():
+            with _staging(path.parent) as staging:
+                _call(_ezkl().gen_srs, str(staging / path.name), logrows)
+                # A link, never a replace: an SRS some proof already names is never overwritten.
+                os.link(staging / path.name, path)
     return Srs.load(path, dev=True)
 
 
@@ -233,6 +235,10 @@ class Circuit:
     output_visibility: str = "public"
     param_visibility: str = "fixed"
     scale: int = 0  # fixed-point scale of inputs and parameters: integers here
+    # Pinned, measured with ezkl 23.0.5 and torch 2.13.0 (specs/vectors/zk.json): a build that
+    # differs is refused, and a proof of another length is invalid. Empty/0: not pinned.
+    settings_hash: bytes = b""
+    proof_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -263,7 +269,7 @@ class Keys:
     vk_hash: bytes
 
 
-_LOCK = threading.Lock()  # ezkl's calls write files by name: one build or setup at a time
+_LOCK = threading.Lock()  # with _locked's file lock: one build, setup or dev SRS at a time
 
 
 def settings_hash(path: Path) -> bytes:
@@ -279,14 +285,16 @@ def build(circuit: Circuit, workdir: Path) -> Built:
     staging directory, moved into place whole)."""
     _check_logrows(circuit.logrows)
     directory = Path(workdir) / f"{circuit.id.replace('/', '-')}-ezkl{EZKL_VERSION}"
-    with _LOCK:
+    with _locked(Path(workdir)):
         if not (directory / "circuit.compiled").exists():
-            directory.parent.mkdir(parents=True, exist_ok=True)
             with _staging(directory.parent) as staging:
                 _export(circuit, staging)
-                shutil.rmtree(directory, ignore_errors=True)
-                os.replace(staging, directory)
-    return Built(circuit, directory, settings_hash(directory / "settings.json"))
+                os.replace(staging, directory)  # a complete build is never replaced
+    built = Built(circuit, directory, settings_hash(directory / "settings.json"))
+    if circuit.settings_hash and built.settings_hash != circuit.settings_hash:
+        raise ZkError(f"{circuit.id}: this machine builds settings {built.settings_hash.hex()[:16]}, not the pinned "
+                      f"{circuit.settings_hash.hex()[:16]} (another torch or ezkl, or a damaged {directory})")
+    return built
 
 
 def _export(circuit: Circuit, out: Path) -> None:
@@ -307,20 +315,36 @@ def _export(circuit: Circuit, out: Path) -> None:
     args.logrows = circuit.logrows
     with _quiet(out / "ezkl.log"):  # ezkl prints its layout notes (e.g. on scale 0) to stdout
         _call(ezkl.gen_settings, str(out / "circuit.onnx"), str(out / "settings.json"), py_run_args=args)
+        _canonical_order(out / "settings.json")
         _call(ezkl.compile_circuit, str(out / "circuit.onnx"), str(out / "circuit.compiled"),
               str(out / "settings.json"))
+
+
+#: Settings that ezkl 23.0.5 writes from a hash set, in an order that changes from run to run,
+#: and that the circuit's layout follows: two builds of answer-match/v1 differed in the order of
+#: ``required_range_checks`` half the time, and so did their verifying keys (measured here).
+UNORDERED_SETTINGS = ("required_range_checks", "required_lookups")
+
+
+def _canonical_order(path: Path) -> None:
+    """Sort the settings ezkl leaves unordered, before the circuit is compiled from them, so
+    every build of a circuit lays it out alike and derives the same keys."""
+    settings = json.loads(path.read_text())
+    for key in UNORDERED_SETTINGS:
+        if isinstance(settings.get(key), list):
+            settings[key] = sorted(settings[key], key=lambda item: json.dumps(item, sort_keys=True))
+    path.write_text(json.dumps(settings))
 
 
 def keys(built: Built, srs: Srs) -> Keys:
     """The proving and verifying keys of ``built`` under ``srs``, made once per SRS: ezkl's
     setup is deterministic, so every party that builds the circuit derives the same keys."""
     directory = built.directory / f"keys-{srs.sha256.hex()[:16]}"
-    with _LOCK:
+    with _locked(built.directory.parent):
         if not (directory / "vk.key").exists():
-            with _staging(built.directory) as staging:
+            with _staging(built.directory.parent) as staging:
                 _call(_ezkl().setup, str(built.compiled), str(staging / "vk.key"), str(staging / "pk.key"),
                       srs_path=str(srs.path))
-                shutil.rmtree(directory, ignore_errors=True)
                 os.replace(staging, directory)
     return Keys(built, srs, directory / "vk.key", directory / "pk.key",
                 hashlib.sha256((directory / "vk.key").read_bytes()).digest())
@@ -373,6 +397,8 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
         return Reason.WRONG_SUBJECT
     if attachment.instances != tuple(instances):
         return Reason.WRONG_INSTANCES
+    if circuit.proof_bytes and len(attachment.proof) != circuit.proof_bytes:
+        return Reason.INVALID_PROOF  # halo2 ignores trailing bytes: a proof has one length, or none
     ezkl = _ezkl()
     with _staging(Path(workdir)) as scratch:
         # Only what verify reads: the instances (the verifier's own) and the proof bytes.
@@ -380,7 +406,9 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
                                                         "instances": [[i.hex() for i in instances]]}))
         try:
             ok = ezkl.verify(str(scratch / "proof.json"), str(built.settings), str(made.vk), srs_path=str(held.path))
-        except (RuntimeError, ValueError, OSError):  # ezkl raises for a proof that fails
+        except BaseException as error:  # ezkl raises for a proof that fails; Rust panics are BaseExceptions
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
             return Reason.INVALID_PROOF
     return Reason.OK if ok is True else Reason.INVALID_PROOF
 
@@ -399,11 +427,33 @@ def _ezkl():
 
 
 def _call(function, *args, **kwargs):
-    """An ezkl call whose failure is a ZkError naming the step (ezkl raises RuntimeError)."""
+    """An ezkl call whose failure is a ZkError naming the step: ezkl raises RuntimeError, and a
+    Rust panic (an SRS too small for the circuit, say) arrives as pyo3's PanicException, a
+    BaseException."""
     try:
         return function(*args, **kwargs)
-    except RuntimeError as error:
-        raise ZkError(f"ezkl {function.__name__}: {error}") from None
+    except BaseException as error:
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise ZkError(f"ezkl {function.__name__}: {str(error).splitlines()[0] if str(error) else error!r}") from None
+
+
+@contextlib.contextmanager
+def _locked(directory: Path):
+    """Hold ``directory``'s lock (this process's threads and other processes alike), making
+    the directory first, private to its user (0700): a verifier builds its circuits and keys
+    there and trusts them, so no one else may write into it."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ZkError(f"{directory}: the zk work directory must be the user's own and writable by no one else "
+                      f"(owner {info.st_uid}, mode {oct(info.st_mode & 0o777)})")
+    with _LOCK, open(directory / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

@@ -140,3 +140,25 @@ def test_the_decoder_takes_any_bytes_and_raises_only_its_own_error(data):
     except zk.MalformedAttachment:
         return
     assert attachment.to_bytes() == data  # what it accepts is canonical
+
+
+def test_every_build_of_a_circuit_derives_the_same_keys(proven, tmp_path):
+    """ezkl writes some settings in a random order, and the key follows it: the builder sorts
+    them (specs/zk.md §3), so two fresh builds agree, with the pinned settings hash."""
+    first = zk.keys(zk.build(ANSWER_MATCH, tmp_path / "a"), proven.srs)
+    second = zk.keys(zk.build(ANSWER_MATCH, tmp_path / "b"), proven.srs)
+    assert first.vk_hash == second.vk_hash == proven.right.vk_hash
+    assert first.built.settings_hash == ANSWER_MATCH.settings_hash
+
+
+def test_a_proof_with_bytes_appended_is_invalid(proven):
+    """halo2 ignores trailing bytes; the pinned length gives an attachment one valid encoding."""
+    assert check(proven, dataclasses.replace(proven.right, proof=proven.right.proof + b"\x00")) is zk.Reason.INVALID_PROOF
+
+
+def test_a_work_directory_others_may_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(zk.ZkError, match="writable by no one else"):
+        zk.build(ANSWER_MATCH, shared)

@@ -168,3 +168,128 @@ def test_the_cli_commits_generates_proves_and_verifies(tmp_path, zk_workdir, mon
     assert result.exit_code == 0 and all(row["circuit"] == "answer-match/v1" for row in json.loads(result.output))
     assert runner.invoke(app, ["prove", str(rollouts), "--model", "tiny", "--answers",
                                str(tmp_path / "answers.jsonl")]).exit_code == 2  # no SRS named
+
+
+def test_an_evaluation_claim_is_upheld_and_every_way_of_inflating_it_is_not(tiny, node, zk_workdir, tmp_path):
+    """specs/zk.md §9: every task once, at the seed the model and task set fix, rewards proven."""
+    from vrl.zk import Claim, check_claim, evaluate_private
+
+    public, key = commit_answers(_tasks(3))
+    srs = zk.dev_srs(zk_workdir, ANSWER_MATCH.logrows)
+    sampling = vrl.sampling_for(tiny, max_new_tokens=12)
+    records, attachments, claim = evaluate_private(tiny, public, key, node, samples=2, sampling=sampling, srs=srs,
+                                                   workdir=zk_workdir, records_name="claim.vrl")
+    assert [r.task_id for r in records] == [t.id for t in public for _ in range(2)]  # in order, every task
+    assert Claim.read(_written(tmp_path, claim)) == claim
+
+    def problems(claim=claim, records=records, public=public):
+        return check_claim(claim, records, attachments, tiny, public, [srs], zk_workdir, allow_dev=True).problems
+
+    assert problems() == ()
+    assert any("the proofs show" in p for p in problems(claim=dataclasses.replace(claim, correct=claim.correct + 1)))
+    dropped = [r for r in records if r.task_id != public[1].id]  # a task left out
+    assert any("without a full group" in p for p in problems(records=dropped))
+    other = [*public[:2], Task(public[2].id, public[2].prompt, public[0].answer)]  # another task set
+    assert any("claims task set" in p for p in problems(public=other))
+    reseeded = vrl.generate(tiny, TaskList("evaluation", tuple(public)), node, round_seed=bytes(32), sampling=sampling,
+                            groups=3, group_size=2, score=key.scorer(SPEC), ordered=True)
+    assert any("round_seed_mismatch" in p for p in problems(records=reseeded))
+
+
+def _written(folder, claim) -> object:
+    path = folder / "claim.vrl.claim.json"
+    path.write_text(claim.to_json())
+    return path
+
+
+def test_the_cli_makes_and_checks_an_evaluation_claim(tmp_path, zk_workdir, monkeypatch):
+    monkeypatch.setenv("VRL_ZK_DIR", str(zk_workdir))
+    public, key = commit_answers(_tasks(2))
+    (tmp_path / "public.jsonl").write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer})
+                                                   + "\n" for t in public))
+    (tmp_path / "answers.jsonl").write_text(key.to_lines())
+    assert runner.invoke(app, ["keygen", "--out", str(tmp_path / "node.pem")]).exit_code == 0
+    base = ["evaluate", "--model", "tiny", "--task", str(tmp_path / "public.jsonl")]
+    result = runner.invoke(app, [*base, "--answers", str(tmp_path / "answers.jsonl"), "--key", str(tmp_path / "node.pem"),
+                                 "--out", str(tmp_path / "claim.vrl"), "--max-new-tokens", "12", "--dev-srs"])
+    assert result.exit_code == 0, result.output
+    claim = tmp_path / "claim.vrl.claim.json"
+    result = runner.invoke(app, [*base, "--check", str(claim), "--allow-dev-srs", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["upheld"], result.output
+    forged = json.loads(claim.read_text())
+    forged["correct"] = (forged["correct"] + 1) % (forged["total"] + 1)  # any other count
+    claim.write_text(json.dumps(forged))
+    result = runner.invoke(app, [*base, "--check", str(claim), "--allow-dev-srs", "--json"])
+    assert result.exit_code == 1 and not json.loads(result.output)["upheld"]
+    claim.write_text("{}")
+    result = runner.invoke(app, [*base, "--check", str(claim)])
+    assert result.exit_code == 2 and "not a vrl/evaluation-claim/v1 claim" in " ".join(result.output.split())
+
+
+def test_the_audit_upholds_a_claim_and_convicts_only_the_signer_of_one_that_says_more(tiny, node, other_node,
+                                                                                     zk_workdir, tmp_path):
+    """specs/audit.md §3 `evaluation`: a claim file among the audit's inputs, checked without the answers."""
+    import vrl.audit
+    from vrl.rollouts.files import write_rollouts
+    from vrl.zk import evaluate_private
+
+    public, key = commit_answers(_tasks(2))
+    task_file = tmp_path / "public.jsonl"
+    task_file.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n" for t in public))
+    srs = zk.dev_srs(zk_workdir, ANSWER_MATCH.logrows)
+    records, attachments, claim = evaluate_private(tiny, public, key, node, samples=1,
+                                                   sampling=vrl.sampling_for(tiny, max_new_tokens=12), srs=srs,
+                                                   workdir=zk_workdir, records_name="claim.vrl", model_locator="tiny",
+                                                   task_file=str(task_file))
+    write_rollouts(tmp_path / "claim.vrl", records)
+    write_attachments(companion_path(tmp_path / "claim.vrl"), attachments)
+
+    def audited(claim) -> list:
+        path = tmp_path / "claim.vrl.claim.json"
+        path.write_text(claim.to_json())
+        with vrl.audit.open([path]) as audit:
+            report = audit.run(checks=["evaluation"], srs=[srs], allow_dev_srs=True)
+        return [f for f in report.findings if f.check == "evaluation"]
+
+    assert audited(claim) == []
+    inflated = dataclasses.replace(claim, correct=claim.correct + 1)
+    (by_signer,) = audited(inflated.signed(other_node))  # signed by someone: incriminates its signer
+    assert (by_signer.code, by_signer.subject) == ("claim_not_upheld", other_node.node_id.hex())
+    (unsigned,) = audited(inflated)  # the evaluator's name on a claim it never signed: no one
+    assert (unsigned.code, unsigned.subject) == ("claim_not_upheld", "")
+    (missing,) = audited(dataclasses.replace(claim, model="no-such-model").signed(node))
+    assert missing.code == "claim_unchecked"
+
+
+def test_answers_no_proof_can_hold_count_as_wrong_and_never_crash():
+    from vrl.rollouts.verify import proven_answer
+    from vrl.tasks.answers import answer_form, committed_reference
+
+    assert proven_answer(SPEC, "counting 1,2,3,4,5,6,7,8,9,10,11,12,13,14") is None  # a form over 32 bytes
+    assert proven_answer(SPEC, "no number here") is None
+    assert proven_answer(SPEC, "so 42") == b"n:42"
+    huge = "9" * 2200 + "." + "7" * 2200  # past Python's int-to-text digit limit
+    assert answer_form(huge) == answer_form(huge) and answer_form(huge).startswith(b"n:x")
+    for reference in ("ZK:" + "a" * 64, " zk:" + "a" * 64, "zk:" + "A" * 64, "zk:abc"):
+        with pytest.raises(ValueError, match="committed reference"):
+            committed_reference(reference)
+
+
+def test_a_companion_file_that_is_not_a_regular_file_is_refused(tmp_path):
+    import os
+
+    fifo = tmp_path / "r.vrl.zk"
+    os.mkfifo(fifo)
+    with pytest.raises(ZkFileError, match="not a regular file"):
+        read_attachments(fifo)
+
+
+def test_commit_answers_never_writes_the_key_where_the_public_file_goes(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n" for t in _tasks(2)))
+    same = tmp_path / "both.jsonl"
+    result = runner.invoke(app, ["commit-answers", str(tasks), "--out", str(same), "--key", str(same)])
+    assert result.exit_code == 2 and not same.exists()
+    result = runner.invoke(app, ["commit-answers", str(tasks), "--out", str(tmp_path / "p.jsonl"), "--key",
+                                 str(tmp_path / "k.jsonl")])
+    assert result.exit_code == 0 and (tmp_path / "k.jsonl").stat().st_mode & 0o077 == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -111,6 +112,20 @@ def _srs_for(srs: Optional[Path], dev: bool, logrows: int):
         raise _fail(str(error)) from None
 
 
+def _trusted_srs(srs: Optional[Path], allow_dev: bool) -> list:
+    """The SRS files a verifier holds: the user's, and this machine's dev SRS when it is
+    allowed or exists (known, so that proofs against it are named as dev ones: zk_dev_srs).
+    Raises ZkError for an unreadable file."""
+    from proofs import zk
+    from proofs.circuits import ANSWER_MATCH
+    from vrl.zk import work_directory
+
+    trusted = [zk.Srs.load(srs)] if srs is not None else []
+    if allow_dev or (work_directory() / f"dev-kzg{ANSWER_MATCH.logrows}.srs").exists():
+        trusted.append(zk.dev_srs(work_directory(), ANSWER_MATCH.logrows))
+    return trusted
+
+
 DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
 
 
@@ -166,6 +181,7 @@ def generate(
     from vrl.rollouts.keys import KeyFileError, NodeKey
     from vrl.tasks import RewardSpec
     from vrl.tasks.answers import committed_reference
+    from vrl.zk import ZkFileError
 
     seed = parse_round_seed(round_seed)
     try:
@@ -173,9 +189,16 @@ def generate(
     except KeyFileError as error:
         raise _fail(str(error)) from None
     tasks = _task_set(task)
-    score = _answer_key(answers).scorer(RewardSpec()) if answers is not None else None
-    if score is None and any(committed_reference(t.answer) for t in getattr(tasks, "tasks", ())):
-        raise _fail(f"{task}: its references are committed (zk:...): pass the answer key with --answers")
+    score = None
+    try:
+        if answers is not None:
+            answer_key = _answer_key(answers)
+            answer_key.check(getattr(tasks, "tasks", ()))
+            score = answer_key.scorer(RewardSpec())
+        elif any(committed_reference(t.answer) for t in getattr(tasks, "tasks", ())):
+            raise _fail(f"{task}: its references are committed (zk:...): pass the answer key with --answers")
+    except (ValueError, ZkFileError) as error:  # a malformed zk: reference; a key that does not open one
+        raise _fail(f"{task}: {error}") from None
     loaded = _load(model, dtype, device)
     try:
         sampling = sampling_for(loaded, temperature, top_k, top_p, max_new_tokens)
@@ -303,7 +326,6 @@ def _check_proofs(rollouts: Path, zk_file: Optional[Path], records: list, model,
     """What the companion file's proofs show, for verify(proven=), and a summary; (None, None)
     without one."""
     from proofs import zk
-    from proofs.circuits import ANSWER_MATCH
     from vrl.zk import ZkFileError, companion_path, proven_correctness, read_attachments, work_directory
 
     path = zk_file or (companion_path(rollouts) if companion_path(rollouts).exists() else None)
@@ -311,11 +333,8 @@ def _check_proofs(rollouts: Path, zk_file: Optional[Path], records: list, model,
         return None, None
     try:
         attachments = read_attachments(path)
-        trusted = [zk.Srs.load(srs)] if srs is not None else []
-        dev = work_directory() / f"dev-kzg{ANSWER_MATCH.logrows}.srs"
-        if allow_dev or dev.exists():  # known, so that its proofs are named as dev ones
-            trusted.append(zk.dev_srs(work_directory(), ANSWER_MATCH.logrows))
-        proven = proven_correctness(records, attachments, model.decode, trusted, work_directory(), allow_dev=allow_dev)
+        proven = proven_correctness(records, attachments, model.decode, _trusted_srs(srs, allow_dev), work_directory(),
+                                    allow_dev=allow_dev)
     except (ZkFileError, zk.ZkError) as error:
         raise _fail(str(error)) from None
     failed = Counter(v for v in proven.values() if isinstance(v, str))
@@ -406,10 +425,15 @@ def commit_answers_command(
     if key_path.exists():
         raise _fail(f"{key_path} exists; an answer key is never overwritten (its salts open the published "
                     "commitments)")
+    if key_path.resolve() == out_path.resolve():
+        raise _fail("--out and --key name one file: the public tasks would overwrite the private key")
     try:
         public, key = commit_answers(tasks)
-        write_bytes_atomic(key_path, key.to_lines().encode())
-        key_path.chmod(0o600)
+        previous = os.umask(0o077)  # the key is private from its first byte
+        try:
+            write_bytes_atomic(key_path, key.to_lines().encode())
+        finally:
+            os.umask(previous)
         write_bytes_atomic(out_path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
                                              for t in public).encode())
     except (ZkFileError, OSError) as error:
@@ -453,9 +477,12 @@ def prove(
             task_bar = bar.add_task("proving", total=len(records))
             attachments = prove_rewards(records, key, loaded.decode, chosen, work_directory(),
                                         on_progress=lambda n: bar.advance(task_bar, n))
-        write_attachments(target, attachments)
     except (ZkFileError, zk.ZkError) as error:
         raise _fail(str(error)) from None
+    try:
+        write_attachments(target, attachments)
+    except (ZkFileError, OSError) as error:
+        raise _fail(f"{target}: cannot write the proofs ({error})") from None
     summary = {"records": len(records), "proofs": len(attachments), "out": str(target),
                "srs": chosen.sha256.hex(), "dev_srs": chosen.dev}
     if json_output:
@@ -463,6 +490,96 @@ def prove(
     else:
         out.print(f"wrote {len(attachments)} proofs for {len(records)} records to {target}"
                   + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
+
+
+@app.command()
+def evaluate(
+    model: Annotated[str, typer.Option(help="Preset or model directory to evaluate.")],
+    task: Annotated[str, typer.Option(help="Public task file of committed references (vrl commit-answers).")],
+    answers: Annotated[Optional[Path], typer.Option(help="Its answer key: make a claim.")] = None,
+    key: Annotated[Optional[Path], typer.Option(help="The evaluator's node key (see vrl keygen): make a claim.")] = None,
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="The claim's rollout file; beside it OUT.zk "
+                                                     "(proofs) and OUT.claim.json.")] = None,
+    check: Annotated[Optional[Path], typer.Option(help="Check this claim (OUT.claim.json) instead of making one.")] = None,
+    samples: Annotated[int, typer.Option(min=1, max=1024, help="Samples per task.")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 64,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file proofs are made (or must be made) against.")] = None,
+    dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE.")] = False,
+    allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
+    json_output: Annotated[bool, typer.Option("--json")] = False,
+):
+    """Held-out accuracy on a private test set, proven (specs/zk.md §9): make a claim with
+    --answers, --key and --out; check one, without the answers, with --check.
+    Exit 0 a claim made or upheld, 1 a claim that does not hold, 2 unusable input."""
+    configure_logging(json_output)
+    from proofs import zk
+    from proofs.circuits import ANSWER_MATCH
+    from proofs.errors import InvalidParameters
+    from vrl.rollouts.files import RolloutFileError, iter_records, write_bytes_atomic, write_rollouts
+    from vrl.rollouts.generate import sampling_for
+    from vrl.rollouts.keys import KeyFileError, NodeKey
+    from vrl.zk import (
+        Claim, ZkFileError, check_claim, companion_path, evaluate_private, read_attachments, work_directory,
+        write_attachments,
+    )
+
+    public = getattr(_task_set(task), "tasks", None)
+    if public is None:
+        raise _fail(f"{task}: an evaluation needs a task file, not a generated set")
+    loaded = _load(model, None, "cpu")
+    if check is not None:
+        try:
+            claim = Claim.read(check)
+            records = list(iter_records(check.parent / claim.records))
+            attachments = read_attachments(companion_path(check.parent / claim.records))
+            result = check_claim(claim, records, attachments, loaded, public, _trusted_srs(srs, allow_dev_srs),
+                                 work_directory(), allow_dev=allow_dev_srs)
+        except (ZkFileError, RolloutFileError, zk.ZkError) as error:
+            raise _fail(str(error)) from None
+        summary = {"claim": str(check), "claimed": [claim.correct, claim.total], "proven": [result.correct, result.total],
+                   "accuracy": claim.accuracy, "upheld": result.ok, "problems": list(result.problems),
+                   "dev_srs_allowed": allow_dev_srs}
+        if json_output:
+            out.print_json(data=summary)
+        else:
+            for problem in result.problems:
+                out.print(f"[red]{escape(problem)}[/]")
+            verdict = "upheld" if result.ok else "[red]NOT upheld[/]"
+            out.print(f"claim {check}: {claim.correct} of {claim.total} correct ({claim.accuracy:.1%}); the proofs "
+                      f"show {result.correct} of {result.total}: {verdict}"
+                      + (" [red](INSECURE: dev SRS allowed)[/]" if allow_dev_srs else ""))
+        raise typer.Exit(EXIT_ACCEPTED if result.ok else EXIT_REJECTED)
+    if answers is None or key is None or out_path is None:
+        raise _fail("to make a claim give --answers, --key and --out; to check one, --check CLAIM")
+    answer_key = _answer_key(answers)
+    try:
+        answer_key.check(public)
+        node_key = NodeKey.load(key)
+        sampling = sampling_for(loaded, temperature, 0, 1.0, max_new_tokens)
+    except (KeyFileError, InvalidParameters, ZkFileError, ValueError) as error:
+        raise _fail(str(error)) from None
+    chosen = _srs_for(srs, dev_srs, ANSWER_MATCH.logrows)
+    try:
+        with _progress(json_output) as bar:
+            task_bar = bar.add_task("sampling and proving", total=len(public) * samples)
+            records, attachments, claim = evaluate_private(
+                loaded, public, answer_key, node_key, samples=samples, sampling=sampling, srs=chosen,
+                workdir=work_directory(), records_name=out_path.name,
+                model_locator=str(Path(model).resolve()) if Path(model).exists() else model,
+                task_file=str(Path(task).resolve()), on_progress=lambda n: bar.advance(task_bar, n))
+        write_rollouts(out_path, records)
+        write_attachments(companion_path(out_path), attachments)
+        claim_path = out_path.with_name(out_path.name + ".claim.json")
+        write_bytes_atomic(claim_path, claim.to_json().encode())
+    except (ZkFileError, zk.ZkError, ValueError, OSError) as error:
+        raise _fail(str(error)) from None
+    if json_output:
+        out.print_json(claim.to_json())
+    else:
+        out.print(f"{claim.correct} of {claim.total} correct ({claim.accuracy:.1%}) on {len(public)} private tasks; "
+                  f"claim {claim_path}, {len(attachments)} proofs" + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""),
+                  highlight=False)
 
 
 @app.command()
@@ -703,7 +820,8 @@ def reputation(
 @app.command()
 def audit(
     paths: Annotated[list[Path], typer.Argument(help="Devnet folders, node folders, node.sqlite stores (opened "
-                                                     "read-only) and rollout files (.vrl).", show_default=False)],
+                                                     "read-only), rollout files (.vrl) and evaluation claims "
+                                                     "(.claim.json).", show_default=False)],
     # vrl.audit.DEFAULT_SAMPLE, written out: importing vrl.audit loads torch before --help.
     sample: Annotated[float, typer.Option(help="Share of groups, steps and versions re-executed (hash-drawn: "
                                                "two audits at one share re-execute the same).")] = 0.25,
@@ -711,16 +829,26 @@ def audit(
                                                           "(--sample 1).")] = False,
     check: Annotated[Optional[list[str]], typer.Option(help="Run only this check (repeatable): signatures, "
                                                             "reputation, duplicates, lazy_verifiers, admission, "
-                                                            "quarantine, groups, steps, accuracy.")] = None,
+                                                            "quarantine, groups, steps, accuracy, evaluation.")] = None,
     html_path: Annotated[Optional[Path], typer.Option("--html", help="Write the self-contained HTML report "
                                                                      "here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file an evaluation claim's proofs must be made "
+                                                "against.")] = None,
+    allow_dev_srs: Annotated[bool, typer.Option(help="Accept claims proven against the dev SRS: INSECURE.")] = False,
 ):
     """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, admission,
-    quarantine, groups re-verified, training steps replayed, accuracy re-measured. Exit 0: a
-    clean audit; 1: findings; 2: unusable input."""
+    quarantine, groups re-verified, training steps replayed, accuracy re-measured, held-out
+    claims on private test sets (*.claim.json) re-checked. Exit 0: a clean audit; 1:
+    findings; 2: unusable input."""
     import vrl.audit as va
+    from proofs.zk import ZkError
+
+    try:
+        trusted = _trusted_srs(srs, allow_dev_srs)
+    except ZkError as error:
+        raise _fail(str(error)) from None
 
     configure_logging(json_mode=True)
     share = 1.0 if all_items else sample
@@ -735,7 +863,8 @@ def audit(
                         tasks[what] = bar.add_task(what, total=work.get(what))
                     bar.advance(tasks[what], n)
 
-                report = auditor.run(checks=check, sample=share, progress=advance)
+                report = auditor.run(checks=check, sample=share, progress=advance, srs=trusted,
+                                     allow_dev_srs=allow_dev_srs)
     except va.AuditError as error:
         raise _fail(str(error)) from None
     if html_path is not None:

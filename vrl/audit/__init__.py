@@ -16,12 +16,13 @@ What each check does, and the bytes of the JSON report, are specs/audit.md.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from vrl.audit.checks import (
     Run, check_batches, check_duplicates, collect_latency, check_planted, check_reputation, index_run,
 )
+from vrl.audit.evaluation import check_evaluation
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.reexecute import Models, check_accuracy, check_groups, check_steps
 from vrl.audit.replay import StepCheck, replay_step, replay_steps
@@ -31,7 +32,7 @@ from vrl.audit.sources import AuditError, Inputs, open_inputs
 #: Every check, in the order they run (specs/audit.md §3). ``signatures`` always runs: it is
 #: the pass that reads the log. ``admission`` and ``quarantine`` are one pass over the batches.
 CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine", "groups", "steps",
-          "accuracy")
+          "accuracy", "evaluation")
 #: The checks that re-execute models, at ``sample``; the others read the whole log.
 REEXECUTING = ("groups", "steps", "accuracy")
 #: The default share of re-executed items: the verifiers' own step_audit_rate
@@ -62,10 +63,13 @@ class Audit:
         self.closed = True
 
     def run(self, checks: Iterable[str] | None = None, sample: float = DEFAULT_SAMPLE,
-            progress: Callable[[str, int], None] | None = None) -> Report:
+            progress: Callable[[str, int], None] | None = None, *, srs: Sequence = (),
+            allow_dev_srs: bool = False) -> Report:
         """Run ``checks`` (default: all of :data:`CHECKS`), re-executing a ``sample`` share of
         the groups, steps and versions (1.0: all of them). ``progress(check, n)`` is told as
-        items are done. Raises :class:`AuditError` for an unknown check or a share outside [0, 1]."""
+        items are done. ``srs`` (:class:`proofs.zk.Srs`) are the SRS files a claim's proofs
+        may be made against, the dev one only with ``allow_dev_srs``. Raises
+        :class:`AuditError` for an unknown check or a share outside [0, 1]."""
         if self.closed:
             raise AuditError("this audit is closed: vrl.audit.open() the inputs again")
         chosen = tuple(CHECKS if checks is None else dict.fromkeys([checks] if isinstance(checks, str) else checks))
@@ -101,6 +105,8 @@ class Audit:
                 check_steps(run, findings, tell, sample, models)
             elif name == "accuracy":
                 check_accuracy(run, findings, tell, sample, models)
+            elif name == "evaluation":
+                check_evaluation(run, findings, tell, srs, allow_dev_srs)
             seconds[name] = time.perf_counter() - started
         collect_latency(run)
         return _report(run, chosen, sample, findings, seconds, models)
@@ -117,6 +123,7 @@ class Audit:
                 "duplicates": len(groups),
                 "groups": sum(sampled(d, sample) for d in groups),
                 "steps": int(versions * sample) + 1,
+                "evaluation": len(self.inputs.claims),
                 "accuracy": int(versions * sample) + 2}
 
 
@@ -154,7 +161,8 @@ def _report(run: Run, checks: tuple[str, ...], sample: float, findings: list[Fin
         nodes.setdefault(hex_id, {"name": name, "role": "verifier"})
     inputs = [{"name": node.name, "path": str(node.store.path), "owner": node.owner.hex() if node.owner else None,
                "counts": node.store.counts()} for node in run.inputs.nodes]
-    inputs += [{"name": path.name, "path": str(path), "owner": None, "counts": {}} for path in run.inputs.rollout_files]
+    inputs += [{"name": path.name, "path": str(path), "owner": None, "counts": {}}
+               for path in (*run.inputs.rollout_files, *run.inputs.claims)]
     platform = platform_tag(models.base) if models is not None and models.problem is None else ""
     return Report(findings, checks, sample, inputs, nodes, run.stats, run.series, seconds, platform)
 

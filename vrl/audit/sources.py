@@ -32,6 +32,7 @@ STORE_FILE = "node.sqlite"
 CONFIG_FILE = "node.toml"
 BLOB_DIR = "blobs"
 ROLLOUT_SUFFIXES = (".vrl", ".msgpack")
+CLAIM_SUFFIX = ".claim.json"  # what vrl evaluate writes beside a claim's records
 # The largest blob an audit reads: a node's own bound on what it fetches (vrl.node.daemon:
 # MAX_OPTIMIZER_BYTES, two moments of a MAX_WEIGHTS_BYTES model and a margin), so any file a
 # node could have stored is read, and a hand-made 1 TB "blob" is not.
@@ -229,6 +230,7 @@ class Inputs:
 
     nodes: list[NodeInput] = field(default_factory=list)
     rollout_files: list[Path] = field(default_factory=list)
+    claims: list[Path] = field(default_factory=list)  # held-out evaluation claims (specs/zk.md §9)
 
     def close(self) -> None:
         for node in self.nodes:
@@ -278,8 +280,9 @@ def _node_folder(folder: Path, name: str) -> NodeInput:
 
 
 def open_inputs(paths: list[Path] | str | Path) -> Inputs:
-    """Sort ``paths`` into stores and rollout files: a devnet folder (``node-*/`` folders), a
-    node folder (with ``node.sqlite``), a ``.sqlite`` store, or a rollout file. Raises
+    """Sort ``paths`` into stores, rollout files and claims: a devnet folder (``node-*/``
+    folders), a node folder (with ``node.sqlite``), a ``.sqlite`` store, a rollout file, or an
+    evaluation claim (``*.claim.json``). Raises
     :class:`AuditError` naming the first path that is none of them."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -301,6 +304,8 @@ def open_inputs(paths: list[Path] | str | Path) -> Inputs:
                 else:
                     raise AuditError(f"{path}: neither a devnet folder (node-*/{STORE_FILE}) nor a node folder "
                                      f"({STORE_FILE})")
+            elif path.name.endswith(CLAIM_SUFFIX):
+                inputs.claims.append(path)
             elif path.suffix in ROLLOUT_SUFFIXES:
                 try:
                     with open(path, "rb") as handle:

@@ -88,7 +88,11 @@ class Node:
         self.tasks, problems = open_task_set(config.work.task)
         for problem in problems:
             self.log.warning("task skipped", problem=str(problem))
-        if any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ())):
+        try:
+            committed = any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ()))
+        except ValueError as error:
+            raise ConfigError(str(error), ("work", "task")) from None
+        if committed:
             # Every check would fail reward_unproven: no node attaches answer proofs yet.
             raise ConfigError("references committed as zk:... are for vrl verify and vrl prove; a network's "
                               "task set needs its answers (specs/zk.md §8)", ("work", "task"))
@@ -397,8 +401,13 @@ class Node:
         assert self.trainer is not None
         batch = self.trainer.choose(batch, self.protocol)
         groups = [self._body(digest) for digest, _ in batch]  # stored, so never None
-        step, refused = await self._in_model_thread("train", self.trainer.step, groups, [w for _, w in batch],
-                                                    self._screen(groups))
+        try:
+            step, refused = await self._in_model_thread("train", self.trainer.step, groups, [w for _, w in batch],
+                                                        self._screen(groups))
+        except Exception as error:  # whatever the step failed on: the round must not stall on it
+            self.log.error("training step failed; the round will ask again", version=version, error=repr(error))
+            await self._feed(P.Abandoned(P.Train(version, batch)))
+            return
         for digest, result in refused.items():
             self.metrics.checks.labels(P.outcome_of(result.reasons)).inc()
             for reason in result.reasons:
@@ -425,7 +434,13 @@ class Node:
         def screen(group: Group, version: int, forward: PolicyForward | None) -> CheckResult | None:
             if forward is None and (group.digest in mine or version not in held):
                 return None
-            return self.work.check(group, version, forward)
+            result = self.work.check(group, version, forward)
+            if result.reasons and forward is not None:
+                # The training pass batches all groups and runs with gradients, which no
+                # calibration measured: a failure there is confirmed by the verifier's own
+                # prefill before a group is refused (a refusal is a fraud report). Rare: cheap.
+                result = self.work.check(group, version)
+            return result
         return screen
 
     async def _announce(self, step: TrainedStep) -> None:

@@ -14,7 +14,7 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, device_spec
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE, Rollout, sample_seed
-from vrl.tasks import RewardSpec, Task, TaskSet, assign, task_spec
+from vrl.tasks import RewardSpec, Task, TaskSet, assign, in_order, task_spec
 
 
 @dataclass
@@ -93,6 +93,7 @@ def iter_generate(
     on_step: Callable[[], None] | None = None,
     decoder: Decoder = decode,
     score: Callable[[Task, str], float] | None = None,
+    ordered: bool = False,
 ) -> Iterator[list[Rollout]]:
     """Yield one whole GRPO group (``group_size`` signed rollouts) per group index, in order.
 
@@ -100,7 +101,8 @@ def iter_generate(
     task of each is its assignment (:func:`vrl.tasks.assign`), never the node's choice.
     ``decoder`` samples the completions (:data:`Decoder`). ``score`` rewards a completion,
     ``reward_spec.reward`` by default; for a task set of committed references it is the answer
-    key's (vrl.zk.AnswerKey.scorer): the records carry only the commitments.
+    key's (vrl.zk.AnswerKey.scorer): the records carry only the commitments. With
+    ``ordered``, group g answers task g of a task list (an evaluation: vrl.tasks.in_order).
     """
     score = score or reward_spec.reward
     if len(round_seed) != 32:
@@ -112,16 +114,20 @@ def iter_generate(
         pending.append(group_index)
         if len(pending) == groups_per_batch:
             yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                        group_size, policy_version, stats, on_step, decoder, score)
+                                        group_size, policy_version, stats, on_step, decoder, score, ordered)
             pending = []
     if pending:
         yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                    group_size, policy_version, stats, on_step, decoder, score)
+                                    group_size, policy_version, stats, on_step, decoder, score, ordered)
 
 
 def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, reward_spec, group_size,
-                     policy_version, stats, on_step, decoder, score):
-    assigned = [(g, assign(task_set, round_seed, key.node_id, g)) for g in group_indices]
+                     policy_version, stats, on_step, decoder, score, ordered):
+    assigned = [(g, in_order(task_set, g) if ordered else assign(task_set, round_seed, key.node_id, g))
+                for g in group_indices]
+    if any(task is None for _, task in assigned):
+        raise ValueError(f"groups {group_indices[0]}..{group_indices[-1]} run past the end of task set "
+                         f"{task_set.name!r}")
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
     prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
     for _, task in assigned:

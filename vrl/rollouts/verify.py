@@ -26,12 +26,13 @@ import numpy as np
 import torch
 
 from proofs import commitment, sampler
+from proofs.circuits import ANSWER_BYTES
 from proofs.errors import MalformedCommitment, ProofsError
 from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
-from vrl.tasks import RewardSpec, TaskSet, assign
+from vrl.tasks import RewardSpec, TaskSet, assign, in_order
 from vrl.tasks.answers import committed_reference
 from vrl.rollouts.workers import map_in_slices
 
@@ -143,6 +144,9 @@ class Expectations:
     sampling: sampler.SamplingParams | None = None
     reward_spec: RewardSpec | None = None
     max_tokens: int | None = None
+    # An evaluation's records: group g answers task g of the list, every task once, held-out
+    # ones included (specs/zk.md §9), rather than the task the assignment hash picks.
+    in_order: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
@@ -245,8 +249,11 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
     if expect.tasks is not None:
         slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
         if slot not in seen:
-            seen[slot] = assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index)
+            seen[slot] = (in_order(expect.tasks, rollout.group_index) if expect.in_order
+                          else assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index))
         task = seen[slot]
+        if task is None:
+            raise _Rejected(Reason.TASK_NOT_ASSIGNED, f"group {rollout.group_index} is past the task list's end")
         if task.id != rollout.task_id:
             raise _Rejected(Reason.TASK_NOT_ASSIGNED, f"group {rollout.group_index} was assigned task {task.id!r}, "
                        f"not {rollout.task_id!r}")
@@ -293,6 +300,14 @@ def _exceeds(score: float, tolerance: float) -> bool:
     """``score > tolerance``, failing closed: a NaN score compares false with everything, so it
     must count as exceeding rather than pass."""
     return not score <= tolerance
+
+
+def proven_answer(reward_spec: RewardSpec, completion: str) -> bytes | None:
+    """The answer form a committed reference's proof is about (specs/zk.md §7); None when the
+    completion gives no answer, or one longer than answer-match/v1 holds: either counts as not
+    correct, with nothing to prove."""
+    given = reward_spec.given_form(completion)
+    return given if given is not None and len(given) <= ANSWER_BYTES else None
 
 
 def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentCheck | MalformedCommitment,
@@ -373,8 +388,8 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if committed is None:
         recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
     else:
-        if rollout.reward_spec.given_form(text) is None:
-            proof = False  # no answer given: not correct, and nothing to prove
+        if proven_answer(rollout.reward_spec, text) is None:
+            proof = False  # no answer, or none a proof can hold: not correct, nothing to prove
         if not isinstance(proof, bool):
             raise _Rejected(Reason.REWARD_UNPROVEN, "the reference is committed and no proof of the answer's "
                             "correctness was given" if proof is None else f"its correctness proof fails: {proof}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from vrl.config import path_like
 from vrl.tasks.arithmetic import Arithmetic
 from vrl.tasks.core import (
-    HELD_OUT_SHARE, RewardSpec, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index,
+    HELD_OUT_SHARE, RewardSpec, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index, in_order,
     is_held_out,
 )
 from vrl.tasks.files import read_task_file
@@ -53,5 +53,5 @@ def task_spec(text: str) -> str | None:
 
 __all__ = [
     "HELD_OUT_SHARE", "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
-    "assignment_draws", "assignment_index", "is_held_out", "open_task_set", "read_task_file", "task_spec",
+    "assignment_draws", "assignment_index", "in_order", "is_held_out", "open_task_set", "read_task_file", "task_spec",
 ]

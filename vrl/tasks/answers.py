@@ -154,7 +154,12 @@ def answer_form(text: str) -> bytes:
     What a zk proof of a private answer's match compares (proofs/circuits.py, specs/zk.md §3):
     the verifier recomputes the given answer's form from the public completion."""
     value = parse_number(text)
-    return (f"n:{canonical_number(value)}" if value is not None else f"t:{_normalize(text)}").encode()
+    if value is None:
+        return f"t:{_normalize(text)}".encode()
+    try:
+        return f"n:{canonical_number(value)}".encode()
+    except ValueError:  # past Python's int-to-decimal digit limit: hex has none, and is as exact
+        return f"n:x{value.numerator:x}/{value.denominator:x}".encode()
 
 
 #: A reference answer kept private, published as its salted commitment (specs/zk.md §7):
@@ -166,6 +171,9 @@ def committed_reference(reference: str) -> bytes | None:
     """The commitment a committed reference names, None for an ordinary reference; a
     reference that starts with COMMITTED_PREFIX but names no commitment is a ValueError."""
     if not reference.startswith(COMMITTED_PREFIX):
+        if _normalize(reference).lower().startswith(COMMITTED_PREFIX):  # "ZK:..", " zk:..": never plain text
+            raise ValueError(f"a committed reference is {COMMITTED_PREFIX} and 64 lowercase hex digits, "
+                             f"got {reference[:80]!r}")
         return None
     digits = reference[len(COMMITTED_PREFIX):]
     if len(digits) != 64 or digits.strip("0123456789abcdef"):

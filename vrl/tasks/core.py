@@ -86,6 +86,14 @@ def assignment_draws(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_in
         yield tasks.task(assignment_index(round_seed, node_id, group_index, attempt))
 
 
+def in_order(tasks: TaskSet, group_index: int) -> Task | None:
+    """The task of group ``group_index`` in an evaluation, which answers every task of a
+    finite list once, in order (held-out ones too); None past the list's end or for a
+    generated set, which has no end."""
+    listed = getattr(tasks, "tasks", None)
+    return listed[group_index] if listed is not None and 0 <= group_index < len(listed) else None
+
+
 def assign(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) -> Task:
     """The task of group ``group_index`` for ``node_id`` in the round of ``round_seed``: the
     first draw that is not a held-out problem."""
