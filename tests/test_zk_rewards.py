@@ -293,3 +293,79 @@ def test_commit_answers_never_writes_the_key_where_the_public_file_goes(tmp_path
     result = runner.invoke(app, ["commit-answers", str(tasks), "--out", str(tmp_path / "p.jsonl"), "--key",
                                  str(tmp_path / "k.jsonl")])
     assert result.exit_code == 0 and (tmp_path / "k.jsonl").stat().st_mode & 0o077 == 0
+
+
+# -- hostile files: each reader raises only its own error, whatever the bytes --------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
+                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
+                                                                                        max_size=6), max_leaves=20)
+_claim_like = st.fixed_dictionaries({"format": st.sampled_from(["vrl/evaluation-claim/v1", "x"])},
+                                    optional={k: _json_values | st.text(alphabet="0123456789abcdef", max_size=130)
+                                              for k in ("model_hash", "task_set", "tasks", "samples", "correct",
+                                                        "total", "evaluator", "records", "model", "task_file",
+                                                        "signature")})
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=300), _claim_like.map(lambda d: json.dumps(d).encode()),
+                 _json_values.map(lambda v: json.dumps(v).encode())))
+def test_a_claim_file_of_any_bytes_loads_or_is_a_zk_file_error(tmp_path, data):
+    from vrl.zk import Claim
+
+    path = tmp_path / "c.claim.json"
+    path.write_bytes(data)
+    try:
+        claim = Claim.read(path)
+    except ZkFileError as error:
+        assert "c.claim.json" in str(error)
+        return
+    assert Claim.read(_written(tmp_path, claim)) == claim
+
+
+_key_line = st.one_of(st.text(max_size=120), st.fixed_dictionaries(
+    {"id": _json_values, "form": _json_values, "salt": st.one_of(_json_values, st.text("0123456789abcdefABCDEF ",
+                                                                                     max_size=40))}).map(json.dumps))
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_key_line, max_size=5))
+def test_an_answer_key_of_any_lines_loads_or_is_a_zk_file_error_naming_the_file(tmp_path, lines):
+    path = tmp_path / "key.jsonl"
+    path.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))  # lone surrogates: not UTF-8
+    try:
+        key = AnswerKey.read(path)
+    except ZkFileError as error:
+        assert "key.jsonl" in str(error)
+        return
+    assert AnswerKey.read(_written_key(tmp_path, key)) == key
+
+
+def _written_key(folder, key) -> object:
+    path = folder / "again.jsonl"
+    path.write_text(key.to_lines())
+    return path
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=400))
+def test_a_companion_file_of_any_bytes_loads_or_is_a_zk_file_error(tmp_path, data):
+    path = tmp_path / "r.vrl.zk"
+    path.write_bytes(data)
+    try:
+        read_attachments(path)
+    except ZkFileError as error:
+        assert "r.vrl.zk" in str(error)
+
+
+@given(st.text(max_size=80))
+def test_a_reference_is_ordinary_committed_or_a_value_error(reference):
+    from vrl.tasks.answers import committed_reference
+
+    try:
+        committed = committed_reference(reference)
+    except ValueError:
+        return
+    assert committed is None or len(committed) == 32

@@ -36,8 +36,10 @@ from vrl.tasks.answers import COMMITTED_PREFIX, answer_form, committed_reference
 ZK_FILE_FORMAT = "vrl/zk/v1"
 #: Attachments in one companion file: one per record of a rollout file, whose records are as many.
 MAX_ATTACHMENTS = 65536
-#: Lines of an answer key: a task set's size is bounded the same way (vrl/tasks/files.py).
+#: Lines of an answer key, and its bytes: a line is at most about 150 bytes (a task id of at
+#: most 256 bytes, record.md §2, aside), so a million tasks fit in 256 MiB.
 MAX_KEY_LINES = 1_000_000
+MAX_KEY_BYTES = 256 << 20
 
 
 class ZkFileError(VrlError, ValueError):
@@ -101,7 +103,11 @@ class AnswerKey:
     def read(cls, path: Path | str) -> AnswerKey:
         path = Path(path)
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            with path.open("rb") as handle:
+                data = handle.read(MAX_KEY_BYTES + 1)
+            if len(data) > MAX_KEY_BYTES:
+                raise ZkFileError(f"{path}: larger than any answer key ({MAX_KEY_BYTES} bytes)")
+            lines = data.decode("utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
             raise ZkFileError(f"{path}: cannot read the answer key ({error})") from None
         if len(lines) > MAX_KEY_LINES:
