@@ -537,7 +537,9 @@ def evaluate(
                                  work_directory(), allow_dev=allow_dev_srs)
         except (ZkFileError, RolloutFileError, zk.ZkError) as error:
             raise _fail(str(error)) from None
+        at = result.sampling
         summary = {"claim": str(check), "claimed": [claim.correct, claim.total], "proven": [result.correct, result.total],
+                   "temperature": at.temperature if at else None, "max_new_tokens": at.max_new_tokens if at else None,
                    "accuracy": claim.accuracy, "upheld": result.ok, "problems": list(result.problems),
                    "dev_srs_allowed": allow_dev_srs}
         if json_output:
@@ -546,8 +548,9 @@ def evaluate(
             for problem in result.problems:
                 out.print(f"[red]{escape(problem)}[/]")
             verdict = "upheld" if result.ok else "[red]NOT upheld[/]"
-            out.print(f"claim {check}: {claim.correct} of {claim.total} correct ({claim.accuracy:.1%}); the proofs "
-                      f"show {result.correct} of {result.total}: {verdict}"
+            setting = f" at temperature {at.temperature:g}, up to {at.max_new_tokens} tokens" if at else ""
+            out.print(f"claim {check}: {claim.correct} of {claim.total} correct ({claim.accuracy:.1%}){setting}; the "
+                      f"proofs show {result.correct} of {result.total}: {verdict}"
                       + (" [red](INSECURE: dev SRS allowed)[/]" if allow_dev_srs else ""))
         raise typer.Exit(EXIT_ACCEPTED if result.ok else EXIT_REJECTED)
     if answers is None or key is None or out_path is None:

@@ -388,6 +388,7 @@ class ClaimCheck:
     correct: int
     total: int
     problems: tuple[str, ...]
+    sampling: object = None  # the records' sampling parameters (one set), what the accuracy is at
 
     @property
     def ok(self) -> bool:
@@ -415,6 +416,9 @@ def check_claim(claim: Claim, records: Sequence[Rollout | object], attachments: 
                                                           round_seed=evaluation_seed(claim.model_hash, claim.task_set),
                                                           in_order=True), proven=proven)
     problems += [f"record {v.index}: {v.reason}: {v.message}" for v in verdicts if not v.accepted][:20]
+    samplings = {r.sampling for r in records if isinstance(r, Rollout)}
+    if len(samplings) > 1:
+        problems.append(f"the records were sampled {len(samplings)} ways: an accuracy is at one setting")
     groups: dict[int, int] = {}
     for record in records:
         if isinstance(record, Rollout):
@@ -431,4 +435,4 @@ def check_claim(claim: Claim, records: Sequence[Rollout | object], attachments: 
     total = sum(isinstance(r, Rollout) for r in records)
     if (claim.correct, claim.total) != (correct, total):
         problems.append(f"claims {claim.correct} of {claim.total} correct; the proofs show {correct} of {total}")
-    return ClaimCheck(correct, total, tuple(problems))
+    return ClaimCheck(correct, total, tuple(problems), next(iter(samplings)) if len(samplings) == 1 else None)
