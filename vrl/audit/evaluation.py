@@ -53,4 +53,5 @@ def check_evaluation(run: Run, findings: list[Finding], tell: Callable[[str, int
                 f"{path}: claims {claim.correct} of {claim.total} correct; {result.problems[0]}",
                 claim.evaluator if claim.signature_valid() else b"", **evidence, proven=[result.correct, result.total], problems=list(result.problems[:10])))
         tell(check, 1)
-    run.stats[check] = {"claims": len(run.inputs.claims), "upheld": upheld, "dev SRS allowed": allow_dev}
+    run.stats[check] = {"claims": len(run.inputs.claims), "upheld": upheld,
+                        **({"INSECURE: dev SRS allowed": True} if allow_dev else {})}
