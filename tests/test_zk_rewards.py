@@ -171,29 +171,37 @@ def test_the_cli_commits_generates_proves_and_verifies(tmp_path, zk_workdir, mon
 
 
 def test_an_evaluation_claim_is_upheld_and_every_way_of_inflating_it_is_not(tiny, node, zk_workdir, tmp_path):
-    """specs/zk.md §9: every task once, at the seed the model and task set fix, rewards proven."""
-    from vrl.zk import Claim, check_claim, evaluate_private
+    """specs/zk.md §9: every task once, greedily, at the seed the model and task set fix,
+    rewards proven; what the evaluator signed and what the proofs show must agree."""
+    from vrl.zk import Claim, check_claim, evaluate_private, evaluation_sampling
 
     public, key = commit_answers(_tasks(3))
     srs = zk.dev_srs(zk_workdir, ANSWER_MATCH.logrows)
-    sampling = vrl.sampling_for(tiny, max_new_tokens=12)
-    records, attachments, claim = evaluate_private(tiny, public, key, node, samples=2, sampling=sampling, srs=srs,
+    records, attachments, claim = evaluate_private(tiny, public, key, node, max_new_tokens=12, srs=srs,
                                                    workdir=zk_workdir, records_name="claim.vrl")
-    assert [r.task_id for r in records] == [t.id for t in public for _ in range(2)]  # in order, every task
+    assert [r.task_id for r in records] == [t.id for t in public]  # in order, every task once
+    assert all(r.sampling.temperature == 0 for r in records)  # greedy: no draw to try again
     assert Claim.read(_written(tmp_path, claim)) == claim
 
-    def problems(claim=claim, records=records, public=public):
-        return check_claim(claim, records, attachments, tiny, public, [srs], zk_workdir, allow_dev=True).problems
+    def checked(claim=claim, records=records, public=public):
+        return check_claim(claim, records, attachments, tiny, public, [srs], zk_workdir, allow_dev=True)
 
-    assert problems() == ()
-    assert any("the proofs show" in p for p in problems(claim=dataclasses.replace(claim, correct=claim.correct + 1)))
+    assert checked().ok
+    inflated = dataclasses.replace(claim, correct=claim.correct + 1)
+    assert any("the proofs show" in p for p in checked(claim=inflated.signed(node)).problems)
+    assert checked(claim=inflated).unchecked == ("the claim's signature does not verify under its evaluator",)
     dropped = [r for r in records if r.task_id != public[1].id]  # a task left out
-    assert any("without a full group" in p for p in problems(records=dropped))
+    assert any("not answered exactly once" in p for p in checked(records=dropped).problems)
     other = [*public[:2], Task(public[2].id, public[2].prompt, public[0].answer)]  # another task set
-    assert any("claims task set" in p for p in problems(public=other))
-    reseeded = vrl.generate(tiny, TaskList("evaluation", tuple(public)), node, round_seed=bytes(32), sampling=sampling,
-                            groups=3, group_size=2, score=key.scorer(SPEC), ordered=True)
-    assert any("round_seed_mismatch" in p for p in problems(records=reseeded))
+    assert any("task set" in u for u in checked(public=other).unchecked)
+    reseeded = vrl.generate(tiny, TaskList("evaluation", tuple(public)), node, round_seed=bytes(32),
+                            sampling=evaluation_sampling(tiny, 12), groups=3, group_size=1, score=key.scorer(SPEC),
+                            ordered=True)
+    assert any("round_seed_mismatch" in p for p in checked(records=reseeded).problems)
+    sampled = vrl.generate(tiny, TaskList("evaluation", tuple(public)), node, round_seed=records[0].round_seed,
+                           sampling=vrl.sampling_for(tiny, max_new_tokens=12), groups=3, group_size=1,
+                           score=key.scorer(SPEC), ordered=True)  # drawn at temperature 1: a draw to re-roll
+    assert any("sampling_params_mismatch" in p for p in checked(records=sampled).problems)
 
 
 def _written(folder, claim) -> object:
@@ -203,6 +211,9 @@ def _written(folder, claim) -> object:
 
 
 def test_the_cli_makes_and_checks_an_evaluation_claim(tmp_path, zk_workdir, monkeypatch):
+    from vrl.rollouts.keys import NodeKey
+    from vrl.zk import Claim
+
     monkeypatch.setenv("VRL_ZK_DIR", str(zk_workdir))
     public, key = commit_answers(_tasks(2))
     (tmp_path / "public.jsonl").write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer})
@@ -210,42 +221,45 @@ def test_the_cli_makes_and_checks_an_evaluation_claim(tmp_path, zk_workdir, monk
     (tmp_path / "answers.jsonl").write_text(key.to_lines())
     assert runner.invoke(app, ["keygen", "--out", str(tmp_path / "node.pem")]).exit_code == 0
     base = ["evaluate", "--model", "tiny", "--task", str(tmp_path / "public.jsonl")]
-    result = runner.invoke(app, [*base, "--answers", str(tmp_path / "answers.jsonl"), "--key", str(tmp_path / "node.pem"),
-                                 "--out", str(tmp_path / "claim.vrl"), "--max-new-tokens", "12", "--dev-srs"])
+    make = [*base, "--answers", str(tmp_path / "answers.jsonl"), "--key", str(tmp_path / "node.pem"), "--max-new-tokens",
+            "12", "--dev-srs", "--out"]
+    clobber = runner.invoke(app, [*make, str(tmp_path / "answers.jsonl")])  # would overwrite the key
+    assert clobber.exit_code == 2 and "a claim's files are new files" in " ".join(clobber.output.split())
+    result = runner.invoke(app, [*make, str(tmp_path / "claim.vrl")])
     assert result.exit_code == 0, result.output
-    claim = tmp_path / "claim.vrl.claim.json"
-    result = runner.invoke(app, [*base, "--check", str(claim), "--allow-dev-srs", "--json"])
+    path = tmp_path / "claim.vrl.claim.json"
+    result = runner.invoke(app, [*base, "--check", str(path), "--allow-dev-srs", "--json"])
     assert result.exit_code == 0 and json.loads(result.output)["upheld"], result.output
-    forged = json.loads(claim.read_text())
-    forged["correct"] = (forged["correct"] + 1) % (forged["total"] + 1)  # any other count
-    claim.write_text(json.dumps(forged))
-    result = runner.invoke(app, [*base, "--check", str(claim), "--allow-dev-srs", "--json"])
+    claim = Claim.read(path)
+    more = dataclasses.replace(claim, correct=(claim.correct + 1) % (claim.total + 1))
+    path.write_text(more.signed(NodeKey.load(tmp_path / "node.pem")).to_json())  # its evaluator says more
+    result = runner.invoke(app, [*base, "--check", str(path), "--allow-dev-srs", "--json"])
     assert result.exit_code == 1 and not json.loads(result.output)["upheld"]
-    claim.write_text("{}")
-    result = runner.invoke(app, [*base, "--check", str(claim)])
+    path.write_text(more.to_json())  # someone else edits its number: the signature fails, no one is judged
+    result = runner.invoke(app, [*base, "--check", str(path), "--allow-dev-srs"])
+    assert result.exit_code == 2 and "cannot be judged" in " ".join(result.output.split())
+    path.write_text("{}")
+    result = runner.invoke(app, [*base, "--check", str(path)])
     assert result.exit_code == 2 and "not a vrl/evaluation-claim/v1 claim" in " ".join(result.output.split())
 
 
-def test_the_audit_upholds_a_claim_and_convicts_only_the_signer_of_one_that_says_more(tiny, node, other_node,
-                                                                                     zk_workdir, tmp_path):
-    """specs/audit.md §3 `evaluation`: a claim file among the audit's inputs, checked without the answers."""
+def test_the_audit_upholds_a_claim_and_convicts_only_the_signer_of_files_that_say_less(tiny, node, other_node,
+                                                                                      zk_workdir, tmp_path):
+    """specs/audit.md §3 `evaluation`: a claim file among the audit's inputs, checked without
+    the answers; a claim whose files are not the ones it signs is judged against no one."""
     import vrl.audit
-    from vrl.rollouts.files import write_rollouts
-    from vrl.zk import evaluate_private
+    from vrl.zk import evaluate_private, write_claim
 
     public, key = commit_answers(_tasks(2))
     task_file = tmp_path / "public.jsonl"
     task_file.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n" for t in public))
     srs = zk.dev_srs(zk_workdir, ANSWER_MATCH.logrows)
-    records, attachments, claim = evaluate_private(tiny, public, key, node, samples=1,
-                                                   sampling=vrl.sampling_for(tiny, max_new_tokens=12), srs=srs,
+    records, attachments, claim = evaluate_private(tiny, public, key, node, max_new_tokens=12, srs=srs,
                                                    workdir=zk_workdir, records_name="claim.vrl", model_locator="tiny",
                                                    task_file=str(task_file))
-    write_rollouts(tmp_path / "claim.vrl", records)
-    write_attachments(companion_path(tmp_path / "claim.vrl"), attachments)
+    path = write_claim(tmp_path / "claim.vrl", records, attachments, claim)
 
     def audited(claim) -> list:
-        path = tmp_path / "claim.vrl.claim.json"
         path.write_text(claim.to_json())
         with vrl.audit.open([path]) as audit:
             report = audit.run(checks=["evaluation"], srs=[srs], allow_dev_srs=True)
@@ -253,10 +267,14 @@ def test_the_audit_upholds_a_claim_and_convicts_only_the_signer_of_one_that_says
 
     assert audited(claim) == []
     inflated = dataclasses.replace(claim, correct=claim.correct + 1)
-    (by_signer,) = audited(inflated.signed(other_node))  # signed by someone: incriminates its signer
-    assert (by_signer.code, by_signer.subject) == ("claim_not_upheld", other_node.node_id.hex())
+    (by_signer,) = audited(inflated.signed(node))  # its evaluator's word against its own proofs
+    assert (by_signer.code, by_signer.severity.name, by_signer.subject) == ("claim_not_upheld", "ERROR",
+                                                                           node.node_id.hex())
     (unsigned,) = audited(inflated)  # the evaluator's name on a claim it never signed: no one
-    assert (unsigned.code, unsigned.subject) == ("claim_not_upheld", "")
+    assert (unsigned.code, unsigned.subject) == ("claim_unchecked", "")
+    companion_path(tmp_path / "claim.vrl").write_bytes(b"")  # someone empties the proofs beside it
+    (swapped,) = audited(claim)
+    assert (swapped.code, swapped.subject) == ("claim_unchecked", "") and "not the file the claim signs" in swapped.sentence
     (missing,) = audited(dataclasses.replace(claim, model="no-such-model").signed(node))
     assert missing.code == "claim_unchecked"
 
@@ -304,9 +322,9 @@ _json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.float
                                                                                         max_size=6), max_leaves=20)
 _claim_like = st.fixed_dictionaries({"format": st.sampled_from(["vrl/evaluation-claim/v1", "x"])},
                                     optional={k: _json_values | st.text(alphabet="0123456789abcdef", max_size=130)
-                                              for k in ("model_hash", "task_set", "tasks", "samples", "correct",
-                                                        "total", "evaluator", "records", "model", "task_file",
-                                                        "signature")})
+                                              for k in ("model_hash", "task_set", "tasks", "max_new_tokens", "correct",
+                                                        "total", "evaluator", "records", "records_sha256",
+                                                        "proofs_sha256", "model", "task_file", "signature")})
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -369,3 +387,14 @@ def test_a_reference_is_ordinary_committed_or_a_value_error(reference):
     except ValueError:
         return
     assert committed is None or len(committed) == 32
+
+
+def test_an_answer_key_is_never_written_over_another(tmp_path):
+    from vrl.zk import write_key
+
+    _, key = commit_answers(_tasks(1))
+    write_key(tmp_path / "k.jsonl", key)
+    assert AnswerKey.read(tmp_path / "k.jsonl") == key and (tmp_path / "k.jsonl").stat().st_mode & 0o077 == 0
+    with pytest.raises(ZkFileError, match="never overwritten"):
+        write_key(tmp_path / "k.jsonl", commit_answers(_tasks(1))[1])
+    assert AnswerKey.read(tmp_path / "k.jsonl") == key and [p.name for p in tmp_path.iterdir()] == ["k.jsonl"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -417,7 +416,7 @@ def commit_answers_command(
     """Publish a task set with its reference answers as salted commitments; keep the key (specs/zk.md §7)."""
     configure_logging(False)
     from vrl.rollouts.files import write_bytes_atomic
-    from vrl.zk import ZkFileError, commit_answers
+    from vrl.zk import ZkFileError, commit_answers, write_key
 
     tasks = getattr(_task_set(task), "tasks", None)
     if tasks is None:
@@ -429,14 +428,10 @@ def commit_answers_command(
         raise _fail("--out and --key name one file: the public tasks would overwrite the private key")
     try:
         public, key = commit_answers(tasks)
-        previous = os.umask(0o077)  # the key is private from its first byte
-        try:
-            write_bytes_atomic(key_path, key.to_lines().encode())
-        finally:
-            os.umask(previous)
+        write_key(key_path, key)
         write_bytes_atomic(out_path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
                                              for t in public).encode())
-    except (ZkFileError, OSError) as error:
+    except (ZkFileError, OSError, ValueError) as error:  # ValueError: a malformed zk: reference
         raise _fail(str(error)) from None
     out.print(f"wrote {len(public)} tasks with committed references to {out_path}; the answer key to {key_path} "
               "(keep it private)", highlight=False)
@@ -460,6 +455,7 @@ def prove(
     from proofs import zk
     from proofs.circuits import ANSWER_MATCH
     from vrl.rollouts.files import RolloutFileError, read_rollouts
+    from vrl.rollouts.record import RecordError
     from vrl.zk import ZkFileError, companion_path, prove_rewards, work_directory, write_attachments
 
     if kind != "reward":
@@ -467,8 +463,8 @@ def prove(
     key = _answer_key(answers)
     try:
         records = list(read_rollouts(rollouts))
-    except RolloutFileError as error:
-        raise _fail(str(error)) from None
+    except (RolloutFileError, RecordError) as error:  # proofs are for a whole, intact file
+        raise _fail(f"{rollouts}: {error}") from None
     loaded = _load(model, None, "cpu")
     chosen = _srs_for(srs, dev_srs, ANSWER_MATCH.logrows)
     target = out_path or companion_path(rollouts)
@@ -498,91 +494,82 @@ def evaluate(
     task: Annotated[str, typer.Option(help="Public task file of committed references (vrl commit-answers).")],
     answers: Annotated[Optional[Path], typer.Option(help="Its answer key: make a claim.")] = None,
     key: Annotated[Optional[Path], typer.Option(help="The evaluator's node key (see vrl keygen): make a claim.")] = None,
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="The claim's rollout file; beside it OUT.zk "
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="The claim's rollout file (new); beside it OUT.zk "
                                                      "(proofs) and OUT.claim.json.")] = None,
     check: Annotated[Optional[Path], typer.Option(help="Check this claim (OUT.claim.json) instead of making one.")] = None,
-    samples: Annotated[int, typer.Option(min=1, max=1024, help="Samples per task.")] = 1,
-    max_new_tokens: Annotated[int, typer.Option(min=1)] = 64,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="The answers' length limit (decoding is greedy).")] = 64,
     srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file proofs are made (or must be made) against.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE.")] = False,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ):
     """Held-out accuracy on a private test set, proven (specs/zk.md §9): make a claim with
-    --answers, --key and --out; check one, without the answers, with --check.
-    Exit 0 a claim made or upheld, 1 a claim that does not hold, 2 unusable input."""
+    --answers, --key and --out; check one, without the answers, with --check. Exit 0 a claim
+    made or upheld, 1 a claim its own signed files do not uphold, 2 unusable input or a claim
+    that could not be judged (its files are not the ones it signs, another model or task set)."""
     configure_logging(json_output)
     from proofs import zk
     from proofs.circuits import ANSWER_MATCH
-    from proofs.errors import InvalidParameters
-    from vrl.rollouts.files import RolloutFileError, iter_records, write_bytes_atomic, write_rollouts
-    from vrl.rollouts.generate import sampling_for
     from vrl.rollouts.keys import KeyFileError, NodeKey
-    from vrl.zk import (
-        Claim, ZkFileError, check_claim, companion_path, evaluate_private, read_attachments, work_directory,
-        write_attachments,
-    )
+    from vrl.zk import ZkFileError, check_claim_file, companion_path, evaluate_private, work_directory, write_claim
 
     public = getattr(_task_set(task), "tasks", None)
     if public is None:
         raise _fail(f"{task}: an evaluation needs a task file, not a generated set")
-    loaded = _load(model, None, "cpu")
     if check is not None:
+        loaded = _load(model, None, "cpu")
         try:
-            claim = Claim.read(check)
-            records = list(iter_records(check.parent / claim.records))
-            attachments = read_attachments(companion_path(check.parent / claim.records))
-            result = check_claim(claim, records, attachments, loaded, public, _trusted_srs(srs, allow_dev_srs),
-                                 work_directory(), allow_dev=allow_dev_srs)
-        except (ZkFileError, RolloutFileError, zk.ZkError) as error:
+            claim, result = check_claim_file(check, loaded, public, _trusted_srs(srs, allow_dev_srs), work_directory(),
+                                             allow_dev=allow_dev_srs)
+        except (ZkFileError, zk.ZkError) as error:
             raise _fail(str(error)) from None
-        at = result.sampling
+        if result.unchecked:
+            raise _fail(f"{check}: cannot be judged: " + "; ".join(result.unchecked))
         summary = {"claim": str(check), "claimed": [claim.correct, claim.total], "proven": [result.correct, result.total],
-                   "temperature": at.temperature if at else None, "max_new_tokens": at.max_new_tokens if at else None,
-                   "accuracy": claim.accuracy, "upheld": result.ok, "problems": list(result.problems),
-                   "dev_srs_allowed": allow_dev_srs}
+                   "max_new_tokens": claim.max_new_tokens, "accuracy": claim.accuracy, "upheld": result.ok,
+                   "problems": list(result.problems), "dev_srs_allowed": allow_dev_srs}
         if json_output:
             out.print_json(data=summary)
         else:
             for problem in result.problems:
                 out.print(f"[red]{escape(problem)}[/]")
             verdict = "upheld" if result.ok else "[red]NOT upheld[/]"
-            setting = f" at temperature {at.temperature:g}, up to {at.max_new_tokens} tokens" if at else ""
-            out.print(f"claim {check}: {claim.correct} of {claim.total} correct ({claim.accuracy:.1%}){setting}; the "
-                      f"proofs show {result.correct} of {result.total}: {verdict}"
+            out.print(f"claim {check}: {claim.correct} of {claim.total} correct ({claim.accuracy:.1%}), greedy, up to "
+                      f"{claim.max_new_tokens} tokens; the proofs show {result.correct} of {result.total}: {verdict}"
                       + (" [red](INSECURE: dev SRS allowed)[/]" if allow_dev_srs else ""))
         raise typer.Exit(EXIT_ACCEPTED if result.ok else EXIT_REJECTED)
     if answers is None or key is None or out_path is None:
         raise _fail("to make a claim give --answers, --key and --out; to check one, --check CLAIM")
+    targets = (out_path, companion_path(out_path), out_path.with_name(out_path.name + ".claim.json"))
+    taken = next((t for t in targets if t.exists() or t.resolve() in (answers.resolve(), Path(task).resolve())), None)
+    if taken is not None:
+        raise _fail(f"{taken} exists or is an input: a claim's files are new files")
+    if not out_path.resolve().parent.is_dir():
+        raise _fail(f"{out_path.parent}: no such folder")
     answer_key = _answer_key(answers)
     try:
-        answer_key.check(public)
         node_key = NodeKey.load(key)
-        sampling = sampling_for(loaded, temperature, 0, 1.0, max_new_tokens)
-    except (KeyFileError, InvalidParameters, ZkFileError, ValueError) as error:
+    except KeyFileError as error:
         raise _fail(str(error)) from None
+    loaded = _load(model, None, "cpu")
     chosen = _srs_for(srs, dev_srs, ANSWER_MATCH.logrows)
     try:
         with _progress(json_output) as bar:
-            task_bar = bar.add_task("sampling and proving", total=len(public) * samples)
+            task_bar = bar.add_task("answering and proving", total=len(public))
             records, attachments, claim = evaluate_private(
-                loaded, public, answer_key, node_key, samples=samples, sampling=sampling, srs=chosen,
+                loaded, public, answer_key, node_key, max_new_tokens=max_new_tokens, srs=chosen,
                 workdir=work_directory(), records_name=out_path.name,
                 model_locator=str(Path(model).resolve()) if Path(model).exists() else model,
                 task_file=str(Path(task).resolve()), on_progress=lambda n: bar.advance(task_bar, n))
-        write_rollouts(out_path, records)
-        write_attachments(companion_path(out_path), attachments)
-        claim_path = out_path.with_name(out_path.name + ".claim.json")
-        write_bytes_atomic(claim_path, claim.to_json().encode())
+        claim_path = write_claim(out_path, records, attachments, claim)
     except (ZkFileError, zk.ZkError, ValueError, OSError) as error:
         raise _fail(str(error)) from None
     if json_output:
         out.print_json(claim.to_json())
     else:
-        out.print(f"{claim.correct} of {claim.total} correct ({claim.accuracy:.1%}) on {len(public)} private tasks; "
-                  f"claim {claim_path}, {len(attachments)} proofs" + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""),
-                  highlight=False)
+        out.print(f"{claim.correct} of {claim.total} correct ({claim.accuracy:.1%}) on {len(public)} private tasks, "
+                  f"greedy, up to {max_new_tokens} tokens; claim {claim_path}, {len(attachments)} proofs"
+                  + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
 
 
 @app.command()

@@ -125,12 +125,31 @@ class AnswerKey:
                                      f"{2 * SALT_BYTES} lowercase hex digits")
                 salt = bytes.fromhex(salt_hex)
                 salt_values(salt)  # each value below 2^15
-            except (ValueError, KeyError, TypeError, AttributeError, zk.ZkError) as error:
-                raise ZkFileError(f"{path}:{number}: not an answer key line ({error})") from None
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError, zk.ZkError) as error:
+                raise ZkFileError(f"{path}:{number}: not an answer key line ({error!r:.200})") from None
             if task_id in entries:
                 raise ZkFileError(f"{path}:{number}: task {task_id!r} twice")
             entries[task_id] = (form, salt)
         return cls(entries)
+
+
+def write_key(path: Path | str, key: AnswerKey) -> None:
+    """Write an answer key as a new file, private (0600) from its first byte, whole or not at
+    all, and never over an existing one: its salts alone open the published commitments."""
+    path = Path(path)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(key.to_lines().encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(staging, path)  # fails, rather than replaces, where a file appeared meanwhile
+        except FileExistsError:
+            raise ZkFileError(f"{path} exists; an answer key is never overwritten") from None
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def commit_answers(tasks: Iterable[Task]) -> tuple[list[Task], AnswerKey]:
@@ -233,23 +252,17 @@ def write_attachments(path: Path | str, attachments: Sequence[zk.Attachment]) ->
     """Write a companion file whole or not at all (specs/zk.md §7)."""
     if len(attachments) > MAX_ATTACHMENTS:
         raise ZkFileError(f"{path}: {len(attachments)} attachments, more than {MAX_ATTACHMENTS}")
-    write_bytes_atomic(path, msgpack.packb([ZK_FILE_FORMAT, [a.to_bytes() for a in attachments]], use_bin_type=True))
+    write_bytes_atomic(path, _attachments_bytes(attachments))
 
 
 def read_attachments(path: Path | str) -> list[zk.Attachment]:
     """A companion file's attachments; a file that is not one, or an attachment that does
     not decode, is a ZkFileError naming the file (and the attachment's position)."""
     path = Path(path)
-    limit = MAX_ATTACHMENTS * (zk.MAX_PROOF_BYTES + 1024)
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device has no size to check
-            raise ZkFileError(f"{path}: not a regular file")
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError as error:
-        raise ZkFileError(f"{path}: cannot read ({error.strerror or error})") from None
-    if len(data) > limit:
-        raise ZkFileError(f"{path}: larger than any companion file ({limit} bytes)")
+    return attachments_from_bytes(_regular_file_bytes(path, MAX_ATTACHMENTS * (zk.MAX_PROOF_BYTES + 1024)), path)
+
+
+def attachments_from_bytes(data: bytes, path: Path | str = "<bytes>") -> list[zk.Attachment]:
     try:
         top = msgpack.unpackb(data, raw=False, max_array_len=MAX_ATTACHMENTS, max_map_len=0, max_ext_len=0)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
@@ -272,6 +285,8 @@ EVALUATION_DOMAIN = b"vrl/evaluation/v1\x00"
 #: What a claim's signature covers starts with this: a claim is its evaluator's word, so that
 #: a claim the proofs do not uphold incriminates whoever signed it, and no one else.
 CLAIM_DOMAIN = b"vrl/evaluation-claim/v1\x00"
+#: A claim file is a few hundred bytes; this bounds what a reader takes from one.
+MAX_CLAIM_BYTES = 1 << 16
 
 
 def task_set_digest(tasks: Sequence[Task]) -> bytes:
@@ -281,35 +296,50 @@ def task_set_digest(tasks: Sequence[Task]) -> bytes:
 
 
 def evaluation_seed(model_hash: bytes, task_digest: bytes) -> bytes:
-    """An evaluation's round seed, a pure function of the model and the task set: the evaluator
-    cannot try seeds until it likes the accuracy."""
+    """An evaluation's round seed, a pure function of the model and the task set."""
     return hashlib.sha256(EVALUATION_DOMAIN + model_hash + task_digest).digest()
+
+
+def evaluation_sampling(model, max_new_tokens: int):
+    """How an evaluation decodes: greedily (temperature 0), one sample per task. Sampling
+    noise would give the evaluator draws to try until one flatters (a fresh node key is a
+    fresh seed); the greedy answer is one, whoever asks. ``max_new_tokens`` is the claim's."""
+    from vrl.rollouts.generate import sampling_for
+
+    return sampling_for(model, temperature=0.0, max_new_tokens=max_new_tokens)
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A held-out accuracy claim: ``correct`` of ``total`` samples right, one group of
-    ``samples`` per task of the set, made by ``evaluator`` with the model of ``model_hash``.
-    Its records and proofs are the rollout file ``records`` and its companion file."""
+    """A held-out accuracy claim: ``correct`` of ``total`` tasks answered right, greedily,
+    within ``max_new_tokens``, by the model of ``model_hash``, signed by ``evaluator``. It
+    binds its records and proofs files by hash, so no one can swap either under it."""
 
     model_hash: bytes
     task_set: bytes
     tasks: int
-    samples: int
+    max_new_tokens: int
     correct: int
     total: int
     evaluator: bytes
-    records: str  # the rollout file, relative to the claim's folder
+    records: str  # the rollout file, beside the claim; its proofs are records + ".zk"
+    records_sha256: bytes
+    proofs_sha256: bytes
     # Where a checker may find the model and the public task file (an audit does): locators
     # only, since the model is checked by its hash and the task set by its digest.
     model: str = ""
     task_file: str = ""
     signature: bytes = b""  # the evaluator's, over signing_bytes()
 
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
     def signing_bytes(self) -> bytes:
         return CLAIM_DOMAIN + msgpack.packb(
-            [self.model_hash, self.task_set, self.tasks, self.samples, self.correct, self.total, self.evaluator,
-             self.records, self.model, self.task_file], use_bin_type=True)
+            [self.model_hash, self.task_set, self.tasks, self.max_new_tokens, self.correct, self.total,
+             self.evaluator, self.records, self.records_sha256, self.proofs_sha256, self.model, self.task_file],
+            use_bin_type=True)
 
     def signed(self, key) -> Claim:
         """The claim signed by ``key`` (a NodeKey), which becomes its evaluator."""
@@ -319,120 +349,199 @@ class Claim:
     def signature_valid(self) -> bool:
         return signature_valid(self.evaluator, self.signing_bytes(), self.signature)
 
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.total if self.total else 0.0
-
     def to_json(self) -> str:
         return json.dumps({"format": CLAIM_FORMAT, "model_hash": self.model_hash.hex(), "task_set": self.task_set.hex(),
-                           "tasks": self.tasks, "samples": self.samples, "correct": self.correct, "total": self.total,
-                           "accuracy": self.accuracy, "evaluator": self.evaluator.hex(), "records": self.records,
-                           "model": self.model, "task_file": self.task_file, "signature": self.signature.hex()},
-                          indent=1) + "\n"
+                           "tasks": self.tasks, "max_new_tokens": self.max_new_tokens, "correct": self.correct,
+                           "total": self.total, "accuracy": self.accuracy, "evaluator": self.evaluator.hex(),
+                           "records": self.records, "records_sha256": self.records_sha256.hex(),
+                           "proofs_sha256": self.proofs_sha256.hex(), "model": self.model,
+                           "task_file": self.task_file, "signature": self.signature.hex()}, indent=1) + "\n"
 
     @classmethod
     def read(cls, path: Path | str) -> Claim:
         path = Path(path)
         try:
-            if path.stat().st_size > 1 << 16:
-                raise ZkFileError(f"{path}: larger than any claim (64 KiB)")
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as error:
+            data = json.loads(_regular_file_bytes(path, MAX_CLAIM_BYTES).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise ZkFileError(f"{path}: cannot read the claim ({error})") from None
         if not isinstance(data, dict) or data.get("format") != CLAIM_FORMAT:
             raise ZkFileError(f"{path}: not a {CLAIM_FORMAT} claim")
         try:
-            counts = [data[k] for k in ("tasks", "samples", "correct", "total")]
+            counts = [data[k] for k in ("tasks", "max_new_tokens", "correct", "total")]
             if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 1 << 32 for c in counts):
-                raise ValueError("tasks, samples, correct and total must be integers in [0, 2^32)")
-            hashes = [bytes.fromhex(data[k]) for k in ("model_hash", "task_set", "evaluator")]
-            if any(len(h) != 32 for h in hashes) or not isinstance(data["records"], str):
-                raise ValueError("model_hash, task_set and evaluator are 64 hex digits; records a file name")
-            if Path(data["records"]).name != data["records"]:
+                raise ValueError("tasks, max_new_tokens, correct and total must be integers in [0, 2^32)")
+            hashes = [_hex(data[k], 32, k) for k in ("model_hash", "task_set", "evaluator", "records_sha256",
+                                                       "proofs_sha256")]
+            records, locators = data["records"], [data.get(k, "") for k in ("model", "task_file")]
+            if not isinstance(records, str) or not records or Path(records).name != records:
                 raise ValueError("records must name a file beside the claim")
-            locators = [data.get(k, "") for k in ("model", "task_file")]
             if not all(isinstance(x, str) and len(x) <= 4096 for x in locators):
                 raise ValueError("model and task_file are paths or preset names")
-            signature = bytes.fromhex(data["signature"])
-            if len(signature) != 64:
-                raise ValueError("signature must be 128 hex digits")
+            signature = _hex(data["signature"], 64, "signature")
         except (KeyError, TypeError, ValueError) as error:
             raise ZkFileError(f"{path}: {error}") from None
-        return cls(hashes[0], hashes[1], counts[0], counts[1], counts[2], counts[3], hashes[2], data["records"],
-                   *locators, signature)
+        return cls(hashes[0], hashes[1], counts[0], counts[1], counts[2], counts[3], hashes[2], records, hashes[3],
+                   hashes[4], *locators, signature)
 
 
-def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, samples: int, sampling, srs: zk.Srs,
+def _hex(value: object, size: int, name: str) -> bytes:
+    if not isinstance(value, str) or len(value) != 2 * size or value.strip("0123456789abcdef"):
+        raise ValueError(f"{name} must be {2 * size} lowercase hex digits")
+    return bytes.fromhex(value)
+
+
+def _regular_file_bytes(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` (a FIFO or a device would block or never end)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ZkFileError(f"{path}: not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as error:
+        raise ZkFileError(f"{path}: cannot read ({error.strerror or error})") from None
+    if len(data) > limit:
+        raise ZkFileError(f"{path}: larger than {limit} bytes")
+    return data
+
+
+def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, max_new_tokens: int, srs: zk.Srs,
                      workdir: Path, records_name: str, model_locator: str = "", task_file: str = "",
                      on_progress: Callable[[int], None] | None = None) -> tuple[list[Rollout], list[zk.Attachment], Claim]:
-    """Sample every task of ``public`` (``samples`` each, at the evaluation's seed), score
-    them with the key, prove each answer's correctness: the records, proofs and claim."""
+    """Answer every task of ``public`` greedily (at the evaluation's seed), score the answers
+    with the key and prove each one's correctness: the records, the proofs and the claim,
+    which binds the bytes the records and proofs are written as (:func:`write_claim`)."""
     from vrl.rollouts.generate import generate
+    from vrl.rollouts.files import frame
     from vrl.tasks import RewardSpec, TaskList
 
+    plain = next((t.id for t in public if committed_reference(t.answer) is None), None)
+    if plain is not None:
+        raise ZkFileError(f"task {plain!r} has its reference in the clear: an evaluation claim is about a private "
+                          "task set (vrl commit-answers), every reference committed")
+    key.check(public)
     spec = RewardSpec()
     digest = task_set_digest(public)
     records = generate(model, TaskList("evaluation", tuple(public)), node,
-                       round_seed=evaluation_seed(model.model_hash, digest), sampling=sampling, groups=len(public),
-                       group_size=samples, score=key.scorer(spec), ordered=True)
+                       round_seed=evaluation_seed(model.model_hash, digest),
+                       sampling=evaluation_sampling(model, max_new_tokens), groups=len(public), group_size=1,
+                       score=key.scorer(spec), ordered=True)
     attachments = prove_rewards(records, key, model.decode, srs, workdir, on_progress=on_progress)
-    correct = sum(r.reward >= spec.correct > 0 for r in records)
-    return records, attachments, Claim(model.model_hash, digest, len(public), samples, correct, len(records),
-                                       node.node_id, records_name, model_locator, task_file).signed(node)
+    correct = sum(key.correct(task, proven_answer(spec, model.decode(list(r.completion_tokens))))
+                  for task, r in zip(public, records))
+    records_bytes, proofs_bytes = _rollout_file_bytes(records, frame), _attachments_bytes(attachments)
+    claim = Claim(model.model_hash, digest, len(public), max_new_tokens, correct, len(records), node.node_id,
+                  records_name, hashlib.sha256(records_bytes).digest(), hashlib.sha256(proofs_bytes).digest(),
+                  model_locator, task_file).signed(node)
+    return records, attachments, claim
+
+
+def _rollout_file_bytes(records: Sequence[Rollout], frame) -> bytes:
+    from vrl.rollouts.files import FILE_MAGIC
+
+    return FILE_MAGIC + b"".join(frame(r) for r in records)
+
+
+def write_claim(out: Path, records: Sequence[Rollout], attachments: Sequence[zk.Attachment], claim: Claim) -> Path:
+    """Write a claim's three files whole: the records (``out``), the proofs (``out.zk``) and
+    the claim (``out.claim.json``), the first two exactly the bytes the claim's hashes name."""
+    from vrl.rollouts.files import frame
+
+    write_bytes_atomic(out, _rollout_file_bytes(records, frame))
+    write_bytes_atomic(companion_path(out), _attachments_bytes(attachments))
+    path = out.with_name(out.name + ".claim.json")
+    write_bytes_atomic(path, claim.to_json().encode())
+    return path
+
+
+def _attachments_bytes(attachments: Sequence[zk.Attachment]) -> bytes:
+    return msgpack.packb([ZK_FILE_FORMAT, [a.to_bytes() for a in attachments]], use_bin_type=True)
 
 
 @dataclass(frozen=True)
 class ClaimCheck:
-    """What checking a claim found: the correct count the proofs show, and every problem."""
+    """What checking a claim found. ``unchecked``: why it could not be judged (its files are
+    not the ones it signs, the model or task set given is not its own, its signature does not
+    verify): it incriminates no one. ``problems``: what is wrong with what its evaluator
+    signed. ``correct`` of ``total``: what the proofs show."""
 
     correct: int
     total: int
     problems: tuple[str, ...]
-    sampling: object = None  # the records' sampling parameters (one set), what the accuracy is at
+    unchecked: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.unchecked
+
+
+def check_claim_file(path: Path, model, public: Sequence[Task], srs: Sequence[zk.Srs], workdir: Path, *,
+                     allow_dev: bool = False) -> tuple[Claim, ClaimCheck]:
+    """Read a claim and the records and proofs files beside it, and check it (:func:`check_claim`).
+    Raises ZkFileError for a claim file that cannot be read; files that are not the ones the
+    claim signs make the check ``unchecked``."""
+    path = Path(path)
+    claim = Claim.read(path)
+    records_path = path.parent / claim.records
+    try:
+        records_bytes = _regular_file_bytes(records_path, 1 << 30)  # one record a task: far below
+        proofs_bytes = _regular_file_bytes(companion_path(records_path), MAX_ATTACHMENTS * (zk.MAX_PROOF_BYTES + 1024))
+    except ZkFileError as error:
+        return claim, ClaimCheck(0, 0, (), (str(error),))
+    unchecked = [f"{name} is not the file the claim signs" for name, data, digest in (
+        (str(records_path), records_bytes, claim.records_sha256),
+        (str(companion_path(records_path)), proofs_bytes, claim.proofs_sha256)) if hashlib.sha256(data).digest() != digest]
+    if unchecked:
+        return claim, ClaimCheck(0, 0, (), tuple(unchecked))
+    from vrl.rollouts.files import RolloutFileError, records_from_bytes
+
+    try:  # the very bytes hashed: a file swapped after the hash is never read
+        records = list(records_from_bytes(records_bytes, str(records_path)))
+        attachments = attachments_from_bytes(proofs_bytes, companion_path(records_path))
+    except (RolloutFileError, ZkFileError) as error:  # the files it signs are damaged: its evaluator's doing
+        return claim, ClaimCheck(0, 0, (str(error),))
+    return claim, check_claim(claim, records, attachments, model, public, srs, workdir, allow_dev=allow_dev)
 
 
 def check_claim(claim: Claim, records: Sequence[Rollout | object], attachments: Sequence[zk.Attachment], model,
                 public: Sequence[Task], srs: Sequence[zk.Srs], workdir: Path, *, allow_dev: bool = False) -> ClaimCheck:
-    """Re-check a claim from its records and proofs alone (specs/zk.md §9): the model and task
-    set it names, the seed it must have used, every record verified (the rewards from the
-    proofs), every task answered by exactly one full group signed by the evaluator, and the
-    correct count recomputed."""
+    """Re-check a claim from its records and proofs alone (specs/zk.md §9): its signature, the
+    model and task set it names, every record verified greedily at the evaluation's seed with
+    the default reward spec and the rewards from the proofs, every task answered once by the
+    evaluator, and the correct count recomputed."""
     from vrl.rollouts.verify import Expectations, verify
-    from vrl.tasks import TaskList
+    from vrl.tasks import RewardSpec, TaskList
 
-    problems = [] if claim.signature_valid() else ["the claim's signature does not verify under its evaluator"]
+    unchecked = [] if claim.signature_valid() else ["the claim's signature does not verify under its evaluator"]
     if claim.model_hash != model.model_hash:
-        problems.append(f"claims model {claim.model_hash.hex()[:16]}, the verifier's is {model.model_hash.hex()[:16]}")
+        unchecked.append(f"it is about model {claim.model_hash.hex()[:16]}, the one given is "
+                         f"{model.model_hash.hex()[:16]}")
     digest = task_set_digest(public)
     if claim.task_set != digest or claim.tasks != len(public):
-        problems.append(f"claims task set {claim.task_set.hex()[:16]} of {claim.tasks} tasks, the given one is "
-                        f"{digest.hex()[:16]} of {len(public)}")
+        unchecked.append(f"it is about task set {claim.task_set.hex()[:16]} of {claim.tasks} tasks, the one given is "
+                         f"{digest.hex()[:16]} of {len(public)}")
+    if any(committed_reference(t.answer) is None for t in public):
+        unchecked.append("the task set given has references in the clear: not a private task set")
+    if unchecked:
+        return ClaimCheck(0, 0, (), tuple(unchecked))
     proven = proven_correctness(records, attachments, model.decode, srs, workdir, allow_dev=allow_dev)
-    verdicts = verify(records, model, expect=Expectations(tasks=TaskList("evaluation", tuple(public)),
-                                                          round_seed=evaluation_seed(claim.model_hash, claim.task_set),
-                                                          in_order=True), proven=proven)
-    problems += [f"record {v.index}: {v.reason}: {v.message}" for v in verdicts if not v.accepted][:20]
-    samplings = {r.sampling for r in records if isinstance(r, Rollout)}
-    if len(samplings) > 1:
-        problems.append(f"the records were sampled {len(samplings)} ways: an accuracy is at one setting")
+    expect = Expectations(tasks=TaskList("evaluation", tuple(public)), round_seed=evaluation_seed(claim.model_hash,
+                                                                                                   claim.task_set),
+                          sampling=evaluation_sampling(model, claim.max_new_tokens), reward_spec=RewardSpec(),
+                          in_order=True)
+    verdicts = verify(records, model, expect=expect, proven=proven)
+    problems = [f"record {v.index}: {v.reason}: {v.message}" for v in verdicts if not v.accepted][:20]
     groups: dict[int, int] = {}
     for record in records:
         if isinstance(record, Rollout):
             groups[record.group_index] = groups.get(record.group_index, 0) + 1
-            if record.node_id != claim.evaluator or record.group_size != claim.samples:
-                problems.append(f"record of task {record.task_id!r}: not the evaluator's, or not a group of "
-                                f"{claim.samples}")
+            if record.node_id != claim.evaluator or record.group_size != 1:
+                problems.append(f"record of task {record.task_id!r}: not the evaluator's, or not one sample a task")
                 break
-    missing = [g for g in range(len(public)) if groups.get(g) != claim.samples]
+    missing = [g for g in range(len(public)) if groups.get(g) != 1]
     if missing:
-        problems.append(f"{len(missing)} tasks without a full group of {claim.samples} samples (the first: task "
-                        f"{missing[0]})")
-    correct = sum(1 for i, shown in proven.items() if shown is True)
+        problems.append(f"{len(missing)} tasks not answered exactly once (the first: task {missing[0]})")
+    correct = sum(1 for shown in proven.values() if shown is True)
     total = sum(isinstance(r, Rollout) for r in records)
     if (claim.correct, claim.total) != (correct, total):
         problems.append(f"claims {claim.correct} of {claim.total} correct; the proofs show {correct} of {total}")
-    return ClaimCheck(correct, total, tuple(problems), next(iter(samplings)) if len(samplings) == 1 else None)
+    return ClaimCheck(correct, total, tuple(problems))
