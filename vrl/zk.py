@@ -36,6 +36,8 @@ from vrl.tasks.answers import COMMITTED_PREFIX, answer_form, committed_reference
 ZK_FILE_FORMAT = "vrl/zk/v1"
 #: Attachments in one companion file: one per record of a rollout file, whose records are as many.
 MAX_ATTACHMENTS = 65536
+#: The most a companion file holds: that many attachments of the largest proof, with room.
+MAX_COMPANION_BYTES = MAX_ATTACHMENTS * (zk.MAX_PROOF_BYTES + 1024)
 #: Lines of an answer key, and its bytes: a line is at most about 150 bytes (a task id of at
 #: most 256 bytes, record.md §2, aside), so a million tasks fit in 256 MiB.
 MAX_KEY_LINES = 1_000_000
@@ -259,7 +261,7 @@ def read_attachments(path: Path | str) -> list[zk.Attachment]:
     """A companion file's attachments; a file that is not one, or an attachment that does
     not decode, is a ZkFileError naming the file (and the attachment's position)."""
     path = Path(path)
-    return attachments_from_bytes(_regular_file_bytes(path, MAX_ATTACHMENTS * (zk.MAX_PROOF_BYTES + 1024)), path)
+    return attachments_from_bytes(_regular_file_bytes(path, MAX_COMPANION_BYTES), path)
 
 
 def attachments_from_bytes(data: bytes, path: Path | str = "<bytes>") -> list[zk.Attachment]:
@@ -411,7 +413,6 @@ def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, max
     with the key and prove each one's correctness: the records, the proofs and the claim,
     which binds the bytes the records and proofs are written as (:func:`write_claim`)."""
     from vrl.rollouts.generate import generate
-    from vrl.rollouts.files import frame
     from vrl.tasks import RewardSpec, TaskList
 
     plain = next((t.id for t in public if committed_reference(t.answer) is None), None)
@@ -428,15 +429,16 @@ def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, max
     attachments = prove_rewards(records, key, model.decode, srs, workdir, on_progress=on_progress)
     correct = sum(key.correct(task, proven_answer(spec, model.decode(list(r.completion_tokens))))
                   for task, r in zip(public, records))
-    records_bytes, proofs_bytes = _rollout_file_bytes(records, frame), _attachments_bytes(attachments)
+    records_bytes, proofs_bytes = _rollout_file_bytes(records), _attachments_bytes(attachments)
     claim = Claim(model.model_hash, digest, len(public), max_new_tokens, correct, len(records), node.node_id,
                   records_name, hashlib.sha256(records_bytes).digest(), hashlib.sha256(proofs_bytes).digest(),
                   model_locator, task_file).signed(node)
     return records, attachments, claim
 
 
-def _rollout_file_bytes(records: Sequence[Rollout], frame) -> bytes:
-    from vrl.rollouts.files import FILE_MAGIC
+def _rollout_file_bytes(records: Sequence[Rollout]) -> bytes:
+    """A rollout file's bytes, as :func:`vrl.rollouts.files.write_rollouts` writes them."""
+    from vrl.rollouts.files import FILE_MAGIC, frame
 
     return FILE_MAGIC + b"".join(frame(r) for r in records)
 
@@ -444,9 +446,7 @@ def _rollout_file_bytes(records: Sequence[Rollout], frame) -> bytes:
 def write_claim(out: Path, records: Sequence[Rollout], attachments: Sequence[zk.Attachment], claim: Claim) -> Path:
     """Write a claim's three files whole: the records (``out``), the proofs (``out.zk``) and
     the claim (``out.claim.json``), the first two exactly the bytes the claim's hashes name."""
-    from vrl.rollouts.files import frame
-
-    write_bytes_atomic(out, _rollout_file_bytes(records, frame))
+    write_bytes_atomic(out, _rollout_file_bytes(records))
     write_bytes_atomic(companion_path(out), _attachments_bytes(attachments))
     path = out.with_name(out.name + ".claim.json")
     write_bytes_atomic(path, claim.to_json().encode())
@@ -484,7 +484,7 @@ def check_claim_file(path: Path, model, public: Sequence[Task], srs: Sequence[zk
     records_path = path.parent / claim.records
     try:
         records_bytes = _regular_file_bytes(records_path, 1 << 30)  # one record a task: far below
-        proofs_bytes = _regular_file_bytes(companion_path(records_path), MAX_ATTACHMENTS * (zk.MAX_PROOF_BYTES + 1024))
+        proofs_bytes = _regular_file_bytes(companion_path(records_path), MAX_COMPANION_BYTES)
     except ZkFileError as error:
         return claim, ClaimCheck(0, 0, (), (str(error),))
     unchecked = [f"{name} is not the file the claim signs" for name, data, digest in (
