@@ -92,6 +92,19 @@ def is_fresh(rollout_version: int, trainer_version: int, max_staleness: int) -> 
     return 0 <= trainer_version - rollout_version <= max_staleness
 
 
+def k3_estimate(log_ratio: Tensor) -> Tensor:
+    """Schulman's (2020) k3 estimate of KL per token, ``r - log r - 1`` with ``log r`` =
+    ``log_ratio`` (log pi_ref - log pi_theta): unbiased, and >= 0 for every real input."""
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def mean_k3(k3: Tensor, mask: Tensor, tokens: Tensor) -> float:
+    """The mean k3 over the masked tokens, as a number to report. Each term is >= 0 exactly,
+    but exp(r) - r - 1 rounds to -1.1e-16 near r = 0 (Hypothesis found one), so a term below
+    0 is reported as the 0 it is; the loss itself uses the terms as computed."""
+    return float((k3.clamp(min=0.0) * mask).sum() / tokens)
+
+
 def policy_loss(
     logprobs: Tensor,
     behaviour_logprobs: Tensor,
@@ -140,7 +153,7 @@ def policy_loss(
     k3 = torch.zeros_like(logp)
     if ref_logprobs is not None:
         log_ref_ratio = pad(ref_logprobs.detach()) - logp  # log(pi_ref / pi_theta)
-        k3 = torch.exp(log_ref_ratio) - log_ref_ratio - 1  # k3 >= 0 (Schulman 2020), GRPO eq. 4
+        k3 = k3_estimate(log_ref_ratio)  # GRPO eq. 4
         per_token = per_token + config.kl_beta * k3  # beta * D_KL, GRPO eq. 3
 
     m = keep.to(logp.dtype)
@@ -157,7 +170,7 @@ def policy_loss(
     binds = ((ratio > 1 + config.eps_high) & (adv > 0)) | ((ratio < 1 - config.eps_low) & (adv < 0))
     stats = {
         "clip_fraction": float((binds & keep).sum() / n),  # tokens where min() picks the clipped branch
-        "kl": float((k3.detach() * m).sum() / n),  # mean k3 over completion tokens
+        "kl": mean_k3(k3.detach(), m, n),
         "is_weight_mean": float((is_weight * m).sum() / n),
         "is_truncated_fraction": float(((raw_is > config.is_cap) & keep).sum() / n),
         "tokens": float(tokens),

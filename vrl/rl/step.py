@@ -31,7 +31,8 @@ from safetensors.torch import save as save_tensors
 
 from vrl.config import U63, bounded, check_fields
 from vrl.errors import VrlError
-from vrl.rl.grpo import GRPOConfig, group_advantages, informative_groups, policy_loss, weight_advantages
+from vrl.rl.grpo import (GRPOConfig, group_advantages, informative_groups, k3_estimate, mean_k3, policy_loss,
+                         weight_advantages)
 from vrl.rollouts.codec import FieldError, canonical_bytes, integer, real, take, text
 from vrl.rollouts.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
 from vrl.rollouts.model import weights_hash
@@ -296,8 +297,7 @@ def _mean_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Ten
     """The k3 estimate of KL(pi_theta || pi_ref) per completion token (Schulman 2020)."""
     keep = mask.bool()
     log_ratio = (ref_logprobs - logprobs).masked_fill(~keep, 0.0)
-    k3 = torch.exp(log_ratio) - log_ratio - 1
-    return float((k3 * keep).sum() / keep.sum().clamp(min=1))
+    return mean_k3(k3_estimate(log_ratio), keep, keep.sum().clamp(min=1))
 
 
 # -- replaying a step (specs/training.md §4) ----------------------------------------------------------
