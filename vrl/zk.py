@@ -104,13 +104,9 @@ class AnswerKey:
     @classmethod
     def read(cls, path: Path | str) -> AnswerKey:
         path = Path(path)
-        try:
-            with path.open("rb") as handle:
-                data = handle.read(MAX_KEY_BYTES + 1)
-            if len(data) > MAX_KEY_BYTES:
-                raise ZkFileError(f"{path}: larger than any answer key ({MAX_KEY_BYTES} bytes)")
-            lines = data.decode("utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as error:
+        try:  # a regular file only, bounded, as every file this module reads
+            lines = _regular_file_bytes(path, MAX_KEY_BYTES).decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
             raise ZkFileError(f"{path}: cannot read the answer key ({error})") from None
         if len(lines) > MAX_KEY_LINES:
             raise ZkFileError(f"{path}: more than {MAX_KEY_LINES} lines")
@@ -447,7 +443,7 @@ def write_claim(out: Path, records: Sequence[Rollout], attachments: Sequence[zk.
     """Write a claim's three files whole: the records (``out``), the proofs (``out.zk``) and
     the claim (``out.claim.json``), the first two exactly the bytes the claim's hashes name."""
     write_bytes_atomic(out, _rollout_file_bytes(records))
-    write_bytes_atomic(companion_path(out), _attachments_bytes(attachments))
+    write_attachments(companion_path(out), attachments)
     path = out.with_name(out.name + ".claim.json")
     write_bytes_atomic(path, claim.to_json().encode())
     return path
