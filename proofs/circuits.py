@@ -8,12 +8,23 @@ answer-match/v1
     ``Poseidon(reference codes || salt)``, the commitment published with the task set, and
     ``correct`` (1 or 0). The codes are a length and the UTF-8 bytes of the normalized answer
     (the caller normalizes; vrl/tasks/answers.py ``answer_form``), zero-padded to ANSWER_BYTES.
+
+lm-logits/64x256/v1
+    Proves ``logits = W h`` for one position of a policy with hidden size 64 and vocabulary 256
+    (the ``micro`` preset): ``h``, the LM head's input, is public at scale HIDDEN_SCALE; ``W``
+    is polycommit, so one setup serves every policy version and the verifier swaps in the
+    commitment of the weights it expects; the logits are public at the same scale. The
+    verifier runs the seeded race and the log-softmax on them itself, in float64.
 """
 
 from __future__ import annotations
 
 import secrets
-from proofs.zk import Circuit, ZkError, felt, poseidon
+from collections.abc import Sequence
+
+import numpy as np
+
+from proofs.zk import Circuit, ZkError, felt, felt_int, poseidon
 
 #: Bytes of a normalized answer the circuit holds: GSM8K and MATH numeric answers in canonical
 #: form ("n:" and a reduced fraction) fit in 32 with room; a longer answer cannot be proven.
@@ -91,6 +102,81 @@ ANSWER_MATCH = Circuit("answer-match/v1", logrows=15, module=_answer_match_modul
                        settings_hash=bytes.fromhex("8306ca7e51ebb8d2a67afcf7b394fd64b53b70ab334c3102ea377f2d52fd053f"),
                        proof_bytes=3840)
 
+# -- lm-logits: one position's logits from a committed hidden state ----------------------------
+
+#: Fixed-point scale of hidden states, weights and logits: values are multiples of 2^-13.
+#: Scale 13 proved the logits of a 64x256 head to within 1e-3 at k=15 (shared/research/ezkl.md
+#: §2, d-logits; 8e-4 measured here, bench/results/zk.json), far below a sampled token's margin.
+HIDDEN_SCALE = 13
+#: The largest quantized value a hidden state may hold: |h| < 2^20 (a final-norm output is
+#: within tens): far inside the field, and what the verifier's range checks assume.
+MAX_HIDDEN_MAGNITUDE = 1 << 33
+
+
+def quantize_hidden(rows) -> np.ndarray:
+    """Hidden-state rows (float32, as captured) as the circuit's integers: ``rint(h * 2^13)``,
+    ties to even, exact in float64 (specs/zk.md §8). Shape (rows, hidden), int64."""
+    values = np.asarray(rows, dtype=np.float32).astype(np.float64) * float(1 << HIDDEN_SCALE)
+    if not np.isfinite(values).all() or np.abs(values).max(initial=0.0) >= MAX_HIDDEN_MAGNITUDE:
+        raise ZkError(f"a hidden state outside +-2^{MAX_HIDDEN_MAGNITUDE.bit_length() - 1 - HIDDEN_SCALE}")
+    return np.rint(values).astype(np.int64)
+
+
+def hidden_hash(quantized: Sequence[int]) -> bytes:
+    """Poseidon of one quantized hidden state, as signed field elements: what a record commits
+    per sampled token before any position is challenged."""
+    return poseidon([int(v) for v in quantized])
+
+
+def lm_logits_circuit(hidden: int, vocab: int) -> Circuit:
+    """The LM-head circuit of one shape (``lm-logits/{hidden}x{vocab}/v1``)."""
+
+    def module():
+        import torch
+
+        head = torch.nn.Linear(hidden, vocab, bias=False)
+        torch.nn.init.zeros_(head.weight)  # the keys do not depend on the weights (polycommit)
+        return head
+
+    def example():
+        import torch
+
+        return (torch.zeros(1, hidden),)
+
+    return Circuit(f"lm-logits/{hidden}x{vocab}/v1", logrows=15, module=module, example=example,
+                   input_visibility="public", param_visibility="polycommit", scale=HIDDEN_SCALE,
+                   settings_hash=bytes.fromhex(_PINNED.get((hidden, vocab), "")), proof_bytes=3200 if (hidden, vocab)
+                   in _PINNED else 0)
+
+
+#: Settings hashes measured with ezkl 23.0.5 and torch 2.13.0 (specs/vectors/zk.json).
+_PINNED = {(64, 256): "0c2ce1a69af1e4e784a1fb0aebfbe19b379ab9972d2f618eedd86d80112cfe9c"}
+
+
+def lm_head_module(weight) -> object:
+    """The circuit's graph with a policy's LM-head weights (vocab x hidden, float32)."""
+    import torch
+
+    vocab, hidden = weight.shape
+    head = torch.nn.Linear(hidden, vocab, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(weight.detach().to(torch.float32).cpu())
+    return head
+
+
+def lm_logits_split(circuit: Circuit, instances: Sequence[bytes]) -> tuple[list[int], list[int]]:
+    """An lm-logits attachment's instances as (quantized hidden state, quantized logits); a
+    ZkError when their count or values do not fit the circuit."""
+    hidden = int(circuit.example()[0].shape[-1])
+    vocab = int(circuit.id.split("/")[1].split("x")[1])
+    if len(instances) != hidden + vocab:
+        raise ZkError(f"{circuit.id}: {len(instances)} instances, not {hidden + vocab}")
+    values = [felt_int(i) for i in instances]
+    return values[:hidden], values[hidden:]
+
+
+LM_LOGITS_MICRO = lm_logits_circuit(64, 256)
+
 #: Every circuit a verifier knows, by id.
-CIRCUITS: dict[str, Circuit] = {c.id: c for c in (ANSWER_MATCH,)}
+CIRCUITS: dict[str, Circuit] = {c.id: c for c in (ANSWER_MATCH, LM_LOGITS_MICRO)}
 

@@ -335,3 +335,22 @@ def _agreements(n_rows: list[int], body: list[tuple[np.ndarray, np.ndarray]],
             mantissa_error_mean=float(error_sums[i]) / matched if matched else float(_MANTISSA_MASK),
             rows_fully_missed=int(fully_missed[i]), closing_misses=int(closing_misses[i])))
     return results
+
+
+def opens(data: bytes, n_rows: int, index: int, row: torch.Tensor) -> bool:
+    """Whether body row ``index`` of a commitment over ``n_rows`` rows is exactly ``row``, as
+    far as the commitment holds it: the polynomial, evaluated at the keys of ``row``'s own top
+    columns, gives back ``row``'s bf16 bits, every one. For a row the prover revealed (a sampling
+    proof's hidden state, specs/zk.md §8), which must be the row it committed, bit for bit.
+
+    Raises :class:`MalformedCommitment` for bytes without the layout for ``n_rows`` rows, or an
+    ``index`` that is not a body row.
+    """
+    if not 0 <= index < n_rows - 1:
+        raise MalformedCommitment(f"row {index} is not a body row of a {n_rows}-row commitment")
+    modulus, coefficients = parse(data, n_rows)[index // ROWS_PER_CHUNK]
+    bits = bf16_bits(row.reshape(1, -1))
+    columns = top_indices(bits, VALUES_PER_ROW)[0]
+    keys = (index % ROWS_PER_CHUNK) * bits.shape[1] + columns
+    claimed = _evaluate(coefficients[None, :], (keys % modulus)[None, :])[0]
+    return bool((claimed == bits[0, columns]).all())

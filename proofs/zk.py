@@ -46,6 +46,10 @@ EZKL_VERSION = "23.0.5"
 ATTACHMENT_VERSION = 1
 #: A field element as ezkl writes it: 32 bytes, little-endian (BN254's scalar field).
 FELT_BYTES = 32
+#: BN254's scalar field order: ezkl's field. A negative value v is the element p + v.
+FIELD_MODULUS = 21888242871839275222246405745257275088548364400416034343698204186575808495617
+#: A KZG commitment (a compressed BN254 G1 point), as ezkl writes a polycommit column's.
+POINT_BYTES = 32
 #: A k=15 proof is 3,840 bytes here; 64 KiB leaves room for circuits up to k=21 with several
 #: columns and bounds what a decoder holds for one attachment.
 MAX_PROOF_BYTES = 1 << 16
@@ -144,10 +148,25 @@ class Attachment:
 # -- field elements ---------------------------------------------------------------------------------
 
 def felt(value: int) -> bytes:
-    """A non-negative integer below 2^128 as a field element (FELT_BYTES, little-endian)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 128:
-        raise ZkError(f"field element: {value!r} is not an integer in [0, 2^128)")
-    return value.to_bytes(FELT_BYTES, "little")
+    """An integer of magnitude below 2^128 as a field element (FELT_BYTES, little-endian); a
+    negative ``v`` is ``p + v``, as ezkl encodes fixed-point values (specs/zk.md §3)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not -(1 << 128) < value < 1 << 128:
+        raise ZkError(f"field element: {value!r} is not an integer in (-2^128, 2^128)")
+    return (value % FIELD_MODULUS).to_bytes(FELT_BYTES, "little")
+
+
+def felt_int(element: bytes) -> int:
+    """The signed integer a field element stands for: ``felt``'s inverse on its range. An
+    element past ``p``, or in the middle of the field (no fixed-point value of ours), is a
+    ZkError: instances come from attachments, outside input."""
+    if not isinstance(element, bytes) or len(element) != FELT_BYTES:
+        raise ZkError(f"a field element is {FELT_BYTES} bytes")
+    value = int.from_bytes(element, "little")
+    if value < 1 << 128:
+        return value
+    if FIELD_MODULUS - (1 << 128) < value < FIELD_MODULUS:
+        return value - FIELD_MODULUS
+    raise ZkError(f"field element {element.hex()[:16]}...: not a value of magnitude below 2^128")
 
 
 def poseidon(values: Sequence[int]) -> bytes:
@@ -297,7 +316,47 @@ def build(circuit: Circuit, workdir: Path) -> Built:
     return built
 
 
-def _export(circuit: Circuit, out: Path) -> None:
+def compiled_with(built: Built, module: object) -> Path:
+    """``built``'s circuit compiled with the parameters of ``module`` (a torch module of the
+    circuit's graph), made once per parameter set: for circuits whose parameters are
+    ``polycommit``, whose keys fit every parameter set but whose witness needs the parameters.
+    A module that does not lay out as ``built`` (other shapes) is a ZkError."""
+    with _staging(built.directory) as staging:
+        _export(built.circuit, staging, module, compile_circuit=False)
+        digest = hashlib.sha256((staging / "circuit.onnx").read_bytes()).hexdigest()[:32]
+        directory = built.directory / f"params-{digest}"
+        with _locked(built.directory.parent):
+            if not (directory / "circuit.compiled").exists():
+                if settings_hash(staging / "settings.json") != built.settings_hash:
+                    raise ZkError(f"{built.circuit.id}: these parameters do not lay out as the circuit's graph")
+                with _quiet(staging / "ezkl.log"):
+                    _call(_ezkl().compile_circuit, str(staging / "circuit.onnx"), str(staging / "circuit.compiled"),
+                          str(staging / "settings.json"))
+                shutil.rmtree(directory, ignore_errors=True)  # an incomplete one: never a compiled circuit
+                os.replace(staging, directory)
+    return directory / "circuit.compiled"
+
+
+def params_commitment(built: Built, compiled: Path, made: Keys) -> bytes:
+    """The KZG commitments of the parameters compiled into ``compiled``, as a verifier expects
+    them in a proof (one POINT_BYTES point per polycommit column): they do not depend on the
+    inputs (shared/research/ezkl.md §3.3), so zeros are used. One value per parameter set and
+    SRS; what a trainer publishes per policy version (specs/zk.md §8)."""
+    ezkl = _ezkl()
+    with _staging(built.directory) as scratch:
+        zeros = [[0.0] * int(x.numel()) for x in built.circuit.example()]
+        (scratch / "input.json").write_text(json.dumps({"input_data": zeros}))
+        with _quiet(scratch / "ezkl.log"):
+            _call(ezkl.gen_witness, str(scratch / "input.json"), str(compiled), str(scratch / "witness.json"),
+                  vk_path=str(made.vk), srs_path=str(made.srs.path))
+        params = json.loads((scratch / "witness.json").read_text()).get("processed_params") or {}
+    points = [bytes.fromhex(point) for column in params.get("polycommit") or [] for point in column]
+    if not points or any(len(point) != POINT_BYTES for point in points):
+        raise ZkError(f"{built.circuit.id}: ezkl made no parameter commitment (is its param_visibility polycommit?)")
+    return b"".join(points)
+
+
+def _export(circuit: Circuit, out: Path, module: object | None = None, compile_circuit: bool = True) -> None:
     import torch
 
     ezkl = _ezkl()
@@ -306,7 +365,8 @@ def _export(circuit: Circuit, out: Path) -> None:
         example = circuit.example()
         # The legacy TorchScript exporter: the dynamo one writes weights beside the graph,
         # which ezkl's loader rejects (shared/research/ezkl.md §1.5).
-        torch.onnx.export(circuit.module(), example, str(out / "circuit.onnx"), opset_version=17, dynamo=False,
+        torch.onnx.export(module if module is not None else circuit.module(), example, str(out / "circuit.onnx"),
+                          opset_version=17, dynamo=False,
                           input_names=[f"input{i}" for i in range(len(example))], output_names=["output0"])
     args = ezkl.PyRunArgs()
     args.input_visibility, args.output_visibility = circuit.input_visibility, circuit.output_visibility
@@ -316,8 +376,9 @@ def _export(circuit: Circuit, out: Path) -> None:
     with _quiet(out / "ezkl.log"):  # ezkl prints its layout notes (e.g. on scale 0) to stdout
         _call(ezkl.gen_settings, str(out / "circuit.onnx"), str(out / "settings.json"), py_run_args=args)
         _canonical_order(out / "settings.json")
-        _call(ezkl.compile_circuit, str(out / "circuit.onnx"), str(out / "circuit.compiled"),
-              str(out / "settings.json"))
+        if compile_circuit:
+            _call(ezkl.compile_circuit, str(out / "circuit.onnx"), str(out / "circuit.compiled"),
+                  str(out / "settings.json"))
 
 
 #: Settings that ezkl 23.0.5 writes from a hash set, in an order that changes from run to run,
@@ -352,21 +413,25 @@ def keys(built: Built, srs: Srs) -> Keys:
 
 # -- proving and verifying ---------------------------------------------------------------------------
 
-def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs: Srs, workdir: Path) -> Attachment:
-    """Prove ``circuit`` on ``inputs`` (one list of integers per graph input). A witness that
-    does not satisfy the circuit is a ZkError before any proof is made: ezkl's ``prove`` runs
-    unchecked and would return a "proof" that cannot verify (shared/research/ezkl.md §3)."""
+def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs: Srs, workdir: Path,
+          params: object | None = None) -> Attachment:
+    """Prove ``circuit`` on ``inputs`` (one list of integers per graph input, at the circuit's
+    scale: value ``v`` stands for ``v / 2^scale``), with the parameters of the torch module
+    ``params`` where the circuit's are polycommit. A witness that does not satisfy the circuit
+    is a ZkError before any proof is made: ezkl's ``prove`` runs unchecked and would return a
+    "proof" that cannot verify (shared/research/ezkl.md §3)."""
     _digest(subject, "subject")
-    made = keys(build(circuit, workdir), srs)
+    built = build(circuit, workdir)
+    made = keys(built, srs)
+    compiled = compiled_with(built, params) if params is not None else built.compiled
     ezkl = _ezkl()
     with _staging(Path(workdir)) as scratch:
-        (scratch / "input.json").write_text(json.dumps({"input_data": [[float(v) for v in x] for x in inputs]}))
-        _call(ezkl.gen_witness, str(scratch / "input.json"), str(made.built.compiled), str(scratch / "witness.json"))
+        _witness(circuit, inputs, compiled, made, scratch)
         try:
-            ezkl.mock(str(scratch / "witness.json"), str(made.built.compiled))
+            ezkl.mock(str(scratch / "witness.json"), str(compiled))
         except RuntimeError as error:
             raise ZkError(f"{circuit.id}: the inputs do not satisfy the circuit ({error})") from None
-        _call(ezkl.prove, str(scratch / "witness.json"), str(made.built.compiled), str(made.pk),
+        _call(ezkl.prove, str(scratch / "witness.json"), str(compiled), str(made.pk),
               proof_path=str(scratch / "proof.json"), srs_path=str(srs.path))
         written = json.loads((scratch / "proof.json").read_text())
     (instances,) = written["instances"]
@@ -374,11 +439,35 @@ def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs
                       tuple(bytes.fromhex(i) for i in instances), bytes(written["proof"]))
 
 
+def outputs(circuit: Circuit, inputs: Sequence[Sequence[int]], workdir: Path, srs: Srs,
+            params: object | None = None) -> list[int]:
+    """What ``circuit`` outputs on ``inputs`` (as :func:`prove` takes them), as signed integers at
+    its scale, without proving: the values a proof's output instances would hold."""
+    built = build(circuit, workdir)
+    made = keys(built, srs)
+    compiled = compiled_with(built, params) if params is not None else built.compiled
+    with _staging(Path(workdir)) as scratch:
+        witness = _witness(circuit, inputs, compiled, made, scratch)
+    return [felt_int(bytes.fromhex(value)) for output in witness["outputs"] for value in output]
+
+
+def _witness(circuit: Circuit, inputs: Sequence[Sequence[int]], compiled: Path, made: Keys, scratch: Path) -> dict:
+    """ezkl's witness for ``inputs`` in ``scratch/witness.json``, and as a dict."""
+    # v / 2^scale is exact in float64 for |v| < 2^53, so ezkl's own quantization gives v back.
+    data = [[float(v) / (1 << circuit.scale) for v in x] for x in inputs]
+    (scratch / "input.json").write_text(json.dumps({"input_data": data}))
+    _call(_ezkl().gen_witness, str(scratch / "input.json"), str(compiled), str(scratch / "witness.json"),
+          vk_path=str(made.vk), srs_path=str(made.srs.path))
+    return json.loads((scratch / "witness.json").read_text())
+
+
 def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: bytes, instances: Sequence[bytes],
-           srs: Sequence[Srs], workdir: Path, allow_dev: bool = False) -> Reason:
+           srs: Sequence[Srs], workdir: Path, allow_dev: bool = False, params: bytes | None = None) -> Reason:
     """Check one attachment against what the verifier derives itself: the circuit from its id,
     the settings and keys from its own build and SRS, the subject and the public inputs from
-    the caller. Returns :data:`Reason.OK` or the first reason it fails (specs/zk.md §4)."""
+    the caller, and for polycommit parameters, ``params``, the commitment it expects
+    (:func:`params_commitment`). Returns :data:`Reason.OK` or the first reason it fails
+    (specs/zk.md §4)."""
     circuit = circuits.get(attachment.circuit)
     if circuit is None:
         return Reason.UNKNOWN_CIRCUIT
@@ -399,11 +488,30 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
         return Reason.WRONG_INSTANCES
     if circuit.proof_bytes and len(attachment.proof) != circuit.proof_bytes:
         return Reason.INVALID_PROOF  # halo2 ignores trailing bytes: a proof has one length, or none
+    polycommit = circuit.param_visibility == "polycommit"
+    if polycommit and (not isinstance(params, bytes) or not params or len(params) % POINT_BYTES):
+        raise ZkError(f"{circuit.id}: checking its proofs needs the parameters' commitment "
+                      f"(a multiple of {POINT_BYTES} bytes)")
     ezkl = _ezkl()
     with _staging(Path(workdir)) as scratch:
         # Only what verify reads: the instances (the verifier's own) and the proof bytes.
         (scratch / "proof.json").write_text(json.dumps({"protocol": None, "proof": list(attachment.proof),
                                                         "instances": [[i.hex() for i in instances]]}))
+        if polycommit:
+            # The proof carries the prover's commitment; the verifier's own replaces it, so a
+            # proof made with other parameters does not verify (shared/research/ezkl.md §3.3).
+            # ezkl reads these witness fields and no others here (measured on 23.0.5).
+            points = [params[i:i + POINT_BYTES].hex() for i in range(0, len(params), POINT_BYTES)]
+            (scratch / "witness.json").write_text(json.dumps({
+                "inputs": [], "outputs": [], "max_lookup_inputs": 0, "min_lookup_inputs": 0, "max_range_size": 0,
+                "processed_params": {"polycommit": [points], "poseidon_hash": None}}))
+            try:
+                with _quiet(scratch / "ezkl.log"):  # it prints whether the proof changed
+                    ezkl.swap_proof_commitments(str(scratch / "proof.json"), str(scratch / "witness.json"))
+            except BaseException as error:
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                raise ZkError(f"{circuit.id}: the parameters' commitment is not a curve point") from None
         try:
             ok = ezkl.verify(str(scratch / "proof.json"), str(built.settings), str(made.vk), srs_path=str(held.path))
         except BaseException as error:  # ezkl raises for a proof that fails; Rust panics are BaseExceptions

@@ -49,26 +49,30 @@ async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, dead
     }
     nodes = {name: Node(cfg, network.transport(key.private_seed()), key, work=work_for(cfg.adversary))
              for name, (key, cfg) in specs.items()}
-    stop = asyncio.Event()
     for node in nodes.values():
         await node.transport.start()
     trainer_address = nodes["trainer"].transport.addresses()[0]
     for name, node in nodes.items():
         if name != "trainer":
             node.config = dataclasses.replace(node.config, bootstrap=(trainer_address,))
+    return await drive(nodes, deadline,
+                       until or (lambda nodes: (nodes["trainer"].protocol.version or 0) >= rounds))
+
+
+async def drive(nodes: dict[str, Node], deadline: float, until) -> dict[str, Node]:
+    """Run started nodes until ``until(nodes)`` holds, one of them stops, or ``deadline``
+    seconds pass; then stop them all (within 60 s) and raise what any of them raised."""
+    stop = asyncio.Event()
     tasks = [asyncio.create_task(node.run(stop)) for node in nodes.values()]
     started = time.monotonic()
     try:
         while time.monotonic() - started < deadline:
             await asyncio.sleep(0.25)
-            if any(t.done() for t in tasks):
-                break
-            done = until(nodes) if until is not None else (nodes["trainer"].protocol.version or 0) >= rounds
-            if done:
+            if any(t.done() for t in tasks) or until(nodes):
                 break
     finally:
         stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
         for node in nodes.values():
             await node.transport.close()
     for task in tasks:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+
+import vrl
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +93,10 @@ def test_record_vector():
 
 def test_tiny_preset_model_hash(tiny):
     assert tiny.model_hash.hex() == load("model")["tiny"]["model_hash"]
+
+
+def test_micro_preset_model_hash():
+    assert vrl.load_model("micro").model_hash.hex() == load("model")["micro"]["model_hash"]
 
 
 def test_model_hash_from_the_spec_formula_alone():
@@ -283,3 +289,24 @@ def test_zk_vectors():
     data = bytes.fromhex(vectors["attachment"]["bytes"])
     assert zk.Attachment.from_bytes(data).to_bytes() == data
     assert zk.Attachment.from_bytes(data).instances == tuple(bytes.fromhex(i) for i in case["instances"])
+
+
+def test_sampling_proof_vectors():
+    """specs/zk.md §10: the quantization of a hidden state (ties to even), its Poseidon hash, the
+    positions a challenge picks, and each circuit's pinned settings."""
+    from proofs import zk
+    from proofs.circuits import CIRCUITS, hidden_hash, quantize_hidden
+    from vrl.rollouts.record import Rollout
+    from vrl.sampling_proofs import challenged
+
+    vectors = load("zk")
+    hidden = vectors["hidden_state"]
+    assert quantize_hidden([hidden["row"]])[0].tolist() == hidden["quantized"]
+    assert hidden["quantized"][:2] == [0, -2]
+    assert hidden_hash(hidden["quantized"]).hex() == hidden["hash"]
+    assert all(zk.felt_int(zk.felt(int(k))) == int(k) for k in vectors["felts"])
+    case = vectors["challenge"]
+    record = Rollout.from_bytes(bytes.fromhex(case["record"]))
+    assert list(challenged(record, bytes.fromhex(case["challenge"]), case["count"])) == case["positions"]
+    assert {c.id: {"settings_hash": c.settings_hash.hex(), "proof_bytes": c.proof_bytes, "logrows": c.logrows}
+            for c in CIRCUITS.values()} == vectors["circuits"]

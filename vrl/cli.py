@@ -171,6 +171,9 @@ def generate(
     answers: Annotated[Optional[Path], typer.Option(help="Answer key of a task set of committed references "
                                                     "(vrl commit-answers): rewards from it, records keep the "
                                                     "commitments.")] = None,
+    hidden_states: Annotated[bool, typer.Option(help="Commit each sampled token's hidden state (Poseidon hash) for "
+                                                "sampling proofs, and keep the rows in OUT.hidden (vrl prove "
+                                                "--kind sampling).")] = False,
 ):
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     configure_logging(json_output)
@@ -210,17 +213,33 @@ def generate(
     stats = GenerationStats()
     log.info("generating", model=loaded.name, model_hash=loaded.model_hash.hex()[:16], tasks=tasks.name,
              groups=groups, group_size=group_size, node_id=node_key.node_id.hex()[:16])
+    witness_rows: list | None = None
+    if hidden_states:
+        from vrl.sampling_proofs import SamplingProofError, circuit_for, witness_path, write_witness
+
+        try:
+            circuit_for(loaded)
+        except SamplingProofError as error:
+            raise _fail(str(error)) from None
+        witness_rows = []
     written = 0
     with _progress(json_output) as bar, RolloutWriter(partial) as writer:
         task_bar = bar.add_task("generating groups", total=groups)
         for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling, groups=groups,
                                    group_size=group_size, policy_version=policy_version,
-                                   batch_size=batch_size, stats=stats, score=score):
+                                   batch_size=batch_size, stats=stats, score=score,
+                                   witness=(lambda r, rows: witness_rows.append((r, rows)))
+                                   if witness_rows is not None else None):
             for rollout in group:
                 writer.write(rollout)
             writer.flush()
             written += len(group)
             bar.advance(task_bar)
+    if witness_rows is not None:  # before the rollouts appear: records are never without their rows
+        try:
+            write_witness(witness_path(out_path), witness_rows)
+        except OSError as error:
+            raise _fail(f"{witness_path(out_path)}: cannot write the hidden states ({error})") from None
     partial.replace(out_path)
     summary = {"rollouts": written, "groups": written // group_size, "tokens": stats.tokens,
                "out": str(out_path), "model_hash": loaded.model_hash.hex(),
@@ -264,9 +283,16 @@ def verify(
     srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file proofs must be made against.")] = None,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against this machine's dev SRS: INSECURE, "
                                                 "for tests and demos.")] = False,
+    sampling_file: Annotated[Optional[Path], typer.Option("--sampling", help="Sampling proofs at challenged "
+                                                          "positions (vrl prove --kind sampling); default: "
+                                                          "FILE.sampling when it exists.")] = None,
+    challenge: Annotated[Optional[str], typer.Option(help="The challenge you issued (64 hex digits): every position "
+                                                     "it picks must be proven, and no other.")] = None,
+    positions: Annotated[int, typer.Option(min=1, max=64, help="Positions per record the challenge asked for.")] = 4,
 ):
     """Verify every rollout in a file, and test each producer's sampling over all of its rollouts.
-    Exit 0 all accepted, 1 any rejected or any producer's sequential test failed, 2 unusable input."""
+    Exit 0 all accepted, 1 any rejected, any producer's sequential test failed or any sampling
+    proof failed, 2 unusable input."""
     configure_logging(json_output)
     from vrl.rollouts.files import RolloutFileError, iter_records
     from vrl.rollouts.profiles import ProfileError, profile_of
@@ -292,6 +318,8 @@ def verify(
         task_bar = bar.add_task("verifying", total=len(records))
         verdicts = run_verify(records, loaded, expect=expect, batch_size=batch_size, tolerances=profile.tolerances,
                               on_progress=lambda n: bar.advance(task_bar, n), proven=proven)
+    sampling_summary = _check_sampling(rollouts, sampling_file, records, loaded, srs, allow_dev_srs,
+                                       _challenge(challenge), positions)
     accepted = sum(v.accepted for v in verdicts)
     reasons = Counter(v.reason for v in verdicts if not v.accepted)
     # specs/verification.md §7: each producer's races over all of its records in the file.
@@ -306,7 +334,7 @@ def verify(
         out.print_json(data={"file": str(rollouts), "model_hash": loaded.model_hash.hex(), "profile": profile.name,
                              "total": len(verdicts), "accepted": accepted, "rejected": len(verdicts) - accepted,
                              "reasons": dict(reasons), "producers": producers, "zk": zk_summary,
-                             "verdicts": [v.to_json() for v in verdicts]})
+                             "sampling_proofs": sampling_summary, "verdicts": [v.to_json() for v in verdicts]})
     else:
         out.print(verdict_table(verdicts, f"{rollouts}: {accepted} of {len(verdicts)} accepted"))
         for node, row in producers.items():
@@ -317,7 +345,47 @@ def verify(
             failed_proofs = ", ".join(f"{r} {n}" for r, n in zk_summary["failed"].items()) or "none failed"
             out.print(f"proofs ({zk_summary['file']}): {zk_summary['proven']} records' rewards proven, "
                       f"{failed_proofs}" + (" [red]INSECURE: dev SRS allowed[/]" if allow_dev_srs else ""))
-    raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) and not failed else EXIT_REJECTED)
+        if sampling_summary is not None:
+            out.print(_sampling_line(sampling_summary, allow_dev_srs), highlight=False)
+    sampling_failed = sampling_summary is not None and sampling_summary["failed"]
+    raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) and not failed and not sampling_failed
+                     else EXIT_REJECTED)
+
+
+def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list, model, srs: Optional[Path],
+                    allow_dev: bool, challenge: Optional[bytes], positions: int) -> dict | None:
+    """What the sampling proofs show (specs/zk.md §8.4), as a summary; None without a file."""
+    from proofs import zk
+    from vrl.rollouts.record import Rollout
+    from vrl.sampling_proofs import SamplingProofError, check_openings, openings_path, read_openings
+    from vrl.zk import work_directory
+
+    path = sampling_file or (openings_path(rollouts) if openings_path(rollouts).exists() else None)
+    if path is None:
+        return None
+    decoded = [r for r in records if isinstance(r, Rollout)]
+    try:
+        issued, openings = read_openings(path)
+        if challenge is not None and challenge != issued:
+            raise SamplingProofError(f"{path}: answers challenge {issued.hex()[:16]}..., not the one given")
+        checks = check_openings(decoded, openings, model, _trusted_srs(srs, allow_dev), work_directory(),
+                                challenge=challenge, count=positions, allow_dev=allow_dev)
+    except (SamplingProofError, zk.ZkError) as error:
+        raise _fail(str(error)) from None
+    failed = Counter(str(c.outcome) for c in checks if c.outcome != "ok")
+    margins = [c.margin for c in checks if c.outcome == "ok"]
+    return {"file": str(path), "challenge": issued.hex(), "challenge_given": challenge is not None,
+            "positions": len(checks), "proven": len(checks) - sum(failed.values()), "failed": dict(failed),
+            "records_failed": len({c.record for c in checks if c.outcome != "ok"}),
+            "max_margin": max(margins, default=0.0), "dev_srs_allowed": allow_dev,
+            "checks": [{"record": c.record, "position": c.position, "outcome": str(c.outcome)} for c in checks]}
+
+
+def _sampling_line(summary: dict, allow_dev: bool) -> str:
+    failed = ", ".join(f"{r} {n}" for r, n in summary["failed"].items()) or "none failed"
+    origin = "" if summary["challenge_given"] else " (positions as the file says: pass --challenge to hold them to yours)"
+    return (f"sampling proofs ({summary['file']}): {summary['proven']} of {summary['positions']} challenged tokens "
+            f"proven, {failed}{origin}" + (" INSECURE: dev SRS allowed" if allow_dev else ""))
 
 
 def _check_proofs(rollouts: Path, zk_file: Optional[Path], records: list, model, srs: Optional[Path],
@@ -346,12 +414,15 @@ def inspect(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ):
-    """List the records of a rollout file, or the proofs of a companion file (.zk), without verifying them."""
+    """List the records of a rollout file, or the proofs of a companion file (.zk, .sampling), without
+    verifying them."""
     from vrl.rollouts.files import RolloutFileError, iter_records
     from vrl.rollouts.record import RecordError
 
     if rollouts.suffix == ".zk":
         return _inspect_proofs(rollouts, json_output)
+    if rollouts.suffix == ".sampling":
+        return _inspect_openings(rollouts, json_output)
     rows = []
     try:
         for index, item in enumerate(iter_records(rollouts)):
@@ -407,6 +478,30 @@ def _inspect_proofs(path: Path, json_output: bool) -> None:
     out.print(table)
 
 
+def _inspect_openings(path: Path, json_output: bool) -> None:
+    from vrl.sampling_proofs import SamplingProofError, read_openings
+
+    try:
+        challenge, openings = read_openings(path)
+    except SamplingProofError as error:
+        raise _fail(str(error)) from None
+    rows = [{"index": i, "record": o.record.hex(), "position": o.position, "circuit": o.attachment.circuit,
+             "srs": o.attachment.srs_hash.hex(), "vk": o.attachment.vk_hash.hex(),
+             "instances": len(o.attachment.instances), "proof_bytes": len(o.attachment.proof)}
+            for i, o in enumerate(openings)]
+    if json_output:
+        out.print_json(data={"challenge": challenge.hex(), "openings": rows})
+        return
+    table = Table(title=f"{path}: {len(rows)} sampling proofs, challenge {challenge.hex()[:16]}...",
+                  title_justify="left")
+    for column in ("#", "record", "position", "circuit", "SRS", "key", "bytes"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["index"]), row["record"][:12], str(row["position"]), row["circuit"], row["srs"][:12],
+                      row["vk"][:12], str(row["proof_bytes"]))
+    out.print(table)
+
+
 @app.command("commit-answers")
 def commit_answers_command(
     task: Annotated[str, typer.Argument(help="Task file whose reference answers are to stay private.")],
@@ -441,16 +536,24 @@ def commit_answers_command(
 def prove(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim (for its tokenizer).")],
-    answers: Annotated[Path, typer.Option(help="The answer key of the rollouts' task set (vrl commit-answers).")],
+    answers: Annotated[Optional[Path], typer.Option(help="--kind reward: the answer key of the rollouts' task set "
+                                                    "(vrl commit-answers).")] = None,
     kind: Annotated[str, typer.Option(help="What to prove: reward (the answer's correctness against a private "
-                                      "reference).")] = "reward",
+                                      "reference) or sampling (challenged tokens won their races).")] = "reward",
+    positions: Annotated[int, typer.Option(min=1, max=64, help="--kind sampling: positions per record.")] = 4,
+    challenge: Annotated[Optional[str], typer.Option(help="--kind sampling: the verifier's challenge, 64 hex digits "
+                                                     "(it picks the positions).")] = None,
+    witness: Annotated[Optional[Path], typer.Option(help="--kind sampling: the hidden states (default FILE.hidden, "
+                                                    "written by vrl generate --hidden-states).")] = None,
     srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file to prove against.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE, for tests and "
                                           "demos.")] = False,
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="Companion file to write; default FILE.zk.")] = None,
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="File to write; default FILE.zk (reward) or "
+                                                     "FILE.sampling (sampling).")] = None,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ):
-    """Prove the rewards of a rollout file's records of private tasks; write the proofs beside it."""
+    """Prove the rewards of a rollout file's records of private tasks, or the tokens a challenge
+    picks in each record; write the proofs beside it."""
     configure_logging(json_output)
     from proofs import zk
     from proofs.circuits import ANSWER_MATCH
@@ -458,8 +561,12 @@ def prove(
     from vrl.rollouts.record import RecordError
     from vrl.zk import ZkFileError, companion_path, prove_rewards, work_directory, write_attachments
 
+    if kind == "sampling":
+        return _prove_sampling(rollouts, model, positions, challenge, witness, srs, dev_srs, out_path, json_output)
     if kind != "reward":
-        raise _fail(f"--kind {kind}: only reward proofs exist yet (sampling proofs: issue 17 §3)")
+        raise _fail(f"--kind {kind}: choose reward or sampling")
+    if answers is None:
+        raise _fail("--kind reward needs the answer key: --answers FILE")
     key = _answer_key(answers)
     try:
         records = list(read_rollouts(rollouts))
@@ -479,13 +586,65 @@ def prove(
         write_attachments(target, attachments)
     except (ZkFileError, OSError) as error:
         raise _fail(f"{target}: cannot write the proofs ({error})") from None
-    summary = {"records": len(records), "proofs": len(attachments), "out": str(target),
-               "srs": chosen.sha256.hex(), "dev_srs": chosen.dev}
+    _proved(len(records), len(attachments), "proofs", target, chosen, json_output)
+
+
+def _proved(records: int, proofs: int, what: str, target: Path, srs, json_output: bool) -> None:
+    """What ``vrl prove`` reports: the proofs written, and whether they are insecure."""
     if json_output:
-        out.print_json(data=summary)
+        out.print_json(data={"records": records, "proofs": proofs, "out": str(target), "srs": srs.sha256.hex(),
+                             "dev_srs": srs.dev})
     else:
-        out.print(f"wrote {len(attachments)} proofs for {len(records)} records to {target}"
-                  + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
+        out.print(f"wrote {proofs} {what} for {records} records to {target}"
+                  + (" [red](INSECURE: dev SRS)[/]" if srs.dev else ""), highlight=False)
+
+
+def _challenge(text: Optional[str]) -> Optional[bytes]:
+    if text is None:
+        return None
+    try:
+        value = bytes.fromhex(text)
+    except ValueError:
+        value = b""
+    if len(value) != 32:
+        raise _fail(f"--challenge {text!r}: 64 hex digits")
+    return value
+
+
+def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: Optional[str], witness: Optional[Path],
+                    srs: Optional[Path], dev_srs: bool, out_path: Optional[Path], json_output: bool) -> None:
+    from proofs import zk
+    from vrl.rollouts.files import RolloutFileError, read_rollouts
+    from vrl.rollouts.record import RecordError
+    from vrl.sampling_proofs import (
+        SamplingProofError, circuit_for, openings_path, prove_sampling, read_witness, witness_path, write_openings,
+    )
+    from vrl.zk import ZkFileError, work_directory
+
+    issued = _challenge(challenge)
+    if issued is None:
+        raise _fail("--kind sampling needs the verifier's --challenge (64 hex digits): the prover never picks "
+                    "its own positions")
+    try:
+        records = list(read_rollouts(rollouts))
+    except (RolloutFileError, RecordError) as error:
+        raise _fail(f"{rollouts}: {error}") from None
+    loaded = _load(model, None, "cpu")
+    target = out_path or openings_path(rollouts)
+    try:
+        circuit = circuit_for(loaded)
+        chosen = _srs_for(srs, dev_srs, circuit.logrows)
+        rows = read_witness(witness or witness_path(rollouts))
+        with _progress(json_output) as bar:
+            task_bar = bar.add_task("proving sampled tokens", total=len(records) * positions)
+            openings = prove_sampling(loaded, records, rows, issued, positions, chosen, work_directory(),
+                                      on_proof=lambda n: bar.advance(task_bar, n))
+        write_openings(target, issued, openings)
+    except (SamplingProofError, ZkFileError, zk.ZkError) as error:
+        raise _fail(str(error)) from None
+    except OSError as error:
+        raise _fail(f"{target}: cannot write the proofs ({error})") from None
+    _proved(len(records), len(openings), "sampling proofs", target, chosen, json_output)
 
 
 @app.command()
@@ -642,21 +801,25 @@ def train(
 @app.command("build-base-model")
 def build_base_model_command(
     steps: Annotated[Optional[int], typer.Option(min=1, help="SFT steps (default: the measured default).")] = None,
+    model: Annotated[str, typer.Option(help="Which built model: base (the tiny preset) or base-micro (the micro "
+                                            "preset, whose tokens zk proofs can cover).")] = "base",
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Directory (default: the data directory).")] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even if it is cached.")] = False,
 ):
-    """Supervised fine-tuning of the tiny model on the arithmetic format (cached; about 3 minutes)."""
+    """Supervised fine-tuning of a preset on the arithmetic format (cached; about 3 minutes for base)."""
     configure_logging(False)
     import dataclasses
 
     from vrl.rl.base_model import build_base_model, is_pinned_build
-    from vrl.rollouts.presets import DEFAULT, base_model_dir, read_meta
+    from vrl.rollouts.presets import BUILT, base_model_dir, read_meta
 
-    config = dataclasses.replace(DEFAULT, steps=steps) if steps else DEFAULT
+    if model not in BUILT:
+        raise _fail(f"--model {model}: choose one of {', '.join(BUILT)}")
+    config = dataclasses.replace(BUILT[model], steps=steps) if steps else BUILT[model]
     target = out_dir or base_model_dir(config)
     if is_pinned_build(target) and not force:  # one built before the pins is built again
         meta = read_meta(target)
-        out.print(f"base model already built: {target} (held-out accuracy {meta['held_out_accuracy']:.1%})",
+        out.print(f"{model} model already built: {target} (held-out accuracy {meta['held_out_accuracy']:.1%})",
                   highlight=False)
         return
     with _progress(False) as bar:

@@ -224,6 +224,7 @@ def model_vectors() -> dict:
     return {
         "linear": {"dtype": "float32", "state_dict": entries, "model_hash": weights_hash(linear, "float32").hex()},
         "tiny": {"dtype": "float32", "model_hash": load_model("tiny").model_hash.hex()},
+        "micro": {"dtype": "float32", "model_hash": load_model("micro").model_hash.hex()},
     }
 
 
@@ -245,19 +246,33 @@ def zk_vectors() -> dict:
     from proofs import zk
     from proofs.circuits import answer_codes, answer_match_instances, reference_commitment
 
+    from proofs.circuits import CIRCUITS, hidden_hash, quantize_hidden
+    from vrl.rollouts.record import Rollout
+    from vrl.sampling_proofs import challenged
+
     salt = bytes(range(0, 2 * 9, 1))  # nine u16 values: 0x0001, 0x0203, ... all below 2^15
     commitment = reference_commitment(b"n:42", salt)
+    row = [round(math.sin(i) * 3, 6) for i in range(64)]
+    row[0], row[1] = 0.5 / 8192, -1.5 / 8192  # two ties, to even: 0 and -2
+    quantized = [int(v) for v in quantize_hidden([row])[0]]
+    record = Rollout.from_bytes(bytes.fromhex(record_vectors()["record"]))
+    challenge = bytes(range(32))
     attachment = zk.Attachment("answer-match/v1", bytes([1]) * 32, bytes([2]) * 32, bytes([3]) * 32, bytes([4]) * 32,
                                answer_match_instances(b"n:42", commitment, True), bytes(range(64)))
     return {
         "ezkl": zk.EZKL_VERSION,
-        "felts": {str(v): zk.felt(v).hex() for v in (0, 1, 32767, 2**127 + 5)},
+        "felts": {str(v): zk.felt(v).hex() for v in (0, 1, 32767, 2**127 + 5, -1, -32768, -(2**127))},
         "poseidon": [{"values": v, "hash": zk.poseidon(v).hex()} for v in ([1, 2, 3], answer_codes(b"n:42"))],
         "answer_codes": {"form": "n:42", "codes": answer_codes(b"n:42")},
         "reference_commitment": {"form": "n:42", "salt": salt.hex(), "commitment": commitment.hex()},
         "answer_match_instances": {"answer": "n:42", "commitment": commitment.hex(), "correct": True,
                                    "instances": [i.hex() for i in answer_match_instances(b"n:42", commitment, True)]},
         "attachment": {"bytes": attachment.to_bytes().hex()},
+        "circuits": {circuit.id: {"settings_hash": circuit.settings_hash.hex(), "proof_bytes": circuit.proof_bytes,
+                                  "logrows": circuit.logrows} for circuit in CIRCUITS.values()},
+        "hidden_state": {"row": row, "quantized": quantized, "hash": hidden_hash(quantized).hex()},
+        "challenge": {"record": record.to_bytes().hex(), "challenge": challenge.hex(), "count": 3,
+                      "positions": list(challenged(record, challenge, 3))},
     }
 
 

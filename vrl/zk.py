@@ -105,7 +105,7 @@ class AnswerKey:
     def read(cls, path: Path | str) -> AnswerKey:
         path = Path(path)
         try:  # a regular file only, bounded, as every file this module reads
-            lines = _regular_file_bytes(path, MAX_KEY_BYTES).decode("utf-8").splitlines()
+            lines = regular_file_bytes(path, MAX_KEY_BYTES).decode("utf-8").splitlines()
         except UnicodeDecodeError as error:
             raise ZkFileError(f"{path}: cannot read the answer key ({error})") from None
         if len(lines) > MAX_KEY_LINES:
@@ -257,7 +257,7 @@ def read_attachments(path: Path | str) -> list[zk.Attachment]:
     """A companion file's attachments; a file that is not one, or an attachment that does
     not decode, is a ZkFileError naming the file (and the attachment's position)."""
     path = Path(path)
-    return attachments_from_bytes(_regular_file_bytes(path, MAX_COMPANION_BYTES), path)
+    return attachments_from_bytes(regular_file_bytes(path, MAX_COMPANION_BYTES), path)
 
 
 def attachments_from_bytes(data: bytes, path: Path | str = "<bytes>") -> list[zk.Attachment]:
@@ -359,7 +359,7 @@ class Claim:
     def read(cls, path: Path | str) -> Claim:
         path = Path(path)
         try:
-            data = json.loads(_regular_file_bytes(path, MAX_CLAIM_BYTES).decode("utf-8"))
+            data = json.loads(regular_file_bytes(path, MAX_CLAIM_BYTES).decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise ZkFileError(f"{path}: cannot read the claim ({error})") from None
         if not isinstance(data, dict) or data.get("format") != CLAIM_FORMAT:
@@ -388,7 +388,7 @@ def _hex(value: object, size: int, name: str) -> bytes:
     return bytes.fromhex(value)
 
 
-def _regular_file_bytes(path: Path, limit: int) -> bytes:
+def regular_file_bytes(path: Path, limit: int) -> bytes:
     """A regular file's bytes, at most ``limit`` (a FIFO or a device would block or never end)."""
     try:
         if not stat.S_ISREG(path.stat().st_mode):
@@ -479,8 +479,8 @@ def check_claim_file(path: Path, model, public: Sequence[Task], srs: Sequence[zk
     claim = Claim.read(path)
     records_path = path.parent / claim.records
     try:
-        records_bytes = _regular_file_bytes(records_path, 1 << 30)  # one record a task: far below
-        proofs_bytes = _regular_file_bytes(companion_path(records_path), MAX_COMPANION_BYTES)
+        records_bytes = regular_file_bytes(records_path, 1 << 30)  # one record a task: far below
+        proofs_bytes = regular_file_bytes(companion_path(records_path), MAX_COMPANION_BYTES)
     except ZkFileError as error:
         return claim, ClaimCheck(0, 0, (), (str(error),))
     unchecked = [f"{name} is not the file the claim signs" for name, data, digest in (

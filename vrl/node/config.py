@@ -169,6 +169,38 @@ NODE_OVERRIDES: dict[str, dict] = {
 }
 
 
+@dataclass(frozen=True)
+class ZkConfig:
+    """Sampling proofs at challenged positions between nodes (specs/zk.md §10, specs/network.md
+    §3.4): a node's ``[zk]`` table. Off by default."""
+
+    # worker: commit each sampled token's hidden state (a policy whose head has a circuit: the
+    # micro preset) and keep the rows, to answer a verifier's challenge
+    hidden_states: bool = False
+    # verifier: after a group passes its check, ask its producer to prove this many positions
+    # of each record, picked by the verifier's audit ticket; 0 asks for none
+    sampling_positions: int = field(default=0, metadata=bounded(0, 64))
+    # verifier: seconds the producer has to answer, else the check fails (sampling_missing).
+    # Proving took 4.2 s a position here (bench/results/zk.json); a group of 4 at 4 positions
+    # is 16 proofs, about 70 s on one core, and 240 s leaves room for a queue of them
+    proof_timeout: float = field(default=240.0, metadata=bounded(1, 3600))
+    # worker: the most positions per record it proves for one request (one request per group
+    # and peer): what a stranger can make it spend
+    max_positions: int = field(default=8, metadata=bounded(1, 64))
+    # the KZG SRS file proofs are made and checked against ("" with dev_srs)
+    srs: str = ""
+    # devnets and tests only: this machine's single-party SRS, whose maker could forge proofs
+    dev_srs: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if (self.hidden_states or self.sampling_positions) and bool(self.srs) == self.dev_srs:
+            raise ConfigError("sampling proofs need one SRS: srs = PATH, or dev_srs = true (INSECURE)", ("srs",),
+                              type(self).__name__)
+        if self.srs and path_like(self.srs):
+            raise ConfigError(path_like(self.srs), ("srs",), type(self).__name__)
+
+
 def _table(name: str, cls):
     """A table of node.toml: ``cls``'s defaults, and the node's own from NODE_OVERRIDES. A
     table given as a dict (a file's, or a caller's) is layered on these."""
@@ -211,6 +243,7 @@ class NodeConfig:
     # [transport_limits]: peer scoring and bans, handshake deadline, pending-connection cap;
     # each default's source is in p2p.transport.TransportLimits, which also checks the values.
     transport_limits: TransportLimits = _table("transport_limits", TransportLimits)
+    zk: ZkConfig = _table("zk", ZkConfig)  # [zk]: sampling proofs between nodes (off by default)
 
     # A key of a table at the top level is told its table (vrl.config.build); these say more.
     moved_keys: ClassVar[dict[str, str]] = {"rounds": "renamed: it is last_version in the [protocol] table"}

@@ -22,15 +22,19 @@ import structlog
 import torch
 
 from p2p.blobs import BlobStore, fetch_blob
-from p2p.transport import Message, Transport, TransportError, Validation, message_id
+from p2p.transport import (
+    MAX_RESPONSE_BYTES, Message, PeerUnavailable, Transport, TransportError, Validation, message_id,
+)
 from vrl.rollouts.files import write_bytes_atomic
+from vrl.sampling_proofs import write_witness
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
     TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError,
-    PolicyAnnouncement, Group, SignedVerdict, StepVerdict, Submission, decode_group, topic_of,
+    PolicyAnnouncement, Group, SamplingRequest, SignedVerdict, StepVerdict, Submission, audit_ticket, decode_group,
+    topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store, StoreError
@@ -45,6 +49,13 @@ from vrl.rl.train import TrainConfig
 from vrl.rollouts.verify import Expectations
 
 BACKFILL_PROTOCOL = "/vrl/backfill/1"
+SAMPLING_PROTOCOL = "/vrl/sampling/1"
+#: What one opening of a sampling answer may take (an lm-logits attachment is 14.2 KB and its
+#: row 256 B, bench/results/zk.json): an answer is bounded by its group's records x positions.
+MAX_OPENING_BYTES = 32 << 10
+#: (peer, group) pairs a worker has answered, remembered so that each gets one answer: a peer
+#: cannot make it prove one group again and again. Older ones are forgotten first.
+MAX_SERVED = 4096
 BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
 BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
 TICK_SECONDS = 0.25
@@ -100,7 +111,8 @@ class Node:
         torch.set_num_threads(config.torch_threads)
         # The node.toml's tables go through as they are: each is its library's config.
         self.work = work(key, WorkConfig(**as_kwargs(config.work), tasks=self.tasks,
-                                         groups_per_round=config.protocol.groups_per_round), self._expectations)
+                                         groups_per_round=config.protocol.groups_per_round,
+                                         hidden_states=config.zk.hidden_states), self._expectations)
         self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
             **as_kwargs(config.protocol), roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted), reputation=config.reputation,
@@ -119,7 +131,11 @@ class Node:
             raise ValueError(f"adversary {config.adversary!r} is configured, but the work and trainer given do "
                              f"{cheat or 'no cheat'}: make them with vrl.adversary.work_for and trainer_for")
         self.blobs = BlobStore(transport)
+        self._zk = self._sampling_proofs(config) if config.zk.hidden_states or config.zk.sampling_positions else None
+        self._served: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()  # MAX_SERVED
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
+        # Proving takes seconds a position: it runs beside the model thread, not in its way.
+        self._prover_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-prover")
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._decoded: OrderedDict[bytes, Group] = OrderedDict()  # message id -> group (MAX_DECODED_GROUPS)
@@ -128,6 +144,30 @@ class Node:
         self._feeding = 0  # events whose actions are under way (_feed)
 
     # -- helpers ------------------------------------------------------------------------------
+    def _sampling_proofs(self, config: NodeConfig):
+        """The SRS sampling proofs use here (the [zk] table), once its policy is known to have a
+        circuit and an answer to fit the transport's response limit."""
+        from proofs import zk
+        from vrl.sampling_proofs import SamplingProofError, circuit_for
+
+        try:
+            circuit = circuit_for(self.work.skeleton)
+        except SamplingProofError as error:
+            raise ConfigError(str(error), ("zk",)) from None
+        if config.work.group_size * config.zk.sampling_positions * MAX_OPENING_BYTES > MAX_RESPONSE_BYTES:
+            raise ConfigError(f"group_size x sampling_positions answers would pass the {MAX_RESPONSE_BYTES}-byte "
+                              f"response limit at {MAX_OPENING_BYTES} bytes a position", ("zk", "sampling_positions"))
+        # The user's zk directory, as vrl prove and vrl verify use: nodes on one machine share
+        # its circuits and keys, and with dev_srs its one dev SRS (their proofs must agree on it).
+        from vrl.zk import work_directory
+
+        workdir = work_directory()
+        (config.path / "hidden").mkdir(parents=True, exist_ok=True)
+        try:
+            return zk.Srs.load(config.zk.srs) if config.zk.srs else zk.dev_srs(workdir, circuit.logrows), workdir
+        except zk.ZkError as error:
+            raise ConfigError(str(error), ("zk", "srs")) from None
+
     def _expectations(self, version: int) -> Expectations:
         policy = self.protocol.policies[version]
         return Expectations(tasks=self.tasks, round_seed=round_seed(policy.model_hash, version),
@@ -373,6 +413,9 @@ class Node:
         groups = await self._in_model_thread("generate", self.work.generate, version)
         for group in groups:  # signed here, so stored and published without decoding them again
             self._remember(message_id(TOPIC_GROUPS, group.to_bytes()), group)
+            if self.config.zk.hidden_states:  # on disk before the group is published
+                await asyncio.to_thread(write_witness, self._witness_path(group.digest),
+                                        self.work.take_rows(group))
         self.metrics.rollouts_produced.inc(sum(len(g.rollouts) for g in groups))
         self.log.info("generated", version=version, groups=len(groups))
         await self._feed(P.Generated(version, tuple(groups)))
@@ -384,6 +427,12 @@ class Node:
             return
         result = await self._in_model_thread("check", self.work.check, group, version)
         reasons = result.reasons
+        if not reasons and self.config.zk.sampling_positions:
+            challenged = await self._challenge(group, version)
+            if challenged is None:
+                await self._feed(P.Abandoned(P.Check(digest, version)))
+                return
+            reasons = challenged
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
         for reason in reasons:
@@ -391,6 +440,68 @@ class Node:
         if reasons:
             self.log.warning("check failed", group=digest.hex()[:12], reasons=sorted(set(reasons)))
         await self._feed(P.Checked(digest, reasons, result.digest, result.race_tokens, result.races_lost))
+
+    # -- sampling proofs between nodes (specs/network.md §3.4) -----------------------------------
+    def _witness_path(self, digest: bytes):
+        return self.config.path / "hidden" / f"{digest.hex()}.hidden"
+
+    async def _challenge(self, group: Group, version: int) -> tuple[str, ...] | None:
+        """Ask ``group``'s producer to prove the positions this verifier's audit ticket picks, and
+        check the answer: a refusal, no answer in time, or none that decodes fails like a bad
+        proof. None (no verdict) when the producer is not reachable from here at all: unreached
+        is not unanswered, and a sparse network must not make an honest producer look a cheat."""
+        positions = self.config.zk.sampling_positions
+        challenge = hashlib.sha256(audit_ticket(self.key, group.digest)).digest()
+        request = SamplingRequest(group.digest, challenge, positions)
+        try:
+            answer = await self.transport.request(
+                group.subject, SAMPLING_PROTOCOL, request.to_bytes(), timeout=self.config.zk.proof_timeout,
+                max_response=len(group.rollouts) * positions * MAX_OPENING_BYTES + 1024)
+        except PeerUnavailable:
+            self.log.info("producer not reachable for sampling proofs", group=group.digest.hex()[:12],
+                          producer=group.subject.hex()[:8])
+            return None
+        except TransportError as error:
+            self.log.warning("no sampling proofs", group=group.digest.hex()[:12],
+                             producer=group.subject.hex()[:8], error=type(error).__name__)
+            return ("sampling_missing",)
+        srs, workdir = self._zk
+        return await self._in_model_thread("sampling proofs", self.work.check_sampling, group, version, answer,
+                                           challenge, positions, srs, workdir)
+
+    async def _serve_sampling(self, peer: bytes, data: bytes) -> bytes:
+        """Prove positions of one of this node's own groups, once per asking peer and group; a
+        request no honest verifier sends counts against its sender."""
+        from vrl.sampling_proofs import SamplingProofError, read_witness
+
+        try:
+            request = SamplingRequest.from_bytes(data)
+        except MessageError:
+            self.transport.penalize(peer)
+            raise
+        group = self._body(request.group)
+        if group is None or group.subject != self.key.node_id or request.positions > self.config.zk.max_positions:
+            raise MessageError("sampling request: not a group of this node's, or more positions than it proves")
+        if (peer, request.group) in self._served:
+            raise MessageError("sampling request: this group was answered to this peer already")
+        self._served[peer, request.group] = None
+        while len(self._served) > MAX_SERVED:
+            self._served.popitem(last=False)
+        if group.version not in self.work.models:
+            raise MessageError(f"sampling request: version {group.version} is no longer held here")
+        srs, workdir = self._zk
+        try:
+            rows = await asyncio.to_thread(read_witness, self._witness_path(request.group))
+            loop = asyncio.get_running_loop()
+            started = time.perf_counter()
+            answer = await loop.run_in_executor(self._prover_thread, self.work.prove_sampling, group, group.version,
+                                                rows, request.challenge, request.positions, srs, workdir)
+        except SamplingProofError as error:
+            raise MessageError(f"sampling request: {error}") from None
+        self.metrics.step_seconds.labels("prove").observe(time.perf_counter() - started)
+        self.log.info("sampling proofs sent", group=request.group.hex()[:12], to=peer.hex()[:8],
+                      positions=request.positions * len(group.rollouts))
+        return answer
 
     async def _plant(self, version: int) -> None:
         submission, canary = await self._in_model_thread("plant", self.work.plant, version)
@@ -605,6 +716,8 @@ class Node:
         for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_STEPS):
             self.transport.subscribe(topic, self._on_message, self._validate)
         self.transport.set_handler(BACKFILL_PROTOCOL, self._serve_backfill)
+        if self.config.zk.hidden_states:
+            self.transport.set_handler(SAMPLING_PROTOCOL, self._serve_sampling)
         for path in self.blob_dir.iterdir():
             if len(path.name) == 64:
                 self.blobs.put(path.read_bytes())
@@ -635,6 +748,7 @@ class Node:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._model_thread.shutdown(wait=True, cancel_futures=True)
+            self._prover_thread.shutdown(wait=True, cancel_futures=True)
             self.store.close()
 
     async def connect_bootstrap(self, attempts: int = 20) -> None:

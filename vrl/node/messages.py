@@ -612,6 +612,30 @@ class BackfillRequest:
 
 
 @dataclass(frozen=True)
+class SamplingRequest:
+    """``{"group": digest, "challenge": 32 bytes, "positions": k}``: prove ``k`` positions of each
+    record of one's own group, where ``challenge`` picks them (specs/network.md §3.4; the
+    answer is a ``vrl/sampling/v1`` file, specs/zk.md §10)."""
+
+    group: bytes
+    challenge: bytes
+    positions: int
+
+    def to_bytes(self) -> bytes:
+        return canonical_bytes({"group": self.group, "challenge": self.challenge, "positions": self.positions})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SamplingRequest:
+        kind = "sampling request"
+        wire = _plain_map(data, kind, {"group", "challenge", "positions"})
+        try:
+            return cls(fixed_bytes(wire, "group", 32), fixed_bytes(wire, "challenge", 32),
+                       integer(wire, "positions", 1, 64))
+        except FieldError as error:
+            raise MessageError(f"{kind}: {error}") from None
+
+
+@dataclass(frozen=True)
 class BackfillPage:
     """``{"messages": [bin, ...], "next": n | nil}``: one page of a peer's log; ``next`` is
     where the following page starts (always past the request's ``after``), nil at the end."""

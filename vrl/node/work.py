@@ -29,6 +29,10 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, bit_exact_platform, load_model, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
+from vrl.sampling_proofs import (
+    Check, SamplingProofError, check_openings, openings_bytes, openings_from_bytes, prove_sampling,
+)
+from vrl.zk import record_subject
 from vrl.tasks import TaskSet
 
 
@@ -61,6 +65,9 @@ class WorkConfig(GenerationConfig):
 
     tasks: TaskSet
     groups_per_round: int
+    # Commit each sampled token's hidden state and keep the rows (the node's [zk] hidden_states,
+    # specs/zk.md §10): Work.rows holds them until the node writes them down.
+    hidden_states: bool = False
 
 
 class Work:
@@ -76,6 +83,9 @@ class Work:
                                        self.skeleton.stop_token_ids)
         self.models: dict[int, Model] = {}
         self.expectations = expectations  # callable(version) -> Expectations
+        # With hidden_states: each new record's rows (record digest -> float32 rows), until the
+        # node takes them (take_rows).
+        self.rows: dict[bytes, tuple[Rollout, torch.Tensor]] = {}
 
     # -- policy versions ----------------------------------------------------------------------
     def load(self, announcement: PolicyAnnouncement, blob: bytes, keep: int) -> Model:
@@ -101,7 +111,36 @@ class Work:
             model, self.config.tasks, self.key, round_seed=round_seed(self.models[version].model_hash, version),
             sampling=self.sampling, groups=self.config.groups_per_round, group_size=self.config.group_size,
             policy_version=version, reward_spec=self.expectations(version).reward_spec,
-            batch_size=self.config.generation_batch, decoder=decoder))
+            batch_size=self.config.generation_batch, decoder=decoder,
+            witness=self._keep_rows if self.config.hidden_states else None))
+
+    def _keep_rows(self, rollout: Rollout, rows: torch.Tensor) -> None:
+        self.rows[record_subject(rollout)] = (rollout, rows)
+
+    def take_rows(self, group: Group) -> list[tuple[Rollout, torch.Tensor]]:
+        """The rows of ``group``'s records, handed over once (the node writes them to disk)."""
+        return [self.rows.pop(record_subject(r)) for r in group.rollouts if record_subject(r) in self.rows]
+
+    # -- sampling proofs (specs/zk.md §10, specs/network.md §3.4) ------------------------------
+    def prove_sampling(self, group: Group, version: int, rows: dict, challenge: bytes, positions: int,
+                       srs, workdir: Path) -> bytes:
+        """A ``vrl/sampling/v1`` file answering ``challenge`` for this node's own ``group``."""
+        openings = prove_sampling(self.models[version], group.rollouts, rows, challenge, positions, srs, workdir)
+        return openings_bytes(challenge, openings)
+
+    def check_sampling(self, group: Group, version: int, answer: bytes, challenge: bytes, positions: int,
+                       srs, workdir: Path) -> tuple[str, ...]:
+        """The failure codes of a producer's answer to ``challenge`` (empty when every challenged
+        position is proven); an answer that does not decode fails every position."""
+        try:
+            answered, openings = openings_from_bytes(answer)
+        except SamplingProofError:
+            return (Check.MISSING.value,)
+        if answered != challenge:
+            return (Check.MISSING.value,)
+        checks = check_openings(group.rollouts, openings, self.models[version], [srs], workdir,
+                                challenge=challenge, count=positions, allow_dev=srs.dev)
+        return tuple(sorted({str(c.outcome) for c in checks if c.outcome != Check.OK}))
 
     def observe(self, group: Group) -> None:
         """Another node's group went by (honest work has no use for it)."""

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import torch
+
 from proofs import commitment
 from proofs.sampler import SamplingParams
 from vrl.config import bounded, check_fields, checked, path_like
@@ -94,6 +96,7 @@ def iter_generate(
     decoder: Decoder = decode,
     score: Callable[[Task, str], float] | None = None,
     ordered: bool = False,
+    witness: Callable[[Rollout, torch.Tensor], None] | None = None,
 ) -> Iterator[list[Rollout]]:
     """Yield one whole GRPO group (``group_size`` signed rollouts) per group index, in order.
 
@@ -103,6 +106,9 @@ def iter_generate(
     ``reward_spec.reward`` by default; for a task set of committed references it is the answer
     key's (vrl.zk.AnswerKey.scorer): the records carry only the commitments. With
     ``ordered``, group g answers task g of a task list (an evaluation: vrl.tasks.in_order).
+    With ``witness``, each record also commits its hidden states' hashes (``hidden_hashes``,
+    specs/zk.md §8), and ``witness(record, rows)`` receives the rows they hash (the body rows
+    of its commitment, float32): what the node keeps to prove sampled tokens later.
     """
     score = score or reward_spec.reward
     if len(round_seed) != 32:
@@ -114,15 +120,21 @@ def iter_generate(
         pending.append(group_index)
         if len(pending) == groups_per_batch:
             yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                        group_size, policy_version, stats, on_step, decoder, score, ordered)
+                                        group_size, policy_version, stats, on_step, decoder, score, ordered, witness)
             pending = []
     if pending:
         yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                    group_size, policy_version, stats, on_step, decoder, score, ordered)
+                                    group_size, policy_version, stats, on_step, decoder, score, ordered, witness)
+
+
+def _hidden_hashes(rows: torch.Tensor) -> bytes:
+    from proofs.circuits import hidden_hash, quantize_hidden
+
+    return b"".join(hidden_hash(row) for row in quantize_hidden(rows.float().numpy()))
 
 
 def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, reward_spec, group_size,
-                     policy_version, stats, on_step, decoder, score, ordered):
+                     policy_version, stats, on_step, decoder, score, ordered, witness):
     assigned = [(g, in_order(task_set, g) if ordered else assign(task_set, round_seed, key.node_id, g))
                 for g in group_indices]
     if any(task is None for _, task in assigned):
@@ -139,9 +151,11 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
     stats.decode_seconds += time.perf_counter() - started
     started = time.perf_counter()
     commitments = commitment.build_many([result.hidden for result in decoded])
+    # The body rows: row j chose token j; the closing row chose nothing (specs/commitment.md §1).
+    hashes = [_hidden_hashes(result.hidden[:-1]) if witness else b"" for result in decoded]
     stats.commit_seconds += time.perf_counter() - started
     rollouts = []
-    for (group_index, task, index), result, committed in zip(jobs, decoded, commitments):
+    for (group_index, task, index), result, committed, hashed in zip(jobs, decoded, commitments, hashes):
         stats.commitment_bytes += len(committed)
         stats.tokens += len(result.tokens)
         unsigned = Rollout(
@@ -163,8 +177,11 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
             reward=score(task, model.decode(result.tokens)),
             reward_spec=reward_spec,
             commitment=committed,
+            hidden_hashes=hashed,
         )
         rollouts.append(unsigned.signed(key))
+        if witness:
+            witness(rollouts[-1], result.hidden[:-1].float())
     for start in range(0, len(rollouts), group_size):
         yield rollouts[start : start + group_size]
 

@@ -18,7 +18,7 @@ from blake3 import blake3
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from vrl.errors import VrlError
-from vrl.rollouts.presets import PRESETS, base_model_dir, build_preset
+from vrl.rollouts.presets import BUILT, PRESETS, base_model_dir, build_preset
 
 MODEL_HASH_DOMAIN = b"vrl/model/v3\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -195,7 +195,8 @@ def bit_exact_platform(tag: str) -> bool:
 
 
 def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa", device: str = "cpu") -> Model:
-    """Load a preset (``tiny``, ``small``), the built ``base`` model, or a local Hugging Face directory.
+    """Load a preset (``tiny``, ``micro``, ``small``), a built model (``base``, ``base-micro``), or
+    a local Hugging Face directory.
 
     ``dtype`` is the compute dtype, part of the model's identity; presets default to float32
     (the fast path on CPUs without bf16 units), directories to the dtype in their config.
@@ -207,10 +208,11 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
         raise ModelError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     target = resolve_device(device)
     text = str(spec)
-    if text == "base":
-        path = base_model_dir()
+    if text in BUILT:
+        path = base_model_dir(BUILT[text])
         if not path.is_dir():
-            raise ModelError(f"the base model is not built yet ({path}); run ./scripts/build-base-model")
+            flag = "" if text == "base" else f" --model {text}"
+            raise ModelError(f"the {text} model is not built yet ({path}); run ./scripts/build-base-model{flag}")
         text = str(path)
     if text in PRESETS:
         network, tokenizer = build_preset(text)
@@ -220,7 +222,8 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     else:
         path = Path(text).expanduser()
         if not path.is_dir():
-            raise ModelError(f"{text!r} is neither a preset ({', '.join(PRESETS)}) nor a model directory")
+            raise ModelError(f"{text!r} is neither a preset ({', '.join(PRESETS)}), a built model "
+                             f"({', '.join(BUILT)}) nor a model directory")
         if not any(path.glob("*.safetensors")):
             raise ModelError(f"{path}: no *.safetensors weights found")
         try:

@@ -46,6 +46,11 @@ PRESETS = {
     # About 156M parameters: the shape TOPLOC was first measured with on this machine kind (not
     # reproduced in bench/results/ yet). bench/calibrate.py --model small judges TOPLOC beside
     # our checks on it and calibrates the bfloat16 profile; bench/cost.py times it.
+    # About 0.27M parameters, vocabulary 256 and hidden size 64: the largest LM head whose
+    # logits ezkl proves at k=15 in seconds on a CPU (shared/research/ezkl.md section 4), so its
+    # sampled tokens can carry zk proofs (specs/zk.md section 8). ``base-micro`` trains it.
+    "micro": Preset(hidden=64, intermediate=256, layers=4, heads=4, kv_heads=2, vocab=256,
+                    tie_embeddings=True, seed=0),
     "small": Preset(hidden=1024, intermediate=2816, layers=8, heads=16, kv_heads=4, vocab=32000,
                     tie_embeddings=False, seed=0),
 }
@@ -64,15 +69,25 @@ def _byte_to_unicode() -> dict[int, str]:
     return mapping
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+#: Bytes that never occur in UTF-8 text (RFC 3629 section 1): a vocabulary of 256 drops them to
+#: make room for the two special tokens and still tokenizes every string.
+NON_UTF8_BYTES = (0xFE, 0xFF)
+
+
+def build_tokenizer(vocab_size: int = 258) -> PreTrainedTokenizerFast:
     """Byte-level tokenizer: token id = byte value, then the special tokens.
 
     One token per byte keeps digits separate (good for arithmetic) and is fully specified by
     this function, so prover and verifier tokenize identically without any downloaded file.
+    Below 258 entries the two bytes UTF-8 never uses are left out (:data:`NON_UTF8_BYTES`), so
+    the special tokens are 254 and 255.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    vocab = {char: byte for byte, char in _byte_to_unicode().items()}
+    if vocab_size < 256:
+        raise ValueError(f"a byte-level vocabulary needs at least 256 entries, not {vocab_size}")
+    dropped = NON_UTF8_BYTES if vocab_size < 258 else ()
+    vocab = {char: byte for byte, char in _byte_to_unicode().items() if byte not in dropped}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -84,7 +99,7 @@ def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Build a preset's network (float32) and tokenizer from code alone; ``name`` is one of
     :data:`PRESETS` (``load_model`` says so to a user who names another)."""
     preset = PRESETS[name]
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(preset.vocab)
     config = Qwen2Config(
         vocab_size=preset.vocab,
         hidden_size=preset.hidden,
@@ -147,6 +162,9 @@ class BaseModelConfig:
 
 
 DEFAULT = BaseModelConfig()
+#: The trained models by name: ``base``, and ``base-micro``, the ``micro`` preset after the same
+#: recipe (a small-vocabulary policy whose sampled tokens zk proofs can cover).
+BUILT = {"base": DEFAULT, "base-micro": BaseModelConfig(preset="micro")}
 
 
 def data_dir() -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 
 from proofs.sampler import SamplingParams
+from proofs.zk import FELT_BYTES, FIELD_MODULUS
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, packed_array, real, take, text
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.tasks import RewardSpec, Task
@@ -107,6 +108,10 @@ class Rollout:
     reward_spec: RewardSpec
     commitment: bytes
     signature: bytes = b""
+    # Optional (specs/record.md §2): Poseidon of each sampled token's quantized hidden state,
+    # 32 bytes per completion token, for sampling proofs at challenged positions (specs/zk.md
+    # §8). Empty, and then absent from the encoding, for a record without them.
+    hidden_hashes: bytes = b""
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -156,6 +161,8 @@ class Rollout:
             },
             "commitment": self.commitment,
         }
+        if self.hidden_hashes:
+            wire["hidden_hashes"] = self.hidden_hashes
         if with_signature:
             wire["signature"] = self.signature
         return wire
@@ -205,8 +212,10 @@ _TOP_LEVEL = {
     "v", "node_id", "model_hash", "policy_version", "round_seed", "group_index", "task_id",
     "sample_index", "group_size", "prompt", "reference", "prompt_tokens", "completion_tokens",
     "finish_reason", "sampling", "behaviour_logprobs", "reward", "reward_spec", "commitment",
-    "signature",
+    "signature", "hidden_hashes",
 }
+#: A hidden-state hash: a BN254 field element, little-endian.
+HIDDEN_HASH_BYTES = FELT_BYTES
 _NESTED = {
     "sampling": {"temperature", "top_k", "top_p", "max_new_tokens", "stop_token_ids"},
     "reward_spec": {"correct", "format", "tag"},
@@ -263,6 +272,13 @@ def _from_wire(wire: dict) -> Rollout:
         if isinstance(error, FieldError):
             raise
         raise RecordError("reward_spec", str(error)) from None
+    hidden_hashes = take(wire, "hidden_hashes", bytes) if "hidden_hashes" in wire else b""
+    if "hidden_hashes" in wire and len(hidden_hashes) != HIDDEN_HASH_BYTES * len(completion):
+        raise RecordError("hidden_hashes", f"{len(hidden_hashes)} bytes: one {HIDDEN_HASH_BYTES}-byte hash per "
+                                           f"completion token ({len(completion)}) is expected")
+    if any(int.from_bytes(hidden_hashes[i:i + HIDDEN_HASH_BYTES], "little") >= FIELD_MODULUS
+           for i in range(0, len(hidden_hashes), HIDDEN_HASH_BYTES)):
+        raise RecordError("hidden_hashes", "a hash is not a field element (not below the BN254 scalar order)")
     return Rollout(
         node_id=fixed_bytes(wire, "node_id", NODE_ID_BYTES),
         model_hash=fixed_bytes(wire, "model_hash", 32),
@@ -283,4 +299,5 @@ def _from_wire(wire: dict) -> Rollout:
         reward_spec=reward_spec,
         commitment=take(wire, "commitment", bytes),
         signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES),
+        hidden_hashes=hidden_hashes,
     )
