@@ -500,11 +500,12 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
         if polycommit:
             # The proof carries the prover's commitment; the verifier's own replaces it, so a
             # proof made with other parameters does not verify (shared/research/ezkl.md §3.3).
-            # ezkl reads these witness fields and no others here (measured on 23.0.5).
+            # ezkl reads these witness fields and no others here (measured on 23.0.5; without
+            # "version" it logs a warning per proof).
             points = [params[i:i + POINT_BYTES].hex() for i in range(0, len(params), POINT_BYTES)]
             (scratch / "witness.json").write_text(json.dumps({
                 "inputs": [], "outputs": [], "max_lookup_inputs": 0, "min_lookup_inputs": 0, "max_range_size": 0,
-                "processed_params": {"polycommit": [points], "poseidon_hash": None}}))
+                "version": EZKL_VERSION, "processed_params": {"polycommit": [points], "poseidon_hash": None}}))
             try:
                 with _quiet(scratch / "ezkl.log"):  # it prints whether the proof changed
                     ezkl.swap_proof_commitments(str(scratch / "proof.json"), str(scratch / "witness.json"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower rank, lower layer. vrl/__init__.py is the public face, so it sits on top with the CLI.
-LAYERS = {"vrl.errors": 0, "vrl.config": 0, "vrl.tasks": 1, "vrl.rollouts": 2, "vrl.rl": 3, "vrl.node": 4}
+LAYERS = {"vrl.errors": 0, "vrl.config": 0, "vrl.tasks": 1, "vrl.rollouts": 2, "vrl.rl": 3, "vrl.zk": 3, "vrl.node": 4}
 TOP = 5
 
 

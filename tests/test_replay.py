@@ -72,7 +72,7 @@ def step(tmp_path_factory, one_thread) -> Step:
                          checkpoint_every=1)
     trainer = PolicyTrainer(config, root / "trainer", TRAINER)
     tasks, _ = open_task_set(QUICK.tasks)
-    work = Work(WORKER, WorkConfig(model=str(base), task=QUICK.tasks, group_size=4, max_new_tokens=4, tasks=tasks,
+    work = Work(WORKER, WorkConfig(hidden_states=False, model=str(base), task=QUICK.tasks, group_size=4, max_new_tokens=4, tasks=tasks,
                                    groups_per_round=8),
                 expectations=lambda version: Expectations(tasks=tasks, round_seed=ROUND, sampling=work.sampling))
     v0 = trainer.current()

@@ -19,7 +19,7 @@ from proofs import commitment, zk
 from proofs.circuits import HIDDEN_SCALE, LM_LOGITS_MICRO, hidden_hash, quantize_hidden
 from vrl.cli import app
 from vrl.rollouts.record import RecordError, Rollout
-from vrl.sampling_proofs import (
+from vrl.zk.sampling import (
     CHALLENGE_BYTES, LOGIT_TOLERANCE, Check, Opening, SamplingProofError, challenged, check_openings, circuit_for,
     openings_from_bytes, openings_path, prove_sampling, read_witness, subject, witness_path, write_openings,
     write_witness,
@@ -73,7 +73,7 @@ def reproven(proven: Proven, record: Rollout, position: int) -> Opening:
     """What a cheater who proves honestly for the record it altered sends."""
     row = proven.rows[record_subject(proven.records[0])][position]
     attachment = zk.prove(LM_LOGITS_MICRO, [quantize_hidden(row[None])[0].tolist()], subject(record, position),
-                          proven.srs, proven.workdir, params=vrl.sampling_proofs.head_module(proven.model))
+                          proven.srs, proven.workdir, params=vrl.zk.sampling.head_module(proven.model))
     return Opening(record_subject(record), position, np.ascontiguousarray(row, dtype="<f4").tobytes(), attachment)
 
 
@@ -97,7 +97,7 @@ def test_honest_openings_verify_and_their_tokens_win_on_the_proven_logits(proven
 
 def test_the_proven_logits_are_the_models_within_the_fixed_point_error(proven):
     opening = proven.openings[0]
-    hidden, logits = vrl.sampling_proofs.lm_logits_split(LM_LOGITS_MICRO, opening.attachment.instances)
+    hidden, logits = vrl.zk.sampling.lm_logits_split(LM_LOGITS_MICRO, opening.attachment.instances)
     row = torch.from_numpy(np.frombuffer(opening.row, dtype="<f4").copy())
     head = proven.model.network.get_output_embeddings().weight
     expected = (head @ row).double()
@@ -105,8 +105,8 @@ def test_the_proven_logits_are_the_models_within_the_fixed_point_error(proven):
 
 
 def test_the_weights_commitment_is_one_value_per_policy_and_srs(proven):
-    first = vrl.sampling_proofs.head_commitment(proven.model, proven.srs, proven.workdir)
-    assert first == vrl.sampling_proofs.head_commitment(proven.model, proven.srs, proven.workdir)
+    first = vrl.zk.sampling.head_commitment(proven.model, proven.srs, proven.workdir)
+    assert first == vrl.zk.sampling.head_commitment(proven.model, proven.srs, proven.workdir)
     assert len(first) == zk.POINT_BYTES
 
 
@@ -234,7 +234,7 @@ def test_a_directory_or_a_missing_file_is_a_clear_error(tmp_path):
         with pytest.raises(SamplingProofError, match=str(path)):
             read_witness(path)
         with pytest.raises(SamplingProofError, match=str(path)):
-            vrl.sampling_proofs.read_openings(path)
+            vrl.zk.sampling.read_openings(path)
 
 
 @settings(max_examples=200, deadline=None)
@@ -307,3 +307,28 @@ def test_generate_prove_verify_from_the_command_line(tmp_path, monkeypatch, zk_w
     inspected = runner.invoke(app, ["inspect", str(openings_path(rollouts)), "--json"])
     assert inspected.exit_code == 0, inspected.output
     assert len(json.loads(inspected.output)["openings"]) == 2
+
+
+def test_the_audit_checks_a_rollout_files_sampling_proofs_and_blames_no_one(proven, tmp_path, monkeypatch):
+    import vrl.audit
+
+    monkeypatch.setenv("VRL_ZK_DIR", str(proven.workdir))
+    rollouts = tmp_path / "r.vrl"
+    vrl.write_rollouts(rollouts, proven.records[:2])
+
+    def audited(openings):
+        write_openings(openings_path(rollouts), CHALLENGE, openings)
+        with vrl.audit.open([rollouts]) as audit:
+            report = audit.run(checks=["sampling"], srs=[proven.srs], allow_dev_srs=True)
+        return report.stats["sampling"], [f for f in report.findings if f.check == "sampling"]
+
+    stats, findings = audited(proven.openings)
+    assert (stats["proven"], stats["not_proven"], findings) == (2, 0, [])
+    opening = proven.openings[0]
+    instances = list(opening.attachment.instances)
+    instances[-1] = zk.felt(zk.felt_int(instances[-1]) + 1)
+    tampered = dataclasses.replace(opening, attachment=dataclasses.replace(opening.attachment,
+                                                                           instances=tuple(instances)))
+    stats, findings = audited([tampered, proven.openings[1]])
+    assert (stats["proven"], stats["not_proven"]) == (1, 1)
+    assert [(f.code, f.severity.name, f.subject) for f in findings] == [("sampling_not_proven", "WARNING", "")]

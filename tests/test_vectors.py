@@ -297,7 +297,7 @@ def test_sampling_proof_vectors():
     from proofs import zk
     from proofs.circuits import CIRCUITS, hidden_hash, quantize_hidden
     from vrl.rollouts.record import Rollout
-    from vrl.sampling_proofs import challenged
+    from vrl.zk.sampling import challenged
 
     vectors = load("zk")
     hidden = vectors["hidden_state"]

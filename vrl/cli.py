@@ -215,7 +215,7 @@ def generate(
              groups=groups, group_size=group_size, node_id=node_key.node_id.hex()[:16])
     witness_rows: list | None = None
     if hidden_states:
-        from vrl.sampling_proofs import SamplingProofError, circuit_for, witness_path, write_witness
+        from vrl.zk.sampling import SamplingProofError, circuit_for, witness_path, write_witness
 
         try:
             circuit_for(loaded)
@@ -357,7 +357,7 @@ def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list
     """What the sampling proofs show (specs/zk.md §8.4), as a summary; None without a file."""
     from proofs import zk
     from vrl.rollouts.record import Rollout
-    from vrl.sampling_proofs import SamplingProofError, check_openings, openings_path, read_openings
+    from vrl.zk.sampling import SamplingProofError, check_openings, openings_path, read_openings
     from vrl.zk import work_directory
 
     path = sampling_file or (openings_path(rollouts) if openings_path(rollouts).exists() else None)
@@ -479,7 +479,7 @@ def _inspect_proofs(path: Path, json_output: bool) -> None:
 
 
 def _inspect_openings(path: Path, json_output: bool) -> None:
-    from vrl.sampling_proofs import SamplingProofError, read_openings
+    from vrl.zk.sampling import SamplingProofError, read_openings
 
     try:
         challenge, openings = read_openings(path)
@@ -616,7 +616,7 @@ def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: Optio
     from proofs import zk
     from vrl.rollouts.files import RolloutFileError, read_rollouts
     from vrl.rollouts.record import RecordError
-    from vrl.sampling_proofs import (
+    from vrl.zk.sampling import (
         SamplingProofError, circuit_for, openings_path, prove_sampling, read_witness, witness_path, write_openings,
     )
     from vrl.zk import ZkFileError, work_directory
@@ -982,14 +982,14 @@ def audit(
                                                           "(--sample 1).")] = False,
     check: Annotated[Optional[list[str]], typer.Option(help="Run only this check (repeatable): signatures, "
                                                             "reputation, duplicates, lazy_verifiers, admission, "
-                                                            "quarantine, groups, steps, accuracy, evaluation.")] = None,
+                                                            "quarantine, groups, steps, accuracy, evaluation, sampling.")] = None,
     html_path: Annotated[Optional[Path], typer.Option("--html", help="Write the self-contained HTML report "
                                                                      "here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file an evaluation claim's proofs must be made "
-                                                "against.")] = None,
-    allow_dev_srs: Annotated[bool, typer.Option(help="Accept claims proven against the dev SRS: INSECURE.")] = False,
+    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file an evaluation claim's or a rollout file's "
+                                                "sampling proofs must be made against.")] = None,
+    allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
 ):
     """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, admission,
     quarantine, groups re-verified, training steps replayed, accuracy re-measured, held-out

@@ -75,7 +75,63 @@ def main() -> None:
     caught = sum(not v.accepted for v in rows)
     console.print(f"[bold]{caught} of {len(rows)} cheats rejected[/], "
                   f"{sum(v.accepted for v in honest)} of {len(honest)} honest rollouts accepted.")
+    zk_proofs(model, node)
     audit_devnet(local_devnet())
+
+
+def zk_proofs(model, node: NodeKey) -> None:
+    """The optional zk proofs (specs/zk.md), each honest one accepted and a tampered copy
+    rejected: a reward proven against a reference answer nobody is shown, and a sampled
+    token proven from the hidden state its record committed (the micro preset's head)."""
+    from proofs import zk
+    from proofs.circuits import ANSWER_MATCH
+    from vrl.zk import sampling as sampling_proofs
+    from vrl.tasks import RewardSpec
+    from vrl.zk import commit_answers, proven_correctness, prove_rewards, record_subject, work_directory
+
+    started = time.perf_counter()
+    workdir = work_directory()
+    srs = zk.dev_srs(workdir, ANSWER_MATCH.logrows)  # INSECURE: a demo's single-party SRS
+    rows = []
+
+    public, key = commit_answers(TASKS.tasks)
+    private = TaskList("private", tuple(public))
+    records = generate(model, private, node, round_seed=bytes(32), sampling=sampling_for(model, max_new_tokens=48),
+                       groups=1, group_size=2, score=key.scorer(RewardSpec()))
+    proofs = prove_rewards(records, key, model.decode, srs, workdir)
+    inflated = records[0].signed(node, reward=1.0 if records[0].reward != 1.0 else 0.0)
+    for what, group in (("reward proven against a private answer", records),
+                        ("reward changed after proving", [inflated, records[1]])):
+        proven = proven_correctness(group, proofs, model.decode, [srs], workdir, allow_dev=True)
+        verdict = verify(group, model, proven=proven)[0]
+        rows.append((verdict.accepted, f"{group[0].task_id}: {what}", str(verdict.reason)))
+
+    micro = load_model("micro")
+    kept = []
+    sampled = generate(micro, TASKS, node, round_seed=bytes(32), sampling=sampling_for(micro, max_new_tokens=8),
+                       groups=1, group_size=1, witness=lambda r, x: kept.append((r, x)))
+    witness = {record_subject(r): x.numpy() for r, x in kept}
+    challenge = bytes(range(32))  # a verifier's, after the record exists
+    (opening,) = sampling_proofs.prove_sampling(micro, sampled, witness, challenge, 1, srs, workdir)
+    logits = list(opening.attachment.instances)
+    logits[-1] = zk.felt(zk.felt_int(logits[-1]) + 1)
+    forged = replace(opening, attachment=replace(opening.attachment, instances=tuple(logits)))
+    for what, given in (("sampled token proven at a challenged position", opening),
+                        ("proven logit edited", forged)):
+        (check,) = sampling_proofs.check_openings(sampled, [given], micro, [srs], workdir, challenge=challenge,
+                                                  count=1, allow_dev=True)
+        rows.append((check.outcome == "ok", f"{sampled[0].task_id} (micro), position {check.position}: {what}",
+                     str(check.outcome)))
+    table = Table(title=f"zk proofs (optional; ezkl {zk.EZKL_VERSION}, a dev SRS: INSECURE, for demos only)",
+                  title_justify="left")
+    for column in ("proof", "verdict", "reason"):
+        table.add_column(column, overflow="fold")
+    for accepted, label, reason in rows:
+        table.add_row(label, "[green]accepted[/]" if accepted else "[red]rejected[/]", "" if accepted else reason)
+    console.print(table)
+    console.print(f"zk proofs made and checked in {time.perf_counter() - started:.0f}s "
+                  "(circuits built and keys set up once per machine)")
+
 
 
 # The demo's audit re-executes a tenth of the groups, steps and versions: on its 60-round devnet

@@ -248,7 +248,7 @@ def zk_vectors() -> dict:
 
     from proofs.circuits import CIRCUITS, hidden_hash, quantize_hidden
     from vrl.rollouts.record import Rollout
-    from vrl.sampling_proofs import challenged
+    from vrl.zk.sampling import challenged
 
     salt = bytes(range(0, 2 * 9, 1))  # nine u16 values: 0x0001, 0x0203, ... all below 2^15
     commitment = reference_commitment(b"n:42", salt)

@@ -22,7 +22,7 @@ from pathlib import Path
 from vrl.audit.checks import (
     Run, check_batches, check_duplicates, collect_latency, check_planted, check_reputation, index_run,
 )
-from vrl.audit.evaluation import check_evaluation
+from vrl.audit.evaluation import check_evaluation, check_sampling
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.reexecute import Models, check_accuracy, check_groups, check_steps
 from vrl.audit.replay import StepCheck, replay_step, replay_steps
@@ -32,7 +32,7 @@ from vrl.audit.sources import AuditError, Inputs, open_inputs
 #: Every check, in the order they run (specs/audit.md §3). ``signatures`` always runs: it is
 #: the pass that reads the log. ``admission`` and ``quarantine`` are one pass over the batches.
 CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine", "groups", "steps",
-          "accuracy", "evaluation")
+          "accuracy", "evaluation", "sampling")
 #: The checks that re-execute models, at ``sample``; the others read the whole log.
 REEXECUTING = ("groups", "steps", "accuracy")
 #: The default share of re-executed items: the verifiers' own step_audit_rate
@@ -107,6 +107,8 @@ class Audit:
                 check_accuracy(run, findings, tell, sample, models)
             elif name == "evaluation":
                 check_evaluation(run, findings, tell, srs, allow_dev_srs)
+            elif name == "sampling":
+                check_sampling(run, findings, tell, srs, allow_dev_srs)
             seconds[name] = time.perf_counter() - started
         collect_latency(run)
         return _report(run, chosen, sample, findings, seconds, models)
@@ -124,6 +126,7 @@ class Audit:
                 "groups": sum(sampled(d, sample) for d in groups),
                 "steps": int(versions * sample) + 1,
                 "evaluation": len(self.inputs.claims),
+                "sampling": len(self.inputs.rollout_files),
                 "accuracy": int(versions * sample) + 2}
 
 

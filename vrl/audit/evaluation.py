@@ -1,8 +1,10 @@
-"""The ``evaluation`` check: held-out accuracy claims on private test sets, re-checked from
-their records and proofs without the answers (specs/zk.md §9, specs/audit.md §3)."""
+"""The zk checks: ``evaluation``, held-out accuracy claims on private test sets, re-checked from
+their records and proofs without the answers (specs/zk.md §9), and ``sampling``, rollout
+files' sampling proofs (specs/zk.md §10); specs/audit.md §3."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from proofs import zk
@@ -49,3 +51,63 @@ def check_evaluation(run: Run, findings: list[Finding], tell: Callable[[str, int
                 problems=list(result.problems[:10])))
     run.stats[check] = {"claims": len(run.inputs.claims), "upheld": upheld,
                         **({"INSECURE: dev SRS allowed": True} if allow_dev else {})}
+
+
+def check_sampling(run: Run, findings: list[Finding], tell: Callable[[str, int], None], srs: Sequence[zk.Srs],
+                   allow_dev: bool) -> None:
+    """Each rollout file given with its sampling proofs beside it (``FILE.sampling``, specs/zk.md
+    §10): the openings checked against the challenge the file names, at as many positions per
+    record as it answers. The file is not signed, so an opening that fails incriminates no one
+    (anyone could have edited the file): its records' tokens are merely not proven."""
+    from vrl.rollouts.files import RolloutFileError, read_rollouts
+    from vrl.rollouts.record import RecordError
+    from vrl.zk.sampling import SamplingProofError, check_openings, openings_path, read_openings
+
+    check = "sampling"
+    proven = failed = 0
+    for path in run.inputs.rollout_files:
+        companion = openings_path(path)
+        if not companion.exists():
+            continue
+        tell(check, 1)
+        try:
+            records = list(read_rollouts(path))
+            challenge, openings = read_openings(companion)
+            model = _model_of(records, run)
+            per_record = max(Counter(o.record for o in openings).values(), default=1)
+            checks = check_openings(records, openings, model, srs, work_directory(), challenge=challenge,
+                                    count=per_record, allow_dev=allow_dev)
+        except (RolloutFileError, RecordError, SamplingProofError, ZkFileError, zk.ZkError, ValueError) as error:
+            findings.append(finding(check, "sampling_unchecked", Severity.WARNING,
+                                    f"{companion}: the sampling proofs could not be checked ({error})",
+                                    file=str(companion)))
+            continue
+        bad = [c for c in checks if c.outcome != "ok"]
+        proven, failed = proven + len(checks) - len(bad), failed + len(bad)
+        if bad:
+            findings.append(finding(
+                check, "sampling_not_proven", Severity.WARNING,
+                f"{companion}: {len(bad)} of {len(checks)} challenged tokens not proven "
+                f"({', '.join(sorted({str(c.outcome) for c in bad}))})", file=str(companion),
+                positions=[[c.record, c.position, str(c.outcome)] for c in bad[:20]]))
+    run.stats[check] = {"proven": proven, "not_proven": failed,
+                        **({"INSECURE: dev SRS allowed": True} if allow_dev else {})}
+
+
+def _model_of(records, run: Run):
+    """The model the records claim, among those the audit can load: the network's, and the
+    presets whose head has a sampling circuit (micro, base-micro when built)."""
+    from vrl.rollouts.model import ModelError, load_model
+
+    wanted = {r.model_hash for r in records}
+    if len(wanted) != 1:
+        raise ValueError(f"records of {len(wanted)} models")
+    candidates = [run.config.work.model] if run.config is not None else []
+    for spec in (*candidates, "micro", "base-micro"):
+        try:
+            model = load_model(spec, dtype="float32")
+        except ModelError:
+            continue
+        if model.model_hash in wanted:
+            return model
+    raise ValueError("the records' model is none the audit can load (the network's, micro or base-micro)")

@@ -26,7 +26,7 @@ from p2p.transport import (
     MAX_RESPONSE_BYTES, Message, PeerUnavailable, Transport, TransportError, Validation, message_id,
 )
 from vrl.rollouts.files import write_bytes_atomic
-from vrl.sampling_proofs import write_witness
+from vrl.zk.sampling import write_witness
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
@@ -148,7 +148,7 @@ class Node:
         """The SRS sampling proofs use here (the [zk] table), once its policy is known to have a
         circuit and an answer to fit the transport's response limit."""
         from proofs import zk
-        from vrl.sampling_proofs import SamplingProofError, circuit_for
+        from vrl.zk.sampling import SamplingProofError, circuit_for
 
         try:
             circuit = circuit_for(self.work.skeleton)
@@ -472,7 +472,7 @@ class Node:
     async def _serve_sampling(self, peer: bytes, data: bytes) -> bytes:
         """Prove positions of one of this node's own groups, once per asking peer and group; a
         request no honest verifier sends counts against its sender."""
-        from vrl.sampling_proofs import SamplingProofError, read_witness
+        from vrl.zk.sampling import SamplingProofError, read_witness
 
         try:
             request = SamplingRequest.from_bytes(data)

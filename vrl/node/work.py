@@ -29,7 +29,7 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, bit_exact_platform, load_model, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
-from vrl.sampling_proofs import (
+from vrl.zk.sampling import (
     Check, SamplingProofError, check_openings, openings_bytes, openings_from_bytes, prove_sampling,
 )
 from vrl.zk import record_subject
@@ -65,9 +65,9 @@ class WorkConfig(GenerationConfig):
 
     tasks: TaskSet
     groups_per_round: int
-    # Commit each sampled token's hidden state and keep the rows (the node's [zk] hidden_states,
-    # specs/zk.md §10): Work.rows holds them until the node writes them down.
-    hidden_states: bool = False
+    # Commit each sampled token's hidden state and keep the rows: the node's [zk] hidden_states
+    # (its default is that table's), specs/zk.md §10; Work.rows holds them until written down.
+    hidden_states: bool
 
 
 class Work:

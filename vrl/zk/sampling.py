@@ -39,7 +39,7 @@ from proofs.errors import MalformedCommitment, UndefinedRace
 from vrl.errors import VrlError
 from vrl.rollouts.files import write_bytes_atomic
 from vrl.rollouts.record import HIDDEN_HASH_BYTES, Rollout
-from vrl.zk import ZkFileError, record_subject, regular_file_bytes
+from vrl.zk.rewards import ZkFileError, record_subject, regular_file_bytes
 
 SAMPLING_FORMAT = "vrl/sampling/v1"
 WITNESS_FORMAT = "vrl/hidden/v1"
@@ -53,9 +53,9 @@ CHALLENGE_BYTES = 32
 MAX_POSITIONS = 64
 #: Raw-logit distance between a proven logit and the float32 logit the producer sampled from:
 #: the circuit rounds h and W to multiples of 2^-13 (HIDDEN_SCALE), which moves a logit by at
-#: most (|h|_1 + |w|_1) 2^-14 plus a rescaling's 2^-14. The worst over the micro policy's
-#: sampled positions is 1.0e-3 (bench/zk.py, bench/results/zk.json "logit_error_max"); 4e-3
-#: leaves four times that. A race lost by more, or a logprob off by more than 2 tau / T (log
+#: most (|h|_1 + |w|_1) 2^-14 plus a rescaling's 2^-14. The worst over 265 of base-micro's
+#: sampled positions is 1.26e-3 (bench/zk.py, bench/results/zk.json "logit_error_max"); 4e-3
+#: leaves three times that. A race lost by more, or a logprob off by more than 2 tau / T (log
 #: softmax is 1-Lipschitz in the max norm), is not rounding.
 LOGIT_TOLERANCE = 4e-3
 #: A logprob is stored as float32 in the record (specs/record.md §2): its rounding, on top.
@@ -106,9 +106,21 @@ def head_module(model) -> torch.nn.Module:
 
 def head_commitment(model, srs: zk.Srs, workdir: Path) -> bytes:
     """The commitment to ``model``'s LM-head weights under ``srs``: what the trainer publishes
-    once per policy version, and what a verifier holding the weights derives itself."""
-    built = zk.build(circuit_for(model), workdir)
-    return zk.params_commitment(built, zk.compiled_with(built, head_module(model)), zk.keys(built, srs))
+    once per policy version, and what a verifier holding the weights derives itself. Kept for
+    the last few (model, SRS) pairs: a node checks many groups of one version."""
+    key = (model.model_hash, srs.sha256, str(workdir))
+    if key not in _COMMITMENTS:
+        built = zk.build(circuit_for(model), workdir)
+        _COMMITMENTS[key] = zk.params_commitment(built, zk.compiled_with(built, head_module(model)),
+                                                 zk.keys(built, srs))
+        while len(_COMMITMENTS) > _KEPT_COMMITMENTS:
+            _COMMITMENTS.pop(next(iter(_COMMITMENTS)))
+    return _COMMITMENTS[key]
+
+
+#: A node holds at most max_staleness + 2 = 4 versions with the defaults (specs/network.md §2).
+_KEPT_COMMITMENTS = 8
+_COMMITMENTS: dict[tuple[bytes, bytes, str], bytes] = {}
 
 
 def challenged(rollout: Rollout, challenge: bytes, count: int) -> tuple[int, ...]:
