@@ -115,7 +115,7 @@ MAX_HIDDEN_MAGNITUDE = 1 << 33
 
 def quantize_hidden(rows) -> np.ndarray:
     """Hidden-state rows (float32, as captured) as the circuit's integers: ``rint(h * 2^13)``,
-    ties to even, exact in float64 (specs/zk.md §8). Shape (rows, hidden), int64."""
+    ties to even, exact in float64 (specs/zk.md §10). Shape (rows, hidden), int64."""
     values = np.asarray(rows, dtype=np.float32).astype(np.float64) * float(1 << HIDDEN_SCALE)
     if not np.isfinite(values).all() or np.abs(values).max(initial=0.0) >= MAX_HIDDEN_MAGNITUDE:
         raise ZkError(f"a hidden state outside +-2^{MAX_HIDDEN_MAGNITUDE.bit_length() - 1 - HIDDEN_SCALE}")

@@ -178,6 +178,27 @@ def poseidon(values: Sequence[int]) -> bytes:
 
 # -- SRS -------------------------------------------------------------------------------------------
 
+#: SHA-256 of the public KZG SRS files (``kzg{k}.srs``, from the perpetual powers of tau
+#: ceremony) that ezkl 23.0.5 checks downloads against: its ``src/srs_sha.rs``, each value
+#: present in the installed binary (tests/test_zk.py checks so). Only these are real SRS files;
+#: anything else a user names is refused (shared/research/ezkl.md §1.6). A file for ``k`` serves
+#: every circuit of ``k`` rows or fewer (ezkl downsizes it).
+PUBLIC_SRS_SHA256 = {
+    15: "90807800a1c3b248a452e1732c45ee5099f38b737356f5542c0584ec9c3ebb45",
+    16: "2a1a494630e71bc026dd5c0eab4c1b9a5dbc656228c1f0d48f5dbd3909b161d3",
+    17: "41509f380362a8d14401c5ae92073154922fe23e45459ce6f696f58607655db7",
+    18: "d0148475717a2ba269784a178cb0ab617bc77f16c58d4a3cbdfe785b591c7034",
+    19: "d1a1655b4366a766d1578beb257849a92bf91cb1358c1a2c37ab180c5d3a204d",
+    20: "54ef75911da76d7a6b7ea341998aaf66cb06c679c53e0a88a4fe070dd3add963",
+    21: "486e044cf98704e07f41137d2b89698dc03d1fbf34d13b60902fea19a6013b4b",
+    22: "1ee9b4396db3e4e2516ac5016626ab6ba967f091d5d23afbdb7df122a0bb9d0c",
+    23: "748e48b9b6d06f9c82d26bf551d0af43ee2e801e4be56d7ccb20312e267fd1d6",
+    24: "f94fa4afa2f5147680f907d4dd96a8826206c26bd3328cd379feaed614b234de",
+    25: "dec49a69893fbcd66cd06296b2d936a6aceb431c130b2e52675fe4274b504f57",
+    26: "b198a51d48b88181508d8e4ea9dea39db285e4585663b29b7e4ded0c22a94875",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Srs:
     """A structured reference string file and what a verifier knows of it."""
@@ -185,20 +206,32 @@ class Srs:
     path: Path
     sha256: bytes
     dev: bool  # made by ezkl.gen_srs (single-party): proofs against it are insecure
+    logrows: int  # the rows it serves: 2^logrows
 
     @classmethod
-    def load(cls, path: Path | str, *, dev: bool = False) -> Srs:
-        """A user's SRS file (``--srs PATH``), hashed here. Never handed to ``ezkl.get_srs``,
-        which deletes a file whose hash it does not know (shared/research/ezkl.md §1.6)."""
+    def load(cls, path: Path | str) -> Srs:
+        """A user's SRS file (``--srs PATH``): one of the public ceremony's files, by its hash
+        (:data:`PUBLIC_SRS_SHA256`), or a ZkError. Never handed to ``ezkl.get_srs``, which
+        deletes a file whose hash it does not know (shared/research/ezkl.md §1.6)."""
         path = Path(path)
-        digest = hashlib.sha256()
-        try:
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        except OSError as error:
-            raise ZkError(f"{path}: cannot read the SRS file ({error.strerror or error})") from None
-        return cls(path, digest.digest(), dev)
+        digest = _file_sha256(path)
+        logrows = next((k for k, known in PUBLIC_SRS_SHA256.items() if known == digest.hex()), None)
+        if logrows is None:
+            raise ZkError(f"{path}: not a public KZG SRS file (SHA-256 {digest.hex()[:16]}... is none of the "
+                          f"perpetual powers of tau kzg15..kzg26 files): a locally made SRS lets its maker forge "
+                          f"proofs, so it is only ever a dev SRS (--dev-srs, --allow-dev-srs)")
+        return cls(path, digest, False, logrows)
+
+
+def _file_sha256(path: Path) -> bytes:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise ZkError(f"{path}: cannot read the SRS file ({error.strerror or error})") from None
+    return digest.digest()
 
 
 def dev_srs(directory: Path, logrows: int) -> Srs:
@@ -212,7 +245,7 @@ def dev_srs(directory: Path, logrows: int) -> Srs:
                 _call(_ezkl().gen_srs, str(staging / path.name), logrows)
                 # A link, never a replace: an SRS some proof already names is never overwritten.
                 os.link(staging / path.name, path)
-    return Srs.load(path, dev=True)
+    return Srs(path, _file_sha256(path), True, logrows)
 
 
 # -- budget ------------------------------------------------------------------------------------------
@@ -318,23 +351,33 @@ def build(circuit: Circuit, workdir: Path) -> Built:
 
 def compiled_with(built: Built, module: object) -> Path:
     """``built``'s circuit compiled with the parameters of ``module`` (a torch module of the
-    circuit's graph), made once per parameter set: for circuits whose parameters are
-    ``polycommit``, whose keys fit every parameter set but whose witness needs the parameters.
-    A module that does not lay out as ``built`` (other shapes) is a ZkError."""
-    with _staging(built.directory) as staging:
-        _export(built.circuit, staging, module, compile_circuit=False)
-        digest = hashlib.sha256((staging / "circuit.onnx").read_bytes()).hexdigest()[:32]
-        directory = built.directory / f"params-{digest}"
-        with _locked(built.directory.parent):
-            if not (directory / "circuit.compiled").exists():
-                if settings_hash(staging / "settings.json") != built.settings_hash:
-                    raise ZkError(f"{built.circuit.id}: these parameters do not lay out as the circuit's graph")
-                with _quiet(staging / "ezkl.log"):
-                    _call(_ezkl().compile_circuit, str(staging / "circuit.onnx"), str(staging / "circuit.compiled"),
-                          str(staging / "settings.json"))
-                shutil.rmtree(directory, ignore_errors=True)  # an incomplete one: never a compiled circuit
-                os.replace(staging, directory)
+    circuit's graph), made once per parameter set, found again by the parameters' SHA-256:
+    for circuits whose parameters are ``polycommit``, whose keys fit every parameter set but
+    whose witness needs the parameters. A module that does not lay out as ``built`` (other
+    shapes) is a ZkError."""
+    directory = built.directory / f"params-{_parameters_digest(module)[:32]}"
+    with _locked(built.directory.parent):
+        if (directory / "circuit.compiled").exists():
+            return directory / "circuit.compiled"
+        with _staging(built.directory) as staging:
+            _export(built.circuit, staging, module, compile_circuit=False)
+            if settings_hash(staging / "settings.json") != built.settings_hash:
+                raise ZkError(f"{built.circuit.id}: these parameters do not lay out as the circuit's graph")
+            with _quiet(staging / "ezkl.log"):
+                _call(_ezkl().compile_circuit, str(staging / "circuit.onnx"), str(staging / "circuit.compiled"),
+                      str(staging / "settings.json"))
+            shutil.rmtree(directory, ignore_errors=True)  # an incomplete one: never a compiled circuit
+            os.replace(staging, directory)
     return directory / "circuit.compiled"
+
+
+def _parameters_digest(module: object) -> str:
+    """SHA-256 over a torch module's parameters: names, shapes, dtypes and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(f"{name}/{tuple(tensor.shape)}/{tensor.dtype}\0".encode())
+        digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def params_commitment(built: Built, compiled: Path, made: Keys) -> bytes:
@@ -400,6 +443,9 @@ def _canonical_order(path: Path) -> None:
 def keys(built: Built, srs: Srs) -> Keys:
     """The proving and verifying keys of ``built`` under ``srs``, made once per SRS: ezkl's
     setup is deterministic, so every party that builds the circuit derives the same keys."""
+    if srs.logrows < built.circuit.logrows:
+        raise ZkError(f"{srs.path}: an SRS of 2^{srs.logrows} rows is too small for {built.circuit.id} "
+                      f"(2^{built.circuit.logrows} rows)")
     directory = built.directory / f"keys-{srs.sha256.hex()[:16]}"
     with _locked(built.directory.parent):
         if not (directory / "vk.key").exists():
@@ -565,10 +611,15 @@ def _locked(directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+#: File descriptors 1 and 2 are the process's: one redirection at a time, or two threads that
+#: overlap would leave them pointing at the first one's log when they restore them.
+_QUIET = threading.Lock()
+
+
 @contextlib.contextmanager
 def _quiet(log: Path):
     """Send what native code prints to file descriptors 1 and 2 to ``log`` instead."""
-    with log.open("ab") as sink:
+    with _QUIET, log.open("ab") as sink:
         saved = [os.dup(1), os.dup(2)]
         try:
             for fd in (1, 2):

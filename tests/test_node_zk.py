@@ -92,6 +92,9 @@ def test_zk_settings_are_checked_at_the_boundary(tmp_path):
         config(tmp_path, zk={"sampling_positions": 2})  # no SRS named
     with pytest.raises(ConfigError, match="sampling_positions"):
         config(tmp_path, zk={"sampling_positions": 65, "dev_srs": True})
+    with pytest.raises(ConfigError, match="proof_timeout"):  # 2 x 8 positions take about 64 s to prove
+        Node(config(tmp_path / "m", zk={"sampling_positions": 8, "proof_timeout": 100.0, "dev_srs": True}),
+             LoopbackNetwork(seed=1).transport(TRAINER.private_seed()), TRAINER)
     with pytest.raises(ConfigError, match="base-micro"):
         Node(config(tmp_path / "n", work={"model": "tiny", "task": "arithmetic:digits=1"},
                     zk={"hidden_states": True, "dev_srs": True}),

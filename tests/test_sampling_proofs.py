@@ -161,6 +161,47 @@ def test_a_logprob_other_than_the_proven_one_is_caught(proven, node):
     assert checks(proven, [reproven(proven, cheat, position)], records=[cheat], challenge=None) == ["sampling_wrong_logprob"]
 
 
+def test_a_crafted_row_with_the_committed_top_values_is_caught_by_the_verifiers_own_prefill(proven, node):
+    """The activation commitment holds three values of a row: a producer can commit the true
+    rows there and hash another row that agrees on those three (shown: it opens), then prove
+    from it. The verifier's own prefill catches the logits (specs/zk.md §10, step 8)."""
+    record = proven.records[0]
+    (position,) = challenged(record, CHALLENGE, 1)
+    true_row = torch.from_numpy(proven.rows[record_subject(record)][position].copy())
+    top = commitment.top_indices(commitment.bf16_bits(true_row[None]), commitment.VALUES_PER_ROW)[0]
+    crafted = -true_row
+    crafted[top] = true_row[top]  # same magnitudes everywhere: the top three stay the top three
+    n = len(record.completion_tokens)
+    assert commitment.opens(record.commitment, n + 1, position, crafted)
+    hashes = bytearray(record.hidden_hashes)
+    hashes[32 * position:32 * (position + 1)] = hidden_hash(quantize_hidden(crafted.numpy()[None])[0])
+    cheat = resign(node, record, hidden_hashes=bytes(hashes))
+    attachment = zk.prove(LM_LOGITS_MICRO, [quantize_hidden(crafted.numpy()[None])[0].tolist()],
+                          subject(cheat, position), proven.srs, proven.workdir,
+                          params=vrl.zk.sampling.head_module(proven.model))
+    opening = Opening(record_subject(cheat), position, crafted.numpy().astype("<f4").tobytes(), attachment)
+    assert checks(proven, [opening], records=[cheat], challenge=None) == ["sampling_wrong_logits"]
+
+
+def test_records_sampled_with_a_mask_or_by_a_half_precision_model_are_not_covered(proven, node):
+    masked = resign(node, proven.records[0], sampling=dataclasses.replace(proven.records[0].sampling, top_k=5))
+    opening = dataclasses.replace(proven.openings[0], record=record_subject(masked))
+    assert checks(proven, [opening], records=[masked], challenge=None) == ["sampling_unsupported"]
+    with pytest.raises(SamplingProofError, match="top-k or top-p"):
+        prove_sampling(proven.model, [masked], {record_subject(masked): proven.rows[record_subject(
+            proven.records[0])]}, CHALLENGE, 1, proven.srs, proven.workdir)
+    with pytest.raises(SamplingProofError, match="float32"):
+        circuit_for(vrl.load_model("micro", dtype="bfloat16"))
+
+
+def test_inspect_shows_a_hostile_circuit_id_as_text(proven, tmp_path):
+    hostile = dataclasses.replace(proven.openings[0], attachment=dataclasses.replace(
+        proven.openings[0].attachment, circuit="[/oops]"))
+    write_openings(tmp_path / "r.sampling", CHALLENGE, [hostile])
+    result = runner.invoke(app, ["inspect", str(tmp_path / "r.sampling")])
+    assert result.exit_code == 0 and "[/oops]" in result.output, result.output
+
+
 def test_positions_the_challenge_did_not_pick_and_unanswered_ones_are_named(proven):
     record = proven.records[0]
     (position,) = challenged(record, CHALLENGE, 1)

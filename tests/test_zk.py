@@ -5,6 +5,7 @@ exception; and the attachment decoder takes any bytes."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -81,9 +82,24 @@ def test_every_way_an_attachment_is_wrong_is_its_own_reason(proven):
         assert check(proven, attachment, **changes) is reason, name
 
 
-def test_the_same_file_loaded_as_a_users_srs_is_trusted_without_the_dev_flag(proven):
-    production = zk.Srs.load(proven.srs.path)  # what `--srs PATH` gives
+def test_a_locally_made_srs_given_as_a_users_srs_is_refused(proven):
+    with pytest.raises(zk.ZkError, match="not a public KZG SRS file"):
+        zk.Srs.load(proven.srs.path)  # what `--srs PATH` gives
+
+
+def test_a_public_srs_file_is_known_by_its_hash_and_trusted_without_the_dev_flag(proven, monkeypatch):
+    # The public kzg15.srs cannot be downloaded here: the dev file stands in for it by its hash.
+    monkeypatch.setitem(zk.PUBLIC_SRS_SHA256, 15, proven.srs.sha256.hex())
+    production = zk.Srs.load(proven.srs.path)
+    assert (production.dev, production.logrows) == (False, 15)
     assert check(proven, proven.right, allow_dev=False, srs=[production]) is zk.Reason.OK
+
+
+def test_the_public_srs_hashes_are_the_ones_ezkl_itself_checks_downloads_against():
+    import ezkl
+
+    binary = b"".join(p.read_bytes() for p in Path(ezkl.__file__).parent.glob("*.so"))
+    assert binary and all(known.encode() in binary for known in zk.PUBLIC_SRS_SHA256.values())
 
 
 def test_inputs_of_the_wrong_shape_are_a_zk_error_naming_the_step(proven):

@@ -215,12 +215,14 @@ def generate(
              groups=groups, group_size=group_size, node_id=node_key.node_id.hex()[:16])
     witness_rows: list | None = None
     if hidden_states:
-        from vrl.zk.sampling import SamplingProofError, circuit_for, witness_path, write_witness
+        from vrl.zk.sampling import SamplingProofError, circuit_for, supported, witness_path, write_witness
 
         try:
             circuit_for(loaded)
         except SamplingProofError as error:
             raise _fail(str(error)) from None
+        if not supported(sampling):
+            raise _fail("--hidden-states: sampling proofs do not cover a top-k or top-p mask (specs/zk.md §10)")
         witness_rows = []
     written = 0
     with _progress(json_output) as bar, RolloutWriter(partial) as writer:
@@ -280,7 +282,8 @@ def verify(
                                                  "which calibrated profile applies.")] = "same",
     zk_file: Annotated[Optional[Path], typer.Option("--zk", help="Proofs of the records' rewards (vrl prove); "
                                                     "default: FILE.zk when it exists.")] = None,
-    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file proofs must be made against.")] = None,
+    srs: Annotated[Optional[Path], typer.Option(help="A public KZG SRS file (kzg15.srs or larger) proofs must be "
+                                                "made against.")] = None,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against this machine's dev SRS: INSECURE, "
                                                 "for tests and demos.")] = False,
     sampling_file: Annotated[Optional[Path], typer.Option("--sampling", help="Sampling proofs at challenged "
@@ -473,8 +476,8 @@ def _inspect_proofs(path: Path, json_output: bool) -> None:
     for column in ("#", "circuit", "record", "SRS", "key", "public inputs", "bytes"):
         table.add_column(column)
     for row in rows:
-        table.add_row(str(row["index"]), row["circuit"], row["subject"][:12], row["srs"][:12], row["vk"][:12],
-                      str(len(row["instances"])), str(row["proof_bytes"]))
+        table.add_row(str(row["index"]), escape(row["circuit"]), row["subject"][:12], row["srs"][:12],
+                      row["vk"][:12], str(len(row["instances"])), str(row["proof_bytes"]))
     out.print(table)
 
 
@@ -497,8 +500,8 @@ def _inspect_openings(path: Path, json_output: bool) -> None:
     for column in ("#", "record", "position", "circuit", "SRS", "key", "bytes"):
         table.add_column(column)
     for row in rows:
-        table.add_row(str(row["index"]), row["record"][:12], str(row["position"]), row["circuit"], row["srs"][:12],
-                      row["vk"][:12], str(row["proof_bytes"]))
+        table.add_row(str(row["index"]), row["record"][:12], str(row["position"]), escape(row["circuit"]),
+                      row["srs"][:12], row["vk"][:12], str(row["proof_bytes"]))
     out.print(table)
 
 
@@ -545,7 +548,8 @@ def prove(
                                                      "(it picks the positions).")] = None,
     witness: Annotated[Optional[Path], typer.Option(help="--kind sampling: the hidden states (default FILE.hidden, "
                                                     "written by vrl generate --hidden-states).")] = None,
-    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file to prove against.")] = None,
+    srs: Annotated[Optional[Path], typer.Option(help="A public KZG SRS file (kzg15.srs or larger) to prove "
+                                                "against.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE, for tests and "
                                           "demos.")] = False,
     out_path: Annotated[Optional[Path], typer.Option("--out", help="File to write; default FILE.zk (reward) or "
@@ -657,7 +661,8 @@ def evaluate(
                                                      "(proofs) and OUT.claim.json.")] = None,
     check: Annotated[Optional[Path], typer.Option(help="Check this claim (OUT.claim.json) instead of making one.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="The answers' length limit (decoding is greedy).")] = 64,
-    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file proofs are made (or must be made) against.")] = None,
+    srs: Annotated[Optional[Path], typer.Option(help="A public KZG SRS file proofs are made (or must be made) "
+                                                "against.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE.")] = False,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
     json_output: Annotated[bool, typer.Option("--json")] = False,

@@ -181,8 +181,9 @@ class ZkConfig:
     # of each record, picked by the verifier's audit ticket; 0 asks for none
     sampling_positions: int = field(default=0, metadata=bounded(0, 64))
     # verifier: seconds the producer has to answer, else the check fails (sampling_missing).
-    # Proving took 4.2 s a position here (bench/results/zk.json); a group of 4 at 4 positions
-    # is 16 proofs, about 70 s on one core, and 240 s leaves room for a queue of them
+    # Proving took 3.2 to 3.7 s a position here (bench/results/zk.json); a group of 4 at 4
+    # positions is 16 proofs, about 60 s on one core, and 240 s leaves room for a queue of them
+    # (the node refuses a timeout under twice a group's proving)
     proof_timeout: float = field(default=240.0, metadata=bounded(1, 3600))
     # worker: the most positions per record it proves for one request (one request per group
     # and peer): what a stranger can make it spend

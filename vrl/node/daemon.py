@@ -22,11 +22,10 @@ import structlog
 import torch
 
 from p2p.blobs import BlobStore, fetch_blob
-from p2p.transport import (
-    MAX_RESPONSE_BYTES, Message, PeerUnavailable, Transport, TransportError, Validation, message_id,
-)
+from p2p.transport import MAX_RESPONSE_BYTES, Message, Transport, TransportError, Validation, message_id
 from vrl.rollouts.files import write_bytes_atomic
-from vrl.zk.sampling import write_witness
+from proofs.zk import ZkError
+from vrl.zk.sampling import SamplingProofError, read_witness, write_witness
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
@@ -56,6 +55,13 @@ MAX_OPENING_BYTES = 32 << 10
 #: (peer, group) pairs a worker has answered, remembered so that each gets one answer: a peer
 #: cannot make it prove one group again and again. Older ones are forgotten first.
 MAX_SERVED = 4096
+#: Groups whose rows a worker keeps (about 1 KiB a record on the micro preset): its own groups
+#: of the last versions; with the defaults a worker makes groups_per_round (4) a version, and
+#: verifiers check only max_staleness + 1 (3) versions back, so 1024 is hundreds of versions.
+MAX_WITNESS_FILES = 1024
+#: Seconds a worker takes to prove one position, with room: 3.2 to 3.7 s measured here
+#: (bench/results/zk.json). A verifier's proof_timeout must cover a whole group's worth twice.
+PROVE_SECONDS_PER_POSITION = 4.0
 BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
 BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
 TICK_SECONDS = 0.25
@@ -148,12 +154,17 @@ class Node:
         """The SRS sampling proofs use here (the [zk] table), once its policy is known to have a
         circuit and an answer to fit the transport's response limit."""
         from proofs import zk
-        from vrl.zk.sampling import SamplingProofError, circuit_for
+        from vrl.zk.sampling import circuit_for
 
         try:
             circuit = circuit_for(self.work.skeleton)
         except SamplingProofError as error:
             raise ConfigError(str(error), ("zk",)) from None
+        proving = config.work.group_size * config.zk.sampling_positions * PROVE_SECONDS_PER_POSITION
+        if 2 * proving > config.zk.proof_timeout:
+            raise ConfigError(f"a group's {config.work.group_size} x {config.zk.sampling_positions} positions take "
+                              f"about {proving:.0f} s to prove here; proof_timeout must be at least twice that",
+                              ("zk", "proof_timeout"))
         if config.work.group_size * config.zk.sampling_positions * MAX_OPENING_BYTES > MAX_RESPONSE_BYTES:
             raise ConfigError(f"group_size x sampling_positions answers would pass the {MAX_RESPONSE_BYTES}-byte "
                               f"response limit at {MAX_OPENING_BYTES} bytes a position", ("zk", "sampling_positions"))
@@ -416,6 +427,8 @@ class Node:
             if self.config.zk.hidden_states:  # on disk before the group is published
                 await asyncio.to_thread(write_witness, self._witness_path(group.digest),
                                         self.work.take_rows(group))
+        if self.config.zk.hidden_states:
+            await asyncio.to_thread(self._prune_witness)
         self.metrics.rollouts_produced.inc(sum(len(g.rollouts) for g in groups))
         self.log.info("generated", version=version, groups=len(groups))
         await self._feed(P.Generated(version, tuple(groups)))
@@ -445,35 +458,45 @@ class Node:
     def _witness_path(self, digest: bytes):
         return self.config.path / "hidden" / f"{digest.hex()}.hidden"
 
+    def _prune_witness(self) -> None:
+        """Keep the rows of the last MAX_WITNESS_FILES groups: a group older than that is of a
+        version no verifier still checks (max_staleness), so no challenge can come for it."""
+        files = sorted((self.config.path / "hidden").glob("*.hidden"), key=lambda p: p.stat().st_mtime)
+        for path in files[:-MAX_WITNESS_FILES]:
+            path.unlink(missing_ok=True)
+
     async def _challenge(self, group: Group, version: int) -> tuple[str, ...] | None:
         """Ask ``group``'s producer to prove the positions this verifier's audit ticket picks, and
-        check the answer: a refusal, no answer in time, or none that decodes fails like a bad
-        proof. None (no verdict) when the producer is not reachable from here at all: unreached
-        is not unanswered, and a sparse network must not make an honest producer look a cheat."""
+        check the answer: a refusal, a reset, no answer in time, or none that decodes fails like
+        a bad proof. None (no verdict) only when the producer is not connected when asked:
+        unreached is not unanswered, and a sparse network must not make an honest producer look
+        a cheat. Once the request is on its way, nothing the producer does is "unreached"."""
         positions = self.config.zk.sampling_positions
+        if group.subject not in self.transport.peers():
+            self.log.info("producer not connected for sampling proofs", group=group.digest.hex()[:12],
+                          producer=group.subject.hex()[:8])
+            return None
         challenge = hashlib.sha256(audit_ticket(self.key, group.digest)).digest()
         request = SamplingRequest(group.digest, challenge, positions)
         try:
             answer = await self.transport.request(
                 group.subject, SAMPLING_PROTOCOL, request.to_bytes(), timeout=self.config.zk.proof_timeout,
                 max_response=len(group.rollouts) * positions * MAX_OPENING_BYTES + 1024)
-        except PeerUnavailable:
-            self.log.info("producer not reachable for sampling proofs", group=group.digest.hex()[:12],
-                          producer=group.subject.hex()[:8])
-            return None
         except TransportError as error:
             self.log.warning("no sampling proofs", group=group.digest.hex()[:12],
                              producer=group.subject.hex()[:8], error=type(error).__name__)
             return ("sampling_missing",)
         srs, workdir = self._zk
-        return await self._in_model_thread("sampling proofs", self.work.check_sampling, group, version, answer,
-                                           challenge, positions, srs, workdir)
+        try:
+            return await self._in_model_thread("sampling proofs", self.work.check_sampling, group, version, answer,
+                                               challenge, positions, srs, workdir)
+        except (KeyError, ZkError, SamplingProofError) as error:  # the version let go meanwhile; ezkl failing here
+            self.log.warning("sampling proofs not checked", group=group.digest.hex()[:12], error=str(error))
+            return None
 
     async def _serve_sampling(self, peer: bytes, data: bytes) -> bytes:
         """Prove positions of one of this node's own groups, once per asking peer and group; a
         request no honest verifier sends counts against its sender."""
-        from vrl.zk.sampling import SamplingProofError, read_witness
-
         try:
             request = SamplingRequest.from_bytes(data)
         except MessageError:
@@ -487,16 +510,17 @@ class Node:
         self._served[peer, request.group] = None
         while len(self._served) > MAX_SERVED:
             self._served.popitem(last=False)
-        if group.version not in self.work.models:
+        model = self.work.models.get(group.version)  # taken now: the version may be let go while it waits
+        if model is None:
             raise MessageError(f"sampling request: version {group.version} is no longer held here")
         srs, workdir = self._zk
         try:
             rows = await asyncio.to_thread(read_witness, self._witness_path(request.group))
             loop = asyncio.get_running_loop()
             started = time.perf_counter()
-            answer = await loop.run_in_executor(self._prover_thread, self.work.prove_sampling, group, group.version,
+            answer = await loop.run_in_executor(self._prover_thread, self.work.prove_sampling, group, model,
                                                 rows, request.challenge, request.positions, srs, workdir)
-        except SamplingProofError as error:
+        except (SamplingProofError, ZkError) as error:
             raise MessageError(f"sampling request: {error}") from None
         self.metrics.step_seconds.labels("prove").observe(time.perf_counter() - started)
         self.log.info("sampling proofs sent", group=request.group.hex()[:12], to=peer.hex()[:8],

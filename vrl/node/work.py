@@ -102,6 +102,7 @@ class Work:
     # -- worker -------------------------------------------------------------------------------
     def generate(self, version: int) -> list[Group]:
         """This round's groups, sampled from the policy of ``version`` and signed."""
+        self.rows.clear()  # rows of a generation that failed halfway: their groups never went out
         return [Group.of(g) for g in self.sample(self.models[version], version)]
 
     def sample(self, model: Model, version: int, decoder: Decoder = decode) -> list[list[Rollout]]:
@@ -122,10 +123,11 @@ class Work:
         return [self.rows.pop(record_subject(r)) for r in group.rollouts if record_subject(r) in self.rows]
 
     # -- sampling proofs (specs/zk.md §10, specs/network.md §3.4) ------------------------------
-    def prove_sampling(self, group: Group, version: int, rows: dict, challenge: bytes, positions: int,
+    def prove_sampling(self, group: Group, model: Model, rows: dict, challenge: bytes, positions: int,
                        srs, workdir: Path) -> bytes:
-        """A ``vrl/sampling/v1`` file answering ``challenge`` for this node's own ``group``."""
-        openings = prove_sampling(self.models[version], group.rollouts, rows, challenge, positions, srs, workdir)
+        """A ``vrl/sampling/v1`` file answering ``challenge`` for this node's own ``group``,
+        sampled from ``model``."""
+        openings = prove_sampling(model, group.rollouts, rows, challenge, positions, srs, workdir)
         return openings_bytes(challenge, openings)
 
     def check_sampling(self, group: Group, version: int, answer: bytes, challenge: bytes, positions: int,

@@ -107,7 +107,7 @@ def iter_generate(
     key's (vrl.zk.AnswerKey.scorer): the records carry only the commitments. With
     ``ordered``, group g answers task g of a task list (an evaluation: vrl.tasks.in_order).
     With ``witness``, each record also commits its hidden states' hashes (``hidden_hashes``,
-    specs/zk.md §8), and ``witness(record, rows)`` receives the rows they hash (the body rows
+    specs/zk.md §10), and ``witness(record, rows)`` receives the rows they hash (the body rows
     of its commitment, float32): what the node keeps to prove sampled tokens later.
     """
     score = score or reward_spec.reward

@@ -110,7 +110,7 @@ class Rollout:
     signature: bytes = b""
     # Optional (specs/record.md §2): Poseidon of each sampled token's quantized hidden state,
     # 32 bytes per completion token, for sampling proofs at challenged positions (specs/zk.md
-    # §8). Empty, and then absent from the encoding, for a record without them.
+    # §10). Empty, and then absent from the encoding, for a record without them.
     hidden_hashes: bytes = b""
 
     # -- identity -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Sampling proofs at challenged positions (specs/zk.md §8): that a sampled token won its seeded
+"""Sampling proofs at challenged positions (specs/zk.md §10): that a sampled token won its seeded
 race from the hidden state the record committed, under the policy's LM-head weights.
 
 For a policy small enough (the ``micro`` preset: hidden size 64, vocabulary 256) a record
@@ -71,15 +71,17 @@ class SamplingProofError(VrlError, ValueError):
 
 
 class Check(enum.StrEnum):
-    """The outcome of one challenged position (specs/zk.md §8.4), in the order checked; the
+    """The outcome of one challenged position (specs/zk.md §10), in the order checked; the
     proof's own failures are proofs.zk.Reason codes."""
 
     OK = "ok"
     NOT_COMMITTED = "sampling_not_committed"  # the record commits no hidden states
     MISSING = "sampling_missing"  # a challenged position without an opening
     NOT_CHALLENGED = "sampling_not_challenged"  # an opening at a position nobody challenged
+    UNSUPPORTED = "sampling_unsupported"  # sampled with a top-k or top-p mask: no proof covers it
     WRONG_HIDDEN = "sampling_wrong_hidden"  # the row does not hash to the record's hash
     UNCOMMITTED_ROW = "sampling_uncommitted_row"  # the activation commitment does not open at the row
+    WRONG_LOGITS = "sampling_wrong_logits"  # the proven logits are not the verifier's own prefill's
     LOST_RACE = "sampling_lost_race"  # the claimed token loses its race on the proven logits
     WRONG_LOGPROB = "sampling_wrong_logprob"  # the record's logprob is not the proven one
 
@@ -89,6 +91,9 @@ class Check(enum.StrEnum):
 def circuit_for(model) -> zk.Circuit:
     """The lm-logits circuit of ``model``'s LM head; a SamplingProofError naming the shape for
     a model no circuit covers (a head with a bias, or larger than the micro preset's)."""
+    if model.dtype_name != "float32":
+        raise SamplingProofError(f"{model.name}: sampling proofs need a float32 model, not {model.dtype_name} (the "
+                                 "circuit's rounding bound, LOGIT_TOLERANCE, was measured in float32)")
     head = model.network.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         raise SamplingProofError(f"{model.name}: sampling proofs need a plain linear LM head")
@@ -191,7 +196,7 @@ def read_witness(path: Path | str) -> dict[bytes, np.ndarray]:
 
 @dataclass(frozen=True, slots=True)
 class Opening:
-    """A producer's answer at one challenged position (specs/zk.md §8.3)."""
+    """A producer's answer at one challenged position (specs/zk.md §10)."""
 
     record: bytes  # record_subject of the record
     position: int  # the completion token's index
@@ -265,6 +270,9 @@ def prove_sampling(model, rollouts: Sequence[Rollout], witness: dict[bytes, np.n
         if not rollout.hidden_hashes:
             raise SamplingProofError(f"record {rollout.task_id}/{rollout.sample_index}: it commits no hidden states "
                                      "(generate with --hidden-states)")
+        if not supported(rollout.sampling):
+            raise SamplingProofError(f"record {rollout.task_id}/{rollout.sample_index}: sampled with a top-k or "
+                                     "top-p mask, which sampling proofs do not cover")
         rows = witness.get(digest)
         if rows is None or rows.shape[0] != len(rollout.completion_tokens):
             raise SamplingProofError(f"record {rollout.task_id}/{rollout.sample_index}: not in the witness file")
@@ -280,6 +288,13 @@ def prove_sampling(model, rollouts: Sequence[Rollout], witness: dict[bytes, np.n
             if on_proof:
                 on_proof(1)
     return openings
+
+
+def supported(sampling) -> bool:
+    """Whether sampling proofs cover records sampled so: temperature (or greedy) without a top-k
+    or top-p mask. A mask's edge moves with the logits' rounding, and a proof's logits are
+    rounded: the set of tokens raced could differ from the producer's (specs/zk.md §10)."""
+    return not sampling.top_k and sampling.top_p >= 1.0
 
 
 def _hash_at(rollout: Rollout, position: int) -> bytes:
@@ -300,45 +315,75 @@ class PositionCheck:
 
 
 def check_openings(rollouts: Sequence[Rollout], openings: Sequence[Opening], model, srs: Sequence[zk.Srs],
-                   workdir: Path, *, challenge: bytes | None = None, count: int = 0,
-                   allow_dev: bool = False) -> list[PositionCheck]:
+                   workdir: Path, *, challenge: bytes | None = None, count: int = 0, allow_dev: bool = False,
+                   drift: float | None = None) -> list[PositionCheck]:
     """Check every opening about one of ``rollouts`` and, given the ``challenge`` and ``count``
-    the verifier issued, that every challenged position is answered and nothing else is."""
+    the verifier issued, that every challenged position is answered and nothing else is.
+
+    ``drift`` is how far (raw logits) the verifier's own prefill may honestly be from the
+    producer's decode: its profile's race margin (vrl.rollouts.profiles), by default the
+    model's own CPU profile. The proven logits must be within it, plus the circuit's
+    rounding, of the verifier's own: the hash and the activation commitment bind the row the
+    producer committed, but the commitment holds only three of its values, so only a prefill
+    binds the rest to the model's forward pass."""
     circuit = circuit_for(model)
+    if drift is None:
+        from vrl.rollouts.profiles import profile_of
+
+        drift = profile_of(model).tolerances.race_margin
     by_digest = {record_subject(r): i for i, r in enumerate(rollouts)}
     commitments = {s.sha256: head_commitment(model, s, workdir) for s in srs}
     wanted = {(i, p) for i, r in enumerate(rollouts) if challenge is not None
               for p in challenged(r, challenge, count)} if challenge is not None else set()
-    results: list[PositionCheck] = []
-    seen: set[tuple[int, int]] = set()
+    answered: dict[tuple[int, int], Opening] = {}
     for opening in openings:
         index = by_digest.get(opening.record)
-        if index is None or (index, opening.position) in seen:
-            continue  # about another file's record, or a second answer: the first one counts
-        seen.add((index, opening.position))
+        if index is not None:  # about another file's record otherwise; and the first answer counts
+            answered.setdefault((index, opening.position), opening)
+    own = _own_logits(model, rollouts, {index for index, _ in answered})
+    results = []
+    for (index, position), opening in answered.items():
         rollout = rollouts[index]
-        if challenge is not None and (index, opening.position) not in wanted:
-            results.append(PositionCheck(index, opening.position, Check.NOT_CHALLENGED))
-            continue
-        results.append(_check_one(rollout, index, opening, circuit, commitments, srs, workdir, allow_dev))
-    results += [PositionCheck(i, p, Check.MISSING) for i, p in sorted(wanted - seen)]
+        if not rollout.hidden_hashes:
+            outcome = PositionCheck(index, position, Check.NOT_COMMITTED)
+        elif challenge is not None and (index, position) not in wanted:
+            outcome = PositionCheck(index, position, Check.NOT_CHALLENGED)
+        elif not supported(rollout.sampling):
+            outcome = PositionCheck(index, position, Check.UNSUPPORTED)
+        else:
+            outcome = _check_one(rollout, index, opening, circuit, commitments, srs, workdir, allow_dev,
+                                 own[index], drift)
+        results.append(outcome)
+    results += [PositionCheck(i, p, Check.MISSING) for i, p in sorted(wanted - set(answered))]
     return sorted(results, key=lambda c: (c.record, c.position))
 
 
+def _own_logits(model, rollouts: Sequence[Rollout], indices: set[int]) -> dict[int, torch.Tensor]:
+    """The verifier's own logits for the records opened: one prefill each (what stage 5 of
+    re-execution computes; a few milliseconds a record on the micro preset)."""
+    from vrl.rollouts.forward import prefill
+
+    ordered = sorted(indices)
+    passes = prefill(model, [(list(rollouts[i].prompt_tokens), list(rollouts[i].completion_tokens)) for i in ordered])
+    return {i: p.logits.double() for i, p in zip(ordered, passes)}
+
+
 def _check_one(rollout: Rollout, index: int, opening: Opening, circuit: zk.Circuit, commitments: dict[bytes, bytes],
-               srs: Sequence[zk.Srs], workdir: Path, allow_dev: bool) -> PositionCheck:
+               srs: Sequence[zk.Srs], workdir: Path, allow_dev: bool, own: torch.Tensor,
+               drift: float) -> PositionCheck:
     position = opening.position
     n = len(rollout.completion_tokens)
-    if not rollout.hidden_hashes:
-        return PositionCheck(index, position, Check.NOT_COMMITTED)
     if opening.attachment.circuit != circuit.id:
         return PositionCheck(index, position, zk.Reason.UNKNOWN_CIRCUIT)
-    row = np.frombuffer(opening.row, dtype="<f4")
     try:
         hidden, _ = lm_logits_split(circuit, opening.attachment.instances)
-        quantized = quantize_hidden(row[None])[0] if position < n and np.isfinite(row).all() else None
     except zk.ZkError:
         return PositionCheck(index, position, zk.Reason.WRONG_INSTANCES)
+    row = np.frombuffer(opening.row, dtype="<f4")
+    try:
+        quantized = quantize_hidden(row[None])[0] if position < n else None
+    except zk.ZkError:  # not finite, or past the range a hidden state may take
+        quantized = None
     if quantized is None or len(quantized) != len(hidden) or hidden_hash(quantized) != _hash_at(rollout, position):
         return PositionCheck(index, position, Check.WRONG_HIDDEN)
     try:
@@ -349,16 +394,22 @@ def _check_one(rollout: Rollout, index: int, opening: Opening, circuit: zk.Circu
         return PositionCheck(index, position, Check.UNCOMMITTED_ROW)
     attachment = opening.attachment
     expected = (*(zk.felt(int(v)) for v in quantized), *attachment.instances[len(quantized):])
-    reason = zk.verify(attachment, {circuit.id: circuit}, subject=subject(rollout, position), instances=expected, srs=srs,
-                       workdir=workdir, allow_dev=allow_dev, params=commitments.get(attachment.srs_hash, b"\0" * 32))
+    reason = zk.verify(attachment, {circuit.id: circuit}, subject=subject(rollout, position), instances=expected,
+                       srs=srs, workdir=workdir, allow_dev=allow_dev,
+                       params=commitments.get(attachment.srs_hash, b"\0" * 32))
     if reason is not zk.Reason.OK:
         return PositionCheck(index, position, reason)
-    return _race(rollout, index, position, lm_logits_split(circuit, attachment.instances)[1])
+    logits = lm_logits_split(circuit, attachment.instances)[1]
+    z = torch.tensor(logits, dtype=torch.float64) / float(1 << HIDDEN_SCALE)
+    gap = float((z - own[position]).abs().max())
+    if gap > drift + LOGIT_TOLERANCE:
+        return PositionCheck(index, position, Check.WRONG_LOGITS, margin=gap)
+    return _race(rollout, index, position, z)
 
 
-def _race(rollout: Rollout, index: int, position: int, logits: list[int]) -> PositionCheck:
-    """The claimed token's race on the proven logits, and its logprob (specs/zk.md §8.4)."""
-    z = torch.tensor(logits, dtype=torch.float64)[None] / float(1 << HIDDEN_SCALE)
+def _race(rollout: Rollout, index: int, position: int, logits: torch.Tensor) -> PositionCheck:
+    """The claimed token's race on the proven logits, and its logprob (specs/zk.md §10)."""
+    z = logits[None]
     token = rollout.completion_tokens[position]
     if token >= z.shape[1]:
         return PositionCheck(index, position, Check.LOST_RACE, margin=math.inf)
