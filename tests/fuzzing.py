@@ -34,8 +34,8 @@ from hypothesis import strategies as st
 from proofs.sampler import SamplingParams
 from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import (
-    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, StepVerdict, SignedVerdict, Submission, audit_ticket,
-    decode_group,
+    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SamplingRequest, SignedVerdict, StepVerdict,
+    Submission, audit_ticket, decode_group,
 )
 from vrl.rl.checkpoint import CheckpointError, parse_manifest
 from vrl.rl.step import StepConfig, StepError, load_optimizer_bytes, optimizer_bytes, optimizer_for
@@ -44,6 +44,7 @@ from vrl.node.config import ConfigError, NodeConfig
 from vrl.rollouts.record import RecordError, Rollout
 from vrl.tasks import RewardSpec
 from vrl.tasks.files import TaskFileError, task_from_line
+from vrl.zk.sampling import Opening, SamplingProofError, openings_bytes, openings_from_bytes
 
 #: A case slower than this is a crash: every decoder here is linear in its input, and the
 #: largest input a strategy makes is ~64 KiB (a decode of that takes well under 50 ms here).
@@ -352,7 +353,22 @@ def message_targets() -> list[Target]:
         Target("backfill page", lambda data: BackfillPage.from_bytes(data, after=0), (MessageError,),
                lambda: [BackfillPage((verdict().to_bytes(), group().to_bytes()), 5).to_bytes(),
                         BackfillPage((), None).to_bytes()]),
+        Target("sampling request", SamplingRequest.from_bytes, (MessageError,),
+               lambda: [SamplingRequest(bytes(32), bytes([7]) * 32, 4).to_bytes(),
+                        SamplingRequest(bytes([1]) * 32, bytes(32), 64).to_bytes()]),
+        Target("sampling answer", openings_from_bytes, (SamplingProofError,), _sampling_answers),
     ]
+
+
+def _sampling_answers() -> list[bytes]:
+    """Answers of the shape a producer sends (specs/zk.md §10): an empty one and one opening
+    (its proof bytes are not a proof: the decoder does not verify, it decodes)."""
+    from proofs import zk
+
+    attachment = zk.Attachment("lm-logits/64x256/v1", bytes([1]) * 32, bytes([2]) * 32, bytes([3]) * 32,
+                               bytes([4]) * 32, tuple(zk.felt(v) for v in range(-2, 318)), bytes(range(256)) * 12)
+    opening = Opening(bytes([5]) * 32, 3, bytes(256), attachment)
+    return [openings_bytes(bytes(32), []), openings_bytes(bytes([9]) * 32, [opening])]
 
 
 def file_targets() -> list[Target]:
