@@ -322,7 +322,7 @@ def verify(
         verdicts = run_verify(records, loaded, expect=expect, batch_size=batch_size, tolerances=profile.tolerances,
                               on_progress=lambda n: bar.advance(task_bar, n), proven=proven)
     sampling_summary = _check_sampling(rollouts, sampling_file, records, loaded, srs, allow_dev_srs,
-                                       _challenge(challenge), positions)
+                                       _challenge(challenge), positions, profile.tolerances.race_margin)
     accepted = sum(v.accepted for v in verdicts)
     reasons = Counter(v.reason for v in verdicts if not v.accepted)
     # specs/verification.md §7: each producer's races over all of its records in the file.
@@ -356,7 +356,7 @@ def verify(
 
 
 def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list, model, srs: Optional[Path],
-                    allow_dev: bool, challenge: Optional[bytes], positions: int) -> dict | None:
+                    allow_dev: bool, challenge: Optional[bytes], positions: int, drift: float) -> dict | None:
     """What the sampling proofs show (specs/zk.md §8.4), as a summary; None without a file."""
     from proofs import zk
     from vrl.rollouts.record import Rollout
@@ -372,7 +372,7 @@ def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list
         if challenge is not None and challenge != issued:
             raise SamplingProofError(f"{path}: answers challenge {issued.hex()[:16]}..., not the one given")
         checks = check_openings(decoded, openings, model, _trusted_srs(srs, allow_dev), work_directory(),
-                                challenge=challenge, count=positions, allow_dev=allow_dev)
+                                challenge=challenge, count=positions, allow_dev=allow_dev, drift=drift)
     except (SamplingProofError, zk.ZkError) as error:
         raise _fail(str(error)) from None
     failed = Counter(str(c.outcome) for c in checks if c.outcome != "ok")

@@ -6,18 +6,21 @@ commits, per sampled token, ``Poseidon(quantize(h))`` of the LM head's input ``h
 (``hidden_hashes``). After the record exists a verifier picks positions (:func:`challenged`,
 from a challenge the producer could not know), and the producer answers each with an
 :class:`Opening`: the float32 row it hashed and a proof that ``logits = W q(h)``, with ``W``
-bound by a commitment to the policy's weights. The verifier then checks, exactly:
+bound by a commitment to the policy's weights. The verifier then checks:
 
 1. the row hashes to the record's hash at that position (it is what was committed before the
-   challenge), and the record's activation commitment opens at the row to its own bf16 bits
-   (the two commitments cover one tensor: the row the re-execution check compares);
+   challenge), and the record's activation commitment opens at the row to its own bf16 bits;
 2. the proof, against the verifier's own weight commitment;
-3. the race: the claimed token wins ``z / T + g`` over the proven logits with the public PRF
+3. the proven logits against its own prefill's, within its drift: the activation commitment
+   holds three values of a row, so only a prefill binds the other 61 to the model (a row
+   crafted to keep those three was accepted before this check, found in review);
+4. the race: the claimed token wins ``z / T + g`` over the proven logits with the public PRF
    noise, and its logprob is ``log softmax(z / T)`` in float64, each within the circuit's
-   fixed-point error (:data:`LOGIT_TOLERANCE`).
+   fixed-point error (:data:`LOGIT_TOLERANCE`), not re-execution's drift.
 
-None of it needs the model to run: a verifier holding the weight commitment checks a position
-in about 30 ms. The producer keeps its rows in a witness file (:func:`write_witness`).
+A check costs about 25 ms a position, the prefill included (bench/results/zk.json). The
+producer keeps its rows in a witness file (:func:`write_witness`): a fresh prefill does not
+reproduce a decode's rows bit for bit.
 """
 
 from __future__ import annotations
