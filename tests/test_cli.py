@@ -116,3 +116,20 @@ def test_model_directory_loads_like_the_preset(tiny, tmp_path):
     loaded = vrl.load_model(directory)
     assert loaded.model_hash == tiny.model_hash
     assert loaded.encode("12+3=") == tiny.encode("12+3=") and loaded.stop_token_ids == tiny.stop_token_ids
+
+
+def test_record_text_that_looks_like_markup_is_shown_as_text(tmp_path, tiny, node):
+    """A task id is whatever a record says: "[/x]" is rich markup that would raise if printed as
+    such, in verify's table and inspect's."""
+    import vrl
+
+    (record,) = vrl.generate(tiny, vrl.TaskList("t", (vrl.Task("[/oops]", "1+1=", "2"),)), node,
+                             round_seed=bytes(32), sampling=vrl.sampling_for(tiny, max_new_tokens=4), groups=1,
+                             group_size=1)
+    path = tmp_path / "r.vrl"
+    vrl.write_rollouts(path, [record])
+    for command in (["inspect", str(path)], ["verify", str(path), "--model", "tiny"]):
+        result = runner.invoke(app, [*command, "--json"])  # the whole text, not a column cut to fit
+        assert result.exit_code in (0, 1) and "[/oops]" in result.output, result.output
+        shown = runner.invoke(app, command)  # the table: no crash on the markup
+        assert not isinstance(shown.exception, Exception), shown.exception  # exits are SystemExit, not Exception

@@ -259,9 +259,10 @@ def verdict_table(verdicts, title: str = "verification") -> Table:
         table.add_column(column, overflow="fold")
     for v in verdicts:
         mark = "[green]accepted[/]" if v.accepted else "[red]rejected[/]"
-        table.add_row(str(v.index), v.node_id[:8], v.task_id, str(v.sample_index) if v.sample_index >= 0 else "",
-                      mark, "" if v.accepted else v.stage.name.lower(), "" if v.accepted else v.reason,
-                      "" if v.accepted else v.message)
+        # Task ids and messages come from records: text, never markup (a "[/x]" would raise).
+        table.add_row(str(v.index), v.node_id[:8], escape(v.task_id), str(v.sample_index) if v.sample_index >= 0
+                      else "", mark, "" if v.accepted else v.stage.name.lower(), "" if v.accepted else v.reason,
+                      "" if v.accepted else escape(v.message))
     return table
 
 
@@ -450,9 +451,9 @@ def inspect(
         table.add_column(column)
     for row in rows:
         if "error" in row:
-            table.add_row(str(row["index"]), f"[red]{row['error']}[/]")
+            table.add_row(str(row["index"]), f"[red]{escape(row['error'])}[/]")
             continue
-        table.add_row(str(row["index"]), row["node_id"][:8], str(row["group_index"]), row["task_id"],
+        table.add_row(str(row["index"]), row["node_id"][:8], str(row["group_index"]), escape(row["task_id"]),
                       f"{row['sample_index']}/{row['group_size']}",
                       str(row["policy_version"]), str(row["prompt_tokens"]), str(row["completion_tokens"]),
                       row["finish_reason"], f"{row['reward']:g}", f"{row['temperature']:g}", str(row["commitment_bytes"]))

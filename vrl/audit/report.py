@@ -108,6 +108,7 @@ def _finite(value):
 def summary_tables(report: Report):
     """Rich renderables: the verdict per node, then the findings (worst first, at most
     ``limit`` rows, the rest counted), then what each check looked at."""
+    from rich.markup import escape
     from rich.table import Table
 
     nodes = Table(title="nodes", title_justify="left")
@@ -116,7 +117,7 @@ def summary_tables(report: Report):
     style = {"clean": "green", "suspect": "yellow", "convicted": "bold red"}
     for node, info in sorted(report.verdicts_by_node().items(), key=lambda i: (i[1].get("name") or "~", i[0])):
         evidence = ", ".join(f"{c} x{n}" for c, n in {**info["errors"], **info["warnings"]}.items())
-        nodes.add_row(report.name(node), info.get("role", ""), f"[{style[info['verdict']]}]{info['verdict']}[/]",
+        nodes.add_row(escape(report.name(node)), info.get("role", ""), f"[{style[info['verdict']]}]{info['verdict']}[/]",
                       evidence or "-")
     findings = Table(title=f"findings ({len(report.of(Severity.ERROR))} errors, "
                            f"{len(report.of(Severity.WARNING))} warnings, {len(report.of(Severity.INFO))} info)",
@@ -127,7 +128,7 @@ def summary_tables(report: Report):
     ordered = sorted(report.findings, key=lambda f: (-f.severity, f.check, f.code))
     colour = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
     for f in ordered[:limit]:
-        findings.add_row(f"[{colour[f.severity]}]{f.severity}[/]", f.check, f.sentence)
+        findings.add_row(f"[{colour[f.severity]}]{f.severity}[/]", f.check, escape(f.sentence))  # paths, ids: text
     if len(ordered) > limit:
         findings.add_row("", "", f"... and {len(ordered) - limit} more (--json or the HTML report lists all)")
     checks = Table(title=f"checks (sample {report.sample:.0%})", title_justify="left")
