@@ -6,6 +6,7 @@
     python bench/devnet.py faults       # SIGKILL + restart, SIGSTOP + SIGCONT a worker mid-run
     python bench/devnet.py trainers     # each dishonest trainer: caught or not, and how fast
     python bench/devnet.py spoofing     # each decode-spoofing worker: tokens to detection, learning beside honest runs
+    python bench/devnet.py zk           # base-micro, sampling proofs asked after every check, vs none: latency, failures
 
 Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
 not from logs. Runs are bounded by a round count and a deadline and stop by themselves.
@@ -261,6 +262,46 @@ def faults(network: list, started: float) -> None:
     console.print(f"SIGCONT {frozen.name}")
 
 
+def zk_runs(args) -> list[dict]:
+    """specs/network.md §3.4 on libp2p: 3 nodes of base-micro (a trainer and two workers, all
+    verifiers), sampling proofs asked after every passing check (one position a record, the
+    dev SRS), against the same network asking none, in one invocation. From the stores: check
+    latency and verdicts; from the logs: proofs served and answers that failed."""
+    from vrl.rollouts.presets import BUILT
+
+    ensure_base_model(BUILT["base-micro"])
+    work = {"model": "base-micro", "task": "arithmetic:digits=2,ops=+", "group_size": 2}
+    # Two groups a round: each worker then proves at most 2 groups x 2 verifiers x 2 records a
+    # round, about 26 s of its two cores at 3.2 s a position (bench/results/zk.json).
+    protocol = {"groups_per_round": 2, "plant_every": 0}
+    results = []
+    for name, zk in (("zk-off", {}), ("zk-on", {"hidden_states": True, "sampling_positions": 1, "dev_srs": True})):
+        result = one_run(name, 3, [], args.rounds, args.deadline, args.port + (50 if zk else 0), work=work,
+                         protocol=protocol, admission={"batch_groups": 4}, **({"zk": zk} if zk else {}))
+        directory = Path(result["directory"])
+        logs = "".join((directory / f"node-{i}" / "node.log").read_text(errors="replace") for i in range(3))
+        opened = stores(directory, 3)
+        try:
+            verdicts = [SignedVerdict.from_bytes(d) for store in opened for k, d, _ in store.replay() if k == "verdict"]
+        finally:
+            for store in opened:
+                store.close()
+        result["zk"] = {
+            "proof_answers_sent": logs.count("sampling proofs sent"),
+            "answers_missing": logs.count("no sampling proofs"),
+            "not_connected": logs.count("producer not connected for sampling proofs"),
+            "verdicts": len(verdicts), "failed": sum(v.outcome in ("hard_fail", "soft_fail") for v in verdicts),
+            "failure_reasons": sorted({r for v in verdicts for r in v.reasons}),
+        }
+        console.print_json(json.dumps(result["zk"]))
+        results.append(result)
+    off, on = results
+    if off["check_latency_p50"] and on["check_latency_p50"]:
+        console.print(f"check latency p50 with sampling proofs / without: "
+                      f"{on['check_latency_p50'] / off['check_latency_p50']:.1f}x")
+    return results
+
+
 def plot_learning(results: list[dict], path: Path) -> None:
     """Expected held-out accuracy per policy version, honest runs against attacked ones."""
     import matplotlib
@@ -282,7 +323,7 @@ def plot_learning(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers", "spoofing"])
+    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers", "spoofing", "zk"])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
@@ -292,6 +333,8 @@ def main() -> None:
     ensure_base_model()
     common = dict(work={"model": "base", "task": "arithmetic:digits=2,ops=+"})  # node.toml's [work] table
     results = []
+    if args.what == "zk":
+        results = zk_runs(args)
     if args.what == "throughput":
         results.append(one_run("throughput", 5, [], args.rounds, args.deadline, args.port, protocol={"plant_every": 0},
                                **common))

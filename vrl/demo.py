@@ -1,5 +1,6 @@
 """``./scripts/demo``: first, one machine: rollouts from the built-in tiny model, verified, and
-tampered copies rejected with their reasons; then the main job, a local devnet of four node
+tampered copies rejected with their reasons, and the optional zk proofs, each honest one
+accepted and a tampered one rejected; then the main job, a local devnet of four node
 processes on libp2p, one of them cheating, running GRPO on what survives verification.
 Everything is local; nothing is downloaded."""
 
