@@ -13,10 +13,12 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import multiprocessing
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import structlog
 import torch
@@ -25,7 +27,7 @@ from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import MAX_RESPONSE_BYTES, Message, Transport, TransportError, Validation, message_id
 from vrl.rollouts.files import write_bytes_atomic
 from proofs.zk import ZkError
-from vrl.zk.sampling import SamplingProofError, read_witness, write_witness
+from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, write_witness
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
@@ -62,6 +64,9 @@ MAX_WITNESS_FILES = 1024
 #: Seconds a worker takes to prove one position, with room: 3.2 to 3.7 s measured here
 #: (bench/results/zk.json). A verifier's proof_timeout must cover a whole group's worth twice.
 PROVE_SECONDS_PER_POSITION = 4.0
+#: Seconds before a check whose producer was not connected is tried again (the protocol would
+#: otherwise re-issue it every tick: 866 prefills in 150 s in a devnet, bench/devnet.py zk).
+UNREACHED_RETRY_SECONDS = 30.0
 BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
 BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
 TICK_SECONDS = 0.25
@@ -139,9 +144,15 @@ class Node:
         self.blobs = BlobStore(transport)
         self._zk = self._sampling_proofs(config) if config.zk.hidden_states or config.zk.sampling_positions else None
         self._served: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()  # MAX_SERVED
+        # Groups whose producer was not connected when asked, by when (MAX_SERVED of them): their
+        # checks wait UNREACHED_RETRY_SECONDS, not a tick, before the next prefill and attempt.
+        self._unreached: OrderedDict[bytes, float] = OrderedDict()
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
-        # Proving takes seconds a position: it runs beside the model thread, not in its way.
-        self._prover_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-prover")
+        # Proving takes seconds a position and ezkl holds the GIL meanwhile (2.8 s of 3.2 s,
+        # measured): in a thread it stalled the event loop, and libp2p dropped the node's
+        # connections (bench/devnet.py zk). So it runs in a process of its own, started on the
+        # first request and kept.
+        self._prover: ProcessPoolExecutor | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._decoded: OrderedDict[bytes, Group] = OrderedDict()  # message id -> group (MAX_DECODED_GROUPS)
@@ -435,7 +446,9 @@ class Node:
 
     async def _check(self, digest: bytes, version: int) -> None:
         group = self._body(digest)
-        if group is None or version not in self.work.models:
+        unreached = self._unreached.get(digest)
+        if group is None or version not in self.work.models or (
+                unreached is not None and time.monotonic() - unreached < UNREACHED_RETRY_SECONDS):
             await self._feed(P.Abandoned(P.Check(digest, version)))
             return
         result = await self._in_model_thread("check", self.work.check, group, version)
@@ -443,8 +456,13 @@ class Node:
         if not reasons and self.config.zk.sampling_positions:
             challenged = await self._challenge(group, version)
             if challenged is None:
+                # The protocol asks again next tick; the producer is given time to be reached.
+                self._unreached[digest] = time.monotonic()
+                while len(self._unreached) > MAX_SERVED:
+                    self._unreached.popitem(last=False)
                 await self._feed(P.Abandoned(P.Check(digest, version)))
                 return
+            self._unreached.pop(digest, None)
             reasons = challenged
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
@@ -476,6 +494,9 @@ class Node:
             self.log.info("producer not connected for sampling proofs", group=group.digest.hex()[:12],
                           producer=group.subject.hex()[:8])
             return None
+        model = self.work.models.get(version)  # taken now: the answer may come after the version is let go
+        if model is None:
+            return None
         challenge = hashlib.sha256(audit_ticket(self.key, group.digest)).digest()
         request = SamplingRequest(group.digest, challenge, positions)
         try:
@@ -488,9 +509,9 @@ class Node:
             return ("sampling_missing",)
         srs, workdir = self._zk
         try:
-            return await self._in_model_thread("sampling proofs", self.work.check_sampling, group, version, answer,
+            return await self._in_model_thread("sampling proofs", self.work.check_sampling, group, model, answer,
                                                challenge, positions, srs, workdir)
-        except (KeyError, ZkError, SamplingProofError) as error:  # the version let go meanwhile; ezkl failing here
+        except (ZkError, SamplingProofError) as error:  # ezkl failing here: this verifier's own problem
             self.log.warning("sampling proofs not checked", group=group.digest.hex()[:12], error=str(error))
             return None
 
@@ -514,14 +535,18 @@ class Node:
         if model is None:
             raise MessageError(f"sampling request: version {group.version} is no longer held here")
         srs, workdir = self._zk
+        if self._prover is None:
+            self._prover = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        started = time.perf_counter()
         try:
-            rows = await asyncio.to_thread(read_witness, self._witness_path(request.group))
-            loop = asyncio.get_running_loop()
-            started = time.perf_counter()
-            answer = await loop.run_in_executor(self._prover_thread, self.work.prove_sampling, group, model,
-                                                rows, request.challenge, request.positions, srs, workdir)
+            answer = await asyncio.get_running_loop().run_in_executor(
+                self._prover, answer_challenge, head_weight(model), group.rollouts, self._witness_path(request.group),
+                request.challenge, request.positions, srs, workdir)
         except (SamplingProofError, ZkError) as error:
             raise MessageError(f"sampling request: {error}") from None
+        except BrokenProcessPool:  # the prover died (out of memory, killed): a fresh one next time
+            self._prover = None
+            raise MessageError("sampling request: the prover process died") from None
         self.metrics.step_seconds.labels("prove").observe(time.perf_counter() - started)
         self.log.info("sampling proofs sent", group=request.group.hex()[:12], to=peer.hex()[:8],
                       positions=request.positions * len(group.rollouts))
@@ -772,7 +797,8 @@ class Node:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._model_thread.shutdown(wait=True, cancel_futures=True)
-            self._prover_thread.shutdown(wait=True, cancel_futures=True)
+            if self._prover is not None:
+                self._prover.shutdown(wait=True, cancel_futures=True)
             self.store.close()
 
     async def connect_bootstrap(self, attempts: int = 20) -> None:

@@ -30,7 +30,7 @@ from vrl.rollouts.model import Model, bit_exact_platform, load_model, platform_t
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
 from vrl.zk.sampling import (
-    Check, SamplingProofError, check_openings, openings_bytes, openings_from_bytes, prove_sampling,
+    Check, SamplingProofError, check_openings, openings_from_bytes,
 )
 from vrl.zk import record_subject
 from vrl.tasks import TaskSet
@@ -123,14 +123,7 @@ class Work:
         return [self.rows.pop(record_subject(r)) for r in group.rollouts if record_subject(r) in self.rows]
 
     # -- sampling proofs (specs/zk.md §10, specs/network.md §3.4) ------------------------------
-    def prove_sampling(self, group: Group, model: Model, rows: dict, challenge: bytes, positions: int,
-                       srs, workdir: Path) -> bytes:
-        """A ``vrl/sampling/v1`` file answering ``challenge`` for this node's own ``group``,
-        sampled from ``model``."""
-        openings = prove_sampling(model, group.rollouts, rows, challenge, positions, srs, workdir)
-        return openings_bytes(challenge, openings)
-
-    def check_sampling(self, group: Group, version: int, answer: bytes, challenge: bytes, positions: int,
+    def check_sampling(self, group: Group, model: Model, answer: bytes, challenge: bytes, positions: int,
                        srs, workdir: Path) -> tuple[str, ...]:
         """The failure codes of a producer's answer to ``challenge`` (empty when every challenged
         position is proven); an answer that does not decode fails every position."""
@@ -140,7 +133,7 @@ class Work:
             return (Check.MISSING.value,)
         if answered != challenge:
             return (Check.MISSING.value,)
-        checks = check_openings(group.rollouts, openings, self.models[version], [srs], workdir,
+        checks = check_openings(group.rollouts, openings, model, [srs], workdir,
                                 challenge=challenge, count=positions, allow_dev=srs.dev)
         return tuple(sorted({str(c.outcome) for c in checks if c.outcome != Check.OK}))
 

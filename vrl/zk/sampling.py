@@ -109,7 +109,7 @@ def circuit_for(model) -> zk.Circuit:
 
 
 def head_module(model) -> torch.nn.Module:
-    return lm_head_module(model.network.get_output_embeddings().weight)
+    return lm_head_module(torch.from_numpy(head_weight(model)))
 
 
 def head_commitment(model, srs: zk.Srs, workdir: Path) -> bytes:
@@ -265,8 +265,26 @@ def prove_sampling(model, rollouts: Sequence[Rollout], witness: dict[bytes, np.n
                    count: int, srs: zk.Srs, workdir: Path,
                    on_proof: Callable[[int], None] | None = None) -> list[Opening]:
     """Answer ``challenge`` for every record: open ``count`` positions of each with a proof."""
-    circuit = circuit_for(model)
-    module = head_module(model)
+    circuit_for(model)  # the model's head has a circuit, and the model is float32
+    return prove_with_head(head_weight(model), rollouts, witness, challenge, count, srs, workdir, on_proof)
+
+
+def head_weight(model) -> np.ndarray:
+    """The LM head's weights (vocabulary x hidden, float32): all proving needs of the model."""
+    return model.network.get_output_embeddings().weight.detach().to(torch.float32).cpu().numpy()
+
+
+def prove_with_head(weight: np.ndarray, rollouts: Sequence[Rollout], witness: dict[bytes, np.ndarray],
+                    challenge: bytes, count: int, srs: zk.Srs, workdir: Path,
+                    on_proof: Callable[[int], None] | None = None) -> list[Opening]:
+    """:func:`prove_sampling` from the head's weights alone, so that it can run in a process of
+    its own: ezkl holds the GIL while it proves (2.8 s of a 3.2 s proof, measured here), which
+    would stall a node's event loop, and its network with it."""
+    vocab, hidden = weight.shape
+    circuit = CIRCUITS.get(f"lm-logits/{hidden}x{vocab}/v1")
+    if circuit is None:
+        raise SamplingProofError(f"no sampling circuit for hidden size {hidden} and vocabulary {vocab}")
+    module = lm_head_module(torch.from_numpy(np.ascontiguousarray(weight)))
     openings = []
     for rollout in rollouts:
         digest = record_subject(rollout)
@@ -291,6 +309,14 @@ def prove_sampling(model, rollouts: Sequence[Rollout], witness: dict[bytes, np.n
             if on_proof:
                 on_proof(1)
     return openings
+
+
+def answer_challenge(weight: np.ndarray, rollouts: Sequence[Rollout], witness_file: Path, challenge: bytes,
+                     count: int, srs: zk.Srs, workdir: Path) -> bytes:
+    """A producer's whole answer, as a node sends it: the ``vrl/sampling/v1`` bytes for
+    ``rollouts`` from the rows in ``witness_file`` (a child process's job, specs/network.md §3.4)."""
+    openings = prove_with_head(weight, rollouts, read_witness(witness_file), challenge, count, srs, workdir)
+    return openings_bytes(challenge, openings)
 
 
 def supported(sampling) -> bool:
