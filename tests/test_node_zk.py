@@ -14,7 +14,7 @@ import pytest
 from p2p.loopback import LoopbackNetwork
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
-from vrl.node.messages import SamplingRequest, SignedVerdict
+from vrl.node.messages import MessageError, SamplingRequest, SignedVerdict
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 
@@ -85,6 +85,15 @@ def test_a_verifier_asks_for_sampling_proofs_and_a_producer_that_cannot_answer_f
     assert all(v.outcome == "hard_fail" and v.reasons == ("sampling_missing",) for v in by_subject[SILENT.node_id])
     witness = list((tmp_path / "a" / "hidden").iterdir())
     assert witness and all(p.suffix == ".hidden" for p in witness)
+    # Asked the same again (its own check failed, say), a worker sends the very answer it sent,
+    # without proving; another challenge for the same group is refused.
+    worker = nodes["answering"]
+    worker._stopping = False  # it stopped with the run; the cache is what is tested
+    (peer, group, challenge, positions), sent = next(iter(worker._answers.items()))
+    again = asyncio.run(worker._serve_sampling(peer, SamplingRequest(group, challenge, positions).to_bytes()))
+    assert again == sent
+    with pytest.raises(MessageError, match="answered to this peer already"):
+        asyncio.run(worker._serve_sampling(peer, SamplingRequest(group, bytes(32), positions).to_bytes()))
 
 
 def test_zk_settings_are_checked_at_the_boundary(tmp_path):
@@ -104,8 +113,6 @@ def test_zk_settings_are_checked_at_the_boundary(tmp_path):
 def test_sampling_requests_decode_strictly():
     from hypothesis import given, settings, strategies as st
 
-    from vrl.node.messages import MessageError
-
     request = SamplingRequest(bytes(32), bytes([1]) * 32, 4)
     assert SamplingRequest.from_bytes(request.to_bytes()) == request
 
@@ -121,3 +128,37 @@ def test_sampling_requests_decode_strictly():
     for positions in (0, 65, True):
         with pytest.raises(MessageError):
             SamplingRequest.from_bytes(SamplingRequest(bytes(32), bytes(32), positions).to_bytes())
+
+
+def test_a_prover_process_exits_when_its_node_is_killed():
+    """A node's prover is a child process (ezkl holds the GIL): killed with its node, it must not
+    go on proving, holding its memory, with no one to answer (seen here before prover_init)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import multiprocessing, os, sys, time\n"
+              "from concurrent.futures import ProcessPoolExecutor\n"
+              "from vrl.zk.sampling import prover_init\n"
+              "pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'), initializer=prover_init)\n"
+              "print(pool.submit(os.getpid).result(), flush=True)\n"
+              "time.sleep(120)\n")
+    node = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(node.stdout.readline())
+        node.send_signal(signal.SIGKILL)
+        node.wait(10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the prover outlived its node")
+    finally:
+        node.kill()

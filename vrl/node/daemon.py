@@ -27,7 +27,7 @@ from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import MAX_RESPONSE_BYTES, Message, Transport, TransportError, Validation, message_id
 from vrl.rollouts.files import write_bytes_atomic
 from proofs.zk import ZkError
-from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, write_witness
+from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, prover_init, write_witness
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
@@ -64,9 +64,10 @@ MAX_WITNESS_FILES = 1024
 #: Seconds a worker takes to prove one position, with room: 3.2 to 3.7 s measured here
 #: (bench/results/zk.json). A verifier's proof_timeout must cover a whole group's worth twice.
 PROVE_SECONDS_PER_POSITION = 4.0
-#: Seconds before a check whose producer was not connected is tried again (the protocol would
-#: otherwise re-issue it every tick: 866 prefills in 150 s in a devnet, bench/devnet.py zk).
-UNREACHED_RETRY_SECONDS = 30.0
+#: Answers a worker keeps to send again to the same verifier for the same group: a verifier
+#: whose own check of an answer failed asks again (specs/network.md §3.4). An answer is at most
+#: 2 MiB, so 64 of them bound the cache at 128 MiB.
+MAX_KEPT_ANSWERS = 64
 BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
 BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
 TICK_SECONDS = 0.25
@@ -144,9 +145,9 @@ class Node:
         self.blobs = BlobStore(transport)
         self._zk = self._sampling_proofs(config) if config.zk.hidden_states or config.zk.sampling_positions else None
         self._served: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()  # MAX_SERVED
-        # Groups whose producer was not connected when asked, by when (MAX_SERVED of them): their
-        # checks wait UNREACHED_RETRY_SECONDS, not a tick, before the next prefill and attempt.
-        self._unreached: OrderedDict[bytes, float] = OrderedDict()
+        # The last answers sent, by (peer, group, challenge, positions), sent again as they are.
+        self._answers: OrderedDict[tuple[bytes, bytes, bytes, int], bytes] = OrderedDict()
+        self._proving: asyncio.Lock | None = None  # one job in the prover process at a time
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
         # Proving takes seconds a position and ezkl holds the GIL meanwhile (2.8 s of 3.2 s,
         # measured): in a thread it stalled the event loop, and libp2p dropped the node's
@@ -446,23 +447,20 @@ class Node:
 
     async def _check(self, digest: bytes, version: int) -> None:
         group = self._body(digest)
-        unreached = self._unreached.get(digest)
-        if group is None or version not in self.work.models or (
-                unreached is not None and time.monotonic() - unreached < UNREACHED_RETRY_SECONDS):
+        # A check that will ask its producer for proofs waits, a tick at a time, until the
+        # producer is connected, before any prefill (specs/network.md §3.4).
+        unreached = (group is not None and self.config.zk.sampling_positions > 0
+                     and group.subject not in self.transport.peers())
+        if group is None or version not in self.work.models or unreached:
             await self._feed(P.Abandoned(P.Check(digest, version)))
             return
         result = await self._in_model_thread("check", self.work.check, group, version)
         reasons = result.reasons
         if not reasons and self.config.zk.sampling_positions:
             challenged = await self._challenge(group, version)
-            if challenged is None:
-                # The protocol asks again next tick; the producer is given time to be reached.
-                self._unreached[digest] = time.monotonic()
-                while len(self._unreached) > MAX_SERVED:
-                    self._unreached.popitem(last=False)
+            if challenged is None:  # not asked after all; the protocol asks for the check again
                 await self._feed(P.Abandoned(P.Check(digest, version)))
                 return
-            self._unreached.pop(digest, None)
             reasons = challenged
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
@@ -488,11 +486,11 @@ class Node:
         check the answer: a refusal, a reset, no answer in time, or none that decodes fails like
         a bad proof. None (no verdict) only when the producer is not connected when asked:
         unreached is not unanswered, and a sparse network must not make an honest producer look
-        a cheat. Once the request is on its way, nothing the producer does is "unreached"."""
+        a cheat. Once the request is on its way, nothing the producer does is "unreached". A
+        failure of this verifier's own (ezkl, here) is no verdict either; asked again, the
+        producer sends the same answer."""
         positions = self.config.zk.sampling_positions
-        if group.subject not in self.transport.peers():
-            self.log.info("producer not connected for sampling proofs", group=group.digest.hex()[:12],
-                          producer=group.subject.hex()[:8])
+        if group.subject not in self.transport.peers():  # dropped since _check looked
             return None
         model = self.work.models.get(version)  # taken now: the answer may come after the version is let go
         if model is None:
@@ -523,9 +521,14 @@ class Node:
         except MessageError:
             self.transport.penalize(peer)
             raise
+        if self._stopping:
+            raise MessageError("sampling request: this node is stopping")
         group = self._body(request.group)
         if group is None or group.subject != self.key.node_id or request.positions > self.config.zk.max_positions:
             raise MessageError("sampling request: not a group of this node's, or more positions than it proves")
+        asked = (peer, request.group, request.challenge, request.positions)
+        if asked in self._answers:  # the same question again: the same answer, no new proofs
+            return self._answers[asked]
         if (peer, request.group) in self._served:
             raise MessageError("sampling request: this group was answered to this peer already")
         self._served[peer, request.group] = None
@@ -535,18 +538,29 @@ class Node:
         if model is None:
             raise MessageError(f"sampling request: version {group.version} is no longer held here")
         srs, workdir = self._zk
-        if self._prover is None:
-            self._prover = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        started = time.perf_counter()
-        try:
-            answer = await asyncio.get_running_loop().run_in_executor(
-                self._prover, answer_challenge, head_weight(model), group.rollouts, self._witness_path(request.group),
-                request.challenge, request.positions, srs, workdir)
-        except (SamplingProofError, ZkError) as error:
-            raise MessageError(f"sampling request: {error}") from None
-        except BrokenProcessPool:  # the prover died (out of memory, killed): a fresh one next time
-            self._prover = None
-            raise MessageError("sampling request: the prover process died") from None
+        if self._proving is None:
+            self._proving = asyncio.Lock()
+        # One job in the prover at a time: a request whose caller gave up while it waited is
+        # cancelled here, before it costs any proving.
+        async with self._proving:
+            if self._prover is None:
+                self._prover = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=prover_init)
+            started = time.perf_counter()
+            try:
+                answer = await asyncio.get_running_loop().run_in_executor(
+                    self._prover, answer_challenge, head_weight(model), group.rollouts,
+                    self._witness_path(request.group), request.challenge, request.positions, srs, workdir)
+            except (SamplingProofError, ZkError) as error:
+                raise MessageError(f"sampling request: {error}") from None
+            except BrokenProcessPool:  # the prover died (out of memory, killed): a fresh one next time
+                self._prover = None
+                raise MessageError("sampling request: the prover process died") from None
+            except Exception as error:  # noqa: BLE001 (pickling, spawning: the prover's failure, named)
+                raise MessageError(f"sampling request: the prover failed ({type(error).__name__})") from None
+        self._answers[asked] = answer
+        while len(self._answers) > MAX_KEPT_ANSWERS:
+            self._answers.popitem(last=False)
         self.metrics.step_seconds.labels("prove").observe(time.perf_counter() - started)
         self.log.info("sampling proofs sent", group=request.group.hex()[:12], to=peer.hex()[:8],
                       positions=request.positions * len(group.rollouts))
@@ -798,7 +812,9 @@ class Node:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._model_thread.shutdown(wait=True, cancel_futures=True)
             if self._prover is not None:
-                self._prover.shutdown(wait=True, cancel_futures=True)
+                # Not waiting: a proof under way finishes in the child, which then exits
+                # (prover_init: it also exits if this process dies first).
+                self._prover.shutdown(wait=False, cancel_futures=True)
             self.store.close()
 
     async def connect_bootstrap(self, attempts: int = 20) -> None:

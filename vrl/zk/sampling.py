@@ -311,6 +311,26 @@ def prove_with_head(weight: np.ndarray, rollouts: Sequence[Rollout], witness: di
     return openings
 
 
+def prover_init() -> None:
+    """What a node's prover process does first: it leaves SIGINT to its parent (a Ctrl-C in the
+    terminal reaches the whole process group, and the node stops itself cleanly), and exits as
+    soon as its parent is gone (a killed node would otherwise leave it proving, and holding
+    its memory, forever: seen here)."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        def watch() -> None:
+            parent.join()
+            os._exit(0)
+
+        threading.Thread(target=watch, daemon=True, name="vrl-parent-watch").start()
+
+
 def answer_challenge(weight: np.ndarray, rollouts: Sequence[Rollout], witness_file: Path, challenge: bytes,
                      count: int, srs: zk.Srs, workdir: Path) -> bytes:
     """A producer's whole answer, as a node sends it: the ``vrl/sampling/v1`` bytes for
