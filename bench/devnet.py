@@ -289,7 +289,6 @@ def zk_runs(args) -> list[dict]:
         result["zk"] = {
             "proof_answers_sent": logs.count("sampling proofs sent"),
             "answers_missing": logs.count("no sampling proofs"),
-            "not_connected": logs.count("producer not connected for sampling proofs"),
             "verdicts": len(verdicts), "failed": sum(v.outcome in ("hard_fail", "soft_fail") for v in verdicts),
             "failure_reasons": sorted({r for v in verdicts for r in v.reasons}),
         }
