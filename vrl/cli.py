@@ -367,7 +367,8 @@ def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list
     path = sampling_file or (openings_path(rollouts) if openings_path(rollouts).exists() else None)
     if path is None:
         return None
-    decoded = [r for r in records if isinstance(r, Rollout)]
+    in_file = [i for i, r in enumerate(records) if isinstance(r, Rollout)]  # damaged records have no proofs
+    decoded = [records[i] for i in in_file]
     try:
         issued, openings = read_openings(path)
         if challenge is not None and challenge != issued:
@@ -382,7 +383,8 @@ def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list
             "positions": len(checks), "proven": len(checks) - sum(failed.values()), "failed": dict(failed),
             "records_failed": len({c.record for c in checks if c.outcome != "ok"}),
             "max_margin": max(margins, default=0.0), "dev_srs_allowed": allow_dev,
-            "checks": [{"record": c.record, "position": c.position, "outcome": str(c.outcome)} for c in checks]}
+            "checks": [{"record": in_file[c.record], "position": c.position, "outcome": str(c.outcome)}
+                       for c in checks]}
 
 
 def _sampling_line(summary: dict, allow_dev: bool) -> str:
