@@ -7,6 +7,7 @@
     python bench/devnet.py trainers     # each dishonest trainer: caught or not, and how fast
     python bench/devnet.py spoofing     # each decode-spoofing worker: tokens to detection, learning beside honest runs
     python bench/devnet.py zk           # base-micro, sampling proofs asked after every check, vs none: latency, failures
+    python bench/devnet.py private      # a private task set (trainer proves rewards) vs the same in the clear; a cheat
 
 Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
 not from logs. Runs are bounded by a round count and a deadline and stop by themselves.
@@ -31,7 +32,7 @@ import vrl.audit  # noqa: E402
 from vrl.node import devnet  # noqa: E402
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES  # noqa: E402
 from vrl.rl.base_model import ensure_base_model  # noqa: E402
-from vrl.node.messages import SignedVerdict, Submission  # noqa: E402
+from vrl.node.messages import SignedVerdict, StepVerdict, Submission  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
 
 console = Console(stderr=True)
@@ -301,6 +302,65 @@ def zk_runs(args) -> list[dict]:
     return results
 
 
+def private_tasks(directory: Path, count: int = 1024, spec: str = "arithmetic:digits=2,ops=+") -> dict[str, Path]:
+    """The bench's task set written both ways (specs/zk.md §11): ``plain`` with its answers,
+    ``public`` with them committed, and the trainer's answer ``key``."""
+    from vrl.tasks import open_task_set
+    from vrl.zk import commit_answers, write_key, write_task_file
+
+    arithmetic, _ = open_task_set(spec)
+    plain = [arithmetic.task(i) for i in range(count)]
+    public, key = commit_answers(plain)
+    paths = {"plain": directory / "plain.jsonl", "public": directory / "public.jsonl", "key": directory / "key.jsonl"}
+    write_task_file(paths["plain"], plain)
+    write_task_file(paths["public"], public)
+    write_key(paths["key"], key)
+    return paths
+
+
+def private_settings(paths: dict[str, Path]) -> dict:
+    """node.toml's tables for a private network of the bench's tasks: the base model, every
+    node holding the public file and the dev SRS, the trainer the key (vrl.node.devnet.plan)."""
+    return {"work": {"model": "base", "task": str(paths["public"])},
+            "zk": {"answers": str(paths["key"]), "dev_srs": True}}
+
+
+def private_runs(args) -> list[dict]:
+    """specs/zk.md §11 on libp2p: 3 nodes of the base model training on a task set whose
+    answers only the trainer holds, every step replayed by every node from the proofs it binds
+    (step_audit_rate 1), against the same tasks in the clear, in one invocation; then a trainer
+    that proves honestly and trains as if every answer were correct (trainer-inflated-rewards)."""
+    paths = private_tasks(Path(tempfile.mkdtemp(prefix="vrl-bench-private-tasks-")))
+    protocol = {"plant_every": 0, "step_audit_rate": 1.0}
+    results = []
+    for i, (name, settings) in enumerate((("tasks-in-the-clear", {"work": {"model": "base", "task": str(paths["plain"])}}),
+                                          ("tasks-private", private_settings(paths)))):
+        result = one_run(name, 3, [], args.rounds, args.deadline, args.port + 50 * i, protocol=protocol, **settings)
+        directory = Path(result["directory"])
+        proven = devnet._events(directory / "node-0" / "node.log", 0, "rewards proven")
+        opened = stores(directory, 3)
+        try:
+            steps = [StepVerdict.from_bytes(d) for store in opened[1:] for k, d, _ in store.replay() if k == "step"]
+        finally:
+            for store in opened:
+                store.close()
+        result["private"] = {
+            "steps_proven": len(proven), "records": sum(p["records"] for p in proven),
+            "proofs": sum(p["proofs"] for p in proven),
+            "proving_seconds": round(sum(p["seconds"] for p in proven), 1),
+            "step_verdicts": len(steps), "step_frauds": sum(v.outcome == "fraud" for v in steps),
+            "seconds_per_version": round(result["seconds"] / max(result["versions"], 1), 1),
+        }
+        console.print_json(json.dumps(result["private"]))
+        results.append(result)
+    clear, private = results
+    console.print(f"seconds per version, private / in the clear: "
+                  f"{private['private']['seconds_per_version'] / clear['private']['seconds_per_version']:.1f}x")
+    results.append(trainer_run("trainer-inflated-rewards", args.rounds, args.deadline, args.port + 100,
+                               protocol=protocol, **private_settings(paths)))
+    return results
+
+
 def plot_learning(results: list[dict], path: Path) -> None:
     """Expected held-out accuracy per policy version, honest runs against attacked ones."""
     import matplotlib
@@ -322,7 +382,8 @@ def plot_learning(results: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers", "spoofing", "zk"])
+    parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers", "spoofing", "zk",
+                                         "private"])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
@@ -334,6 +395,8 @@ def main() -> None:
     results = []
     if args.what == "zk":
         results = zk_runs(args)
+    if args.what == "private":
+        results = private_runs(args)
     if args.what == "throughput":
         results.append(one_run("throughput", 5, [], args.rounds, args.deadline, args.port, protocol={"plant_every": 0},
                                **common))
@@ -368,8 +431,11 @@ def main() -> None:
         # Planted groups give the trainer groups it failed itself: without any, trainer-rejected-group
         # has nothing to cheat with (a run without plants never cheated).
         for i, kind in enumerate(sorted(TRAINER_ADVERSARIES)):
+            # Inflating rewards is a cheat of a private task set's trainer (specs/zk.md §11).
+            settings = private_settings(private_tasks(Path(tempfile.mkdtemp(prefix="vrl-bench-private-tasks-")))) \
+                if kind == "trainer-inflated-rewards" else common
             results.append(trainer_run(kind, args.rounds, args.deadline, args.port + 100 * i,
-                                       protocol={"plant_every": 2}, **common))
+                                       protocol={"plant_every": 2}, **settings))
     RESULTS.mkdir(exist_ok=True)
     if args.what == "learning":
         plot_learning(results, RESULTS / "devnet-learning.png")

@@ -148,8 +148,16 @@ def test_the_cli_commits_generates_proves_and_verifies(tmp_path, zk_workdir, mon
         tmp_path / "public.jsonl").read_text()
     rollouts = tmp_path / "r.vrl"
     base = ["--model", "tiny", "--task", str(tmp_path / "public.jsonl")]
-    refused = runner.invoke(app, ["generate", *base, "--key", str(keyfile), "--out", str(rollouts)])
-    assert refused.exit_code == 2 and "--answers" in refused.output
+    # Without the key, records claim only their public reward (specs/zk.md §11).
+    keyless = tmp_path / "keyless.vrl"
+    result = runner.invoke(app, ["generate", *base, "--key", str(keyfile), "--out", str(keyless), "--groups", "1",
+                                 "--group-size", "2", "--max-new-tokens", "12", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r.reward for r in vrl.read_rollouts(keyless)] == [0.0, 0.0]
+    assert runner.invoke(app, ["prove", str(keyless), "--model", "tiny", "--answers", str(tmp_path / "answers.jsonl"),
+                               "--dev-srs", "--json"]).exit_code == 0
+    result = runner.invoke(app, ["verify", str(keyless), *base, "--allow-dev-srs", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["accepted"] == 2, result.output
     result = runner.invoke(app, ["generate", *base, "--key", str(keyfile), "--out", str(rollouts), "--groups", "1",
                                  "--group-size", "2", "--max-new-tokens", "12", "--answers",
                                  str(tmp_path / "answers.jsonl"), "--json"])

@@ -32,6 +32,7 @@ from vrl.rollouts.record import Rollout
 from vrl.rollouts.sequential import RaceTest
 from vrl.rollouts.verify import Verdict
 from vrl.tasks import TaskSet
+from vrl.tasks.answers import committed_reference
 
 
 def _int4(weight: torch.Tensor, _generator: torch.Generator) -> torch.Tensor:
@@ -325,10 +326,10 @@ class CheatingTrainer(PolicyTrainer):
     :data:`~vrl.node.config.TRAINER_ADVERSARIES`) from step CHEAT_FROM on, each the way a real
     dishonest trainer would, and announces the step as an honest one would."""
 
-    def __init__(self, config, run_dir, key: NodeKey, *, kind: str) -> None:
+    def __init__(self, config, run_dir, key: NodeKey, tasks: TaskSet | None = None, *, kind: str) -> None:
         if kind not in TRAINER_ADVERSARIES:
             raise ValueError(f"unknown trainer adversary {kind!r}; choose from {', '.join(sorted(TRAINER_ADVERSARIES))}")
-        super().__init__(config, run_dir, key)
+        super().__init__(config, run_dir, key, tasks)
         self.cheat = kind
         self.log = structlog.get_logger("vrl.adversary")
         self._stranger = NodeKey.from_seed(hashlib.sha256(FOREIGN_DOMAIN + key.node_id).digest())
@@ -349,11 +350,17 @@ class CheatingTrainer(PolicyTrainer):
             self.log.warning("cheating", kind=self.cheat, version=self.version + 1, groups=len(failed[:2]))
         return (*batch, *((d, 1.0) for d in failed[:2]))
 
-    def update(self, groups: list[Group], weights: list[float], *, forward=None) -> dict:
+    def update(self, groups: list[Group], weights: list[float], *, forward=None, rewards=None) -> dict:
         # The honest pass over the batch (forward) serves only a step on that very batch.
         if not self._cheating() or self.cheat == "trainer-rejected-group":
-            return super().update(groups, weights, forward=forward)
+            return super().update(groups, weights, forward=forward, rewards=rewards)
         self.log.warning("cheating", kind=self.cheat, version=self.version + 1)
+        if self.cheat == "trainer-inflated-rewards":
+            # Every answer to a private task scored correct; its proofs, made before, are honest.
+            spec, decode_ = self.trainer.config.reward_spec, self.policy().decode
+            return super().update(groups, weights, rewards=[
+                [spec.reward_given(True, decode_(list(r.completion_tokens)))
+                 if committed_reference(r.reference) is not None else r.reward for r in g.rollouts] for g in groups])
         if self.cheat == "trainer-foreign-data":
             # A group it sampled itself under an identity no one knows, never gossiped.
             policy = self.policy()

@@ -170,7 +170,8 @@ def generate(
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable summary; no progress bar.")] = False,
     answers: Annotated[Optional[Path], typer.Option(help="Answer key of a task set of committed references "
                                                     "(vrl commit-answers): rewards from it, records keep the "
-                                                    "commitments.")] = None,
+                                                    "commitments. Without it such records claim only the reward's "
+                                                    "format part.")] = None,
     hidden_states: Annotated[bool, typer.Option(help="Commit each sampled token's hidden state (Poseidon hash) for "
                                                 "sampling proofs, and keep the rows in OUT.hidden (vrl prove "
                                                 "--kind sampling).")] = False,
@@ -197,8 +198,9 @@ def generate(
             answer_key = _answer_key(answers)
             answer_key.check(getattr(tasks, "tasks", ()))
             score = answer_key.scorer(RewardSpec())
-        elif any(committed_reference(t.answer) for t in getattr(tasks, "tasks", ())):
-            raise _fail(f"{task}: its references are committed (zk:...): pass the answer key with --answers")
+        else:  # a committed reference's record claims its public reward (specs/zk.md §11)
+            for t in getattr(tasks, "tasks", ()):
+                committed_reference(t.answer)  # a malformed zk: reference is refused here, not per record
     except (ValueError, ZkFileError) as error:  # a malformed zk: reference; a key that does not open one
         raise _fail(f"{task}: {error}") from None
     loaded = _load(model, dtype, device)
@@ -516,8 +518,7 @@ def commit_answers_command(
 ):
     """Publish a task set with its reference answers as salted commitments; keep the key (specs/zk.md §7)."""
     configure_logging(False)
-    from vrl.rollouts.files import write_bytes_atomic
-    from vrl.zk import ZkFileError, commit_answers, write_key
+    from vrl.zk import ZkFileError, commit_answers, write_key, write_public_tasks
 
     tasks = getattr(_task_set(task), "tasks", None)
     if tasks is None:
@@ -530,8 +531,7 @@ def commit_answers_command(
     try:
         public, key = commit_answers(tasks)
         write_key(key_path, key)
-        write_bytes_atomic(out_path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
-                                             for t in public).encode())
+        write_public_tasks(out_path, public)
     except (ZkFileError, OSError, ValueError) as error:  # ValueError: a malformed zk: reference
         raise _fail(str(error)) from None
     out.print(f"wrote {len(public)} tasks with committed references to {out_path}; the answer key to {key_path} "
@@ -566,7 +566,8 @@ def prove(
     from proofs.circuits import ANSWER_MATCH
     from vrl.rollouts.files import RolloutFileError, read_rollouts
     from vrl.rollouts.record import RecordError
-    from vrl.zk import ZkFileError, companion_path, prove_rewards, work_directory, write_attachments
+    from vrl.zk import (ZkFileError, companion_path, named_proofs, proof_plan, prove_statements, work_directory,
+                        write_attachments)
 
     if kind == "sampling":
         return _prove_sampling(rollouts, model, positions, challenge, witness, srs, dev_srs, out_path, json_output)
@@ -583,17 +584,18 @@ def prove(
     chosen = _srs_for(srs, dev_srs, ANSWER_MATCH.logrows)
     target = out_path or companion_path(rollouts)
     try:
+        statements, named = proof_plan(records, key, loaded.decode)
         with _progress(json_output) as bar:
-            task_bar = bar.add_task("proving", total=len(records))
-            attachments = prove_rewards(records, key, loaded.decode, chosen, work_directory(),
-                                        on_progress=lambda n: bar.advance(task_bar, n))
+            task_bar = bar.add_task("proving", total=len(statements))
+            attachments = named_proofs(prove_statements(statements, chosen, work_directory(),
+                                                        on_progress=lambda n: bar.advance(task_bar, n)), named)
     except (ZkFileError, zk.ZkError) as error:
         raise _fail(str(error)) from None
     try:
         write_attachments(target, attachments)
     except (ZkFileError, OSError) as error:
         raise _fail(f"{target}: cannot write the proofs ({error})") from None
-    _proved(len(records), len(attachments), "proofs", target, chosen, json_output)
+    _proved(len(records), len(attachments), f"proofs ({len(statements)} distinct)", target, chosen, json_output)
 
 
 def _proved(records: int, proofs: int, what: str, target: Path, srs, json_output: bool) -> None:

@@ -168,14 +168,15 @@ def network_vectors() -> dict:
 
 
 def _policy(key: NodeKey):
-    """Version 3, trained from version 2 on two groups (specs/network.md §3.3)."""
+    """Version 3, trained from version 2 on two groups, with reward proofs (specs/network.md §3.3)."""
     from vrl.node.messages import PolicyAnnouncement
 
     h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
     return PolicyAnnouncement(key.node_id, 3, h(b"model"), h(b"blob"), 1234, parent=h(b"parent"),
                               batch=((h(b"group-a"), 1.0), (h(b"group-b"), 0.5)), config=h(b"config"),
                               optimizer_before=h(b"optimizer-2"), optimizer=h(b"optimizer-3"), optimizer_size=2468,
-                              platform="torch-2.13.0/cpu-AVX512/float32/default/threads-1").signed(key)
+                              platform="torch-2.13.0/cpu-AVX512/float32/default/threads-1", proofs=h(b"proofs"),
+                              proofs_size=4100).signed(key)
 
 
 def training_vectors() -> dict:

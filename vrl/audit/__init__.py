@@ -67,8 +67,9 @@ class Audit:
             allow_dev_srs: bool = False) -> Report:
         """Run ``checks`` (default: all of :data:`CHECKS`), re-executing a ``sample`` share of
         the groups, steps and versions (1.0: all of them). ``progress(check, n)`` is told as
-        items are done. ``srs`` (:class:`proofs.zk.Srs`) are the SRS files a claim's proofs
-        may be made against, the dev one only with ``allow_dev_srs``. Raises
+        items are done. ``srs`` (:class:`proofs.zk.Srs`) are the SRS files a claim's proofs,
+        and a private task set's reward proofs, may be made against, the dev one only with
+        ``allow_dev_srs``. Raises
         :class:`AuditError` for an unknown check or a share outside [0, 1]."""
         if self.closed:
             raise AuditError("this audit is closed: vrl.audit.open() the inputs again")
@@ -89,7 +90,7 @@ class Audit:
         for name in chosen[1:]:
             started = time.perf_counter()
             if name in REEXECUTING and models is None:
-                models = Models(run)
+                models = Models(run, srs, allow_dev_srs)
             if name == "reputation":
                 check_reputation(run, findings, tell, sample)
             elif name == "duplicates":

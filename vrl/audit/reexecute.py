@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Sequence
 
 from proofs.sampler import SamplingParams
 from vrl.audit.checks import (
@@ -23,7 +24,7 @@ from vrl.audit.checks import (
 )
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.replay import replay_steps, threads_of
-from vrl.node.messages import Outcome, PolicyAnnouncement, StepOutcome, recomputed_digest
+from vrl.node.messages import Group, Outcome, PolicyAnnouncement, StepOutcome, recomputed_digest
 from vrl.node.protocol import outcome_of
 from vrl.node.weights import WeightsError, from_blob
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
@@ -32,6 +33,7 @@ from vrl.rollouts.record import round_seed
 from vrl.rollouts.sequential import RACE_LOSSES
 from vrl.rollouts.verify import Expectations, verify
 from vrl.tasks import RewardSpec, TaskFileError, open_task_set
+from vrl.tasks.answers import committed_reference
 
 # Policy versions held in memory at once: re-verification walks groups by version, and a
 # version's groups are verified together, so two (one being replaced) is all it needs;
@@ -42,8 +44,11 @@ _MODELS_KEPT = 2
 class Models:
     """The network's base model, and policy versions loaded from their weights by hash."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
+    def __init__(self, run: Run, srs: Sequence = (), allow_dev: bool = False) -> None:
+        """``srs`` and ``allow_dev``: what a private task set's reward proofs are checked
+        against (specs/zk.md §11)."""
+        self.run, self.srs, self.allow_dev = run, tuple(srs), allow_dev
+        self.private = False  # the task set's references are committed: correctness is proven
         self._base: Model | None = None
         self._versions: OrderedDict[int, Model] = OrderedDict()
         self.tasks = None
@@ -59,6 +64,7 @@ class Models:
             return
         try:
             self.tasks, _ = open_task_set(run.config.work.task)
+            self.private = any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ()))
         except (TaskFileError, ValueError) as error:
             self.problem = f"the network's task set cannot be opened here: {error}"
 
@@ -90,7 +96,15 @@ class Models:
         return Expectations(tasks=self.tasks, round_seed=round_seed(a.model_hash, a.version),
                             sampling=SamplingParams(work.temperature, 0, 1.0, work.max_new_tokens,
                                                     self.base.stop_token_ids),
-                            reward_spec=RewardSpec())
+                            reward_spec=RewardSpec(), correctness_later=self.private)
+
+    def step_rewards(self, groups: list[Group], proofs: bytes) -> tuple[list[list[float]], str | None]:
+        """A private task set's step: what it must have trained on, and why it is at fault
+        (vrl.zk.step_rewards)."""
+        from vrl.zk import step_rewards, work_directory
+
+        return step_rewards([list(g.rollouts) for g in groups], proofs, self.base.decode, self.srs, work_directory(),
+                            allow_dev=self.allow_dev)
 
 
 def _cannot(run: Run, findings: list[Finding], check: str, models: Models) -> bool:
@@ -258,10 +272,17 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
         for v in index.verdicts:
             if v.verifier == run.trainer and v.outcome == Outcome.HARD_FAIL:
                 fails[v.group] = min(v.round, fails.get(v.group, v.round))
+    if models.private and not models.srs:
+        findings.append(finding(check, "not_reexecuted", Severity.WARNING,
+                                "nothing re-executed: the task set is private, and its steps train on rewards its "
+                                "proofs show; give the network's SRS (--srs PATH, or --allow-dev-srs)"))
+        run.stats[check] = {"steps": max(len(run.policies) - 1, 0), "replayed": 0}
+        return
     series = []
     replayed = 0
     for result in replay_steps(run.policies.values(), blob=run.inputs.blob, group=run.decoded, base=models.base,
-                               share=share, max_staleness=run.config.protocol.max_staleness, trainer_fails=fails):
+                               share=share, max_staleness=run.config.protocol.max_staleness, trainer_fails=fails,
+                               rewards=models.step_rewards if models.private else None):
         progress(check, 1)
         series.append({"version": result.version, "ok": result.ok, "exact": result.exact, "drift": result.drift,
                        "seconds": result.seconds, "faults": list(result.faults), "missing": list(result.missing)})
@@ -307,6 +328,14 @@ def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share:
         run.stats[check] = {"claimed versions": 0}
         return
     if _cannot(run, findings, check, models):
+        return
+    if models.private:
+        # Its answers are the trainer's secret: an outsider checks accuracy by an evaluation
+        # claim (vrl evaluate, the evaluation check), not by re-measuring it.
+        findings.append(finding(check, "not_reexecuted", Severity.WARNING,
+                                 "the task set is private: its held-out accuracy cannot be re-measured without the "
+                                 "answers; an evaluation claim (vrl evaluate) makes it checkable"))
+        run.stats[check] = {"claimed versions": len(claims), "re-measured": 0}
         return
     work, count = run.config.work, run.config.train.held_out
     evaluation = held_out(models.tasks, count)

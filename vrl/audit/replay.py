@@ -26,6 +26,10 @@ from vrl.node.weights import WeightsError, from_blob
 from vrl.node.work import judge_step
 from vrl.rollouts.model import Model, platform_tag
 
+# A private task set's step (specs/zk.md §11): from its groups and its reward proofs file,
+# the rewards it must have trained on, and why it is at fault (None: it is not).
+StepRewards = Callable[[list[Group], bytes], tuple[list[list[float]], str | None]]
+
 _THREADS = re.compile(r"/threads-(\d+)$")
 
 
@@ -76,14 +80,17 @@ def threads_of(platform: str, model: Model) -> Iterator[None]:
 
 def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
                 blob: Callable[[bytes], bytes | None], group: Callable[[bytes], Group | None], base: Model,
-                max_staleness: int = 2, trainer_fails: Mapping[bytes, int] | None = None) -> StepCheck:
+                max_staleness: int = 2, trainer_fails: Mapping[bytes, int] | None = None,
+                rewards: StepRewards | None = None) -> StepCheck:
     """Re-execute the step that made ``announcement`` (version ``v``) from ``parent`` (version
     ``v - 1``): the chain rules of specs/training.md §5 first, then the replay. ``blob`` looks a
     file up by its SHA-256 (None if absent; what it returns is hashed again here), ``group`` a
     batch group by digest; ``base`` is the network's base model (the architecture, tokenizer
     and only reference policy). ``trainer_fails`` maps a group's digest to the round of the
     trainer's own signed hard fail on it, for the ``rejected_group`` rule: a step can replay
-    bit for bit and still train a group its trainer had rejected."""
+    bit for bit and still train a group its trainer had rejected. ``rewards``, for a private
+    task set, gives what the step must have trained on from its reward proofs file, and why it
+    is at fault (``Models.step_rewards``: specs/zk.md §11)."""
     if announcement.version != parent.version + 1:
         raise ValueError(f"version {parent.version} is not the parent of version {announcement.version}")
     missing: list[str] = []
@@ -105,6 +112,7 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     config = file(announcement.config, "step config")
     before = file(announcement.optimizer_before, f"optimizer state of version {parent.version}")
     after = file(announcement.optimizer, f"optimizer state of version {announcement.version}")
+    proofs = file(announcement.proofs, "reward proofs") if rewards is not None and announcement.proofs else b""
     if missing:
         return StepCheck(announcement.version, (), tuple(missing), False, False, 0.0, 0.0, 0.0)
     try:
@@ -113,11 +121,13 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     except WeightsError:  # the weights file is not the announced model: no step made it
         return StepCheck(announcement.version, (StepFault.WEIGHTS_MISMATCH,), (), False, False, float("inf"), 0.0, 0.0)
     started = time.perf_counter()
+    trained, unproven = rewards(groups, proofs) if rewards is not None else (None, None)
     with threads_of(announcement.platform, parent_model):
-        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base)
+        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base, trained)
     seconds = time.perf_counter() - started
     result = judged.replay
-    return StepCheck(announcement.version, judged.faults, (), judged.same_platform,
+    faults = (*judged.faults, *(() if unproven is None else (StepFault.REWARD_UNPROVEN,)))
+    return StepCheck(announcement.version, faults, (), judged.same_platform,
                      result is not None and result.exact, judged.drift,
                      result.optimizer_drift if result is not None else 0.0, seconds)
 
@@ -135,7 +145,8 @@ def sampled(announcement: PolicyAnnouncement, share: float) -> bool:
 
 def replay_steps(announcements: Iterable[PolicyAnnouncement], *, blob: Callable[[bytes], bytes | None],
                  group: Callable[[bytes], Group | None], base: Model, share: float = 1.0,
-                 max_staleness: int = 2, trainer_fails: Mapping[bytes, int] | None = None) -> Iterator[StepCheck]:
+                 max_staleness: int = 2, trainer_fails: Mapping[bytes, int] | None = None,
+                 rewards: StepRewards | None = None) -> Iterator[StepCheck]:
     """Replay a ``share`` of the steps of one trainer's announcements (any order; each
     version's parent must be among them), oldest first."""
     by_version = {a.version: a for a in announcements}  # announcements are ~250 bytes plus their batch
@@ -143,4 +154,4 @@ def replay_steps(announcements: Iterable[PolicyAnnouncement], *, blob: Callable[
         parent = by_version.get(version - 1)
         if version > 0 and parent is not None and sampled(by_version[version], share):
             yield replay_step(by_version[version], parent, blob=blob, group=group, base=base,
-                              max_staleness=max_staleness, trainer_fails=trainer_fails)
+                              max_staleness=max_staleness, trainer_fails=trainer_fails, rewards=rewards)

@@ -65,6 +65,7 @@ ADVERSARIES = {
     "trainer-drops-node": "lists an honest node's admitted groups in the batch but trains without them",
     "trainer-learning-rate": "trains at twice the learning rate its step config states",
     "trainer-fake-weights": "publishes weights no step produced (the step's, nudged by 0.1% noise)",
+    "trainer-inflated-rewards": "with private tasks, trains as if every answer were correct, beside honest proofs",
 }
 TRAINER_ADVERSARIES = frozenset(kind for kind in ADVERSARIES if kind.startswith("trainer-"))
 
@@ -172,7 +173,8 @@ NODE_OVERRIDES: dict[str, dict] = {
 @dataclass(frozen=True)
 class ZkConfig:
     """Sampling proofs at challenged positions between nodes (specs/zk.md §10, specs/network.md
-    §3.4): a node's ``[zk]`` table. Off by default."""
+    §3.4), and the reward proofs of a network's private tasks (specs/zk.md §11): a node's
+    ``[zk]`` table. Off by default."""
 
     # worker: commit each sampled token's hidden state (a policy whose head has a circuit: the
     # micro preset) and keep the rows, to answer a verifier's challenge
@@ -188,7 +190,11 @@ class ZkConfig:
     # worker: the most positions per record it proves for one request (one request per group
     # and peer): what a stranger can make it spend
     max_positions: int = field(default=8, metadata=bounded(1, 64))
-    # the KZG SRS file proofs are made and checked against ("" with dev_srs)
+    # trainer of a network whose [work] task set is private (its references committed, vrl
+    # commit-answers): the answer key, to prove each trained record's correctness
+    answers: str = ""
+    # the KZG SRS file proofs are made and checked against ("" with dev_srs); the network's
+    # one: a proof made against another fails (specs/zk.md §11)
     srs: str = ""
     # devnets and tests only: this machine's single-party SRS, whose maker could forge proofs
     dev_srs: bool = False
@@ -198,8 +204,11 @@ class ZkConfig:
         if (self.hidden_states or self.sampling_positions) and bool(self.srs) == self.dev_srs:
             raise ConfigError("sampling proofs need one SRS: srs = PATH, or dev_srs = true (INSECURE)", ("srs",),
                               type(self).__name__)
-        if self.srs and path_like(self.srs):
-            raise ConfigError(path_like(self.srs), ("srs",), type(self).__name__)
+        if self.srs and self.dev_srs:
+            raise ConfigError("srs = PATH or dev_srs = true, not both", ("srs",), type(self).__name__)
+        for name in ("srs", "answers"):
+            if getattr(self, name) and (problem := path_like(getattr(self, name))):
+                raise ConfigError(problem, (name,), type(self).__name__)
 
 
 def _table(name: str, cls):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -33,9 +34,9 @@ from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest, MessageError,
-    PolicyAnnouncement, Group, SamplingRequest, SignedVerdict, StepVerdict, Submission, audit_ticket, decode_group,
-    topic_of,
+    MAX_PROOFS_BYTES, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest,
+    MessageError, PolicyAnnouncement, Group, SamplingRequest, SignedVerdict, StepFault, StepVerdict, Submission,
+    audit_ticket, decode_group, topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store, StoreError
@@ -44,7 +45,7 @@ from vrl.rl.step import MAX_STEP_CONFIG_BYTES, PolicyForward
 from vrl.rollouts.model import platform_tag
 from vrl.rollouts.profiles import profile_of
 from vrl.rollouts.record import Rollout, round_seed
-from vrl.tasks import RewardSpec, open_task_set
+from vrl.tasks import RewardSpec, TaskList, open_task_set
 from vrl.tasks.answers import committed_reference
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.verify import Expectations
@@ -112,13 +113,15 @@ class Node:
         for problem in problems:
             self.log.warning("task skipped", problem=str(problem))
         try:
-            committed = any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ()))
+            self.private = any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ()))
         except ValueError as error:
             raise ConfigError(str(error), ("work", "task")) from None
-        if committed:
-            # Every check would fail reward_unproven: no node attaches answer proofs yet.
-            raise ConfigError("references committed as zk:... are for vrl verify and vrl prove; a network's "
-                              "task set needs its answers (specs/zk.md §8)", ("work", "task"))
+        # A network of private tasks (specs/zk.md §11): the trainer holds the answer key and
+        # proves each trained record's correctness; every node checks those proofs.
+        self.answer_key, self._reward_proofs = self._private_tasks(config) if self.private else (None, None)
+        if config.zk.answers and not self.private:
+            raise ConfigError("answers is the answer key of a private task set; this [work] task has no committed "
+                              "reference (vrl commit-answers)", ("zk", "answers"))
         self.reward_spec = RewardSpec()
         torch.set_num_threads(config.torch_threads)
         # The node.toml's tables go through as they are: each is its library's config.
@@ -137,7 +140,9 @@ class Node:
             self.trainer = trainer(TrainConfig(
                 **as_kwargs(config.work), **as_kwargs(config.train), grpo=config.grpo,
                 steps=max(config.protocol.last_version, 1) + 1, groups_per_step=config.admission.batch_groups,
-                checkpoint_every=1), config.path / "trainer", key)
+                checkpoint_every=1), config.path / "trainer", key,
+                tasks=None if self.answer_key is None else TaskList(self.tasks.name, tuple(
+                    self.answer_key.opened(self.tasks.tasks))))
         cheat = self.work.cheat or (self.trainer.cheat if self.trainer is not None else "")
         if cheat != config.adversary:
             raise ValueError(f"adversary {config.adversary!r} is configured, but the work and trainer given do "
@@ -191,10 +196,43 @@ class Node:
         except zk.ZkError as error:
             raise ConfigError(str(error), ("zk", "srs")) from None
 
+    def _private_tasks(self, config: NodeConfig):
+        """The answer key (a trainer's) and the SRS the reward proofs of a network of private
+        tasks are made and checked against, with the zk directory (specs/zk.md §11)."""
+        from proofs import zk
+        from proofs.circuits import ANSWER_MATCH
+        from vrl.zk import AnswerKey, ZkFileError, work_directory
+
+        if bool(config.zk.srs) == config.zk.dev_srs:
+            raise ConfigError("this task set is private (its references are committed): every node checks the "
+                              "trainer's reward proofs, so [zk] needs srs = PATH, or dev_srs = true (INSECURE)",
+                              ("zk", "srs"))
+        key = None
+        if "trainer" in config.roles:
+            if not config.zk.answers:
+                raise ConfigError("this task set is private (its references are committed): its trainer proves "
+                                  "each trained record's correctness, so [zk] needs answers = the answer key "
+                                  "(vrl commit-answers)", ("zk", "answers"))
+            try:
+                key = AnswerKey.read(config.zk.answers)
+                key.check(self.tasks.tasks)
+            except ZkFileError as error:
+                raise ConfigError(str(error), ("zk", "answers")) from None
+        elif config.zk.answers:
+            raise ConfigError("only the trainer holds the answer key: a node that does not train has no use for "
+                              "it, and keeping it where it is not needed only risks it", ("zk", "answers"))
+        workdir = work_directory()
+        try:
+            srs = zk.Srs.load(config.zk.srs) if config.zk.srs else zk.dev_srs(workdir, ANSWER_MATCH.logrows)
+        except zk.ZkError as error:
+            raise ConfigError(str(error), ("zk", "srs")) from None
+        return key, (srs, workdir)
+
     def _expectations(self, version: int) -> Expectations:
         policy = self.protocol.policies[version]
         return Expectations(tasks=self.tasks, round_seed=round_seed(policy.model_hash, version),
-                            sampling=self.work.sampling, reward_spec=self.reward_spec)
+                            sampling=self.work.sampling, reward_spec=self.reward_spec,
+                            correctness_later=self.private)
 
     async def _in_model_thread(self, kind: str, fn: Callable, *args):
         started = time.perf_counter()
@@ -202,6 +240,26 @@ class Node:
             return await asyncio.get_running_loop().run_in_executor(self._model_thread, fn, *args)
         finally:
             self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
+
+    async def _in_prover(self, kind: str, fn: Callable, *args):
+        """``fn(*args)`` in the prover process, one job at a time: a job whose caller gave up
+        while it waited (a verifier's timeout) is cancelled here, before it costs any proving.
+        A prover that died (out of memory, killed) raises BrokenProcessPool, and a fresh one
+        serves the next job."""
+        if self._proving is None:
+            self._proving = asyncio.Lock()
+        async with self._proving:
+            if self._prover is None:
+                self._prover = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                   initializer=prover_init)
+            started = time.perf_counter()
+            try:
+                return await asyncio.get_running_loop().run_in_executor(self._prover, fn, *args)
+            except BrokenProcessPool:
+                self._prover = None
+                raise
+            finally:
+                self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.create_task(coroutine)
@@ -538,30 +596,19 @@ class Node:
         if model is None:
             raise MessageError(f"sampling request: version {group.version} is no longer held here")
         srs, workdir = self._zk
-        if self._proving is None:
-            self._proving = asyncio.Lock()
-        # One job in the prover at a time: a request whose caller gave up while it waited is
-        # cancelled here, before it costs any proving.
-        async with self._proving:
-            if self._prover is None:
-                self._prover = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                   initializer=prover_init)
-            started = time.perf_counter()
-            try:
-                answer = await asyncio.get_running_loop().run_in_executor(
-                    self._prover, answer_challenge, head_weight(model), group.rollouts,
-                    self._witness_path(request.group), request.challenge, request.positions, srs, workdir)
-            except (SamplingProofError, ZkError) as error:
-                raise MessageError(f"sampling request: {error}") from None
-            except BrokenProcessPool:  # the prover died (out of memory, killed): a fresh one next time
-                self._prover = None
-                raise MessageError("sampling request: the prover process died") from None
-            except Exception as error:  # noqa: BLE001 (pickling, spawning: the prover's failure, named)
-                raise MessageError(f"sampling request: the prover failed ({type(error).__name__})") from None
+        try:
+            answer = await self._in_prover("prove", answer_challenge, head_weight(model), group.rollouts,
+                                           self._witness_path(request.group), request.challenge, request.positions,
+                                           srs, workdir)
+        except (SamplingProofError, ZkError) as error:
+            raise MessageError(f"sampling request: {error}") from None
+        except BrokenProcessPool:
+            raise MessageError("sampling request: the prover process died") from None
+        except Exception as error:  # noqa: BLE001 (pickling, spawning: the prover's failure, named)
+            raise MessageError(f"sampling request: the prover failed ({type(error).__name__})") from None
         self._answers[asked] = answer
         while len(self._answers) > MAX_KEPT_ANSWERS:
             self._answers.popitem(last=False)
-        self.metrics.step_seconds.labels("prove").observe(time.perf_counter() - started)
         self.log.info("sampling proofs sent", group=request.group.hex()[:12], to=peer.hex()[:8],
                       positions=request.positions * len(group.rollouts))
         return answer
@@ -576,8 +623,9 @@ class Node:
         batch = self.trainer.choose(batch, self.protocol)
         groups = [self._body(digest) for digest, _ in batch]  # stored, so never None
         try:
+            rewards, proofs = await self._prove_rewards(groups) if self.answer_key is not None else (None, (b"", 0))
             step, refused = await self._in_model_thread("train", self.trainer.step, groups, [w for _, w in batch],
-                                                        self._screen(groups))
+                                                        self._screen(groups), rewards, proofs)
         except Exception as error:  # whatever the step failed on: the round must not stall on it
             self.log.error("training step failed; the round will ask again", version=version, error=repr(error))
             await self._feed(P.Abandoned(P.Train(version, batch)))
@@ -596,6 +644,34 @@ class Node:
         await self._announce(step)
         for group in groups:
             self.metrics.groups_trained.labels(group.subject.hex()[:8]).inc()
+
+    async def _prove_rewards(self, groups: list[Group]) -> tuple[list[list[float]], tuple[bytes, int]]:
+        """The rewards a step of private tasks trains on, and the proofs file that shows them
+        (stored and served, by hash and size): one answer-match proof per distinct answer to a
+        task, made in the prover process (specs/zk.md §11). The trainer checks its own proofs
+        as a verifier will, and trains on what they show."""
+        from vrl.zk import attachments_bytes, named_proofs, proof_plan, prove_statements, training_rewards
+
+        srs, workdir = self._reward_proofs
+        decode = self.work.skeleton.decode
+        records = [list(g.rollouts) for g in groups]
+        statements, named = await self._in_model_thread("plan proofs", proof_plan,
+                                                        [r for g in records for r in g], self.answer_key, decode)
+        started = time.perf_counter()
+        proofs = await self._in_prover("prove rewards", prove_statements, statements, srs, workdir)
+        proving = time.perf_counter() - started
+        attachments = named_proofs(proofs, named)
+        rewards, failures = await self._in_model_thread(
+            "check proofs", functools.partial(training_rewards, allow_dev=srs.dev), records, attachments, decode,
+            [srs], workdir)
+        if failures:  # never an honest trainer's: ezkl or the SRS failing here
+            raise RuntimeError(f"{len(failures)} of its own reward proofs fail: {sorted(set(failures.values()))}")
+        self.log.info("rewards proven", records=sum(map(len, records)), proofs=len(statements),
+                      attachments=len(attachments), seconds=round(proving, 2))
+        if not attachments:
+            return rewards, (b"", 0)
+        blob = attachments_bytes(attachments)
+        return rewards, (self._keep_blob(blob), len(blob))
 
     def _screen(self, groups: list[Group]) -> Screen:
         """What checks the batch before the step (PolicyTrainer.screened): every group from the
@@ -628,7 +704,7 @@ class Node:
             parent=parent.model_hash if parent is not None else b"", batch=step.batch,
             config=self._keep_blob(self.trainer.config_file), optimizer_before=step.optimizer_before,
             optimizer=self._keep_blob(step.optimizer), optimizer_size=len(step.optimizer),
-            platform=platform_tag(step.model)).signed(self.key)
+            platform=platform_tag(step.model), proofs=step.proofs[0], proofs_size=step.proofs[1]).signed(self.key)
         self.work.install(version, self.trainer.frozen_copy(step.model), self.config.protocol.max_staleness + 1)
         metrics = {k: v for k, v in step.metrics.items() if isinstance(v, (int, float))}
         if "held_out_accuracy" in metrics:
@@ -658,15 +734,33 @@ class Node:
                                       f"optimizer state of version {version - 1}")
             after = await self._blob(announcement.optimizer, min(announcement.optimizer_size, MAX_OPTIMIZER_BYTES),
                                      f"optimizer state of version {version}")
+            proofs = await self._blob(announcement.proofs, min(announcement.proofs_size, MAX_PROOFS_BYTES),
+                                      f"reward proofs of version {version}") if self.private and announcement.proofs else b""
         except Exception as error:  # whatever the fetch failed on; the protocol decides when it is fraud
             self.log.warning("step state unavailable", version=version, error=repr(error))
             for action in self.protocol.step_state_missing(version):
                 await self._do(action)
             return
+        rewards, unproven = (await self._in_model_thread("check proofs", self._step_rewards, groups, proofs)
+                             if self.private else (None, ()))
         faults, replayed, drift = await self._in_model_thread("replay", self.work.replay, announcement, config,
-                                                              before, after, groups)
+                                                              before, after, groups, rewards)
+        faults = (*faults, *unproven)
         self.metrics.step_drift.set(drift)
         await self._feed(P.StepReplayed(version, faults, replayed, drift))
+
+    def _step_rewards(self, groups: list[Group], proofs: bytes) -> tuple[list[list[float]], tuple[str, ...]]:
+        """What a step of private tasks must have trained on, from the proofs file its
+        announcement binds (vrl.zk.step_rewards), and ``(REWARD_UNPROVEN,)`` when a record's
+        proof is missing or fails: the step is at fault."""
+        from vrl.zk import step_rewards
+
+        srs, workdir = self._reward_proofs
+        rewards, fault = step_rewards([list(g.rollouts) for g in groups], proofs, self.work.skeleton.decode, [srs],
+                                      workdir, allow_dev=srs.dev)
+        if fault is not None:
+            self.log.warning("reward proofs fail", reason=fault)
+        return rewards, () if fault is None else (StepFault.REWARD_UNPROVEN,)
 
     # -- catching up ---------------------------------------------------------------------------
     async def _serve_backfill(self, peer: bytes, data: bytes) -> bytes:

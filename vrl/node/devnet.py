@@ -104,11 +104,14 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
             # Nothing is checked, so no node ever earns trust: the naive trainer admits all.
             settings = _within(settings, protocol={"lazy_audit_rate": 0.0, "plant_every": 0},
                                admission={"trusted_share": 0.0})
+        # A private task set's answer key is the trainer's alone (specs/zk.md §11).
+        own = settings if i == 0 or "answers" not in settings.get("zk", {}) else {
+            **settings, "zk": {k: v for k, v in settings["zk"].items() if k != "answers"}}
         config = NodeConfig.from_dict(dict(
             data_dir=str(directory / f"node-{i}"), trainer=trainer.node_id.hex(), roles=roles,
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}",
             bootstrap=tuple(addresses[j] for j in sorted({0, i - 1}) if 0 <= j < i),
-            metrics_port=base_port + 1000 + i, adversary=kind, **settings))
+            metrics_port=base_port + 1000 + i, adversary=kind, **own))
         (directory / f"node-{i}" / "node.toml").write_text(config.to_toml(), encoding="utf-8")
         name = "trainer" if i == 0 else f"worker-{i}"
         out.append(DevnetNode(name, key, config, base_port + 1000 + i))
@@ -122,7 +125,8 @@ def _within(settings: dict, **tables: dict) -> dict:
 
 def _resolved(settings: dict) -> dict:
     """``[work]``'s model and task made absolute when they name a local directory or file, as
-    the node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path)."""
+    the node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path),
+    and ``[zk]``'s answer key and SRS file."""
     from vrl.rollouts.model import PRESETS
 
     work = dict(settings.get("work", {}))
@@ -131,7 +135,10 @@ def _resolved(settings: dict) -> dict:
         work["model"] = str(Path(model).expanduser().resolve())
     if isinstance(task, str) and not (task == "arithmetic" or task.startswith("arithmetic:")) and Path(task).exists():
         work["task"] = str(Path(task).resolve())
-    return {**settings, "work": work} if work else settings
+    settings = {**settings, "work": work} if work else settings
+    zk = {name: str(Path(value).expanduser().resolve()) if name in ("answers", "srs") and value else value
+          for name, value in settings.get("zk", {}).items()}
+    return {**settings, "zk": zk} if zk else settings
 
 
 def start(nodes: list[DevnetNode]) -> None:

@@ -31,20 +31,21 @@ from vrl.errors import VrlError
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, take, text
 from vrl.rollouts.model import MAX_PLATFORM_BYTES
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
+from vrl.zk.rewards import MAX_COMPANION_BYTES
 
 MESSAGE_VERSION = 1
 # 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2).
 VERDICT_VERSION = 2
 # 2: a policy announcement binds the training step that made it (specs/training.md §3).
-POLICY_VERSION = 2
+POLICY_VERSION = 3
 TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/2"
-TOPIC_POLICIES = "vrl/policies/2"
+TOPIC_POLICIES = "vrl/policies/3"
 TOPIC_STEPS = "vrl/steps/1"
 
 GROUP_DOMAIN = b"vrl/group/v1\x00"
 VERDICT_DOMAIN = b"vrl/verdict/v1\x00"
-POLICY_DOMAIN = b"vrl/policy/v2\x00"
+POLICY_DOMAIN = b"vrl/policy/v3\x00"
 STEP_DOMAIN = b"vrl/step-verdict/v1\x00"
 STEP_TICKET_DOMAIN = b"vrl/step-ticket/v1\x00"
 AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
@@ -380,6 +381,8 @@ MAX_BATCH_GROUPS = 4096
 #: An optimizer state file of 2^41 bytes is AdamW's two moments of a 256-billion-parameter
 #: float32 model: any real one fits; the fetch itself is bounded lower (MAX_WEIGHTS_BYTES x 2).
 MAX_OPTIMIZER_BYTES = 1 << 41
+#: A step's reward proofs are a companion file (specs/zk.md §7, §11), bounded as any is.
+MAX_PROOFS_BYTES = MAX_COMPANION_BYTES
 
 
 @dataclass(frozen=True)
@@ -394,6 +397,8 @@ class PolicyAnnouncement(_Signed):
     the step config file (``config``), the hashes of the optimizer state files before and after
     the step (``optimizer_before``, empty for version 0; ``optimizer``, of ``optimizer_size``
     bytes), and the ``platform`` the trainer ran on (a replay on the same one is bit-exact).
+    In a network of private tasks, ``proofs`` is the hash of the companion file of the batch's
+    reward proofs (``proofs_size`` bytes; empty when none is needed: specs/zk.md §11).
     The defaults are a version 0 with nothing trained."""
 
     _DOMAIN = POLICY_DOMAIN
@@ -411,6 +416,8 @@ class PolicyAnnouncement(_Signed):
     optimizer: bytes = bytes(32)
     optimizer_size: int = 0
     platform: str = ""
+    proofs: bytes = b""
+    proofs_size: int = 0
     signature: bytes = b""
 
     def _wire(self, with_signature: bool) -> dict[str, Any]:
@@ -418,7 +425,8 @@ class PolicyAnnouncement(_Signed):
                 "model_hash": self.model_hash, "blob": self.blob, "size": self.size, "parent": self.parent,
                 "batch": [[digest, float(weight)] for digest, weight in self.batch], "config": self.config,
                 "optimizer_before": self.optimizer_before, "optimizer": self.optimizer,
-                "optimizer_size": self.optimizer_size, "platform": self.platform}
+                "optimizer_size": self.optimizer_size, "platform": self.platform, "proofs": self.proofs,
+                "proofs_size": self.proofs_size}
         if with_signature:
             wire["signature"] = self.signature
         return wire
@@ -438,7 +446,7 @@ class PolicyAnnouncement(_Signed):
     @classmethod
     def from_bytes(cls, data: bytes) -> PolicyAnnouncement:
         fields = {"trainer", "version", "model_hash", "blob", "size", "parent", "batch", "config", "optimizer_before",
-                  "optimizer", "optimizer_size", "platform", "signature"}
+                  "optimizer", "optimizer_size", "platform", "proofs", "proofs_size", "signature"}
         wire = _decode_map(data, "policy", fields, POLICY_VERSION)
 
         def decode() -> PolicyAnnouncement:
@@ -450,7 +458,8 @@ class PolicyAnnouncement(_Signed):
                 optimizer_before=_hash_or_empty(wire, "optimizer_before"),
                 optimizer=fixed_bytes(wire, "optimizer", 32),
                 optimizer_size=integer(wire, "optimizer_size", 0, MAX_OPTIMIZER_BYTES),
-                platform=text(wire, "platform", MAX_PLATFORM_BYTES),
+                platform=text(wire, "platform", MAX_PLATFORM_BYTES), proofs=_hash_or_empty(wire, "proofs"),
+                proofs_size=integer(wire, "proofs_size", 0, MAX_PROOFS_BYTES),
                 signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
 
         announcement = _fields("policy", decode)
@@ -506,6 +515,7 @@ class StepFault(StrEnum):
     UNAVAILABLE_GROUP = "unavailable_group"  # a listed group no peer, the trainer included, serves
     UNAVAILABLE_STATE = "unavailable_state"  # the step config or optimizer file is not served
     STALE_GROUP = "stale_group"  # a group too old for the step (max_staleness)
+    REWARD_UNPROVEN = "reward_unproven"  # a private task's reward the step's proofs do not show (zk.md §11)
 
 
 @dataclass(frozen=True)

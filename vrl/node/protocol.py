@@ -65,12 +65,13 @@ MAX_PENDING_VERDICTS = 4096
 # times the verifiers per group of any devnet measured here, so honest newcomers still fit.
 MAX_STRANGER_VERDICTS_PER_GROUP = 16
 # Step faults that signed data alone proves (specs/training.md §5): the announcements, the
-# trainer's own verdicts and the groups' records. One node's finding of them is conviction
-# enough; so is a replay on the trainer's own platform, which must be bit-exact. The rest (a
-# replay on another platform, within a calibrated tolerance; what the network did not deliver)
-# needs a second reporter whose word counts.
+# trainer's own verdicts and the groups' records, and the reward proofs file the announcement
+# binds by hash (a proof fails or is missing for every node with the network's SRS alike). One
+# node's finding of them is conviction enough; so is a replay on the trainer's own platform,
+# which must be bit-exact. The rest (a replay on another platform, within a calibrated
+# tolerance; what the network did not deliver) needs a second reporter whose word counts.
 SELF_EVIDENT_FAULTS = frozenset({StepFault.WRONG_PARENT, StepFault.WRONG_OPTIMIZER_BEFORE, StepFault.WRONG_CONFIG,
-                                 StepFault.REJECTED_GROUP, StepFault.STALE_GROUP})
+                                 StepFault.REJECTED_GROUP, StepFault.STALE_GROUP, StepFault.REWARD_UNPROVEN})
 
 
 @dataclass(frozen=True)

@@ -158,11 +158,12 @@ class Work:
 
     # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
     def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,
-               optimizer_after: bytes, groups: list[Group]) -> tuple[tuple[str, ...], bytes, float]:
+               optimizer_after: bytes, groups: list[Group],
+               rewards: list[list[float]] | None = None) -> tuple[tuple[str, ...], bytes, float]:
         """Replay the step that made ``announcement`` from the weights this node holds (its
         parent's and its own): ``(StepFault codes, replayed model hash, drift)``."""
         judged = judge_step(announcement, self.models[announcement.version - 1], self.models[announcement.version],
-                            config_file, optimizer_before, optimizer_after, groups, self.skeleton)
+                            config_file, optimizer_before, optimizer_after, groups, self.skeleton, rewards)
         return judged.faults, judged.model_hash, judged.drift
 
     # -- trainer ------------------------------------------------------------------------------
@@ -195,12 +196,15 @@ class JudgedStep:
 
 
 def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, config_file: bytes,
-               optimizer_before: bytes, optimizer_after: bytes, groups: list[Group], base: Model) -> JudgedStep:
+               optimizer_before: bytes, optimizer_after: bytes, groups: list[Group], base: Model,
+               rewards: list[list[float]] | None = None) -> JudgedStep:
     """Run the step that made ``announcement`` again from ``parent``'s weights,
     ``optimizer_before`` and the batch's ``groups`` (in batch order), and compare with the
     announced weights (``claimed``) and ``optimizer_after``. Bit-exact is required on the
     trainer's own platform, the tolerance elsewhere. ``base`` is the network's base model, the
-    only reference policy a step config may name. What a verifier's replay and the audit's run."""
+    only reference policy a step config may name; ``rewards``, what the step trains on where
+    the records' own is not all (private tasks: vrl.zk.training_rewards). What a verifier's
+    replay and the audit's run."""
     same_platform = announcement.platform == platform_tag(parent) and bit_exact_platform(announcement.platform)
     try:
         config = StepConfig.from_bytes(config_file)
@@ -212,7 +216,7 @@ def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, 
         network, optimizer, stats = replay(
             parent.network, optimizer_before, [list(g.rollouts) for g in groups], [w for _, w in announcement.batch],
             config, announcement.version - 1, base.tokenizer.pad_token_id,
-            reference=base.network if config.reference else None)
+            reference=base.network if config.reference else None, rewards=rewards)
     except StepError:  # the optimizer file the parent announced does not fit the model
         return JudgedStep((StepFault.WRONG_OPTIMIZER_BEFORE,), None, same_platform)
     result = compare(parent.network, optimizer_before, network, optimizer, claimed.network.state_dict(),
@@ -233,6 +237,7 @@ class TrainedStep:
     optimizer_before: bytes  # its hash before the step; empty for version 0
     batch: tuple[tuple[bytes, float], ...]  # (group digest, weight), in the order trained
     metrics: dict
+    proofs: tuple[bytes, int] = (b"", 0)  # the reward proofs file's hash and size; none for public tasks
 
 
 class PolicyTrainer:
@@ -242,8 +247,8 @@ class PolicyTrainer:
 
     cheat = ""  # the vrl.node.config.TRAINER_ADVERSARIES entry this trainer carries out
 
-    def __init__(self, config: TrainConfig, run_dir: Path, key: NodeKey) -> None:
-        self.trainer = Trainer(config, run_dir, resume=True, key=key)
+    def __init__(self, config: TrainConfig, run_dir: Path, key: NodeKey, tasks: TaskSet | None = None) -> None:
+        self.trainer = Trainer(config, run_dir, resume=True, key=key, tasks=tasks)
         self.step_config = self.trainer.step_config
         self.config_file = self.step_config.to_bytes()
 
@@ -264,21 +269,26 @@ class PolicyTrainer:
         saved = self.trainer.resumed_state if self.version > 0 else {}
         batch = tuple((bytes.fromhex(d), float(w)) for d, w in saved.get("batch", ()))
         return TrainedStep(model, to_blob(model), self.optimizer_file(), bytes.fromhex(saved.get("optimizer_before", "")),
-                           batch, {})
+                           batch, {}, (bytes.fromhex(saved.get("proofs", "")), int(saved.get("proofs_size", 0))))
 
-    def step(self, groups: list[Group], weights: list[float],
-             screen: Screen | None = None) -> tuple[TrainedStep | None, dict[bytes, CheckResult]]:
+    def step(self, groups: list[Group], weights: list[float], screen: Screen | None = None,
+             rewards: list[list[float]] | None = None,
+             proofs: tuple[bytes, int] = (b"", 0)) -> tuple[TrainedStep | None, dict[bytes, CheckResult]]:
         """GRPO on the batch (:func:`vrl.rl.step.grpo_step`), then version + 1; the checkpoint,
         with the step's batch and starting optimizer hash, is on disk before this returns.
 
         With ``screen`` (a node's :meth:`Work.check`), every group of the batch that can learn
         is checked first (:meth:`screened`), and the groups that fail are refused: left out of
         the step and of the batch announced. Returns the step, None when every group was
-        refused, and the refused groups' check results by digest."""
-        forward, screened, refused = self.screened(groups, screen) if screen is not None else (None, 0, {})
+        refused, and the refused groups' check results by digest. ``rewards`` (per group, per
+        record) is what the step trains on where the records' own is not all (private tasks:
+        vrl.zk.training_rewards), shown by the proofs file of hash and size ``proofs``, which the
+        checkpoint saves with the batch."""
+        rewards = [[r.reward for r in g.rollouts] for g in groups] if rewards is None else rewards
+        forward, screened, refused = self.screened(groups, screen, rewards) if screen is not None else (None, 0, {})
         if refused:
-            kept = [(g, w) for g, w in zip(groups, weights) if g.digest not in refused]
-            groups, weights = [g for g, _ in kept], [w for _, w in kept]
+            kept = [(g, w, r) for g, w, r in zip(groups, weights, rewards) if g.digest not in refused]
+            groups, weights, rewards = [g for g, _, _ in kept], [w for _, w, _ in kept], [r for _, _, r in kept]
             # The batch changed: the step runs a fresh pass over exactly what it announces,
             # since a verifier's replay runs one over that (a pass over more rows is not the
             # same to the bit: a matrix product's blocking depends on the batch shape).
@@ -287,17 +297,18 @@ class PolicyTrainer:
                 return None, refused
         before = hashlib.sha256(self.optimizer_file()).digest()
         batch = tuple((g.digest, float(w)) for g, w in zip(groups, weights))
-        metrics = self.update(groups, weights, forward=forward)
-        model = self.trainer.advance({"batch": [[d.hex(), w] for d, w in batch],
-                                      "optimizer_before": before.hex()})  # checkpoint_every is 1 here
+        metrics = self.update(groups, weights, forward=forward, rewards=rewards)
+        model = self.trainer.advance({"batch": [[d.hex(), w] for d, w in batch], "optimizer_before": before.hex(),
+                                      "proofs": proofs[0].hex(), "proofs_size": proofs[1]})  # checkpoint_every is 1
         if self.trainer.step_index % self.trainer.config.eval_every == 0:
             metrics.update(self.trainer.evaluate(model))
-        rewards = [r.reward for g in groups for r in g.rollouts]
-        metrics["rewards_mean"] = float(torch.tensor(rewards).mean()) if rewards else 0.0
+        flat = [reward for row in rewards for reward in row]
+        metrics["rewards_mean"] = float(torch.tensor(flat).mean()) if flat else 0.0
         metrics["groups_screened"], metrics["groups_refused"] = screened, len(refused)
-        return TrainedStep(model, to_blob(model), self.optimizer_file(), before, batch, metrics), refused
+        return TrainedStep(model, to_blob(model), self.optimizer_file(), before, batch, metrics, proofs), refused
 
-    def screened(self, groups: list[Group], screen: Screen) -> tuple[PolicyForward | None, int, dict[bytes, CheckResult]]:
+    def screened(self, groups: list[Group], screen: Screen,
+                 rewards: list[list[float]]) -> tuple[PolicyForward | None, int, dict[bytes, CheckResult]]:
         """Every group of the batch that the step learns from, checked (specs/network.md §5.4).
 
         GRPO's forward pass is taken first, with hidden states: for a group the current policy
@@ -308,8 +319,7 @@ class PolicyTrainer:
         rewards are all equal carry no gradient, enter no pass, and change nothing training
         sees. Returns the pass (reusable by the step when nothing is refused), how many groups
         were checked, and the failed groups' results."""
-        rewards = torch.tensor([[r.reward for r in g.rollouts] for g in groups])
-        learnable = [g for g, keep in zip(groups, informative_groups(rewards).tolist()) if keep]
+        learnable = [g for g, keep in zip(groups, informative_groups(torch.tensor(rewards)).tolist()) if keep]
         if not learnable:
             return None, 0, {}
         forward = policy_forward(self.trainer.network, [r for g in learnable for r in g.rollouts],
@@ -319,10 +329,12 @@ class PolicyTrainer:
         return (forward, sum(r is not None for r in checked.values()),
                 {digest: result for digest, result in checked.items() if result is not None and result.reasons})
 
-    def update(self, groups: list[Group], weights: list[float], *, forward: PolicyForward | None = None) -> dict:
-        """The GRPO step itself, on exactly the batch announced; ``forward``, a pass of the
-        current weights over exactly its groups that can learn, saves running it again."""
-        return self.trainer.update([list(g.rollouts) for g in groups], weights, forward=forward)
+    def update(self, groups: list[Group], weights: list[float], *, forward: PolicyForward | None = None,
+               rewards: list[list[float]] | None = None) -> dict:
+        """The GRPO step itself, on exactly the batch announced, with ``rewards``; ``forward``,
+        a pass of the current weights over exactly its groups that can learn, saves running it
+        again."""
+        return self.trainer.update([list(g.rollouts) for g in groups], weights, forward=forward, rewards=rewards)
 
     def choose(self, batch: tuple[tuple[bytes, float], ...], protocol) -> tuple[tuple[bytes, float], ...]:
         """The batch to train and announce: the one admission picked (``protocol``, the node's

@@ -235,8 +235,12 @@ def policy_forward(network: torch.nn.Module, rollouts: list[Rollout], temperatur
 def grpo_step(network: torch.nn.Module, optimizer: torch.optim.Optimizer, groups: list[list[Rollout]],
               weights: list[float], config: StepConfig, step_index: int, pad: int, *,
               reference: torch.nn.Module | None = None, track_kl: bool = False, forward: Any = None,
-              informative: list[bool] | None = None) -> dict[str, float]:
+              informative: list[bool] | None = None, rewards: list[list[float]] | None = None) -> dict[str, float]:
     """One GRPO step on whole groups, in place; returns its stats.
+
+    ``rewards`` (per group, per record) replaces the records' own where a record's reward is
+    not all it claims: a private task's, whose correctness the answer holder proved
+    (vrl.zk.training_rewards, specs/zk.md §11).
 
     ``weights`` (one per group, finite, >= 0: the admission weights) scale each group's
     advantages. ``reference`` is pi_ref, needed when ``config.grpo.kl_beta > 0``; with
@@ -251,7 +255,7 @@ def grpo_step(network: torch.nn.Module, optimizer: torch.optim.Optimizer, groups
              "is_weight_mean": 1.0, "is_truncated_fraction": 0.0}
     if not groups:
         return stats
-    rewards = torch.tensor([[r.reward for r in g] for g in groups], device=HOST)
+    rewards = torch.tensor([[r.reward for r in g] for g in groups] if rewards is None else rewards, device=HOST)
     keep = informative_groups(rewards) if informative is None else torch.tensor(informative, device=HOST)
     stats["groups_zero_variance"] = int((~keep).sum())
     if not bool(keep.any()):
@@ -350,12 +354,13 @@ class StepReplay:
 
 def replay(parent: torch.nn.Module, optimizer_state: bytes, groups: list[list[Rollout]], weights: list[float],
            config: StepConfig, step_index: int, pad: int, *, reference: torch.nn.Module | None = None,
-           ) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, float]]:
+           rewards: list[list[float]] | None = None) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, float]]:
     """Run the step again on a copy of ``parent``: ``(network, optimizer, stats)`` after it."""
     network = copy.deepcopy(parent).eval().requires_grad_(True)
     optimizer = optimizer_for(network, config)
     load_optimizer_bytes(network, optimizer, optimizer_state)
-    stats = grpo_step(network, optimizer, groups, weights, config, step_index, pad, reference=reference)
+    stats = grpo_step(network, optimizer, groups, weights, config, step_index, pad, reference=reference,
+                      rewards=rewards)
     return network.requires_grad_(False), optimizer, stats
 
 

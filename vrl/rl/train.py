@@ -177,11 +177,12 @@ class Trainer:
     """One run: a policy, its optimizer and run directory. :meth:`step` runs one round."""
 
     def __init__(self, config: TrainConfig, run_dir: Path, *, resume: bool = False, key: NodeKey | None = None,
-                 log: Callable[..., None] | None = None, fall_back: bool = False) -> None:
+                 log: Callable[..., None] | None = None, fall_back: bool = False, tasks: TaskSet | None = None) -> None:
         """``resume`` continues from the newest checkpoint; with ``fall_back`` a damaged one is
         skipped (and logged) for the newest that verifies. Off by default: a caller that has
         already published the newer versions (a node's trainer) would fork them by training
-        from an older one, and is better stopped with the error."""
+        from an older one, and is better stopped with the error. ``tasks`` is ``config.task``'s
+        set opened already (a node's trainer of private tasks opens them with its answer key)."""
         self.config, self.run_dir, self.log = config, Path(run_dir), log or (lambda *a, **k: None)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -189,9 +190,12 @@ class Trainer:
             raise RunError(f"{self.run_dir}: cannot be a run directory: {error.strerror or error}") from None
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.tasks: TaskSet
-        self.tasks, problems = open_task_set(config.task)
-        for problem in problems:
-            self.log("skipped task", problem=str(problem))
+        if tasks is not None:
+            self.tasks = tasks
+        else:
+            self.tasks, problems = open_task_set(config.task)
+            for problem in problems:
+                self.log("skipped task", problem=str(problem))
         self.evaluation = held_out(self.tasks, config.held_out)
         if not self.evaluation:
             raise RunError(f"task set {self.tasks.name!r} has no held-out problem to measure accuracy on "
@@ -361,17 +365,19 @@ class Trainer:
                           max_new_tokens=config.max_new_tokens, grpo=config.grpo, reference=self.reference_hash)
 
     def update(self, groups: list[list[Rollout]], weights: list[float] | None = None, *,
-               forward: PolicyForward | None = None, informative: list[bool] | None = None) -> dict:
+               forward: PolicyForward | None = None, informative: list[bool] | None = None,
+               rewards: list[list[float]] | None = None) -> dict:
         """One GRPO step on whole groups (:func:`vrl.rl.step.grpo_step`); ``weights`` (one per
         group, >= 0; e.g. the node's admission weights from :func:`vrl.node.reputation.admit`)
         scale each group's advantages. ``forward``, a :func:`policy_forward` of the current
         weights that covers every informative group, saves running the policy again;
         ``informative``, the groups' :func:`~vrl.rl.grpo.informative_groups` when the caller has
-        it already."""
+        it already; ``rewards``, what the step trains on where it is not the records' own
+        (:func:`~vrl.rl.step.grpo_step`)."""
         weights = [1.0] * len(groups) if weights is None else list(weights)
         return grpo_step(self.network, self.optimizer, groups, weights, self.step_config, self.step_index,
                          self.tokenizer.pad_token_id, reference=self.reference, track_kl=self.config.track_kl,
-                         forward=forward, informative=informative)
+                         forward=forward, informative=informative, rewards=rewards)
 
     def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
         """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then

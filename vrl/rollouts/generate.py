@@ -103,14 +103,15 @@ def iter_generate(
     ``groups`` is a count (group indices ``0 .. n-1``) or the group indices themselves; the
     task of each is its assignment (:func:`vrl.tasks.assign`), never the node's choice.
     ``decoder`` samples the completions (:data:`Decoder`). ``score`` rewards a completion,
-    ``reward_spec.reward`` by default; for a task set of committed references it is the answer
-    key's (vrl.zk.AnswerKey.scorer): the records carry only the commitments. With
+    ``reward_spec.public_reward`` by default: for a committed reference, the reward without the
+    correctness only a key holder knows (specs/zk.md §11); a key holder passes the answer key's
+    (vrl.zk.AnswerKey.scorer). The records carry only the commitments. With
     ``ordered``, group g answers task g of a task list (an evaluation: vrl.tasks.in_order).
     With ``witness``, each record also commits its hidden states' hashes (``hidden_hashes``,
     specs/zk.md §10), and ``witness(record, rows)`` receives the rows they hash (the body rows
     of its commitment, float32): what the node keeps to prove sampled tokens later.
     """
-    score = score or reward_spec.reward
+    score = score or reward_spec.public_reward
     if len(round_seed) != 32:
         raise ValueError(f"round_seed must be 32 bytes, got {len(round_seed)}")
     stats = stats if stats is not None else GenerationStats()

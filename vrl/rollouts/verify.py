@@ -147,6 +147,10 @@ class Expectations:
     # An evaluation's records: group g answers task g of the list, every task once, held-out
     # ones included (specs/zk.md §9), rather than the task the assignment hash picks.
     in_order: bool = False
+    # A network's private tasks (specs/zk.md §11): the answer holder proves a committed
+    # reference's correctness after the check, so a record with no proof is held to its public
+    # reward (RewardSpec.public_reward), the only one its producer can know.
+    correctness_later: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
@@ -312,9 +316,10 @@ def proven_answer(reward_spec: RewardSpec, completion: str) -> bytes | None:
 
 def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentCheck | MalformedCommitment,
                           races: sampler.RaceReplay | ProofsError, model: Model, tol: Tolerances, scores: dict[str, float],
-                          proof: bool | str | None = None) -> None:
+                          proof: bool | str | None = None, correctness_later: bool = False) -> None:
     """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay,
-    and, for a committed reference, what its zk proof showed (``verify``'s ``proven``)."""
+    and, for a committed reference, what its zk proof showed (``verify``'s ``proven``) or
+    whether its correctness is proven later (``Expectations.correctness_later``)."""
     # 4. Activation commitment: the hidden states the prover committed are the claimed model's.
     if isinstance(agreement, MalformedCommitment):
         raise _Rejected(Reason.COMMITMENT_MALFORMED, str(agreement))
@@ -388,12 +393,19 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if committed is None:
         recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
     else:
+        public = rollout.reward_spec.reward_given(False, text)
         if proven_answer(rollout.reward_spec, text) is None:
             proof = False  # no answer, or none a proof can hold: not correct, nothing to prove
-        if not isinstance(proof, bool):
+        if proof is None and correctness_later:
+            recomputed_reward = public  # the answer holder proves the rest (specs/zk.md §11)
+        elif not isinstance(proof, bool):
             raise _Rejected(Reason.REWARD_UNPROVEN, "the reference is committed and no proof of the answer's "
                             "correctness was given" if proof is None else f"its correctness proof fails: {proof}")
-        recomputed_reward = rollout.reward_spec.reward_given(proof, text)
+        elif rollout.reward == public:
+            # A producer without the key claims no correctness; the proof adds it (§7, §11).
+            recomputed_reward = public
+        else:
+            recomputed_reward = rollout.reward_spec.reward_given(proof, text)
     scores["reward_recomputed"] = recomputed_reward
     if recomputed_reward != rollout.reward:
         raise _Rejected(Reason.REWARD_MISMATCH,
@@ -517,7 +529,7 @@ def verify(
             scores: dict[str, float] = {}
             try:
                 _checks_after_prefill(alive[index], agreement, race, model, tolerances, scores,
-                                      (proven or {}).get(index))
+                                      (proven or {}).get(index), expect.correctness_later)
             except _Rejected as rejected:
                 finish(index, rejected, scores, own_commitment)
             else:

@@ -137,6 +137,14 @@ class RewardSpec:
     def reward(self, task: Task, completion: str) -> float:
         return self.reward_given(self.is_correct(task, completion), completion)
 
+    def public_reward(self, task: Task, completion: str) -> float:
+        """The reward anyone can compute: :meth:`reward` for an ordinary reference; for a
+        committed one, the reward of an answer not proven correct (the format part), which is
+        all a producer without the answer key can claim (specs/zk.md §11)."""
+        if committed_reference(task.answer) is not None:
+            return self.reward_given(False, completion)
+        return self.reward(task, completion)
+
     def reward_given(self, correct: bool, completion: str) -> float:
         """The reward of a completion whose correctness is known (recomputed, or proven)."""
         value = self.correct if correct else 0.0

@@ -6,17 +6,19 @@ and below the node, which asks for sampling proofs."""
 
 from vrl.zk.rewards import (
     CLAIM_DOMAIN, CLAIM_FORMAT, EVALUATION_DOMAIN, MAX_ATTACHMENTS, MAX_CLAIM_BYTES, MAX_COMPANION_BYTES,
-    MAX_KEY_BYTES, MAX_KEY_LINES, ZK_FILE_FORMAT, AnswerKey, Claim, ClaimCheck, ZkFileError, attachments_from_bytes,
-    check_claim, check_claim_file, commit_answers, companion_path, evaluate_private, evaluation_sampling,
-    evaluation_seed, prove_rewards, proven_correctness, read_attachments, record_subject, regular_file_bytes,
-    task_set_digest, work_directory, write_attachments, write_claim, write_key,
+    MAX_KEY_BYTES, MAX_KEY_LINES, ZK_FILE_FORMAT, AnswerKey, Claim, ClaimCheck, Statement, ZkFileError,
+    attachments_bytes, attachments_from_bytes, check_claim, check_claim_file, commit_answers, companion_path,
+    evaluate_private, evaluation_sampling, evaluation_seed, named_proofs, proof_plan, prove_rewards,
+    prove_statements, proven_correctness, read_attachments, record_subject, regular_file_bytes, step_rewards,
+    task_set_digest, training_rewards, work_directory, write_attachments, write_claim, write_key, write_public_tasks,
 )
 
 __all__ = [
     "CLAIM_DOMAIN", "CLAIM_FORMAT", "EVALUATION_DOMAIN", "MAX_ATTACHMENTS", "MAX_CLAIM_BYTES", "MAX_COMPANION_BYTES",
-    "MAX_KEY_BYTES", "MAX_KEY_LINES", "ZK_FILE_FORMAT", "AnswerKey", "Claim", "ClaimCheck", "ZkFileError",
-    "attachments_from_bytes", "check_claim", "check_claim_file", "commit_answers", "companion_path",
-    "evaluate_private", "evaluation_sampling", "evaluation_seed", "prove_rewards", "proven_correctness",
-    "read_attachments", "record_subject", "regular_file_bytes", "task_set_digest", "work_directory",
-    "write_attachments", "write_claim", "write_key",
+    "MAX_KEY_BYTES", "MAX_KEY_LINES", "ZK_FILE_FORMAT", "AnswerKey", "Claim", "ClaimCheck", "Statement",
+    "ZkFileError", "attachments_bytes", "attachments_from_bytes", "check_claim", "check_claim_file",
+    "commit_answers", "companion_path", "evaluate_private", "evaluation_sampling", "evaluation_seed",
+    "named_proofs", "proof_plan", "prove_rewards", "prove_statements", "proven_correctness", "read_attachments",
+    "record_subject", "regular_file_bytes", "step_rewards", "task_set_digest", "training_rewards", "work_directory",
+    "write_attachments", "write_claim", "write_key", "write_public_tasks",
 ]

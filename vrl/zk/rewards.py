@@ -97,6 +97,22 @@ class AnswerKey:
             return reward_spec.reward_given(self.correct(task, reward_spec.given_form(completion)), completion)
         return score
 
+    def opened(self, tasks: Iterable[Task]) -> list[Task]:
+        """``tasks`` with each committed reference replaced by the answer the key opens it to
+        (an answer whose form is the key's): what the answer holder scores its own held-out
+        evaluation with. A ZkFileError names a task it cannot open."""
+        self.check(tasks)
+        out = []
+        for task in tasks:
+            if committed_reference(task.answer) is not None:
+                form = self.entries[task.id][0]
+                answer = form.split(b":", 1)[-1].decode()  # a form is a kind tag, ":", the normal text
+                if answer_form(answer) != form:
+                    raise ZkFileError(f"task {task.id!r}: the key's form {form!r} is not an answer's normal form")
+                task = Task(task.id, task.prompt, answer)
+            out.append(task)
+        return out
+
     def to_lines(self) -> str:
         return "".join(json.dumps({"id": task_id, "form": form.decode(), "salt": salt.hex()}) + "\n"
                        for task_id, (form, salt) in self.entries.items())
@@ -150,6 +166,13 @@ def write_key(path: Path | str, key: AnswerKey) -> None:
         staging.unlink(missing_ok=True)
 
 
+def write_public_tasks(path: Path | str, tasks: Iterable[Task]) -> None:
+    """The public task file of a private task set: JSON lines ``{"id", "prompt", "answer"}``,
+    each answer a commitment (specs/zk.md §7), written whole or not at all."""
+    write_bytes_atomic(path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
+                                     for t in tasks).encode())
+
+
 def commit_answers(tasks: Iterable[Task]) -> tuple[list[Task], AnswerKey]:
     """The public tasks (each reference replaced by its commitment) and the private key."""
     public, entries = [], {}
@@ -180,28 +203,62 @@ def _needs_proof(rollout: Rollout, decode: Callable[[list[int]], str]) -> tuple[
     return None if given is None else (given, commitment)  # None: not correct, nothing to prove
 
 
-def prove_rewards(rollouts: Sequence[Rollout], key: AnswerKey, decode: Callable[[list[int]], str], srs: zk.Srs,
-                  workdir: Path, on_progress: Callable[[int], None] | None = None) -> list[zk.Attachment]:
-    """An answer-match proof for every record that needs one (its reference committed, its
-    completion giving an answer): the answer holder's side."""
-    attachments = []
+#: What one answer-match proof shows, with its witness: (the given answer's form, the
+#: reference's form, its salt). Records that give the same answer to one task share it (§2).
+Statement = tuple[bytes, bytes, bytes]
+
+
+def proof_plan(rollouts: Sequence[Rollout], key: AnswerKey, decode: Callable[[list[int]], str],
+               ) -> tuple[list[Statement], list[tuple[bytes, int]]]:
+    """What proving ``rollouts``' correctness takes: the distinct statements, and for each
+    record that needs a proof, its subject and the index of its statement. The answer holder's
+    side; a ZkFileError names a record the key cannot open."""
+    statements: dict[Statement, int] = {}
+    named: list[tuple[bytes, int]] = []
     for index, rollout in enumerate(rollouts):
         try:
             needed = _needs_proof(rollout, decode)
         except ValueError as error:  # a malformed committed reference
             raise ZkFileError(f"record {index}: {error}") from None
-        if needed is not None:
-            given, commitment = needed
-            if rollout.task_id not in key.entries:
-                raise ZkFileError(f"task {rollout.task_id!r} is not in the answer key")
-            form, salt = key.entries[rollout.task_id]
-            if reference_commitment(form, salt) != commitment:
-                raise ZkFileError(f"task {rollout.task_id!r}: the answer key does not open the record's commitment")
-            attachments.append(zk.prove(ANSWER_MATCH, answer_match_inputs(given, form, salt), record_subject(rollout),
-                                        srs, workdir))
+        if needed is None:
+            continue
+        given, commitment = needed
+        if rollout.task_id not in key.entries:
+            raise ZkFileError(f"record {index}: task {rollout.task_id!r} is not in the answer key")
+        form, salt = key.entries[rollout.task_id]
+        if reference_commitment(form, salt) != commitment:
+            raise ZkFileError(f"record {index}: the answer key does not open the commitment of task "
+                              f"{rollout.task_id!r}")
+        named.append((record_subject(rollout), statements.setdefault((given, form, salt), len(statements))))
+    return list(statements), named
+
+
+def prove_statements(statements: Sequence[Statement], srs: zk.Srs, workdir: Path,
+                     on_progress: Callable[[int], None] | None = None) -> list[zk.Attachment]:
+    """One answer-match proof per statement, each naming no record yet (a zero subject):
+    :func:`named_proofs` names them. A module-level function, so a node's prover process can
+    run it."""
+    proofs = []
+    for given, form, salt in statements:
+        proofs.append(zk.prove(ANSWER_MATCH, answer_match_inputs(given, form, salt), bytes(32), srs, workdir))
         if on_progress is not None:
             on_progress(1)
-    return attachments
+    return proofs
+
+
+def named_proofs(proofs: Sequence[zk.Attachment], named: Sequence[tuple[bytes, int]]) -> list[zk.Attachment]:
+    """Each record's attachment: its statement's proof under the record's subject. The subject
+    is an index, not part of the statement (§2), so one proof serves every record it is true of."""
+    return [dataclasses.replace(proofs[statement], subject=subject) for subject, statement in named]
+
+
+def prove_rewards(rollouts: Sequence[Rollout], key: AnswerKey, decode: Callable[[list[int]], str], srs: zk.Srs,
+                  workdir: Path, on_progress: Callable[[int], None] | None = None) -> list[zk.Attachment]:
+    """An answer-match attachment for every record that needs one (its reference committed,
+    its completion giving an answer), one proof per distinct statement: the answer holder's
+    side. ``on_progress(1)`` follows each proof made."""
+    statements, named = proof_plan(rollouts, key, decode)
+    return named_proofs(prove_statements(statements, srs, workdir, on_progress), named)
 
 
 def proven_correctness(rollouts: Sequence[Rollout | object], attachments: Sequence[zk.Attachment],
@@ -214,6 +271,9 @@ def proven_correctness(rollouts: Sequence[Rollout | object], attachments: Sequen
     by_subject: dict[bytes, list[zk.Attachment]] = {}
     for attachment in attachments:
         by_subject.setdefault(attachment.subject, [attachment])
+    # One proof serves every record that gives its answer to its task (named_proofs); a
+    # verification costs 24 ms (bench/zk.py), so each distinct proof is verified once.
+    verified: dict[tuple[bytes, tuple[bytes, ...]], zk.Reason] = {}
     shown: dict[int, bool | str] = {}
     for index, rollout in enumerate(rollouts):
         if not isinstance(rollout, Rollout):
@@ -232,11 +292,62 @@ def proven_correctness(rollouts: Sequence[Rollout | object], attachments: Sequen
                 shown[index] = zk.Reason.WRONG_INSTANCES.value
                 continue
             correct = attachment.instances[2] == zk.felt(1)
-            reason = zk.verify(attachment, CIRCUITS, subject=subject,
-                               instances=answer_match_instances(given, commitment, correct), srs=srs,
-                               workdir=workdir, allow_dev=allow_dev)
+            expected = answer_match_instances(given, commitment, correct)
+            # The statement is the record's own instances; the subject only names it (§2).
+            unnamed = (dataclasses.replace(attachment, subject=bytes(32)).to_bytes(), expected)
+            if unnamed not in verified:
+                verified[unnamed] = zk.verify(attachment, CIRCUITS, subject=subject, instances=expected,
+                                              srs=srs, workdir=workdir, allow_dev=allow_dev)
+            reason = verified[unnamed]
             shown[index] = correct if reason is zk.Reason.OK else reason.value
     return shown
+
+
+def training_rewards(groups: Sequence[Sequence[Rollout]], attachments: Sequence[zk.Attachment],
+                     decode: Callable[[list[int]], str], srs: Sequence[zk.Srs], workdir: Path, *,
+                     allow_dev: bool = False) -> tuple[list[list[float]], dict[bytes, str]]:
+    """What a step on ``groups`` trains on (specs/zk.md §11), group by group: a record's own
+    reward for an ordinary reference; for a committed one, its reward with the correctness
+    the proofs show (no provable answer: not correct). Also, by record subject, each record
+    whose proof is missing or fails, with the zk reason code: those are scored not correct,
+    and a step that needed them is at fault."""
+    flat = [rollout for group in groups for rollout in group]
+    shown = proven_correctness(flat, attachments, decode, srs, workdir, allow_dev=allow_dev)
+    rewards: list[list[float]] = []
+    failures: dict[bytes, str] = {}
+    index = 0
+    for group in groups:
+        row = []
+        for rollout in group:
+            try:
+                committed = committed_reference(rollout.reference) is not None
+            except ValueError:  # a malformed commitment: no check passes it; nothing to learn
+                committed, failures[record_subject(rollout)] = True, "malformed_reference"
+            if not committed:
+                row.append(rollout.reward)
+            else:
+                proof = shown.get(index, False)  # needs no proof: gives no provable answer
+                if isinstance(proof, str):
+                    failures[record_subject(rollout)], proof = proof, False
+                row.append(rollout.reward_spec.reward_given(proof, decode(list(rollout.completion_tokens))))
+            index += 1
+        rewards.append(row)
+    return rewards, failures
+
+
+def step_rewards(groups: Sequence[Sequence[Rollout]], proofs: bytes, decode: Callable[[list[int]], str],
+                 srs: Sequence[zk.Srs], workdir: Path, *, allow_dev: bool = False) -> tuple[list[list[float]], str | None]:
+    """What a step of private tasks must have trained on (:func:`training_rewards`), from the
+    proofs file its announcement binds (empty bytes: none), and why the step is at fault, None
+    when it is not: the zk reason code of the first record whose proof is missing or fails,
+    or ``proofs_malformed`` for a file that is not one (specs/zk.md §11). A record left
+    unproven is scored not correct, so the replay also finds a step that trained otherwise."""
+    try:
+        attachments, fault = (attachments_from_bytes(proofs, "reward proofs") if proofs else []), None
+    except ZkFileError:
+        attachments, fault = [], "proofs_malformed"
+    rewards, failures = training_rewards(groups, attachments, decode, srs, workdir, allow_dev=allow_dev)
+    return rewards, fault or next(iter(failures.values()), None)
 
 
 # -- companion files -------------------------------------------------------------------------------
@@ -250,7 +361,7 @@ def write_attachments(path: Path | str, attachments: Sequence[zk.Attachment]) ->
     """Write a companion file whole or not at all (specs/zk.md §7)."""
     if len(attachments) > MAX_ATTACHMENTS:
         raise ZkFileError(f"{path}: {len(attachments)} attachments, more than {MAX_ATTACHMENTS}")
-    write_bytes_atomic(path, _attachments_bytes(attachments))
+    write_bytes_atomic(path, attachments_bytes(attachments))
 
 
 def read_attachments(path: Path | str) -> list[zk.Attachment]:
@@ -422,10 +533,13 @@ def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, max
                        round_seed=evaluation_seed(model.model_hash, digest),
                        sampling=evaluation_sampling(model, max_new_tokens), groups=len(public), group_size=1,
                        score=key.scorer(spec), ordered=True)
-    attachments = prove_rewards(records, key, model.decode, srs, workdir, on_progress=on_progress)
+    statements, named = proof_plan(records, key, model.decode)
+    attachments = named_proofs(prove_statements(statements, srs, workdir, on_progress), named)
+    if on_progress is not None:  # a task whose answer shares a proof, or has none, is done too
+        on_progress(len(records) - len(statements))
     correct = sum(key.correct(task, proven_answer(spec, model.decode(list(r.completion_tokens))))
                   for task, r in zip(public, records))
-    records_bytes, proofs_bytes = _rollout_file_bytes(records), _attachments_bytes(attachments)
+    records_bytes, proofs_bytes = _rollout_file_bytes(records), attachments_bytes(attachments)
     claim = Claim(model.model_hash, digest, len(public), max_new_tokens, correct, len(records), node.node_id,
                   records_name, hashlib.sha256(records_bytes).digest(), hashlib.sha256(proofs_bytes).digest(),
                   model_locator, task_file).signed(node)
@@ -449,7 +563,7 @@ def write_claim(out: Path, records: Sequence[Rollout], attachments: Sequence[zk.
     return path
 
 
-def _attachments_bytes(attachments: Sequence[zk.Attachment]) -> bytes:
+def attachments_bytes(attachments: Sequence[zk.Attachment]) -> bytes:
     return msgpack.packb([ZK_FILE_FORMAT, [a.to_bytes() for a in attachments]], use_bin_type=True)
 
 
