@@ -213,8 +213,15 @@ def trainer_run(kind: str, rounds: int, deadline: float, port: int, **options) -
               "failure": summary["failure"], "directory": str(directory)}
     # The audit afterwards, over every store, every step replayed (vrl audit --all).
     started = time.monotonic()
+    srs = {}
+    if options.get("zk", {}).get("dev_srs"):  # a private task set's proofs (specs/zk.md §11), made here
+        from proofs import zk
+        from proofs.circuits import ANSWER_MATCH
+        from vrl.zk import work_directory
+
+        srs = {"srs": [zk.dev_srs(work_directory(), ANSWER_MATCH.logrows)], "allow_dev_srs": True}
     with vrl.audit.open([directory]) as audit:
-        report = audit.run(sample=1.0)
+        report = audit.run(sample=1.0, **srs)
     trainer = next((node for node in report.verdicts_by_node().values() if node["role"] == "trainer"), {})
     result["audit"] = {"trainer": trainer.get("verdict"), "evidence": {**trainer.get("errors", {}),
                                                                       **trainer.get("warnings", {})},
@@ -321,7 +328,7 @@ def private_tasks(directory: Path, count: int = 1024, spec: str = "arithmetic:di
 def private_settings(paths: dict[str, Path]) -> dict:
     """node.toml's tables for a private network of the bench's tasks: the base model, every
     node holding the public file and the dev SRS, the trainer the key (vrl.node.devnet.plan)."""
-    return {"work": {"model": "base", "task": str(paths["public"])},
+    return {"work": {"model": "base", "task": str(paths["public"]), "group_size": 4},
             "zk": {"answers": str(paths["key"]), "dev_srs": True}}
 
 
@@ -331,11 +338,16 @@ def private_runs(args) -> list[dict]:
     (step_audit_rate 1), against the same tasks in the clear, in one invocation; then a trainer
     that proves honestly and trains as if every answer were correct (trainer-inflated-rewards)."""
     paths = private_tasks(Path(tempfile.mkdtemp(prefix="vrl-bench-private-tasks-")))
-    protocol = {"plant_every": 0, "step_audit_rate": 1.0}
+    # Batches of 4 groups of 4: a step proves at most 16 statements, about 75 s at 4.7 s each
+    # (bench/results/zk.json) on one of the trainer's two cores.
+    protocol = {"plant_every": 0, "step_audit_rate": 1.0, "groups_per_round": 2}
+    admission = {"batch_groups": 4}
+    secret = private_settings(paths)
+    clear = {**secret, "work": {**secret["work"], "task": str(paths["plain"])}, "zk": {}}
     results = []
-    for i, (name, settings) in enumerate((("tasks-in-the-clear", {"work": {"model": "base", "task": str(paths["plain"])}}),
-                                          ("tasks-private", private_settings(paths)))):
-        result = one_run(name, 3, [], args.rounds, args.deadline, args.port + 50 * i, protocol=protocol, **settings)
+    for i, (name, settings) in enumerate((("tasks-in-the-clear", clear), ("tasks-private", secret))):
+        result = one_run(name, 3, [], args.rounds, args.deadline, args.port + 50 * i, protocol=protocol,
+                         admission=admission, **settings)
         directory = Path(result["directory"])
         proven = devnet._events(directory / "node-0" / "node.log", 0, "rewards proven")
         opened = stores(directory, 3)
@@ -357,7 +369,7 @@ def private_runs(args) -> list[dict]:
     console.print(f"seconds per version, private / in the clear: "
                   f"{private['private']['seconds_per_version'] / clear['private']['seconds_per_version']:.1f}x")
     results.append(trainer_run("trainer-inflated-rewards", args.rounds, args.deadline, args.port + 100,
-                               protocol=protocol, **private_settings(paths)))
+                               protocol=protocol, admission=admission, **secret))
     return results
 
 

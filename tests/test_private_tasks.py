@@ -35,7 +35,7 @@ from vrl.tasks import RewardSpec, TaskList, open_task_set
 from vrl.tasks.answers import committed_reference
 from vrl.zk import (
     AnswerKey, attachments_bytes, commit_answers, named_proofs, proof_plan, prove_statements, record_subject,
-    step_rewards, training_rewards, write_key, write_public_tasks,
+    step_rewards, training_rewards, write_key, write_task_file,
 )
 
 from test_node import drive
@@ -233,6 +233,15 @@ def test_the_audit_replays_a_private_step_from_its_files_and_proofs(private):
                         base=private.work.skeleton, rewards=rewards)
     assert StepFault.REWARD_UNPROVEN in check.faults
 
+    # An auditor without the SRS the network used cannot judge the step: that is its own gap.
+    def without_the_dev_srs(groups, proofs):
+        return step_rewards([list(g.rollouts) for g in groups], proofs, private.work.skeleton.decode,
+                            [private.srs], private.workdir, allow_dev=False)
+
+    check = replay_step(private.announcement, private.parent, blob=private.blobs.get, group=by_digest.get,
+                        base=private.work.skeleton, rewards=without_the_dev_srs)
+    assert check.faults == () and "zk_dev_srs" in check.missing[0]
+
 
 def test_a_restarted_trainer_announces_the_same_proofs(private, tmp_path):
     restored = PolicyTrainer(private.trainer.trainer.config, private.trainer.trainer.run_dir, TRAINER,
@@ -254,7 +263,7 @@ def test_a_private_task_sets_settings_are_checked_at_the_boundary(tmp_path, zk_w
     monkeypatch.setenv("VRL_ZK_DIR", str(zk_workdir))
     arithmetic, _ = open_task_set("arithmetic:digits=1")
     public, key = commit_answers(arithmetic.task(i) for i in range(40))
-    write_public_tasks(tmp_path / "public.jsonl", public)
+    write_task_file(tmp_path / "public.jsonl", public)
     write_key(tmp_path / "key.jsonl", key)
     with pytest.raises(ConfigError, match="srs"):
         _node(tmp_path, ("verifier",), tmp_path / "public.jsonl")
@@ -282,7 +291,7 @@ def test_a_private_network_trains_on_proven_rewards_and_its_steps_replay_clean(p
     """Loopback, bounded: a trainer holding the key and two workers holding only the public
     file; every node replays every step (step_audit_rate 1) from the proofs it binds."""
     monkeypatch.setenv("VRL_ZK_DIR", str(private.workdir))
-    write_public_tasks(tmp_path / "public.jsonl", private.public.tasks)
+    write_task_file(tmp_path / "public.jsonl", private.public.tasks)
     write_key(tmp_path / "key.jsonl", private.key)
 
     def config(name: str, roles: tuple[str, ...], **zk_table) -> NodeConfig:
@@ -326,3 +335,17 @@ def test_a_private_network_trains_on_proven_rewards_and_its_steps_replay_clean(p
         assert mine is not None and mine.outcome == "pass", (name, mine)
         assert node.protocol.convicted is None
         assert node.answer_key is None  # it never held the answers
+
+
+def test_vrl_devnet_takes_a_private_task_set_only_with_the_networks_srs(tmp_path):
+    from typer.testing import CliRunner
+
+    from vrl.cli import app
+
+    runner = CliRunner()
+    base = ["devnet", "--model", "tiny", "--task", str(tmp_path / "public.jsonl"), "--dir", str(tmp_path / "d")]
+    result = runner.invoke(app, [*base, "--answers", str(tmp_path / "key.jsonl")])
+    assert result.exit_code == 2 and "--dev-srs" in result.output
+    result = runner.invoke(app, [*base, "--dev-srs"])
+    assert result.exit_code == 2 and "--answers" in result.output
+    assert not (tmp_path / "d").exists()  # refused before any node was planned

@@ -518,7 +518,7 @@ def commit_answers_command(
 ):
     """Publish a task set with its reference answers as salted commitments; keep the key (specs/zk.md §7)."""
     configure_logging(False)
-    from vrl.zk import ZkFileError, commit_answers, write_key, write_public_tasks
+    from vrl.zk import ZkFileError, commit_answers, write_key, write_task_file
 
     tasks = getattr(_task_set(task), "tasks", None)
     if tasks is None:
@@ -531,7 +531,7 @@ def commit_answers_command(
     try:
         public, key = commit_answers(tasks)
         write_key(key_path, key)
-        write_public_tasks(out_path, public)
+        write_task_file(out_path, public)
     except (ZkFileError, OSError, ValueError) as error:  # ValueError: a malformed zk: reference
         raise _fail(str(error)) from None
     out.print(f"wrote {len(public)} tasks with committed references to {out_path}; the answer key to {key_path} "
@@ -880,7 +880,8 @@ def devnet(
                                              "fabricated-reward, quantized-model, other-model, tampered-tokens, "
                                              "replay, lazy-verifier; and at most one for the trainer (node 0): "
                                              "trainer-rejected-group, trainer-foreign-data, trainer-drops-node, "
-                                             "trainer-learning-rate, trainer-fake-weights.")] = "",
+                                             "trainer-learning-rate, trainer-fake-weights, "
+                                             "trainer-inflated-rewards (with --answers).")] = "",
     rounds: Annotated[int, typer.Option(min=1, help="Stop after the trainer has published this many versions.")] = 6,
     model: Annotated[str, typer.Option(help="Model every node builds its skeleton from (weights come from the trainer).")] = "base",
     task: Annotated[str, typer.Option()] = "arithmetic:digits=2,ops=+",
@@ -889,6 +890,11 @@ def devnet(
                                            "below the ephemeral range (32768+), which outgoing dials use.")] = 29000,
     deadline: Annotated[float, typer.Option(help="Stop after this many seconds whatever happened.")] = 900.0,
     plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds (0: never).")] = 2,
+    answers: Annotated[Optional[Path], typer.Option(help="Private tasks: --task is a public file of committed "
+                                                    "references and this its answer key, which only the trainer "
+                                                    "gets; it proves every trained record's reward.")] = None,
+    srs: Annotated[Optional[Path], typer.Option(help="With --answers: the network's public KZG SRS file.")] = None,
+    dev_srs: Annotated[bool, typer.Option(help="With --answers: a single-party test SRS (INSECURE).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
     """Start N real node processes on 127.0.0.1, show them live, stop after ROUNDS policy versions.
@@ -905,10 +911,18 @@ def devnet(
         from vrl.rl.base_model import ensure_base_model
 
         ensure_base_model()
+    zk: dict = {}
+    if answers is not None:  # specs/zk.md §11: the key goes to the trainer's node.toml only (dn.plan)
+        if (srs is None) == (not dev_srs):
+            raise _fail("--answers needs the network's SRS: --srs PATH, or --dev-srs (INSECURE)")
+        zk = {"answers": str(answers), **({"srs": str(srs)} if srs is not None else {"dev_srs": True})}
+    elif srs is not None or dev_srs:
+        raise _fail("--srs and --dev-srs are for a network of private tasks: give --answers too")
     directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))  # resolved once, by dn.plan
     try:
         summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err,
-                         work={"model": model, "task": task}, protocol={"plant_every": plant_every})
+                         work={"model": model, "task": task}, protocol={"plant_every": plant_every},
+                         **({"zk": zk} if zk else {}))
     except ValueError as error:
         raise _fail(str(error)) from None
     if json_out:

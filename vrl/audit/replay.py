@@ -29,6 +29,9 @@ from vrl.rollouts.model import Model, platform_tag
 # A private task set's step (specs/zk.md §11): from its groups and its reward proofs file,
 # the rewards it must have trained on, and why it is at fault (None: it is not).
 StepRewards = Callable[[list[Group], bytes], tuple[list[list[float]], str | None]]
+# Reasons a proof fails that say the auditor does not hold the SRS it was made against (a node
+# holds the network's one, so there they are the trainer's fault; an auditor may just lack it).
+_SRS_NOT_HELD = frozenset({"zk_wrong_srs", "zk_dev_srs"})
 
 _THREADS = re.compile(r"/threads-(\d+)$")
 
@@ -122,6 +125,10 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
         return StepCheck(announcement.version, (StepFault.WEIGHTS_MISMATCH,), (), False, False, float("inf"), 0.0, 0.0)
     started = time.perf_counter()
     trained, unproven = rewards(groups, proofs) if rewards is not None else (None, None)
+    if unproven in _SRS_NOT_HELD:  # the auditor lacks the network's SRS: its own gap, not the trainer's fault
+        return StepCheck(announcement.version, (), (f"the SRS its reward proofs were made against ({unproven}; "
+                                                    "give it with --srs, or --allow-dev-srs)",), False, False, 0.0,
+                         0.0, 0.0)
     with threads_of(announcement.platform, parent_model):
         judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base, trained)
     seconds = time.perf_counter() - started

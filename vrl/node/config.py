@@ -253,7 +253,7 @@ class NodeConfig:
     # [transport_limits]: peer scoring and bans, handshake deadline, pending-connection cap;
     # each default's source is in p2p.transport.TransportLimits, which also checks the values.
     transport_limits: TransportLimits = _table("transport_limits", TransportLimits)
-    zk: ZkConfig = _table("zk", ZkConfig)  # [zk]: sampling proofs between nodes (off by default)
+    zk: ZkConfig = _table("zk", ZkConfig)  # [zk]: sampling proofs, private tasks' answer key (off by default)
 
     # A key of a table at the top level is told its table (vrl.config.build); these say more.
     moved_keys: ClassVar[dict[str, str]] = {"rounds": "renamed: it is last_version in the [protocol] table"}

@@ -741,8 +741,15 @@ class Node:
             for action in self.protocol.step_state_missing(version):
                 await self._do(action)
             return
-        rewards, unproven = (await self._in_model_thread("check proofs", self._step_rewards, groups, proofs)
-                             if self.private else (None, ()))
+        try:
+            rewards, unproven = (await self._in_model_thread("check proofs", self._step_rewards, groups, proofs)
+                                 if self.private else (None, ()))
+        except ZkError as error:
+            # ezkl failing here (a circuit this machine cannot build or hold): this node's own
+            # problem, so no verdict; not retried, since it would fail the same way every tick.
+            self.log.error("reward proofs cannot be checked here; the step is left unjudged", version=version,
+                           error=str(error))
+            return
         faults, replayed, drift = await self._in_model_thread("replay", self.work.replay, announcement, config,
                                                               before, after, groups, rewards)
         faults = (*faults, *unproven)

@@ -10,7 +10,7 @@ from vrl.zk.rewards import (
     attachments_bytes, attachments_from_bytes, check_claim, check_claim_file, commit_answers, companion_path,
     evaluate_private, evaluation_sampling, evaluation_seed, named_proofs, proof_plan, prove_rewards,
     prove_statements, proven_correctness, read_attachments, record_subject, regular_file_bytes, step_rewards,
-    task_set_digest, training_rewards, work_directory, write_attachments, write_claim, write_key, write_public_tasks,
+    task_set_digest, training_rewards, work_directory, write_attachments, write_claim, write_key, write_task_file,
 )
 
 __all__ = [
@@ -20,5 +20,5 @@ __all__ = [
     "commit_answers", "companion_path", "evaluate_private", "evaluation_sampling", "evaluation_seed",
     "named_proofs", "proof_plan", "prove_rewards", "prove_statements", "proven_correctness", "read_attachments",
     "record_subject", "regular_file_bytes", "step_rewards", "task_set_digest", "training_rewards", "work_directory",
-    "write_attachments", "write_claim", "write_key", "write_public_tasks",
+    "write_attachments", "write_claim", "write_key", "write_task_file",
 ]

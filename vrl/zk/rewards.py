@@ -166,9 +166,10 @@ def write_key(path: Path | str, key: AnswerKey) -> None:
         staging.unlink(missing_ok=True)
 
 
-def write_public_tasks(path: Path | str, tasks: Iterable[Task]) -> None:
-    """The public task file of a private task set: JSON lines ``{"id", "prompt", "answer"}``,
-    each answer a commitment (specs/zk.md §7), written whole or not at all."""
+def write_task_file(path: Path | str, tasks: Iterable[Task]) -> None:
+    """A task file of JSON lines ``{"id", "prompt", "answer"}``, written whole or not at all:
+    what ``vrl commit-answers`` writes the public file of a private task set as, each answer a
+    commitment (specs/zk.md §7)."""
     write_bytes_atomic(path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
                                      for t in tasks).encode())
 
