@@ -39,6 +39,66 @@ def test_keygen_refuses_to_overwrite(workspace):
     assert result.exit_code == 2 and "refusing to overwrite" in " ".join(result.output.split())
 
 
+def test_keygen_into_a_missing_folder_or_onto_a_folder_says_so(tmp_path):
+    result = runner.invoke(app, ["keygen", "--out", str(tmp_path / "no" / "such" / "node.pem")])
+    assert result.exit_code == 2 and "no such folder" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    (tmp_path / "taken").mkdir()
+    result = runner.invoke(app, ["keygen", "--out", str(tmp_path / "taken")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no partial file left behind
+
+
+def test_the_commands_that_answer_at_once_never_load_torch(workspace):
+    """--help, --version, keygen and inspect read no model: they must not pay for torch and
+    transformers (issue 18: 9 s before; bench/cli_startup.py measures it)."""
+    import subprocess
+    import sys
+
+    root, _, _, rollouts = workspace
+    script = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from vrl.cli import app\n"
+        "runner = CliRunner()\n"
+        f"for argv in (['--help'], ['--version'], ['keygen', '--out', {str(root / 'fresh.pem')!r}], "
+        f"['inspect', {str(rollouts)!r}], ['train', '--help']):\n"
+        "    result = runner.invoke(app, argv)\n"
+        "    assert result.exit_code == 0, (argv, result.output)\n"
+        "loaded = sorted(m for m in ('torch', 'transformers', 'numpy', 'ezkl') if m in sys.modules)\n"
+        "print(','.join(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"loaded {done.stdout.strip()}"
+
+
+def test_help_and_tables_are_whole_at_80_columns(workspace):
+    """Nothing cut mid-word: every inspect header whole, every help line within 80 columns."""
+    import os
+    import subprocess
+    import sys
+
+    _, _, _, rollouts = workspace
+    env = {**os.environ, "COLUMNS": "80"}
+    vrl_cli = [sys.executable, "-m", "vrl.cli"]
+    shown = subprocess.run([*vrl_cli, "inspect", str(rollouts)], capture_output=True, text=True, env=env, timeout=120)
+    header = shown.stdout.splitlines()[1].split()
+    assert header == ["#", "node", "group", "task", "sample", "version", "prompt", "tokens", "finish", "reward", "T",
+                      "commit", "B"], shown.stdout
+    for command in ([], ["train"], ["node"], ["verify"]):
+        shown = subprocess.run([*vrl_cli, *command, "--help"], capture_output=True, text=True, env=env, timeout=120)
+        assert shown.returncode == 0 and max(map(len, shown.stdout.splitlines())) <= 80, (command, shown.stdout)
+        assert "…" not in shown.stdout
+
+
+def test_version_names_the_package():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"vrl {version('vrl')}"
+
+
 def test_generate_skips_bad_lines_and_writes_whole_groups(workspace):
     _, _, _, out = workspace
     rollouts = list(vrl.read_rollouts(out))

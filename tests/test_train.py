@@ -212,6 +212,8 @@ def test_cli_train_with_toml_and_flags(base, tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["steps"] == 2 and (run / "curves.png").exists()
+    logged = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert [e["step"] for e in logged if e["event"] == "step"] == [0, 1], result.stderr  # --json: JSON logs
     bad = CliRunner().invoke(app, ["train", "--config", str(settings), "--out", str(tmp_path / "x"),
                                    "--aggregation", "nonsense"])
     assert bad.exit_code == 2 and "[grpo] aggregation" in bad.output

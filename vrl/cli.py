@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 
 import structlog
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -23,13 +24,27 @@ from rich.table import Table
 
 from vrl.errors import VrlError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Verifiable-compute RL rollouts: generate, commit, sign and verify.")
 out = Console()
 err = Console(stderr=True)
 log = structlog.get_logger("vrl")
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        out.print(f"vrl {version('vrl')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print vrl's version and exit.")] = False) -> None:
+    pass  # the options every command shares; the app's help says what vrl is
 
 
 def configure_logging(json_mode: bool, level: int | None = None) -> None:
@@ -143,10 +158,14 @@ def keygen(out_path: Annotated[Path, typer.Option("--out", help="Where to write 
     from vrl.rollouts.keys import NodeKey
 
     key = NodeKey.generate()
+    if not out_path.parent.is_dir():
+        raise _fail(f"{out_path.parent}: no such folder; create it first (a key is written only where you chose)")
     try:
         key.save(out_path)
     except FileExistsError:
         raise _fail(f"{out_path} exists; refusing to overwrite a key") from None
+    except OSError as error:  # a directory in its place, no permission, a full disk
+        raise _fail(f"{out_path}: cannot write the key: {error.strerror or error}") from None
     out.print(f"node id {key.node_id.hex()}", highlight=False)
 
 
@@ -449,10 +468,14 @@ def inspect(
     if json_output:
         out.print_json(data=rows)
         return
-    table = Table(title=f"{rollouts}: {len(rows)} records", title_justify="left")
-    for column in ("#", "node", "group", "task", "sample", "policy", "prompt", "completion", "finish", "reward", "T",
+    # Readable at 80 columns: no vertical rules, one space between columns, every header whole;
+    # only the task id, the one free-length text, gives way (cut with an ellipsis).
+    table = Table(title=f"{rollouts}: {len(rows)} records", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=0, pad_edge=False, show_edge=False)
+    for column in ("#", "node", "group", "task", "sample", "version", "prompt", "tokens", "finish", "reward", "T",
                    "commit B"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column),
+                         max_width=24 if column == "task" else None)
     for row in rows:
         if "error" in row:
             table.add_row(str(row["index"]), f"[red]{escape(row['error'])}[/]")
@@ -763,7 +786,7 @@ def train(
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
     """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
-    configure_logging(json_output)
+    configure_logging(json_output, logging.INFO)  # --json: a JSON line per step on stderr, as promised
     from vrl.rl.plots import plot_run
     from vrl.rl.train import TrainConfig, Trainer
 
@@ -780,7 +803,9 @@ def train(
             settings = TrainConfig.from_saved(saved, **flags)
         else:
             settings = TrainConfig.from_dict({}, **flags)
-        trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True)  # past damaged ones, logged
+        # The task set opened as generate opens it: a skipped line is the same warning in both.
+        trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True,  # past damaged ones, logged
+                          tasks=_task_set(settings.task))
     except VrlError as error:  # a config, model, task set, checkpoint or run directory, named
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,

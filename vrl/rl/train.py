@@ -222,7 +222,8 @@ class Trainer:
         checkpoints = self.run_dir / "checkpoints"
         checkpoint.remove_stale_partials(checkpoints)  # a writer killed mid-save left them; logged
         if not resume and (checkpoint.latest(checkpoints) is not None or self.metrics_path.exists()):
-            raise RunError(f"{self.run_dir} already holds a run; pass resume to continue it")
+            raise RunError(f"{self.run_dir} already holds a run; continue it with --resume (Trainer(resume=True)), "
+                           "or choose another directory")
         # The newest checkpoint (that verifies, with fall_back: each damaged newer one is logged
         # with the reason, and if none verifies the CheckpointError names them all).
         loaded = checkpoint.load_latest(checkpoints, self.network, self.optimizer, fall_back=fall_back) if (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -47,13 +48,25 @@ class NodeKey:
         return cls(key)
 
     def save(self, path: str | Path) -> None:
-        """Write PKCS#8 PEM, readable by the owner only; refuses to overwrite a key."""
+        """Write PKCS#8 PEM, readable by the owner only; refuses to overwrite a key
+        (FileExistsError). Written whole or not at all: a temporary file beside it, synced,
+        then linked into place, which fails rather than replace a key written meanwhile."""
         pem = self._private.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(pem)
+        path = Path(path)
+        if path.exists():
+            raise FileExistsError(errno.EEXIST, "a key is never overwritten", str(path))
+        staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(pem)
+                out.flush()
+                os.fsync(out.fileno())
+            os.link(staging, path)
+        finally:
+            staging.unlink(missing_ok=True)
 
     @cached_property  # read for every record signed; the key never changes
     def node_id(self) -> bytes:

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from proofs.sampler import SamplingParams
+from proofs.sampling_params import SamplingParams
 from proofs.zk import FELT_BYTES, FIELD_MODULUS
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, packed_array, real, take, text
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
