@@ -92,6 +92,16 @@ def test_help_and_tables_are_whole_at_80_columns(workspace):
         assert "…" not in shown.stdout
 
 
+def test_generation_past_the_models_context_is_refused_before_it_starts(workspace, tmp_path):
+    _, prompts, key, _ = workspace
+    out = tmp_path / "long.vrl"
+    result = runner.invoke(app, ["generate", "--model", "tiny", "--task", str(prompts), "--key", str(key),
+                                 "--out", str(out), "--groups", "1", "--max-new-tokens", "100000"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "pass the model's context of" in said and "Traceback" not in said, said
+    assert list(tmp_path.iterdir()) == []  # no OUT, and no empty OUT.partial
+
+
 def test_version_names_the_package():
     from importlib.metadata import version
 

@@ -479,3 +479,11 @@ def test_a_group_whose_decoded_records_were_let_go_is_read_back_from_the_store(t
     assert node._body(b"\x00" * 32) is None  # never stored
     node.store.close()
     worker.store.close()
+
+
+def test_max_new_tokens_past_the_models_context_is_a_config_error(tmp_path):
+    """Generation past the model's positions would fail every round deep inside the model."""
+    settings = NodeConfig(data_dir=str(tmp_path), trainer=TRAINER.node_id.hex(), transport="loopback",
+                          work={"model": "tiny", "task": "arithmetic:digits=1", "max_new_tokens": 100000})
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        Node(settings, LoopbackNetwork(seed=1).transport(TRAINER.private_seed()), TRAINER)

@@ -219,6 +219,17 @@ def test_cli_train_with_toml_and_flags(base, tmp_path):
     assert bad.exit_code == 2 and "[grpo] aggregation" in bad.output
 
 
+def test_a_run_that_cannot_learn_says_why_once(tmp_path):
+    """Two tokens cannot answer a sum: every group scores 0 throughout, and GRPO has nothing to
+    learn from. The run says so once, naming the likely cause, rather than only 0.0%."""
+    result = CliRunner().invoke(app, ["train", "--model", "tiny", "--task", "arithmetic:digits=1", "--steps", "2",
+                                      "--group-size", "2", "--groups-per-step", "2", "--max-new-tokens", "2",
+                                      "--out", str(tmp_path / "run"), "--json"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "no group could be learned from" in line]
+    assert len(warned) == 1 and json.loads(warned[0])["max_new_tokens"] == 2, result.stderr
+
+
 def test_a_run_directory_that_cannot_be_one_is_a_clear_error_not_a_traceback(tmp_path):
     """FileExistsError from mkdir escaped the CLI once its except clause became VrlError (review)."""
     in_the_way = tmp_path / "afile"

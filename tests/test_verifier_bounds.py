@@ -28,7 +28,8 @@ from proofs.errors import InvalidParameters, ProofsError
 from vrl.cli import app
 from vrl.rollouts.record import RecordError, Rollout, canonical_bytes
 import vrl.cli
-from vrl.rollouts.verify import DEFAULT_MAX_TOKENS, Expectations, Reason, Stage, context_length
+from vrl.rollouts.model import context_length
+from vrl.rollouts.verify import DEFAULT_MAX_TOKENS, Expectations, Reason, Stage
 
 from conftest import ROUND, TASKS
 

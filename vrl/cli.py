@@ -246,18 +246,24 @@ def generate(
             raise _fail("--hidden-states: sampling proofs do not cover a top-k or top-p mask (specs/zk.md §10)")
         witness_rows = []
     written = 0
-    with _progress(json_output) as bar, RolloutWriter(partial) as writer:
-        task_bar = bar.add_task("generating groups", total=groups)
-        for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling, groups=groups,
-                                   group_size=group_size, policy_version=policy_version,
-                                   batch_size=batch_size, stats=stats, score=score,
-                                   witness=(lambda r, rows: witness_rows.append((r, rows)))
-                                   if witness_rows is not None else None):
-            for rollout in group:
-                writer.write(rollout)
-            writer.flush()
-            written += len(group)
-            bar.advance(task_bar)
+    try:
+        with _progress(json_output) as bar, RolloutWriter(partial) as writer:
+            task_bar = bar.add_task("generating groups", total=groups)
+            for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling, groups=groups,
+                                       group_size=group_size, policy_version=policy_version,
+                                       batch_size=batch_size, stats=stats, score=score,
+                                       witness=(lambda r, rows: witness_rows.append((r, rows)))
+                                       if witness_rows is not None else None):
+                for rollout in group:
+                    writer.write(rollout)
+                writer.flush()
+                written += len(group)
+                bar.advance(task_bar)
+    except ValueError as error:  # a task the model cannot take (past its context), the task set's end
+        if written == 0:
+            partial.unlink(missing_ok=True)
+            raise _fail(str(error)) from None
+        raise _fail(f"{error}; the {written} records before it are kept in {partial}") from None
     if witness_rows is not None:  # before the rollouts appear: records are never without their rows
         try:
             write_witness(witness_path(out_path), witness_rows)
@@ -812,8 +818,18 @@ def train(
              node_id=trainer.key.node_id.hex()[:16])
     with _progress(json_output) as bar:
         steps_bar = bar.add_task("GRPO steps", total=settings.steps, completed=trainer.step_index)
+        unlearnable: list[int] = []  # steps no group could be learned from, said once
 
         def report(record: dict) -> None:
+            if record["groups_used"] == 0 and record["groups_zero_variance"] and not unlearnable:
+                unlearnable.append(record["step"])
+                # GRPO learns from differences within a group (specs/training.md §4; DAPO §3.2):
+                # a group whose samples all score alike has no advantage, hence no gradient.
+                log.warning("no group could be learned from: within every group the samples scored alike "
+                            f"(mean reward {record['reward_mean']:g}), so the step changed nothing; a longer "
+                            "--max-new-tokens, a higher --temperature or an easier task set gives groups "
+                            "that differ", step=record["step"], max_new_tokens=settings.max_new_tokens,
+                            truncated_fraction=record.get("truncated_fraction"))
             accuracy = record.get("held_out_accuracy")
             bar.update(steps_bar, advance=1, description=(
                 f"GRPO step {record['step'] + 1}: reward {record['reward_mean']:.2f}"

@@ -42,7 +42,7 @@ from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store, StoreError
 from vrl.node.work import CheckResult, PolicyTrainer, Screen, TrainedStep, Work, WorkConfig
 from vrl.rl.step import MAX_STEP_CONFIG_BYTES, PolicyForward
-from vrl.rollouts.model import platform_tag
+from vrl.rollouts.model import context_length, platform_tag
 from vrl.rollouts.profiles import profile_of
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec, TaskList, open_task_set
@@ -128,6 +128,10 @@ class Node:
         self.work = work(key, WorkConfig(**as_kwargs(config.work), tasks=self.tasks,
                                          groups_per_round=config.protocol.groups_per_round,
                                          hidden_states=config.zk.hidden_states), self._expectations)
+        context = context_length(self.work.skeleton)
+        if context is not None and config.work.max_new_tokens >= context:
+            raise ConfigError(f"the model has {context} positions; max_new_tokens must leave room for a prompt",
+                              ("work", "max_new_tokens"))
         self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
             **as_kwargs(config.protocol), roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted), reputation=config.reputation,

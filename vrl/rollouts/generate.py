@@ -13,7 +13,7 @@ from proofs.sampler import SamplingParams
 from vrl.config import bounded, check_fields, checked, path_like
 from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import Model, device_spec
+from vrl.rollouts.model import Model, context_length, device_spec
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE, Rollout, sample_seed
 from vrl.tasks import RewardSpec, Task, TaskSet, assign, in_order, task_spec
@@ -143,9 +143,15 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
                          f"{task_set.name!r}")
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
     prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
+    context = context_length(model)
     for _, task in assigned:
         if not prompts[task.id]:
             raise ValueError(f"task {task.id!r}: the prompt encodes to no tokens")
+        if context is not None and len(prompts[task.id]) + sampling.max_new_tokens > context:
+            # Past its positions a model fails deep inside (GPT-2: an IndexError), or silently.
+            raise ValueError(f"task {task.id!r}: its prompt's {len(prompts[task.id])} tokens and max_new_tokens "
+                             f"{sampling.max_new_tokens} pass the model's context of {context} positions; "
+                             f"max_new_tokens can be at most {context - len(prompts[task.id])} here")
     seeds = [sample_seed(round_seed, key.node_id, task.id, index) for _, task, index in jobs]
     started = time.perf_counter()
     decoded = decoder(model, [prompts[task.id] for _, task, _ in jobs], seeds, sampling, on_step)

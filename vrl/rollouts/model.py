@@ -241,3 +241,14 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     network = network.to(device=target, dtype=DTYPES[dtype_name]).eval()
     network.requires_grad_(False)
     return Model(name=name, network=network, tokenizer=tokenizer, dtype_name=dtype_name)
+
+
+def context_length(model: Model) -> int | None:
+    """The most positions the model was built for (``max_position_embeddings``, or GPT-2's
+    ``n_positions``), or None when its config names neither."""
+    config = model.network.config
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

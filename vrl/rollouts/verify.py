@@ -29,7 +29,7 @@ from proofs import commitment, sampler
 from proofs.circuits import ANSWER_BYTES
 from proofs.errors import MalformedCommitment, ProofsError
 from vrl.rollouts.forward import HOST, Prefilled, prefill
-from vrl.rollouts.model import Model
+from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
 from vrl.tasks import RewardSpec, TaskSet, assign, in_order
@@ -165,17 +165,6 @@ class Expectations:
 #: cores): 4,096 tokens cost 10.5 s and 644 MB; 32,768 tokens cost 139 s and 6.2 GB before any
 #: bound (issue 13), and are now refused in 5 s and 434 MB, the cost of loading the model.
 DEFAULT_MAX_TOKENS = 4096
-
-
-def context_length(model: Model) -> int | None:
-    """The most positions the model was built for (``max_position_embeddings``, or GPT-2's
-    ``n_positions``), or None when its config names neither."""
-    config = model.network.config
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def commit(model: Model, prompt_tokens: list[int], completion_tokens: list[int]) -> bytes:
