@@ -181,9 +181,14 @@ def test_inspect_lists_records(workspace):
     assert [row["group_index"] for row in json.loads(result.stdout)] == [0, 0, 1, 1]
 
 
-def test_model_directory_loads_like_the_preset(tiny, tmp_path):
+def test_model_directory_loads_like_the_preset(tiny, tmp_path, capsys):
+    from transformers.utils import logging as hf_logging
+
     directory = tiny.save(tmp_path / "tiny-hf")
+    hf_logging.enable_progress_bar()  # as a fresh Python session has it
     loaded = vrl.load_model(directory)
+    assert "Loading weights" not in capsys.readouterr().err  # the library prints no progress bar of its own
+    assert hf_logging.is_progress_bar_enabled()  # and leaves the caller's setting as it was
     assert loaded.model_hash == tiny.model_hash
     assert loaded.encode("12+3=") == tiny.encode("12+3=") and loaded.stop_token_ids == tiny.stop_token_ids
 

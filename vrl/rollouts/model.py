@@ -7,6 +7,7 @@ safetensors weights), offline.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -227,10 +228,11 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
         if not any(path.glob("*.safetensors")):
             raise ModelError(f"{path}: no *.safetensors weights found")
         try:
-            network = AutoModelForCausalLM.from_pretrained(
-                path, dtype=DTYPES[dtype] if dtype else "auto", attn_implementation=attention,
-                local_files_only=True,
-            )
+            with _quiet_progress():
+                network = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=DTYPES[dtype] if dtype else "auto", attn_implementation=attention,
+                    local_files_only=True,
+                )
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError, KeyError) as error:
             raise ModelError(f"{path}: not a loadable causal LM: {error}") from error
@@ -241,6 +243,21 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     network = network.to(device=target, dtype=DTYPES[dtype_name]).eval()
     network.requires_grad_(False)
     return Model(name=name, network=network, tokenizer=tokenizer, dtype_name=dtype_name)
+
+
+@contextlib.contextmanager
+def _quiet_progress():
+    """transformers' "Loading weights" bar off while a model loads: a library call prints no
+    progress of its own to a caller's terminal (the CLI shows its own, with rich)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def context_length(model: Model) -> int | None:
