@@ -199,6 +199,25 @@ def test_missing_broken_or_renamed_proofs_are_a_fault(private):
     assert all(r == 0.0 for row in rewards for r in row)  # unproven: scored not correct
 
 
+def test_a_proofs_file_of_any_bytes_is_a_verdict_never_an_exception(private):
+    """The file comes from the network (bounded by max_proofs_bytes before it is fetched)."""
+    from hypothesis import given, settings, strategies as st
+
+    from vrl.zk import max_proofs_bytes
+
+    records = sum(len(g.rollouts) for g in private.groups)
+    assert len(private.proofs) <= max_proofs_bytes(records)  # an honest file always fits
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.binary(max_size=2048) | st.builds(lambda cut: private.proofs[:cut], st.integers(0, len(private.proofs))))
+    def any_bytes(data):
+        rewards, fault = checked_rewards(private, data)
+        assert [len(row) for row in rewards] == [len(g.rollouts) for g in private.groups]
+        assert fault is not None or data == private.proofs
+
+    any_bytes()
+
+
 def test_training_on_rewards_the_proofs_do_not_show_is_a_weights_fault(private):
     """The trainer-inflated-rewards cheat: honest proofs, every answer trained as correct."""
     decode = private.work.skeleton.decode

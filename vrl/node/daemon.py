@@ -28,13 +28,14 @@ from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import MAX_RESPONSE_BYTES, Message, Transport, TransportError, Validation, message_id
 from vrl.rollouts.files import write_bytes_atomic
 from proofs.zk import ZkError
+from vrl.zk.rewards import max_proofs_bytes
 from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, prover_init, write_witness
 from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    MAX_PROOFS_BYTES, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest,
+    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest,
     MessageError, PolicyAnnouncement, Group, SamplingRequest, SignedVerdict, StepFault, StepVerdict, Submission,
     audit_ticket, decode_group, topic_of,
 )
@@ -738,7 +739,8 @@ class Node:
                                       f"optimizer state of version {version - 1}")
             after = await self._blob(announcement.optimizer, min(announcement.optimizer_size, MAX_OPTIMIZER_BYTES),
                                      f"optimizer state of version {version}")
-            proofs = await self._blob(announcement.proofs, min(announcement.proofs_size, MAX_PROOFS_BYTES),
+            records = sum(len(g.rollouts) for g in groups)
+            proofs = await self._blob(announcement.proofs, min(announcement.proofs_size, max_proofs_bytes(records)),
                                       f"reward proofs of version {version}") if self.private and announcement.proofs else b""
         except Exception as error:  # whatever the fetch failed on; the protocol decides when it is fraud
             self.log.warning("step state unavailable", version=version, error=repr(error))

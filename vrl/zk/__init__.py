@@ -8,7 +8,7 @@ from vrl.zk.rewards import (
     CLAIM_DOMAIN, CLAIM_FORMAT, EVALUATION_DOMAIN, MAX_ATTACHMENTS, MAX_CLAIM_BYTES, MAX_COMPANION_BYTES,
     MAX_KEY_BYTES, MAX_KEY_LINES, ZK_FILE_FORMAT, AnswerKey, Claim, ClaimCheck, Statement, ZkFileError,
     attachments_bytes, attachments_from_bytes, check_claim, check_claim_file, commit_answers, companion_path,
-    evaluate_private, evaluation_sampling, evaluation_seed, named_proofs, proof_plan, prove_rewards,
+    evaluate_private, evaluation_sampling, evaluation_seed, max_proofs_bytes, named_proofs, proof_plan, prove_rewards,
     prove_statements, proven_correctness, read_attachments, record_subject, regular_file_bytes, step_rewards,
     task_set_digest, training_rewards, work_directory, write_attachments, write_claim, write_key, write_task_file,
 )
@@ -18,7 +18,8 @@ __all__ = [
     "MAX_KEY_BYTES", "MAX_KEY_LINES", "ZK_FILE_FORMAT", "AnswerKey", "Claim", "ClaimCheck", "Statement",
     "ZkFileError", "attachments_bytes", "attachments_from_bytes", "check_claim", "check_claim_file",
     "commit_answers", "companion_path", "evaluate_private", "evaluation_sampling", "evaluation_seed",
-    "named_proofs", "proof_plan", "prove_rewards", "prove_statements", "proven_correctness", "read_attachments",
+    "max_proofs_bytes", "named_proofs", "proof_plan", "prove_rewards", "prove_statements", "proven_correctness",
+    "read_attachments",
     "record_subject", "regular_file_bytes", "step_rewards", "task_set_digest", "training_rewards", "work_directory",
     "write_attachments", "write_claim", "write_key", "write_task_file",
 ]

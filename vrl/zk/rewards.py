@@ -336,6 +336,17 @@ def training_rewards(groups: Sequence[Sequence[Rollout]], attachments: Sequence[
     return rewards, failures
 
 
+#: The most one answer-match attachment takes in a step's proofs file: 4,100 bytes measured
+#: (bench/results/zk.json: a 3,840-byte proof and 3 instances), with room for msgpack's framing.
+MAX_REWARD_ATTACHMENT_BYTES = 8 << 10
+
+
+def max_proofs_bytes(records: int) -> int:
+    """The most a step's reward proofs file may take: at most one attachment per record of its
+    batch (specs/zk.md §11). What a replaying node fetches at most, whatever size is announced."""
+    return 16 + records * MAX_REWARD_ATTACHMENT_BYTES
+
+
 def step_rewards(groups: Sequence[Sequence[Rollout]], proofs: bytes, decode: Callable[[list[int]], str],
                  srs: Sequence[zk.Srs], workdir: Path, *, allow_dev: bool = False) -> tuple[list[list[float]], str | None]:
     """What a step of private tasks must have trained on (:func:`training_rewards`), from the
