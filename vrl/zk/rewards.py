@@ -323,7 +323,8 @@ def training_rewards(groups: Sequence[Sequence[Rollout]], attachments: Sequence[
             try:
                 committed = committed_reference(rollout.reference) is not None
             except ValueError:  # a malformed commitment: no check passes it; nothing to learn
-                committed, failures[record_subject(rollout)] = True, "malformed_reference"
+                failures[record_subject(rollout)] = "malformed_reference"
+                committed = True
             if not committed:
                 row.append(rollout.reward)
             else:
