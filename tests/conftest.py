@@ -1,10 +1,16 @@
 from __future__ import annotations
 
-import pytest
-import structlog
+import os
 
-import vrl
-from vrl.rollouts.model import Model
+# Tests never reach the Hub: a Hub id resolves from a cache a test populates itself
+# (tests/test_export.py), and the subprocesses the tests start inherit this.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+import structlog  # noqa: E402
+
+import vrl  # noqa: E402
+from vrl.rollouts.model import Model  # noqa: E402
 
 ROUND = bytes(range(32))
 TASKS = vrl.Arithmetic(digits=1)

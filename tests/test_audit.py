@@ -13,6 +13,7 @@ import json
 import random
 import shutil
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -463,3 +464,25 @@ def test_a_race_losses_accusation_its_signers_own_evidence_does_not_reach_is_fou
     (found,) = accuse(1)
     assert found.subject == node["node-1"] and found.evidence["accused"] == node["node-2"]
     assert accuse(40) == []
+
+
+def test_a_policy_a_node_followed_is_exported_by_its_hash(run_dir, tmp_path):
+    """`vrl export HASH --from DEVNET`: the announcement names the weights blob, the node's
+    folder holds it, and its node.toml the architecture."""
+    from vrl.audit.sources import StoreReader
+    from vrl.rollouts.model import load_model
+
+    reader = StoreReader(run_dir / "node-1" / "node.sqlite")
+    try:
+        announced = [PolicyAnnouncement.from_bytes(data) for _, data, _ in reader.policies()]
+    finally:
+        reader.close()
+    hashes = Counter(a.model_hash for a in announced)
+    announcement = max((a for a in announced if hashes[a.model_hash] == 1), key=lambda a: a.version)
+    digest = announcement.model_hash.hex()
+    result = CliRunner().invoke(app, ["export", digest[:10], "--from", str(run_dir), "--out", str(tmp_path / "v2")])
+    assert result.exit_code == 0, result.output
+    assert f"exported policy version {announcement.version} of tiny" in result.output
+    assert load_model(tmp_path / "v2").model_hash == announcement.model_hash
+    result = CliRunner().invoke(app, ["export", "00000000", "--from", str(run_dir), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "no policy announced" in result.output

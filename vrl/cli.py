@@ -1,5 +1,5 @@
-"""The ``vrl`` command line: keygen, generate, verify, inspect, train, build-base-model, node,
-devnet, reputation, audit.
+"""The ``vrl`` command line: keygen, generate, verify, inspect, train, export, build-base-model,
+node, devnet, reputation, audit.
 
 Exit codes of ``verify``: 0 every rollout accepted, 1 any rejected, 2 unusable input. Of
 ``audit``: 0 a clean audit, 1 findings, 2 unusable input.
@@ -847,6 +847,40 @@ def train(
     else:
         out.print(f"{final['step']} steps; held-out accuracy {final['held_out_accuracy']:.1%}; "
                   f"policy {final['model_hash'][:16]}; curves in {png}", highlight=False)
+
+
+@app.command()
+def export(
+    policy: Annotated[str, typer.Argument(help="A run directory (its newest checkpoint), a checkpoint directory, "
+                                               "or a policy's model hash (8+ hex digits) with --from.",
+                                          show_default=False)],
+    out_dir: Annotated[Path, typer.Option("--out", help="The Hugging Face directory to write (must not exist).")],
+    source: Annotated[Optional[Path], typer.Option("--from", help="Where a model hash is looked up: a run, a "
+                                                                   "node folder or a devnet folder.")] = None,
+    base: Annotated[Optional[str], typer.Option(help="The model a checkpoint outside its run was trained from "
+                                                     "(default: the run's config.toml).")] = None,
+    dtype: Annotated[str, typer.Option(help="How the weights are stored: float32 keeps the version's model "
+                                            "hash; bfloat16 or float16 halve the size.")] = "float32",
+    json_output: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+):
+    """Write a trained policy as a standard Hugging Face directory (model and tokenizer,
+    safetensors) that transformers, vLLM and TRL load as is."""
+    configure_logging(json_output)
+    from vrl.rl.export import PROVENANCE_FILE, ExportError, export as write, open_policy
+
+    try:
+        trained = open_policy(policy, source=source, base=base)
+        target = write(trained, out_dir, dtype=dtype)
+    except ExportError as error:
+        raise _fail(str(error)) from None
+    facts = {**trained.provenance(), "out": str(target), "stored_dtype": dtype}
+    if json_output:
+        out.print_json(data=facts)
+        return
+    out.print(f"exported policy version {trained.version} of {trained.base} (model {facts['model_hash'][:16]}) "
+              f"to {target}", highlight=False, soft_wrap=True)
+    out.print(f"transformers loads it as is: AutoModelForCausalLM.from_pretrained({str(target)!r}); where it came "
+              f"from is in {PROVENANCE_FILE}", highlight=False, soft_wrap=True)
 
 
 @app.command("build-base-model")

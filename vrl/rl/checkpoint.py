@@ -113,7 +113,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
@@ -194,15 +194,15 @@ def save(directory: str | Path, step: int, network: torch.nn.Module, optimizer: 
         files = {path.name: _sha256(path) for path in sorted(staging.iterdir())}
         (staging / MANIFEST).write_text(json.dumps({"step": step, "files": files}, sort_keys=True))
         for path in staging.iterdir():
-            _fsync(path)
-        _fsync(staging)
+            fsync(path)
+        fsync(staging)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)
-        _fsync(directory)
+        fsync(directory)
     return final
 
 
-def _steps(directory: Path) -> list[Path]:
+def checkpoints(directory: Path) -> list[Path]:
     """The checkpoint directories, oldest first, by step number: names are zero-padded to 8
     digits, so sorting the names alone would put step 10^8 before step 99,999,999."""
     if not directory.is_dir():
@@ -213,12 +213,12 @@ def _steps(directory: Path) -> list[Path]:
 
 
 def latest(directory: Path) -> Path | None:
-    steps = _steps(directory)
+    steps = checkpoints(directory)
     return steps[-1] if steps else None
 
 
 def prune(directory: Path, keep: int) -> None:
-    for old in _steps(directory)[:-keep]:
+    for old in checkpoints(directory)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -258,9 +258,9 @@ def _optimizer_state(path: Path, rest, moments: dict[str, torch.Tensor], optimiz
     return {"state": state, "param_groups": groups}
 
 
-def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Verify ``path`` completely, then load it into ``network`` and ``optimizer``; returns its state."""
-    path = Path(path)
+def verified(path: Path) -> tuple[Manifest, dict]:
+    """Check every file of checkpoint ``path`` against its manifest, then read its state;
+    loads no tensor."""
     manifest = read_manifest(path)
     if path.name.startswith(PREFIX) and path.name != f"{PREFIX}{manifest.step:08d}":
         raise CheckpointError(f"{path / MANIFEST}: step {manifest.step} is not this checkpoint's")
@@ -269,17 +269,30 @@ def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Opti
             if _sha256(path / name) != expected:
                 raise CheckpointError(f"{path / name}: content does not match its manifest hash (corrupt)")
         state = json.loads((path / "state.json").read_text())
-        weights = load_file(str(path / "model.safetensors"))
-        moments = load_file(str(path / "optimizer.safetensors"))
     except CheckpointError:
         raise
     except FileNotFoundError as error:
         raise CheckpointError(f"{path}: incomplete checkpoint, missing {Path(error.filename).name}") from None
-    except (OSError, ValueError, RecursionError, SafetensorError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise CheckpointError(f"{path}: unreadable checkpoint: {error}") from None
     if not isinstance(state, dict) or state.get("step") != manifest.step or type(state.get("step")) is not int:
         raise CheckpointError(f"{path / 'state.json'}: expected an object whose step is {manifest.step}")
+    return manifest, state
 
+
+def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(file))
+    except FileNotFoundError:
+        raise CheckpointError(f"{file.parent}: incomplete checkpoint, missing {file.name}") from None
+    except (OSError, ValueError, SafetensorError) as error:
+        raise CheckpointError(f"{file.parent}: unreadable checkpoint: {error}") from None
+
+
+def _fitting_weights(path: Path, network: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights, each checked to fit ``network`` (names, shapes, dtypes; a tied
+    duplicate, which the save dropped, counts as present)."""
+    weights = _read_tensors(path / "model.safetensors")
     live = network.state_dict()
     for name, tensor in weights.items():
         if name not in live or live[name].shape != tensor.shape or live[name].dtype != tensor.dtype:
@@ -288,6 +301,25 @@ def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Opti
     missing = [n for n in live if n not in weights and live[n].data_ptr() not in saved_storage]
     if missing:
         raise CheckpointError(f"{path / 'model.safetensors'}: missing tensor {missing[0]!r}")
+    return weights
+
+
+def load_weights(path: str | Path, network: torch.nn.Module) -> dict:
+    """Verify ``path`` completely, then load only its weights into ``network`` (no optimizer:
+    what exporting or serving a trained policy needs); returns its state."""
+    path = Path(path)
+    _, state = verified(path)
+    weights = _fitting_weights(path, network)
+    network.load_state_dict(weights, strict=False)
+    return state
+
+
+def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Verify ``path`` completely, then load it into ``network`` and ``optimizer``; returns its state."""
+    path = Path(path)
+    _, state = verified(path)
+    weights = _fitting_weights(path, network)
+    moments = _read_tensors(path / "optimizer.safetensors")
     optimizer_state = _optimizer_state(path, state.pop("optimizer", None), moments, optimizer)
 
     try:  # builds the new state before it replaces the old one: a refusal changes nothing
@@ -305,7 +337,7 @@ def load_latest(directory: str | Path, network: torch.nn.Module, optimizer: torc
     verifies, the :class:`CheckpointError` lists them all. Without ``fall_back`` only the newest
     is tried, and its error raised."""
     directory = Path(directory)
-    candidates = _steps(directory)[::-1]
+    candidates = checkpoints(directory)[::-1]
     if not fall_back and candidates:
         return candidates[0], load(candidates[0], network, optimizer)
     problems = []

@@ -9,7 +9,8 @@ training or the network.
 
 import os
 
-# Set before any module of this layer imports transformers: nothing is ever downloaded (there
-# is no hub here, and a node must not fetch code or weights it was not given).
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Set before any module of this layer imports transformers. Downloads are the user's to allow:
+# a Hub id is fetched (weights, configs and tokenizer files only, never code: no model is
+# loaded with trust_remote_code) unless HF_HUB_OFFLINE is set, as transformers does
+# (vrl.rollouts.model.hub_snapshot).
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
