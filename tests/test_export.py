@@ -26,7 +26,7 @@ import vrl
 from vrl.cli import app
 from vrl.rl.base_model import build_base_model
 from vrl.rl.checkpoint import MANIFEST
-from vrl.rl.export import PROVENANCE_FILE, ExportError, export, open_checkpoint, open_policy
+from vrl.rl.export import PROVENANCE_FILE, ExportError, export, open_checkpoint
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.model import ModelError, hub_snapshot
 from vrl.rollouts.presets import BaseModelConfig
@@ -88,6 +88,9 @@ def test_a_run_or_a_checkpoint_is_a_model_spec(run):
     assert vrl.load_model(older).model_hash.hex() == state["model_hash"] != final["model_hash"]
     half = vrl.load_model(run_dir, dtype="bfloat16")
     assert half.dtype_name == "bfloat16" and next(half.network.parameters()).dtype == torch.bfloat16
+    # A new run can start from a trained one, and its version 0 is that policy.
+    config = TrainConfig(model=str(run_dir), task=QUICK.tasks, steps=1, held_out=16)
+    assert Trainer(config, run_dir.parent / "continued").policy().model_hash.hex() == final["model_hash"]
 
 
 def test_a_policy_is_found_by_its_model_hash_in_a_run(run, tmp_path):
@@ -138,10 +141,10 @@ def test_exports_are_refused_whole_never_half_written(run, tmp_path):
     alone = tmp_path / "step-00000004"
     shutil.copytree(run_dir / "checkpoints" / "step-00000004", alone)
     with pytest.raises(ExportError, match="--base"):
-        open_policy(alone)
-    assert open_policy(alone, base=str(base)).model.model_hash.hex() == final["model_hash"]
+        open_checkpoint(alone)
+    assert open_checkpoint(alone, base=str(base)).model.model_hash.hex() == final["model_hash"]
     with pytest.raises(ExportError, match="does not fit the model"):
-        open_policy(alone, base="micro")
+        open_checkpoint(alone, base="micro")
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(tmp_path / "y")])
     assert result.exit_code == 2 and "neither a run directory" in flat(result.output)
 
@@ -186,7 +189,7 @@ def test_a_hub_id_loads_from_the_cache_under_hf_home_as_the_same_model(hub, tiny
 
 def test_an_uncached_hub_id_offline_says_so(hub, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelError, match=r"not in the Hugging Face cache \(.*/hf/hub\), and HF_HUB_OFFLINE is set"):
+    with pytest.raises(ModelError, match=r"not in the Hugging Face cache \(.*/hf/hub\) while HF_HUB_OFFLINE is set"):
         vrl.load_model("vrl-test/absent")
     with pytest.raises(ModelError, match=r"not a preset \(tiny, micro, small\), a built model \(base, base-micro\)"):
         vrl.load_model("no/such/thing")

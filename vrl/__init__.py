@@ -2,7 +2,7 @@
 
 The audit library's public API::
 
-    model = vrl.load_model("tiny")                      # or a local Hugging Face directory
+    model = vrl.load_model("tiny")                      # or a Hugging Face directory, a Hub id, a run
     key = vrl.NodeKey.generate()
     tasks = vrl.Arithmetic(digits=2)                      # or vrl.read_task_file(...)
     rollouts = vrl.generate(model, tasks, key, round_seed=seed, sampling=..., groups=8, group_size=4)
@@ -23,7 +23,8 @@ _EXPORTS = {
                     "vrl.rollouts.files"),
     **dict.fromkeys(("generate", "iter_generate", "sampling_for"), "vrl.rollouts.generate"),
     "NodeKey": "vrl.rollouts.keys",
-    **dict.fromkeys(("Model", "ModelError", "load_model"), "vrl.rollouts.model"),
+    **dict.fromkeys(("Model", "ModelError"), "vrl.rollouts.model"),
+    "load_model": "vrl.rl.export",  # the rollouts layer's, and a vrl train run or checkpoint too
     **dict.fromkeys(("RecordError", "Rollout", "sample_seed"), "vrl.rollouts.record"),
     **dict.fromkeys(("Expectations", "Reason", "Stage", "Tolerances", "Verdict", "commit", "verify"),
                     "vrl.rollouts.verify"),

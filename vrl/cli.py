@@ -144,7 +144,8 @@ DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or
 
 
 def _load(model: str, dtype: Optional[str], device: str):
-    from vrl.rollouts.model import ModelError, load_model
+    from vrl.rl.export import load_model
+    from vrl.rollouts.model import ModelError
 
     try:
         return load_model(model, dtype=dtype, device=device)
@@ -866,10 +867,19 @@ def export(
     """Write a trained policy as a standard Hugging Face directory (model and tokenizer,
     safetensors) that transformers, vLLM and TRL load as is."""
     configure_logging(json_output)
-    from vrl.rl.export import PROVENANCE_FILE, ExportError, export as write, open_policy
+    from vrl.audit.sources import announced_policy
+    from vrl.rl.export import PROVENANCE_FILE, ExportError, export as write, is_run, open_checkpoint, open_version
 
     try:
-        trained = open_policy(policy, source=source, base=base)
+        if Path(policy).is_dir():
+            trained = open_checkpoint(Path(policy), base=base)
+        elif source is None:
+            raise ExportError(f"{policy}: not a directory; to name a policy by its model hash, say where it is "
+                              "(--from a run, a node folder or a devnet folder)")
+        elif is_run(source):
+            trained = open_version(policy, source)
+        else:
+            trained = announced_policy(policy, source)
         target = write(trained, out_dir, dtype=dtype)
     except ExportError as error:
         raise _fail(str(error)) from None

@@ -18,7 +18,8 @@ def check_evaluation(run: Run, findings: list[Finding], tell: Callable[[str, int
     """Each claim given: upheld; not upheld by the files it signs (an error against its
     signer); or not judged (a warning against no one): its files are not the ones it signs,
     its model or task file could not be had or is not its own, its signature does not verify."""
-    from vrl.rollouts.model import ModelError, load_model
+    from vrl.rl.export import load_model
+    from vrl.rollouts.model import ModelError
     from vrl.tasks import TaskFileError, open_task_set
     from vrl.zk import Claim
 
@@ -97,7 +98,8 @@ def check_sampling(run: Run, findings: list[Finding], tell: Callable[[str, int],
 def _model_of(records, run: Run):
     """The model the records claim, among those the audit can load: the network's, and the
     presets whose head has a sampling circuit (micro, base-micro when built)."""
-    from vrl.rollouts.model import ModelError, load_model
+    from vrl.rl.export import load_model
+    from vrl.rollouts.model import ModelError
 
     wanted = {r.model_hash for r in records}
     if len(wanted) != 1:

@@ -28,7 +28,8 @@ from vrl.node.messages import Group, Outcome, PolicyAnnouncement, StepOutcome, r
 from vrl.node.protocol import outcome_of
 from vrl.node.weights import WeightsError, from_blob
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
-from vrl.rollouts.model import Model, ModelError, bit_exact_platform, load_model, platform_tag
+from vrl.rl.export import load_model
+from vrl.rollouts.model import Model, ModelError, bit_exact_platform, platform_tag
 from vrl.rollouts.record import round_seed
 from vrl.rollouts.sequential import RACE_LOSSES
 from vrl.rollouts.verify import Expectations, verify

@@ -26,7 +26,8 @@ from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.forward import decode
 from vrl.rollouts.generate import Decoder, GenerationConfig, iter_generate
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import Model, bit_exact_platform, load_model, platform_tag
+from vrl.rl.export import load_model
+from vrl.rollouts.model import Model, bit_exact_platform, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
 from vrl.zk.sampling import (

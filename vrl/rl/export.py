@@ -1,6 +1,8 @@
-"""Trained policies out of vrl: a run, one of its checkpoints, or a policy version a node
-holds, opened as a :class:`~vrl.rollouts.model.Model` and written as a standard Hugging Face
-directory that transformers, vLLM and TRL load as is.
+"""Trained policies out of vrl: a run or one of its checkpoints, opened as a
+:class:`~vrl.rollouts.model.Model` (so ``--model RUN`` works wherever a model is named) and
+written as a standard Hugging Face directory that transformers, vLLM and TRL load as is. A
+policy version a node holds is opened by :func:`vrl.audit.sources.announced_policy`, which
+reads node folders as an audit does.
 
 A checkpoint holds only weights (``model.safetensors``, with tied duplicates dropped); the
 architecture and the tokenizer are the base model's, which the run's ``config.toml`` (or a
@@ -29,7 +31,9 @@ import structlog
 
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
-from vrl.rollouts.model import DTYPES, Model, ModelError, load_model
+from vrl.rollouts.generate import GenerationConfig
+from vrl.rollouts.model import DTYPES, Model, ModelError
+from vrl.rollouts.model import load_model as load_hf_model
 
 log = structlog.get_logger("vrl.rl.export")
 
@@ -73,19 +77,25 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def _run_base(run: Path) -> str:
-    """The model spec a run started from, as its ``config.toml`` records it."""
-    from vrl.config import ConfigError
-    from vrl.rl.train import TrainConfig
+    """The model spec a run started from, as its ``config.toml`` records it (``model``; the
+    generation default when the key is absent, as ``TrainConfig`` reads it)."""
+    from vrl.config import ConfigError, read_toml, reading
 
+    path = run / RUN_CONFIG
     try:
-        return TrainConfig.from_saved(run / RUN_CONFIG).model
+        with reading(path):
+            model = read_toml(path).get("model", GenerationConfig.model)
+            if not isinstance(model, str) or not model:
+                raise ConfigError(f"model: expected a model spec, got {str(model)[:60]!r}")
     except ConfigError as error:
         raise ExportError(str(error)) from None
+    return model
 
 
-def _base_model(base: str, device: str, where: Path) -> Model:
+def base_model(base: str, device: str, where: Path) -> Model:
+    """The model a policy was trained from, in the training dtype (float32)."""
     try:
-        return load_model(base, dtype="float32", device=device)
+        return load_hf_model(base, dtype="float32", device=device)
     except ModelError as error:
         raise ExportError(f"{where}: its base model {base!r} does not load: {error}") from None
 
@@ -118,7 +128,7 @@ def open_checkpoint(path: str | Path, *, base: str | None = None, device: str = 
             raise ExportError(f"{path}: a checkpoint outside its run directory; name the model it was trained "
                               "from (--base)")
         base = _run_base(run)
-    model = _base_model(base, device, path)
+    model = base_model(base, device, path)
     problems = []
     for candidate in candidates:  # newest first: a damaged newest one falls back, logged
         try:
@@ -134,20 +144,42 @@ def open_checkpoint(path: str | Path, *, base: str | None = None, device: str = 
     raise ExportError("; ".join(problems))
 
 
-def open_version(model_hash: str, source: str | Path, *, device: str = "cpu") -> TrainedPolicy:
-    """Policy version ``model_hash`` (hex, or a prefix of at least 8 digits) from a run
-    directory's checkpoints, or from what a node folder or a devnet folder holds (its policy
-    announcements and their weight blobs, read as an audit reads them: read-only)."""
+def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa",
+               device: str = "cpu") -> Model:
+    """:func:`vrl.rollouts.model.load_model`, and a ``vrl train`` run directory or checkpoint
+    too: its trained policy, in float32 unless ``dtype`` says otherwise. What ``--model`` and
+    ``vrl.load_model`` take."""
+    path = Path(spec).expanduser()
+    if not (path.is_dir() and (is_run(path) or is_checkpoint(path))):
+        return load_hf_model(spec, dtype=dtype, attention=attention, device=device)
+    if dtype is not None and dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    try:
+        model = open_checkpoint(path, device=device).model
+    except ExportError as error:
+        raise ModelError(str(error)) from None
+    model.network.config._attn_implementation = attention
+    if dtype in (None, model.dtype_name):
+        return model
+    return Model(name=model.name, network=model.network.to(DTYPES[dtype]), tokenizer=model.tokenizer,
+                 dtype_name=dtype)
+
+
+def hash_prefix(model_hash: str) -> str:
+    """A policy's name on the command line: its model hash in hex, or a prefix of at least 8
+    digits; lower case."""
     prefix = model_hash.strip().lower()
     if not _HASH_PREFIX.fullmatch(prefix):
         raise ExportError(f"{model_hash!r}: a policy is named by its model hash, 8 to 64 hex digits")
-    source = Path(source)
-    if is_run(source):
-        return _version_in_run(prefix, source, device)
-    return _version_in_nodes(prefix, source, device)
+    return prefix
 
 
-def _version_in_run(prefix: str, run: Path, device: str) -> TrainedPolicy:
+def open_version(model_hash: str, run: str | Path, *, device: str = "cpu") -> TrainedPolicy:
+    """Policy version ``model_hash`` (:func:`hash_prefix`) from a run directory's checkpoints.
+    (What a node or a devnet folder holds is read by :func:`vrl.audit.sources.announced_policy`.)"""
+    prefix, run = hash_prefix(model_hash), Path(run)
+    if not is_run(run):
+        raise ExportError(f"{run}: not a run directory ({RUN_CONFIG} and {CHECKPOINTS}/)")
     matches = []
     for path in checkpoint.checkpoints(run / CHECKPOINTS):
         try:
@@ -156,71 +188,14 @@ def _version_in_run(prefix: str, run: Path, device: str) -> TrainedPolicy:
             log.warning("skipped damaged checkpoint", checkpoint=str(path), reason=str(error))
             continue
         if str(state.get("model_hash", "")).startswith(prefix):
-            matches.append(path)
-    if len(matches) != 1:
-        raise ExportError(f"{run}: {'no' if not matches else 'more than one'} checkpoint of policy {prefix}"
-                          + ("" if matches else "; a run keeps only its newest checkpoints (keep_checkpoints), "
-                             "and writes one every checkpoint_every steps"))
-    return open_checkpoint(matches[0], base=_run_base(run), device=device)
-
-
-def _version_in_nodes(prefix: str, source: Path, device: str) -> TrainedPolicy:
-    from vrl.audit.sources import AuditError, open_inputs
-    from vrl.node.weights import WeightsError, from_blob
-
-    try:
-        inputs = open_inputs(source)
-    except AuditError as error:
-        raise ExportError(f"{error}; or a run directory") from None
-    try:
-        found = [(node, announcement) for node in inputs.nodes for announcement in _announcements(node)
-                 if announcement.model_hash.hex().startswith(prefix)]
-        if len({announcement.model_hash for _, announcement in found}) > 1:
-            raise ExportError(f"{source}: policy {prefix} is ambiguous: more than one model hash starts with it")
-        # Versions that trained nothing keep their parent's weights: the first version named it.
-        for node, announcement in sorted(found, key=lambda pair: pair[1].version):
-            if node.config is None:
-                raise ExportError(f"{source}: {node.name} holds policy {prefix} but no node.toml naming its model")
-            blob = inputs.blob(announcement.blob)
-            if blob is None:
-                continue  # another folder may hold the weights
-            skeleton = _base_model(node.config.work.model, device, source)
-            try:
-                model = from_blob(skeleton, blob, blob_hash=announcement.blob, model_hash=announcement.model_hash,
-                                  name=f"{node.config.work.model}@{announcement.version}")
-            except WeightsError as error:
-                raise ExportError(f"{source}: {error}") from None
-            return TrainedPolicy(model, node.config.work.model, announcement.version, source)
-    finally:
-        inputs.close()
-    raise ExportError(f"{source}: no policy announced with model hash {prefix}… whose weights are on disk "
-                      "(a node keeps the blobs of the versions it followed)")
-
-
-def _announcements(node) -> list:
-    """A node's stored policy announcements that decode (a damaged row is the audit's to report)."""
-    from vrl.node.messages import MessageError, PolicyAnnouncement
-
-    decoded = []
-    for _, data, _ in node.store.policies():
-        try:
-            decoded.append(PolicyAnnouncement.from_bytes(data))
-        except MessageError:
-            continue
-    return decoded
-
-
-def open_policy(spec: str | Path, *, source: str | Path | None = None, base: str | None = None,
-                device: str = "cpu") -> TrainedPolicy:
-    """What ``vrl export`` takes: a run or checkpoint directory, or a model hash found in
-    ``source`` (a run, a node folder or a devnet folder)."""
-    path = Path(spec)
-    if path.is_dir():
-        return open_checkpoint(path, base=base, device=device)
-    if source is None:
-        raise ExportError(f"{spec}: not a directory; to name a policy by its model hash, say where it is "
-                          "(--from RUN, NODE or DEVNET folder)")
-    return open_version(str(spec), source, device=device)
+            matches.append((path, state["model_hash"]))
+    if not matches:
+        raise ExportError(f"{run}: no checkpoint of policy {prefix}; a run keeps only its newest checkpoints "
+                          "(keep_checkpoints), and writes one every checkpoint_every steps")
+    if len({digest for _, digest in matches}) > 1:
+        raise ExportError(f"{run}: policy {prefix} is ambiguous: more than one model hash starts with it")
+    # Steps that trained nothing keep their weights: any checkpoint of the hash is the policy.
+    return open_checkpoint(matches[0][0], base=_run_base(run), device=device)
 
 
 def export(policy: TrainedPolicy, out: str | Path, *, dtype: str = "float32") -> Path:

@@ -43,7 +43,8 @@ from vrl.rl.grpo import GRPOConfig, informative_groups
 from vrl.rl.step import PolicyForward, StepConfig, grpo_step, optimizer_for, policy_forward
 from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import Model, load_model
+from vrl.rl.export import load_model
+from vrl.rollouts.model import Model
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import HELD_OUT_SHARE, RewardSpec, TaskSet, open_task_set
 from vrl.rollouts.verify import Expectations, verify

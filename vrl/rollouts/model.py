@@ -1,12 +1,12 @@
-"""Models: the named ones (:mod:`vrl.rollouts.presets`), Hugging Face directories, Hub ids,
-and what a run trained, with a content hash.
+"""Models: the named ones (:mod:`vrl.rollouts.presets`), Hugging Face directories and Hub
+ids, with a content hash.
 
 A directory is loaded with transformers (any causal LM with safetensors weights), offline. A
 Hub id (``Qwen/Qwen2.5-0.5B``) is resolved as transformers resolves one: from the local
 Hugging Face cache, which is downloaded into first unless ``HF_HUB_OFFLINE`` is set. The
 model hash covers the weights, not the name, so a Hub id and a directory holding the same
-weights are one model. A run directory or a checkpoint is the trained policy
-(:mod:`vrl.rl.export`).
+weights are one model. What a run trained is a model too, one layer up
+(:func:`vrl.rl.export.load_model`, which ``vrl.load_model`` is).
 """
 
 from __future__ import annotations
@@ -202,12 +202,10 @@ def bit_exact_platform(tag: str) -> bool:
 
 def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "sdpa", device: str = "cpu") -> Model:
     """Load a preset (``tiny``, ``micro``, ``small``), a built model (``base``, ``base-micro``),
-    a local Hugging Face directory, a Hub id from the local cache (:func:`hub_snapshot`), or a
-    ``vrl train`` run directory or checkpoint (its trained policy, :mod:`vrl.rl.export`).
+    a local Hugging Face directory, or a Hub id from the local cache (:func:`hub_snapshot`).
 
-    ``dtype`` is the compute dtype, part of the model's identity; presets and trained policies
-    default to float32 (the fast path on CPUs without bf16 units, and the training dtype),
-    directories to the dtype in their config. ``attention`` is ``sdpa`` or ``eager`` and
+    ``dtype`` is the compute dtype, part of the model's identity; presets default to float32
+    (the fast path on CPUs without bf16 units), directories to the dtype in their config. ``attention`` is ``sdpa`` or ``eager`` and
     ``device`` is where the network runs (:func:`resolve_device`): implementation choices, not
     part of identity. Whatever the device, the sampler and the commitments are computed on the
     CPU, so they agree everywhere.
@@ -229,8 +227,6 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
         name = text
     else:
         path = Path(text).expanduser()
-        if path.is_dir() and _trained(path):
-            return _trained_policy(path, dtype=dtype, device=device)
         if not path.is_dir():
             path = hub_snapshot(text)
         if not any(path.glob("*.safetensors")):
@@ -251,26 +247,6 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     network = network.to(device=target, dtype=DTYPES[dtype_name]).eval()
     network.requires_grad_(False)
     return Model(name=name, network=network, tokenizer=tokenizer, dtype_name=dtype_name)
-
-
-def _trained(path: Path) -> bool:
-    """A run directory or one checkpoint (the names :mod:`vrl.rl.export` recognizes)."""
-    from vrl.rl.export import is_checkpoint, is_run  # vrl.rl imports this module: here, not above
-
-    return is_run(path) or is_checkpoint(path)
-
-
-def _trained_policy(path: Path, *, dtype: str | None, device: str) -> Model:
-    from vrl.rl.export import ExportError, open_checkpoint
-
-    try:
-        model = open_checkpoint(path, device=device).model
-    except ExportError as error:
-        raise ModelError(str(error)) from None
-    if dtype in (None, model.dtype_name):
-        return model
-    return Model(name=model.name, network=model.network.to(DTYPES[dtype]), tokenizer=model.tokenizer,
-                 dtype_name=dtype)
 
 
 #: What is fetched of a Hub repository: the weights, the configs and the tokenizer's files
@@ -301,27 +277,25 @@ def hub_snapshot(repo_id: str) -> Path:
     from huggingface_hub.errors import HFValidationError, HfHubHTTPError
     from huggingface_hub.utils import validate_repo_id
 
-    forms = (f"{repo_id!r}: not a preset ({', '.join(PRESETS)}), a built model ({', '.join(BUILT)}), nor a "
-             "directory (a model's, a run's or a checkpoint's)")
     try:
         validate_repo_id(repo_id)
     except HFValidationError:
-        raise ModelError(f"{forms}, nor a Hub id (org/name)") from None
+        raise ModelError(f"{repo_id!r}: not a preset ({', '.join(PRESETS)}), a built model ({', '.join(BUILT)}), "
+                         "a directory (a model's, a run's or a checkpoint's) or a Hub id (org/name)") from None
     cache, offline = hf_cache_dir(), hub_offline()
+    missing = f"{repo_id!r}: no such directory, and as a Hub id it is not in the Hugging Face cache ({cache})"
     try:
         return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
     except (OSError, ValueError, HfHubHTTPError):
         if offline:
-            raise ModelError(f"{forms}; as a Hub id it is not in the Hugging Face cache ({cache}), and "
-                             "HF_HUB_OFFLINE is set: download it where the Hub is reachable "
-                             f"(hf download {repo_id}) and copy the cache, or unset HF_HUB_OFFLINE") from None
+            raise ModelError(f"{missing} while HF_HUB_OFFLINE is set: download it where the Hub is reachable "
+                             f"(hf download {repo_id}), or unset HF_HUB_OFFLINE") from None
     try:
         with _quiet_progress():
             return Path(snapshot_download(repo_id, cache_dir=cache, allow_patterns=list(HUB_FILES)))
     except (OSError, ValueError, HfHubHTTPError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelError(f"{forms}; as a Hub id it is not in the Hugging Face cache ({cache}), and "
-                         f"downloading it failed: {reason}") from None
+        raise ModelError(f"{missing}, and downloading it failed: {reason}") from None
 
 
 @contextlib.contextmanager
