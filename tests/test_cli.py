@@ -74,7 +74,7 @@ def test_the_commands_that_answer_at_once_never_load_torch(workspace):
 
 
 def test_help_and_tables_are_whole_at_80_columns(workspace):
-    """Nothing cut mid-word: every inspect header whole, every help line within 80 columns."""
+    """Nothing cut mid-word: every inspect and verify header whole, every help line within 80 columns."""
     import os
     import subprocess
     import sys
@@ -86,7 +86,20 @@ def test_help_and_tables_are_whole_at_80_columns(workspace):
     header = shown.stdout.splitlines()[1].split()
     assert header == ["#", "node", "group", "task", "sample", "version", "prompt", "tokens", "finish", "reward", "T",
                       "commit", "B"], shown.stdout
-    for command in ([], ["train"], ["node"], ["verify"]):
+    # verify's table too, rejections and all: codes whole, each sentence on a line of its own.
+    forged = rollouts.parent / "forged.vrl"
+    records = list(vrl.read_rollouts(rollouts))
+    key = vrl.NodeKey.load(rollouts.parent / "node.pem")
+    vrl.write_rollouts(forged, [records[0].signed(key, reward=9.0), *records[1:]])
+    shown = subprocess.run([*vrl_cli, "verify", str(forged), "--model", "tiny"], capture_output=True, text=True,
+                           env=env, timeout=120)
+    lines = shown.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("#"))  # the title wraps with the path
+    assert lines[header].split() == ["#", "node", "task", "sample", "verdict", "reason"], shown.stdout
+    assert lines[header + 2].split()[-2:] == ["rejected", "reward_mismatch"], shown.stdout
+    assert "0 (reward): claims reward 9.0, recomputed 0.0" in shown.stdout
+    assert max(map(len, lines)) <= 80, shown.stdout
+    for command in ([], ["train"], ["node"], ["verify"], ["export"]):
         shown = subprocess.run([*vrl_cli, *command, "--help"], capture_output=True, text=True, env=env, timeout=120)
         assert shown.returncode == 0 and max(map(len, shown.stdout.splitlines())) <= 80, (command, shown.stdout)
         assert "…" not in shown.stdout

@@ -281,17 +281,28 @@ def generate(
                   highlight=False)
 
 
-def verdict_table(verdicts, title: str = "verification") -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in ("#", "node", "task", "sample", "verdict", "stage", "reason", "detail"):
-        table.add_column(column, overflow="fold")
+def verdict_table(verdicts, title: str = "verification"):
+    """The verdicts as a table readable at 80 columns (as inspect's: every header and reason
+    code whole, the task id cut with an ellipsis), then each rejection's stage and sentence on
+    a line of its own below it, where it has the whole width."""
+    from rich.console import Group
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
+                  show_edge=False)
+    for column in ("#", "node", "task", "sample", "verdict", "reason"):
+        # The reason codes are at most 24 characters (sampling_params_mismatch).
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=24 if column == "reason" else len(column),
+                         max_width=24 if column == "task" else None)
+    details = []
     for v in verdicts:
         mark = "[green]accepted[/]" if v.accepted else "[red]rejected[/]"
         # Task ids and messages come from records: text, never markup (a "[/x]" would raise).
         table.add_row(str(v.index), v.node_id[:8], escape(v.task_id), str(v.sample_index) if v.sample_index >= 0
-                      else "", mark, "" if v.accepted else v.stage.name.lower(), "" if v.accepted else v.reason,
-                      "" if v.accepted else escape(v.message))
-    return table
+                      else "", mark, "" if v.accepted else v.reason)
+        if not v.accepted:
+            details.append(Text(f"{v.index} ({v.stage.name.lower()}): {v.message}"))
+    return Group(table, *details)
 
 
 @app.command()
