@@ -486,3 +486,9 @@ def test_a_policy_a_node_followed_is_exported_by_its_hash(run_dir, tmp_path):
     assert load_model(tmp_path / "v2").model_hash == announcement.model_hash
     result = CliRunner().invoke(app, ["export", "00000000", "--from", str(run_dir), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "no policy announced" in result.output
+    # The folder alone: the newest version whose weights it holds.
+    newest = max((a for a in announced if (run_dir / "node-1" / "blobs" / a.blob.hex()).is_file()),
+                 key=lambda a: a.version)
+    result = CliRunner().invoke(app, ["export", str(run_dir / "node-1"), "--out", str(tmp_path / "newest")])
+    assert result.exit_code == 0, result.output
+    assert load_model(tmp_path / "newest").model_hash == newest.model_hash

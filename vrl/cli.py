@@ -864,7 +864,8 @@ def train(
 @app.command()
 def export(
     policy: Annotated[str, typer.Argument(help="A run directory (its newest checkpoint), a checkpoint directory, "
-                                               "or a policy's model hash (8+ hex digits) with --from.",
+                                               "a node or devnet folder (the newest policy it holds), or a "
+                                               "policy's model hash (8+ hex digits) with --from.",
                                           show_default=False)],
     out_dir: Annotated[Path, typer.Option("--out", help="The Hugging Face directory to write (must not exist).")],
     source: Annotated[Optional[Path], typer.Option("--from", help="Where a model hash is looked up: a run, a "
@@ -879,11 +880,14 @@ def export(
     safetensors) that transformers, vLLM and TRL load as is."""
     configure_logging(json_output)
     from vrl.audit.sources import announced_policy
-    from vrl.rl.export import PROVENANCE_FILE, ExportError, export as write, is_run, open_checkpoint, open_version
+    from vrl.rl.export import (PROVENANCE_FILE, ExportError, export as write, is_checkpoint, is_run, open_checkpoint,
+                                open_version)
 
     try:
-        if Path(policy).is_dir():
+        if Path(policy).is_dir() and (is_run(Path(policy)) or is_checkpoint(Path(policy))):
             trained = open_checkpoint(Path(policy), base=base)
+        elif Path(policy).is_dir():  # a node or a devnet folder: the newest policy it holds
+            trained = announced_policy(None, Path(policy))
         elif source is None:
             raise ExportError(f"{policy}: not a directory; to name a policy by its model hash, say where it is "
                               "(--from a run, a node folder or a devnet folder)")

@@ -331,18 +331,18 @@ def open_inputs(paths: list[Path] | str | Path) -> Inputs:
     return inputs
 
 
-def announced_policy(model_hash: str, source: str | Path, *, device: str = "cpu"):
-    """Policy version ``model_hash`` (hex, or a prefix of at least 8 digits) as a node folder
-    or a devnet folder holds it: the announcement, its weights blob (checked against the
-    announced blob hash and model hash), and the model its ``node.toml`` names. A
-    :class:`~vrl.rl.export.TrainedPolicy`, or an :class:`~vrl.rl.export.ExportError` naming
-    the folder. Only what the weights are is checked, not how they were made: that is the
-    audit's question."""
+def announced_policy(model_hash: str | None, source: str | Path, *, device: str = "cpu"):
+    """Policy version ``model_hash`` (hex, or a prefix of at least 8 digits; None: the newest
+    version whose weights are there) as a node folder or a devnet folder holds it: the
+    announcement, its weights blob (checked against the announced blob hash and model hash),
+    and the model its ``node.toml`` names. A :class:`~vrl.rl.export.TrainedPolicy`, or an
+    :class:`~vrl.rl.export.ExportError` naming the folder. Only what the weights are is
+    checked, not how they were made: that is the audit's question."""
     from vrl.node.messages import MessageError, PolicyAnnouncement
     from vrl.node.weights import WeightsError, from_blob
     from vrl.rl.export import ExportError, TrainedPolicy, base_model, hash_prefix
 
-    prefix = hash_prefix(model_hash)
+    prefix = "" if model_hash is None else hash_prefix(model_hash)
     try:
         inputs = open_inputs(source)
     except AuditError as error:
@@ -357,10 +357,11 @@ def announced_policy(model_hash: str, source: str | Path, *, device: str = "cpu"
                     continue  # a damaged row is the audit's to report; it names no policy
                 if announcement.model_hash.hex().startswith(prefix):
                     found.append((node, announcement))
-        if len({announcement.model_hash for _, announcement in found}) > 1:
+        if prefix and len({announcement.model_hash for _, announcement in found}) > 1:
             raise ExportError(f"{source}: policy {prefix} is ambiguous: more than one model hash starts with it")
         # Versions that trained nothing keep their parent's weights: the first version named them.
-        for node, announcement in sorted(found, key=lambda pair: pair[1].version):
+        # Without a hash, the newest version first.
+        for node, announcement in sorted(found, key=lambda pair: pair[1].version, reverse=not prefix):
             if node.config is None:
                 raise ExportError(f"{source}: {node.name} holds policy {prefix} but no node.toml naming its model")
             blob = inputs.blob(announcement.blob)
@@ -375,5 +376,5 @@ def announced_policy(model_hash: str, source: str | Path, *, device: str = "cpu"
             return TrainedPolicy(model, spec, announcement.version, Path(source))
     finally:
         inputs.close()
-    raise ExportError(f"{source}: no policy announced with model hash {prefix} whose weights are on disk "
-                      "(a node keeps the blobs of the versions it followed)")
+    raise ExportError(f"{source}: no policy announced{f' with model hash {prefix}' if prefix else ''} whose weights "
+                      "are on disk (a node keeps the blobs of the versions it followed)")
