@@ -241,3 +241,22 @@ def test_a_librarys_log_records_come_out_as_the_nodes_log_lines(json_mode):
     else:
         assert "dial to peer-a failed" in lines[0] and "warning" in lines[0] and "libp2p.network.swarm" in lines[0]
         assert not lines[0].lstrip().startswith("{")
+
+
+def test_train_help_shows_each_flags_default_from_the_config():
+    """Issue 18, item 7: the flags default to None (a --config file's keys apply where no flag is
+    given), so the help reads each default from TrainConfig, where it is defined once."""
+    from vrl.rl.config import TrainConfig
+
+    result = runner.invoke(app, ["train", "--help"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    defaults = TrainConfig()
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line.strip().startswith("--")}
+    for flag, value in [("--lr", defaults.learning_rate), ("--steps", defaults.steps), ("--model", defaults.model),
+                        ("--task", defaults.task), ("--group-size", defaults.group_size),
+                        ("--groups-per-step", defaults.groups_per_step), ("--max-new-tokens", defaults.max_new_tokens),
+                        ("--temperature", defaults.temperature), ("--verify-fraction", defaults.verify_fraction),
+                        ("--device", defaults.device), ("--advantage", defaults.grpo.advantage),
+                        ("--aggregation", defaults.grpo.aggregation), ("--kl-beta", defaults.grpo.kl_beta),
+                        ("--iterations", defaults.grpo.iterations)]:
+        assert lines[flag].endswith(f"[default: {value}]"), lines[flag]

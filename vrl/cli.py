@@ -806,24 +806,47 @@ def evaluate(
                   + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
 
 
+def _train_default(name: str, text: str = "") -> str:
+    """A ``vrl train`` flag's help: ``text``, then the default of its key, which is defined once,
+    in :class:`vrl.rl.config.TrainConfig` (a module without torch, so that help is quick). The
+    flags' own defaults are None, so that a --config file's keys apply where no flag is given;
+    their ranges are the config's too (a value out of range is refused naming the key)."""
+    from vrl.rl.config import TrainConfig
+
+    defaults = TrainConfig()
+    value = getattr(defaults, name) if hasattr(defaults, name) else getattr(defaults.grpo, name)
+    return f"{text}  [default: {value}]".strip()
+
+
 @app.command()
 def train(
     run_dir: Annotated[Path, typer.Option("--out", help="Run directory (metrics, checkpoints, rollouts, plot).")],
-    config: Annotated[Optional[Path], typer.Option(help="TOML config; flags given here override it.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
-    task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
-    steps: Annotated[Optional[int], typer.Option(min=1)] = None,
-    group_size: Annotated[Optional[int], typer.Option(min=1)] = None,
-    groups_per_step: Annotated[Optional[int], typer.Option(min=1)] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
-    temperature: Annotated[Optional[float], typer.Option()] = None,
-    learning_rate: Annotated[Optional[float], typer.Option("--lr")] = None,
-    verify_fraction: Annotated[Optional[float], typer.Option(help="Share of groups verified (1 = all).")] = None,
-    advantage: Annotated[Optional[str], typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
-    aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
-    kl_beta: Annotated[Optional[float], typer.Option()] = None,
-    iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
-    device: Annotated[Optional[str], typer.Option(help=DEVICE_HELP)] = None,
+    config: Annotated[Optional[Path], typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
+                                                   "values replace the defaults below, and flags given here "
+                                                   "override it.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=_train_default("model", "Preset, 'base', or a model "
+                                                                              "directory."))] = None,
+    task: Annotated[Optional[str], typer.Option(help=_train_default("task", TASK_HELP))] = None,
+    steps: Annotated[Optional[int], typer.Option(help=_train_default("steps", "GRPO steps, each a policy "
+                                                                              "version."))] = None,
+    group_size: Annotated[Optional[int], typer.Option(help=_train_default("group_size", "Samples per "
+                                                                                        "task."))] = None,
+    groups_per_step: Annotated[Optional[int], typer.Option(help=_train_default("groups_per_step"))] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help=_train_default("max_new_tokens"))] = None,
+    temperature: Annotated[Optional[float], typer.Option(help=_train_default("temperature", "Sampling "
+                                                                                            "temperature."))] = None,
+    learning_rate: Annotated[Optional[float], typer.Option("--lr", help=_train_default("learning_rate"))] = None,
+    verify_fraction: Annotated[Optional[float], typer.Option(help=_train_default(
+        "verify_fraction", "Share of groups verified (1 = all)."))] = None,
+    advantage: Annotated[Optional[str], typer.Option(help=_train_default("advantage", "std (GRPO) or mean "
+                                                                                      "(Dr. GRPO)."))] = None,
+    aggregation: Annotated[Optional[str], typer.Option(help=_train_default(
+        "aggregation", "token (DAPO), sequence (GRPO), constant (Dr. GRPO)."))] = None,
+    kl_beta: Annotated[Optional[float], typer.Option(help=_train_default("kl_beta", "Weight of the KL "
+                                                                                    "penalty."))] = None,
+    iterations: Annotated[Optional[int], typer.Option(help=_train_default("iterations", "Optimizer steps per "
+                                                                                        "batch (GRPO's mu)."))] = None,
+    device: Annotated[Optional[str], typer.Option(help=_train_default("device", DEVICE_HELP))] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
