@@ -815,6 +815,8 @@ def _train_default(name: str, text: str = "") -> str:
 
     defaults = TrainConfig()
     value = getattr(defaults, name) if hasattr(defaults, name) else getattr(defaults.grpo, name)
+    if isinstance(value, tuple):
+        value = ",".join(value) or "none"
     return f"{text}  [default: {value}]".strip()
 
 
@@ -847,18 +849,27 @@ def train(
     iterations: Annotated[Optional[int], typer.Option(help=_train_default("iterations", "Optimizer steps per "
                                                                                         "batch (GRPO's mu)."))] = None,
     device: Annotated[Optional[str], typer.Option(help=_train_default("device", DEVICE_HELP))] = None,
+    report_to: Annotated[Optional[list[str]], typer.Option(metavar="<name,...>", help=_train_default(
+        "report_to", "Where each step's metrics go besides RUN/metrics.jsonl, as TRL's report_to: wandb, "
+                     "tensorboard, all (those installed) or none; repeat it or separate with commas. wandb "
+                     "reads its own environment (WANDB_MODE=offline: files only)."))] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
     """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
     configure_logging(json_output, logging.INFO)  # --json: a JSON line per step on stderr, as promised
     from vrl.rl.plots import plot_run
+    from vrl.rl.trackers import report_to as trackers_named
     from vrl.rl.train import TrainConfig, Trainer
 
+    try:
+        trackers = None if report_to is None else trackers_named(report_to)
+    except VrlError as error:
+        raise _fail(str(error)) from None
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
              "learning_rate": learning_rate, "verify_fraction": verify_fraction, "device": device,
-             "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
+             "report_to": trackers, "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
                       "iterations": iterations}}
     saved = run_dir / "config.toml"
     try:
@@ -871,7 +882,7 @@ def train(
         # The task set opened as generate opens it: a skipped line is the same warning in both.
         trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True,  # past damaged ones, logged
                           tasks=_task_set(settings.task))
-    except VrlError as error:  # a config, model, task set, checkpoint or run directory, named
+    except VrlError as error:  # a config, model, task set, checkpoint, run directory or tracker, named
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,
              node_id=trainer.key.node_id.hex()[:16])
@@ -900,7 +911,10 @@ def train(
         final = trainer.run(report)
     png = plot_run(trainer.metrics_path, run_dir / "curves.png", title=f"{settings.model} on {settings.task}")
     summary = {"run": str(run_dir), "steps": final["step"], "model_hash": final["model_hash"],
-               "held_out_accuracy": final["held_out_accuracy"], "plot": str(png)}
+               "held_out_accuracy": final["held_out_accuracy"], "plot": str(png),
+               **({"trackers_failed": trainer.trackers.failures} if trainer.trackers.failures else {})}
+    for name, what in trainer.trackers.failures.items():  # said when it happened; again, where it is read
+        log.warning("a tracker stopped during the run; metrics.jsonl has every step", tracker=name, error=what)
     if json_output:
         out.print_json(data=summary)
     else:

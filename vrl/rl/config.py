@@ -14,6 +14,7 @@ from typing import ClassVar
 import structlog
 
 from vrl.config import U63, bounded, build, check_fields, checked, one_of, read_toml, reading, to_toml
+from vrl.rl.trackers import TRACKERS
 from vrl.rollouts.config import GenerationConfig
 from vrl.tasks import RewardSpec
 
@@ -90,6 +91,10 @@ class LearnerConfig:
     # The newest checkpoint and the one before: if the newest is damaged, resume falls back to
     # the other (vrl.rl.checkpoint.load_latest).
     keep_checkpoints: int = field(default=2, metadata=bounded(1, 2**16))
+    # Where each step's metrics go besides the run's own record (vrl.rl.trackers; vrl train's
+    # metrics.jsonl, a node's store): nowhere else, as TRL's report_to defaults to "none"
+    # (transformers 5 TrainingArguments).
+    report_to: tuple[str, ...] = field(default=(), metadata=checked(one_of(TRACKERS)))
 
     def __post_init__(self) -> None:
         check_fields(self, LearnerConfig)  # a subclass's further fields are its own to check

@@ -12,7 +12,8 @@ Each step ``s`` is one round and one policy version:
    ``checkpoint_every`` steps a checkpoint is written (:mod:`vrl.rl.checkpoint`).
 
 A run directory holds ``config.toml``, ``node.pem``, ``metrics.jsonl``, ``checkpoints/``,
-``rollouts/`` and, at the end, ``curves.png``. ``resume=True`` continues from the newest
+``rollouts/`` and, at the end, ``curves.png``; each step's metrics also go to the trackers of
+``report_to`` (:mod:`vrl.rl.trackers`), after their line is on disk. ``resume=True`` continues from the newest
 checkpoint and drops any metrics written after it, so a killed run loses nothing and its
 curve has no duplicate steps.
 """
@@ -26,8 +27,10 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
+import structlog
 import torch
 
 from proofs.sampler import SamplingParams
@@ -38,6 +41,7 @@ from vrl.rollouts.forward import HOST
 from vrl.rollouts.generate import iter_generate
 from vrl.rl.config import TrainConfig
 from vrl.rl.grpo import informative_groups
+from vrl.rl.trackers import Trackers
 from vrl.rl.step import PolicyForward, StepConfig, grpo_step, optimizer_for, policy_forward
 from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.keys import NodeKey
@@ -123,6 +127,11 @@ class Trainer:
         self._truncate_metrics(self.step_index)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         (self.run_dir / "config.toml").write_text(config.to_toml())
+        # Last: a tracker that cannot start (TrackerError) stops the run before it begins.
+        self.trackers = Trackers(config.report_to, self.run_dir, asdict(config), config.to_toml(), self.step_index,
+                                 warn=structlog.get_logger("vrl").warning)
+        for tracker in self.trackers.active:
+            self.log("reporting metrics", tracker=tracker.name, to=tracker.where)
 
     # -- the policy as the protocol sees it ------------------------------------------------
     def policy(self) -> Model:
@@ -148,10 +157,13 @@ class Trainer:
         os.replace(staging, self.metrics_path)
 
     def _append_metrics(self, record: dict) -> None:
+        """The one place a step's metrics are recorded: its line in metrics.jsonl, on disk, then
+        the same record to the trackers, which cannot change or lose that line."""
         with self.metrics_path.open("a") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        self.trackers.log(record)
 
     def evaluate(self, model: Model) -> dict[str, float]:
         """Held-out accuracy of the policy as it samples (the run's temperature, one fixed-seed
@@ -268,17 +280,21 @@ class Trainer:
 
     def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
         """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then
-        evaluates the final policy and returns that record."""
-        while self.step_index < self.config.steps and (deadline is None or time.perf_counter() < deadline):
-            record = self.step()
-            if on_step is not None:
-                on_step(record)
-        final = {"step": self.step_index, "policy_version": self.step_index, "final": True}
-        model = self.policy()
-        final["model_hash"] = model.model_hash.hex()
-        final.update(self.evaluate(model))
-        lines = self.metrics_path.read_text().splitlines() if self.metrics_path.exists() else []
-        if not any(json.loads(line).get("final") for line in lines if line.strip()):
-            self._append_metrics(final)
-        return final
+        evaluates the final policy and returns that record. The trackers are closed at the end,
+        however it ends."""
+        try:
+            while self.step_index < self.config.steps and (deadline is None or time.perf_counter() < deadline):
+                record = self.step()
+                if on_step is not None:
+                    on_step(record)
+            final = {"step": self.step_index, "policy_version": self.step_index, "final": True}
+            model = self.policy()
+            final["model_hash"] = model.model_hash.hex()
+            final.update(self.evaluate(model))
+            lines = self.metrics_path.read_text().splitlines() if self.metrics_path.exists() else []
+            if not any(json.loads(line).get("final") for line in lines if line.strip()):
+                self._append_metrics(final)
+            return final
+        finally:
+            self.trackers.close()
 
