@@ -181,3 +181,13 @@ def test_an_unknown_tracker_is_refused_naming_the_key(tmp_path):
     result = CliRunner().invoke(app, ["train", *SMALL, "--out", str(tmp_path / "run"), "--report-to", "mlflow"])
     assert result.exit_code == 2 and "report_to[0]: expected one of 'wandb', 'tensorboard', got 'mlflow'" in " ".join(
         result.output.split())
+
+
+def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "bogus")  # wandb refuses its own settings
+    result = CliRunner().invoke(app, ["train", *SMALL, "--steps", "1", "--out", str(tmp_path / "run"),
+                                      "--report-to", "tensorboard,wandb"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in said, said
+    assert "report_to wandb: wandb could not start a run (ValidationError:" in said and "WANDB_MODE=offline" in said
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -73,6 +73,10 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())  # a library's message may span lines
+
+
 def _missing(name: str) -> TrackerError:
     return TrackerError(f"report_to {name} needs the {name} package: pip install 'vrl[{name}]'")
 
@@ -123,9 +127,8 @@ class Wandb:
                 # wandb's console capture would wrap the progress bar and the JSON log lines.
                 settings=wandb.Settings(silent=True, console="off"))
         except Exception as error:  # noqa: BLE001  (its errors have no common base: UsageError, CommError, ...)
-            raise TrackerError(f"report_to wandb: wandb could not start a run ({error}); WANDB_MODE=offline "
-                               "writes it in the run directory only") from None
-
+            raise TrackerError(f"report_to wandb: wandb could not start a run ({_one_line(error)}); "
+                               "WANDB_MODE=offline writes it in the run directory only") from None
         # Offline, its files (a run directory for `wandb sync`); online, the run's page.
         self.where = str(Path(self.run.dir).parent) if self.run.offline else (self.run.url or self.run.dir)
 
@@ -142,7 +145,9 @@ class Trackers:
 
     def __init__(self, names: Iterable[str], run_dir: Path, config: dict, config_toml: str, start_step: int,
                  warn: Callable[..., None]) -> None:
-        self.warn, self.active, self.failures = warn, [], {}
+        self.warn = warn
+        self.active: list[Tracker] = []
+        self.failures: dict[str, str] = {}  # tracker name: what failed, for the run's summary
         openers = {"tensorboard": lambda: TensorBoard(run_dir, config_toml, start_step),
                    "wandb": lambda: Wandb(run_dir, config)}
         try:
@@ -158,18 +163,18 @@ class Trackers:
             try:
                 tracker.log(record["step"], values)
             except Exception as error:  # noqa: BLE001  (any failure of a library's: the run goes on, said)
-                self._failed(tracker, f"step {record['step']}: {type(error).__name__}: {error}")
+                self._failed(tracker, f"step {record['step']}: {_one_line(error)}")
 
     def close(self) -> None:
         for tracker in list(self.active):
             try:
                 tracker.close()
             except Exception as error:  # noqa: BLE001
-                self._failed(tracker, f"closing: {type(error).__name__}: {error}")
+                self._failed(tracker, f"closing: {_one_line(error)}")
         self.active = []
 
     def _failed(self, tracker: Tracker, what: str) -> None:
         self.active.remove(tracker)
         self.failures[tracker.name] = what
-        self.warn("tracker failed; the run goes on without it (metrics.jsonl has every step)",
+        self.warn("tracker failed; the run goes on without it (metrics.jsonl, a node's store, has every step)",
                   tracker=tracker.name, error=what)
