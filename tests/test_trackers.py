@@ -183,11 +183,17 @@ def test_an_unknown_tracker_is_refused_naming_the_key(tmp_path):
         result.output.split())
 
 
-def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "bogus")  # wandb refuses its own settings
-    result = CliRunner().invoke(app, ["train", *SMALL, "--steps", "1", "--out", str(tmp_path / "run"),
-                                      "--report-to", "tensorboard,wandb"])
-    said = " ".join(result.output.split())
-    assert result.exit_code == 2 and "Traceback" not in said, said
+def test_a_tracker_that_cannot_start_stops_the_run_before_its_first_step(tmp_path):
+    """wandb refuses its own settings (WANDB_MODE=bogus): one line, the tracker opened before it
+    closed, no step run. A process of its own: wandb reads its environment once a process."""
+    import os
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import sys; from vrl.cli import app; sys.argv[0] = 'vrl'; app()",
+                           "train", *SMALL, "--steps", "1", "--out", str(tmp_path / "run"),
+                           "--report-to", "tensorboard,wandb"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WANDB_MODE": "bogus", "COLUMNS": "1000"})
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and "Traceback" not in said, said
     assert "report_to wandb: wandb could not start a run (ValidationError:" in said and "WANDB_MODE=offline" in said
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
