@@ -806,53 +806,52 @@ def evaluate(
                   + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
 
 
-def _train_default(name: str, text: str = "") -> str:
-    """A ``vrl train`` flag's help: ``text``, then the default of its key, which is defined once,
-    in :class:`vrl.rl.config.TrainConfig` (a module without torch, so that help is quick). The
-    flags' own defaults are None, so that a --config file's keys apply where no flag is given;
-    their ranges are the config's too (a value out of range is refused naming the key)."""
-    from vrl.rl.config import TrainConfig
+class _TrainCommand(typer.core.TyperCommand):
+    """``vrl train``, whose help shows each flag's default: the default of the config key the
+    flag sets, defined once, in :class:`vrl.rl.config.TrainConfig` (or its ``[grpo]`` table).
+    The flags' own defaults are None, so that a --config file's keys apply where no flag is
+    given; their ranges are the config's too (a value out of range is refused naming the key).
+    Read when the help is shown: every other command starts without importing the configs."""
 
-    defaults = TrainConfig()
-    value = getattr(defaults, name) if hasattr(defaults, name) else getattr(defaults.grpo, name)
-    if isinstance(value, tuple):
-        value = ",".join(value) or "none"
-    return f"{text}  [default: {value}]".strip()
+    def format_help(self, ctx, formatter) -> None:
+        from dataclasses import fields
+
+        from vrl.rl.config import TrainConfig
+
+        defaults = TrainConfig()
+        owners = {f.name: config for config in (defaults, defaults.grpo) for f in fields(config)}
+        for param in self.params:
+            if param.name in owners and "[default:" not in (param.help or ""):  # once a process
+                value = getattr(owners[param.name], param.name)
+                shown = (",".join(value) or "none") if isinstance(value, tuple) else value
+                param.help = f"{param.help or ''}  [default: {shown}]".strip()
+        super().format_help(ctx, formatter)
 
 
-@app.command()
+@app.command(cls=_TrainCommand)
 def train(
     run_dir: Annotated[Path, typer.Option("--out", help="Run directory (metrics, checkpoints, rollouts, plot).")],
     config: Annotated[Optional[Path], typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
                                                    "values replace the defaults below, and flags given here "
                                                    "override it.")] = None,
-    model: Annotated[Optional[str], typer.Option(help=_train_default("model", "Preset, 'base', or a model "
-                                                                              "directory."))] = None,
-    task: Annotated[Optional[str], typer.Option(help=_train_default("task", TASK_HELP))] = None,
-    steps: Annotated[Optional[int], typer.Option(help=_train_default("steps", "GRPO steps, each a policy "
-                                                                              "version."))] = None,
-    group_size: Annotated[Optional[int], typer.Option(help=_train_default("group_size", "Samples per "
-                                                                                        "task."))] = None,
-    groups_per_step: Annotated[Optional[int], typer.Option(help=_train_default("groups_per_step"))] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help=_train_default("max_new_tokens"))] = None,
-    temperature: Annotated[Optional[float], typer.Option(help=_train_default("temperature", "Sampling "
-                                                                                            "temperature."))] = None,
-    learning_rate: Annotated[Optional[float], typer.Option("--lr", help=_train_default("learning_rate"))] = None,
-    verify_fraction: Annotated[Optional[float], typer.Option(help=_train_default(
-        "verify_fraction", "Share of groups verified (1 = all)."))] = None,
-    advantage: Annotated[Optional[str], typer.Option(help=_train_default("advantage", "std (GRPO) or mean "
-                                                                                      "(Dr. GRPO)."))] = None,
-    aggregation: Annotated[Optional[str], typer.Option(help=_train_default(
-        "aggregation", "token (DAPO), sequence (GRPO), constant (Dr. GRPO)."))] = None,
-    kl_beta: Annotated[Optional[float], typer.Option(help=_train_default("kl_beta", "Weight of the KL "
-                                                                                    "penalty."))] = None,
-    iterations: Annotated[Optional[int], typer.Option(help=_train_default("iterations", "Optimizer steps per "
-                                                                                        "batch (GRPO's mu)."))] = None,
-    device: Annotated[Optional[str], typer.Option(help=_train_default("device", DEVICE_HELP))] = None,
-    report_to: Annotated[Optional[list[str]], typer.Option(metavar="<name,...>", help=_train_default(
-        "report_to", "Where each step's metrics go besides RUN/metrics.jsonl, as TRL's report_to: wandb, "
-                     "tensorboard, all (those installed) or none; repeat it or separate with commas. wandb "
-                     "reads its own environment (WANDB_MODE=offline: files only)."))] = None,
+    model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
+    task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
+    steps: Annotated[Optional[int], typer.Option(help="GRPO steps, each a policy version.")] = None,
+    group_size: Annotated[Optional[int], typer.Option(help="Samples per task.")] = None,
+    groups_per_step: Annotated[Optional[int], typer.Option()] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature.")] = None,
+    learning_rate: Annotated[Optional[float], typer.Option("--lr")] = None,
+    verify_fraction: Annotated[Optional[float], typer.Option(help="Share of groups verified (1 = all).")] = None,
+    advantage: Annotated[Optional[str], typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
+    aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
+    kl_beta: Annotated[Optional[float], typer.Option(help="Weight of the KL penalty.")] = None,
+    iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
+    device: Annotated[Optional[str], typer.Option(help=DEVICE_HELP)] = None,
+    report_to: Annotated[Optional[list[str]], typer.Option(metavar="<name,...>", help=(
+        "Where each step's metrics go besides RUN/metrics.jsonl, as TRL's report_to: wandb, tensorboard, all "
+        "(those installed) or none; repeat it or separate with commas. wandb reads its own environment "
+        "(WANDB_MODE=offline: files only)."))] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
