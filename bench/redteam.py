@@ -55,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vrl  # noqa: E402
 from vrl.adversary import SPOOF_STRENGTHS, degraded, spoofing_decoder, tokens_to_detection  # noqa: E402
 from vrl.node.work import tampered  # noqa: E402
-from vrl.rollouts.generate import GenerationConfig, iter_generate  # noqa: E402
+from vrl.rollouts.config import GenerationConfig  # noqa: E402
+from vrl.rollouts.generate import iter_generate  # noqa: E402
 from vrl.rollouts.profiles import profile_of, read_profiles  # noqa: E402
 from vrl.rollouts.record import Rollout  # noqa: E402
 from vrl.rollouts.verify import Expectations  # noqa: E402

@@ -43,10 +43,20 @@ def honest(tiny, node, sampling) -> list[vrl.Rollout]:
 
 @pytest.fixture(autouse=True)
 def _fresh_logging():
-    """Each test starts from structlog's defaults (a CLI test configures it process-wide)."""
+    """Each test starts from structlog's defaults (a CLI test configures it process-wide), and
+    ends without the standard library's handler that vrl.cli.configure_logging installs."""
+    import logging
+
+    from vrl.cli import _StderrHandler
+
+    last_resort = logging.lastResort
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(handler)
+    logging.lastResort = last_resort
 
 
 @pytest.fixture(scope="session")

@@ -29,9 +29,8 @@ from vrl.node.config import NODE_OVERRIDES, ConfigError, NodeConfig
 from vrl.node.protocol import ProtocolConfig, ProtocolParams
 from vrl.node.reputation import AdmissionConfig, ReputationConfig
 from vrl.node.work import WorkConfig
-from vrl.rl.grpo import GRPOConfig
-from vrl.rl.train import LearnerConfig, TrainConfig
-from vrl.rollouts.generate import GenerationConfig
+from vrl.rl.config import GRPOConfig, LearnerConfig, TrainConfig
+from vrl.rollouts.config import GenerationConfig
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"trainer".ljust(32, b"\0")).node_id.hex()

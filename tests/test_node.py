@@ -24,24 +24,25 @@ TRAINER = NodeKey.from_seed(b"trainer".ljust(32, b"\0"))
 WORKERS = [NodeKey.from_seed(f"worker-{i}".encode().ljust(32, b"\0")) for i in range(3)]
 
 
-def config(data_dir: Path, plant_every: int = 0, **changes) -> NodeConfig:
+def config(data_dir: Path, plant_every: int = 0, train: dict | None = None, **changes) -> NodeConfig:
     """A small, fast node; its tables are given as node.toml gives them, on the node's defaults."""
     return NodeConfig(data_dir=str(data_dir), trainer=TRAINER.node_id.hex(), transport="loopback",
                       work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
                       protocol={"groups_per_round": 2, "verdict_wait": 0.5, "round_timeout": 5.0,
                                 "plant_every": plant_every},
                       admission={"batch_groups": 4, "node_cap": 0.5, "trusted_share": 0.0},
-                      train={"held_out": 8, "eval_every": 1, "warmup_steps": 1}, **changes)
+                      train={"held_out": 8, "eval_every": 1, "warmup_steps": 1, **(train or {})}, **changes)
 
 
 async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, deadline: float = 150.0,
-                      until=None, plant_every: int = 0) -> dict[str, Node]:
+                      until=None, plant_every: int = 0, train: dict | None = None) -> dict[str, Node]:
     """Trainer (+verifier), two honest worker-verifiers and one worker that may cheat; runs
     until the trainer has published ``rounds`` new versions (or ``until(nodes)`` holds) or
-    the deadline passes."""
+    the deadline passes. ``train``: keys of the trainer's [train] table."""
     network = LoopbackNetwork(seed=1)
     specs = {
-        "trainer": (TRAINER, config(tmp_path / "trainer", roles=("trainer", "verifier"), plant_every=plant_every)),
+        "trainer": (TRAINER, config(tmp_path / "trainer", roles=("trainer", "verifier"), plant_every=plant_every,
+                                    train=train)),
         "honest-0": (WORKERS[0], config(tmp_path / "w0")),
         "honest-1": (WORKERS[1], config(tmp_path / "w1")),
         "suspect": (WORKERS[2], config(tmp_path / "w2", adversary=adversary, roles=(
@@ -487,3 +488,28 @@ def test_max_new_tokens_past_the_models_context_is_a_config_error(tmp_path):
                           work={"model": "tiny", "task": "arithmetic:digits=1", "max_new_tokens": 100000})
     with pytest.raises(ConfigError, match="max_new_tokens"):
         Node(settings, LoopbackNetwork(seed=1).transport(TRAINER.private_seed()), TRAINER)
+
+
+def test_a_trainer_node_reports_each_version_to_its_trackers(tmp_path):
+    """[train] report_to (issue 18, item 6): each published version's metrics, as the store
+    records them, in TensorBoard's event files of the trainer's directory, at step = version."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from vrl.rl.trackers import scalars
+
+    nodes = asyncio.run(run_network(tmp_path, rounds=2, train={"report_to": ["tensorboard"]}))
+    assert nodes["trainer"].protocol.version >= 2
+    store = Store(tmp_path / "trainer" / "node.sqlite")
+    try:
+        stored = {version: scalars(json.loads(metrics)) for version, _, metrics in store.trained_versions()}
+    finally:
+        store.close()
+    events = EventAccumulator(str(tmp_path / "trainer" / "trainer" / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    board = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+    assert {1, 2} <= set(stored) and "held_out_accuracy" in board
+    for version, values in stored.items():
+        for key, value in values.items():
+            assert board[key][version] == pytest.approx(value, rel=1e-6), (version, key)

@@ -47,21 +47,57 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
     pass  # the options every command shares; the app's help says what vrl is
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a record comes (as structlog's
+    loggers below do): a redirected or replaced stderr must not leave it writing to a closed file."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass  # StreamHandler.__init__ sets one; the current stderr is always the one
+
+
 def configure_logging(json_mode: bool, level: int | None = None) -> None:
+    """structlog's lines on stderr, JSON with ``json_mode``, from ``level`` (INFO, or WARNING
+    in JSON mode) up; and every standard-library record (py-libp2p's, transformers', any
+    library's) rendered by the same processors, so that in JSON mode each stderr line is JSON."""
+    level = level if level is not None else logging.WARNING if json_mode else logging.INFO
+    renderer = structlog.processors.JSONRenderer() if json_mode else structlog.dev.ConsoleRenderer(colors=err.is_terminal)
+    shared = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso")]
+    structlog.configure(
+        processors=[*shared, renderer],
+        # Resolve sys.stderr per logger, not once: a redirected or replaced stderr (tests, daemons)
+        # must not leave loggers writing to a closed file.
+        logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+    )
+    handler = _StderrHandler()
+    handler.setLevel(level)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        # A foreign record's level, time and logger name, then its traceback as text in JSON
+        # (the console renderer draws exc_info itself).
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name,
+                           *([structlog.processors.format_exc_info] if json_mode else [])],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:  # a second call replaces the first
+        root.removeHandler(old)
+    root.addHandler(handler)
+    # py-libp2p, when imported without LIBP2P_DEBUG, cuts its "libp2p" logger off (propagate
+    # off, no handler): its warnings then reach only logging's handler of last resort, which
+    # printed them as bare text among the JSON lines. That handler is this one now. (With
+    # LIBP2P_DEBUG set, libp2p logs through handlers of its own, to stderr and a file, as asked.)
+    logging.lastResort = handler
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    renderer = structlog.processors.JSONRenderer() if json_mode else structlog.dev.ConsoleRenderer(colors=err.is_terminal)
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
-        # Resolve sys.stderr per logger, not once: a redirected or replaced stderr (tests, daemons)
-        # must not leave loggers writing to a closed file.
-        logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(
-            level if level is not None else logging.WARNING if json_mode else logging.INFO),
-    )
+    hf_logging.disable_default_handler()  # its errors through the root's handler, as every library's
+    hf_logging.enable_propagation()
 
 
 def _fail(message: str) -> typer.Exit:
@@ -782,36 +818,69 @@ def evaluate(
                   + (" [red](INSECURE: dev SRS)[/]" if chosen.dev else ""), highlight=False)
 
 
-@app.command()
+class _TrainCommand(typer.core.TyperCommand):
+    """``vrl train``, whose help shows each flag's default: the default of the config key the
+    flag sets, defined once, in :class:`vrl.rl.config.TrainConfig` (or its ``[grpo]`` table).
+    The flags' own defaults are None, so that a --config file's keys apply where no flag is
+    given; their ranges are the config's too (a value out of range is refused naming the key).
+    Read when the help is shown: every other command starts without importing the configs."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from dataclasses import fields
+
+        from vrl.rl.config import TrainConfig
+
+        defaults = TrainConfig()
+        owners = {f.name: config for config in (defaults, defaults.grpo) for f in fields(config)}
+        for param in self.params:
+            if param.name in owners and "[default:" not in (param.help or ""):  # once a process
+                value = getattr(owners[param.name], param.name)
+                shown = (",".join(value) or "none") if isinstance(value, tuple) else value
+                param.help = f"{param.help or ''}  [default: {shown}]".strip()
+        super().format_help(ctx, formatter)
+
+
+@app.command(cls=_TrainCommand)
 def train(
     run_dir: Annotated[Path, typer.Option("--out", help="Run directory (metrics, checkpoints, rollouts, plot).")],
-    config: Annotated[Optional[Path], typer.Option(help="TOML config; flags given here override it.")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
+                                                   "values replace the defaults below, and flags given here "
+                                                   "override it.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
     task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
-    steps: Annotated[Optional[int], typer.Option(min=1)] = None,
-    group_size: Annotated[Optional[int], typer.Option(min=1)] = None,
-    groups_per_step: Annotated[Optional[int], typer.Option(min=1)] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
-    temperature: Annotated[Optional[float], typer.Option()] = None,
+    steps: Annotated[Optional[int], typer.Option(help="GRPO steps, each a policy version.")] = None,
+    group_size: Annotated[Optional[int], typer.Option(help="Samples per task.")] = None,
+    groups_per_step: Annotated[Optional[int], typer.Option()] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature.")] = None,
     learning_rate: Annotated[Optional[float], typer.Option("--lr")] = None,
     verify_fraction: Annotated[Optional[float], typer.Option(help="Share of groups verified (1 = all).")] = None,
     advantage: Annotated[Optional[str], typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
     aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
-    kl_beta: Annotated[Optional[float], typer.Option()] = None,
+    kl_beta: Annotated[Optional[float], typer.Option(help="Weight of the KL penalty.")] = None,
     iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
     device: Annotated[Optional[str], typer.Option(help=DEVICE_HELP)] = None,
+    report_to: Annotated[Optional[list[str]], typer.Option(metavar="<name,...>", help=(
+        "Where each step's metrics go besides RUN/metrics.jsonl, as TRL's report_to: wandb, tensorboard, all "
+        "(those installed) or none; repeat it or separate with commas. wandb reads its own environment "
+        "(WANDB_MODE=offline: files only)."))] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
 ):
     """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
     configure_logging(json_output, logging.INFO)  # --json: a JSON line per step on stderr, as promised
     from vrl.rl.plots import plot_run
+    from vrl.rl.trackers import report_to as trackers_named
     from vrl.rl.train import TrainConfig, Trainer
 
+    try:
+        trackers = None if report_to is None else trackers_named(report_to)
+    except VrlError as error:
+        raise _fail(str(error)) from None
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
              "learning_rate": learning_rate, "verify_fraction": verify_fraction, "device": device,
-             "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
+             "report_to": trackers, "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
                       "iterations": iterations}}
     saved = run_dir / "config.toml"
     try:
@@ -824,7 +893,7 @@ def train(
         # The task set opened as generate opens it: a skipped line is the same warning in both.
         trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True,  # past damaged ones, logged
                           tasks=_task_set(settings.task))
-    except VrlError as error:  # a config, model, task set, checkpoint or run directory, named
+    except VrlError as error:  # a config, model, task set, checkpoint, run directory or tracker, named
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,
              node_id=trainer.key.node_id.hex()[:16])
@@ -853,7 +922,10 @@ def train(
         final = trainer.run(report)
     png = plot_run(trainer.metrics_path, run_dir / "curves.png", title=f"{settings.model} on {settings.task}")
     summary = {"run": str(run_dir), "steps": final["step"], "model_hash": final["model_hash"],
-               "held_out_accuracy": final["held_out_accuracy"], "plot": str(png)}
+               "held_out_accuracy": final["held_out_accuracy"], "plot": str(png),
+               **({"trackers_failed": trainer.trackers.failures} if trainer.trackers.failures else {})}
+    for name, what in trainer.trackers.failures.items():  # said when it happened; again, where it is read
+        log.warning("a tracker stopped during the run; metrics.jsonl has every step", tracker=name, error=what)
     if json_output:
         out.print_json(data=summary)
     else:
@@ -879,7 +951,7 @@ def export(
     """Write a trained policy as a standard Hugging Face directory (model and tokenizer,
     safetensors) that transformers, vLLM and TRL load as is."""
     configure_logging(json_output)
-    from vrl.audit.sources import announced_policy
+    from vrl.audit.sources import STORE_FILE, announced_policy
     from vrl.rl.export import (PROVENANCE_FILE, ExportError, export as write, is_checkpoint, is_run, open_checkpoint,
                                 open_version)
 
@@ -887,6 +959,10 @@ def export(
         if Path(policy).is_dir() and (is_run(Path(policy)) or is_checkpoint(Path(policy))):
             trained = open_checkpoint(Path(policy), base=base)
         elif Path(policy).is_dir():  # a node or a devnet folder: the newest policy it holds
+            if not any(Path(policy).glob(f"{STORE_FILE}")) and not any(Path(policy).glob(f"node-*/{STORE_FILE}")):
+                raise ExportError(f"{policy}: neither a run directory (config.toml and checkpoints/), a checkpoint "
+                                  f"(MANIFEST.json), a node folder ({STORE_FILE}) nor a devnet folder "
+                                  f"(node-*/{STORE_FILE})")
             trained = announced_policy(None, Path(policy))
         elif source is None:
             raise ExportError(f"{policy}: not a directory; to name a policy by its model hash, say where it is "

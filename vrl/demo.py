@@ -227,7 +227,7 @@ def share_blobs(directory: Path) -> int:
 #   (0.47 points against 0.61-0.66).
 # * node_cap 0.5 (node: 0.34, sized for three honest workers): with two, each must be able to
 #   fill half the batch, or it never fills (0.34 x 24 gives each 9 slots, 18 in all).
-# * learning_rate stays the library's 2e-5 (vrl.rl.train.LearnerConfig): 3e-5 swung the curve
+# * learning_rate stays the library's 2e-5 (vrl.rl.config.LearnerConfig): 3e-5 swung the curve
 #   down by 2.8 points mid-run; on one machine 5e-5 dipped to 20.1% and 1e-4 fell to 13.6%.
 # * 60 rounds: the 50-round run still rose at its end (+0.1 point a round over its last 15),
 #   and 60 at about 4.4 s each keep the devnet under 5 minutes.

@@ -3,9 +3,9 @@
 The top level holds what is the node's own (its directory and key, addresses, roles, whom it
 follows and trusts, metrics, threads, transport); each library the node runs has a table of
 its own, which is that library's config dataclass: ``[work]``
-(:class:`~vrl.rollouts.generate.GenerationConfig`), ``[protocol]``
-(:class:`~vrl.node.protocol.ProtocolParams`), ``[train]`` (:class:`~vrl.rl.train.LearnerConfig`),
-``[grpo]`` (:class:`~vrl.rl.grpo.GRPOConfig`), ``[reputation]`` and ``[admission]``
+(:class:`~vrl.rollouts.config.GenerationConfig`), ``[protocol]``
+(:class:`~vrl.node.protocol.ProtocolParams`), ``[train]`` (:class:`~vrl.rl.config.LearnerConfig`),
+``[grpo]`` (:class:`~vrl.rl.config.GRPOConfig`), ``[reputation]`` and ``[admission]``
 (:mod:`vrl.node.reputation`), ``[transport_limits]`` (:class:`p2p.transport.TransportLimits`).
 Each default is defined once, in its dataclass; the node's own, where they differ, are in
 :data:`NODE_OVERRIDES`, with the reasons.
@@ -35,9 +35,8 @@ from vrl.config import (
 )
 from vrl.node.protocol import ROLES, ProtocolParams
 from vrl.node.reputation import AdmissionConfig, ReputationConfig
-from vrl.rl.grpo import GRPOConfig
-from vrl.rl.train import LearnerConfig
-from vrl.rollouts.generate import GenerationConfig
+from vrl.rl.config import GRPOConfig, LearnerConfig
+from vrl.rollouts.config import GenerationConfig
 
 __all__ = ["ADVERSARIES", "NODE_OVERRIDES", "TRAINER_ADVERSARIES", "ConfigError", "NodeConfig", "listen_host_port"]
 
@@ -143,7 +142,7 @@ def bootstrap_address(text: str) -> str | None:
 # * warmup_steps = 5 in [train] (vrl train: 20). Warmup counts steps, and a node's trainer
 #   makes one per round: a devnet runs 6 to 20 rounds, so 20 warmup steps would keep most of a
 #   run below its learning rate; 5 still keeps Adam's first steps small (why warm up at all:
-#   vrl.rl.train.LearnerConfig).
+#   vrl.rl.config.LearnerConfig).
 # * held_out = 128 in [train] (vrl train: 256). The node's trainer evaluates at every version
 #   (eval_every below) on the one model thread its checks need too; 128 problems halve that
 #   time, for a standard error of about 4 points instead of 3 (sqrt(0.3 x 0.7 / 128)).

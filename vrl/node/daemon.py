@@ -719,6 +719,8 @@ class Node:
         self.store.put_policy(announcement, time.time())
         used = tuple(d for d, _ in step.batch)
         self.store.put_trained(version, used, json.dumps(metrics, sort_keys=True))
+        # [train] report_to: the same numbers, stored first, at step = the version they made.
+        self.trainer.trainer.trackers.log({"step": version, **metrics})
         self.log.info("policy published", version=version, groups=len(step.batch), **{
             k: round(v, 4) for k, v in metrics.items() if k in ("held_out_accuracy", "held_out_expected_accuracy", "rewards_mean", "loss")})
         await self._feed(P.Trained(announcement, used))
@@ -918,6 +920,8 @@ class Node:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._model_thread.shutdown(wait=True, cancel_futures=True)
+            if self.trainer is not None:
+                self.trainer.trainer.trackers.close()
             if self._prover is not None:
                 # Not waiting: a proof under way finishes in the child, which then exits
                 # (prover_init: it also exits if this process dies first).

@@ -353,7 +353,7 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
 class AdmissionConfig:
     """How a GRPO batch is drawn (specs/reputation.md §6): a node's ``[admission]`` table."""
 
-    # groups per GRPO step, as vrl train's groups_per_step (vrl.rl.train.TrainConfig). A step
+    # groups per GRPO step, as vrl train's groups_per_step (vrl.rl.config.TrainConfig). A step
     # holds its batch in memory; 2^16 groups is far past any batch measured here.
     batch_groups: int = field(default=16, metadata=bounded(1, 2**16))
     # no node supplies more than a quarter of a batch, so a full batch draws on at least four

@@ -23,8 +23,9 @@ from vrl.rl.grpo import informative_groups
 from vrl.rl.step import (PolicyForward, StepConfig, StepError, StepReplay, compare, optimizer_bytes, policy_forward,
                          replay)
 from vrl.rl.train import TrainConfig, Trainer
+from vrl.rollouts.config import GenerationConfig
 from vrl.rollouts.forward import decode
-from vrl.rollouts.generate import Decoder, GenerationConfig, iter_generate
+from vrl.rollouts.generate import Decoder, iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rl.export import load_model
 from vrl.rollouts.model import Model, bit_exact_platform, platform_tag

@@ -31,7 +31,7 @@ import structlog
 
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
-from vrl.rollouts.generate import GenerationConfig
+from vrl.rollouts.config import GenerationConfig
 from vrl.rollouts.model import DTYPES, Model, ModelError
 from vrl.rollouts.model import load_model as load_hf_model
 

@@ -1,6 +1,6 @@
 """GRPO on verified rollouts: group advantages, staleness, and the clipped, off-policy-corrected loss.
 
-One page, no classes beyond the config. References, cited per line below:
+One page, no classes (its settings, GRPOConfig, are in vrl.rl.config). References, cited per line below:
   GRPO      DeepSeekMath, arXiv 2402.03300 §4.1 (group-relative advantage, eq. 3 objective, eq. 4 KL)
   Dr. GRPO  Liu et al., arXiv 2503.20783 §3.1 (no std division, no 1/|o_i|, constant normaliser)
   DAPO      Yu et al., arXiv 2503.14476 §3.1 clip-higher, §3.2 dynamic sampling, §3.3 token-level loss
@@ -10,52 +10,10 @@ One page, no classes beyond the config. References, cited per line below:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from vrl.config import bounded, check_fields, checked, one_of
-
-ADVANTAGES = ("std", "mean")
-AGGREGATIONS = ("token", "sequence", "constant")
-
-
-@dataclass(frozen=True)
-class GRPOConfig:
-    """The loss's settings: ``[grpo]`` in ``vrl train``'s TOML and in a node's. Each value is
-    checked where it is made (:func:`vrl.config.check_fields`)."""
-
-    # "std": (r-mean)/(std+eps), GRPO §4.1.2; "mean": r-mean, Dr. GRPO §3.1
-    advantage: str = field(default="std", metadata=checked(one_of(ADVANTAGES)))
-    # "token" DAPO §3.3; "sequence" GRPO eq. 3; "constant" Dr. GRPO §3.1
-    aggregation: str = field(default="token", metadata=checked(one_of(AGGREGATIONS)))
-    # lower clip, DAPO §3.1 keeps PPO's 0.2; below 1, so that 1 - eps_low > 0
-    eps_low: float = field(default=0.2, metadata=bounded(0, 1, open_low=True, open_high=True))
-    # upper clip, DAPO §3.1 clip-higher value
-    eps_high: float = field(default=0.28, metadata=bounded(0, open_low=True))
-    # k3 penalty weight; DAPO §2.3 drops it (0 = no reference model needed)
-    kl_beta: float = field(default=0.0, metadata=bounded(0))
-    # TIS truncation C, verl's rollout_is_threshold default / TIS blog; below 1 it would damp
-    # on-policy tokens
-    is_cap: float = field(default=2.0, metadata=bounded(1))
-    # added to the group std, as TRL's GRPOTrainer does
-    std_eps: float = field(default=1e-4, metadata=bounded(0, open_low=True))
-    # mu, optimiser steps per batch (GRPO Algorithm 1; TRL's num_iterations, default 1). With 1
-    # the ratio is exactly 1 and the clip never binds; above 1, pi_old is the first pass. 64
-    # passes over one batch is far past any setting the references use.
-    iterations: int = field(default=1, metadata=bounded(1, 64))
-
-    # How stale a rollout may be is the network's bound, not the loss's: a single-machine run
-    # samples every batch from its current policy (vrl/node/config.py, NODE_OVERRIDES' notes).
-    moved_keys: ClassVar[dict[str, str]] = {
-        "max_staleness": "moved to the [protocol] table of node.toml, the network's bound (vrl train samples "
-                         "every batch from its current policy: its rollouts never lag); delete it here"}
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
+from vrl.rl.config import ADVANTAGES, GRPOConfig
 
 def group_advantages(rewards: Tensor, mode: str = "std", std_eps: float = 1e-4) -> Tensor:
     """(num_groups, G) rewards -> same-shape advantages, each reward against its own group.

@@ -12,7 +12,8 @@ Each step ``s`` is one round and one policy version:
    ``checkpoint_every`` steps a checkpoint is written (:mod:`vrl.rl.checkpoint`).
 
 A run directory holds ``config.toml``, ``node.pem``, ``metrics.jsonl``, ``checkpoints/``,
-``rollouts/`` and, at the end, ``curves.png``. ``resume=True`` continues from the newest
+``rollouts/`` and, at the end, ``curves.png``; each step's metrics also go to the trackers of
+``report_to`` (:mod:`vrl.rl.trackers`), after their line is on disk. ``resume=True`` continues from the newest
 checkpoint and drops any metrics written after it, so a killed run loses nothing and its
 curve has no duplicate steps.
 """
@@ -26,146 +27,35 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import structlog
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl.config import U63, bounded, build, check_fields, read_toml, reading, to_toml
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.rollouts.forward import HOST
-from vrl.rollouts.generate import GenerationConfig, iter_generate
-from vrl.rl.grpo import GRPOConfig, informative_groups
+from vrl.rollouts.generate import iter_generate
+from vrl.rl.config import TrainConfig
+from vrl.rl.grpo import informative_groups
+from vrl.rl.trackers import Trackers
 from vrl.rl.step import PolicyForward, StepConfig, grpo_step, optimizer_for, policy_forward
 from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.keys import NodeKey
 from vrl.rl.export import load_model
 from vrl.rollouts.model import Model
 from vrl.rollouts.record import Rollout, round_seed
-from vrl.tasks import HELD_OUT_SHARE, RewardSpec, TaskSet, open_task_set
+from vrl.tasks import HELD_OUT_SHARE, TaskSet, open_task_set
 from vrl.rollouts.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
 
 
-#: Keys an earlier vrl wrote into a run's config.toml that this one no longer has, with why:
-#: resuming such a run drops them (TrainConfig.from_saved).
-RETIRED_KEYS = {
-    ("grpo", "max_staleness"): "a network's bound, now [protocol] max_staleness of node.toml; vrl train samples "
-                               "every batch from its current policy, so it never applied here",
-}
-
-
 class RunError(VrlError, ValueError):
     """A run directory, or a run's task set or key, that a :class:`Trainer` cannot use."""
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    """How the policy learns and how it is measured: keys of ``vrl train``'s TOML, and a node's
-    ``[train]`` table (its trainer role). Each value is checked where it is made."""
-
-    # Measured here (bench/learning.py): 1e-4 and above wreck the base model within a few steps;
-    # 2e-5 with warmup learns steadily. Adam moves each weight by about the learning rate per
-    # step, so 1 is no learning rate at all.
-    learning_rate: float = field(default=2e-5, metadata=bounded(0, 1, open_low=True))
-    # A fresh Adam's first steps move every weight by about the full learning rate whatever
-    # the gradient's size; measured here, that alone costs the base model 0.2-0.5 nats of
-    # held-out likelihood at 1e-4. A linear warmup lets the moment estimates settle first:
-    # 20 steps, a tenth of a default run.
-    warmup_steps: int = field(default=20, metadata=bounded(1, U63))
-    # The gradient norm is clipped to this: TRL's max_grad_norm (transformers' TrainingArguments) default.
-    grad_clip: float = field(default=1.0, metadata=bounded(0, open_low=True))
-    track_kl: bool = True  # keep the initial policy to report KL even when kl_beta is 0
-    # Held-out problems evaluated (twice) every eval_every steps: at the base model's ~30%
-    # sampled accuracy, 256 give a standard error of about 3 points (sqrt(0.3 x 0.7 / 256)).
-    # 2^16 is 50 times GSM8K's test split, and keeps one evaluation's time bounded.
-    held_out: int = field(default=256, metadata=bounded(1, 2**16))
-    eval_every: int = field(default=10, metadata=bounded(1, U63))  # steps: 20 points on a default run's curve
-    # The newest checkpoint and the one before: if the newest is damaged, resume falls back to
-    # the other (vrl.rl.checkpoint.load_latest).
-    keep_checkpoints: int = field(default=2, metadata=bounded(1, 2**16))
-
-    def __post_init__(self) -> None:
-        check_fields(self, LearnerConfig)  # a subclass's further fields are its own to check
-
-
-_REWARD = RewardSpec()  # the reward's defaults are the spec's (specs/tasks.md §3)
-
-
-@dataclass(frozen=True)
-class TrainConfig(LearnerConfig, GenerationConfig):
-    """One machine's run (``vrl train``): what its rollouts are (:class:`GenerationConfig`),
-    how it learns (:class:`LearnerConfig`), and the run's own settings below. Its TOML is flat,
-    with the GRPO keys under ``[grpo]``; ``RUN/config.toml`` records the effective one."""
-
-    # a third of the README's 600-step run (bench/learning.py)
-    steps: int = field(default=200, metadata=bounded(1, U63))
-    # 16 groups x 8: the batch the README's learning runs and bench/vs_trl.py use. A step
-    # holds its batch in memory; 2^16 groups is far past any measured here.
-    groups_per_step: int = field(default=16, metadata=bounded(1, 2**16))
-    reward_correct: float = _REWARD.correct  # RewardSpec checks the three (reward_spec)
-    reward_format: float = _REWARD.format
-    answer_tag: str = _REWARD.tag
-    verify_fraction: float = field(default=1.0, metadata=bounded(0, 1))  # every group, as the README's runs
-    # steps, as eval_every: a killed run redoes at most 9
-    checkpoint_every: int = field(default=10, metadata=bounded(1, U63))
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        self.reward_spec  # validates the reward fields
-
-    @property
-    def reward_spec(self) -> RewardSpec:
-        return RewardSpec(self.reward_correct, self.reward_format, self.answer_tag)
-
-    @classmethod
-    def from_toml(cls, path: Path, **overrides) -> TrainConfig:
-        """Read a TOML file (top-level keys as here, GRPO keys under ``[grpo]``), then apply
-        overrides (the flags; see :meth:`from_dict`). A mistake in the file is a
-        :class:`~vrl.config.ConfigError` naming the file, the table and the key."""
-        with reading(path):
-            config = cls.from_dict(read_toml(path))
-        return cls.from_dict(asdict(config), **overrides) if overrides else config
-
-    @classmethod
-    def from_saved(cls, path: Path, **overrides) -> TrainConfig:
-        """A run's own ``config.toml``, as this or an earlier vrl wrote it, for ``--resume``:
-        keys an earlier version wrote that this one retired (:data:`RETIRED_KEYS`) are dropped
-        with a warning, so an upgrade alone does not strand a run. A file a user gives
-        (:meth:`from_toml`) is refused on them instead, naming where the setting went. Values
-        that this version checks more strictly than the one that wrote them (a ``group_size``
-        of 1, a learning rate above 1) are refused, naming the key, as from any file."""
-        with reading(path):
-            data = read_toml(path)
-        for (table, key), why in RETIRED_KEYS.items():
-            if isinstance(data.get(table), dict) and key in data[table]:
-                del data[table][key]
-                structlog.get_logger().warning("retired setting in the run's config ignored", file=str(path),
-                                               key=f"[{table}] {key}", why=why)
-        with reading(path):
-            config = cls.from_dict(data)
-        return cls.from_dict(asdict(config), **overrides) if overrides else config
-
-    @classmethod
-    def from_dict(cls, data: dict, **overrides) -> TrainConfig:
-        """A config from a table (what tomllib reads) and overrides (flags, ``grpo`` a dict of
-        its own; None is a flag not given). Unknown keys, wrong types and values out of range
-        are a :class:`~vrl.config.ConfigError` naming the table and the key."""
-        data = {**data, **{k: v for k, v in overrides.items() if v is not None and k != "grpo"}}
-        grpo = {k: v for k, v in overrides.get("grpo", {}).items() if v is not None}
-        if grpo:
-            table = data.get("grpo", {})
-            data["grpo"] = {**table, **grpo} if isinstance(table, dict) else table  # not a table: build says so
-        return build(cls, data)
-
-    def to_toml(self) -> str:
-        return to_toml(self)  # the [grpo] table last, as tomli-w writes tables
 
 
 def _audited(round_seed_: bytes, group_index: int, fraction: float) -> bool:
@@ -238,6 +128,11 @@ class Trainer:
         self._truncate_metrics(self.step_index)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         (self.run_dir / "config.toml").write_text(config.to_toml())
+        # Last: a tracker that cannot start (TrackerError) stops the run before it begins.
+        self.trackers = Trackers(config.report_to, self.run_dir, asdict(config), config.to_toml(), self.step_index,
+                                 warn=structlog.get_logger("vrl").warning)
+        for tracker in self.trackers.active:
+            self.log("reporting metrics", tracker=tracker.name, to=tracker.where)
 
     # -- the policy as the protocol sees it ------------------------------------------------
     def policy(self) -> Model:
@@ -263,10 +158,13 @@ class Trainer:
         os.replace(staging, self.metrics_path)
 
     def _append_metrics(self, record: dict) -> None:
+        """The one place a step's metrics are recorded: its line in metrics.jsonl, on disk, then
+        the same record to the trackers, which cannot change or lose that line."""
         with self.metrics_path.open("a") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        self.trackers.log(record)
 
     def evaluate(self, model: Model) -> dict[str, float]:
         """Held-out accuracy of the policy as it samples (the run's temperature, one fixed-seed
@@ -383,17 +281,21 @@ class Trainer:
 
     def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
         """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then
-        evaluates the final policy and returns that record."""
-        while self.step_index < self.config.steps and (deadline is None or time.perf_counter() < deadline):
-            record = self.step()
-            if on_step is not None:
-                on_step(record)
-        final = {"step": self.step_index, "policy_version": self.step_index, "final": True}
-        model = self.policy()
-        final["model_hash"] = model.model_hash.hex()
-        final.update(self.evaluate(model))
-        lines = self.metrics_path.read_text().splitlines() if self.metrics_path.exists() else []
-        if not any(json.loads(line).get("final") for line in lines if line.strip()):
-            self._append_metrics(final)
-        return final
+        evaluates the final policy and returns that record. The trackers are closed at the end,
+        however it ends."""
+        try:
+            while self.step_index < self.config.steps and (deadline is None or time.perf_counter() < deadline):
+                record = self.step()
+                if on_step is not None:
+                    on_step(record)
+            final = {"step": self.step_index, "policy_version": self.step_index, "final": True}
+            model = self.policy()
+            final["model_hash"] = model.model_hash.hex()
+            final.update(self.evaluate(model))
+            lines = self.metrics_path.read_text().splitlines() if self.metrics_path.exists() else []
+            if not any(json.loads(line).get("final") for line in lines if line.strip()):
+                self._append_metrics(final)
+            return final
+        finally:
+            self.trackers.close()
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -138,16 +137,6 @@ class Model:
         self.network.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
         return path
-
-
-# The forms resolve_device takes, for a config to check before anything is loaded (whether the
-# device exists is only known on the machine, when the model is loaded).
-_DEVICE_FORM = re.compile(r"auto|cpu|cuda(?::\d{1,4})?")
-
-
-def device_spec(text: str) -> str | None:
-    """What is wrong with the form of a device name (config field metadata), or None."""
-    return None if _DEVICE_FORM.fullmatch(text) else f"expected auto, cpu, cuda or cuda:N, got {text!r}"
 
 
 def resolve_device(name: str) -> torch.device:

@@ -15,9 +15,13 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+# torch and transformers are imported where a model or tokenizer is built: the recipe and the
+# presets' shapes are read by configs (vrl.rollouts.config) that `vrl train --help` imports.
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -83,6 +87,7 @@ def build_tokenizer(vocab_size: int = 258) -> PreTrainedTokenizerFast:
     the special tokens are 254 and 255.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     if vocab_size < 256:
         raise ValueError(f"a byte-level vocabulary needs at least 256 entries, not {vocab_size}")
@@ -98,6 +103,9 @@ def build_tokenizer(vocab_size: int = 258) -> PreTrainedTokenizerFast:
 def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Build a preset's network (float32) and tokenizer from code alone; ``name`` is one of
     :data:`PRESETS` (``load_model`` says so to a user who names another)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
     preset = PRESETS[name]
     tokenizer = build_tokenizer(preset.vocab)
     config = Qwen2Config(
