@@ -33,7 +33,7 @@ import structlog
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl.config import U63, bounded, build, check_fields, read_toml, reading, to_toml
+from vrl.config import U63, ConfigError, bounded, build, check_fields, checked, read_toml, reading, to_toml
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
@@ -45,7 +45,8 @@ from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, load_model
 from vrl.rollouts.record import Rollout, round_seed
-from vrl.tasks import HELD_OUT_SHARE, RewardSpec, TaskSet, open_task_set
+from vrl.tasks import HELD_OUT_SHARE, RewardError, RewardSpec, TaskSet, open_task_set, parse_spec
+from vrl.tasks.rewards import term_problem
 from vrl.rollouts.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
@@ -93,7 +94,7 @@ class LearnerConfig:
         check_fields(self, LearnerConfig)  # a subclass's further fields are its own to check
 
 
-_REWARD = RewardSpec()  # the reward's defaults are the spec's (specs/tasks.md §3)
+_REWARD = RewardSpec().as_legacy()  # the reward's defaults are the spec's (specs/rewards.md §2): (1.0, 0.0, "")
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,12 @@ class TrainConfig(LearnerConfig, GenerationConfig):
     # 16 groups x 8: the batch the README's learning runs and bench/vs_trl.py use. A step
     # holds its batch in memory; 2^16 groups is far past any measured here.
     groups_per_step: int = field(default=16, metadata=bounded(1, 2**16))
-    reward_correct: float = _REWARD.correct  # RewardSpec checks the three (reward_spec)
-    reward_format: float = _REWARD.format
-    answer_tag: str = _REWARD.tag
+    # The reward: terms in their text form (specs/rewards.md §5), e.g. ["answer:tag=answer",
+    # "format:0.1"]; empty means the three keys below, the exact answer plus a format reward.
+    reward: tuple[str, ...] = field(default=(), metadata=checked(term_problem))
+    reward_correct: float = _REWARD[0]  # RewardSpec.legacy checks the three (reward_spec)
+    reward_format: float = _REWARD[1]
+    answer_tag: str = _REWARD[2]
     verify_fraction: float = field(default=1.0, metadata=bounded(0, 1))  # every group, as the README's runs
     # steps, as eval_every: a killed run redoes at most 9
     checkpoint_every: int = field(default=10, metadata=bounded(1, U63))
@@ -117,11 +121,20 @@ class TrainConfig(LearnerConfig, GenerationConfig):
 
     def __post_init__(self) -> None:
         check_fields(self)
-        self.reward_spec  # validates the reward fields
+        if self.reward and (self.reward_correct, self.reward_format, self.answer_tag) != _REWARD:
+            raise ConfigError("give the reward either as reward terms or as reward_correct, reward_format and "
+                              "answer_tag, not both", ("reward",), type(self).__name__)
+        try:
+            self.reward_spec  # validates the terms together (each reward once)
+        except RewardError as error:
+            key = {"reward_spec.correct": "reward_correct", "reward_spec.format": "reward_format"}.get(error.field, "reward")
+            raise ConfigError(error.problem, (key,), type(self).__name__) from None
 
     @property
     def reward_spec(self) -> RewardSpec:
-        return RewardSpec(self.reward_correct, self.reward_format, self.answer_tag)
+        if self.reward:
+            return parse_spec(self.reward)
+        return RewardSpec.legacy(self.reward_correct, self.reward_format, self.answer_tag)
 
     @classmethod
     def from_toml(cls, path: Path, **overrides) -> TrainConfig:
