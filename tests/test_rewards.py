@@ -370,3 +370,29 @@ def test_a_weight_must_be_finite_and_bounded():
     for weight in (math.nan, math.inf, 2e6):
         with pytest.raises(RewardError, match="finite"):
             term("answer", weight)
+
+
+def test_a_reward_function_that_fails_is_a_reward_mismatch(tiny, node, sampling, plugin):
+    """An installed function that raises, or returns no finite float, on some completion: that
+    record is rejected as reward_mismatch, naming the function; the verifier does not crash."""
+    plugin.write_text("[vrl.rewards]\nfragile = vrl_fragile_reward:FRAGILE\n")
+    (plugin.parent.parent / "vrl_fragile_reward.py").write_text(textwrap.dedent("""
+        from vrl.tasks.rewards import RewardFunction
+
+        def _score(task, completion, params):
+            if params["mode"] == "raise":
+                raise ZeroDivisionError("division by zero")
+            return float("nan") if params["mode"] == "nan" else 1.0
+
+        FRAGILE = RewardFunction("acme.fragile", 1, {"mode": "ok"}, _score, uses_reference=False)
+    """))
+    registry.cache_clear()
+    group = vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, groups=1, group_size=2,
+                         reward_spec=parse_spec(["acme.fragile"]))
+    for mode, problem in (("raise", "ZeroDivisionError"), ("nan", "not a finite float")):
+        spec = parse_spec([f"acme.fragile:mode={mode}"])
+        changed = [r.signed(node, reward_spec=spec) for r in group]
+        for verdict in verify(changed, tiny):
+            assert (verdict.reason, verdict.stage) == (Reason.REWARD_MISMATCH, Stage.REWARD)
+            assert "acme.fragile/v1" in verdict.message and problem in verdict.message
+    sys.modules.pop("vrl_fragile_reward", None)

@@ -33,7 +33,7 @@ import structlog
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl.config import U63, ConfigError, bounded, build, check_fields, checked, read_toml, reading, to_toml
+from vrl.config import U63, ConfigError, bounded, build, check_fields, read_toml, reading, to_toml
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
@@ -46,7 +46,6 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, load_model
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import HELD_OUT_SHARE, RewardError, RewardSpec, TaskSet, open_task_set, parse_spec
-from vrl.tasks.rewards import term_problem
 from vrl.rollouts.verify import Expectations, verify
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
@@ -108,9 +107,8 @@ class TrainConfig(LearnerConfig, GenerationConfig):
     # 16 groups x 8: the batch the README's learning runs and bench/vs_trl.py use. A step
     # holds its batch in memory; 2^16 groups is far past any measured here.
     groups_per_step: int = field(default=16, metadata=bounded(1, 2**16))
-    # The reward: terms in their text form (specs/rewards.md §5), e.g. ["answer:tag=answer",
-    # "format:0.1"]; empty means the three keys below, the exact answer plus a format reward.
-    reward: tuple[str, ...] = field(default=(), metadata=checked(term_problem))
+    # Without terms in `reward` (GenerationConfig), the reward is these three keys: the exact
+    # answer plus a format reward, as a v2 record states it (specs/rewards.md §2).
     reward_correct: float = _REWARD[0]  # RewardSpec.legacy checks the three (reward_spec)
     reward_format: float = _REWARD[1]
     answer_tag: str = _REWARD[2]
@@ -124,10 +122,12 @@ class TrainConfig(LearnerConfig, GenerationConfig):
         if self.reward and (self.reward_correct, self.reward_format, self.answer_tag) != _REWARD:
             raise ConfigError("give the reward either as reward terms or as reward_correct, reward_format and "
                               "answer_tag, not both", ("reward",), type(self).__name__)
+        if self.reward:
+            self._check_reward()
         try:
-            self.reward_spec  # validates the terms together (each reward once)
+            self.reward_spec
         except RewardError as error:
-            key = {"reward_spec.correct": "reward_correct", "reward_spec.format": "reward_format"}.get(error.field, "reward")
+            key = "reward_format" if error.field == "reward_spec.format" else "reward_correct"
             raise ConfigError(error.problem, (key,), type(self).__name__) from None
 
     @property

@@ -10,13 +10,14 @@ import torch
 
 from proofs import commitment
 from proofs.sampler import SamplingParams
-from vrl.config import bounded, check_fields, checked, path_like
+from vrl.config import ConfigError, bounded, check_fields, checked, path_like
 from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, context_length, device_spec
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE, Rollout, sample_seed
-from vrl.tasks import RewardSpec, Task, TaskSet, assign, in_order, task_spec
+from vrl.tasks import RewardError, RewardSpec, Task, TaskSet, assign, in_order, parse_spec, task_spec
+from vrl.tasks.rewards import term_problem
 
 
 @dataclass
@@ -60,9 +61,25 @@ class GenerationConfig:
     # 128, so halving the passes took generation from 145 to 108 ms/step here (bench/vs_trl.py).
     # 2^16 rows is far past any batch a device here holds.
     generation_batch: int = field(default=128, metadata=bounded(1, 2**16))
+    # The reward: terms in their text form (specs/rewards.md §5), such as ["answer:tag=answer",
+    # "format:0.1"]. Empty is the default spec, the exact answer untagged (what the base model
+    # answers); on a network, every node's must agree, as the task's must.
+    reward: tuple[str, ...] = field(default=(), metadata=checked(term_problem))
 
     def __post_init__(self) -> None:
         check_fields(self, GenerationConfig)  # a subclass's further fields are its own to check
+        self._check_reward()
+
+    def _check_reward(self) -> None:
+        """The terms together (each reward once), beyond each term's own check."""
+        try:
+            self.reward_spec
+        except RewardError as error:
+            raise ConfigError(error.problem, ("reward",), type(self).__name__) from None
+
+    @property
+    def reward_spec(self) -> RewardSpec:
+        return parse_spec(self.reward) if self.reward else RewardSpec()
 
 
 #: What samples a batch's completions and captures the rows that commit them:

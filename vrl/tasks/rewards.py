@@ -265,7 +265,11 @@ def _refuse_committed(task: Task) -> None:
 
 
 def _score(t: RewardTerm, task: Task, completion: str) -> float:
-    value = t.function().score(task, completion, dict(t.params))
+    function = t.function()
+    try:
+        value = function.score(task, completion, dict(t.params))
+    except Exception as error:  # an installed function's bug, on one completion: named, never a crash
+        raise RewardError("reward_spec", f"reward {t.id} failed: {type(error).__name__}: {error}") from None
     if type(value) is not float or not math.isfinite(value):
         # A third-party function's bug must not become a float that differs between verifiers.
         raise RewardError("reward_spec", f"reward {t.id} returned {value!r}, not a finite float")
