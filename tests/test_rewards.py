@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 import vrl
 from tests.conftest import ROUND, TASKS
-from vrl.rollouts.codec import canonical_bytes
+from vrl.rollouts import codec
 from vrl.rollouts.record import RecordError, Rollout
 from vrl.rollouts.verify import Reason, Stage, verify
 from vrl.tasks import RewardSpec, RewardTerm, Task, parse_spec, term
 from vrl.tasks.answers import answers_match, extract_answer, has_format
-from vrl.tasks.rewards import BUILT_IN, RewardError, RewardUnknown, parse_term, registry
+from vrl.tasks.rewards import BUILT_IN, RewardError, RewardUnknown, canonical_bytes, parse_term, registry
 from vrl.tasks.sandbox import MAX_CODE_BYTES, code_reward, extract_code
 
 COMMITTED = "zk:" + "ab" * 32
@@ -133,6 +133,11 @@ def test_term_text_forms():
         parse_spec(["answer", "answer:tag=answer"])
 
 
+def test_the_identities_encoding_is_the_records():
+    spec = parse_spec(["numeric:abs_tol=0.5,tag=answer", "choice:choices=ABCDE", "length-penalty:-1:free=0"])
+    assert canonical_bytes(spec.to_wire()) == codec.canonical_bytes(spec.to_wire())
+
+
 def test_identity_covers_name_version_and_params_but_not_weight():
     a, b = term("numeric", abs_tol=0.5), term("numeric", 3.0, abs_tol=0.5)
     assert a.identity() == b.identity() and RewardSpec((a,)).digest() != RewardSpec((b,)).digest()
@@ -196,7 +201,7 @@ def test_any_reward_spec_in_a_record_decodes_or_is_a_record_error(honest, wire):
     """The record decoder's boundary: any reward_spec value is a record or a RecordError."""
     base = msgpack.unpackb(honest[0].to_bytes(), raw=False)
     try:
-        data = canonical_bytes({**base, "reward_spec": wire})
+        data = codec.canonical_bytes({**base, "reward_spec": wire})
     except (OverflowError, TypeError):  # an int past 64 bits has no msgpack encoding at all
         return
     try:

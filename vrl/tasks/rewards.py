@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from vrl.rollouts.codec import FieldError, canonical_bytes
+import msgpack
+
+from vrl.errors import VrlError
 from vrl.tasks.answers import answer_form, answers_match, committed_reference, extract_answer, has_format, parse_number
 from vrl.tasks.core import Task
 
@@ -46,10 +48,14 @@ Param = str | int | float | bool
 Params = Mapping[str, Param]
 
 
-class RewardError(FieldError):
+class RewardError(VrlError, ValueError):
     """A reward spec that cannot be used: a malformed term, a parameter of the wrong type or
     range, or a reward this machine does not have (:class:`RewardUnknown`). ``field`` names the
-    term and parameter (``reward_spec[1].params.abs_tol``)."""
+    term and parameter (``reward_spec[1].params.abs_tol``), ``problem`` what is wrong."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field, self.problem = field, problem
+        super().__init__(f"field {field!r}: {problem}")
 
 
 class RewardUnknown(RewardError):
@@ -132,6 +138,17 @@ class RewardTerm:
     def __str__(self) -> str:
         params = ",".join(f"{k}={_show(v)}" for k, v in self.params)
         return f"{self.id}:{self.weight:g}" + (f":{params}" if params else "")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """specs/record.md §2's canonical msgpack of a spec's values (maps with str keys, arrays,
+    str, int, float64, bool): what vrl.rollouts.codec writes for the record, here for the
+    identities, since this layer sits below that one (tests/test_layout.py)."""
+    def ordered(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {key: ordered(item[key]) for key in sorted(item)}  # UTF-8 order is code-point order
+        return [ordered(v) for v in item] if isinstance(item, list) else item
+    return msgpack.packb(ordered(value), use_bin_type=True, use_single_float=False, strict_types=True)
 
 
 def _show(value: Param) -> str:
