@@ -401,3 +401,61 @@ def test_a_reward_function_that_fails_is_a_reward_mismatch(tiny, node, sampling,
             assert (verdict.reason, verdict.stage) == (Reason.REWARD_MISMATCH, Stage.REWARD)
             assert "acme.fragile/v1" in verdict.message and problem in verdict.message
     sys.modules.pop("vrl_fragile_reward", None)
+
+
+# -- choosing the reward: configs and the command line --------------------------------------------
+
+
+def test_a_run_and_a_node_choose_their_reward_in_toml(tmp_path):
+    from tests.test_config import write
+    from vrl.config import ConfigError
+    from vrl.node.config import NodeConfig
+    from vrl.rl.train import TrainConfig
+
+    run = tmp_path / "train.toml"
+    run.write_text('reward = ["answer:tag=answer", "format:0.1", "length-penalty:0.2:free=100,span=50"]\n')
+    assert TrainConfig.from_toml(run).reward_spec == parse_spec(
+        ["answer:tag=answer", "format:0.1:tag=answer", "length-penalty:0.2:free=100,span=50"])
+    run.write_text('reward_format = 0.1\nanswer_tag = "answer"\n')  # the v2 keys still say the same
+    assert TrainConfig.from_toml(run).reward_spec == parse_spec(["answer:tag=answer", "format:0.1"])
+    for text, problem in [('reward = ["numeric:abs_tol=x"]\n', "reward[0]: 'numeric:abs_tol=x': abs_tol='x' is not"),
+                          ('reward = ["answer", "answer"]\n', "reward: reward answer appears twice"),
+                          ('reward = ["answer"]\nreward_format = 0.5\nanswer_tag = "a"\n', "reward: give the reward")]:
+        run.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            TrainConfig.from_toml(run)
+        assert str(caught.value).startswith(f"{run}: {problem}"), caught.value
+
+    node = write(tmp_path, '[work]\nreward = ["choice:choices=ABCDE,tag=answer"]\n')
+    assert NodeConfig.from_toml(node).work.reward_spec == parse_spec(["choice:choices=ABCDE,tag=answer"])
+    assert NodeConfig.from_toml(write(tmp_path, "")).work.reward_spec == RewardSpec()
+    with pytest.raises(ConfigError, match=r"\[work\] reward\[0\]: no reward named 'acme'"):
+        NodeConfig.from_toml(write(tmp_path, '[work]\nreward = ["acme"]\n'))
+
+
+def test_generate_takes_the_reward_and_refuses_one_a_private_task_set_cannot_prove(tmp_path):
+    from typer.testing import CliRunner
+
+    from vrl.cli import app
+
+    runner = CliRunner()
+    key = tmp_path / "node.pem"
+    assert runner.invoke(app, ["keygen", "--out", str(key)]).exit_code == 0
+    public = tmp_path / "tasks.jsonl"
+    public.write_text('{"id": "a", "prompt": "1+1=", "answer": "2"}\n')
+    private = tmp_path / "private.jsonl"
+    private.write_text(f'{{"id": "a", "prompt": "1+1=", "answer": "{COMMITTED}"}}\n')
+    common = ["generate", "--model", "tiny", "--key", str(key), "--groups", "1", "--group-size", "2",
+              "--max-new-tokens", "4"]
+    out = tmp_path / "r.vrl"
+    done = runner.invoke(app, [*common, "--task", str(public), "--out", str(out), "--reward", "numeric:abs_tol=1",
+                               "--reward", "length-penalty:0.5:free=0,span=4"])
+    assert done.exit_code == 0, done.output
+    assert {r.reward_spec for r in vrl.iter_records(out)} == {parse_spec(["numeric:abs_tol=1", "length-penalty:0.5:"
+                                                                          "free=0,span=4"])}
+    bad = runner.invoke(app, [*common, "--task", str(public), "--out", str(tmp_path / "x.vrl"), "--reward", "nope"])
+    assert bad.exit_code == 2 and "--reward no reward named 'nope'" in " ".join(bad.output.split())
+    refused = runner.invoke(app, [*common, "--task", str(private), "--out", str(tmp_path / "y.vrl"),
+                                  "--reward", "numeric"])
+    assert refused.exit_code == 2 and "needs the reference in the clear" in " ".join(refused.output.split())
+    assert not (tmp_path / "y.vrl").exists()
