@@ -272,10 +272,10 @@ def test_record_fields_are_the_encoders_both_ways():
     """specs/record.md §1's keys, and §2's sorted list, against the keys of an encoded record."""
     record = bytes.fromhex(json.loads((SPECS / "vectors" / "record.json").read_text())["record"])
     wire = msgpack.unpackb(record, raw=False)
-    keys = {key: set(wire[key]) for key in ("sampling", "reward_spec")}
+    keys = {"sampling": set(wire["sampling"]), "reward_spec[]": set(wire["reward_spec"][0])}
     from vrl.rollouts.record import _TOP_LEVEL
 
-    stated: dict[str, set[str]] = {"": set(), "sampling": set(), "reward_spec": set()}
+    stated: dict[str, set[str]] = {"": set(), "sampling": set(), "reward_spec[]": set()}
     optional = set()
     for row in table("record.md", "1. Record fields", "Key"):
         (key,) = spans(row["Key"])
@@ -285,7 +285,7 @@ def test_record_fields_are_the_encoders_both_ways():
             optional.add(name)
     assert stated[""] - optional == set(wire)  # the vector has no optional field
     assert stated[""] == _TOP_LEVEL and optional == {"hidden_hashes"}
-    assert stated["sampling"] == keys["sampling"] and stated["reward_spec"] == keys["reward_spec"]
+    assert stated["sampling"] == keys["sampling"] and stated["reward_spec[]"] == keys["reward_spec[]"]
     section = read("record.md", "2. Canonical encoding and signing")
     top = re.search(r"The sorted top-level keys are:\s*`([^`]+)`", section)
     nested = re.search(r"The sorted `sampling` keys are: `([^`]+)`", section)

@@ -10,6 +10,7 @@ import math
 import vrl
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 import torch
@@ -22,6 +23,7 @@ from vrl.rollouts.model import weights_hash
 from vrl.rollouts.record import SIGNING_DOMAIN, Rollout, round_seed, sample_seed
 from vrl.rollouts.sequential import RaceTest
 from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_index, is_held_out
+from vrl.tasks.rewards import BUILT_IN
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
 
@@ -91,6 +93,17 @@ def test_record_vector():
     assert rollout.signed(key).signature.hex() == vectors["signature"]  # Ed25519 is deterministic
 
 
+def test_a_version_2_record_is_still_read_as_it_was_signed():
+    """specs/record.md §1 version history: v2's reward_spec {correct, format, tag} decodes to
+    the spec it maps to, and re-encodes byte for byte, so its signature still checks."""
+    vectors = load("record")
+    legacy, current = (Rollout.from_bytes(bytes.fromhex(vectors[k])) for k in ("record_v2", "record"))
+    assert legacy.version == 2 and current.version == 3
+    assert legacy.to_bytes().hex() == vectors["record_v2"] and legacy.signature_valid()
+    assert legacy.reward_spec == current.reward_spec == RewardSpec()
+    assert msgpack.unpackb(bytes.fromhex(vectors["record_v2"]))["reward_spec"] == {"correct": 1.0, "format": 0.0, "tag": ""}
+
+
 def test_tiny_preset_model_hash(tiny):
     assert tiny.model_hash.hex() == load("model")["tiny"]["model_hash"]
 
@@ -143,8 +156,25 @@ def test_task_vectors():
         task = Arithmetic.parse(case["spec"]).task(case["index"])
         assert (task.id, task.prompt, task.answer) == (case["id"], case["prompt"], case["answer"])
     for case in vectors["rewards"]:
-        spec = RewardSpec(**case["reward_spec"])
-        assert spec.reward(Task("t", "", case["reference"]), case["completion"]) == case["reward"], case
+        spec = RewardSpec.from_wire(case["reward_spec"])
+        assert spec.to_wire() == case["reward_spec"]
+        assert spec.digest().hex() == case["digest"]
+        assert [t.identity().hex() for t in spec.terms] == case["term_identities"]
+        for scored in case["completions"]:
+            assert spec.reward(Task("t", "", case["reference"]), scored["completion"]) == scored["reward"], scored
+    assert {t["name"] for case in vectors["rewards"] for t in case["reward_spec"]} == {f.name for f in BUILT_IN}
+
+
+def test_reward_identities_written_out():
+    """specs/rewards.md §1, with hashlib and msgpack only: a term's identity and a spec's digest."""
+    case = load("tasks")["rewards"][1]
+    for term, identity in zip(case["reward_spec"], case["term_identities"], strict=True):
+        body = {"name": term["name"], "params": dict(sorted(term["params"].items())), "version": term["version"]}
+        packed = msgpack.packb(dict(sorted(body.items())), use_bin_type=True, use_single_float=False)
+        assert hashlib.sha256(b"vrl/reward/v1\x00" + packed).hexdigest() == identity
+    terms = [dict(sorted({**t, "params": dict(sorted(t["params"].items()))}.items())) for t in case["reward_spec"]]
+    packed = msgpack.packb(terms, use_bin_type=True, use_single_float=False)
+    assert hashlib.sha256(b"vrl/reward-spec/v1\x00" + packed).hexdigest() == case["digest"]
 
 
 def test_network_vectors():

@@ -177,6 +177,8 @@ def _trusted_srs(srs: Optional[Path], allow_dev: bool) -> list:
 
 
 DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
+REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, summed (specs/rewards.md §5): answer, "
+               "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")
 
 
 def _load(model: str, dtype: Optional[str], device: str):
@@ -231,6 +233,7 @@ def generate(
     hidden_states: Annotated[bool, typer.Option(help="Commit each sampled token's hidden state (Poseidon hash) for "
                                                 "sampling proofs, and keep the rows in OUT.hidden (vrl prove "
                                                 "--kind sampling).")] = False,
+    reward: Annotated[Optional[list[str]], typer.Option(help=REWARD_HELP)] = None,
 ):
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     configure_logging(json_output)
@@ -238,11 +241,15 @@ def generate(
     from vrl.rollouts.generate import GenerationStats, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
     from vrl.rollouts.keys import KeyFileError, NodeKey
-    from vrl.tasks import RewardSpec
+    from vrl.tasks import RewardError, RewardSpec, parse_spec
     from vrl.tasks.answers import committed_reference
     from vrl.zk import ZkFileError
 
     seed = parse_round_seed(round_seed)
+    try:
+        reward_spec = parse_spec(reward) if reward else RewardSpec()
+    except RewardError as error:
+        raise _fail(f"--reward {error.problem}") from None
     try:
         node_key = NodeKey.load(key)
     except KeyFileError as error:
@@ -253,10 +260,12 @@ def generate(
         if answers is not None:
             answer_key = _answer_key(answers)
             answer_key.check(getattr(tasks, "tasks", ()))
-            score = answer_key.scorer(RewardSpec())
-        else:  # a committed reference's record claims its public reward (specs/zk.md §11)
-            for t in getattr(tasks, "tasks", ()):
-                committed_reference(t.answer)  # a malformed zk: reference is refused here, not per record
+            score = answer_key.scorer(reward_spec)
+        # A committed reference's record claims its public reward (specs/zk.md §11), which a
+        # reward reading the reference in the clear cannot give (specs/rewards.md §4).
+        committed = [t for t in getattr(tasks, "tasks", ()) if committed_reference(t.answer) is not None]
+        if committed and (problem := reward_spec.provable()):
+            raise _fail(f"{task}: task {committed[0].id!r} has a committed reference: {problem}")
     except (ValueError, ZkFileError) as error:  # a malformed zk: reference; a key that does not open one
         raise _fail(f"{task}: {error}") from None
     loaded = _load(model, dtype, device)
@@ -288,7 +297,7 @@ def generate(
             task_bar = bar.add_task("generating groups", total=groups)
             for group in iter_generate(loaded, tasks, node_key, round_seed=seed, sampling=sampling, groups=groups,
                                        group_size=group_size, policy_version=policy_version,
-                                       batch_size=batch_size, stats=stats, score=score,
+                                       batch_size=batch_size, stats=stats, score=score, reward_spec=reward_spec,
                                        witness=(lambda r, rows: witness_rows.append((r, rows)))
                                        if witness_rows is not None else None):
                 for rollout in group:
@@ -516,7 +525,7 @@ def inspect(
                              "policy_version": item.policy_version, "model_hash": item.model_hash.hex(),
                              "prompt_tokens": len(item.prompt_tokens), "completion_tokens": len(item.completion_tokens),
                              "finish_reason": item.finish_reason, "reward": item.reward,
-                             "temperature": item.sampling.temperature, "commitment_bytes": len(item.commitment)})
+                             "reward_spec": str(item.reward_spec), "temperature": item.sampling.temperature, "commitment_bytes": len(item.commitment)})
     except RolloutFileError as error:
         raise _fail(str(error)) from None
     if json_output:
@@ -859,6 +868,7 @@ def train(
     aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
     kl_beta: Annotated[Optional[float], typer.Option(help="Weight of the KL penalty.")] = None,
     iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
+    reward: Annotated[Optional[list[str]], typer.Option(help=REWARD_HELP)] = None,
     device: Annotated[Optional[str], typer.Option(help=DEVICE_HELP)] = None,
     report_to: Annotated[Optional[list[str]], typer.Option(metavar="<name,...>", help=(
         "Where each step's metrics go besides RUN/metrics.jsonl, as TRL's report_to: wandb, tensorboard, all "
@@ -880,7 +890,8 @@ def train(
     flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
              "learning_rate": learning_rate, "verify_fraction": verify_fraction, "device": device,
-             "report_to": trackers, "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
+             "report_to": trackers, "reward": tuple(reward) if reward else None,
+             "grpo": {"advantage": advantage, "aggregation": aggregation, "kl_beta": kl_beta,
                       "iterations": iterations}}
     saved = run_dir / "config.toml"
     try:

@@ -18,7 +18,7 @@ from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model, weights_hash
 from vrl.rollouts.record import Rollout, round_seed, sample_seed
-from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_draws, assignment_index, is_held_out
+from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_draws, assignment_index, is_held_out, parse_spec
 
 VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
 SEED = hashlib.sha256(b"vrl test vector seed").digest()
@@ -68,17 +68,43 @@ def record_vectors() -> dict:
         sampling=SamplingParams(1.0, 0, 1.0, 64, (256,)), behaviour_logprobs=(-0.5, -1.25), reward=1.0,
         reward_spec=RewardSpec(), commitment=b"\x01\x20\x03" + bytes(8),
     ).signed(key)
+    # The same record as version 2 wrote it (reward_spec {correct, format, tag}): still read.
+    legacy = Rollout.from_bytes(rollout.to_bytes()).signed(key, version=2)
     return {"private_key_seed": hashlib.sha256(b"vrl test vector key").hexdigest(), "node_id": key.node_id.hex(),
             "signing_payload": rollout.signing_payload().hex(), "record": rollout.to_bytes().hex(),
-            "signature": rollout.signature.hex()}
+            "signature": rollout.signature.hex(), "record_v2": legacy.to_bytes().hex()}
+
+
+#: Reward cases (specs/rewards.md §3): each built-in, on completions that score and that do not.
+REWARD_CASES = [
+    (["answer"], "5", ["5", "the answer is 5", "\\boxed{\\frac{10}{2}}", "4"]),
+    (["answer:tag=answer", "format:0.1"], "5", ["<answer>5</answer>", "<answer>1,234</answer>",
+                                                "<answer>5</answer> trailing", "5"]),
+    (["numeric:abs_tol=0.01,rel_tol=0.0"], "3.14159", ["3.14", "3.15", "\\boxed{\\frac{22}{7}}", "pi"]),
+    (["numeric:rel_tol=0.1,tag=answer"], "-200", ["<answer>-181</answer>", "<answer>-179</answer>", "-200"]),
+    (["choice:choices=ABCDE"], "C", ["I pick (C).", "A cat: C, not D", "C or E? E", "none"]),
+    (["choice:tag=answer"], "(B)", ["<answer>B</answer>", "<answer>(B).</answer>", "<answer>b</answer>"]),
+    (["answer", "length-penalty:0.5:free=4,span=8"], "5", ["5", "so 5", "after a long while, 5", "it is 4"]),
+    (["code:time_ms=2000,memory_mb=256"], "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n",
+     ["```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a - b\n```",
+      "```python\nimport os\nos._exit(0)\n```", "def add(a, b): return a + b"]),
+]
+
+
+def reward_vectors() -> list[dict]:
+    cases = []
+    for texts, reference, completions in REWARD_CASES:
+        spec = parse_spec(texts)
+        cases.append({"reward_spec": spec.to_wire(), "digest": spec.digest().hex(),
+                      "term_identities": [t.identity().hex() for t in spec.terms], "reference": reference,
+                      "completions": [{"completion": text, "reward": spec.reward(Task("t", "", reference), text)}
+                                      for text in completions]})
+    return cases
 
 
 def task_vectors() -> dict:
     node = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest()).node_id
     generators = [Arithmetic(), Arithmetic(digits=3, operations="+-*", terms=3)]
-    completions = [("5", "5"), ("the answer is 5", "5"), ("<answer>5</answer>", "5"), ("<answer>1,234</answer>", "1234"),
-                   ("\\boxed{\\frac{1}{2}}", "1/2"), ("<answer>0.5</answer> trailing", "1/2"), ("4", "5")]
-    specs = [RewardSpec(), RewardSpec(1.0, 0.1, "answer")]
     return {
         "round_seed": [{"checkpoint_hash": bytes(range(32)).hex(), "round": r, "round_seed": round_seed(bytes(range(32)), r).hex()}
                        for r in (0, 1, 2**40)],
@@ -93,10 +119,7 @@ def task_vectors() -> dict:
                    for g in (0, *_skipping_groups(node, 2))],
         "arithmetic": [{"spec": gen.name, "index": i, "prompt": gen.task(i).prompt, "answer": gen.task(i).answer,
                         "id": gen.task(i).id} for gen in generators for i in (0, 1, 2**63 + 5)],
-        "rewards": [{"reward_spec": {"correct": spec.correct, "format": spec.format, "tag": spec.tag},
-                     "reference": reference, "completion": text,
-                     "reward": spec.reward(Task("t", "", reference), text)}
-                    for spec in specs for text, reference in completions],
+        "rewards": reward_vectors(),
     }
 
 

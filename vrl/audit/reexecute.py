@@ -33,7 +33,7 @@ from vrl.rollouts.model import Model, ModelError, bit_exact_platform, platform_t
 from vrl.rollouts.record import round_seed
 from vrl.rollouts.sequential import RACE_LOSSES
 from vrl.rollouts.verify import Expectations, verify
-from vrl.tasks import RewardSpec, TaskFileError, open_task_set
+from vrl.tasks import TaskFileError, open_task_set
 from vrl.tasks.answers import committed_reference
 
 # Policy versions held in memory at once: re-verification walks groups by version, and a
@@ -97,7 +97,7 @@ class Models:
         return Expectations(tasks=self.tasks, round_seed=round_seed(a.model_hash, a.version),
                             sampling=SamplingParams(work.temperature, 0, 1.0, work.max_new_tokens,
                                                     self.base.stop_token_ids),
-                            reward_spec=RewardSpec(), correctness_later=self.private)
+                            reward_spec=work.reward_spec, correctness_later=self.private)
 
     def step_rewards(self, groups: list[Group], proofs: bytes) -> tuple[list[list[float]], str | None]:
         """A private task set's step: what it must have trained on, and why it is at fault
@@ -340,7 +340,7 @@ def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share:
         return
     work, count = run.config.work, run.config.train.held_out
     evaluation = held_out(models.tasks, count)
-    spec = RewardSpec()
+    spec = work.reward_spec  # the network's reward ([work] reward), as its nodes pinned it
     versions = sorted(claims)
     chosen = [v for v in versions if v in (versions[0], versions[-1]) or sampled(run.policies[v].id, share)]
     series = []

@@ -46,7 +46,7 @@ from vrl.rl.step import MAX_STEP_CONFIG_BYTES, PolicyForward
 from vrl.rollouts.model import context_length, platform_tag
 from vrl.rollouts.profiles import profile_of
 from vrl.rollouts.record import Rollout, round_seed
-from vrl.tasks import RewardSpec, TaskList, open_task_set
+from vrl.tasks import TaskList, open_task_set
 from vrl.tasks.answers import committed_reference
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.verify import Expectations
@@ -123,7 +123,9 @@ class Node:
         if config.zk.answers and not self.private:
             raise ConfigError("answers is the answer key of a private task set; this [work] task has no committed "
                               "reference (vrl commit-answers)", ("zk", "answers"))
-        self.reward_spec = RewardSpec()
+        self.reward_spec = config.work.reward_spec  # checked when the config was made
+        if self.private and (problem := self.reward_spec.provable()):
+            raise ConfigError(problem, ("work", "reward"))
         torch.set_num_threads(config.torch_threads)
         # The node.toml's tables go through as they are: each is its library's config.
         self.work = work(key, WorkConfig(**as_kwargs(config.work), tasks=self.tasks,

@@ -13,10 +13,10 @@ from typing import ClassVar
 
 import structlog
 
-from vrl.config import U63, bounded, build, check_fields, checked, one_of, read_toml, reading, to_toml
+from vrl.config import U63, ConfigError, bounded, build, check_fields, checked, one_of, read_toml, reading, to_toml
 from vrl.rl.trackers import TRACKERS
 from vrl.rollouts.config import GenerationConfig
-from vrl.tasks import RewardSpec
+from vrl.tasks import RewardError, RewardSpec, parse_spec
 
 ADVANTAGES = ("std", "mean")
 AGGREGATIONS = ("token", "sequence", "constant")
@@ -100,7 +100,7 @@ class LearnerConfig:
         check_fields(self, LearnerConfig)  # a subclass's further fields are its own to check
 
 
-_REWARD = RewardSpec()  # the reward's defaults are the spec's (specs/tasks.md §3)
+_REWARD = RewardSpec().as_legacy()  # the reward's defaults are the spec's (specs/rewards.md §2): (1.0, 0.0, "")
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,11 @@ class TrainConfig(LearnerConfig, GenerationConfig):
     # 16 groups x 8: the batch the README's learning runs and bench/vs_trl.py use. A step
     # holds its batch in memory; 2^16 groups is far past any measured here.
     groups_per_step: int = field(default=16, metadata=bounded(1, 2**16))
-    reward_correct: float = _REWARD.correct  # RewardSpec checks the three (reward_spec)
-    reward_format: float = _REWARD.format
-    answer_tag: str = _REWARD.tag
+    # Without terms in `reward` (GenerationConfig), the reward is these three keys: the exact
+    # answer plus a format reward, as a v2 record states it (specs/rewards.md §2).
+    reward_correct: float = _REWARD[0]  # RewardSpec.legacy checks the three (reward_spec)
+    reward_format: float = _REWARD[1]
+    answer_tag: str = _REWARD[2]
     verify_fraction: float = field(default=1.0, metadata=bounded(0, 1))  # every group, as the README's runs
     # steps, as eval_every: a killed run redoes at most 9
     checkpoint_every: int = field(default=10, metadata=bounded(1, U63))
@@ -124,11 +126,22 @@ class TrainConfig(LearnerConfig, GenerationConfig):
 
     def __post_init__(self) -> None:
         check_fields(self)
-        self.reward_spec  # validates the reward fields
+        if self.reward and (self.reward_correct, self.reward_format, self.answer_tag) != _REWARD:
+            raise ConfigError("give the reward either as reward terms or as reward_correct, reward_format and "
+                              "answer_tag, not both", ("reward",), type(self).__name__)
+        if self.reward:
+            self._check_reward()
+        try:
+            self.reward_spec
+        except RewardError as error:
+            key = "reward_format" if error.field == "reward_spec.format" else "reward_correct"
+            raise ConfigError(error.problem, (key,), type(self).__name__) from None
 
     @property
     def reward_spec(self) -> RewardSpec:
-        return RewardSpec(self.reward_correct, self.reward_format, self.answer_tag)
+        if self.reward:
+            return parse_spec(self.reward)
+        return RewardSpec.legacy(self.reward_correct, self.reward_format, self.answer_tag)
 
     @classmethod
     def from_toml(cls, path: Path, **overrides) -> TrainConfig:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vrl.config import bounded, check_fields, checked, path_like
+from vrl.config import ConfigError, bounded, check_fields, checked, path_like
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE
-from vrl.tasks import task_spec
+from vrl.tasks import RewardError, RewardSpec, parse_spec, task_spec
+from vrl.tasks.rewards import term_problem
 
 # The forms resolve_device takes, for a config to check before anything is loaded (whether the
 # device exists is only known on the machine, when the model is loaded).
@@ -54,6 +55,22 @@ class GenerationConfig:
     # 128, so halving the passes took generation from 145 to 108 ms/step here (bench/vs_trl.py).
     # 2^16 rows is far past any batch a device here holds.
     generation_batch: int = field(default=128, metadata=bounded(1, 2**16))
+    # The reward: terms in their text form (specs/rewards.md §5), such as ["answer:tag=answer",
+    # "format:0.1"]. Empty is the default spec, the exact answer untagged (what the base model
+    # answers); on a network, every node's must agree, as the task's must.
+    reward: tuple[str, ...] = field(default=(), metadata=checked(term_problem))
 
     def __post_init__(self) -> None:
         check_fields(self, GenerationConfig)  # a subclass's further fields are its own to check
+        self._check_reward()
+
+    def _check_reward(self) -> None:
+        """The terms together (each reward once), beyond each term's own check."""
+        try:
+            self.reward_spec
+        except RewardError as error:
+            raise ConfigError(error.problem, ("reward",), type(self).__name__) from None
+
+    @property
+    def reward_spec(self) -> RewardSpec:
+        return parse_spec(self.reward) if self.reward else RewardSpec()

@@ -22,8 +22,13 @@ from proofs.zk import FELT_BYTES, FIELD_MODULUS
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, packed_array, real, take, text
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.tasks import RewardSpec, Task
+from vrl.tasks.rewards import RewardError
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
+#: Versions this reader decodes: v2 (reward_spec as {correct, format, tag}) is read as the v3
+#: spec it maps to (specs/record.md version history), and re-encoded as it was, so records of
+#: earlier runs still verify and audit.
+READABLE_VERSIONS = (2, 3)
 SIGNING_DOMAIN = b"vrl/rollout/v1\x00"
 SAMPLE_SEED_DOMAIN = b"vrl/sample-seed/v1\x00"
 ROUND_SEED_DOMAIN = b"vrl/round-seed/v1\x00"
@@ -112,6 +117,9 @@ class Rollout:
     # 32 bytes per completion token, for sampling proofs at challenged positions (specs/zk.md
     # §10). Empty, and then absent from the encoding, for a record without them.
     hidden_hashes: bytes = b""
+    #: The record version it is encoded as: RECORD_VERSION for every new record; 2 for one
+    #: decoded from a v2 file, so it re-encodes (and its signature checks) as it was signed.
+    version: int = RECORD_VERSION
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -131,7 +139,7 @@ class Rollout:
     # -- encoding -------------------------------------------------------------------------
     def _wire(self, with_signature: bool) -> dict[str, Any]:
         wire = {
-            "v": RECORD_VERSION,
+            "v": self.version,
             "node_id": self.node_id,
             "model_hash": self.model_hash,
             "policy_version": self.policy_version,
@@ -154,11 +162,7 @@ class Rollout:
             },
             "behaviour_logprobs": _pack_f32(self.behaviour_logprobs),
             "reward": float(self.reward),
-            "reward_spec": {
-                "correct": float(self.reward_spec.correct),
-                "format": float(self.reward_spec.format),
-                "tag": self.reward_spec.tag,
-            },
+            "reward_spec": self._reward_spec_wire(),
             "commitment": self.commitment,
         }
         if self.hidden_hashes:
@@ -166,6 +170,14 @@ class Rollout:
         if with_signature:
             wire["signature"] = self.signature
         return wire
+
+    def _reward_spec_wire(self) -> Any:
+        if self.version == RECORD_VERSION:
+            return self.reward_spec.to_wire()
+        legacy = self.reward_spec.as_legacy()
+        if self.version != 2 or legacy is None:
+            raise ValueError(f"a v{self.version} record cannot state the reward {self.reward_spec}")
+        return {"correct": float(legacy[0]), "format": float(legacy[1]), "tag": legacy[2]}
 
     def signing_payload(self) -> bytes:
         """What the signature covers: the domain tag and the canonical record less the signature."""
@@ -216,17 +228,16 @@ _TOP_LEVEL = {
 }
 #: A hidden-state hash: a BN254 field element, little-endian.
 HIDDEN_HASH_BYTES = FELT_BYTES
-_NESTED = {
-    "sampling": {"temperature", "top_k", "top_p", "max_new_tokens", "stop_token_ids"},
-    "reward_spec": {"correct", "format", "tag"},
-}
+_NESTED = {"sampling": {"temperature", "top_k", "top_p", "max_new_tokens", "stop_token_ids"}}
+#: A v2 record's reward_spec keys.
+_LEGACY_REWARD = {"correct", "format", "tag"}
 
 
 def _from_wire(wire: dict) -> Rollout:
     version = take(wire, "v", int)
-    if version != RECORD_VERSION:
-        raise RecordError("v", f"unknown record version {version} (this reader knows {RECORD_VERSION})",
-                          kind=RecordFault.UNKNOWN_VERSION)
+    if version not in READABLE_VERSIONS:
+        raise RecordError("v", f"unknown record version {version} (this reader knows "
+                               f"{', '.join(map(str, READABLE_VERSIONS))})", kind=RecordFault.UNKNOWN_VERSION)
     unknown = set(wire) - _TOP_LEVEL
     if unknown:
         raise RecordError(str(sorted(unknown, key=repr)[0]), "unknown field")
@@ -264,14 +275,7 @@ def _from_wire(wire: dict) -> Rollout:
     if not prompt_tokens:
         raise RecordError("prompt_tokens", "empty")
     group_size = integer(wire, "group_size", 1, MAX_GROUP_SIZE)
-    spec_wire = wire["reward_spec"]
-    try:
-        reward_spec = RewardSpec(real(spec_wire, "correct", "reward_spec."), real(spec_wire, "format", "reward_spec."),
-                                 take(spec_wire, "tag", str, "reward_spec."))
-    except ValueError as error:
-        if isinstance(error, FieldError):
-            raise
-        raise RecordError("reward_spec", str(error)) from None
+    reward_spec = _reward_spec(wire, version)
     hidden_hashes = take(wire, "hidden_hashes", bytes) if "hidden_hashes" in wire else b""
     if "hidden_hashes" in wire and len(hidden_hashes) != HIDDEN_HASH_BYTES * len(completion):
         raise RecordError("hidden_hashes", f"{len(hidden_hashes)} bytes: one {HIDDEN_HASH_BYTES}-byte hash per "
@@ -300,4 +304,27 @@ def _from_wire(wire: dict) -> Rollout:
         commitment=take(wire, "commitment", bytes),
         signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES),
         hidden_hashes=hidden_hashes,
+        version=version,
     )
+
+
+def _reward_spec(wire: dict, version: int) -> RewardSpec:
+    """The record's reward spec: v3's array of terms, or v2's ``{correct, format, tag}`` as
+    the spec it maps to (specs/record.md §1)."""
+    if "reward_spec" not in wire:
+        raise RecordError("reward_spec", "missing")
+    if version == RECORD_VERSION:
+        try:
+            return RewardSpec.from_wire(wire["reward_spec"])
+        except RewardError as error:
+            raise RecordError(error.field, error.problem) from None
+    legacy = take(wire, "reward_spec", dict)
+    if unknown := set(legacy) - _LEGACY_REWARD:
+        raise RecordError(f"reward_spec.{sorted(unknown, key=repr)[0]}", "unknown field")
+    tag = take(legacy, "tag", str, "reward_spec.")
+    if not (tag == "" or tag.isidentifier()) or len(tag) > 32:
+        raise RecordError("reward_spec.tag", f"must be empty or a short identifier, got {tag[:40]!r}")
+    try:
+        return RewardSpec.legacy(real(legacy, "correct", "reward_spec."), real(legacy, "format", "reward_spec."), tag)
+    except RewardError as error:
+        raise RecordError(error.field, error.problem) from None

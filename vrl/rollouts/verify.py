@@ -32,7 +32,7 @@ from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
-from vrl.tasks import RewardSpec, TaskSet, assign, in_order
+from vrl.tasks import RewardError, RewardSpec, TaskSet, assign, in_order
 from vrl.tasks.answers import committed_reference
 from vrl.rollouts.workers import map_in_slices
 
@@ -67,6 +67,7 @@ class Reason(StrEnum):
     ROUND_SEED_MISMATCH = "round_seed_mismatch"
     SAMPLING_PARAMS_MISMATCH = "sampling_params_mismatch"
     REWARD_SPEC_MISMATCH = "reward_spec_mismatch"
+    REWARD_UNKNOWN = "reward_unknown"  # a reward (name/version) this verifier does not have (specs/rewards.md §6)
     STOP_TOKENS_MISMATCH = "stop_tokens_mismatch"
     ASSIGNMENT_INVALID = "assignment_invalid"
     TOO_MANY_TOKENS = "too_many_tokens"
@@ -107,7 +108,7 @@ _STAGES: dict[Reason, Stage] = {
                      Reason.UNKNOWN_VERSION), Stage.SCHEMA),
     Reason.BAD_SIGNATURE: Stage.SIGNATURE,
     **dict.fromkeys((Reason.MODEL_MISMATCH, Reason.ROUND_SEED_MISMATCH, Reason.SAMPLING_PARAMS_MISMATCH,
-                     Reason.REWARD_SPEC_MISMATCH, Reason.STOP_TOKENS_MISMATCH, Reason.ASSIGNMENT_INVALID,
+                     Reason.REWARD_SPEC_MISMATCH, Reason.REWARD_UNKNOWN, Reason.STOP_TOKENS_MISMATCH, Reason.ASSIGNMENT_INVALID,
                      Reason.TOO_MANY_TOKENS, Reason.TASK_NOT_ASSIGNED, Reason.TASK_MISMATCH, Reason.PROMPT_MISMATCH,
                      Reason.TOKEN_OUT_OF_VOCAB, Reason.GROUP_INCONSISTENT, Reason.DUPLICATE_SAMPLE,
                      Reason.GROUP_INCOMPLETE), Stage.BINDING),
@@ -224,6 +225,11 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
         raise _Rejected(Reason.SAMPLING_PARAMS_MISMATCH, f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
     if expect.reward_spec is not None and rollout.reward_spec != expect.reward_spec:
         raise _Rejected(Reason.REWARD_SPEC_MISMATCH, f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
+    # Before the prefill: a reward this verifier cannot recompute is refused, never accepted,
+    # and costs no model work (specs/rewards.md §6).
+    if unknown := rollout.reward_spec.unknown():
+        raise _Rejected(Reason.REWARD_UNKNOWN, f"rewarded with {', '.join(unknown)}, which this verifier does not "
+                        f"have installed: it cannot recompute the reward (specs/rewards.md §6)")
     if rollout.sampling.stop_token_ids != model.stop_token_ids:
         raise _Rejected(Reason.STOP_TOKENS_MISMATCH, f"stop tokens {rollout.sampling.stop_token_ids} "
                    f"are not the model's {model.stop_token_ids}")
@@ -380,7 +386,12 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     except ValueError as error:
         raise _Rejected(Reason.REWARD_UNPROVEN, str(error)) from None
     if committed is None:
-        recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
+        try:
+            recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
+        except RewardError as error:  # an installed function that returned no finite float
+            raise _Rejected(Reason.REWARD_MISMATCH, error.problem) from None
+    elif problem := rollout.reward_spec.provable():
+        raise _Rejected(Reason.REWARD_UNPROVEN, problem)
     else:
         public = rollout.reward_spec.reward_given(False, text)
         if proven_answer(rollout.reward_spec, text) is None:

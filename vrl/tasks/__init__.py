@@ -1,7 +1,8 @@
 """Verifiable tasks: what a node is assigned, and the reward a verifier recomputes.
 
 A reward is a pure function of ``(task, completion text, reward spec)``, so any verifier
-recomputes it bit for bit (specs/tasks.md). A node does not choose its tasks: group ``g`` of
+recomputes it bit for bit; a spec is a weighted sum of named, versioned reward functions
+(:mod:`vrl.tasks.rewards`, specs/rewards.md). A node does not choose its tasks: group ``g`` of
 a round is ``task_set.task(assignment_index(round_seed, node_id, g, 0))``, a hash no node can
 steer once the round seed is public, and the verifier recomputes the same assignment. One
 problem in 16, by the hash of its prompt, is held out for evaluation: assignment draws again
@@ -18,10 +19,10 @@ from pathlib import Path
 from vrl.config import path_like
 from vrl.tasks.arithmetic import Arithmetic
 from vrl.tasks.core import (
-    HELD_OUT_SHARE, RewardSpec, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index, in_order,
-    is_held_out,
+    HELD_OUT_SHARE, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index, in_order, is_held_out,
 )
 from vrl.tasks.files import read_task_file
+from vrl.tasks.rewards import RewardError, RewardFunction, RewardSpec, RewardTerm, parse_spec, term
 
 
 def open_task_set(spec: str) -> tuple[TaskSet, list[TaskFileError]]:
@@ -52,6 +53,7 @@ def task_spec(text: str) -> str | None:
 
 
 __all__ = [
-    "HELD_OUT_SHARE", "Arithmetic", "RewardSpec", "Task", "TaskFileError", "TaskList", "TaskSet", "assign",
-    "assignment_draws", "assignment_index", "in_order", "is_held_out", "open_task_set", "read_task_file", "task_spec",
+    "HELD_OUT_SHARE", "Arithmetic", "RewardError", "RewardFunction", "RewardSpec", "RewardTerm", "Task", "TaskFileError",
+    "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index", "in_order", "is_held_out", "open_task_set",
+    "parse_spec", "read_task_file", "task_spec", "term",
 ]

@@ -1,5 +1,5 @@
-"""The task core: tasks, task sets, assignment, the held-out split and the reward
-(specs/tasks.md). :mod:`vrl.tasks` is its face, with the two task sets beside it."""
+"""The task core: tasks, task sets, assignment and the held-out split (specs/tasks.md); the
+reward is :mod:`vrl.tasks.rewards`. :mod:`vrl.tasks` is its face, with the two task sets beside it."""
 
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vrl.errors import VrlError
-from vrl.tasks.answers import answer_form, answers_match, committed_reference, extract_answer, has_format
 
 ASSIGNMENT_DOMAIN = b"vrl/assignment/v2\x00"
 HELD_OUT_DOMAIN = b"vrl/held-out/v2\x00"
@@ -102,58 +101,3 @@ def assign(tasks: TaskSet, round_seed: bytes, node_id: bytes, group_index: int) 
             return task
     raise ValueError(f"task set {tasks.name!r}: {MAX_ASSIGNMENT_ATTEMPTS} draws for group {group_index} "
                      "all landed on held-out problems")
-
-
-@dataclass(frozen=True, slots=True)
-class RewardSpec:
-    """Correctness plus an optional format reward (specs/tasks.md §3).
-
-    ``tag`` names the answer tag (``"answer"`` reads ``<answer>…</answer>``); empty means the
-    answer is the last ``\\boxed{}``, ``####`` line or number in the completion. The format
-    reward pays for exactly one well-formed tagged numeric answer, so it needs a tag.
-    """
-
-    correct: float = 1.0
-    format: float = 0.0
-    tag: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("correct", "format"):
-            value = getattr(self, name)
-            if not (isinstance(value, float | int) and 0.0 <= value <= 1e6):
-                raise ValueError(f"reward_spec.{name} must be a number in [0, 1e6], got {value!r}")
-        if self.format and not self.tag:
-            raise ValueError("reward_spec.format needs reward_spec.tag: the format reward checks the answer tag")
-        if not (self.tag == "" or self.tag.isidentifier()) or len(self.tag) > 32:
-            raise ValueError(f"reward_spec.tag must be empty or a short identifier, got {self.tag!r}")
-
-    def is_correct(self, task: Task, completion: str) -> bool:
-        if committed_reference(task.answer) is not None:
-            # Compared as text, a committed reference would match a completion that quotes it.
-            raise ValueError(f"task {task.id!r} has a committed reference: its correctness is proven "
-                             "with the answer key (specs/zk.md §7), not recomputed")
-        return answers_match(extract_answer(completion, self.tag or None), task.answer)
-
-    def reward(self, task: Task, completion: str) -> float:
-        return self.reward_given(self.is_correct(task, completion), completion)
-
-    def public_reward(self, task: Task, completion: str) -> float:
-        """The reward anyone can compute: :meth:`reward` for an ordinary reference; for a
-        committed one, the reward of an answer not proven correct (the format part), which is
-        all a producer without the answer key can claim (specs/zk.md §11)."""
-        if committed_reference(task.answer) is not None:
-            return self.reward_given(False, completion)
-        return self.reward(task, completion)
-
-    def reward_given(self, correct: bool, completion: str) -> float:
-        """The reward of a completion whose correctness is known (recomputed, or proven)."""
-        value = self.correct if correct else 0.0
-        if self.format and has_format(completion, self.tag):
-            value += self.format
-        return float(value)
-
-    def given_form(self, completion: str) -> bytes | None:
-        """The form (:func:`~vrl.tasks.answers.answer_form`) of the answer the completion
-        gives, None when it gives none: what a private reference's proof compares."""
-        given = extract_answer(completion, self.tag or None)
-        return None if given is None else answer_form(given)
