@@ -16,7 +16,8 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, context_length, device_spec
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE, Rollout, sample_seed
-from vrl.tasks import RewardSpec, Task, TaskSet, assign, in_order, task_spec
+from vrl.tasks import Arithmetic, RewardSpec, Task, TaskSet, assign, columns_spec, in_order, task_spec
+from vrl.tasks.chat import ChatTemplateError
 
 
 @dataclass
@@ -42,6 +43,9 @@ class GenerationConfig:
     model: str = field(default="base", metadata=checked(path_like))
     # What the base model was fine-tuned on (its recipe, vrl.rollouts.presets.DEFAULT.tasks).
     task: str = field(default=DEFAULT.tasks, metadata=checked(task_spec))
+    # A task file's own column names for the fields its rows are read by, as
+    # "prompt=question,answer=solution" (vrl.tasks.files.parse_columns); none by default.
+    columns: str = field(default="", metadata=checked(columns_spec))
     # Where the policy runs: CUDA when there is one (vrl.rollouts.model.resolve_device, which
     # also says, when the model loads, whether the device exists).
     device: str = field(default="auto", metadata=checked(device_spec))
@@ -52,9 +56,10 @@ class GenerationConfig:
     # samples are alike and GRPO has no signal; records allow up to 100 (specs/sampler.md §1),
     # this stops at 10, far past any temperature a run here has used.
     temperature: float = field(default=1.0, metadata=bounded(0, 10, open_low=True))
-    # Arithmetic answers are at most 5 bytes, plus the stop token; a record allows 1 .. 2^20
-    # (specs/record.md §1).
-    max_new_tokens: int = field(default=8, metadata=bounded(1, 2**20))
+    # 0: chosen from the task set when the model is loaded (choose_max_new_tokens), and recorded
+    # as chosen: 8 for arithmetic, the reference solutions' length for worked problems. A record
+    # allows 1 .. 2^20 (specs/record.md §1).
+    max_new_tokens: int = field(default=0, metadata=bounded(0, 2**20))
     # Rollouts decoded (and prefilled) per forward pass: a whole step's 16 x 8 at once, as TRL
     # generates its batch. On a small model each pass costs about the same at 64 rows as at
     # 128, so halving the passes took generation from 145 to 108 ms/step here (bench/vs_trl.py).
@@ -63,6 +68,72 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, GenerationConfig)  # a subclass's further fields are its own to check
+
+
+#: The least an arithmetic set gets: the default set's answers are at most 3 bytes ("-99",
+#: "198"), and 8 is the length the README's runs of the base model use, with room to spare.
+ARITHMETIC_MAX_NEW_TOKENS = 8
+#: A task list without worked reference solutions to measure: TRL's GRPOConfig default
+#: (max_completion_length = 256), room for a short worked answer before the final one.
+FREE_TEXT_MAX_NEW_TOKENS = 256
+#: The share of reference solutions the chosen length fits: a policy that writes as long as
+#: the references is cut short on 1 in 100, and one outlier does not set every group's length.
+SOLUTION_QUANTILE = 0.99
+#: The chosen length is rounded up to a multiple of this: up to 63 tokens of headroom over the
+#: references' length, for a policy whose solutions run a little longer, and a number to recognise.
+LENGTH_STEP = 64
+
+
+def longest_prompt(model: Model, tasks: TaskSet) -> tuple[Task, int] | None:
+    """A task list's longest prompt as ``model`` is given it, with its length in tokens; None
+    for a generated set. Renders every prompt, so a chat task the model cannot render is a
+    :class:`~vrl.tasks.chat.ChatTemplateError` naming the task set before anything runs."""
+    listed = getattr(tasks, "tasks", None)
+    if listed is None:
+        return None
+    try:
+        return max(((task, len(model.encode(model.render(task)))) for task in listed), key=lambda pair: pair[1])
+    except ChatTemplateError as error:
+        raise ChatTemplateError(f"{tasks.name}: {error}") from None
+
+
+def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> tuple[int, str]:
+    """``(max_new_tokens, why)``: ``requested`` when it is not 0, else the task set's default
+    (specs/tasks.md §5): ARITHMETIC_MAX_NEW_TOKENS for the generator; for a task list, the
+    SOLUTION_QUANTILE of its reference solutions' token lengths plus the stop token, rounded up
+    to LENGTH_STEP, or FREE_TEXT_MAX_NEW_TOKENS without solutions; either kept within the
+    model's context after the longest prompt. A pure function of the model's tokenizer and the
+    tasks, so every node of a network chooses alike.
+
+    Every prompt of a list is rendered here (:func:`longest_prompt`), whether or not a length
+    was requested."""
+    listed = getattr(tasks, "tasks", None)
+    longest = longest_prompt(model, tasks)
+    if requested:
+        return requested, "as set"
+    if isinstance(tasks, Arithmetic):
+        # The largest value's digits and a sign, plus the stop token: a byte a token at most.
+        largest = (10**tasks.digits - 1) ** tasks.terms if "*" in tasks.operations else tasks.terms * (10**tasks.digits - 1)
+        chosen = max(ARITHMETIC_MAX_NEW_TOKENS, len(str(largest)) + 2)
+        why = f"the longest answer of {tasks.name}, plus the stop token"
+    elif listed is None:
+        raise ValueError(f"task set {tasks.name!r}: no default max_new_tokens for it; set one")
+    elif solutions := sorted(len(model.encode(task.solution)) for task in listed if task.solution):
+        quantile = solutions[min(len(solutions) - 1, int(SOLUTION_QUANTILE * len(solutions)))]
+        chosen = -(-(quantile + 1) // LENGTH_STEP) * LENGTH_STEP
+        why = (f"{SOLUTION_QUANTILE:.0%} of the {len(solutions)} reference solutions are at most {quantile} tokens, "
+               f"plus the stop token, rounded up to a multiple of {LENGTH_STEP}")
+    else:
+        chosen, why = FREE_TEXT_MAX_NEW_TOKENS, "no reference solutions to measure: TRL's default completion length"
+    context = context_length(model)
+    if longest is not None and context is not None:
+        room = context - longest[1]
+        if room < 1:
+            raise ValueError(f"{tasks.name}: task {longest[0].id!r} has a prompt of {longest[1]} tokens, which leaves "
+                             f"no room in the model's context of {context} positions")
+        if chosen > room:
+            chosen, why = room, f"{why}; cut to what the model's context of {context} leaves after the longest prompt"
+    return chosen, why
 
 
 #: What samples a batch's completions and captures the rows that commit them:
@@ -142,7 +213,8 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
         raise ValueError(f"groups {group_indices[0]}..{group_indices[-1]} run past the end of task set "
                          f"{task_set.name!r}")
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
-    prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
+    texts = {task.id: model.render(task) for _, task in assigned}  # a chat task's, through the chat template
+    prompts = {task_id: model.encode(text) for task_id, text in texts.items()}
     context = context_length(model)
     for _, task in assigned:
         if not prompts[task.id]:
@@ -174,7 +246,7 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
             task_id=task.id,
             sample_index=index,
             group_size=group_size,
-            prompt=task.prompt,
+            prompt=texts[task.id],
             reference=task.answer,
             prompt_tokens=tuple(prompts[task.id]),
             completion_tokens=tuple(result.tokens),
