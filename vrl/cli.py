@@ -65,8 +65,9 @@ def configure_logging(json_mode: bool, level: int | None = None) -> None:
 
 
 def _fail(message: str) -> typer.Exit:
-    # A message quoting a config's table ("[grpo] eps_low: ...") or a value is never read as markup.
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # A message quoting a config's table ("[grpo] eps_low: ...") or a value is never read as markup;
+    # soft-wrapped, so a path in it, or a skipped row's reason on its own line, stays whole.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_UNUSABLE)
 
 

@@ -76,9 +76,10 @@ ARITHMETIC_MAX_NEW_TOKENS = 8
 #: A task list without worked reference solutions to measure: TRL's GRPOConfig default
 #: (max_completion_length = 256), room for a short worked answer before the final one.
 FREE_TEXT_MAX_NEW_TOKENS = 256
-#: The share of reference solutions the chosen length fits: a policy that writes as long as
-#: the references is cut short on 1 in 100, and one outlier does not set every group's length.
-SOLUTION_QUANTILE = 0.99
+#: The percentile of reference solutions' lengths the chosen length fits (nearest rank): a
+#: policy that writes as long as the references is cut short on 1 in 100, and one outlier does
+#: not set every group's length.
+SOLUTION_PERCENTILE = 99
 #: The chosen length is rounded up to a multiple of this: up to 63 tokens of headroom over the
 #: references' length, for a policy whose solutions run a little longer, and a number to recognise.
 LENGTH_STEP = 64
@@ -100,7 +101,7 @@ def longest_prompt(model: Model, tasks: TaskSet) -> tuple[Task, int] | None:
 def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> tuple[int, str]:
     """``(max_new_tokens, why)``: ``requested`` when it is not 0, else the task set's default
     (specs/tasks.md §5): ARITHMETIC_MAX_NEW_TOKENS for the generator; for a task list, the
-    SOLUTION_QUANTILE of its reference solutions' token lengths plus the stop token, rounded up
+    SOLUTION_PERCENTILE of its reference solutions' token lengths plus the stop token, rounded up
     to LENGTH_STEP, or FREE_TEXT_MAX_NEW_TOKENS without solutions; either kept within the
     model's context after the longest prompt. A pure function of the model's tokenizer and the
     tasks, so every node of a network chooses alike.
@@ -119,9 +120,9 @@ def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> t
     elif listed is None:
         raise ValueError(f"task set {tasks.name!r}: no default max_new_tokens for it; set one")
     elif solutions := sorted(len(model.encode(task.solution)) for task in listed if task.solution):
-        quantile = solutions[min(len(solutions) - 1, int(SOLUTION_QUANTILE * len(solutions)))]
+        quantile = solutions[-(-SOLUTION_PERCENTILE * len(solutions) // 100) - 1]
         chosen = -(-(quantile + 1) // LENGTH_STEP) * LENGTH_STEP
-        why = (f"{SOLUTION_QUANTILE:.0%} of the {len(solutions)} reference solutions are at most {quantile} tokens, "
+        why = (f"{SOLUTION_PERCENTILE}% of the {len(solutions)} reference solutions are at most {quantile} tokens, "
                f"plus the stop token, rounded up to a multiple of {LENGTH_STEP}")
     else:
         chosen, why = FREE_TEXT_MAX_NEW_TOKENS, "no reference solutions to measure: TRL's default completion length"
