@@ -25,7 +25,14 @@ from vrl.tasks import Task, TaskFileError, TaskList, is_held_out, open_task_set
 from vrl.tasks.chat import ChatTemplateError, canonical_messages
 from vrl.tasks.files import MATH_TEMPLATE, parse_columns, read_task_file, task_row
 
-datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture
+def datasets():
+    """The datasets library (the test extra has it): only its tests need it."""
+    module = pytest.importorskip("datasets")
+    module.disable_progress_bars()
+    return module
 
 # A short template of the usual shape: each message in a role marker, then the assistant's
 # turn opened (add_generation_prompt).
@@ -146,7 +153,7 @@ def test_the_cli_and_the_node_show_the_reasons(tmp_path, key_file):
 
 # -- datasets: save_to_disk directories, CSV files -----------------------------------------------
 
-def test_a_saved_dataset_directory_and_its_splits(tmp_path):
+def test_a_saved_dataset_directory_and_its_splits(tmp_path, datasets):
     rows = [{"question": f"What is {a} plus 3?", "answer": f"{a} + 3 = {a + 3}\n#### {a + 3}"} for a in range(5)]
     datasets.Dataset.from_list(rows).save_to_disk(tmp_path / "gsm8k")
     tasks, problems = open_task_set(str(tmp_path / "gsm8k"))
@@ -161,7 +168,7 @@ def test_a_saved_dataset_directory_and_its_splits(tmp_path):
     splits.save_to_disk(tmp_path / "math")
     test, problems = open_task_set(f"{tmp_path / 'math'}:test", "id=n")
     assert test.tasks == (Task("2", MATH_TEMPLATE.format(problem="Three?"), "3"),) and test.name == "math:test"
-    assert [str(p).split(": ", 1)[0] for p in problems] == [f"{tmp_path / 'math'}:test: row 2"[:-7]]
+    assert len(problems) == 1
     assert str(problems[0]).startswith(f"{tmp_path / 'math'}:test: row 2: ")
     with pytest.raises(TaskFileError, match="holds the splits 'train', 'test'; name one as .*math:SPLIT"):
         open_task_set(str(tmp_path / "math"))
@@ -171,7 +178,7 @@ def test_a_saved_dataset_directory_and_its_splits(tmp_path):
         read_task_file(tmp_path / "x.jsonl", split="train")
 
 
-def test_a_csv_file_and_a_folder_of_data_files_load_through_datasets(tmp_path):
+def test_a_csv_file_and_a_folder_of_data_files_load_through_datasets(tmp_path, datasets):
     (tmp_path / "sums.csv").write_text("id,prompt,answer\n1,1+1=,2\n2,2+2=,4\n3,,6\n")
     tasks, problems = open_task_set(str(tmp_path / "sums.csv"))
     assert tasks.tasks == (Task("1", "1+1=", "2"), Task("2", "2+2=", "4"))
@@ -182,7 +189,7 @@ def test_a_csv_file_and_a_folder_of_data_files_load_through_datasets(tmp_path):
     assert open_task_set(str(folder))[0].tasks == (Task("repo:1", "3+3=", "6"),)
 
 
-def test_what_datasets_cannot_load_is_one_error_naming_the_path(tmp_path):
+def test_what_datasets_cannot_load_is_one_error_naming_the_path(tmp_path, datasets):
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "state.json").write_text("{not json")
     for spec in (tmp_path / "broken", tmp_path / "missing.csv"):
@@ -376,7 +383,7 @@ def test_train_chooses_the_length_says_it_once_and_records_it(tmp_path, key_file
     assert result.output.count("max_new_tokens chosen from the task set") == 1 and "max_new_tokens=64" in result.output
 
 
-def test_a_node_reads_a_dataset_with_columns_and_chooses_its_length(tmp_path):
+def test_a_node_reads_a_dataset_with_columns_and_chooses_its_length(tmp_path, datasets):
     from p2p.loopback import LoopbackNetwork
     from vrl.node.config import NodeConfig
     from vrl.node.daemon import Node
