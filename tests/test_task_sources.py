@@ -330,6 +330,29 @@ def test_any_columns_text_is_a_mapping_or_a_task_file_error(text):
     assert all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items())
 
 
+# Values a dataset's row can hold besides JSON's: bytes, timestamps, decimals, nested lists.
+ARROW = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+                     | st.binary(max_size=8) | st.datetimes() | st.decimals(allow_nan=False),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(row=st.dictionaries(st.sampled_from(["id", "prompt", "answer", "question", "problem", "solution", "q"]),
+                           ARROW, max_size=5),
+       columns=st.dictionaries(st.sampled_from(["prompt", "answer", "id"]), st.sampled_from(["q", "answer"]),
+                               max_size=2))
+def test_any_dataset_row_is_a_task_or_a_task_file_error(row, columns):
+    from vrl.tasks.files import _mapped, _task
+
+    try:
+        task = _task(_mapped(row, columns), "d:1", "Q: {question}")
+    except TaskFileError as error:
+        assert str(error)
+        return
+    assert isinstance(task, Task) and all(isinstance(v, str) for v in (task.id, task.prompt, task.answer))
+
+
 # -- max_new_tokens from the task set ------------------------------------------------------------
 
 def gsm8k_rows(count: int, solution_bytes: int) -> list[dict]:

@@ -168,9 +168,9 @@ def write_key(path: Path | str, key: AnswerKey) -> None:
 
 
 def write_task_file(path: Path | str, tasks: Iterable[Task]) -> None:
-    """A task file of JSON lines ``{"id", "prompt", "answer"}``, written whole or not at all:
-    what ``vrl commit-answers`` writes the public file of a private task set as, each answer a
-    commitment (specs/zk.md §7)."""
+    """A task file of JSON lines ``{"id", "prompt", "answer"}`` (a chat task's prompt as its
+    messages: vrl.tasks.files.task_row), written whole or not at all: what ``vrl commit-answers``
+    writes the public file of a private task set as, each answer a commitment (specs/zk.md §7)."""
     write_bytes_atomic(path, "".join(json.dumps(task_row(t)) + "\n" for t in tasks).encode())
 
 
