@@ -56,7 +56,7 @@ import vrl  # noqa: E402
 from vrl.adversary import SPOOF_STRENGTHS, degraded, spoofing_decoder, tokens_to_detection  # noqa: E402
 from vrl.node.work import tampered  # noqa: E402
 from vrl.rollouts.config import GenerationConfig  # noqa: E402
-from vrl.rollouts.generate import iter_generate  # noqa: E402
+from vrl.rollouts.generate import ARITHMETIC_MAX_NEW_TOKENS, iter_generate  # noqa: E402
 from vrl.rollouts.profiles import profile_of, read_profiles  # noqa: E402
 from vrl.rollouts.record import Rollout  # noqa: E402
 from vrl.rollouts.verify import Expectations  # noqa: E402
@@ -96,7 +96,7 @@ SETTINGS = {
     # tokens a rollout, and a spoof changes 0.2 to 15% of rollouts (bench/results/redteam.md),
     # so it needs 4x the sample and 16x the groups (about 3,600 tokens of budget) to show it.
     # Chunks of 16 groups: at 4 a rollout cost twice as much to make and verify (batches too small).
-    "base": Setting(GenerationConfig().task, GenerationConfig().max_new_tokens, sample=16, budget=256, chunk=16),
+    "base": Setting(GenerationConfig().task, ARITHMETIC_MAX_NEW_TOKENS, sample=16, budget=256, chunk=16),
 }
 
 

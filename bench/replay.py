@@ -314,11 +314,16 @@ def summarize(rows: list[dict]) -> dict:
 def measure(name: str, skeleton, model_dir: str, task_spec: str, args, console) -> dict:
     from vrl.node.config import NodeConfig
 
+    from vrl.rollouts.generate import choose_max_new_tokens
+    from vrl.tasks import open_task_set
+
     node = NodeConfig(data_dir=".", trainer="00" * 32)  # the tables' defaults; the paths are never used
-    # The step config a node's trainer announces (PolicyTrainer -> Trainer.step_config).
+    # The step config a node's trainer announces (PolicyTrainer -> Trainer.step_config), with
+    # max_new_tokens as the node chooses it for the task set.
+    max_new_tokens, _ = choose_max_new_tokens(skeleton, open_task_set(task_spec)[0], node.work.max_new_tokens)
     config = StepConfig(learning_rate=node.train.learning_rate, warmup_steps=node.train.warmup_steps,
                         grad_clip=node.train.grad_clip, temperature=node.work.temperature,
-                        max_new_tokens=node.work.max_new_tokens, grpo=node.grpo)
+                        max_new_tokens=max_new_tokens, grpo=node.grpo)
     threads = args.threads
     torch.set_num_threads(threads)
     started = time.perf_counter()

@@ -40,6 +40,7 @@ from vrl.rl.evaluate import accuracy, held_out
 from vrl.rollouts.model import Model
 from vrl.tasks import Arithmetic, Task, is_held_out
 from vrl.rl.train import TrainConfig, Trainer
+from vrl.rollouts.generate import ARITHMETIC_MAX_NEW_TOKENS
 
 console = Console()
 
@@ -120,7 +121,9 @@ def main() -> None:
     args = parser.parse_args()
     with console.status("the base model (built once, about 3 minutes, if it is not cached)"):
         ensure_base_model()
-    config = TrainConfig(steps=args.steps)
+    # max_new_tokens as the trainer chooses it for the arithmetic set (choose_max_new_tokens),
+    # given here so that TRL's side and the evaluation use the same.
+    config = TrainConfig(steps=args.steps, max_new_tokens=ARITHMETIC_MAX_NEW_TOKENS)
     evaluation = held_out(Arithmetic.parse(config.task), config.held_out)
     def scores(model) -> dict[str, float]:  # the trainer's own two held-out measures, for either trainer
         return {"sampled": accuracy(model, evaluation, config.reward_spec, temperature=config.temperature,

@@ -275,7 +275,7 @@ def test_generic_jsonl(tmp_path):
             {"id": "x", "prompt": "2+2=", "answer": "4.0"},
             {"id": "y", "prompt": "Capital of France?", "answer": "Paris"},
             {"id": "z", "prompt": "p"},
-            {"id": 3, "prompt": "p", "answer": "1"},
+            {"id": 3.5, "prompt": "p", "answer": "1"},
             {"id": "x", "prompt": "p", "answer": "1"},
         ],
     )

@@ -117,7 +117,9 @@ MISTAKES = {
     '[work]\nmodel = ""': "[work] model",
     'key = ""': "key",
     'key = "a\\u0000b"': "key",
-    "[work]\nmax_new_tokens = 0": "[work] max_new_tokens",
+    "[work]\nmax_new_tokens = -1": "[work] max_new_tokens",
+    '[work]\ncolumns = "prompt"': "[work] columns",
+    '[work]\ncolumns = "prmpt=question"': "[work] columns",
     "[work]\nmax_new_tokens = 2000000": "[work] max_new_tokens",
     "work = 8": "work",
     "port = 4001": "port",
@@ -406,7 +408,7 @@ def test_the_node_keeps_the_values_it_had():
     node = NodeConfig(data_dir="d", trainer=TRAINER)
     assert (node.work.model, node.work.task, node.work.device, node.work.group_size, node.work.temperature,
             node.work.max_new_tokens, node.work.generation_batch) == ("base", "arithmetic:digits=2,ops=+", "auto", 8,
-                                                                      1.0, 8, 32)
+                                                                      1.0, 0, 32)  # 0: the task set's, 8 here
     assert (node.protocol.groups_per_round, node.protocol.verdict_wait, node.protocol.round_timeout,
             node.protocol.max_staleness, node.protocol.lazy_audit_rate, node.protocol.plant_every,
             node.protocol.last_version, node.protocol.min_batch_groups) == (4, 4.0, 60.0, 2, 0.25, 0, 0, 1)

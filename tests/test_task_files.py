@@ -16,7 +16,9 @@ from vrl.tasks import Task, TaskFileError
 from vrl.tasks.files import task_from_line, read_task_file
 
 GOOD = [b'{"id": "a", "prompt": "1+1=", "answer": "2"}', b'{"id": "b", "prompt": "2+2=", "answer": "4"}',
-        b'{"question": "How many?", "answer": "Some reasoning.\\n#### 1,234"}']
+        b'{"question": "How many?", "answer": "Some reasoning.\\n#### 1,234"}',
+        b'{"problem": "Half?", "solution": "It is $\\\\boxed{\\\\frac{1}{2}}$."}',
+        b'{"id": "c", "prompt": [{"role": "user", "content": "3+3="}], "answer": 6}']
 
 
 def write(tmp_path, lines: list[bytes], name: str = "tasks.jsonl"):
@@ -95,7 +97,7 @@ def test_line_endings_and_bom_keep_their_numbers(tmp_path):
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
                     max_leaves=8)
-FIELDS = ["id", "prompt", "answer", "question"]
+FIELDS = ["id", "prompt", "answer", "question", "problem", "solution"]
 
 
 @st.composite
@@ -139,6 +141,18 @@ def decode(line: bytes) -> Task | None:
 @given(line=st.one_of(st.binary(max_size=200), mutated_lines()))
 def test_a_line_decodes_to_a_task_or_a_task_file_error(line):
     decode(line)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(line=mutated_lines(), columns=st.dictionaries(st.sampled_from(FIELDS), st.sampled_from(FIELDS + ["extra", "q"]),
+                                                    max_size=3))
+def test_a_line_with_any_columns_decodes_to_a_task_or_a_task_file_error(line, columns):
+    try:
+        task = task_from_line(line, default_id="t:1", columns=columns)
+    except TaskFileError as error:
+        assert str(error)
+        return
+    assert isinstance(task, Task) and task.prompt and task.id
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)

@@ -101,8 +101,9 @@ def configure_logging(json_mode: bool, level: int | None = None) -> None:
 
 
 def _fail(message: str) -> typer.Exit:
-    # A message quoting a config's table ("[grpo] eps_low: ...") or a value is never read as markup.
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # A message quoting a config's table ("[grpo] eps_low: ...") or a value is never read as markup;
+    # soft-wrapped, so a path in it, or a skipped row's reason on its own line, stays whole.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_UNUSABLE)
 
 
@@ -124,15 +125,18 @@ def parse_round_seed(text: str) -> bytes:
     raise typer.BadParameter("expected 64 hex digits or a non-negative integer")
 
 
-TASK_HELP = "'arithmetic[:digits=N,ops=+-*,terms=N]' or a task file (GSM8K JSONL/parquet, or {id, prompt, answer} lines)."
+TASK_HELP = ("'arithmetic[:digits=N,ops=+-*,terms=N]', a task file (JSONL, Parquet, CSV: GSM8K question/answer, "
+             "MATH problem/solution, or prompt/answer rows, a prompt a text or chat messages), or a dataset "
+             "directory (datasets' save_to_disk; DIR:SPLIT picks a split).")
+COLUMNS_HELP = "The task file's columns for the fields rows are read by, e.g. 'prompt=question,answer=solution'."
 
 
-def _task_set(spec: str):
+def _task_set(spec: str, columns: str = ""):
     """Open a task set, warning about skipped lines; unusable input exits 2."""
     from vrl.tasks import TaskFileError, open_task_set
 
     try:
-        tasks, problems = open_task_set(spec)
+        tasks, problems = open_task_set(spec, columns)
     except (TaskFileError, ValueError) as error:
         raise _fail(str(error)) from None
     for problem in problems:
@@ -216,7 +220,9 @@ def generate(
     out_path: Annotated[Path, typer.Option("--out", help="Rollout file to write.")],
     groups: Annotated[int, typer.Option(min=1, help="Groups to generate: group indices 0 .. N-1.")] = 4,
     group_size: Annotated[int, typer.Option(min=1, max=1024)] = 4,
-    max_new_tokens: Annotated[int, typer.Option(min=1)] = 64,
+    max_new_tokens: Annotated[Optional[int], typer.Option(min=1, help="Default: chosen from the task set (8 for "
+                                                          "arithmetic, the reference solutions' length).")] = None,
+    columns: Annotated[str, typer.Option(help=COLUMNS_HELP)] = "",
     round_seed: Annotated[str, typer.Option(help="64 hex digits or an integer.")] = "0",
     temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     top_k: Annotated[int, typer.Option(min=0)] = 0,
@@ -238,7 +244,7 @@ def generate(
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     configure_logging(json_output)
     from proofs.errors import InvalidParameters
-    from vrl.rollouts.generate import GenerationStats, iter_generate, sampling_for
+    from vrl.rollouts.generate import GenerationStats, choose_max_new_tokens, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
     from vrl.rollouts.keys import KeyFileError, NodeKey
     from vrl.tasks import RewardError, RewardSpec, parse_spec
@@ -254,7 +260,7 @@ def generate(
         node_key = NodeKey.load(key)
     except KeyFileError as error:
         raise _fail(str(error)) from None
-    tasks = _task_set(task)
+    tasks = _task_set(task, columns)
     score = None
     try:
         if answers is not None:
@@ -270,9 +276,12 @@ def generate(
         raise _fail(f"{task}: {error}") from None
     loaded = _load(model, dtype, device)
     try:
-        sampling = sampling_for(loaded, temperature, top_k, top_p, max_new_tokens)
-    except InvalidParameters as error:
+        chosen, why = choose_max_new_tokens(loaded, tasks, max_new_tokens or 0)
+        sampling = sampling_for(loaded, temperature, top_k, top_p, chosen)
+    except (InvalidParameters, ValueError) as error:  # ValueError: a chat task the model cannot render
         raise _fail(str(error)) from None
+    if max_new_tokens is None:
+        log.info("max_new_tokens chosen from the task set", max_new_tokens=chosen, why=why)
     # Written to a side file and renamed when complete: a crash keeps every finished group in
     # OUT.partial and never leaves a half-written OUT.
     partial = out_path.with_name(out_path.name + ".partial")
@@ -355,6 +364,7 @@ def verify(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim.")],
     task: Annotated[Optional[str], typer.Option(help="Task set pinning each group's assignment. " + TASK_HELP)] = None,
+    columns: Annotated[str, typer.Option(help=COLUMNS_HELP)] = "",
     round_seed: Annotated[Optional[str], typer.Option(help="Require this round seed.")] = None,
     dtype: Annotated[Optional[str], typer.Option()] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 4,
@@ -385,10 +395,12 @@ def verify(
     from vrl.rollouts.files import RolloutFileError, iter_records
     from vrl.rollouts.profiles import ProfileError, profile_of
     from vrl.rollouts.sequential import RaceTest, threshold
+    from vrl.rollouts.generate import longest_prompt
     from vrl.rollouts.verify import Expectations
     from vrl.rollouts.verify import verify as run_verify
+    from vrl.tasks.chat import ChatTemplateError
 
-    expect = Expectations(tasks=_task_set(task) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None,
+    expect = Expectations(tasks=_task_set(task, columns) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None,
                           max_tokens=max_tokens)
     try:
         records = list(iter_records(rollouts))
@@ -399,7 +411,9 @@ def verify(
     loaded = _load(model, dtype, device)
     try:
         profile = profile_of(loaded, producer_device)
-    except ProfileError as error:
+        if expect.tasks is not None:
+            longest_prompt(loaded, expect.tasks)  # a chat task set this model cannot render: said once, here
+    except (ProfileError, ChatTemplateError) as error:
         raise _fail(str(error)) from None
     proven, zk_summary = _check_proofs(rollouts, zk_file, records, loaded, srs, allow_dev_srs)
     with _progress(json_output) as bar:
@@ -601,12 +615,14 @@ def commit_answers_command(
     task: Annotated[str, typer.Argument(help="Task file whose reference answers are to stay private.")],
     out_path: Annotated[Path, typer.Option("--out", help="Public task file to write: references as commitments.")],
     key_path: Annotated[Path, typer.Option("--key", help="Private answer key to write (never overwritten).")],
+    columns: Annotated[str, typer.Option(help=COLUMNS_HELP + " The public file is written in vrl's own "
+                                         "field names.")] = "",
 ):
     """Publish a task set with its reference answers as salted commitments; keep the key (specs/zk.md §7)."""
     configure_logging(False)
     from vrl.zk import ZkFileError, commit_answers, write_key, write_task_file
 
-    tasks = getattr(_task_set(task), "tasks", None)
+    tasks = getattr(_task_set(task, columns), "tasks", None)
     if tasks is None:
         raise _fail(f"{task}: a generated task set has no answers to keep private; give a task file")
     if key_path.exists():
@@ -857,10 +873,13 @@ def train(
                                                    "override it.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
     task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
+    columns: Annotated[Optional[str], typer.Option(help=COLUMNS_HELP)] = None,
     steps: Annotated[Optional[int], typer.Option(help="GRPO steps, each a policy version.")] = None,
     group_size: Annotated[Optional[int], typer.Option(help="Samples per task.")] = None,
     groups_per_step: Annotated[Optional[int], typer.Option()] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option()] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="0: chosen from the task set (8 for arithmetic, the "
+                                                          "reference solutions' length), and recorded in "
+                                                          "RUN/config.toml.")] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature.")] = None,
     learning_rate: Annotated[Optional[float], typer.Option("--lr")] = None,
     verify_fraction: Annotated[Optional[float], typer.Option(help="Share of groups verified (1 = all).")] = None,
@@ -887,7 +906,7 @@ def train(
         trackers = None if report_to is None else trackers_named(report_to)
     except VrlError as error:
         raise _fail(str(error)) from None
-    flags = {"model": model, "task": task, "steps": steps, "group_size": group_size,
+    flags = {"model": model, "task": task, "columns": columns, "steps": steps, "group_size": group_size,
              "groups_per_step": groups_per_step, "max_new_tokens": max_new_tokens, "temperature": temperature,
              "learning_rate": learning_rate, "verify_fraction": verify_fraction, "device": device,
              "report_to": trackers, "reward": tuple(reward) if reward else None,
@@ -903,7 +922,7 @@ def train(
             settings = TrainConfig.from_dict({}, **flags)
         # The task set opened as generate opens it: a skipped line is the same warning in both.
         trainer = Trainer(settings, run_dir, resume=resume, log=log.info, fall_back=True,  # past damaged ones, logged
-                          tasks=_task_set(settings.task))
+                          tasks=_task_set(settings.task, settings.columns))
     except VrlError as error:  # a config, model, task set, checkpoint, run directory or tracker, named
         raise _fail(str(error)) from None
     log.info("training", model=settings.model, task=settings.task, steps=settings.steps, start=trainer.step_index,
@@ -920,7 +939,7 @@ def train(
                 log.warning("no group could be learned from: within every group the samples scored alike "
                             f"(mean reward {record['reward_mean']:g}), so the step changed nothing; a longer "
                             "--max-new-tokens, a higher --temperature or an easier task set gives groups "
-                            "that differ", step=record["step"], max_new_tokens=settings.max_new_tokens,
+                            "that differ", step=record["step"], max_new_tokens=trainer.config.max_new_tokens,
                             truncated_fraction=record.get("truncated_fraction"))
             accuracy = record.get("held_out_accuracy")
             bar.update(steps_bar, advance=1, description=(

@@ -310,7 +310,7 @@ def paired_gain(trainer_dir: Path, version: int) -> tuple[float, float, int]:
     base = load_model(config.work.model, dtype="float32")  # as the trainer loads it (vrl.rl.train.Trainer)
     final = from_blob(base, (trainer_dir / "blobs" / announcement.blob.hex()).read_bytes(),
                       blob_hash=announcement.blob, model_hash=announcement.model_hash, name=f"v{version}")
-    problems = held_out(open_task_set(config.work.task)[0], config.train.held_out)
+    problems = held_out(open_task_set(config.work.task, config.work.columns)[0], config.train.held_out)
     before, after = (answer_probabilities(m, problems, temperature=config.work.temperature) for m in (base, final))
     changes = [b - a for a, b in zip(before, after)]
     return statistics.fmean(changes), statistics.stdev(changes) / math.sqrt(len(changes)), len(changes)

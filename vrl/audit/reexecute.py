@@ -29,6 +29,7 @@ from vrl.node.protocol import outcome_of
 from vrl.node.weights import WeightsError, from_blob
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.rl.export import load_model
+from vrl.rollouts.generate import choose_max_new_tokens
 from vrl.rollouts.model import Model, ModelError, bit_exact_platform, platform_tag
 from vrl.rollouts.record import round_seed
 from vrl.rollouts.sequential import RACE_LOSSES
@@ -53,6 +54,7 @@ class Models:
         self._base: Model | None = None
         self._versions: OrderedDict[int, Model] = OrderedDict()
         self.tasks = None
+        self.max_new_tokens = 0  # the network's, once its task set is open
         self.problem: str | None = None  # why nothing can be re-executed, if so
         spec = run.config.work.model if run.config is not None else None
         if spec is None:
@@ -64,8 +66,10 @@ class Models:
             self.problem = f"the network's model cannot be loaded here: {error}"
             return
         try:
-            self.tasks, _ = open_task_set(run.config.work.task)
+            self.tasks, _ = open_task_set(run.config.work.task, run.config.work.columns)
             self.private = any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ()))
+            # As the nodes chose it, when their [work] leaves it to the task set.
+            self.max_new_tokens = choose_max_new_tokens(self._base, self.tasks, run.config.work.max_new_tokens)[0]
         except (TaskFileError, ValueError) as error:
             self.problem = f"the network's task set cannot be opened here: {error}"
 
@@ -95,7 +99,7 @@ class Models:
     def expectations(self, a: PolicyAnnouncement) -> Expectations:
         work = self.run.config.work
         return Expectations(tasks=self.tasks, round_seed=round_seed(a.model_hash, a.version),
-                            sampling=SamplingParams(work.temperature, 0, 1.0, work.max_new_tokens,
+                            sampling=SamplingParams(work.temperature, 0, 1.0, self.max_new_tokens,
                                                     self.base.stop_token_ids),
                             reward_spec=work.reward_spec, correctness_later=self.private)
 
@@ -360,7 +364,7 @@ def check_accuracy(run: Run, findings: list[Finding], progress: Progress, share:
                 with threads_of(a.platform, model):
                     same = a.platform == platform_tag(model) and bit_exact_platform(a.platform)
                     sampled_now = accuracy(model, evaluation, spec, temperature=work.temperature,
-                                           max_new_tokens=work.max_new_tokens)
+                                           max_new_tokens=models.max_new_tokens)
                     expected_now = expected_accuracy(model, evaluation, temperature=work.temperature)
                 point.update(measured=sampled_now, measured_expected=expected_now, same_platform=same)
                 off = abs(sampled_now - claim["held_out_accuracy"])

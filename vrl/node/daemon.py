@@ -110,7 +110,7 @@ class Node:
         self.store.claim(key.node_id)
         self.blob_dir = config.path / "blobs"
         self.blob_dir.mkdir(parents=True, exist_ok=True)
-        self.tasks, problems = open_task_set(config.work.task)
+        self.tasks, problems = open_task_set(config.work.task, config.work.columns)
         for problem in problems:
             self.log.warning("task skipped", problem=str(problem))
         try:
@@ -132,9 +132,12 @@ class Node:
                                          groups_per_round=config.protocol.groups_per_round,
                                          hidden_states=config.zk.hidden_states), self._expectations)
         context = context_length(self.work.skeleton)
-        if context is not None and config.work.max_new_tokens >= context:
+        if context is not None and self.work.max_new_tokens >= context:
             raise ConfigError(f"the model has {context} positions; max_new_tokens must leave room for a prompt",
                               ("work", "max_new_tokens"))
+        if not config.work.max_new_tokens:
+            self.log.info("max_new_tokens chosen from the task set", max_new_tokens=self.work.max_new_tokens,
+                          why=self.work.max_new_tokens_why)
         self.protocol = P.NodeProtocol(key, P.ProtocolConfig(
             **as_kwargs(config.protocol), roles=frozenset(config.roles), trainer=bytes.fromhex(config.trainer),
             pretrusted=frozenset(bytes.fromhex(p) for p in config.pretrusted), reputation=config.reputation,
@@ -145,7 +148,8 @@ class Node:
             # node's: a step per admitted batch, a checkpoint per version (announced after it
             # is on disk), one step past the last version.
             self.trainer = trainer(TrainConfig(
-                **as_kwargs(config.work), **as_kwargs(config.train), grpo=config.grpo,
+                **{**as_kwargs(config.work), "max_new_tokens": self.work.max_new_tokens}, **as_kwargs(config.train),
+                grpo=config.grpo,
                 steps=max(config.protocol.last_version, 1) + 1, groups_per_step=config.admission.batch_groups,
                 checkpoint_every=1), config.path / "trainer", key,
                 tasks=None if self.answer_key is None else TaskList(self.tasks.name, tuple(

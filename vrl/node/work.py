@@ -25,7 +25,7 @@ from vrl.rl.step import (PolicyForward, StepConfig, StepError, StepReplay, compa
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.config import GenerationConfig
 from vrl.rollouts.forward import decode
-from vrl.rollouts.generate import Decoder, iter_generate
+from vrl.rollouts.generate import Decoder, choose_max_new_tokens, iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rl.export import load_model
 from vrl.rollouts.model import Model, bit_exact_platform, platform_tag
@@ -81,7 +81,11 @@ class Work:
         self.key, self.config = key, config
         self.skeleton = load_model(config.model, dtype="float32", device=config.device)
         # The canonical sampler with the model's own stop tokens (specs/sampler.md); no top-k/p.
-        self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens,
+        # max_new_tokens 0: the task set's default, chosen alike on every node (the same model
+        # and tasks); what it was is said by the node (vrl.node.daemon).
+        self.max_new_tokens, self.max_new_tokens_why = choose_max_new_tokens(self.skeleton, config.tasks,
+                                                                             config.max_new_tokens)
+        self.sampling = SamplingParams(config.temperature, 0, 1.0, self.max_new_tokens,
                                        self.skeleton.stop_token_ids)
         self.models: dict[int, Model] = {}
         self.expectations = expectations  # callable(version) -> Expectations

@@ -50,7 +50,7 @@ def accuracy(
     for start in range(0, len(tasks), batch_size):
         batch = tasks[start : start + batch_size]
         seeds = [hashlib.sha256(EVAL_SEED_DOMAIN + task.id.encode()).digest() for task in batch]
-        for task, result in zip(batch, decode(model, [model.encode(t.prompt) for t in batch], seeds, params)):
+        for task, result in zip(batch, decode(model, [model.encode(model.render(t)) for t in batch], seeds, params)):
             correct += reward_spec.is_correct(task, model.decode(result.tokens))
         if on_batch is not None:
             on_batch(len(batch))
@@ -86,7 +86,7 @@ def answer_probabilities(model: Model, tasks: list[Task], *, temperature: float 
         batch = tasks[start : start + batch_size]
         answers = [model.encode(t.answer) + [stop] for t in batch]
         with torch.no_grad():
-            continued = continue_prompts(model.network, [model.encode(t.prompt) for t in batch], answers,
+            continued = continue_prompts(model.network, [model.encode(model.render(t)) for t in batch], answers,
                                          model.pad_token_id)
         logprobs = token_logprobs(continued, temperature).masked_fill(continued.mask == 0, 0.0)
         out.extend(logprobs.sum(dim=1).exp().tolist())

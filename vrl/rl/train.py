@@ -21,6 +21,7 @@ curve has no duplicate steps.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.rollouts.forward import HOST
-from vrl.rollouts.generate import iter_generate
+from vrl.rollouts.generate import choose_max_new_tokens, iter_generate
 from vrl.rl.config import TrainConfig
 from vrl.rl.grpo import informative_groups
 from vrl.rl.trackers import Trackers
@@ -84,7 +85,7 @@ class Trainer:
         if tasks is not None:
             self.tasks = tasks
         else:
-            self.tasks, problems = open_task_set(config.task)
+            self.tasks, problems = open_task_set(config.task, config.columns)
             for problem in problems:
                 self.log("skipped task", problem=str(problem))
         self.evaluation = held_out(self.tasks, config.held_out)
@@ -93,6 +94,13 @@ class Trainer:
                              f"(1 prompt in {HELD_OUT_SHARE} is held out, by hash); it needs more tasks")
         loaded = load_model(config.model, dtype="float32", device=config.device)
         self.network, self.tokenizer = loaded.network, loaded.tokenizer
+        try:
+            max_new_tokens, why = choose_max_new_tokens(loaded, self.tasks, config.max_new_tokens)
+        except ValueError as error:  # a chat task this model cannot render, a prompt past its context
+            raise RunError(str(error)) from None
+        if not config.max_new_tokens:  # chosen from the task set: said once, and recorded in config.toml
+            self.log("max_new_tokens chosen from the task set", max_new_tokens=max_new_tokens, why=why)
+            self.config = config = dataclasses.replace(config, max_new_tokens=max_new_tokens)
         self.sampling = SamplingParams(config.temperature, 0, 1.0, config.max_new_tokens, loaded.stop_token_ids)
         # The network stays in eval mode while it trains: dropout would make the GRPO forward
         # disagree with the behaviour policy (the ratio must be exactly 1 on a fresh batch) and

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from vrl.config import ConfigError, bounded, check_fields, checked, path_like
 from vrl.rollouts.presets import DEFAULT
 from vrl.rollouts.record import MAX_GROUP_SIZE
-from vrl.tasks import RewardError, RewardSpec, parse_spec, task_spec
+from vrl.tasks import RewardError, RewardSpec, columns_spec, parse_spec, task_spec
 from vrl.tasks.rewards import term_problem
 
 # The forms resolve_device takes, for a config to check before anything is loaded (whether the
@@ -37,6 +37,9 @@ class GenerationConfig:
     model: str = field(default="base", metadata=checked(path_like))
     # What the base model was fine-tuned on (its recipe, vrl.rollouts.presets.DEFAULT.tasks).
     task: str = field(default=DEFAULT.tasks, metadata=checked(task_spec))
+    # A task file's own column names for the fields its rows are read by, as
+    # "prompt=question,answer=solution" (vrl.tasks.files.parse_columns); none by default.
+    columns: str = field(default="", metadata=checked(columns_spec))
     # Where the policy runs: CUDA when there is one (vrl.rollouts.model.resolve_device, which
     # also says, when the model loads, whether the device exists).
     device: str = field(default="auto", metadata=checked(device_spec))
@@ -47,9 +50,10 @@ class GenerationConfig:
     # samples are alike and GRPO has no signal; records allow up to 100 (specs/sampler.md §1),
     # this stops at 10, far past any temperature a run here has used.
     temperature: float = field(default=1.0, metadata=bounded(0, 10, open_low=True))
-    # Arithmetic answers are at most 5 bytes, plus the stop token; a record allows 1 .. 2^20
-    # (specs/record.md §1).
-    max_new_tokens: int = field(default=8, metadata=bounded(1, 2**20))
+    # 0: chosen from the task set when the model is loaded (vrl.rollouts.generate.choose_max_new_tokens), and recorded
+    # as chosen: 8 for arithmetic, the reference solutions' length for worked problems. A record
+    # allows 1 .. 2^20 (specs/record.md §1).
+    max_new_tokens: int = field(default=0, metadata=bounded(0, 2**20))
     # Rollouts decoded (and prefilled) per forward pass: a whole step's 16 x 8 at once, as TRL
     # generates its batch. On a small model each pass costs about the same at 64 rows as at
     # 128, so halving the passes took generation from 145 to 108 ms/step here (bench/vs_trl.py).

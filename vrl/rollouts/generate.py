@@ -14,7 +14,8 @@ from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.record import Rollout, sample_seed
-from vrl.tasks import RewardSpec, Task, TaskSet, assign, in_order
+from vrl.tasks import Arithmetic, RewardSpec, Task, TaskSet, assign, in_order
+from vrl.tasks.chat import ChatTemplateError
 
 
 @dataclass
@@ -26,6 +27,73 @@ class GenerationStats:
     commit_seconds: float = 0.0
     commitment_bytes: int = 0
     per_batch: list[float] = field(default_factory=list)
+
+
+#: The least an arithmetic set gets: the default set's answers are at most 3 bytes ("-99",
+#: "198"), and 8 is the length the README's runs of the base model use, with room to spare.
+ARITHMETIC_MAX_NEW_TOKENS = 8
+#: A task list without worked reference solutions to measure: TRL's GRPOConfig default
+#: (max_completion_length = 256), room for a short worked answer before the final one.
+FREE_TEXT_MAX_NEW_TOKENS = 256
+#: The percentile of reference solutions' lengths the chosen length fits (nearest rank): a
+#: policy that writes as long as the references is cut short on 1 in 100, and one outlier does
+#: not set every group's length.
+SOLUTION_PERCENTILE = 99
+#: The chosen length is rounded up to a multiple of this: up to 63 tokens of headroom over the
+#: references' length, for a policy whose solutions run a little longer, and a number to recognise.
+LENGTH_STEP = 64
+
+
+def longest_prompt(model: Model, tasks: TaskSet) -> tuple[Task, int] | None:
+    """A task list's longest prompt as ``model`` is given it, with its length in tokens; None
+    for a generated set. Renders every prompt, so a chat task the model cannot render is a
+    :class:`~vrl.tasks.chat.ChatTemplateError` naming the task set before anything runs."""
+    listed = getattr(tasks, "tasks", None)
+    if listed is None:
+        return None
+    try:
+        return max(((task, len(model.encode(model.render(task)))) for task in listed), key=lambda pair: pair[1])
+    except ChatTemplateError as error:
+        raise ChatTemplateError(f"{tasks.name}: {error}") from None
+
+
+def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> tuple[int, str]:
+    """``(max_new_tokens, why)``: ``requested`` when it is not 0, else the task set's default
+    (specs/tasks.md §5): ARITHMETIC_MAX_NEW_TOKENS for the generator; for a task list, the
+    SOLUTION_PERCENTILE of its reference solutions' token lengths plus the stop token, rounded up
+    to LENGTH_STEP, or FREE_TEXT_MAX_NEW_TOKENS without solutions; either kept within the
+    model's context after the longest prompt. A pure function of the model's tokenizer and the
+    tasks, so every node of a network chooses alike.
+
+    Every prompt of a list is rendered here (:func:`longest_prompt`), whether or not a length
+    was requested."""
+    listed = getattr(tasks, "tasks", None)
+    longest = longest_prompt(model, tasks)
+    if requested:
+        return requested, "as set"
+    if isinstance(tasks, Arithmetic):
+        # The largest value's digits and a sign, plus the stop token: a byte a token at most.
+        largest = (10**tasks.digits - 1) ** tasks.terms if "*" in tasks.operations else tasks.terms * (10**tasks.digits - 1)
+        chosen = max(ARITHMETIC_MAX_NEW_TOKENS, len(str(largest)) + 2)
+        why = f"the longest answer of {tasks.name}, plus the stop token"
+    elif listed is None:
+        raise ValueError(f"task set {tasks.name!r}: no default max_new_tokens for it; set one")
+    elif solutions := sorted(len(model.encode(task.solution)) for task in listed if task.solution):
+        quantile = solutions[-(-SOLUTION_PERCENTILE * len(solutions) // 100) - 1]
+        chosen = -(-(quantile + 1) // LENGTH_STEP) * LENGTH_STEP
+        why = (f"{SOLUTION_PERCENTILE}% of the {len(solutions)} reference solutions are at most {quantile} tokens, "
+               f"plus the stop token, rounded up to a multiple of {LENGTH_STEP}")
+    else:
+        chosen, why = FREE_TEXT_MAX_NEW_TOKENS, "no reference solutions to measure: TRL's default completion length"
+    context = context_length(model)
+    if longest is not None and context is not None:
+        room = context - longest[1]
+        if room < 1:
+            raise ValueError(f"{tasks.name}: task {longest[0].id!r} has a prompt of {longest[1]} tokens, which leaves "
+                             f"no room in the model's context of {context} positions")
+        if chosen > room:
+            chosen, why = room, f"{why}; cut to what the model's context of {context} leaves after the longest prompt"
+    return chosen, why
 
 
 #: What samples a batch's completions and captures the rows that commit them:
@@ -105,7 +173,8 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
         raise ValueError(f"groups {group_indices[0]}..{group_indices[-1]} run past the end of task set "
                          f"{task_set.name!r}")
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
-    prompts = {task.id: model.encode(task.prompt) for _, task in assigned}
+    texts = {task.id: model.render(task) for _, task in assigned}  # a chat task's, through the chat template
+    prompts = {task_id: model.encode(text) for task_id, text in texts.items()}
     context = context_length(model)
     for _, task in assigned:
         if not prompts[task.id]:
@@ -137,7 +206,7 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
             task_id=task.id,
             sample_index=index,
             group_size=group_size,
-            prompt=task.prompt,
+            prompt=texts[task.id],
             reference=task.answer,
             prompt_tokens=tuple(prompts[task.id]),
             completion_tokens=tuple(result.tokens),

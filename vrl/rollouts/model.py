@@ -24,6 +24,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from vrl.errors import VrlError
 from vrl.rollouts.presets import BUILT, PRESETS, base_model_dir, build_preset
+from vrl.tasks.chat import prompt_text
+from vrl.tasks.core import Task
 
 MODEL_HASH_DOMAIN = b"vrl/model/v3\x00"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -126,6 +128,12 @@ class Model:
     def encode(self, text: str) -> list[int]:
         """Prompt tokens: the tokenizer's encoding of the raw text, no special tokens added."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def render(self, task: Task) -> str:
+        """The prompt text this model is given for ``task``, which a record carries and whose
+        :meth:`encode` it binds: a chat task's messages through this model's chat template
+        (:func:`vrl.tasks.chat.prompt_text`, raising its ChatTemplateError)."""
+        return prompt_text(task, self.tokenizer)
 
     def decode(self, tokens: list[int]) -> str:
         known = [t for t in tokens if t < len(self.tokenizer)]

@@ -32,8 +32,9 @@ from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
-from vrl.tasks import RewardError, RewardSpec, TaskSet, assign, in_order
+from vrl.tasks import RewardError, RewardSpec, Task, TaskSet, assign, in_order
 from vrl.tasks.answers import committed_reference
+from vrl.tasks.chat import ChatTemplateError
 from vrl.rollouts.workers import map_in_slices
 
 
@@ -168,6 +169,16 @@ class Expectations:
 DEFAULT_MAX_TOKENS = 4096
 
 
+def _rendered(model: Model, task: Task | None) -> str | ChatTemplateError | None:
+    """The prompt text ``model`` is given for ``task`` (:meth:`Model.render`), or why it has none."""
+    if task is None:
+        return None
+    try:
+        return model.render(task)
+    except ChatTemplateError as error:
+        return error
+
+
 def commit(model: Model, prompt_tokens: list[int], completion_tokens: list[int]) -> bytes:
     """Recompute, by one prefill of ``model``, the commitment an honest prover would attach."""
     (recomputed,) = prefill(model, [(list(prompt_tokens), list(completion_tokens))])
@@ -248,15 +259,19 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
     if expect.tasks is not None:
         slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
         if slot not in seen:
-            seen[slot] = (in_order(expect.tasks, rollout.group_index) if expect.in_order
-                          else assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index))
-        task = seen[slot]
+            assigned = (in_order(expect.tasks, rollout.group_index) if expect.in_order
+                        else assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index))
+            seen[slot] = (assigned, _rendered(model, assigned))
+        task, prompt = seen[slot]
         if task is None:
             raise _Rejected(Reason.TASK_NOT_ASSIGNED, f"group {rollout.group_index} is past the task list's end")
         if task.id != rollout.task_id:
             raise _Rejected(Reason.TASK_NOT_ASSIGNED, f"group {rollout.group_index} was assigned task {task.id!r}, "
                        f"not {rollout.task_id!r}")
-        if (task.prompt, task.answer) != (rollout.prompt, rollout.reference):
+        if isinstance(prompt, ChatTemplateError):
+            raise _Rejected(Reason.TASK_MISMATCH, str(prompt))
+        # The prompt the model is given: a chat task's is its messages rendered by this model.
+        if (prompt, task.answer) != (rollout.prompt, rollout.reference):
             raise _Rejected(Reason.TASK_MISMATCH, f"prompt or reference differ from task {task.id!r}")
     slot = ("prompt", rollout.prompt)
     if slot not in seen:

@@ -9,7 +9,8 @@ problem in 16, by the hash of its prompt, is held out for evaluation: assignment
 (attempt 1, 2, ...) when it lands on one, so no round ever trains on a held-out problem.
 
 Two task sets: the built-in :class:`~vrl.tasks.arithmetic.Arithmetic` generator, and a
-:class:`TaskList` read from a file (GSM8K format or ``{"id", "prompt", "answer"}`` lines).
+:class:`TaskList` read from a file or dataset directory (GSM8K, MATH, generic or chat rows:
+:mod:`vrl.tasks.files`).
 """
 
 from __future__ import annotations
@@ -21,22 +22,44 @@ from vrl.tasks.arithmetic import Arithmetic
 from vrl.tasks.core import (
     HELD_OUT_SHARE, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index, in_order, is_held_out,
 )
-from vrl.tasks.files import read_task_file
+from vrl.tasks.files import parse_columns, read_task_file
 from vrl.tasks.rewards import RewardError, RewardFunction, RewardSpec, RewardTerm, parse_spec, term
 
+#: Skipped rows a file without a usable one shows the reasons of: the first few tell a wrong
+#: format or column name (every row fails alike) from scattered bad rows.
+SHOWN_PROBLEMS = 5
 
-def open_task_set(spec: str) -> tuple[TaskSet, list[TaskFileError]]:
-    """``arithmetic[:digits=N,ops=+-*,terms=N]`` or a task file; returns the set and skipped lines.
 
-    Raises :class:`TaskFileError` when a file is unreadable or has no usable task, and
-    ``ValueError`` for a bad arithmetic spec.
+def open_task_set(spec: str, columns: str = "") -> tuple[TaskSet, list[TaskFileError]]:
+    """``arithmetic[:digits=N,ops=+-*,terms=N]``, a task file, or a dataset directory
+    (``DIR:SPLIT`` chooses a split); returns the set and skipped rows. ``columns`` maps the
+    fields rows are read by to the file's columns (``"prompt=question,answer=solution"``).
+
+    Raises :class:`TaskFileError` when a file is unreadable or has no usable task (naming the
+    first few reasons), and ``ValueError`` for a bad arithmetic spec.
     """
     if spec == "arithmetic" or spec.startswith("arithmetic:"):
+        if columns:
+            raise TaskFileError(f"{spec}: columns name a task file's columns; the arithmetic set has none")
         return Arithmetic.parse(spec), []
-    tasks, problems = read_task_file(spec)
+    path, split = _path_and_split(spec)
+    tasks, problems = read_task_file(path, columns=parse_columns(columns), split=split)
     if not tasks:
-        raise TaskFileError(f"{spec}: no usable task ({len(problems)} lines skipped)")
+        if not problems:
+            raise TaskFileError(f"{spec}: no usable task: it holds no rows")
+        shown = "".join(f"\n  {problem}" for problem in problems[:SHOWN_PROBLEMS])
+        more = f"\n  ... and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
+        raise TaskFileError(f"{spec}: no usable task ({len(problems)} lines skipped):{shown}{more}")
     return TaskList(Path(spec).name, tuple(tasks)), problems
+
+
+def _path_and_split(spec: str) -> tuple[Path, str | None]:
+    """``DIR:SPLIT`` as the dataset directory and the split, when DIR is one and the whole spec
+    names nothing; any other spec is a path (a colon in a file's name stays its own)."""
+    head, colon, split = spec.rpartition(":")
+    if colon and split and not Path(spec).exists() and Path(head).is_dir():
+        return Path(head), split
+    return Path(spec), None
 
 
 def task_spec(text: str) -> str | None:
@@ -52,8 +75,17 @@ def task_spec(text: str) -> str | None:
     return None
 
 
+def columns_spec(text: str) -> str | None:
+    """What is wrong with a columns mapping (config field metadata), or None."""
+    try:
+        parse_columns(text)
+    except TaskFileError as error:
+        return str(error).removeprefix("columns: ")
+    return None
+
+
 __all__ = [
     "HELD_OUT_SHARE", "Arithmetic", "RewardError", "RewardFunction", "RewardSpec", "RewardTerm", "Task", "TaskFileError",
-    "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index", "in_order", "is_held_out", "open_task_set",
-    "parse_spec", "read_task_file", "task_spec", "term",
+    "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index", "columns_spec", "in_order", "is_held_out",
+    "open_task_set", "parse_spec", "read_task_file", "task_spec", "term",
 ]

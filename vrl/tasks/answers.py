@@ -128,13 +128,21 @@ def extract_answer(completion: str, tag: str | None = "answer") -> str | None:
         if end < 0 or start < 0:
             return None
         return completion[start + len(tag) + 2:end].strip()
-    if boxes := _boxed(completion):
-        _, content, end = boxes[-1]
-        return completion[content:end - 1].strip()
+    if (boxed := last_boxed(completion)) is not None:
+        return boxed
     if hashes := _HASHES.findall(completion):
         return hashes[-1].strip()
     tokens = _NUMBER_TOKEN.findall(_normalize(completion))
     return tokens[-1] if tokens else None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (braces balanced), stripped; None without one.
+    A completion's answer (:func:`extract_answer`), and a MATH solution's reference."""
+    if boxes := _boxed(text):
+        _, content, end = boxes[-1]
+        return text[content:end - 1].strip()
+    return None
 
 
 def answers_match(given: str | None, reference: str) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from vrl.errors import VrlError
@@ -24,9 +24,20 @@ MAX_ASSIGNMENT_ATTEMPTS = 64
 
 @dataclass(frozen=True, slots=True)
 class Task:
+    """A problem: its id, its prompt, its reference answer (specs/tasks.md §4).
+
+    With ``chat``, ``prompt`` is the canonical JSON of a list of chat messages
+    (:func:`vrl.tasks.chat.canonical_messages`), which a model renders with its chat template
+    (:func:`vrl.tasks.chat.prompt_text`); the held-out hash and a task's identity cover those
+    messages, not a rendering. ``solution`` is the row's worked reference solution, when it has
+    one: not part of the task (equality ignores it), only what a run's default generation
+    length is measured on (vrl.rollouts.generate.default_max_new_tokens)."""
+
     id: str
     prompt: str
     answer: str
+    chat: bool = False
+    solution: str = field(default="", compare=False, repr=False)
 
 
 class TaskFileError(VrlError, ValueError):

@@ -1,51 +1,97 @@
-"""Reading task files: GSM8K rows or generic ``{"id", "prompt", "answer"}`` rows.
+"""Reading task files and datasets: GSM8K, MATH, generic and chat rows.
 
 A bad row never stops the read: it comes back as a :class:`TaskFileError` naming the file,
-the line (JSONL, 1-based, blank lines counted) or row (parquet, 1-based) and the field, so
-one typo in a 7,000-row file costs one task, not the run. That holds for hostile lines too:
-nesting deeper than the JSON decoder's recursion, integers past Python's 4,300-digit limit,
-lone surrogates, an empty prompt. Only a file that cannot be read at all raises, and a file
-that is not UTF-8 is one: another encoding would silently cost every line with a non-ASCII
-character, so the error names the first line that does not decode.
+the line (JSONL, 1-based, blank lines counted) or row (parquet, CSV and datasets, 1-based) and
+the field, so one typo in a 7,000-row file costs one task, not the run. That holds for hostile
+lines too: nesting deeper than the JSON decoder's recursion, integers past Python's 4,300-digit
+limit, lone surrogates, an empty prompt. Only a file that cannot be read at all raises, and a
+file that is not UTF-8 is one: another encoding would silently cost every line with a
+non-ASCII character, so the error names the first line that does not decode.
 
-GSM8K rows are ``{"question", "answer"}`` where the answer is worked reasoning ending in a
-line ``#### <number>``; only that number is kept, as :func:`canonical_number` text, since the
-reward compares final answers only. A GSM8K row's task id is its ``id`` field when that is a
-string, else ``"{file stem}:{line or row}"``, which stays stable as long as the file does.
+Row forms (specs/tasks.md §4), told apart by their fields:
+
+* GSM8K ``{"question", "answer"}``, the answer worked reasoning ending in a line
+  ``#### <number>``; only that number is kept, as :func:`canonical_number` text, since the
+  reward compares final answers only;
+* MATH ``{"problem", "solution"}``: the reference is the last ``\\boxed{...}`` of the solution
+  (or an ``answer`` field, when the row has one);
+* generic ``{"prompt", "answer"}``, and chat, whose ``prompt`` is a list of messages
+  (:mod:`vrl.tasks.chat`).
+
+A row's task id is its ``id`` field, else ``"{name}:{line or row}"``, which stays stable as long
+as the file does. ``columns`` maps these field names to a file's own column names.
+
+JSON lines and Parquet are read here, streamed; CSV files and dataset directories (written by
+``datasets``' ``save_to_disk``, or a folder of data files) through the ``datasets`` library
+(an optional extra), locally only: it is never asked to reach the Hugging Face Hub.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from vrl.tasks.answers import canonical_number, last_boxed, parse_number
+from vrl.tasks.chat import canonical_messages, messages_of
 from vrl.tasks.core import Task, TaskFileError
-from vrl.tasks.answers import canonical_number, parse_number
 
 GSM8K_TEMPLATE = "Question: {question}\nAnswer: "
+#: MATH's problems, put as GSM8K's questions are.
+MATH_TEMPLATE = "Problem: {problem}\nSolution: "
+#: The fields a row's forms read, which ``columns`` may map a file's own column names to.
+FIELDS = ("id", "prompt", "answer", "question", "problem", "solution")
 
 _JSONL = {".jsonl", ".json"}
 _PARQUET = {".parquet"}
+_CSV = {".csv"}
+#: What marks a directory written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``.
+_SAVED = ("state.json", "dataset_dict.json")
+#: Rows decoded per batch from Parquet and datasets: a batch of GSM8K is about 0.5 MB.
+_BATCH_ROWS = 1024
+
+
+def parse_columns(text: str) -> dict[str, str]:
+    """``"prompt=question,answer=solution"`` as ``{field: column}``; empty text maps nothing.
+    Raises :class:`TaskFileError` naming the item that is wrong."""
+    columns: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, column = (part.strip() for part in item.partition("="))
+        if not equals or not column:
+            raise TaskFileError(f"columns: {item!r} is not FIELD=COLUMN")
+        if name not in FIELDS:
+            raise TaskFileError(f"columns: {name!r} is no field (fields: {', '.join(FIELDS)})")
+        if name in columns:
+            raise TaskFileError(f"columns: {name!r} is mapped twice")
+        columns[name] = column
+    return columns
 
 
 def read_task_file(
-    path: str | Path, *, template: str = GSM8K_TEMPLATE
+    path: str | Path, *, template: str = GSM8K_TEMPLATE, columns: Mapping[str, str] | None = None,
+    split: str | None = None,
 ) -> tuple[list[Task], list[TaskFileError]]:
-    """Tasks and per-row errors from a ``.jsonl``/``.json`` (one object per line) or ``.parquet``.
+    """Tasks and per-row errors from a ``.jsonl``/``.json`` (one object per line), ``.parquet``
+    or ``.csv`` file, or a dataset directory (``split`` chooses a DatasetDict's split).
 
-    ``template`` turns a GSM8K ``question`` into the prompt; generic rows carry their own.
-    Raises :class:`TaskFileError` only if the file cannot be read at all.
+    ``template`` turns a GSM8K ``question`` into the prompt; ``columns`` maps the fields rows
+    are read by to the file's column names (:func:`parse_columns`). Raises
+    :class:`TaskFileError` only if the file cannot be read at all.
     """
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix in _JSONL:
+    if split is not None and not path.is_dir():
+        raise TaskFileError(f"{path}:{split}: a split names a part of a dataset directory, and {path} is none")
+    if path.is_dir() or suffix in _CSV:
+        rows = _dataset_rows(path, split)
+    elif suffix in _JSONL:
         rows = _jsonl_rows(path)
     elif suffix in _PARQUET:
         rows = _parquet_rows(path)
     else:
-        raise TaskFileError(f"{path}: unknown task file type {suffix!r} (use .jsonl or .parquet)")
+        raise TaskFileError(f"{path}: unknown task file type {suffix!r} (use .jsonl, .parquet, .csv or a "
+                            "dataset directory)")
     tasks: list[Task] = []
     errors: list[TaskFileError] = []
     seen: set[str] = set()
@@ -53,7 +99,7 @@ def read_task_file(
         try:
             if isinstance(item, TaskFileError):
                 raise item
-            task = _task(item, default_id, template)
+            task = _task(_mapped(item, columns or {}), default_id, template)
             if task.id in seen:
                 raise TaskFileError(f"field 'id': duplicate {task.id!r}")
         except TaskFileError as error:
@@ -62,6 +108,21 @@ def read_task_file(
         seen.add(task.id)
         tasks.append(task)
     return tasks, errors
+
+
+def _mapped(item: Any, columns: Mapping[str, str]) -> Any:
+    """A row with its mapped columns under the field names: a mapped column's own name, and
+    any field a column is mapped to, no longer read (a GSM8K ``question`` mapped to ``prompt``
+    makes a generic row, not a GSM8K one)."""
+    if not columns or not isinstance(item, dict):
+        return item
+    out = {key: value for key, value in item.items() if key not in columns and key not in columns.values()}
+    for name, column in columns.items():
+        if column not in item:
+            raise TaskFileError(f"no column {column!r} (columns {name}={column}); it has "
+                                + ", ".join(repr(str(key)[:40]) for key in list(item)[:8]))
+        out[name] = item[column]
+    return out
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, str, Any]]:
@@ -111,7 +172,8 @@ def _json(text: str) -> Any:
         return TaskFileError(f"not JSON: {error}")
 
 
-def task_from_line(line: bytes, *, default_id: str, template: str = GSM8K_TEMPLATE) -> Task:
+def task_from_line(line: bytes, *, default_id: str, template: str = GSM8K_TEMPLATE,
+                   columns: Mapping[str, str] | None = None) -> Task:
     """One JSONL line (without its newline) as a Task; raises :class:`TaskFileError` (without
     the location, which the caller adds) naming what is wrong, and nothing else."""
     try:
@@ -123,7 +185,7 @@ def task_from_line(line: bytes, *, default_id: str, template: str = GSM8K_TEMPLA
     item = _json(text)
     if isinstance(item, TaskFileError):
         raise item
-    return _task(item, default_id, template)
+    return _task(_mapped(item, columns or {}), default_id, template)
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, str, Any]]:
@@ -136,12 +198,56 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, str, Any]]:
         ) from error
     number = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
             for row in batch.to_pylist():
                 number += 1
                 yield f"{path}: row {number}", f"{path.stem}:{number}", row
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         raise TaskFileError(f"{path}: cannot read parquet: {error}") from error
+
+
+def _dataset_rows(path: Path, split: str | None) -> Iterator[tuple[str, str, Any]]:
+    """(location, fallback id, row dict) per row of a CSV file or a dataset directory, read
+    with ``datasets``: ``load_from_disk`` for a directory ``save_to_disk`` wrote, else
+    ``load_dataset`` on the local files (a packaged builder and a path, never a Hub name)."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise TaskFileError(f"{path}: reading CSV files and dataset directories needs the datasets library: "
+                            "pip install datasets (or the vrl[datasets] extra)") from error
+    datasets.config.HF_HUB_OFFLINE = True  # local files only, whatever the environment says
+    datasets.disable_progress_bars()
+    try:
+        if any((path / name).is_file() for name in _SAVED):
+            loaded = datasets.load_from_disk(str(path))
+        elif path.is_dir():
+            loaded = datasets.load_dataset(str(path.resolve()))  # a folder of data files: local, inferred
+        else:
+            loaded = datasets.load_dataset("csv", data_files=str(path.resolve()))
+    except Exception as error:  # datasets raises a dozen types (its own, pyarrow's, OS errors): all say "unreadable"
+        raise TaskFileError(f"{path}: cannot load with datasets: {str(error)[:300]}") from None
+    stem = path.name if path.is_dir() else path.stem  # as a JSON lines file's ids are its stem's
+    name, where = (stem, str(path)) if split is None else (f"{stem}:{split}", f"{path}:{split}")
+    if isinstance(loaded, datasets.DatasetDict):
+        splits = list(loaded)
+        if split is None and len(splits) == 1:
+            split = splits[0]
+        if split not in loaded:
+            named = ", ".join(map(repr, splits))
+            raise TaskFileError(f"{path}: holds the splits {named}; name one as {path}:SPLIT" if split is None
+                                else f"{path}: no split {split!r} (it holds {named})")
+        loaded = loaded[split]
+    elif split is not None:
+        raise TaskFileError(f"{path}: one dataset, without splits; name it without ':{split}'")
+    number = 0
+    try:
+        # Arrow batches, as parquet's: no row is decoded (images, audio) beyond its Python values.
+        for batch in loaded.with_format("arrow").iter(batch_size=_BATCH_ROWS):
+            for row in batch.to_pylist():
+                number += 1
+                yield f"{where}: row {number}", f"{name}:{number}", row
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise TaskFileError(f"{where}: cannot read row {number + 1}: {str(error)[:300]}") from error
 
 
 def _string(item: dict, name: str, *, nonempty: bool = False) -> str:
@@ -158,6 +264,39 @@ def _string(item: dict, name: str, *, nonempty: bool = False) -> str:
     return value
 
 
+def _reference(text: str) -> str:
+    """A reference answer as stored: a number in canonical form, other text as it is."""
+    value = parse_number(text)
+    return text if value is None else canonical_number(value)
+
+
+def _answer(item: dict) -> str:
+    """The reference of a generic, chat or MATH row: its ``answer`` (text, or an integer, as a
+    dataset's integer column holds it), else the last ``\\boxed{}`` of its ``solution``."""
+    if "answer" in item or "solution" not in item:
+        value = item.get("answer")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return canonical_number(value)
+        if isinstance(value, float):  # 0.1 is no exact number: the text the file means is lost
+            raise TaskFileError("field 'answer': a floating-point number; write the answer as text")
+        return _reference(_string(item, "answer"))
+    boxed = last_boxed(_string(item, "solution"))
+    if not boxed:
+        raise TaskFileError("field 'solution' has no non-empty \\boxed{...} answer (or give an 'answer' field)")
+    return _reference(boxed)
+
+
+def _id(item: dict, default_id: str) -> str:
+    """A generic, chat or MATH row's id: its ``id`` text, or integer (a dataset's integer
+    column) as decimal text; the fallback when it has none."""
+    value = item.get("id")
+    if "id" not in item:
+        return default_id
+    if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63:  # Arrow's int64
+        return str(value)
+    return _string(item, "id", nonempty=True)
+
+
 def _task(item: Any, default_id: str, template: str) -> Task:
     """One row as a Task; raises TaskFileError (without location) naming the bad field."""
     if not isinstance(item, dict):
@@ -171,8 +310,22 @@ def _task(item: Any, default_id: str, template: str) -> Task:
         value = parse_number(final)
         if value is None:
             raise TaskFileError(f"field 'answer': {final!r} after '####' is not a number")
-        task_id = _string(item, "id") if isinstance(item.get("id"), str) else default_id
-        return Task(task_id, template.format(question=question), canonical_number(value))
-    task_id, prompt, answer = _string(item, "id"), _string(item, "prompt", nonempty=True), _string(item, "answer")
-    value = parse_number(answer)
-    return Task(task_id, prompt, answer if value is None else canonical_number(value))
+        task_id = _string(item, "id", nonempty=True) if isinstance(item.get("id"), str) else default_id
+        return Task(task_id, template.format(question=question), canonical_number(value), solution=solution)
+    task_id = _id(item, default_id)
+    solution = item["solution"] if isinstance(item.get("solution"), str) else ""
+    if "problem" in item:  # MATH
+        problem = _string(item, "problem", nonempty=True)
+        return Task(task_id, MATH_TEMPLATE.format(problem=problem), _answer(item), solution=solution)
+    if "prompt" not in item:
+        shown = ", ".join(repr(str(key)[:40]) for key in list(item)[:8]) + (", ..." if len(item) > 8 else "")
+        raise TaskFileError(f"no 'prompt', 'question' or 'problem' field (it has {shown or 'none'}); "
+                            "name the prompt's column with --columns prompt=COLUMN")
+    if isinstance(item["prompt"], list):
+        return Task(task_id, canonical_messages(item["prompt"]), _answer(item), chat=True, solution=solution)
+    return Task(task_id, _string(item, "prompt", nonempty=True), _answer(item), solution=solution)
+
+
+def task_row(task: Task) -> dict[str, Any]:
+    """The generic row that reads back as ``task``: a chat task's prompt as its messages."""
+    return {"id": task.id, "prompt": messages_of(task) if task.chat else task.prompt, "answer": task.answer}

@@ -32,6 +32,7 @@ from vrl.rollouts.record import Rollout
 from vrl.rollouts.verify import proven_answer
 from vrl.tasks import Task
 from vrl.tasks.answers import COMMITTED_PREFIX, answer_form, committed_reference
+from vrl.tasks.files import task_row
 
 ZK_FILE_FORMAT = "vrl/zk/v1"
 #: Attachments in one companion file: one per record of a rollout file, whose records are as many.
@@ -109,7 +110,7 @@ class AnswerKey:
                 answer = form.split(b":", 1)[-1].decode()  # a form is a kind tag, ":", the normal text
                 if answer_form(answer) != form:
                     raise ZkFileError(f"task {task.id!r}: the key's form {form!r} is not an answer's normal form")
-                task = Task(task.id, task.prompt, answer)
+                task = dataclasses.replace(task, answer=answer)  # a chat task stays one
             out.append(task)
         return out
 
@@ -167,11 +168,10 @@ def write_key(path: Path | str, key: AnswerKey) -> None:
 
 
 def write_task_file(path: Path | str, tasks: Iterable[Task]) -> None:
-    """A task file of JSON lines ``{"id", "prompt", "answer"}``, written whole or not at all:
-    what ``vrl commit-answers`` writes the public file of a private task set as, each answer a
-    commitment (specs/zk.md §7)."""
-    write_bytes_atomic(path, "".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
-                                     for t in tasks).encode())
+    """A task file of JSON lines ``{"id", "prompt", "answer"}`` (a chat task's prompt as its
+    messages: vrl.tasks.files.task_row), written whole or not at all: what ``vrl commit-answers``
+    writes the public file of a private task set as, each answer a commitment (specs/zk.md §7)."""
+    write_bytes_atomic(path, "".join(json.dumps(task_row(t)) + "\n" for t in tasks).encode())
 
 
 def commit_answers(tasks: Iterable[Task]) -> tuple[list[Task], AnswerKey]:
@@ -188,7 +188,7 @@ def commit_answers(tasks: Iterable[Task]) -> tuple[list[Task], AnswerKey]:
             raise ZkFileError(f"task {task.id!r} twice")
         salt = new_salt()
         entries[task.id] = (form, salt)
-        public.append(Task(task.id, task.prompt, COMMITTED_PREFIX + reference_commitment(form, salt).hex()))
+        public.append(dataclasses.replace(task, answer=COMMITTED_PREFIX + reference_commitment(form, salt).hex()))
     return public, AnswerKey(entries)
 
 

@@ -1,0 +1,86 @@
+"""Chat prompts: a task whose prompt is a list of ``{"role", "content"}`` messages.
+
+Such a task's :attr:`~vrl.tasks.Task.prompt` is the *canonical JSON* of its messages
+(:func:`canonical_messages`): what its identity and its held-out hash cover, whatever model
+renders it (specs/tasks.md §4.2). The text a model is given, and whose tokens a record binds, is
+the rendering of those messages with the model's own chat template (:func:`prompt_text`): one
+function of (messages, tokenizer), used by the generator and by every verifier alike, so a
+verifier with the same model derives the same text and tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from vrl.tasks.core import Task, TaskFileError
+
+#: Keys a message may have: its role and its text. A template reads other keys (tool calls,
+#: names) that a task's prompt has no use for; dropping one silently would change the prompt.
+MESSAGE_KEYS = ("role", "content")
+
+
+class ChatTemplateError(TaskFileError):
+    """A chat task that a model cannot render: it has no chat template, or its template
+    refuses the messages or reads the clock."""
+
+
+def canonical_messages(value: Any, field: str = "prompt") -> str:
+    """``value`` (a row's decoded field) checked as a non-empty list of messages, as canonical
+    JSON: ``[{"role": ..., "content": ...}, ...]``, keys in that order, no spaces, non-ASCII
+    characters as they are. Raises :class:`TaskFileError` naming what is wrong, and nothing else."""
+    if not isinstance(value, list) or not value:
+        raise TaskFileError(f"field {field!r}: chat messages must be a non-empty list")
+    messages = []
+    for index, message in enumerate(value):
+        where = f"field {field!r}, message {index + 1}"
+        if not isinstance(message, dict):
+            raise TaskFileError(f"{where}: expected an object with 'role' and 'content'")
+        if extra := [key for key in message if key not in MESSAGE_KEYS]:
+            raise TaskFileError(f"{where}: unknown key {str(extra[0])[:40]!r} (a message has only "
+                                f"{' and '.join(map(repr, MESSAGE_KEYS))})")
+        for key in MESSAGE_KEYS:
+            text = message.get(key)
+            if not isinstance(text, str):
+                raise TaskFileError(f"{where}: {key!r} missing or not a string")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise TaskFileError(f"{where}: {key!r} is not valid Unicode (a lone surrogate)") from None
+        if not message["role"]:
+            raise TaskFileError(f"{where}: 'role' is empty")
+        messages.append({key: message[key] for key in MESSAGE_KEYS})
+    return json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
+
+
+def messages_of(task: Task) -> list[dict[str, str]]:
+    """A chat task's messages, as a template takes them."""
+    return json.loads(task.prompt)
+
+
+def prompt_text(task: Task, tokenizer) -> str:
+    """The text a model is given for ``task``, whose tokens (the tokenizer's encoding, no
+    special tokens added: :meth:`vrl.rollouts.model.Model.encode`) a record binds: the prompt
+    itself, or a chat task's messages rendered with the tokenizer's chat template and the
+    generation prompt (the opening of the assistant's turn). Raises :class:`ChatTemplateError`
+    when that cannot be done, naming the task."""
+    if not task.chat:
+        return task.prompt
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise ChatTemplateError(f"task {task.id!r}: its prompt is chat messages, but the model has no chat template "
+                                "(the tokenizer's chat_template); use a chat model, or prompts as text")
+    if "strftime_now" in str(template):
+        # transformers gives templates the clock (Llama 3's "Today Date"): a rendering that
+        # changes at midnight would fail every later verification of the same record.
+        raise ChatTemplateError(f"task {task.id!r}: the model's chat template reads the clock (strftime_now), so "
+                                "another machine or day would render another prompt; vrl needs a template that is a "
+                                "function of the messages alone")
+    try:
+        text = tokenizer.apply_chat_template(messages_of(task), tokenize=False, add_generation_prompt=True)
+    except Exception as error:  # a template's raise_exception, or any error of its code: named, not a traceback
+        raise ChatTemplateError(f"task {task.id!r}: the model's chat template refused its messages: "
+                                f"{str(error)[:200]}") from None
+    if not isinstance(text, str) or not text:
+        raise ChatTemplateError(f"task {task.id!r}: the model's chat template rendered no text")
+    return text
