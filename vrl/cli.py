@@ -185,6 +185,16 @@ REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, su
                "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")
 
 
+def _pinned_reward(reward: Optional[list[str]]):
+    """The reward spec ``--reward`` terms name, or None when none is given."""
+    from vrl.tasks import RewardError, parse_spec
+
+    try:
+        return parse_spec(reward) if reward else None
+    except RewardError as error:
+        raise _fail(f"--reward {error.problem}") from None
+
+
 def _load(model: str, dtype: Optional[str], device: str):
     from vrl.rl.export import load_model
     from vrl.rollouts.model import ModelError
@@ -247,15 +257,12 @@ def generate(
     from vrl.rollouts.generate import GenerationStats, choose_max_new_tokens, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
     from vrl.rollouts.keys import KeyFileError, NodeKey
-    from vrl.tasks import RewardError, RewardSpec, parse_spec
+    from vrl.tasks import RewardSpec
     from vrl.tasks.answers import committed_reference
     from vrl.zk import ZkFileError
 
     seed = parse_round_seed(round_seed)
-    try:
-        reward_spec = parse_spec(reward) if reward else RewardSpec()
-    except RewardError as error:
-        raise _fail(f"--reward {error.problem}") from None
+    reward_spec = _pinned_reward(reward) or RewardSpec()
     try:
         node_key = NodeKey.load(key)
     except KeyFileError as error:
@@ -387,6 +394,10 @@ def verify(
     challenge: Annotated[Optional[str], typer.Option(help="The challenge you issued (64 hex digits): every position "
                                                      "it picks must be proven, and no other.")] = None,
     positions: Annotated[int, typer.Option(min=1, max=64, help="Positions per record the challenge asked for.")] = 4,
+    reward: Annotated[Optional[list[str]], typer.Option(help="Require this reward (repeatable terms, as generate's "
+                                                        "--reward). Without it a record's own is recomputed, except "
+                                                        "one that runs code (code/v1), which is run only when named "
+                                                        "here.")] = None,
 ):
     """Verify every rollout in a file, and test each producer's sampling over all of its rollouts.
     Exit 0 all accepted, 1 any rejected, any producer's sequential test failed or any sampling
@@ -400,8 +411,9 @@ def verify(
     from vrl.rollouts.verify import verify as run_verify
     from vrl.tasks.chat import ChatTemplateError
 
-    expect = Expectations(tasks=_task_set(task, columns) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None,
-                          max_tokens=max_tokens)
+    expect = Expectations(tasks=_task_set(task, columns) if task is not None else None,
+                          round_seed=parse_round_seed(round_seed) if round_seed else None, max_tokens=max_tokens,
+                          reward_spec=_pinned_reward(reward))
     try:
         records = list(iter_records(rollouts))
     except RolloutFileError as error:
@@ -1220,6 +1232,9 @@ def audit(
     srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file an evaluation claim's or a rollout file's "
                                                 "sampling proofs must be made against.")] = None,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
+    allow_code_rewards: Annotated[bool, typer.Option(help="Re-execute a network whose reward runs code (code/v1) "
+                                                     "its task set and records carry, in the code reward's "
+                                                     "sandbox.")] = False,
 ):
     """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, admission,
     quarantine, groups re-verified, training steps replayed, accuracy re-measured, held-out
@@ -1247,7 +1262,7 @@ def audit(
                     bar.advance(tasks[what], n)
 
                 report = auditor.run(checks=check, sample=share, progress=advance, srs=trusted,
-                                     allow_dev_srs=allow_dev_srs)
+                                     allow_dev_srs=allow_dev_srs, allow_code_rewards=allow_code_rewards)
     except va.AuditError as error:
         raise _fail(str(error)) from None
     if html_path is not None:

@@ -83,6 +83,9 @@ class RewardFunction:
     uses_reference: bool = True
     #: A score of 1 means the answer is correct: what an evaluation's accuracy counts.
     checks_answer: bool = False
+    #: Runs code the record and its task carry (code/v1): a verifier runs it only under a spec
+    #: it names itself, never one a record asserts (specs/rewards.md §6).
+    runs_code: bool = False
     summary: str = ""
 
     def __post_init__(self) -> None:
@@ -222,6 +225,11 @@ class RewardSpec:
     def unknown(self) -> list[str]:
         """The terms' rewards this machine does not have, as ``name/vN``."""
         return [t.id for t in self.terms if (t.name, t.version) not in registry()]
+
+    def runs_code(self) -> list[str]:
+        """The terms whose rewards run code the record and its task carry, as ``name/vN``."""
+        known = registry()
+        return [t.id for t in self.terms if (t.name, t.version) in known and known[t.name, t.version].runs_code]
 
     def reward(self, task: Task, completion: str) -> float:
         """The reward of ``completion`` for ``task``. A committed reference is a ValueError: its
@@ -593,5 +601,5 @@ BUILT_IN: tuple[RewardFunction, ...] = (
     RewardFunction("length-penalty", 1, {"free": 512, "span": 512}, _length_penalty, _check_length,
                    uses_reference=False, summary="-min(1, max(0, chars - free) / span)"),
     RewardFunction("code", 1, {"time_ms": 5000, "memory_mb": 512}, _code, _check_code, checks_answer=True,
-                   summary="1 when the completion's last ```python block passes the reference's tests"),
+                   runs_code=True, summary="1 when the completion's last ```python block passes the reference's tests"),
 )
