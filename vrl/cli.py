@@ -180,6 +180,9 @@ def _trusted_srs(srs: Optional[Path], allow_dev: bool) -> list:
     return trusted
 
 
+# What --model takes (vrl.rl.export.load_model).
+MODELS = ("a preset (tiny, micro, small), a built model (base), a model directory, a Hub id (org/name) or a "
+          "vrl train run")
 DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
 REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, summed (specs/rewards.md §5): answer, "
                "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")
@@ -224,7 +227,7 @@ def keygen(out_path: Annotated[Path, typer.Option("--out", help="Where to write 
 
 @app.command()
 def generate(
-    model: Annotated[str, typer.Option(help="Preset (tiny, small, base) or a local model directory.")],
+    model: Annotated[str, typer.Option(help=f"The model: {MODELS}.")],
     task: Annotated[str, typer.Option(help=TASK_HELP)],
     key: Annotated[Path, typer.Option(help="Node key (see vrl keygen).")],
     out_path: Annotated[Path, typer.Option("--out", help="Rollout file to write.")],
@@ -369,7 +372,7 @@ def verdict_table(verdicts, title: str = "verification"):
 @app.command()
 def verify(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
-    model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim.")],
+    model: Annotated[str, typer.Option(help=f"The model the rollouts claim: {MODELS}.")],
     task: Annotated[Optional[str], typer.Option(help="Task set pinning each group's assignment. " + TASK_HELP)] = None,
     columns: Annotated[str, typer.Option(help=COLUMNS_HELP)] = "",
     round_seed: Annotated[Optional[str], typer.Option(help="Require this round seed.")] = None,
@@ -655,7 +658,7 @@ def commit_answers_command(
 @app.command()
 def prove(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
-    model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim (for its tokenizer).")],
+    model: Annotated[str, typer.Option(help=f"The model the rollouts claim (for its tokenizer): {MODELS}.")],
     answers: Annotated[Optional[Path], typer.Option(help="--kind reward: the answer key of the rollouts' task set "
                                                     "(vrl commit-answers).")] = None,
     kind: Annotated[str, typer.Option(help="What to prove: reward (the answer's correctness against a private "
@@ -772,7 +775,7 @@ def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: Optio
 
 @app.command()
 def evaluate(
-    model: Annotated[str, typer.Option(help="Preset or model directory to evaluate.")],
+    model: Annotated[str, typer.Option(help=f"The model to evaluate: {MODELS}.")],
     task: Annotated[str, typer.Option(help="Public task file of committed references (vrl commit-answers).")],
     answers: Annotated[Optional[Path], typer.Option(help="Its answer key: make a claim.")] = None,
     key: Annotated[Optional[Path], typer.Option(help="The evaluator's node key (see vrl keygen): make a claim.")] = None,
@@ -883,7 +886,7 @@ def train(
     config: Annotated[Optional[Path], typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
                                                    "values replace the defaults below, and flags given here "
                                                    "override it.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=f"The model to start from: {MODELS}.")] = None,
     task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
     columns: Annotated[Optional[str], typer.Option(help=COLUMNS_HELP)] = None,
     steps: Annotated[Optional[int], typer.Option(help="GRPO steps, each a policy version.")] = None,
