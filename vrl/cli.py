@@ -346,18 +346,19 @@ def generate(
 
 
 def verdict_table(verdicts, title: str = "verification"):
-    """The verdicts as a table readable at 80 columns (as inspect's: every header and reason
-    code whole, the task id cut with an ellipsis), then each rejection's stage and sentence on
-    a line of its own below it, where it has the whole width."""
+    """The verdicts as a table readable at 80 columns (every header and reason code whole; the
+    task, the one free text, takes what is left and wraps), then each rejection's stage and
+    sentence on a line of its own below it, where it has the whole width."""
     from rich.console import Group
     from rich.text import Text
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
                   show_edge=False)
     for column in ("#", "node", "task", "sample", "verdict", "reason"):
-        # The reason codes are at most 24 characters (sampling_params_mismatch).
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=24 if column == "reason" else len(column),
-                         max_width=24 if column == "task" else None)
+        # Only the task wraps, so rich narrows it alone. The rest are at most 53 columns with
+        # their gaps (the longest reason code, sampling_params_mismatch, is 24 characters), which
+        # leaves an arithmetic task id's 27 at 80 columns.
+        table.add_column(column, no_wrap=column != "task", overflow="fold", min_width=len(column))
     details = []
     for v in verdicts:
         mark = "[green]accepted[/]" if v.accepted else "[red]rejected[/]"
