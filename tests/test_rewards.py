@@ -250,7 +250,7 @@ def fenced(code: str) -> str:
 
 # Where the sandbox cannot be made (not Linux, a container that refuses namespaces) code/v1 is
 # not computable: that is tested below; the rest needs a machine that can run it.
-sandboxed = pytest.mark.skipif(sandbox.unavailable(CODE) is not None, reason=str(sandbox.unavailable(CODE)))
+sandboxed = pytest.mark.skipif(sandbox.sandbox_problem() is not None, reason=str(sandbox.sandbox_problem()))
 
 
 @sandboxed
@@ -364,9 +364,9 @@ def test_a_sandbox_that_cannot_start_is_not_computable_here(tmp_path, monkeypatc
     """A verifier whose sandbox fails (here: no interpreter at its path) says so, never a score:
     the record is not the producer's fault."""
     monkeypatch.setattr(sandbox, "INTERPRETER", str(tmp_path / "no-python"))
-    with pytest.raises(RewardUnavailable, match="cannot run here: FileNotFoundError"):
+    with pytest.raises(sandbox.SandboxUnavailable, match="cannot run here: FileNotFoundError"):
         run_tests("def add(a, b):\n    return a + b", TESTS, 1000, 256)
-    assert "does not start" in sandbox.unavailable(CODE)
+    assert "does not start" in sandbox.sandbox_problem()
     with pytest.raises(RewardUnavailable, match="not computable here"):
         RewardSpec((term("code"),)).reward(Task("t", "", TESTS), fenced("def add(a, b):\n    return a + b"))
 

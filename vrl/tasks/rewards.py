@@ -616,9 +616,14 @@ def _check_length(params: Params) -> str | None:
 
 
 def _code(task: Task, completion: str, params: Params) -> float:
-    from vrl.tasks.sandbox import code_reward  # the subprocess machinery, only where code is rewarded
+    from vrl.tasks.sandbox import SandboxUnavailable, code_reward  # the subprocess machinery, only where code is rewarded
 
-    return code_reward(completion, task.answer, params)
+    if params["python"] != PYTHON:
+        raise RewardUnavailable("reward_spec", _other_python(params))
+    try:
+        return code_reward(completion, task.answer, params)
+    except SandboxUnavailable as error:
+        raise RewardUnavailable("reward_spec", str(error)) from None
 
 
 def _check_code(params: Params) -> str | None:
@@ -628,9 +633,16 @@ def _check_code(params: Params) -> str | None:
 
 
 def _code_unavailable(params: Params) -> str | None:
-    from vrl.tasks.sandbox import unavailable
+    """code/v1 runs only under the Python minor version it names, in the sandbox's namespaces
+    (specs/rewards.md §3.6)."""
+    from vrl.tasks.sandbox import sandbox_problem
 
-    return unavailable(params)
+    return _other_python(params) if params["python"] != PYTHON else sandbox_problem()
+
+
+def _other_python(params: Params) -> str:
+    return (f"it runs under Python {params['python']}, this verifier has {PYTHON}: "
+            "a code reward is computed only under the Python it names")
 
 
 BUILT_IN: tuple[RewardFunction, ...] = (

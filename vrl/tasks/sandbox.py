@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from vrl.tasks.rewards import PYTHON, RewardUnavailable
+from vrl.errors import VrlError
 
 #: Code and tests past these sizes score 0 without running (specs/rewards.md §3.6): 64 KiB is
 #: far past a benchmark solution (HumanEval/MBPP solutions and tests are a few KiB) and keeps
@@ -68,6 +68,14 @@ UNAVAILABLE = 125
 #: The interpreter the child runs: this one (a module-level setting, so a test can point it at
 #: a path that does not exist and see the verifier call the reward not computable).
 INTERPRETER = sys.executable
+
+
+
+class SandboxUnavailable(VrlError, OSError):
+    """The sandbox cannot be made on this machine (no namespaces, no fork, no interpreter, no
+    temporary directory): the code reward is not computable here, which says nothing about
+    the code (vrl.tasks.rewards turns it into ``RewardUnavailable``)."""
+
 
 _FENCE = re.compile(r"```(?:python|py|python3)[ \t]*\r?\n(.*?)```", re.DOTALL)
 
@@ -162,14 +170,11 @@ def limits_problem(params: Mapping) -> str | None:
     return None
 
 
-def unavailable(params: Mapping) -> str | None:
-    """Why this machine cannot compute code/v1 with ``params``, or None: another Python minor
-    version than the term's, a platform other than Linux, or a kernel (or container) that
-    refuses the namespaces. The environment is part of the reward: a verifier that cannot
-    give the child the same one does not score it in another."""
-    if params["python"] != PYTHON:
-        return (f"code/v1 runs under Python {params['python']}, this verifier has {PYTHON}: "
-                "a code reward is computed only under the Python it names")
+def sandbox_problem() -> str | None:
+    """Why the sandbox cannot be made on this machine, or None: a platform other than Linux,
+    a kernel (or container) that refuses the namespaces, an interpreter that does not start.
+    The environment is part of the reward: a verifier that cannot give the child the same one
+    does not score the code in another."""
     return _sandbox_problem(INTERPRETER)
 
 
@@ -194,20 +199,20 @@ def _sandbox_problem(interpreter: str) -> str | None:
 def code_reward(completion: str, tests: str, params: Mapping) -> float:
     """1.0 when the completion's code passes ``tests`` within the limits, else 0.0 (no code,
     code or tests too large, a failing assertion, an exception, a timeout, a limit hit).
-    :class:`RewardUnavailable` when this machine cannot run it as specified."""
+    :class:`SandboxUnavailable` when this machine cannot run it as specified."""
     code = extract_code(completion)
     if code is None or len(code.encode("utf-8", "replace")) > MAX_CODE_BYTES \
             or len(tests.encode("utf-8", "replace")) > MAX_TESTS_BYTES:
         return 0.0
-    if problem := unavailable(params):
-        raise RewardUnavailable("reward_spec", problem)
+    if problem := sandbox_problem():
+        raise SandboxUnavailable(problem)
     return float(run_tests(code, tests, int(params["time_ms"]), int(params["memory_mb"])))
 
 
 def run_tests(code: str, tests: str, time_ms: int, memory_mb: int) -> bool:
     """Whether ``code`` then ``tests`` run to the end in a sandboxed child within the limits.
     What fails here rather than in the child (no temporary directory, no fork, no
-    namespaces) is :class:`RewardUnavailable`, never a score."""
+    namespaces) is :class:`SandboxUnavailable`, never a score."""
     nonce = secrets.token_hex(16)
     try:
         with tempfile.TemporaryDirectory(prefix="vrl-code-") as work:
@@ -223,7 +228,9 @@ def run_tests(code: str, tests: str, time_ms: int, memory_mb: int) -> bool:
             finally:
                 root.chmod(0o755)
     except OSError as error:
-        raise RewardUnavailable("reward_spec", f"code/v1 cannot run here: {type(error).__name__}: {error}") from None
+        if isinstance(error, SandboxUnavailable):
+            raise
+        raise SandboxUnavailable(f"code/v1 cannot run here: {type(error).__name__}: {error}") from None
     return passed
 
 
@@ -249,8 +256,8 @@ def _run(root: Path, output: Path, nonce: str, time_ms: int, memory_mb: int) -> 
                 pass
             child.wait()
     if status == UNAVAILABLE:
-        raise RewardUnavailable("reward_spec", "code/v1 cannot run here: the sandbox could not be made "
-                                               "(namespaces, fork or exec refused)")
+        raise SandboxUnavailable("code/v1 cannot run here: the sandbox could not be made "
+                                 "(namespaces, fork or exec refused)")
     if status != 0:
         return False
     with output.open("rb") as read:
