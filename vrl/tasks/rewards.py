@@ -4,8 +4,8 @@
 A reward spec is a weighted sum of **terms**; a term names a reward function by name and
 version (``answer/v1``) and gives every parameter that function declares. The record carries
 the whole spec (specs/record.md §1), so a verifier needs nothing else to recompute it, and a
-verifier that does not have a term's function refuses the record (``reward_unknown``) rather
-than guess. The built-in functions are defined here; others come from installed packages
+verifier that does not have a term's function, or cannot compute it here
+(:class:`RewardUnavailable`), refuses the record (``reward_unknown``) rather than guess. The built-in functions are defined here; others come from installed packages
 through the ``vrl.rewards`` entry point group (:func:`registry`).
 """
 
