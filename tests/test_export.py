@@ -28,7 +28,7 @@ from vrl.rl.base_model import build_base_model
 from vrl.rl.checkpoint import MANIFEST
 from vrl.rl.export import PROVENANCE_FILE, ExportError, export, open_checkpoint
 from vrl.rl.train import TrainConfig, Trainer
-from vrl.rollouts.model import ModelError, hub_snapshot
+from vrl.rollouts.model import ModelError, hub_snapshot, weights_hash
 from vrl.rollouts.presets import BaseModelConfig
 
 # As tests/test_train.py's: one-digit sums, taught in seconds well enough that groups differ,
@@ -149,11 +149,17 @@ def test_exports_are_refused_whole_never_half_written(run, tmp_path):
     assert result.exit_code == 2 and "neither a run directory" in flat(result.output)
 
 
-def test_a_half_precision_export_loads_as_written(run, tmp_path):
-    _, run_dir, _ = run
-    out = export(open_checkpoint(run_dir), tmp_path / "bf16", dtype="bfloat16")
+def test_a_half_precision_export_loads_as_written_and_leaves_the_policy_as_it_was(run, tmp_path):
+    _, run_dir, final = run
+    policy = open_checkpoint(run_dir)
+    out = export(policy, tmp_path / "bf16", dtype="bfloat16")
     assert AutoModelForCausalLM.from_pretrained(out, dtype="auto", local_files_only=True).dtype == torch.bfloat16
     assert vrl.load_model(out).dtype_name == "bfloat16"
+    # The live float32 weights were not rounded through bfloat16 on the way.
+    assert weights_hash(policy.model.network, "float32").hex() == final["model_hash"]
+    assert policy.model.network.config.dtype == torch.float32
+    assert export(policy, tmp_path / "f32").exists() and vrl.load_model(tmp_path / "f32").model_hash.hex() == (
+        final["model_hash"])
 
 
 # -- Hub ids -------------------------------------------------------------------------------------

@@ -488,12 +488,13 @@ def test_a_verifier_that_cannot_compute_a_reward_says_reward_unknown_not_mismatc
     never reward_mismatch against an honest producer."""
     group = vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, groups=1, group_size=2,
                          reward_spec=parse_spec(["answer", "code"]))  # no code block: 0 without running
-    other = [r.signed(node, reward_spec=RewardSpec((term("answer"), term("code", python="3.99")))) for r in group]
-    for verdict in verify(other, tiny):
+    pinned = RewardSpec((term("answer"), term("code", python="3.99")))  # code runs only under a pinned spec
+    other = [r.signed(node, reward_spec=pinned) for r in group]
+    for verdict in verify(other, tiny, expect=vrl.Expectations(reward_spec=pinned)):
         assert (verdict.stage, verdict.reason) == (Stage.BINDING, Reason.REWARD_UNKNOWN)
         assert "code/v1" in verdict.message and "Python 3.99" in verdict.message
     monkeypatch.setattr(sandbox, "INTERPRETER", str(tmp_path / "no-python"))
-    for verdict in verify(group, tiny):
+    for verdict in verify(group, tiny, expect=vrl.Expectations(reward_spec=group[0].reward_spec)):
         assert verdict.reason == Reason.REWARD_UNKNOWN and "does not start" in verdict.message
 
 

@@ -180,9 +180,22 @@ def _trusted_srs(srs: Optional[Path], allow_dev: bool) -> list:
     return trusted
 
 
+# What --model takes (vrl.rl.export.load_model).
+MODELS = ("a preset (tiny, micro, small), a built model (base), a model directory, a Hub id (org/name) or a "
+          "vrl train run")
 DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
 REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, summed (specs/rewards.md §5): answer, "
                "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")
+
+
+def _pinned_reward(reward: Optional[list[str]]):
+    """The reward spec ``--reward`` terms name, or None when none is given."""
+    from vrl.tasks import RewardError, parse_spec
+
+    try:
+        return parse_spec(reward) if reward else None
+    except RewardError as error:
+        raise _fail(f"--reward {error.problem}") from None
 
 
 def _load(model: str, dtype: Optional[str], device: str):
@@ -214,7 +227,7 @@ def keygen(out_path: Annotated[Path, typer.Option("--out", help="Where to write 
 
 @app.command()
 def generate(
-    model: Annotated[str, typer.Option(help="Preset (tiny, small, base) or a local model directory.")],
+    model: Annotated[str, typer.Option(help=f"The model: {MODELS}.")],
     task: Annotated[str, typer.Option(help=TASK_HELP)],
     key: Annotated[Path, typer.Option(help="Node key (see vrl keygen).")],
     out_path: Annotated[Path, typer.Option("--out", help="Rollout file to write.")],
@@ -247,15 +260,12 @@ def generate(
     from vrl.rollouts.generate import GenerationStats, choose_max_new_tokens, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
     from vrl.rollouts.keys import KeyFileError, NodeKey
-    from vrl.tasks import RewardError, RewardSpec, parse_spec
+    from vrl.tasks import RewardSpec
     from vrl.tasks.answers import committed_reference
     from vrl.zk import ZkFileError
 
     seed = parse_round_seed(round_seed)
-    try:
-        reward_spec = parse_spec(reward) if reward else RewardSpec()
-    except RewardError as error:
-        raise _fail(f"--reward {error.problem}") from None
+    reward_spec = _pinned_reward(reward) or RewardSpec()
     try:
         node_key = NodeKey.load(key)
     except KeyFileError as error:
@@ -336,18 +346,19 @@ def generate(
 
 
 def verdict_table(verdicts, title: str = "verification"):
-    """The verdicts as a table readable at 80 columns (as inspect's: every header and reason
-    code whole, the task id cut with an ellipsis), then each rejection's stage and sentence on
-    a line of its own below it, where it has the whole width."""
+    """The verdicts as a table readable at 80 columns (every header and reason code whole; the
+    task, the one free text, takes what is left and wraps), then each rejection's stage and
+    sentence on a line of its own below it, where it has the whole width."""
     from rich.console import Group
     from rich.text import Text
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
                   show_edge=False)
     for column in ("#", "node", "task", "sample", "verdict", "reason"):
-        # The reason codes are at most 24 characters (sampling_params_mismatch).
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=24 if column == "reason" else len(column),
-                         max_width=24 if column == "task" else None)
+        # Only the task wraps, so rich narrows it alone. The rest are at most 53 columns with
+        # their gaps (the longest reason code, sampling_params_mismatch, is 24 characters), which
+        # leaves an arithmetic task id's 27 at 80 columns.
+        table.add_column(column, no_wrap=column != "task", overflow="fold", min_width=len(column))
     details = []
     for v in verdicts:
         mark = "[green]accepted[/]" if v.accepted else "[red]rejected[/]"
@@ -362,7 +373,7 @@ def verdict_table(verdicts, title: str = "verification"):
 @app.command()
 def verify(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
-    model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim.")],
+    model: Annotated[str, typer.Option(help=f"The model the rollouts claim: {MODELS}.")],
     task: Annotated[Optional[str], typer.Option(help="Task set pinning each group's assignment. " + TASK_HELP)] = None,
     columns: Annotated[str, typer.Option(help=COLUMNS_HELP)] = "",
     round_seed: Annotated[Optional[str], typer.Option(help="Require this round seed.")] = None,
@@ -387,6 +398,10 @@ def verify(
     challenge: Annotated[Optional[str], typer.Option(help="The challenge you issued (64 hex digits): every position "
                                                      "it picks must be proven, and no other.")] = None,
     positions: Annotated[int, typer.Option(min=1, max=64, help="Positions per record the challenge asked for.")] = 4,
+    reward: Annotated[Optional[list[str]], typer.Option(help="Require this reward (repeatable terms, as generate's "
+                                                        "--reward). Without it a record's own is recomputed, except "
+                                                        "one that runs code (code/v1), which is run only when named "
+                                                        "here.")] = None,
 ):
     """Verify every rollout in a file, and test each producer's sampling over all of its rollouts.
     Exit 0 all accepted, 1 any rejected, any producer's sequential test failed or any sampling
@@ -400,8 +415,9 @@ def verify(
     from vrl.rollouts.verify import verify as run_verify
     from vrl.tasks.chat import ChatTemplateError
 
-    expect = Expectations(tasks=_task_set(task, columns) if task is not None else None, round_seed=parse_round_seed(round_seed) if round_seed else None,
-                          max_tokens=max_tokens)
+    expect = Expectations(tasks=_task_set(task, columns) if task is not None else None,
+                          round_seed=parse_round_seed(round_seed) if round_seed else None, max_tokens=max_tokens,
+                          reward_spec=_pinned_reward(reward))
     try:
         records = list(iter_records(rollouts))
     except RolloutFileError as error:
@@ -643,7 +659,7 @@ def commit_answers_command(
 @app.command()
 def prove(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
-    model: Annotated[str, typer.Option(help="Preset or model directory the rollouts claim (for its tokenizer).")],
+    model: Annotated[str, typer.Option(help=f"The model the rollouts claim (for its tokenizer): {MODELS}.")],
     answers: Annotated[Optional[Path], typer.Option(help="--kind reward: the answer key of the rollouts' task set "
                                                     "(vrl commit-answers).")] = None,
     kind: Annotated[str, typer.Option(help="What to prove: reward (the answer's correctness against a private "
@@ -760,7 +776,7 @@ def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: Optio
 
 @app.command()
 def evaluate(
-    model: Annotated[str, typer.Option(help="Preset or model directory to evaluate.")],
+    model: Annotated[str, typer.Option(help=f"The model to evaluate: {MODELS}.")],
     task: Annotated[str, typer.Option(help="Public task file of committed references (vrl commit-answers).")],
     answers: Annotated[Optional[Path], typer.Option(help="Its answer key: make a claim.")] = None,
     key: Annotated[Optional[Path], typer.Option(help="The evaluator's node key (see vrl keygen): make a claim.")] = None,
@@ -871,7 +887,7 @@ def train(
     config: Annotated[Optional[Path], typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
                                                    "values replace the defaults below, and flags given here "
                                                    "override it.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Preset, 'base', or a model directory.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=f"The model to start from: {MODELS}.")] = None,
     task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
     columns: Annotated[Optional[str], typer.Option(help=COLUMNS_HELP)] = None,
     steps: Annotated[Optional[int], typer.Option(help="GRPO steps, each a policy version.")] = None,
@@ -1220,6 +1236,9 @@ def audit(
     srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file an evaluation claim's or a rollout file's "
                                                 "sampling proofs must be made against.")] = None,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
+    allow_code_rewards: Annotated[bool, typer.Option(help="Re-execute a network whose reward runs code (code/v1) "
+                                                     "its task set and records carry, in the code reward's "
+                                                     "sandbox.")] = False,
 ):
     """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, admission,
     quarantine, groups re-verified, training steps replayed, accuracy re-measured, held-out
@@ -1247,7 +1266,7 @@ def audit(
                     bar.advance(tasks[what], n)
 
                 report = auditor.run(checks=check, sample=share, progress=advance, srs=trusted,
-                                     allow_dev_srs=allow_dev_srs)
+                                     allow_dev_srs=allow_dev_srs, allow_code_rewards=allow_code_rewards)
     except va.AuditError as error:
         raise _fail(str(error)) from None
     if html_path is not None:

@@ -64,12 +64,13 @@ class Audit:
 
     def run(self, checks: Iterable[str] | None = None, sample: float = DEFAULT_SAMPLE,
             progress: Callable[[str, int], None] | None = None, *, srs: Sequence = (),
-            allow_dev_srs: bool = False) -> Report:
+            allow_dev_srs: bool = False, allow_code_rewards: bool = False) -> Report:
         """Run ``checks`` (default: all of :data:`CHECKS`), re-executing a ``sample`` share of
         the groups, steps and versions (1.0: all of them). ``progress(check, n)`` is told as
         items are done. ``srs`` (:class:`proofs.zk.Srs`) are the SRS files a claim's proofs,
         and a private task set's reward proofs, may be made against, the dev one only with
-        ``allow_dev_srs``. Raises
+        ``allow_dev_srs``. A network whose reward runs code (code/v1) is re-executed only with
+        ``allow_code_rewards``: its node.toml, among the inputs, chose that code. Raises
         :class:`AuditError` for an unknown check or a share outside [0, 1]."""
         if self.closed:
             raise AuditError("this audit is closed: vrl.audit.open() the inputs again")
@@ -90,7 +91,7 @@ class Audit:
         for name in chosen[1:]:
             started = time.perf_counter()
             if name in REEXECUTING and models is None:
-                models = Models(run, srs, allow_dev_srs)
+                models = Models(run, srs, allow_dev_srs, allow_code_rewards)
             if name == "reputation":
                 check_reputation(run, findings, tell, sample)
             elif name == "duplicates":

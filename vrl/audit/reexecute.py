@@ -46,9 +46,10 @@ _MODELS_KEPT = 2
 class Models:
     """The network's base model, and policy versions loaded from their weights by hash."""
 
-    def __init__(self, run: Run, srs: Sequence = (), allow_dev: bool = False) -> None:
+    def __init__(self, run: Run, srs: Sequence = (), allow_dev: bool = False, allow_code: bool = False) -> None:
         """``srs`` and ``allow_dev``: what a private task set's reward proofs are checked
-        against (specs/zk.md §11)."""
+        against (specs/zk.md §11). ``allow_code``: re-execute a network whose reward runs code
+        its task set and records carry (code/v1), which the inputs' node.toml names."""
         self.run, self.srs, self.allow_dev = run, tuple(srs), allow_dev
         self.private = False  # the task set's references are committed: correctness is proven
         self._base: Model | None = None
@@ -59,6 +60,12 @@ class Models:
         spec = run.config.work.model if run.config is not None else None
         if spec is None:
             self.problem = "no node.toml among the inputs names the network's model"
+            return
+        # The inputs' node.toml names the reward, so a network's audit would run code an
+        # audited folder chose: only when the auditor asks for it (specs/audit.md §1).
+        if (running := run.config.work.reward_spec.runs_code()) and not allow_code:
+            self.problem = (f"the network's reward ({', '.join(running)}) runs code its task set and records carry; "
+                            "re-execute it with --allow-code-rewards (allow_code_rewards=True)")
             return
         try:
             self._base = load_model(spec, dtype="float32")

@@ -347,6 +347,7 @@ def announced_policy(model_hash: str | None, source: str | Path, *, device: str 
         inputs = open_inputs(source)
     except AuditError as error:
         raise ExportError(f"{error}; or a run directory") from None
+    unnamed: list[str] = []  # folders that hold the policy but name no model
     try:
         found = []
         for node in inputs.nodes:
@@ -363,7 +364,8 @@ def announced_policy(model_hash: str | None, source: str | Path, *, device: str 
         # Without a hash, the newest version first.
         for node, announcement in sorted(found, key=lambda pair: pair[1].version, reverse=not prefix):
             if node.config is None:
-                raise ExportError(f"{source}: {node.name} holds policy {prefix} but no node.toml naming its model")
+                unnamed.append(node.name)
+                continue  # another folder's node.toml may name the model
             blob = inputs.blob(announcement.blob)
             if blob is None:
                 continue  # another folder may hold the weights
@@ -376,5 +378,8 @@ def announced_policy(model_hash: str | None, source: str | Path, *, device: str 
             return TrainedPolicy(model, spec, announcement.version, Path(source))
     finally:
         inputs.close()
+    if unnamed:
+        raise ExportError(f"{source}: {', '.join(sorted(set(unnamed)))} holds the policy but no node.toml naming its "
+                          "model")
     raise ExportError(f"{source}: no policy announced{f' with model hash {prefix}' if prefix else ''} whose weights "
                       "are on disk (a node keeps the blobs of the versions it followed)")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from safetensors import SafetensorError
 
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
@@ -101,7 +102,10 @@ def base_model(base: str, device: str, where: Path) -> Model:
 
 
 def _checked(model: Model, published: object, where: Path) -> Model:
-    if published is not None and model.model_hash.hex() != published:
+    if published is None:
+        raise ExportError(f"{where}: its state.json records no model hash, so the weights cannot be checked against "
+                          "what the run published")
+    if model.model_hash.hex() != published:
         raise ExportError(f"{where}: the weights hash to {model.model_hash.hex()[:16]}, the run published "
                           f"{str(published)[:16]}: the base model is not the run's, or the files changed")
     return model
@@ -212,13 +216,16 @@ def export(policy: TrainedPolicy, out: str | Path, *, dtype: str = "float32") ->
     staging = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     network = policy.model.network
-    saved_dtype = next(network.parameters()).dtype
+    # A converted copy is saved, never the live network: converting it there and back would
+    # round a float32 policy's weights through bfloat16 in place (its cached hash then wrong).
+    weights = {name: tensor.detach().to(DTYPES[dtype]).contiguous() for name, tensor in network.state_dict().items()}
+    stored = network.config.dtype
     try:
-        network.to(DTYPES[dtype])
+        network.save_pretrained(staging, state_dict=weights, safe_serialization=True)
         # The config's dtype says how the weights are stored, so a plain from_pretrained(dtype="auto")
-        # loads them as written.
+        # loads them as written (save_pretrained wrote the live network's float32).
         network.config.dtype = DTYPES[dtype]
-        network.save_pretrained(staging, safe_serialization=True)
+        network.config.save_pretrained(staging)
         policy.model.tokenizer.save_pretrained(staging)
         (staging / PROVENANCE_FILE).write_text(json.dumps({**policy.provenance(), "stored_dtype": dtype},
                                                           indent=2, sort_keys=True) + "\n")
@@ -230,9 +237,9 @@ def export(policy: TrainedPolicy, out: str | Path, *, dtype: str = "float32") ->
         # (only an empty directory would be replaced, which loses nothing).
         os.rename(staging, out)
         checkpoint.fsync(out.parent)
-    except OSError as error:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise ExportError(f"{out}: cannot be written: {error.strerror or error}") from None
+    except (OSError, SafetensorError) as error:  # a full disk is a SafetensorError from safetensors' writer
+        raise ExportError(f"{out}: cannot be written: {getattr(error, 'strerror', None) or error}") from None
     finally:
-        network.to(saved_dtype)
+        network.config.dtype = stored
+        shutil.rmtree(staging, ignore_errors=True)  # gone already when renamed
     return out

@@ -282,7 +282,10 @@ def hub_snapshot(repo_id: str) -> Path:
     cache, offline = hf_cache_dir(), hub_offline()
     missing = f"{repo_id!r}: no such directory, and as a Hub id it is not in the Hugging Face cache ({cache})"
     try:
-        return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
+        # The same files as a download takes: huggingface_hub checks a cached snapshot against the
+        # repository's listing, which names files (README.md, .gitattributes) never fetched.
+        return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True,
+                                      allow_patterns=list(HUB_FILES)))
     except (OSError, ValueError, HfHubHTTPError):
         if offline:
             raise ModelError(f"{missing} while HF_HUB_OFFLINE is set: download it where the Hub is reachable "

@@ -239,6 +239,11 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
         raise _Rejected(Reason.SAMPLING_PARAMS_MISMATCH, f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
     if expect.reward_spec is not None and rollout.reward_spec != expect.reward_spec:
         raise _Rejected(Reason.REWARD_SPEC_MISMATCH, f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
+    # A reward that runs code runs the record's own (its completion, its task's tests): only a
+    # spec this verifier pinned itself is run, never one a record asserts (specs/rewards.md §6).
+    if expect.reward_spec is None and (running := rollout.reward_spec.runs_code()):
+        raise _Rejected(Reason.REWARD_SPEC_MISMATCH, f"rewarded with {', '.join(running)}, which runs code the "
+                        "record carries: a verifier runs it only under a reward it pins itself (vrl verify --reward)")
     # Before the prefill: a reward this verifier cannot recompute is refused, never accepted,
     # and costs no model work (specs/rewards.md §6).
     if unknown := rollout.reward_spec.unknown():

@@ -96,6 +96,9 @@ class RewardFunction:
     uses_reference: bool = True
     #: A score of 1 means the answer is correct: what an evaluation's accuracy counts.
     checks_answer: bool = False
+    #: Runs code the record and its task carry (code/v1): a verifier runs it only under a spec
+    #: it names itself, never one a record asserts (specs/rewards.md §6).
+    runs_code: bool = False
     summary: str = ""
     #: Why this machine cannot compute the function with these parameters, or None: checked
     #: before any model work, so a verifier says ``reward_unknown`` rather than a wrong score.
@@ -248,6 +251,11 @@ class RewardSpec:
             if function is not None and (problem := _guarded(t, function.unavailable, dict(t.params))):
                 found.append(f"{t.id}: {problem}")
         return found
+
+    def runs_code(self) -> list[str]:
+        """The terms whose rewards run code the record and its task carry, as ``name/vN``."""
+        known = registry()
+        return [t.id for t in self.terms if (t.name, t.version) in known and known[t.name, t.version].runs_code]
 
     def reward(self, task: Task, completion: str) -> float:
         """The reward of ``completion`` for ``task``. A committed reference is a ValueError: its
@@ -658,6 +666,6 @@ BUILT_IN: tuple[RewardFunction, ...] = (
     RewardFunction("length-penalty", 1, {"free": 512, "span": 512}, _length_penalty, _check_length,
                    uses_reference=False, summary="-min(1, max(0, chars - free) / span)"),
     RewardFunction("code", 1, {"time_ms": 5000, "memory_mb": 512, "python": PYTHON}, _code, _check_code,
-                   checks_answer=True, unavailable=_code_unavailable,
+                   checks_answer=True, runs_code=True, unavailable=_code_unavailable,
                    summary="1 when the completion's last ```python block passes the reference's tests"),
 )
