@@ -5,9 +5,12 @@ reward it does not have."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import textwrap
+import time
 from fractions import Fraction
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -21,8 +24,11 @@ from vrl.rollouts.record import RecordError, Rollout
 from vrl.rollouts.verify import Reason, Stage, verify
 from vrl.tasks import RewardSpec, RewardTerm, Task, parse_spec, term
 from vrl.tasks.answers import answers_match, extract_answer, has_format
-from vrl.tasks.rewards import BUILT_IN, RewardError, RewardUnknown, canonical_bytes, parse_term, registry
-from vrl.tasks.sandbox import MAX_CODE_BYTES, code_reward, extract_code
+from vrl.tasks import sandbox
+from vrl.tasks.rewards import (
+    BUILT_IN, PYTHON, RewardError, RewardUnavailable, RewardUnknown, canonical_bytes, parse_term, registry,
+)
+from vrl.tasks.sandbox import MAX_CODE_BYTES, code_reward, extract_code, run_tests
 
 COMMITTED = "zk:" + "ab" * 32
 
@@ -156,7 +162,7 @@ def test_wire_round_trip_and_strict_params():
                             ({"version": 0}, "integer in"), ({"name": "Answer"}, "a reward name")]:
         with pytest.raises(RewardError, match=problem):
             RewardSpec.from_wire([{**wire[0], **change}])
-    bad_time = {**wire[2], "params": {"time_ms": 10, "memory_mb": 512}}
+    bad_time = {**wire[2], "params": {**wire[2]["params"], "time_ms": 10}}
     with pytest.raises(RewardError, match="time_ms"):
         RewardSpec.from_wire([bad_time])
     # A function this machine does not have decodes, to be refused by name when verified.
@@ -173,7 +179,7 @@ _TERMS = st.fixed_dictionaries({}, optional={
     "version": st.one_of(st.integers(-2, 70000), st.floats(), st.booleans()),
     "weight": st.one_of(st.floats(allow_nan=True), st.integers(-3, 3)),
     "params": st.one_of(st.dictionaries(st.one_of(st.sampled_from(["tag", "abs_tol", "rel_tol", "choices", "free",
-                                                                   "span", "time_ms", "memory_mb"]),
+                                                                   "span", "time_ms", "memory_mb", "python"]),
                                                   st.text(max_size=4), st.integers()), _PARAM_VALUES, max_size=4),
                         st.lists(st.integers(), max_size=2)),
     "other": st.integers(),
@@ -235,17 +241,19 @@ def test_a_committed_reference_takes_only_the_provable_answer_term():
 # -- the code sandbox --------------------------------------------------------------------------------
 
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
-CODE = {"time_ms": 2000, "memory_mb": 256}
+CODE = dict(term("code", time_ms=2000, memory_mb=256).params)
 
 
 def fenced(code: str) -> str:
     return f"Here it is:\n```python\n{textwrap.dedent(code).strip()}\n```\nDone."
 
 
-posix_only = pytest.mark.skipif(sys.platform == "win32", reason="code rewards run on POSIX only")
+# Where the sandbox cannot be made (not Linux, a container that refuses namespaces) code/v1 is
+# not computable: that is tested below; the rest needs a machine that can run it.
+sandboxed = pytest.mark.skipif(sandbox.sandbox_problem() is not None, reason=str(sandbox.sandbox_problem()))
 
 
-@posix_only
+@sandboxed
 @pytest.mark.parametrize(("code", "expected"), [
     ("def add(a, b):\n    return a + b", 1.0),
     ("def add(a, b):\n    return a - b", 0.0),
@@ -256,18 +264,61 @@ posix_only = pytest.mark.skipif(sys.platform == "win32", reason="code rewards ru
     ("while True:\n    pass", 0.0),  # CPU limit / deadline
     ("x = bytearray(1 << 30)\ndef add(a, b):\n    return a + b", 0.0),  # past the 256 MiB address space
     ("open('new.txt', 'w').write('x')\ndef add(a, b):\n    return a + b", 0.0),  # the directory is read-only
-    ("import os\nos.fork()\ndef add(a, b):\n    return a + b", None),  # no new processes (not enforced for root)
-    ("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\ndef add(a, b):\n    return a + b", None),
+    # The tests were read before the code ran: rewriting them (even after a chmod, which the
+    # files' owner may do) changes nothing.
+    ("open('tests.py', 'w').write('')\ndef add(a, b):\n    return 0", 0.0),
+    ("import os\nos.chmod('tests.py', 0o644)\nopen('tests.py', 'w').write('')\ndef add(a, b):\n    return 0", 0.0),
+    ("import os\nassert {os.stat(f).st_mode & 0o777 for f in ('solution.py', 'tests.py')} == {0o444}\n"
+     "def add(a, b):\n    return a + b", 1.0),
+    ("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\ndef add(a, b):\n    return a + b", 0.0),
+    ("import os\nos.fork()\ndef add(a, b):\n    return a + b", None),  # refused unless root; either way it dies
 ])
 def test_code_runs_against_the_tests_in_a_limited_child(code, expected):
     result = code_reward(fenced(code), TESTS, CODE)
-    if expected is None:  # isolation where the kernel gives it; never a crash, always a score
+    if expected is None:
         assert result in (0.0, 1.0)
     else:
         assert result == expected
 
 
-@posix_only
+@sandboxed
+@pytest.mark.parametrize("then", ["", "import time\ntime.sleep(30)"])
+def test_no_process_the_code_starts_outlives_its_verdict(tmp_path, then):
+    """Code that forks, detaches with setsid() and forks again a sleeper that would write a
+    file after the deadline (as root, RLIMIT_NPROC does not stop the forks): the sleeper dies
+    with the child's PID namespace, whether the code returns or is killed at the deadline."""
+    marker = tmp_path / "escaped"
+    name = f"vrl-esc-{os.getpid() % 10000}".encode()
+    code = f"""
+    import ctypes, os, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            ctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0)  # PR_SET_NAME: found below by name
+            time.sleep(4)
+            open({str(marker)!r}, "w").write("outlived its verdict")
+        os._exit(0)
+    def add(a, b):
+        return a + b
+    {then}
+    """
+    limits = {**CODE, "time_ms": 1000}  # the watchdog's deadline: 2 s after the start
+    assert code_reward(fenced(code), TESTS, limits) == (0.0 if then else 1.0)
+    for _ in range(60):  # up to 6 s, past the sleeper's 4 s: it never writes, and is gone
+        assert not marker.exists()
+        time.sleep(0.1)
+    stray = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _comm(p) == name.decode()]
+    assert not stray and not marker.exists()
+
+
+def _comm(process: Path) -> str:
+    try:
+        return (process / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@sandboxed
 def test_code_is_the_last_python_block_and_bounded():
     assert extract_code("```python\na = 1\n```\n```py\nb = 2\n```") == "b = 2\n"
     assert extract_code("```\nplain\n```") is None
@@ -277,13 +328,17 @@ def test_code_is_the_last_python_block_and_bounded():
     assert score(["code:time_ms=2000"], TESTS, fenced("def add(a, b):\n    return a + b")) == 1.0
 
 
-@posix_only
+@sandboxed
 def test_the_child_sees_a_fixed_environment():
+    """specs/rewards.md §3.6's list of what the child observes."""
     code = """
-    import os, sys
+    import os, socket, sys
     assert os.environ.get("PYTHONHASHSEED") == "0" and "HOME" in os.environ and len(os.environ) <= 6
     assert hash("vrl") == %d
     assert not any("site-packages" in p for p in sys.path)
+    assert os.getpid() == 1 and os.getuid() == 65534  # its own PID namespace; no uid mapped in its user one
+    assert sys.stdin.closed and sys.argv == ["-c"] and sorted(os.listdir()) == ["solution.py", "stdout", "tests.py"]
+    assert socket.if_nameindex() == [(1, "lo")]  # a network namespace of its own, down
     def add(a, b):
         return a + b
     """
@@ -291,6 +346,29 @@ def test_the_child_sees_a_fixed_environment():
     fixed = subprocess.run([sys.executable, "-c", "print(hash('vrl'))"], env={"PYTHONHASHSEED": "0"},
                            capture_output=True, text=True, check=True).stdout.strip()
     assert code_reward(fenced(code % int(fixed)), TESTS, CODE) == 1.0
+
+
+def test_a_code_reward_names_its_python_and_another_is_not_computable_here():
+    assert CODE["python"] == PYTHON == f"{sys.version_info.major}.{sys.version_info.minor}"
+    other = term("code", python="3.99")
+    assert other.identity() != term("code").identity()
+    problem = RewardSpec((other,)).unavailable()
+    assert problem and "Python 3.99" in problem[0] and PYTHON in problem[0]
+    with pytest.raises(RewardUnavailable, match="Python 3.99"):
+        RewardSpec((other,)).reward(Task("t", "", TESTS), fenced("def add(a, b):\n    return a + b"))
+    with pytest.raises(RewardError, match="python must be a version"):
+        parse_term("code:python=three")
+
+
+def test_a_sandbox_that_cannot_start_is_not_computable_here(tmp_path, monkeypatch):
+    """A verifier whose sandbox fails (here: no interpreter at its path) says so, never a score:
+    the record is not the producer's fault."""
+    monkeypatch.setattr(sandbox, "INTERPRETER", str(tmp_path / "no-python"))
+    with pytest.raises(sandbox.SandboxUnavailable, match="cannot run here: FileNotFoundError"):
+        run_tests("def add(a, b):\n    return a + b", TESTS, 1000, 256)
+    assert "does not start" in sandbox.sandbox_problem()
+    with pytest.raises(RewardUnavailable, match="not computable here"):
+        RewardSpec((term("code"),)).reward(Task("t", "", TESTS), fenced("def add(a, b):\n    return a + b"))
 
 
 # -- entry points ------------------------------------------------------------------------------------
@@ -401,6 +479,70 @@ def test_a_reward_function_that_fails_is_a_reward_mismatch(tiny, node, sampling,
             assert (verdict.reason, verdict.stage) == (Reason.REWARD_MISMATCH, Stage.REWARD)
             assert "acme.fragile/v1" in verdict.message and problem in verdict.message
     sys.modules.pop("vrl_fragile_reward", None)
+
+
+def test_a_verifier_that_cannot_compute_a_reward_says_reward_unknown_not_mismatch(tiny, node, sampling, tmp_path,
+                                                                                   monkeypatch):
+    """Records rewarded with code/v1 under another Python, or checked by a verifier whose
+    sandbox cannot start, are reward_unknown before any model work: the verifier's limitation,
+    never reward_mismatch against an honest producer."""
+    group = vrl.generate(tiny, TASKS, node, round_seed=ROUND, sampling=sampling, groups=1, group_size=2,
+                         reward_spec=parse_spec(["answer", "code"]))  # no code block: 0 without running
+    pinned = RewardSpec((term("answer"), term("code", python="3.99")))  # code runs only under a pinned spec
+    other = [r.signed(node, reward_spec=pinned) for r in group]
+    for verdict in verify(other, tiny, expect=vrl.Expectations(reward_spec=pinned)):
+        assert (verdict.stage, verdict.reason) == (Stage.BINDING, Reason.REWARD_UNKNOWN)
+        assert "code/v1" in verdict.message and "Python 3.99" in verdict.message
+    monkeypatch.setattr(sandbox, "INTERPRETER", str(tmp_path / "no-python"))
+    for verdict in verify(group, tiny, expect=vrl.Expectations(reward_spec=group[0].reward_spec)):
+        assert verdict.reason == Reason.REWARD_UNKNOWN and "does not start" in verdict.message
+
+
+@pytest.fixture
+def strict_plugin(plugin):
+    """An installed function with int and float parameters whose check raises on one value."""
+    (plugin.parent.parent / "vrl_strict_reward.py").write_text(textwrap.dedent("""
+        from vrl.tasks.rewards import RewardFunction
+
+        def _check(params):
+            if params["n"] == 13:
+                raise KeyError("unlucky")
+            return None
+
+        STRICT = RewardFunction("acme.strict", 1, {"n": 0, "x": 0.0, "s": ""}, lambda t, c, p: 0.0, _check,
+                                uses_reference=False)
+        ANSWER2 = RewardFunction("answer", 2, {"tag": ""}, lambda t, c, p: 1.0)
+    """))
+    plugin.write_text("[vrl.rewards]\nstrict = vrl_strict_reward:STRICT\nanswer2 = vrl_strict_reward:ANSWER2\n")
+    registry.cache_clear()
+    yield
+    sys.modules.pop("vrl_strict_reward", None)
+
+
+def test_terms_are_made_only_with_values_a_record_can_carry(strict_plugin, honest):
+    """term() and parse_term() refuse what the record decoder refuses; a plugin's check that
+    raises is a RewardError (a RecordError in a record), never its own exception."""
+    for made in (lambda: term("acme.strict", n=1 << 70), lambda: term("acme.strict", x=math.nan),
+                 lambda: parse_term("acme.strict:s=" + "x" * 2000), lambda: parse_term("acme.strict:x=inf")):
+        with pytest.raises(RewardError, match="int64, a finite float64"):
+            made()
+    with pytest.raises(RewardError, match="acme.strict/v1's _check raised KeyError"):
+        term("acme.strict", n=13)
+    base = msgpack.unpackb(honest[0].to_bytes(), raw=False)
+    wire = [{"name": "acme.strict", "version": 1, "weight": 1.0, "params": {"n": 13, "x": 0.0, "s": ""}}]
+    with pytest.raises(RecordError, match="raised KeyError"):
+        Rollout.from_bytes(codec.canonical_bytes({**base, "reward_spec": wire}))
+
+
+def test_only_answer_v1_is_the_exact_answer_term(strict_plugin):
+    """A plugin's answer/v2 is another function: the default and v2 records keep answer/v1,
+    and a committed reference's proof covers answer/v1 only."""
+    assert RewardSpec().terms[0].id == RewardSpec.legacy(1.0).terms[0].id == "answer/v1"
+    assert term("answer").id == "answer/v2"  # the newest installed, where a version is not named
+    v2 = RewardSpec((term("answer/v2"),))
+    assert "answer/v2" in v2.provable() and v2.given_form("5") is None
+    with pytest.raises(RewardError, match="in the clear"):
+        v2.reward_given(True, "5")
 
 
 # -- choosing the reward: configs and the command line --------------------------------------------

@@ -160,6 +160,8 @@ def test_task_vectors():
         assert spec.to_wire() == case["reward_spec"]
         assert spec.digest().hex() == case["digest"]
         assert [t.identity().hex() for t in spec.terms] == case["term_identities"]
+        if spec.unavailable():  # code/v1 names Python 3.11: its scores are recomputed under 3.11 only
+            continue
         for scored in case["completions"]:
             assert spec.reward(Task("t", "", case["reference"]), scored["completion"]) == scored["reward"], scored
     assert {t["name"] for case in vectors["rewards"] for t in case["reward_spec"]} == {f.name for f in BUILT_IN}

@@ -76,6 +76,8 @@ def record_vectors() -> dict:
 
 
 #: Reward cases (specs/rewards.md §3): each built-in, on completions that score and that do not.
+#: code/v1 names Python 3.11, pyproject.toml's requires-python floor, so the file does not depend
+#: on the interpreter that wrote it; only a 3.11 verifier recomputes its scores.
 REWARD_CASES = [
     (["answer"], "5", ["5", "the answer is 5", "\\boxed{\\frac{10}{2}}", "4"]),
     (["answer:tag=answer", "format:0.1"], "5", ["<answer>5</answer>", "<answer>1,234</answer>",
@@ -85,7 +87,7 @@ REWARD_CASES = [
     (["choice:choices=ABCDE"], "C", ["I pick (C).", "A cat: C, not D", "C or E? E", "none"]),
     (["choice:tag=answer"], "(B)", ["<answer>B</answer>", "<answer>(B).</answer>", "<answer>b</answer>"]),
     (["answer", "length-penalty:0.5:free=4,span=8"], "5", ["5", "so 5", "after a long while, 5", "it is 4"]),
-    (["code:time_ms=2000,memory_mb=256"], "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n",
+    (["code:time_ms=2000,memory_mb=256,python=3.11"], "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n",
      ["```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return a - b\n```",
       "```python\nimport os\nos._exit(0)\n```", "def add(a, b): return a + b"]),
 ]

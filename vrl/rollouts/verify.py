@@ -34,6 +34,7 @@ from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
 from vrl.tasks import RewardError, RewardSpec, Task, TaskSet, assign, in_order
 from vrl.tasks.answers import committed_reference
+from vrl.tasks.rewards import RewardUnavailable
 from vrl.tasks.chat import ChatTemplateError
 from vrl.rollouts.workers import map_in_slices
 
@@ -68,7 +69,9 @@ class Reason(StrEnum):
     ROUND_SEED_MISMATCH = "round_seed_mismatch"
     SAMPLING_PARAMS_MISMATCH = "sampling_params_mismatch"
     REWARD_SPEC_MISMATCH = "reward_spec_mismatch"
-    REWARD_UNKNOWN = "reward_unknown"  # a reward (name/version) this verifier does not have (specs/rewards.md §6)
+    # A reward (name/version) this verifier does not have, or cannot compute here (another
+    # Python, no sandbox): the verifier's limitation, not the producer's fault (specs/rewards.md §6)
+    REWARD_UNKNOWN = "reward_unknown"
     STOP_TOKENS_MISMATCH = "stop_tokens_mismatch"
     ASSIGNMENT_INVALID = "assignment_invalid"
     TOO_MANY_TOKENS = "too_many_tokens"
@@ -246,6 +249,9 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
     if unknown := rollout.reward_spec.unknown():
         raise _Rejected(Reason.REWARD_UNKNOWN, f"rewarded with {', '.join(unknown)}, which this verifier does not "
                         f"have installed: it cannot recompute the reward (specs/rewards.md §6)")
+    if unavailable := rollout.reward_spec.unavailable():
+        raise _Rejected(Reason.REWARD_UNKNOWN, f"this verifier cannot compute the reward: {'; '.join(unavailable)} "
+                        "(specs/rewards.md §6)")
     if rollout.sampling.stop_token_ids != model.stop_token_ids:
         raise _Rejected(Reason.STOP_TOKENS_MISMATCH, f"stop tokens {rollout.sampling.stop_token_ids} "
                    f"are not the model's {model.stop_token_ids}")
@@ -408,7 +414,9 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
     if committed is None:
         try:
             recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
-        except RewardError as error:  # an installed function that returned no finite float
+        except RewardUnavailable as error:  # no fork, no temporary space here: not the record's fault
+            raise _Rejected(Reason.REWARD_UNKNOWN, f"this verifier cannot compute the reward: {error.problem}") from None
+        except RewardError as error:  # an installed function that raised or returned no finite float
             raise _Rejected(Reason.REWARD_MISMATCH, error.problem) from None
     elif problem := rollout.reward_spec.provable():
         raise _Rejected(Reason.REWARD_UNPROVEN, problem)

@@ -4,8 +4,8 @@
 A reward spec is a weighted sum of **terms**; a term names a reward function by name and
 version (``answer/v1``) and gives every parameter that function declares. The record carries
 the whole spec (specs/record.md §1), so a verifier needs nothing else to recompute it, and a
-verifier that does not have a term's function refuses the record (``reward_unknown``) rather
-than guess. The built-in functions are defined here; others come from installed packages
+verifier that does not have a term's function, or cannot compute it here
+(:class:`RewardUnavailable`), refuses the record (``reward_unknown``) rather than guess. The built-in functions are defined here; others come from installed packages
 through the ``vrl.rewards`` entry point group (:func:`registry`).
 """
 
@@ -16,6 +16,7 @@ import hashlib
 import importlib.metadata
 import math
 import re
+import sys
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,11 @@ MAX_PARAMS = 16
 MAX_PARAM_TEXT_BYTES = 1024
 MAX_WEIGHT = 1e6  # as the v2 record's correct/format weights (specs/record.md version history)
 MAX_VERSION = (1 << 16) - 1
+#: The running interpreter's major.minor version: code/v1's ``python`` default (specs/rewards.md §3.6).
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+#: The exact-answer reward, by name and version: the one term a committed reference's proof
+#: covers (specs/rewards.md §4); a plugin's ``answer/v2`` is another function.
+ANSWER = ("answer", 1)
 NAME = re.compile(r"[a-z][a-z0-9._-]{0,63}", re.ASCII)
 PARAM = re.compile(r"[a-z][a-z0-9_]{0,31}", re.ASCII)
 
@@ -60,6 +66,13 @@ class RewardError(VrlError, ValueError):
 
 class RewardUnknown(RewardError):
     """A term whose reward function (name and version) is not installed here."""
+
+
+class RewardUnavailable(RewardError):
+    """A reward this machine cannot compute, through no fault of the record: an installed
+    function that needs what is missing here (another Python version, a platform without the
+    code sandbox, no fork, no temporary space). A verifier turns it into ``reward_unknown``,
+    never ``reward_mismatch`` (specs/rewards.md §6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +100,9 @@ class RewardFunction:
     #: it names itself, never one a record asserts (specs/rewards.md §6).
     runs_code: bool = False
     summary: str = ""
+    #: Why this machine cannot compute the function with these parameters, or None: checked
+    #: before any model work, so a verifier says ``reward_unknown`` rather than a wrong score.
+    unavailable: Callable[[Params], str | None] = lambda params: None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and NAME.fullmatch(self.name)):
@@ -166,7 +182,7 @@ class RewardSpec:
     the arithmetic tasks use (specs/tasks.md §3).
     """
 
-    terms: tuple[RewardTerm, ...] = field(default_factory=lambda: (term("answer"),))
+    terms: tuple[RewardTerm, ...] = field(default_factory=lambda: (term("answer/v1"),))
 
     def __post_init__(self) -> None:
         _check_terms(self.terms)
@@ -203,9 +219,9 @@ class RewardSpec:
                 raise RewardError(f"reward_spec.{name}", f"must be a number in [0, 1e6], got {value!r}")
         if format and not tag:
             raise RewardError("reward_spec.format", "needs reward_spec.tag: the format reward checks the answer tag")
-        terms = [term("answer", float(correct), tag=tag)]
+        terms = [term("answer/v1", float(correct), tag=tag)]
         if format:
-            terms.append(term("format", float(format), tag=tag))
+            terms.append(term("format/v1", float(format), tag=tag))
         return cls(tuple(terms))
 
     def as_legacy(self) -> tuple[float, float, str] | None:
@@ -225,6 +241,16 @@ class RewardSpec:
     def unknown(self) -> list[str]:
         """The terms' rewards this machine does not have, as ``name/vN``."""
         return [t.id for t in self.terms if (t.name, t.version) not in registry()]
+
+    def unavailable(self) -> list[str]:
+        """Why this machine cannot compute installed terms with their parameters, one line
+        each (``code/v1: ...``): empty when it can compute every installed term."""
+        found = []
+        for t in self.terms:
+            function = registry().get((t.name, t.version))
+            if function is not None and (problem := _guarded(t, function.unavailable, dict(t.params))):
+                found.append(f"{t.id}: {problem}")
+        return found
 
     def runs_code(self) -> list[str]:
         """The terms whose rewards run code the record and its task carry, as ``name/vN``."""
@@ -249,7 +275,7 @@ class RewardSpec:
         """Why a committed reference cannot be rewarded with this spec, or None: only the
         exact-answer term's correctness can be proven; a term that reads the reference in the
         clear (numeric, choice, code) cannot be computed without it."""
-        clear = [t.id for t in self.terms if t.name != "answer" and t.function().uses_reference]
+        clear = [t.id for t in self.terms if (t.name, t.version) != ANSWER and t.function().uses_reference]
         if clear:
             return (f"reward {', '.join(clear)} needs the reference in the clear, which a committed (zk:) reference "
                     "hides; only answer/v1's correctness can be proven (specs/rewards.md §4)")
@@ -262,7 +288,7 @@ class RewardSpec:
         if problem := self.provable():
             raise RewardError("reward_spec", problem)
         no_reference = Task("", "", "")
-        return _total((t.weight, float(correct) if t.name == "answer" else _score(t, no_reference, completion))
+        return _total((t.weight, float(correct) if (t.name, t.version) == ANSWER else _score(t, no_reference, completion))
                       for t in self.terms)
 
     def public_reward(self, task: Task, completion: str) -> float:
@@ -277,7 +303,7 @@ class RewardSpec:
         """The form (:func:`~vrl.tasks.answers.answer_form`) of the answer the completion gives
         as the exact-answer term reads it; None when it gives none, or the spec has no such
         term: what a private reference's proof compares."""
-        answer = next((t for t in self.terms if t.name == "answer"), None)
+        answer = next((t for t in self.terms if (t.name, t.version) == ANSWER), None)
         given = None if answer is None else extract_answer(completion, str(answer.param("tag")) or None)
         return None if given is None else answer_form(given)
 
@@ -293,6 +319,8 @@ def _score(t: RewardTerm, task: Task, completion: str) -> float:
     function = t.function()
     try:
         value = function.score(task, completion, dict(t.params))
+    except RewardUnavailable as error:  # this machine's limitation, not the record's fault
+        raise RewardUnavailable("reward_spec", f"reward {t.id} is not computable here: {error.problem}") from None
     except Exception as error:  # an installed function's bug, on one completion: named, never a crash
         raise RewardError("reward_spec", f"reward {t.id} failed: {type(error).__name__}: {error}") from None
     if type(value) is not float or not math.isfinite(value):
@@ -342,12 +370,14 @@ def _term_from_wire(item: Any, where: str) -> RewardTerm:
         if not (isinstance(key, str) and PARAM.fullmatch(key)):
             raise RewardError(f"{where}.params", f"a parameter name is {PARAM.pattern}, got {str(key)[:40]!r}")
         if not _param_value_ok(value):
-            raise RewardError(f"{where}.params.{key}", "expected a str (<= 1024 bytes), an int64, a finite float64 "
-                                                      "or a bool")
+            raise RewardError(f"{where}.params.{key}", _PARAM_VALUE_PROBLEM)
     made = RewardTerm(name, version, weight, tuple(sorted(params.items())))
     if (name, version) in registry():
         _check_params(registry()[(name, version)], made.params, where)
     return made
+
+
+_PARAM_VALUE_PROBLEM = "expected a str (<= 1024 bytes), an int64, a finite float64 or a bool"
 
 
 def _param_value_ok(value: Any) -> bool:
@@ -361,6 +391,9 @@ def _param_value_ok(value: Any) -> bool:
 
 
 def _check_params(function: RewardFunction, params: tuple[tuple[str, Param], ...], where: str) -> None:
+    """The record decoder's rules for an installed function's parameters, applied wherever a
+    term is made (decoded, :func:`term`, :func:`parse_term`), so no term is made here that a
+    record could not carry."""
     given = dict(params)
     if set(given) != set(function.defaults):
         differ = sorted(set(given) ^ set(function.defaults))[0]
@@ -370,13 +403,27 @@ def _check_params(function: RewardFunction, params: tuple[tuple[str, Param], ...
         if type(value) is not type(function.defaults[key]):
             raise RewardError(f"{where}.params.{key}", f"expected {type(function.defaults[key]).__name__}, "
                                                        f"got {type(value).__name__}")
+        if not _param_value_ok(value):
+            raise RewardError(f"{where}.params.{key}", _PARAM_VALUE_PROBLEM)
         if type(value) is str:
             try:
                 value.encode()
             except UnicodeEncodeError:
                 raise RewardError(f"{where}.params.{key}", "not valid Unicode text") from None
-    if problem := function.check(given):
+    if problem := _guarded(RewardTerm(function.name, function.version, 0.0, params), function.check, given):
         raise RewardError(f"{where}.params", f"{function.id}: {problem}")
+
+
+def _guarded(t: RewardTerm, check: Callable[[Params], str | None], params: Params) -> str | None:
+    """An installed function's ``check`` or ``unavailable``: what raises is a problem named by
+    the term, so a decoder still raises only its own error."""
+    try:
+        problem = check(params)
+    except Exception as error:
+        return f"{t.id}'s {getattr(check, '__name__', 'check')} raised {type(error).__name__}: {error}"
+    if problem is not None and not isinstance(problem, str):
+        return f"{t.id}'s {getattr(check, '__name__', 'check')} returned {type(problem).__name__}, not a str or None"
+    return problem
 
 
 # -- making terms (code, the CLI, configs) -------------------------------------------------------
@@ -577,15 +624,33 @@ def _check_length(params: Params) -> str | None:
 
 
 def _code(task: Task, completion: str, params: Params) -> float:
-    from vrl.tasks.sandbox import code_reward  # the subprocess machinery, only where code is rewarded
+    from vrl.tasks.sandbox import SandboxUnavailable, code_reward  # the subprocess machinery, only where code is rewarded
 
-    return code_reward(completion, task.answer, params)
+    if params["python"] != PYTHON:
+        raise RewardUnavailable("reward_spec", _other_python(params))
+    try:
+        return code_reward(completion, task.answer, params)
+    except SandboxUnavailable as error:
+        raise RewardUnavailable("reward_spec", str(error)) from None
 
 
 def _check_code(params: Params) -> str | None:
     from vrl.tasks.sandbox import limits_problem
 
     return limits_problem(params)
+
+
+def _code_unavailable(params: Params) -> str | None:
+    """code/v1 runs only under the Python minor version it names, in the sandbox's namespaces
+    (specs/rewards.md §3.6)."""
+    from vrl.tasks.sandbox import sandbox_problem
+
+    return _other_python(params) if params["python"] != PYTHON else sandbox_problem()
+
+
+def _other_python(params: Params) -> str:
+    return (f"it runs under Python {params['python']}, this verifier has {PYTHON}: "
+            "a code reward is computed only under the Python it names")
 
 
 BUILT_IN: tuple[RewardFunction, ...] = (
@@ -600,6 +665,7 @@ BUILT_IN: tuple[RewardFunction, ...] = (
                    uses_reference=False, summary="1 for exactly one <tag>number</tag> at the end"),
     RewardFunction("length-penalty", 1, {"free": 512, "span": 512}, _length_penalty, _check_length,
                    uses_reference=False, summary="-min(1, max(0, chars - free) / span)"),
-    RewardFunction("code", 1, {"time_ms": 5000, "memory_mb": 512}, _code, _check_code, checks_answer=True,
-                   runs_code=True, summary="1 when the completion's last ```python block passes the reference's tests"),
+    RewardFunction("code", 1, {"time_ms": 5000, "memory_mb": 512, "python": PYTHON}, _code, _check_code,
+                   checks_answer=True, runs_code=True, unavailable=_code_unavailable,
+                   summary="1 when the completion's last ```python block passes the reference's tests"),
 )
