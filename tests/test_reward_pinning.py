@@ -77,3 +77,18 @@ def test_an_audit_runs_a_networks_code_reward_only_when_asked(code_records, tmp_
         refused = Models(run)
         assert "runs code" in refused.problem and "--allow-code-rewards" in refused.problem
         assert Models(run, allow_code=True).problem is None
+
+
+def test_a_node_that_cannot_compute_its_networks_reward_refuses_to_start(tmp_path):
+    """Else it would refuse every honest record as reward_unknown: here it is one ConfigError
+    naming [work] reward and why (a code reward under another Python)."""
+    from p2p.loopback import LoopbackNetwork
+    from vrl.config import ConfigError
+    from vrl.node.daemon import Node
+
+    key = vrl.NodeKey.generate()
+    config = NodeConfig(data_dir=str(tmp_path), trainer=key.node_id.hex(), transport="loopback",
+                        work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 2, "max_new_tokens": 4,
+                              "reward": ["code:python=3.99"]})
+    with pytest.raises(ConfigError, match=r"reward.*cannot compute the network's reward: code/v1: .*3\.99"):
+        Node(config, LoopbackNetwork(seed=1).transport(key.private_seed()), key)

@@ -49,7 +49,7 @@ from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import TaskList, open_task_set
 from vrl.tasks.answers import committed_reference
 from vrl.rl.train import TrainConfig
-from vrl.rollouts.verify import Expectations
+from vrl.rollouts.verify import Expectations, Reason
 
 BACKFILL_PROTOCOL = "/vrl/backfill/1"
 SAMPLING_PROTOCOL = "/vrl/sampling/1"
@@ -124,6 +124,10 @@ class Node:
             raise ConfigError("answers is the answer key of a private task set; this [work] task has no committed "
                               "reference (vrl commit-answers)", ("zk", "answers"))
         self.reward_spec = config.work.reward_spec  # checked when the config was made
+        # A node that cannot compute the network's reward would refuse every honest record as
+        # reward_unknown: it stops here instead, saying why (specs/rewards.md §6).
+        if missing := self.reward_spec.unknown() + self.reward_spec.unavailable():
+            raise ConfigError(f"this node cannot compute the network's reward: {'; '.join(missing)}", ("work", "reward"))
         if self.private and (problem := self.reward_spec.provable()):
             raise ConfigError(problem, ("work", "reward"))
         torch.set_num_threads(config.torch_threads)
@@ -531,6 +535,13 @@ class Node:
                 await self._feed(P.Abandoned(P.Check(digest, version)))
                 return
             reasons = challenged
+        if Reason.REWARD_UNKNOWN in reasons:
+            # This machine could not compute the reward just now (its sandbox could not start: a
+            # full disk, no process to spare): its own limit, not the producer's fault. No
+            # verdict; the protocol asks for the check again (specs/rewards.md §6).
+            self.log.warning("reward not computable here; check left for later", group=digest.hex()[:12])
+            await self._feed(P.Abandoned(P.Check(digest, version)))
+            return
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
         for reason in reasons:
