@@ -26,7 +26,7 @@ import vrl
 from vrl.cli import app
 from vrl.rl.base_model import build_base_model
 from vrl.rl.checkpoint import MANIFEST
-from vrl.rl.export import PROVENANCE_FILE, ExportError, export, open_checkpoint
+from vrl.rl.export import PROVENANCE_FILE, ExportError, export, hash_prefix, open_checkpoint
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.model import ModelError, hub_snapshot, weights_hash
 from vrl.rollouts.presets import BaseModelConfig
@@ -229,3 +229,14 @@ def test_any_model_spec_is_a_model_or_a_model_error(spec, tmp_path, monkeypatch)
         hub_snapshot(spec)
     except ModelError as error:
         assert repr(spec) in str(error)
+
+
+@given(name=st.text(max_size=80))
+def test_any_policy_name_is_a_hash_prefix_or_an_export_error(name):
+    """What `vrl export NAME --from ...` takes: 8 to 64 hex digits, any case, or one error."""
+    try:
+        prefix = hash_prefix(name)
+    except ExportError as error:
+        assert repr(name) in str(error)
+        return
+    assert 8 <= len(prefix) <= 64 and set(prefix) <= set("0123456789abcdef")
