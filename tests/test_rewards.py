@@ -254,6 +254,26 @@ sandboxed = pytest.mark.skipif(sandbox.sandbox_problem() is not None, reason=str
 
 
 @sandboxed
+def test_a_record_scored_again_in_one_process_runs_its_code_once(monkeypatch):
+    """A trainer scores each record when generating, verifying and measuring its batch: the
+    child runs once per code, tests and limits (vrl.tasks.sandbox.SCORES_KEPT)."""
+    from vrl.tasks import sandbox
+
+    runs = []
+
+    def counted(*args):
+        runs.append(args)
+        return run_tests(*args)
+
+    monkeypatch.setattr(sandbox, "run_tests", counted)
+    body = f"def add(a, b):\n    return a + b  # {os.getpid()} {len(sandbox._scores)}"
+    assert [code_reward(fenced(body), TESTS, CODE) for _ in range(3)] == [1.0] * 3
+    assert len(runs) == 1
+    assert code_reward(fenced(body), TESTS, {**CODE, "time_ms": CODE["time_ms"] + 1}) == 1.0  # other limits
+    assert len(runs) == 2
+
+
+@sandboxed
 @pytest.mark.parametrize(("code", "expected"), [
     ("def add(a, b):\n    return a + b", 1.0),
     ("def add(a, b):\n    return a - b", 0.0),

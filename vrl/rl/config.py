@@ -8,6 +8,7 @@ defaults (issue 18, item 7) in the time a help takes; :mod:`vrl.rl.grpo` and
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import ClassVar
 
@@ -137,7 +138,7 @@ class TrainConfig(LearnerConfig, GenerationConfig):
             key = "reward_format" if error.field == "reward_spec.format" else "reward_correct"
             raise ConfigError(error.problem, (key,), type(self).__name__) from None
 
-    @property
+    @cached_property  # parsed once per config: the trainer reads it every step
     def reward_spec(self) -> RewardSpec:
         if self.reward:
             return parse_spec(self.reward)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from vrl.config import ConfigError, bounded, check_fields, checked, path_like
 from vrl.rollouts.presets import DEFAULT
@@ -75,6 +76,6 @@ class GenerationConfig:
         except RewardError as error:
             raise ConfigError(error.problem, ("reward",), type(self).__name__) from None
 
-    @property
+    @cached_property  # parsed once per config: the trainer reads it every step
     def reward_spec(self) -> RewardSpec:
         return parse_spec(self.reward) if self.reward else RewardSpec()

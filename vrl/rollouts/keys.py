@@ -57,16 +57,7 @@ class NodeKey:
         path = Path(path)
         if path.exists():
             raise FileExistsError(errno.EEXIST, "a key is never overwritten", str(path))
-        staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(pem)
-                out.flush()
-                os.fsync(out.fileno())
-            os.link(staging, path)
-        finally:
-            staging.unlink(missing_ok=True)
+        write_new_private(path, pem)
 
     @cached_property  # read for every record signed; the key never changes
     def node_id(self) -> bytes:
@@ -91,3 +82,19 @@ def signature_valid(node_id: bytes, message: bytes, signature: bytes) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+def write_new_private(path: Path, data: bytes) -> None:
+    """Write a secret (a node key, an answer key) as a new file, readable by its owner only from
+    its first byte, whole or not at all: a temporary file beside it, synced, then linked into
+    place, which raises FileExistsError rather than replace a file that exists."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from proofs.circuits import (
 )
 from vrl.errors import VrlError
 from vrl.rollouts.files import write_bytes_atomic
-from vrl.rollouts.keys import signature_valid
+from vrl.rollouts.keys import signature_valid, write_new_private
 from vrl.rollouts.record import Rollout
 from vrl.rollouts.verify import proven_answer
 from vrl.tasks import Task
@@ -151,20 +151,10 @@ class AnswerKey:
 def write_key(path: Path | str, key: AnswerKey) -> None:
     """Write an answer key as a new file, private (0600) from its first byte, whole or not at
     all, and never over an existing one: its salts alone open the published commitments."""
-    path = Path(path)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(key.to_lines().encode())
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.link(staging, path)  # fails, rather than replaces, where a file appeared meanwhile
-        except FileExistsError:
-            raise ZkFileError(f"{path} exists; an answer key is never overwritten") from None
-    finally:
-        staging.unlink(missing_ok=True)
+        write_new_private(Path(path), key.to_lines().encode())
+    except FileExistsError:
+        raise ZkFileError(f"{path} exists; an answer key is never overwritten") from None
 
 
 def write_task_file(path: Path | str, tasks: Iterable[Task]) -> None:
