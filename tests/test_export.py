@@ -29,12 +29,9 @@ from vrl.rl.checkpoint import MANIFEST
 from vrl.rl.export import PROVENANCE_FILE, ExportError, export, hash_prefix, open_checkpoint
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.model import ModelError, hub_snapshot, weights_hash
-from vrl.rollouts.presets import BaseModelConfig
 
-# As tests/test_train.py's: one-digit sums, taught in seconds well enough that groups differ,
-# so a few steps change the weights.
-QUICK = BaseModelConfig(tasks="arithmetic:digits=1,ops=+", steps=60, batch_size=32, learning_rate=3e-3,
-                        warmup_steps=10, held_out=64)
+from test_train import QUICK
+
 
 
 def flat(text: str) -> str:
@@ -47,7 +44,11 @@ def run(tmp_path_factory) -> tuple[Path, Path, dict]:
     """(the base model's directory, a finished 4-step run, its final metrics line)."""
     root = tmp_path_factory.mktemp("export")
     base = build_base_model(QUICK, root / "base")
-    config = TrainConfig(model=str(base), task=QUICK.tasks, steps=4, group_size=4, groups_per_step=4,
+    # Steps 3 and 4 must move the weights, or a checkpoint cannot be told from the newest one.
+    # A step moves them only if a group's rewards differ; the quick base answers about 15% of
+    # sums (measured), so 4 groups of 4 learned nothing in two steps about once in 200 runs
+    # (0.85^4 per group, 8 groups), as CI once drew. 16 groups of 8: 0.27^16, below 1e-9.
+    config = TrainConfig(model=str(base), task=QUICK.tasks, steps=4, group_size=8, groups_per_step=8,
                          max_new_tokens=4, learning_rate=1e-3, held_out=16, eval_every=4, checkpoint_every=2,
                          keep_checkpoints=2)
     final = Trainer(config, root / "run").run()

@@ -21,13 +21,11 @@ from vrl.rl.train import TrainConfig
 from vrl.rollouts.generate import iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, platform_tag
-from vrl.rollouts.presets import BaseModelConfig
 from vrl.rollouts.verify import Expectations
 from vrl.tasks import open_task_set
 
-# One-digit sums, quickly taught: sampled groups then have mixed rewards (tests/test_train.py).
-QUICK = BaseModelConfig(tasks="arithmetic:digits=1,ops=+", steps=60, batch_size=32, learning_rate=3e-3,
-                        warmup_steps=10, held_out=64)
+from test_train import QUICK
+
 TRAINER, WORKER, STRANGER = (NodeKey.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
 ROUND = bytes(32)  # the round seed the groups are sampled (and checked) with
 
