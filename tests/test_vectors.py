@@ -323,6 +323,21 @@ def test_zk_vectors():
     assert zk.Attachment.from_bytes(data).instances == tuple(bytes.fromhex(i) for i in case["instances"])
 
 
+def test_evaluation_task_set_vectors():
+    """specs/zk.md §9: a claim's task set digest, from the spec's formula alone, and its round
+    seed; a chat task's flag is in the digest, so a plain task of the same text is another set."""
+    from vrl.zk import evaluation_seed, task_set_digest
+
+    case = load("zk")["task_set"]
+    tasks = [Task(t["id"], t["prompt"], t["answer"], chat=t["chat"]) for t in case["tasks"]]
+    rows = [[t["id"], t["prompt"], t["answer"], *([True] if t["chat"] else [])] for t in case["tasks"]]
+    assert hashlib.sha256(msgpack.packb(rows, use_bin_type=True)).hexdigest() == case["digest"]
+    assert task_set_digest(tasks).hex() == case["digest"] != case["plain_digest"]
+    plain = [Task(t.id, t.prompt, t.answer) for t in tasks]
+    assert task_set_digest(plain).hex() == case["plain_digest"]
+    assert evaluation_seed(bytes.fromhex(case["model_hash"]), task_set_digest(tasks)).hex() == case["seed"]
+
+
 def test_sampling_proof_vectors():
     """specs/zk.md §10: the quantization of a hidden state (ties to even), its Poseidon hash, the
     positions a challenge picks, and each circuit's pinned settings."""

@@ -299,7 +299,23 @@ def zk_vectors() -> dict:
         "hidden_state": {"row": row, "quantized": quantized, "hash": hidden_hash(quantized).hex()},
         "challenge": {"record": record.to_bytes().hex(), "challenge": challenge.hex(), "count": 3,
                       "positions": list(challenged(record, challenge, 3))},
+        "task_set": _task_set_vectors(),
     }
+
+
+def _task_set_vectors() -> dict:
+    """An evaluation claim's task set digest and round seed (specs/zk.md §9): a plain task and a
+    chat task, and the plain task whose text is the chat task's messages, which is another set."""
+    from vrl.tasks.chat import canonical_messages
+    from vrl.zk import evaluation_seed, task_set_digest
+
+    messages = canonical_messages([{"role": "user", "content": "2+2="}])
+    tasks = [Task("t-0", "3+4=", "7"), Task("t-1", messages, "4", chat=True)]
+    imitation = [tasks[0], Task("t-1", messages, "4")]
+    model_hash = bytes(range(32))
+    return {"tasks": [{"id": t.id, "prompt": t.prompt, "answer": t.answer, "chat": t.chat} for t in tasks],
+            "digest": task_set_digest(tasks).hex(), "plain_digest": task_set_digest(imitation).hex(),
+            "model_hash": model_hash.hex(), "seed": evaluation_seed(model_hash, task_set_digest(tasks)).hex()}
 
 
 def _linear_example() -> torch.nn.Module:

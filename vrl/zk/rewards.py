@@ -403,8 +403,12 @@ MAX_CLAIM_BYTES = 1 << 16
 
 def task_set_digest(tasks: Sequence[Task]) -> bytes:
     """What a claim names its task set by: SHA-256 of the canonical msgpack array of
-    ``[id, prompt, answer]`` per task, in the list's order (answers as published: commitments)."""
-    return hashlib.sha256(msgpack.packb([[t.id, t.prompt, t.answer] for t in tasks], use_bin_type=True)).digest()
+    ``[id, prompt, answer]`` per task, in the list's order (answers as published: commitments),
+    and ``true`` after a chat task's answer: its prompt is messages, rendered by the model's
+    chat template, and a plain task whose text is those messages' JSON is another task
+    (specs/zk.md §9)."""
+    return hashlib.sha256(msgpack.packb([[t.id, t.prompt, t.answer, *([True] if t.chat else [])] for t in tasks],
+                                        use_bin_type=True)).digest()
 
 
 def evaluation_seed(model_hash: bytes, task_digest: bytes) -> bytes:
