@@ -513,3 +513,50 @@ def test_a_trainer_node_reports_each_version_to_its_trackers(tmp_path):
     for version, values in stored.items():
         for key, value in values.items():
             assert board[key][version] == pytest.approx(value, rel=1e-6), (version, key)
+
+
+def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_path, monkeypatch):
+    """specs/rewards.md §6: a reward that cannot be computed mid-run (the code sandbox cannot
+    fork, the disk is full) makes the check reward_unknown: this machine's limit, not the
+    producer's fault. No verdict is published or counted, the check is no longer in flight, so
+    the protocol asks for it again; once the reward can be computed, the group is judged."""
+    from prometheus_client import generate_latest
+
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node import protocol as P
+    from vrl.node.messages import TOPIC_GROUPS, Outcome, PolicyAnnouncement
+    from vrl.tasks import RewardSpec
+    from vrl.tasks.rewards import RewardUnavailable
+
+    def checks_counted() -> float:
+        text = generate_latest(node.metrics.registry).decode()
+        return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                   if line.startswith("vrl_groups_checked_total"))
+
+    def no_fork(self, task, text):
+        raise RewardUnavailable("reward_spec[0]", "the sandbox cannot fork: resource temporarily unavailable")
+
+    node, worker = verifier_and_worker(tmp_path)
+    # Version 0 is the model both hold, so that the group's round seed is the one expected.
+    policy = PolicyAnnouncement(TRAINER.node_id, 0, node.work.skeleton.model_hash, b"\x02" * 32, 10).signed(TRAINER)
+    for n in (node, worker):
+        n.protocol.policies[0] = policy
+    group = worker.work.generate(0)[0]
+    message = Message(TOPIC_GROUPS, group.to_bytes(), b"x" * 32, message_id(TOPIC_GROUPS, group.to_bytes()))
+    assert node._validate(message) is Validation.ACCEPT
+    asyncio.run(node._on_message(message))
+    node.work.install(0, node.work.skeleton, 3)
+    check = P.Check(group.digest, 0)
+    with monkeypatch.context() as patch:
+        patch.setattr(RewardSpec, "reward", no_fork)
+        assert node.protocol._once(check) == [check]
+        asyncio.run(node._check(group.digest, 0))
+    assert node.protocol.verdicts[group.digest].get(node.protocol.me) is None
+    assert checks_counted() == 0
+    assert node.protocol._once(check) == [check]  # asked for again
+
+    asyncio.run(node._check(group.digest, 0))  # the sandbox is back
+    assert node.protocol.verdicts[group.digest][node.protocol.me].outcome == Outcome.PASS
+    assert checks_counted() == 1
+    node.store.close()
+    worker.store.close()

@@ -156,7 +156,9 @@ class Node:
                 grpo=config.grpo,
                 steps=max(config.protocol.last_version, 1) + 1, groups_per_step=config.admission.batch_groups,
                 checkpoint_every=1), config.path / "trainer", key,
-                tasks=None if self.answer_key is None else TaskList(self.tasks.name, tuple(
+                # The tasks this node read once: the trainer trains on what its checks expect,
+                # even if the file changes on disk meanwhile (a private set's answers opened).
+                tasks=self.tasks if self.answer_key is None else TaskList(self.tasks.name, tuple(
                     self.answer_key.opened(self.tasks.tasks))))
         cheat = self.work.cheat or (self.trainer.cheat if self.trainer is not None else "")
         if cheat != config.adversary:

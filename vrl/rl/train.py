@@ -74,7 +74,7 @@ class Trainer:
         skipped (and logged) for the newest that verifies. Off by default: a caller that has
         already published the newer versions (a node's trainer) would fork them by training
         from an older one, and is better stopped with the error. ``tasks`` is ``config.task``'s
-        set opened already (a node's trainer of private tasks opens them with its answer key)."""
+        set opened already (a node's trainer takes the set its node read, a private set's answers opened)."""
         self.config, self.run_dir, self.log = config, Path(run_dir), log or (lambda *a, **k: None)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
