@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from vrl.cli import app
-from vrl.errors import VrlError
+from vrl.errors import MAX_SHOWN, VrlError, shown
 from vrl.node.config import NODE_OVERRIDES, ConfigError, NodeConfig
 from vrl.node.protocol import ProtocolConfig, ProtocolParams
 from vrl.node.reputation import AdmissionConfig, ReputationConfig
@@ -496,3 +496,30 @@ def test_tables_nested_a_thousand_deep_are_a_config_error_not_a_recursion_error(
     path.write_text(f'[grpo.eps_low{".x" * 1200}]\ny = 1\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"\[grpo\] eps_low: expected a number"):
         TrainConfig.from_toml(path)
+
+
+# What an error message quotes: any value, hostile ones included, in a bounded line.
+ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**4000), max_value=2**4000) | st.floats()
+    | st.text(max_size=2000) | st.binary(max_size=2000),
+    lambda inner: st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=300), inner, max_size=8),
+    max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(ANY_VALUE)
+@example("x" * 58)
+@example("x" * 59)
+@example(2**265)
+def test_a_quoted_value_is_one_short_line_whatever_it_is(value):
+    text = shown(value)
+    assert isinstance(text, str) and len(text) <= MAX_SHOWN + 30
+    if len(repr(value)) <= 60 and not isinstance(value, (list, dict)):
+        assert text == repr(value)  # a short value is quoted whole (reprlib's maxstring, 60)
+
+
+def test_a_deeply_nested_or_huge_value_is_quoted_short():
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    assert len(shown(nested)) <= MAX_SHOWN and shown(10**5000) == "an integer of 16610 bits"

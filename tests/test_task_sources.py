@@ -115,6 +115,27 @@ def test_a_row_without_any_prompt_field_says_which_fields_it_has(tmp_path):
     assert "--columns prompt=COLUMN" in str(error)
 
 
+def test_a_task_longer_than_a_record_carries_is_skipped_when_read(tmp_path):
+    """A 257-byte id was read, generated from, and made records that no one, the producer
+    included, could decode (specs/record.md §3): it is refused when the file is read, in bytes."""
+    from vrl.tasks.core import MAX_TASK_ID_BYTES, MAX_TEXT_BYTES
+
+    longest = "é" * (MAX_TASK_ID_BYTES // 2)  # 256 bytes in 128 characters
+    path = lines(tmp_path / "long.jsonl", [
+        {"id": longest, "prompt": "1+1=", "answer": "2"},
+        {"id": longest + "x", "prompt": "1+2=", "answer": "3"},
+        {"id": "big", "prompt": "x" * (MAX_TEXT_BYTES + 1), "answer": "1"},
+        {"id": "wide", "prompt": "2+2=", "answer": "€" * (MAX_TEXT_BYTES // 3 + 1)}])
+    tasks, errors = read_task_file(path)
+    assert [t.id for t in tasks] == [longest]
+    assert [str(e) for e in errors] == [
+        f"{path}:2: field 'id': 257 bytes, more than a record carries (256)",
+        f"{path}:3: field 'prompt': {MAX_TEXT_BYTES + 1} bytes, more than a record carries ({MAX_TEXT_BYTES})",
+        f"{path}:4: field 'answer': {3 * (MAX_TEXT_BYTES // 3 + 1)} bytes, more than a record carries ({MAX_TEXT_BYTES})"]
+    with pytest.raises(ValueError, match="task set 't': task 'big': field 'prompt'"):
+        TaskList("t", (Task("big", "x" * (MAX_TEXT_BYTES + 1), "1"),))
+
+
 # -- no usable row: the reasons, not a count -----------------------------------------------------
 
 def test_a_file_without_a_usable_row_shows_the_first_five_reasons(tmp_path):

@@ -21,7 +21,6 @@ import difflib
 import functools
 import math
 import re
-import reprlib
 import tomllib
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import tomli_w
 
-from vrl.errors import VrlError
+from vrl.errors import VrlError, shown
 
 
 class ConfigError(VrlError, ValueError):
@@ -160,20 +159,6 @@ def path_like(text: str) -> str | None:
 
 # -- the generic checks ----------------------------------------------------------------------------
 
-_SHOWN = reprlib.Repr()  # Python 3.11's takes no arguments: its limits are attributes
-_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxtuple = 3, 4, 4, 4
-_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 60, 60, 80
-
-
-def _show(value) -> str:
-    """A value for an error message, cut short: a hostile one may be a megabyte, an integer
-    past repr's 4300 digits, or tables nested a thousand deep (reprlib stops at 3 levels)."""
-    if isinstance(value, int) and value.bit_length() > 256:
-        return f"an integer of {value.bit_length()} bits"
-    text = _SHOWN.repr(value)
-    return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
-
-
 def _kind(value) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
              tuple: "an array", dict: "a table"}
@@ -193,15 +178,15 @@ def _scalar(hint, value, meta: Mapping):
     else:
         ok = isinstance(value, hint)
     if not ok:
-        raise ConfigError(f"expected {_EXPECTED[hint]}, got {_show(value)} ({_kind(value)})")
+        raise ConfigError(f"expected {_EXPECTED[hint]}, got {shown(value)} ({_kind(value)})")
     if "range" in meta and value not in meta["range"]:
         bound = meta["range"]
-        raise ConfigError(f"must be {'' if bound.high == math.inf else 'in '}{bound}, got {_show(value)}")
+        raise ConfigError(f"must be {'' if bound.high == math.inf else 'in '}{bound}, got {shown(value)}")
     if hint is float:
         try:
             value = float(value)
         except OverflowError:  # an integer past 1e308
-            raise ConfigError(f"must be finite, got {_show(value)}") from None
+            raise ConfigError(f"must be finite, got {shown(value)}") from None
         if not math.isfinite(value):
             raise ConfigError(f"must be finite, got {value!r}")
     elif hint is int:
@@ -210,7 +195,7 @@ def _scalar(hint, value, meta: Mapping):
         try:
             value.encode()
         except UnicodeEncodeError:
-            raise ConfigError(f"not valid Unicode text: {_show(value)}") from None
+            raise ConfigError(f"not valid Unicode text: {shown(value)}") from None
         if "check" in meta and (problem := meta["check"](value)):
             raise ConfigError(problem)
     return value
@@ -243,7 +228,7 @@ def check_fields(config, cls: type | None = None) -> None:
                 if typing.get_origin(hint) is tuple:
                     (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
                     if type(value) is not tuple:
-                        raise ConfigError(f"expected an array, got {_show(value)} ({_kind(value)})")
+                        raise ConfigError(f"expected an array, got {shown(value)} ({_kind(value)})")
                     value = tuple(_item(spec.name, i, item, v, spec.metadata) for i, v in enumerate(value))
                 else:
                     value = _scalar(hint, value, spec.metadata)
@@ -265,7 +250,7 @@ def _table(cls, value, name: str, base):
     if isinstance(value, cls):
         return value
     if not isinstance(value, dict):
-        raise ConfigError(f"expected a table, got {_show(value)} ({_kind(value)})", (name,))
+        raise ConfigError(f"expected a table, got {shown(value)} ({_kind(value)})", (name,))
     try:
         table = build(cls, value, base)
         check_fields(table)  # again for a class that does not check itself (p2p's TransportLimits)
@@ -276,7 +261,7 @@ def _table(cls, value, name: str, base):
 
 def _printable(key) -> str:
     """A key for an error message: as written when it is a plain name, else its repr, cut."""
-    return key if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(key)) else _show(key)
+    return key if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(key)) else shown(key)
 
 
 def _unknown(cls, key, known: list[str]) -> str:
@@ -292,7 +277,7 @@ def _unknown(cls, key, known: list[str]) -> str:
         return f"belongs in the {' or the '.join(f'[{t}]' for t in tables)} table"
     close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)  # not 'transport' for 'port'
     hint = f"did you mean {close[0]!r}?" if close else "known keys: " + ", ".join(known)
-    return f"unknown key {_show(key)} ({hint})"
+    return f"unknown key {shown(key)} ({hint})"
 
 
 def build(cls, data, base=None):

@@ -22,6 +22,7 @@ from proofs.zk import FELT_BYTES, FIELD_MODULUS
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, packed_array, real, take, text
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.tasks import RewardSpec, Task
+from vrl.tasks.core import MAX_TASK_ID_BYTES, MAX_TEXT_BYTES
 from vrl.tasks.rewards import RewardError
 
 RECORD_VERSION = 3
@@ -37,8 +38,6 @@ FINISH_REASONS = ("stop", "length")
 #: hostile record cannot make a verifier allocate without limit.
 MAX_RECORD_BYTES = 16 << 20
 MAX_PROMPT_TOKENS = 1 << 16
-MAX_TEXT_BYTES = 1 << 20
-MAX_TASK_ID_BYTES = 256
 MAX_GROUP_SIZE = 1024
 
 

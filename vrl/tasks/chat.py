@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from vrl.errors import shown
 from vrl.tasks.core import Task, TaskFileError
 
 #: Keys a message may have: its role and its text. A template reads other keys (tool calls,
@@ -68,19 +69,19 @@ def prompt_text(task: Task, tokenizer) -> str:
         return task.prompt
     template = getattr(tokenizer, "chat_template", None)
     if not template:
-        raise ChatTemplateError(f"task {task.id!r}: its prompt is chat messages, but the model has no chat template "
+        raise ChatTemplateError(f"task {shown(task.id)}: its prompt is chat messages, but the model has no chat template "
                                 "(the tokenizer's chat_template); use a chat model, or prompts as text")
     if "strftime_now" in str(template):
         # transformers gives templates the clock (Llama 3's "Today Date"): a rendering that
         # changes at midnight would fail every later verification of the same record.
-        raise ChatTemplateError(f"task {task.id!r}: the model's chat template reads the clock (strftime_now), so "
+        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template reads the clock (strftime_now), so "
                                 "another machine or day would render another prompt; vrl needs a template that is a "
                                 "function of the messages alone")
     try:
         text = tokenizer.apply_chat_template(messages_of(task), tokenize=False, add_generation_prompt=True)
     except Exception as error:  # a template's raise_exception, or any error of its code: named, not a traceback
-        raise ChatTemplateError(f"task {task.id!r}: the model's chat template refused its messages: "
+        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template refused its messages: "
                                 f"{str(error)[:200]}") from None
     if not isinstance(text, str) or not text:
-        raise ChatTemplateError(f"task {task.id!r}: the model's chat template rendered no text")
+        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template rendered no text")
     return text

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from vrl.errors import VrlError
+from vrl.errors import VrlError, shown
 
 ASSIGNMENT_DOMAIN = b"vrl/assignment/v2\x00"
 HELD_OUT_DOMAIN = b"vrl/held-out/v2\x00"
@@ -17,6 +17,11 @@ HELD_OUT_DOMAIN = b"vrl/held-out/v2\x00"
 #: default two-digit addition set, enough for the trainer's 256-problem evaluation set, while
 #: training keeps 15/16 of every task set.
 HELD_OUT_SHARE = 16
+#: What a record can carry of a task (specs/record.md §3, specs/tasks.md §4.1), in UTF-8 bytes:
+#: its id, and its prompt (a chat task's messages as canonical JSON) and reference. A longer
+#: task is refused when it is read, since every record of it would fail to decode.
+MAX_TASK_ID_BYTES = 256
+MAX_TEXT_BYTES = 1 << 20
 #: Draws before assignment gives up: a set with the expected 1/16 held out fails only with
 #: probability 16^-64; a list whose every task is held out is refused when it is built.
 MAX_ASSIGNMENT_ATTEMPTS = 64
@@ -44,6 +49,15 @@ class TaskFileError(VrlError, ValueError):
     """A task line that cannot be used; names the file, line and field."""
 
 
+def oversized(task: Task) -> str | None:
+    """What of ``task`` no record can carry (MAX_TASK_ID_BYTES, MAX_TEXT_BYTES), or None."""
+    for name, value, limit in (("id", task.id, MAX_TASK_ID_BYTES), ("prompt", task.prompt, MAX_TEXT_BYTES),
+                               ("answer", task.answer, MAX_TEXT_BYTES)):
+        if len(value) > limit // 4 and len(value.encode()) > limit:  # a character is at most 4 bytes
+            return f"field {name!r}: {len(value.encode())} bytes, more than a record carries ({limit})"
+    return None
+
+
 class TaskSet(Protocol):
     """Anything that maps an assignment index to a task, the same way on every machine."""
 
@@ -65,6 +79,9 @@ class TaskList:
     def __post_init__(self) -> None:
         if not self.tasks:
             raise ValueError(f"task set {self.name!r} is empty")
+        for task in self.tasks:
+            if problem := oversized(task):
+                raise ValueError(f"task set {self.name!r}: task {shown(task.id)}: {problem}")
         if all(map(is_held_out, self.tasks)):
             raise ValueError(f"task set {self.name!r}: all {len(self.tasks)} tasks are held out for evaluation "
                              f"(1 prompt in {HELD_OUT_SHARE} is, by hash), so none is left to train on")

@@ -33,9 +33,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from vrl.errors import shown
 from vrl.tasks.answers import canonical_number, last_boxed, parse_number
 from vrl.tasks.chat import canonical_messages, messages_of
-from vrl.tasks.core import Task, TaskFileError
+from vrl.tasks.core import Task, TaskFileError, oversized
 
 GSM8K_TEMPLATE = "Question: {question}\nAnswer: "
 #: MATH's problems, put as GSM8K's questions are.
@@ -100,8 +101,10 @@ def read_task_file(
             if isinstance(item, TaskFileError):
                 raise item
             task = _task(_mapped(item, columns or {}), default_id, template)
+            if problem := oversized(task):
+                raise TaskFileError(problem)
             if task.id in seen:
-                raise TaskFileError(f"field 'id': duplicate {task.id!r}")
+                raise TaskFileError(f"field 'id': duplicate {shown(task.id)}")
         except TaskFileError as error:
             errors.append(TaskFileError(f"{where}: {error}"))
             continue
@@ -235,7 +238,7 @@ def _dataset_rows(path: Path, split: str | None) -> Iterator[tuple[str, str, Any
         if split not in loaded:
             named = ", ".join(map(repr, splits))
             raise TaskFileError(f"{path}: holds the splits {named}; name one as {path}:SPLIT" if split is None
-                                else f"{path}: no split {split!r} (it holds {named})")
+                                else f"{path}: no split {shown(split)} (it holds {named})")
         loaded = loaded[split]
     elif split is not None:
         raise TaskFileError(f"{path}: one dataset, without splits; name it without ':{split}'")
@@ -309,7 +312,7 @@ def _task(item: Any, default_id: str, template: str) -> Task:
         final = lines[-1].removeprefix("####").strip()
         value = parse_number(final)
         if value is None:
-            raise TaskFileError(f"field 'answer': {final!r} after '####' is not a number")
+            raise TaskFileError(f"field 'answer': {shown(final)} after '####' is not a number")
         task_id = _string(item, "id", nonempty=True) if isinstance(item.get("id"), str) else default_id
         return Task(task_id, template.format(question=question), canonical_number(value), solution=solution)
     task_id = _id(item, default_id)
@@ -318,8 +321,8 @@ def _task(item: Any, default_id: str, template: str) -> Task:
         problem = _string(item, "problem", nonempty=True)
         return Task(task_id, MATH_TEMPLATE.format(problem=problem), _answer(item), solution=solution)
     if "prompt" not in item:
-        shown = ", ".join(repr(str(key)[:40]) for key in list(item)[:8]) + (", ..." if len(item) > 8 else "")
-        raise TaskFileError(f"no 'prompt', 'question' or 'problem' field (it has {shown or 'none'}); "
+        keys = ", ".join(repr(str(key)[:40]) for key in list(item)[:8]) + (", ..." if len(item) > 8 else "")
+        raise TaskFileError(f"no 'prompt', 'question' or 'problem' field (it has {keys or 'none'}); "
                             "name the prompt's column with --columns prompt=COLUMN")
     if isinstance(item["prompt"], list):
         return Task(task_id, canonical_messages(item["prompt"]), _answer(item), chat=True, solution=solution)

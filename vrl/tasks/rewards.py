@@ -25,7 +25,7 @@ from typing import Any
 
 import msgpack
 
-from vrl.errors import VrlError
+from vrl.errors import VrlError, shown
 from vrl.tasks.answers import answer_form, answers_match, committed_reference, extract_answer, has_format, parse_number
 from vrl.tasks.core import Task
 
@@ -216,7 +216,7 @@ class RewardSpec:
         ``correct``, plus the format term weighted ``format`` when it is positive."""
         for name, value in (("correct", correct), ("format", format)):
             if not (isinstance(value, float | int) and not isinstance(value, bool) and 0.0 <= value <= MAX_WEIGHT):
-                raise RewardError(f"reward_spec.{name}", f"must be a number in [0, 1e6], got {value!r}")
+                raise RewardError(f"reward_spec.{name}", f"must be a number in [0, 1e6], got {shown(value)}")
         if format and not tag:
             raise RewardError("reward_spec.format", "needs reward_spec.tag: the format reward checks the answer tag")
         terms = [term("answer/v1", float(correct), tag=tag)]
@@ -311,7 +311,7 @@ class RewardSpec:
 def _refuse_committed(task: Task) -> None:
     if committed_reference(task.answer) is not None:
         # Compared as text, a committed reference would match a completion that quotes it.
-        raise ValueError(f"task {task.id!r} has a committed reference: its correctness is proven "
+        raise ValueError(f"task {shown(task.id)} has a committed reference: its correctness is proven "
                          "with the answer key (specs/zk.md §7), not recomputed")
 
 
@@ -325,7 +325,7 @@ def _score(t: RewardTerm, task: Task, completion: str) -> float:
         raise RewardError("reward_spec", f"reward {t.id} failed: {type(error).__name__}: {error}") from None
     if type(value) is not float or not math.isfinite(value):
         # A third-party function's bug must not become a float that differs between verifiers.
-        raise RewardError("reward_spec", f"reward {t.id} returned {value!r}, not a finite float")
+        raise RewardError("reward_spec", f"reward {t.id} returned {shown(value)}, not a finite float")
     return value
 
 
@@ -398,7 +398,7 @@ def _check_params(function: RewardFunction, params: tuple[tuple[str, Param], ...
     if set(given) != set(function.defaults):
         differ = sorted(set(given) ^ set(function.defaults))[0]
         raise RewardError(f"{where}.params", f"{function.id} has exactly the parameters "
-                                             f"{', '.join(sorted(function.defaults)) or '(none)'}; {differ!r} is not so")
+                                             f"{', '.join(sorted(function.defaults)) or '(none)'}; {shown(differ)} is not so")
     for key, value in given.items():
         if type(value) is not type(function.defaults[key]):
             raise RewardError(f"{where}.params.{key}", f"expected {type(function.defaults[key]).__name__}, "
@@ -435,14 +435,14 @@ def term(reference: str, weight: float = 1.0, **params: Param) -> RewardTerm:
     function = _lookup(reference)
     unknown = sorted(set(params) - set(function.defaults))
     if unknown:
-        raise RewardError("reward_spec", f"{function.id} has no parameter {unknown[0]!r} (it has "
+        raise RewardError("reward_spec", f"{function.id} has no parameter {shown(unknown[0])} (it has "
                                          f"{', '.join(sorted(function.defaults)) or 'none'})")
     merged = {**function.defaults, **{k: float(v) if type(function.defaults[k]) is float and type(v) is int else v
                                       for k, v in params.items()}}
     if isinstance(weight, int) and not isinstance(weight, bool):
         weight = float(weight)
     if type(weight) is not float or not math.isfinite(weight) or abs(weight) > MAX_WEIGHT:
-        raise RewardError("reward_spec", f"{function.id}: a weight is a finite number in [-1e6, 1e6], got {weight!r}")
+        raise RewardError("reward_spec", f"{function.id}: a weight is a finite number in [-1e6, 1e6], got {shown(weight)}")
     made = RewardTerm(function.name, function.version, weight, tuple(sorted(merged.items())))
     _check_params(function, made.params, function.id)
     return made
@@ -457,7 +457,7 @@ def _lookup(reference: str) -> RewardFunction:
         return installed[(name, int(version))]
     versions = [v for n, v in installed if n == name]
     if not versions:
-        raise RewardUnknown("reward_spec", f"no reward named {name!r} is installed here ({_installed()})")
+        raise RewardUnknown("reward_spec", f"no reward named {shown(name)} is installed here ({_installed()})")
     return installed[(name, max(versions))]
 
 
