@@ -147,9 +147,9 @@ FORMAT = [
 
 def test_answer_forms_are_equal_exactly_when_answers_match():
     """What a zk proof of a private answer compares (specs/zk.md §3) is what the reward compares."""
-    for given, reference, expected in MATCH:
-        if given is not None:
-            assert (answer_form(given) == answer_form(reference)) is expected, (given, reference)
+    for answer, reference, expected in MATCH:
+        if answer is not None:
+            assert (answer_form(answer) == answer_form(reference)) is expected, (answer, reference)
     assert answer_form("\\boxed{1,000}") == answer_form("1000") == b"n:1000"
     assert answer_form("-0.75") == answer_form("-3/4") == b"n:-3/4"
     assert answer_form(" Paris ") == b"t:Paris"

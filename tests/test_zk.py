@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from proofs import zk
 from proofs.circuits import (
-    ANSWER_MATCH, CIRCUITS, SALT_BYTES, answer_codes, answer_match_inputs, answer_match_instances, new_salt,
+    ANSWER_MATCH, CIRCUITS, answer_codes, answer_match_inputs, answer_match_instances, new_salt,
     reference_commitment, salt_values,
 )
 

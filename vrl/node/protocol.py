@@ -479,7 +479,7 @@ class NodeProtocol:
             case Refused(Checked(group, failed_reasons, digest, race_tokens, races_lost)):
                 self.refused.add(group)
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
-            case Planted(submission, subject, version):
+            case Planted(submission, _, version):
                 self._in_flight.discard(("plant", version))
                 self.planted[submission.digest] = version
                 self.planted_rounds.add(version)
