@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import datetime
 import importlib
 import inspect
 import json
@@ -145,8 +146,8 @@ def same(spec, code) -> bool:
         return isinstance(code, set | frozenset) and {str(c) for c in code} == spec
     if isinstance(spec, int | float):
         return isinstance(code, int | float) and not isinstance(code, bool) and code == spec
-    if isinstance(spec, str):
-        return isinstance(code, str) and str(code) == spec
+    if isinstance(spec, str):  # text, or an instant as Python prints it
+        return isinstance(code, str | datetime.datetime) and str(code) == spec
     return type(code) is type(spec) and code == spec
 
 

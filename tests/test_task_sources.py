@@ -38,6 +38,10 @@ def datasets():
 # turn opened (add_generation_prompt).
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+# As Llama 3.1's: a date_string the caller gives, else the clock, else a fixed date.
+DATED = ("{%- if not date_string is defined %}{%- if strftime_now is defined %}"
+         "{%- set date_string = strftime_now('%d %b %Y') %}{%- else %}{%- set date_string = '1 Jan 2000' %}"
+         "{%- endif %}{%- endif %}Today Date: {{ date_string }}\n" + TEMPLATE)
 
 
 def lines(path, rows: list) -> str:
@@ -267,6 +271,29 @@ def test_chat_prompts_render_with_the_models_template_and_verify(tmp_path, chat_
     assert verdict.reason == "task_mismatch"
 
 
+def test_a_clock_reading_chat_template_makes_records_that_verify_on_any_day(tmp_path, key_file):
+    """A model whose template prints "Today Date" (Llama 3's) generates, and its records carry the
+    pinned day's rendering, which a verifier on another day renders alike."""
+    model = load_model("tiny")
+    model.tokenizer.chat_template = DATED
+    try:
+        dated = str(model.save(tmp_path / "tiny-dated"))
+    finally:
+        model.tokenizer.chat_template = None  # the preset is cached: leave it as it was
+    path = lines(tmp_path / "chat.jsonl", [{"id": f"t{i}", "prompt": [{"role": "user", "content": f"{i}+1="}],
+                                            "answer": str(i + 1)} for i in range(4)])
+    out = tmp_path / "dated.vrl"
+    result = invoke("generate", "--model", dated, "--task", path, "--key", key_file, "--out", str(out),
+                    "--groups", "2", "--group-size", "2", "--max-new-tokens", "4")
+    assert result.exit_code == 0, result.output
+    from vrl.rollouts.files import iter_records
+
+    records = list(iter_records(out))
+    assert records and all(r.prompt.startswith("Today Date: 26 Jul 2024\n<|user|>") for r in records)
+    result = invoke("verify", str(out), "--model", dated, "--task", path, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["accepted"] == len(records), result.output
+
+
 def both_sides(make_row, start: int = 0) -> list[dict]:
     """Rows ``make_row(i)``, i = start, start+1, ..., up to and including the first held-out one
     and at least one that is not: a task set a run can both train and evaluate on."""
@@ -301,7 +328,14 @@ def test_a_model_without_a_chat_template_is_a_clear_error_naming_the_task_set(tm
             result.output
 
 
-def test_a_template_that_reads_the_clock_or_raises_is_refused_by_name(chat_model):
+def test_a_template_that_reads_the_clock_sees_one_pinned_day_and_one_that_raises_is_refused_by_name(
+        chat_model, monkeypatch):
+    """Llama 3's templates print "Today Date" from transformers' strftime_now: pinned to
+    TEMPLATE_CLOCK, a rendering is the same on every day, so its records verify later."""
+    import datetime
+
+    from transformers.utils import chat_template_utils
+
     from vrl.tasks.chat import prompt_text
 
     model = load_model(chat_model)
@@ -315,10 +349,22 @@ def test_a_template_that_reads_the_clock_or_raises_is_refused_by_name(chat_model
             return model.tokenizer.__class__.apply_chat_template(model.tokenizer, *args, chat_template=self.chat_template,
                                                                  **kwargs)
 
-    with pytest.raises(ChatTemplateError, match="reads the clock"):
-        prompt_text(task, Tokenizer("{{ strftime_now('%d %b %Y') }}{{ messages[0]['content'] }}"))
+    dated = Tokenizer(DATED)
+    today = datetime.datetime.now().strftime("%d %b %Y")
+    assert today != "26 Jul 2024"
+    assert prompt_text(task, dated) == "Today Date: 26 Jul 2024\n<|system|>Answer with a number.\n<|user|>1+1=\n<|assistant|>"
+    assert prompt_text(task, Tokenizer("{{ strftime_now('%Y-%m-%d %H:%M') }}")) == "2024-07-26 00:00"
+    assert chat_template_utils.datetime is datetime.datetime  # the clock is given back
+    # Unpinned, the same template prints today's date: the pin is what makes it the same.
+    unpinned = chat_template_utils._compile_jinja_template("{{ strftime_now('%d %b %Y') }}").render()
+    assert unpinned in {today, datetime.datetime.now().strftime("%d %b %Y")}  # (midnight between)
+
     with pytest.raises(ChatTemplateError, match="refused its messages: no system role"):
         prompt_text(task, Tokenizer("{{ raise_exception('no system role') }}"))
+    # A transformers whose templates read the clock some other way: refused, not rendered.
+    monkeypatch.setattr(chat_template_utils, "datetime", None)
+    with pytest.raises(ChatTemplateError, match="task 'q': the model's chat template reads the clock"):
+        prompt_text(task, dated)
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),

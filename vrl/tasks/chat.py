@@ -10,7 +10,11 @@ verifier with the same model derives the same text and tokens.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from vrl.errors import shown
@@ -19,11 +23,18 @@ from vrl.tasks.core import Task, TaskFileError
 #: Keys a message may have: its role and its text. A template reads other keys (tool calls,
 #: names) that a task's prompt has no use for; dropping one silently would change the prompt.
 MESSAGE_KEYS = ("role", "content")
+#: What a chat template that reads the clock is shown (transformers gives templates
+#: ``strftime_now``; Llama 3's print "Today Date: ..."): one instant, so that the rendering is a
+#: function of the messages alone, on every machine and every day (specs/tasks.md §4.2). The
+#: date is the one Llama 3.1's own template prints where it is given no clock.
+TEMPLATE_CLOCK = datetime.datetime(2024, 7, 26)
+# The pinned clock is transformers' module attribute while a template renders: one at a time.
+_CLOCK_LOCK = threading.Lock()
 
 
 class ChatTemplateError(TaskFileError):
     """A chat task that a model cannot render: it has no chat template, or its template
-    refuses the messages or reads the clock."""
+    refuses the messages."""
 
 
 def canonical_messages(value: Any, field: str = "prompt") -> str:
@@ -71,17 +82,40 @@ def prompt_text(task: Task, tokenizer) -> str:
     if not template:
         raise ChatTemplateError(f"task {shown(task.id)}: its prompt is chat messages, but the model has no chat template "
                                 "(the tokenizer's chat_template); use a chat model, or prompts as text")
-    if "strftime_now" in str(template):
-        # transformers gives templates the clock (Llama 3's "Today Date"): a rendering that
-        # changes at midnight would fail every later verification of the same record.
-        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template reads the clock (strftime_now), so "
-                                "another machine or day would render another prompt; vrl needs a template that is a "
-                                "function of the messages alone")
     try:
-        text = tokenizer.apply_chat_template(messages_of(task), tokenize=False, add_generation_prompt=True)
+        # A rendering that changed at midnight would fail every later verification of its records.
+        with _pinned_clock(task) if "strftime_now" in str(template) else contextlib.nullcontext():
+            text = tokenizer.apply_chat_template(messages_of(task), tokenize=False, add_generation_prompt=True)
+    except ChatTemplateError:
+        raise
     except Exception as error:  # a template's raise_exception, or any error of its code: named, not a traceback
         raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template refused its messages: "
                                 f"{str(error)[:200]}") from None
     if not isinstance(text, str) or not text:
         raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template rendered no text")
     return text
+
+
+@contextlib.contextmanager
+def _pinned_clock(task: Task) -> Iterator[None]:
+    """transformers' clock for templates (``strftime_now`` reads its module's ``datetime``)
+    stopped at TEMPLATE_CLOCK while a template renders. A transformers whose templates read the
+    clock another way cannot be pinned, and its clock-reading templates are refused."""
+    from transformers.utils import chat_template_utils as templates
+
+    if getattr(templates, "datetime", None) is not datetime.datetime:
+        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template reads the clock (strftime_now), and "
+                                "this transformers version's clock cannot be pinned, so another day would render "
+                                "another prompt; use a template that is a function of the messages alone")
+
+    class Pinned(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return TEMPLATE_CLOCK if tz is None else TEMPLATE_CLOCK.replace(tzinfo=datetime.timezone.utc).astimezone(tz)
+
+    with _CLOCK_LOCK:
+        templates.datetime = Pinned
+        try:
+            yield
+        finally:
+            templates.datetime = datetime.datetime
