@@ -245,16 +245,21 @@ def test_chat_messages_are_kept_canonical_and_hashed_as_messages(tmp_path):
     assert task_row(tasks[0]) == {"id": "a", "prompt": MESSAGES, "answer": "2"}  # reads back as itself
 
 
-def test_chat_prompts_render_with_the_models_template_and_verify(tmp_path, chat_model, key_file):
+def generate_chat(tmp_path, model: str, key_file: str):
+    """(task file, rollout file, its records): 2 groups of 2 on four chat tasks, by the CLI."""
+    from vrl.rollouts.files import iter_records
+
     path = lines(tmp_path / "chat.jsonl", [{"id": f"t{i}", "prompt": [{"role": "user", "content": f"{i}+1="}],
                                             "answer": str(i + 1)} for i in range(4)])
     out = tmp_path / "chat.vrl"
-    result = invoke("generate", "--model", chat_model, "--task", path, "--key", key_file, "--out", str(out),
+    result = invoke("generate", "--model", model, "--task", path, "--key", key_file, "--out", str(out),
                     "--groups", "2", "--group-size", "2", "--max-new-tokens", "4")
     assert result.exit_code == 0, result.output
-    from vrl.rollouts.files import iter_records
+    return path, out, list(iter_records(out))
 
-    records = list(iter_records(out))
+
+def test_chat_prompts_render_with_the_models_template_and_verify(tmp_path, chat_model, key_file):
+    path, out, records = generate_chat(tmp_path, chat_model, key_file)
     model = load_model(chat_model)
     for record in records:
         assert record.prompt == f"<|user|>{record.task_id[1:]}+1=\n<|assistant|>"  # the rendering is the record's
@@ -280,15 +285,7 @@ def test_a_clock_reading_chat_template_makes_records_that_verify_on_any_day(tmp_
         dated = str(model.save(tmp_path / "tiny-dated"))
     finally:
         model.tokenizer.chat_template = None  # the preset is cached: leave it as it was
-    path = lines(tmp_path / "chat.jsonl", [{"id": f"t{i}", "prompt": [{"role": "user", "content": f"{i}+1="}],
-                                            "answer": str(i + 1)} for i in range(4)])
-    out = tmp_path / "dated.vrl"
-    result = invoke("generate", "--model", dated, "--task", path, "--key", key_file, "--out", str(out),
-                    "--groups", "2", "--group-size", "2", "--max-new-tokens", "4")
-    assert result.exit_code == 0, result.output
-    from vrl.rollouts.files import iter_records
-
-    records = list(iter_records(out))
+    path, out, records = generate_chat(tmp_path, dated, key_file)
     assert records and all(r.prompt.startswith("Today Date: 26 Jul 2024\n<|user|>") for r in records)
     result = invoke("verify", str(out), "--model", dated, "--task", path, "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["accepted"] == len(records), result.output
