@@ -8,9 +8,16 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import pytest  # noqa: E402
 import structlog  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 import vrl  # noqa: E402
 from vrl.rollouts.model import Model  # noqa: E402
+
+# No per-example deadline: the properties run in milliseconds here, but one garbage collection
+# or slow fsync on a loaded CI machine past Hypothesis's default 200 ms failed a run for nothing
+# it asserts. Time belongs in bench/.
+settings.register_profile("vrl", deadline=None)
+settings.load_profile("vrl")
 
 ROUND = bytes(range(32))
 TASKS = vrl.Arithmetic(digits=1)

@@ -97,7 +97,8 @@ def test_help_and_tables_are_whole_at_80_columns(workspace):
     header = next(i for i, line in enumerate(lines) if line.startswith("#"))  # the title wraps with the path
     assert lines[header].split() == ["#", "node", "task", "sample", "verdict", "reason"], shown.stdout
     assert lines[header + 2].split()[-2:] == ["rejected", "reward_mismatch"], shown.stdout
-    assert "0 (reward): claims reward 9.0, recomputed 0.0" in shown.stdout
+    # The honest reward: tiny's sixteen tokens end in the right digit now and then (2% of draws).
+    assert f"0 (reward): claims reward 9.0, recomputed {records[0].reward}" in shown.stdout
     assert max(map(len, lines)) <= 80, shown.stdout
     for command in ([], ["train"], ["node"], ["verify"], ["export"]):
         shown = subprocess.run([*vrl_cli, *command, "--help"], capture_output=True, text=True, env=env, timeout=120)
