@@ -220,6 +220,50 @@ def test_an_uncached_hub_id_whose_download_fails_says_why_without_a_traceback(tm
     assert result.returncode == 0 and result.stdout.strip() == tiny.model_hash.hex(), result.stderr
 
 
+def test_an_uncached_hub_id_is_downloaded_weights_configs_and_tokenizer_only_and_verifies_as_its_directory(
+        tmp_path, tiny):
+    """The real huggingface_hub client against a Hub on 127.0.0.1 (tests/hub_server.py): a Hub
+    id not in the cache is downloaded by `vrl generate`, only the files a model needs (never
+    its code, its README), into the cache; the rollouts verify against the same weights as a
+    plain directory, and a later run needs no Hub at all."""
+    from hub_server import HubServer
+
+    from vrl.rollouts.model import HUB_FILES
+
+    directory = tiny.save(tmp_path / "tiny")
+    files = {path.name: path.read_bytes() for path in directory.iterdir()}
+    needed = set(files)
+    files |= {"modeling_custom.py": b"raise SystemExit('remote code ran')\n", "README.md": b"# tiny\n",
+              "pytorch_model.bin": b"pickled weights are never taken"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "10",
+           "HF_HUB_DOWNLOAD_TIMEOUT": "10", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    vrl.NodeKey.generate().save(tmp_path / "node.pem")
+    generate = [sys.executable, "-m", "vrl.cli", "generate", "--model", "acme/tiny", "--task", "arithmetic:digits=1",
+                "--key", str(tmp_path / "node.pem"), "--groups", "2", "--group-size", "2", "--max-new-tokens", "4"]
+    with HubServer("acme/tiny", files) as hub:
+        result = subprocess.run([*generate, "--out", str(tmp_path / "hub.vrl")], capture_output=True, text=True,
+                                env={**env, "HF_ENDPOINT": hub.endpoint}, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert hub.fetched() == needed, hub.requests
+        missing = subprocess.run([*generate, "--model", "acme/absent", "--out", str(tmp_path / "absent.vrl")],
+                                 capture_output=True, text=True, env={**env, "HF_ENDPOINT": hub.endpoint}, timeout=300)
+    assert missing.returncode == 2 and "'acme/absent': no such directory, and as a Hub id it is not in the Hugging " \
+        "Face cache" in flat(missing.stderr) and "downloading it failed" in missing.stderr, missing.stderr
+    assert "Traceback" not in missing.stderr and not (tmp_path / "absent.vrl").exists()
+    snapshot = tmp_path / "hf" / "hub" / "models--acme--tiny" / "snapshots" / hub.commit
+    assert {path.name for path in snapshot.iterdir()} == needed
+    assert all(any(Path(name).match(pattern) for pattern in HUB_FILES) for name in needed)
+
+    # The rollouts bind the weights, not the name: they verify against the directory.
+    result = CliRunner().invoke(app, ["verify", str(tmp_path / "hub.vrl"), "--model", str(directory), "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["accepted"] == 4, result.output
+    # The Hub gone and HF_HUB_OFFLINE set, the cache serves the id.
+    result = subprocess.run([*generate, "--out", str(tmp_path / "again.vrl")], capture_output=True, text=True,
+                            env={**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": hub.endpoint}, timeout=300)
+    assert result.returncode == 0, result.stderr
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=st.text(max_size=40))
 def test_any_model_spec_is_a_model_or_a_model_error(spec, tmp_path, monkeypatch):
