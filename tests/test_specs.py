@@ -416,3 +416,12 @@ def test_audit_checks_and_finding_codes_are_the_codes_both_ways():
         made |= set(re.findall(r'finding\(\s*(?:check|"\w+")\s*,\s*"(\w+)"', path.read_text(encoding="utf-8")))
     made |= {"bad_signature", "undecodable"}  # chosen by an expression in index_run, both literals there
     assert made and stated == made, (stated - made, made - stated)
+
+
+def test_every_code_block_of_the_docs_is_closed():
+    """An unclosed ``` fence turns the rest of a document into one code block (the README's
+    chat example once swallowed "Choosing the reward" and all after it)."""
+    for doc in [ROOT / "README.md", *sorted(SPECS.glob("*.md")), *sorted((ROOT / "bench").rglob("*.md"))]:
+        fences = [n for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+                  if line.lstrip().startswith("```")]
+        assert len(fences) % 2 == 0, f"{doc.name}: the fence at line {fences[-1]} is never closed"
