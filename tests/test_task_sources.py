@@ -5,7 +5,9 @@ task set rather than the arithmetic set's 8 tokens."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import re
 import tomllib
 
 import pytest
@@ -22,6 +24,7 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model
 from vrl.rollouts.verify import Expectations, verify
 from vrl.tasks import Task, TaskFileError, TaskList, is_held_out, open_task_set
+from vrl.tasks.core import oversized
 from vrl.tasks.chat import ChatTemplateError, canonical_messages
 from vrl.tasks.files import MATH_TEMPLATE, parse_columns, read_task_file, task_row
 
@@ -138,6 +141,31 @@ def test_a_task_longer_than_a_record_carries_is_skipped_when_read(tmp_path):
         f"{path}:4: field 'answer': {3 * (MAX_TEXT_BYTES // 3 + 1)} bytes, more than a record carries ({MAX_TEXT_BYTES})"]
     with pytest.raises(ValueError, match="task set 't': task 'big': field 'prompt'"):
         TaskList("t", (Task("big", "x" * (MAX_TEXT_BYTES + 1), "1"),))
+
+
+def test_a_rendered_prompt_longer_than_a_record_carries_is_refused_before_generation(tiny):
+    """A chat task within the file's bounds can render past them (a template may repeat the
+    messages), and a short text can be more tokens than a record holds: either is refused when
+    the prompts are first rendered, naming the task set and the task."""
+    from vrl.rollouts.generate import longest_prompt, prompt_of
+    from vrl.rollouts.record import MAX_PROMPT_TOKENS
+    from vrl.tasks.core import MAX_TEXT_BYTES
+
+    content = "x" * (MAX_TEXT_BYTES // 2)
+    chat = Task("wide", canonical_messages([{"role": "user", "content": content}]), "1", chat=True)
+    assert oversized(chat) is None  # the file's bound passes it
+    tiny.tokenizer.chat_template = "{{ messages[0]['content'] }}{{ messages[0]['content'] }}{{ messages[0]['content'] }}"
+    try:
+        with pytest.raises(TaskFileError, match=f"long: task 'wide': its prompt as the model is given it is "
+                                                f"{3 * len(content)} bytes, more than a record carries"):
+            longest_prompt(tiny, TaskList("long", (chat, Task("short", "1+1=", "2"))))
+    finally:
+        tiny.tokenizer.chat_template = None  # the preset is cached: leave it as it was
+    many = Task("many", "7" * (MAX_PROMPT_TOKENS + 1), "7")  # one token a byte for tiny's tokenizer
+    with pytest.raises(TaskFileError, match=f"task 'many': its prompt is {MAX_PROMPT_TOKENS + 1} tokens"):
+        prompt_of(tiny, many)
+    text, tokens = prompt_of(tiny, Task("fits", "7" * MAX_PROMPT_TOKENS, "7"))
+    assert len(tokens) == MAX_PROMPT_TOKENS and text == "7" * MAX_PROMPT_TOKENS
 
 
 # -- no usable row: the reasons, not a count -----------------------------------------------------
@@ -356,8 +384,24 @@ def test_a_template_that_reads_the_clock_sees_one_pinned_day_and_one_that_raises
     unpinned = chat_template_utils._compile_jinja_template("{{ strftime_now('%d %b %Y') }}").render()
     assert unpinned in {today, datetime.datetime.now().strftime("%d %b %Y")}  # (midnight between)
 
+    # Numbers and English names are spelled by vrl; what the C library spells by the machine's
+    # locale or time zone is refused, as is what draws at random.
+    assert prompt_text(task, Tokenizer("{{ strftime_now('%A %-d %B %Y, %j') }}")) == "Friday 26 July 2024, 208"
+    for form in ("%s", "%c", "%Z", "%p"):
+        with pytest.raises(ChatTemplateError, match=f"formats the date with {form}, which depends on the machine"):
+            prompt_text(task, Tokenizer("{{ strftime_now('" + form + "') }}"))
+    for template, what in [("{{ lipsum(1, False, 3, 5) }}", "calls lipsum()"),
+                           ("{{ messages|random }}", "uses the random filter"),
+                           ("{% if false %}{{ range(3)|random }}{% endif %}ok", "uses the random filter")]:
+        with pytest.raises(ChatTemplateError, match=f"task 'q': the model's chat template {re.escape(what)}"):
+            prompt_text(task, Tokenizer(template))
+
     with pytest.raises(ChatTemplateError, match="refused its messages: no system role"):
         prompt_text(task, Tokenizer("{{ raise_exception('no system role') }}"))
+    # Threads render one at a time, each with the pinned clock, and the clock is given back.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(lambda _: prompt_text(task, dated), range(16))) == {prompt_text(task, dated)}
+    assert chat_template_utils.datetime is datetime.datetime
     # A transformers whose templates read the clock some other way: refused, not rendered.
     monkeypatch.setattr(chat_template_utils, "datetime", None)
     with pytest.raises(ChatTemplateError, match="task 'q': the model's chat template reads the clock"):

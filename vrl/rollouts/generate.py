@@ -13,9 +13,10 @@ from proofs.sampler import SamplingParams
 from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, context_length
-from vrl.rollouts.record import Rollout, sample_seed
-from vrl.tasks import Arithmetic, RewardSpec, Task, TaskSet, assign, in_order
-from vrl.tasks.chat import ChatTemplateError
+from vrl.errors import shown
+from vrl.rollouts.record import MAX_PROMPT_TOKENS, Rollout, sample_seed
+from vrl.tasks import Arithmetic, RewardSpec, Task, TaskFileError, TaskSet, assign, in_order
+from vrl.tasks.core import MAX_TEXT_BYTES
 
 
 @dataclass
@@ -44,17 +45,36 @@ SOLUTION_PERCENTILE = 99
 LENGTH_STEP = 64
 
 
+def prompt_of(model: Model, task: Task) -> tuple[str, list[int]]:
+    """The text ``model`` is given for ``task`` (a chat task's, rendered) and its tokens, as a
+    record carries them: a :class:`~vrl.tasks.TaskFileError` naming the task when there are no
+    tokens, or more text or tokens than a record holds (MAX_TEXT_BYTES, MAX_PROMPT_TOKENS:
+    specs/record.md §3), since no one could decode its records."""
+    text = model.render(task)
+    if len(text) > MAX_TEXT_BYTES // 4 and len(text.encode()) > MAX_TEXT_BYTES:
+        raise TaskFileError(f"task {shown(task.id)}: its prompt as the model is given it is {len(text.encode())} "
+                            f"bytes, more than a record carries ({MAX_TEXT_BYTES})")
+    tokens = model.encode(text)
+    if not tokens:
+        raise TaskFileError(f"task {shown(task.id)}: the prompt encodes to no tokens")
+    if len(tokens) > MAX_PROMPT_TOKENS:
+        raise TaskFileError(f"task {shown(task.id)}: its prompt is {len(tokens)} tokens, more than a record carries "
+                            f"({MAX_PROMPT_TOKENS})")
+    return text, tokens
+
+
 def longest_prompt(model: Model, tasks: TaskSet) -> tuple[Task, int] | None:
     """A task list's longest prompt as ``model`` is given it, with its length in tokens; None
-    for a generated set. Renders every prompt, so a chat task the model cannot render is a
-    :class:`~vrl.tasks.chat.ChatTemplateError` naming the task set before anything runs."""
+    for a generated set. Renders every prompt (:func:`prompt_of`), so a chat task the model
+    cannot render, or a prompt no record can carry, is a :class:`~vrl.tasks.TaskFileError`
+    naming the task set before anything runs."""
     listed = getattr(tasks, "tasks", None)
     if listed is None:
         return None
     try:
-        return max(((task, len(model.encode(model.render(task)))) for task in listed), key=lambda pair: pair[1])
-    except ChatTemplateError as error:
-        raise ChatTemplateError(f"{tasks.name}: {error}") from None
+        return max(((task, len(prompt_of(model, task)[1])) for task in listed), key=lambda pair: pair[1])
+    except TaskFileError as error:
+        raise type(error)(f"{tasks.name}: {error}") from None
 
 
 def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> tuple[int, str]:
@@ -173,12 +193,11 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
         raise ValueError(f"groups {group_indices[0]}..{group_indices[-1]} run past the end of task set "
                          f"{task_set.name!r}")
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
-    texts = {task.id: model.render(task) for _, task in assigned}  # a chat task's, through the chat template
-    prompts = {task_id: model.encode(text) for task_id, text in texts.items()}
+    rendered = {task.id: prompt_of(model, task) for _, task in assigned}  # a chat task's, through the chat template
+    texts = {task_id: text for task_id, (text, _) in rendered.items()}
+    prompts = {task_id: tokens for task_id, (_, tokens) in rendered.items()}
     context = context_length(model)
     for _, task in assigned:
-        if not prompts[task.id]:
-            raise ValueError(f"task {task.id!r}: the prompt encodes to no tokens")
         if context is not None and len(prompts[task.id]) + sampling.max_new_tokens > context:
             # Past its positions a model fails deep inside (GPT-2: an IndexError), or silently.
             raise ValueError(f"task {task.id!r}: its prompt's {len(prompts[task.id])} tokens and max_new_tokens "

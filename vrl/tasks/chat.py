@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +30,15 @@ MESSAGE_KEYS = ("role", "content")
 #: function of the messages alone, on every machine and every day (specs/tasks.md §4.2). The
 #: date is the one Llama 3.1's own template prints where it is given no clock.
 TEMPLATE_CLOCK = datetime.datetime(2024, 7, 26)
+#: The strftime directives it is formatted with, each spelled here and never by the C library,
+#: whose names follow the machine's locale and whose %s, %z, %Z and %c its time zone (specs/
+#: tasks.md §4.2); ``-`` (glibc's "no padding") may precede a number's.
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_NUMBERS = {"d": ("day", 2), "m": ("month", 2), "Y": ("year", 4), "H": ("hour", 2), "M": ("minute", 2),
+            "S": ("second", 2)}
+_DIRECTIVE = re.compile(r"%(-?)(.)", re.DOTALL)
 # The pinned clock is transformers' module attribute while a template renders: one at a time.
 _CLOCK_LOCK = threading.Lock()
 
@@ -82,18 +93,68 @@ def prompt_text(task: Task, tokenizer) -> str:
     if not template:
         raise ChatTemplateError(f"task {shown(task.id)}: its prompt is chat messages, but the model has no chat template "
                                 "(the tokenizer's chat_template); use a chat model, or prompts as text")
+    if problem := _chance_in(str(template)):
+        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template {problem}, so no two machines "
+                                "render the same prompt; vrl needs a template that is a function of the messages alone")
     try:
         # A rendering that changed at midnight would fail every later verification of its records.
         with _pinned_clock(task) if "strftime_now" in str(template) else contextlib.nullcontext():
             text = tokenizer.apply_chat_template(messages_of(task), tokenize=False, add_generation_prompt=True)
     except ChatTemplateError:
         raise
+    except _MachineDependent as error:
+        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template formats the date with {error}, "
+                                "which depends on the machine's locale or time zone") from None
     except Exception as error:  # a template's raise_exception, or any error of its code: named, not a traceback
         raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template refused its messages: "
                                 f"{str(error)[:200]}") from None
     if not isinstance(text, str) or not text:
         raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template rendered no text")
     return text
+
+
+@functools.lru_cache(maxsize=16)
+def _chance_in(template: str) -> str | None:
+    """What in ``template`` draws at random (Jinja's ``lipsum()`` and ``|random``), or None:
+    found in its syntax tree, as transformers parses it, whether or not a rendering reaches it."""
+    from jinja2 import nodes
+    from transformers.utils import chat_template_utils as templates
+
+    try:
+        tree = templates._compile_jinja_template(template).environment.parse(template)
+    except Exception as error:  # not Jinja: the rendering says so, by name, as for any broken template
+        return f"cannot be parsed ({str(error)[:200]})"
+    if any(node.name == "lipsum" for node in tree.find_all(nodes.Name)):
+        return "calls lipsum(), which writes random text"
+    if any(node.name == "random" for node in tree.find_all(nodes.Filter)):
+        return "uses the random filter"
+    return None
+
+
+class _MachineDependent(Exception):
+    """A strftime directive that the pinned clock does not spell itself (its message)."""
+
+
+class _PinnedInstant(datetime.datetime):
+    """TEMPLATE_CLOCK, formatted by :meth:`strftime` alike on every machine."""
+
+    def strftime(self, form: str) -> str:
+        def one(match: re.Match) -> str:
+            plain, directive = match.group(1) == "-", match.group(2)
+            if directive in _NUMBERS:
+                name, width = _NUMBERS[directive]
+                value = getattr(self, name)
+                return str(value) if plain else f"{value:0{width}d}"
+            if plain:
+                raise _MachineDependent(f"%-{directive}")
+            spelled = {"%": "%", "y": f"{self.year % 100:02d}", "j": f"{self.timetuple().tm_yday:03d}",
+                       "b": _MONTHS[self.month - 1][:3], "B": _MONTHS[self.month - 1],
+                       "a": _DAYS[self.weekday()][:3], "A": _DAYS[self.weekday()]}
+            if directive not in spelled:
+                raise _MachineDependent(f"%{directive}")
+            return spelled[directive]
+
+        return _DIRECTIVE.sub(one, str(form))
 
 
 @contextlib.contextmanager
@@ -103,19 +164,19 @@ def _pinned_clock(task: Task) -> Iterator[None]:
     clock another way cannot be pinned, and its clock-reading templates are refused."""
     from transformers.utils import chat_template_utils as templates
 
-    if getattr(templates, "datetime", None) is not datetime.datetime:
-        raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template reads the clock (strftime_now), and "
-                                "this transformers version's clock cannot be pinned, so another day would render "
-                                "another prompt; use a template that is a function of the messages alone")
-
     class Pinned(datetime.datetime):
         @classmethod
-        def now(cls, tz=None):
-            return TEMPLATE_CLOCK if tz is None else TEMPLATE_CLOCK.replace(tzinfo=datetime.timezone.utc).astimezone(tz)
+        def now(cls, tz=None):  # transformers asks for local time; every machine is given the same
+            return _PinnedInstant(*TEMPLATE_CLOCK.timetuple()[:6])
 
     with _CLOCK_LOCK:
+        clock = getattr(templates, "datetime", None)
+        if clock is not datetime.datetime:
+            raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template reads the clock (strftime_now), "
+                                    "and this transformers version's clock cannot be pinned, so another day would "
+                                    "render another prompt; use a template that is a function of the messages alone")
         templates.datetime = Pinned
         try:
             yield
         finally:
-            templates.datetime = datetime.datetime
+            templates.datetime = clock
