@@ -122,8 +122,8 @@ def _chance_in(template: str) -> str | None:
 
     try:
         tree = templates._compile_jinja_template(template).environment.parse(template)
-    except Exception as error:  # not Jinja: the rendering says so, by name, as for any broken template
-        return f"cannot be parsed ({str(error)[:200]})"
+    except Exception:  # not Jinja: the rendering that follows fails and says why, as for any broken template
+        return None
     if any(node.name == "lipsum" for node in tree.find_all(nodes.Name)):
         return "calls lipsum(), which writes random text"
     if any(node.name == "random" for node in tree.find_all(nodes.Filter)):
