@@ -530,3 +530,24 @@ def test_a_node_reads_a_dataset_with_columns_and_chooses_its_length(tmp_path, da
         assert node.work.sampling.max_new_tokens == 2 * LENGTH_STEP  # 100 bytes and the stop token
     finally:
         node.store.close()
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(form=st.text(alphabet=st.sampled_from("%-dmYyHMSjbBaAcpszZ%e x\n\u00e9"), max_size=24)
+       | st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=24))
+def test_any_date_format_a_template_asks_for_is_spelled_alike_or_refused(form):
+    """A template's strftime format is its author's: whatever it is, the pinned clock spells it
+    without the C library, or names the directive it will not spell."""
+    import datetime
+
+    from vrl.tasks.chat import TEMPLATE_CLOCK, _MachineDependent, _PinnedInstant
+
+    instant = _PinnedInstant(*TEMPLATE_CLOCK.timetuple()[:6])
+    try:
+        text = instant.strftime(form)
+    except _MachineDependent as error:
+        assert str(error).startswith("%") and str(error) in form
+        return
+    # As the C library spells it in the C locale, Python's default for dates (LC_TIME unset);
+    # (NUL, which ends the C library's format, and lone surrogates it cannot take, left out).
+    assert text == datetime.datetime.strftime(TEMPLATE_CLOCK, form)
