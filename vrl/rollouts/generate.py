@@ -16,7 +16,7 @@ from vrl.rollouts.model import Model, context_length
 from vrl.errors import shown
 from vrl.rollouts.record import MAX_PROMPT_TOKENS, Rollout, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, TaskFileError, TaskSet, assign, in_order
-from vrl.tasks.core import MAX_TEXT_BYTES
+from vrl.tasks.core import MAX_TEXT_BYTES, utf8_over
 
 
 @dataclass
@@ -51,8 +51,8 @@ def prompt_of(model: Model, task: Task) -> tuple[str, list[int]]:
     tokens, or more text or tokens than a record holds (MAX_TEXT_BYTES, MAX_PROMPT_TOKENS:
     specs/record.md §3), since no one could decode its records."""
     text = model.render(task)
-    if len(text) > MAX_TEXT_BYTES // 4 and len(text.encode()) > MAX_TEXT_BYTES:
-        raise TaskFileError(f"task {shown(task.id)}: its prompt as the model is given it is {len(text.encode())} "
+    if (size := utf8_over(text, MAX_TEXT_BYTES)) is not None:
+        raise TaskFileError(f"task {shown(task.id)}: its prompt as the model is given it is {size} "
                             f"bytes, more than a record carries ({MAX_TEXT_BYTES})")
     tokens = model.encode(text)
     if not tokens:

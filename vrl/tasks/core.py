@@ -49,12 +49,20 @@ class TaskFileError(VrlError, ValueError):
     """A task line that cannot be used; names the file, line and field."""
 
 
+def utf8_over(text: str, limit: int) -> int | None:
+    """``text``'s UTF-8 length when it is over ``limit`` bytes, else None (encoding only a text
+    that could be: a character is at most 4 bytes)."""
+    if len(text) > limit // 4 and (size := len(text.encode())) > limit:
+        return size
+    return None
+
+
 def oversized(task: Task) -> str | None:
     """What of ``task`` no record can carry (MAX_TASK_ID_BYTES, MAX_TEXT_BYTES), or None."""
     for name, value, limit in (("id", task.id, MAX_TASK_ID_BYTES), ("prompt", task.prompt, MAX_TEXT_BYTES),
                                ("answer", task.answer, MAX_TEXT_BYTES)):
-        if len(value) > limit // 4 and len(value.encode()) > limit:  # a character is at most 4 bytes
-            return f"field {name!r}: {len(value.encode())} bytes, more than a record carries ({limit})"
+        if (size := utf8_over(value, limit)) is not None:
+            return f"field {name!r}: {size} bytes, more than a record carries ({limit})"
     return None
 
 
