@@ -43,11 +43,17 @@ from rich.table import Table
 from scipy.stats import beta, binom
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from proofs import commitment  # noqa: E402
 import vrl  # noqa: E402
+from proofs import commitment  # noqa: E402
 from vrl.rollouts.generate import sampling_for  # noqa: E402
 from vrl.rollouts.profiles import (  # noqa: E402
-    MEASURE_ONLY, RECORD_ALPHA, SAME, TABLE_FILE, TABLE_FORMAT, Tolerances, profile_name,
+    MEASURE_ONLY,
+    RECORD_ALPHA,
+    SAME,
+    TABLE_FILE,
+    TABLE_FORMAT,
+    Tolerances,
+    profile_name,
 )
 from vrl.rollouts.sequential import alternatives, threshold  # noqa: E402
 from vrl.tasks import open_task_set  # noqa: E402

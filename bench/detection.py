@@ -27,8 +27,8 @@ from rich.table import Table
 import vrl
 from proofs import commitment
 from vrl.adversary import degraded
-from vrl.rollouts.profiles import MEASURE_ONLY
 from vrl.rollouts.forward import decode, prefill
+from vrl.rollouts.profiles import MEASURE_ONLY
 from vrl.tasks import Task
 
 console = Console(width=160)

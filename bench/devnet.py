@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vrl.audit  # noqa: E402
 from vrl.node import devnet  # noqa: E402
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES  # noqa: E402
-from vrl.rl.base_model import ensure_base_model  # noqa: E402
 from vrl.node.messages import SignedVerdict, StepVerdict, Submission  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
+from vrl.rl.base_model import ensure_base_model  # noqa: E402
 
 console = Console(stderr=True)
 RESULTS = Path(__file__).resolve().parent / "results"

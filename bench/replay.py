@@ -72,8 +72,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from vrl.rl.step import (DRIFT_TOLERANCE, StepConfig, compare, optimizer_bytes, optimizer_for,  # noqa: E402
-                         policy_forward, replay)
+from vrl.rl.step import DRIFT_TOLERANCE, StepConfig, compare, optimizer_bytes, optimizer_for, policy_forward, replay  # noqa: E402
 
 # The learning-rate errors tried, as fractions of the rate: the closing note's 5% (drift 0.048)
 # down to 0.1%, ten times below the provisional tolerance.
@@ -313,7 +312,6 @@ def summarize(rows: list[dict]) -> dict:
 
 def measure(name: str, skeleton, model_dir: str, task_spec: str, args, console) -> dict:
     from vrl.node.config import NodeConfig
-
     from vrl.rollouts.generate import choose_max_new_tokens
     from vrl.tasks import open_task_set
 

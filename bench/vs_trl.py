@@ -35,12 +35,12 @@ from rich.table import Table
 
 import vrl
 from vrl.rl.base_model import ensure_base_model
-from vrl.rollouts.presets import base_model_dir
 from vrl.rl.evaluate import accuracy, held_out
-from vrl.rollouts.model import Model
-from vrl.tasks import Arithmetic, Task, is_held_out
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.generate import ARITHMETIC_MAX_NEW_TOKENS
+from vrl.rollouts.model import Model
+from vrl.rollouts.presets import base_model_dir
+from vrl.tasks import Arithmetic, Task, is_held_out
 
 console = Console()
 

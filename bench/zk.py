@@ -39,12 +39,12 @@ from rich.table import Table  # noqa: E402
 import vrl  # noqa: E402
 from proofs import zk  # noqa: E402
 from proofs.circuits import ANSWER_MATCH, HIDDEN_SCALE, LM_LOGITS_MICRO, quantize_hidden  # noqa: E402
-from vrl.zk import sampling as sampling_proofs  # noqa: E402
 from vrl.rl.base_model import ensure_base_model  # noqa: E402
 from vrl.rollouts.presets import BUILT  # noqa: E402
 from vrl.rollouts.verify import Expectations, verify  # noqa: E402
 from vrl.tasks import RewardSpec, TaskList, is_held_out  # noqa: E402
-from vrl.zk import commit_answers, proven_correctness, prove_rewards, record_subject  # noqa: E402
+from vrl.zk import commit_answers, prove_rewards, proven_correctness, record_subject  # noqa: E402
+from vrl.zk import sampling as sampling_proofs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 console = Console()

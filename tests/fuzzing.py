@@ -20,6 +20,7 @@ import json
 import math
 import re
 import time
+import tomllib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,19 +29,26 @@ from typing import Any
 
 import msgpack
 import tomli_w
-import tomllib
 from hypothesis import strategies as st
 
 from proofs.sampler import SamplingParams
-from vrl.rollouts.keys import NodeKey
+from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.messages import (
-    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SamplingRequest, SignedVerdict, StepVerdict,
-    Submission, audit_ticket, decode_group,
+    BackfillPage,
+    BackfillRequest,
+    MessageError,
+    PolicyAnnouncement,
+    SamplingRequest,
+    SignedVerdict,
+    StepVerdict,
+    Submission,
+    audit_ticket,
+    decode_group,
 )
 from vrl.rl.checkpoint import CheckpointError, parse_manifest
 from vrl.rl.step import StepConfig, StepError, load_optimizer_bytes, optimizer_bytes, optimizer_for
 from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
-from vrl.node.config import ConfigError, NodeConfig
+from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.record import RecordError, Rollout
 from vrl.tasks import RewardSpec
 from vrl.tasks.files import TaskFileError, task_from_line

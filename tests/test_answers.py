@@ -8,11 +8,11 @@ from contextlib import contextmanager
 from fractions import Fraction
 
 import pytest
-from vrl.tasks import Task, TaskFileError
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from vrl.tasks.answers import (answer_form, answers_match, canonical_number, extract_answer, has_format,
-                              parse_number)
+from vrl.tasks import Task, TaskFileError
+from vrl.tasks.answers import answer_form, answers_match, canonical_number, extract_answer, has_format, parse_number
 from vrl.tasks.files import GSM8K_TEMPLATE, read_task_file
 
 F = Fraction

@@ -192,8 +192,8 @@ def test_damaged_rows_missing_blobs_and_truncated_files_are_findings(run_dir, tm
     for node in directory.glob("node-*"):
         shutil.rmtree(node / "blobs")
     records = directory / "r.vrl"
-    from vrl.rollouts.files import write_rollouts
     from vrl.node.store import Store
+    from vrl.rollouts.files import write_rollouts
 
     store = Store(directory / "node-2" / "node.sqlite")
     try:

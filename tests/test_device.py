@@ -11,7 +11,6 @@ tensor made on the host on purpose and then never moved; those few moves
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

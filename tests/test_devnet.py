@@ -17,11 +17,11 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from vrl.node import devnet
 from vrl.cli import app
-from vrl.rollouts.keys import NodeKey
+from vrl.node import devnet
 from vrl.node.config import NodeConfig
 from vrl.node.store import Store
+from vrl.rollouts.keys import NodeKey
 
 
 def free_port() -> int:

@@ -19,6 +19,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_train import QUICK
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
@@ -29,9 +30,6 @@ from vrl.rl.checkpoint import MANIFEST
 from vrl.rl.export import PROVENANCE_FILE, ExportError, export, hash_prefix, open_checkpoint
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.model import ModelError, hub_snapshot, weights_hash
-
-from test_train import QUICK
-
 
 
 def flat(text: str) -> str:

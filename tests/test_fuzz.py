@@ -8,10 +8,9 @@ inputs: the property is that a case ends in a value or the target's own error ty
 
 from __future__ import annotations
 
+import fuzzing
 import pytest
 from hypothesis import HealthCheck, given, settings
-
-import fuzzing
 
 # ~60 s for the whole file on this machine kind (issue 13 §5); bench/fuzz.py goes deep.
 EXAMPLES = 60

@@ -5,10 +5,17 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import (
-    BackfillPage, BackfillRequest, MessageError, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, topic_of,
+    BackfillPage,
+    BackfillRequest,
+    MessageError,
+    PolicyAnnouncement,
+    SignedVerdict,
+    Submission,
+    audit_ticket,
+    topic_of,
 )
+from vrl.rollouts.keys import NodeKey
 
 KEY = NodeKey.from_seed(b"m" * 32)
 GROUP = Submission((b"record",))

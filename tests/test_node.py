@@ -14,11 +14,11 @@ import pytest
 
 from p2p.loopback import LoopbackNetwork
 from vrl.adversary import work_for
-from vrl.rollouts.keys import NodeKey
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import Group, SignedVerdict, Submission
 from vrl.node.store import Store
+from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"trainer".ljust(32, b"\0"))
 WORKERS = [NodeKey.from_seed(f"worker-{i}".encode().ljust(32, b"\0")) for i in range(3)]

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 
 import pytest
+from test_node import drive
 
 from p2p.loopback import LoopbackNetwork
 from vrl.node.config import ConfigError, NodeConfig
@@ -17,8 +18,6 @@ from vrl.node.daemon import Node
 from vrl.node.messages import MessageError, SamplingRequest, SignedVerdict
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
-
-from test_node import drive
 
 TRAINER = NodeKey.from_seed(b"zk-trainer".ljust(32, b"\0"))
 ANSWERING = NodeKey.from_seed(b"zk-answering".ljust(32, b"\0"))
@@ -111,7 +110,8 @@ def test_zk_settings_are_checked_at_the_boundary(tmp_path):
 
 
 def test_sampling_requests_decode_strictly():
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     request = SamplingRequest(bytes(32), bytes([1]) * 32, 4)
     assert SamplingRequest.from_bytes(request.to_bytes()) == request

@@ -15,6 +15,8 @@ import hashlib
 
 import pytest
 import torch
+from test_node import drive
+from test_replay import QUICK, ROUND, TRAINER, WORKER
 
 from p2p.loopback import LoopbackNetwork
 from proofs import zk
@@ -22,24 +24,30 @@ from proofs.circuits import ANSWER_MATCH
 from vrl.audit.replay import replay_step
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
-from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.rl.base_model import build_base_model
 from vrl.rl.step import replay
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.generate import iter_generate
+from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, platform_tag
 from vrl.rollouts.verify import Expectations, Reason, verify
 from vrl.tasks import RewardSpec, TaskList, open_task_set
 from vrl.tasks.answers import committed_reference
 from vrl.zk import (
-    AnswerKey, attachments_bytes, commit_answers, named_proofs, proof_plan, prove_statements, record_subject,
-    step_rewards, training_rewards, write_key, write_task_file,
+    AnswerKey,
+    attachments_bytes,
+    commit_answers,
+    named_proofs,
+    proof_plan,
+    prove_statements,
+    record_subject,
+    step_rewards,
+    training_rewards,
+    write_key,
+    write_task_file,
 )
-
-from test_node import drive
-from test_replay import QUICK, ROUND, TRAINER, WORKER
 
 SPEC = RewardSpec()
 
@@ -201,7 +209,8 @@ def test_missing_broken_or_renamed_proofs_are_a_fault(private):
 
 def test_a_proofs_file_of_any_bytes_is_a_verdict_never_an_exception(private):
     """The file comes from the network (bounded by max_proofs_bytes before it is fetched)."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     from vrl.zk import max_proofs_bytes
 

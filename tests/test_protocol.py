@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.messages import (
+    TOPIC_GROUPS,
+    TOPIC_POLICIES,
+    TOPIC_VERDICTS,
     Group,
-    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket,
+    PolicyAnnouncement,
+    SignedVerdict,
+    Submission,
+    audit_ticket,
 )
 from vrl.node.reputation import AdmissionConfig, ReputationConfig
+from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
 VERIFIER = NodeKey.from_seed(b"V" * 32)

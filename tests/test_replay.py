@@ -12,6 +12,7 @@ import hashlib
 
 import pytest
 import torch
+from test_train import QUICK
 
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
 from vrl.node.work import PolicyTrainer, Work, WorkConfig, judge_step, tampered
@@ -23,8 +24,6 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, platform_tag
 from vrl.rollouts.verify import Expectations
 from vrl.tasks import open_task_set
-
-from test_train import QUICK
 
 TRAINER, WORKER, STRANGER = (NodeKey.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
 ROUND = bytes(32)  # the round seed the groups are sampled (and checked) with

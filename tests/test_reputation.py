@@ -10,7 +10,13 @@ from scipy.special import betaincinv
 
 from vrl.node.messages import Outcome
 from vrl.node.reputation import (
-    AdmissionConfig, Candidate, Report, Reputation, ReputationConfig, admit, compute,
+    AdmissionConfig,
+    Candidate,
+    Report,
+    Reputation,
+    ReputationConfig,
+    admit,
+    compute,
 )
 
 ME, TRUSTED = b"\x01" * 32, b"\x02" * 32

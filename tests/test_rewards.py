@@ -22,11 +22,17 @@ from tests.conftest import ROUND, TASKS
 from vrl.rollouts import codec
 from vrl.rollouts.record import RecordError, Rollout
 from vrl.rollouts.verify import Reason, Stage, verify
-from vrl.tasks import RewardSpec, RewardTerm, Task, parse_spec, term
+from vrl.tasks import RewardSpec, RewardTerm, Task, parse_spec, sandbox, term
 from vrl.tasks.answers import answers_match, extract_answer, has_format
-from vrl.tasks import sandbox
 from vrl.tasks.rewards import (
-    BUILT_IN, PYTHON, RewardError, RewardUnavailable, RewardUnknown, canonical_bytes, parse_term, registry,
+    BUILT_IN,
+    PYTHON,
+    RewardError,
+    RewardUnavailable,
+    RewardUnknown,
+    canonical_bytes,
+    parse_term,
+    registry,
 )
 from vrl.tasks.sandbox import MAX_CODE_BYTES, code_reward, extract_code, run_tests
 

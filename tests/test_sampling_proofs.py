@@ -11,7 +11,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from conftest import ROUND, TASKS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import vrl
@@ -19,14 +21,25 @@ from proofs import commitment, zk
 from proofs.circuits import HIDDEN_SCALE, LM_LOGITS_MICRO, hidden_hash, quantize_hidden
 from vrl.cli import app
 from vrl.rollouts.record import RecordError, Rollout
+from vrl.zk import record_subject
 from vrl.zk.sampling import (
-    CHALLENGE_BYTES, LOGIT_TOLERANCE, Check, Opening, SamplingProofError, challenged, check_openings, circuit_for,
-    openings_from_bytes, openings_path, prove_sampling, read_witness, subject, witness_path, write_openings,
+    CHALLENGE_BYTES,
+    LOGIT_TOLERANCE,
+    Check,
+    Opening,
+    SamplingProofError,
+    challenged,
+    check_openings,
+    circuit_for,
+    openings_from_bytes,
+    openings_path,
+    prove_sampling,
+    read_witness,
+    subject,
+    witness_path,
+    write_openings,
     write_witness,
 )
-from vrl.zk import record_subject
-
-from conftest import ROUND, TASKS
 
 CHALLENGE = bytes([0xAB]) * CHALLENGE_BYTES
 runner = CliRunner()

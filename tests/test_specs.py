@@ -333,7 +333,8 @@ def test_every_domain_tag_the_code_uses_is_in_the_readme_with_its_length():
 def test_tolerance_table_is_the_verifiers_field_by_field():
     """specs/verification.md §5.2 names every tolerance, and §5.3's rows are the table's
     (specs/tolerances.json, which the verifier loads), to the 3 digits they are written with."""
-    from vrl.rollouts.profiles import Tolerances, table as profiles
+    from vrl.rollouts.profiles import Tolerances
+    from vrl.rollouts.profiles import table as profiles
 
     stated = {span(row["Tolerance"]) for row in table("verification.md", "5.2 The table", "Tolerance")}
     assert stated == {field.name for field in dataclasses.fields(Tolerances)}

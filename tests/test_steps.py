@@ -8,7 +8,15 @@ import hashlib
 
 from vrl.node import protocol as P
 from vrl.node.messages import (
-    TOPIC_STEPS, Group, Outcome, PolicyAnnouncement, SignedVerdict, StepFault, StepOutcome, StepVerdict, Submission,
+    TOPIC_STEPS,
+    Group,
+    Outcome,
+    PolicyAnnouncement,
+    SignedVerdict,
+    StepFault,
+    StepOutcome,
+    StepVerdict,
+    Submission,
     audit_ticket,
 )
 from vrl.rollouts.keys import NodeKey

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from vrl.rollouts.keys import NodeKey
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
 from vrl.node.store import Store, StoreError
+from vrl.rollouts.keys import NodeKey
 
 KEY = NodeKey.from_seed(b"s" * 32)
 

@@ -12,10 +12,10 @@ import hashlib
 
 import pytest
 
-from vrl.rollouts.keys import NodeKey
 from vrl.node import protocol as P
 from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
 from vrl.node.reputation import AdmissionConfig, Report, Reputation, ReputationConfig
+from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
 VERIFIER = NodeKey.from_seed(b"V" * 32)

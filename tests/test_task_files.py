@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from vrl.cli import app
 from vrl.tasks import Task, TaskFileError
-from vrl.tasks.files import task_from_line, read_task_file
+from vrl.tasks.files import read_task_file, task_from_line
 
 GOOD = [b'{"id": "a", "prompt": "1+1=", "answer": "2"}', b'{"id": "b", "prompt": "2+2=", "answer": "4"}',
         b'{"question": "How many?", "answer": "Some reasoning.\\n#### 1,234"}',

@@ -18,16 +18,19 @@ from typer.testing import CliRunner
 
 from vrl.cli import app
 from vrl.rollouts.generate import (
-    FREE_TEXT_MAX_NEW_TOKENS, LENGTH_STEP, choose_max_new_tokens, generate, sampling_for,
+    FREE_TEXT_MAX_NEW_TOKENS,
+    LENGTH_STEP,
+    choose_max_new_tokens,
+    generate,
+    sampling_for,
 )
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model
 from vrl.rollouts.verify import Expectations, verify
 from vrl.tasks import Task, TaskFileError, TaskList, is_held_out, open_task_set
-from vrl.tasks.core import oversized
 from vrl.tasks.chat import ChatTemplateError, canonical_messages
+from vrl.tasks.core import oversized
 from vrl.tasks.files import MATH_TEMPLATE, parse_columns, read_task_file, task_row
-
 
 
 @pytest.fixture

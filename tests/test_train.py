@@ -12,17 +12,17 @@ from typer.testing import CliRunner
 
 import vrl
 from proofs.sampler import SamplingParams
-from vrl.rl import checkpoint
-from vrl.node.work import tampered
-from vrl.rl.base_model import build_base_model
-from vrl.rollouts.presets import BaseModelConfig, read_meta
-from vrl.rl.checkpoint import CheckpointError
 from vrl.cli import app
+from vrl.node.work import tampered
+from vrl.rl import checkpoint
+from vrl.rl.base_model import build_base_model
+from vrl.rl.checkpoint import CheckpointError
 from vrl.rl.evaluate import held_out
-from vrl.rollouts.forward import decode
 from vrl.rl.grpo import GRPOConfig
 from vrl.rl.plots import plot_run
 from vrl.rl.train import RunError, TrainConfig, Trainer
+from vrl.rollouts.forward import decode
+from vrl.rollouts.presets import BaseModelConfig, read_meta
 
 # A smaller, faster build than scripts/build-base-model: one-digit sums, which a few hundred
 # examples teach well enough that sampled groups have mixed rewards.

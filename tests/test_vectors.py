@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-
-import vrl
 from pathlib import Path
 
 import msgpack
@@ -16,6 +14,7 @@ import pytest
 import torch
 from blake3 import blake3
 
+import vrl
 from proofs import commitment, prf
 from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.keys import NodeKey, signature_valid
@@ -181,7 +180,12 @@ def test_reward_identities_written_out():
 
 def test_network_vectors():
     from vrl.node.messages import (
-        PolicyAnnouncement, SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
+        PolicyAnnouncement,
+        SignedVerdict,
+        Submission,
+        audit_ticket,
+        recomputed_digest,
+        ticket_selected,
     )
     from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
 

@@ -18,20 +18,19 @@ import msgpack
 import numpy as np
 import pytest
 import torch
+from conftest import ROUND, TASKS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import vrl
+import vrl.cli
 from proofs import sampler
 from proofs.errors import InvalidParameters, ProofsError
 from vrl.cli import app
-from vrl.rollouts.record import RecordError, Rollout, canonical_bytes
-import vrl.cli
 from vrl.rollouts.model import context_length
+from vrl.rollouts.record import RecordError, Rollout, canonical_bytes
 from vrl.rollouts.verify import DEFAULT_MAX_TOKENS, Expectations, Reason, Stage
-
-from conftest import ROUND, TASKS
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 # Every reason code there is (tests/test_specs.py keeps it equal to specs/verification.md §1).

@@ -8,12 +8,19 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proofs import zk
 from proofs.circuits import (
-    ANSWER_MATCH, CIRCUITS, answer_codes, answer_match_inputs, answer_match_instances, new_salt,
-    reference_commitment, salt_values,
+    ANSWER_MATCH,
+    CIRCUITS,
+    answer_codes,
+    answer_match_inputs,
+    answer_match_instances,
+    new_salt,
+    reference_commitment,
+    salt_values,
 )
 
 RECORD, OTHER_RECORD = bytes([7]) * 32, bytes([8]) * 32

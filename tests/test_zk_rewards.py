@@ -13,15 +13,21 @@ from typer.testing import CliRunner
 import vrl
 from proofs import zk
 from proofs.circuits import ANSWER_MATCH
+from tests.conftest import ROUND, TASKS
 from vrl.cli import app
 from vrl.rollouts.verify import Expectations, verify
 from vrl.tasks import RewardSpec, Task, TaskList, is_held_out
 from vrl.zk import (
-    AnswerKey, ZkFileError, commit_answers, companion_path, proven_correctness, prove_rewards, read_attachments,
-    record_subject, write_attachments,
+    AnswerKey,
+    ZkFileError,
+    commit_answers,
+    companion_path,
+    prove_rewards,
+    proven_correctness,
+    read_attachments,
+    record_subject,
+    write_attachments,
 )
-
-from tests.conftest import ROUND, TASKS
 
 SPEC = RewardSpec()
 runner = CliRunner()
@@ -323,7 +329,8 @@ def test_commit_answers_never_writes_the_key_where_the_public_file_goes(tmp_path
 
 # -- hostile files: each reader raises only its own error, whatever the bytes --------------------------
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 _json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
                             lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,

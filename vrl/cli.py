@@ -12,7 +12,7 @@ import logging
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import structlog
 import typer
@@ -153,7 +153,7 @@ def _answer_key(path: Path):
         raise _fail(str(error)) from None
 
 
-def _srs_for(srs: Optional[Path], dev: bool, logrows: int):
+def _srs_for(srs: Path | None, dev: bool, logrows: int):
     """The SRS a prover uses: the user's file, or (``--dev-srs``) the dev one, made once."""
     from proofs import zk
     from vrl.zk import work_directory
@@ -166,7 +166,7 @@ def _srs_for(srs: Optional[Path], dev: bool, logrows: int):
         raise _fail(str(error)) from None
 
 
-def _trusted_srs(srs: Optional[Path], allow_dev: bool) -> list:
+def _trusted_srs(srs: Path | None, allow_dev: bool) -> list:
     """The SRS files a verifier holds: the user's, and this machine's dev SRS when it is
     allowed or exists (known, so that proofs against it are named as dev ones: zk_dev_srs).
     Raises ZkError for an unreadable file."""
@@ -188,7 +188,7 @@ REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, su
                "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")
 
 
-def _pinned_reward(reward: Optional[list[str]]):
+def _pinned_reward(reward: list[str] | None):
     """The reward spec ``--reward`` terms name, or None when none is given."""
     from vrl.tasks import RewardError, parse_spec
 
@@ -198,7 +198,7 @@ def _pinned_reward(reward: Optional[list[str]]):
         raise _fail(f"--reward {error.problem}") from None
 
 
-def _load(model: str, dtype: Optional[str], device: str):
+def _load(model: str, dtype: str | None, device: str):
     from vrl.rl.export import load_model
     from vrl.rollouts.model import ModelError
 
@@ -233,7 +233,7 @@ def generate(
     out_path: Annotated[Path, typer.Option("--out", help="Rollout file to write.")],
     groups: Annotated[int, typer.Option(min=1, help="Groups to generate: group indices 0 .. N-1.")] = 4,
     group_size: Annotated[int, typer.Option(min=1, max=1024)] = 4,
-    max_new_tokens: Annotated[Optional[int], typer.Option(min=1, help="Default: chosen from the task set (8 for "
+    max_new_tokens: Annotated[int | None, typer.Option(min=1, help="Default: chosen from the task set (8 for "
                                                           "arithmetic, the reference solutions' length).")] = None,
     columns: Annotated[str, typer.Option(help=COLUMNS_HELP)] = "",
     round_seed: Annotated[str, typer.Option(help="64 hex digits or an integer.")] = "0",
@@ -242,23 +242,23 @@ def generate(
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
     policy_version: Annotated[int, typer.Option(min=0)] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 8,
-    dtype: Annotated[Optional[str], typer.Option(help="Compute dtype (part of the model's identity).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="Compute dtype (part of the model's identity).")] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable summary; no progress bar.")] = False,
-    answers: Annotated[Optional[Path], typer.Option(help="Answer key of a task set of committed references "
+    answers: Annotated[Path | None, typer.Option(help="Answer key of a task set of committed references "
                                                     "(vrl commit-answers): rewards from it, records keep the "
                                                     "commitments. Without it such records claim only the reward's "
                                                     "format part.")] = None,
     hidden_states: Annotated[bool, typer.Option(help="Commit each sampled token's hidden state (Poseidon hash) for "
                                                 "sampling proofs, and keep the rows in OUT.hidden (vrl prove "
                                                 "--kind sampling).")] = False,
-    reward: Annotated[Optional[list[str]], typer.Option(help=REWARD_HELP)] = None,
+    reward: Annotated[list[str] | None, typer.Option(help=REWARD_HELP)] = None,
 ):
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     configure_logging(json_output)
     from proofs.errors import InvalidParameters
-    from vrl.rollouts.generate import GenerationStats, choose_max_new_tokens, iter_generate, sampling_for
     from vrl.rollouts.files import RolloutWriter
+    from vrl.rollouts.generate import GenerationStats, choose_max_new_tokens, iter_generate, sampling_for
     from vrl.rollouts.keys import KeyFileError, NodeKey
     from vrl.tasks import RewardSpec
     from vrl.tasks.answers import committed_reference
@@ -374,10 +374,10 @@ def verdict_table(verdicts, title: str = "verification"):
 def verify(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     model: Annotated[str, typer.Option(help=f"The model the rollouts claim: {MODELS}.")],
-    task: Annotated[Optional[str], typer.Option(help="Task set pinning each group's assignment. " + TASK_HELP)] = None,
+    task: Annotated[str | None, typer.Option(help="Task set pinning each group's assignment. " + TASK_HELP)] = None,
     columns: Annotated[str, typer.Option(help=COLUMNS_HELP)] = "",
-    round_seed: Annotated[Optional[str], typer.Option(help="Require this round seed.")] = None,
-    dtype: Annotated[Optional[str], typer.Option()] = None,
+    round_seed: Annotated[str | None, typer.Option(help="Require this round seed.")] = None,
+    dtype: Annotated[str | None, typer.Option()] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 4,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout; no progress bar.")] = False,
@@ -386,19 +386,19 @@ def verify(
                                             "before the model runs (the model's context applies too).")] = 4096,
     producer_device: Annotated[str, typer.Option(help="Device kind the rollouts were made on (same, cpu, cuda): "
                                                  "which calibrated profile applies.")] = "same",
-    zk_file: Annotated[Optional[Path], typer.Option("--zk", help="Proofs of the records' rewards (vrl prove); "
+    zk_file: Annotated[Path | None, typer.Option("--zk", help="Proofs of the records' rewards (vrl prove); "
                                                     "default: FILE.zk when it exists.")] = None,
-    srs: Annotated[Optional[Path], typer.Option(help="A public KZG SRS file (kzg15.srs or larger) proofs must be "
+    srs: Annotated[Path | None, typer.Option(help="A public KZG SRS file (kzg15.srs or larger) proofs must be "
                                                 "made against.")] = None,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against this machine's dev SRS: INSECURE, "
                                                 "for tests and demos.")] = False,
-    sampling_file: Annotated[Optional[Path], typer.Option("--sampling", help="Sampling proofs at challenged "
+    sampling_file: Annotated[Path | None, typer.Option("--sampling", help="Sampling proofs at challenged "
                                                           "positions (vrl prove --kind sampling); default: "
                                                           "FILE.sampling when it exists.")] = None,
-    challenge: Annotated[Optional[str], typer.Option(help="The challenge you issued (64 hex digits): every position "
+    challenge: Annotated[str | None, typer.Option(help="The challenge you issued (64 hex digits): every position "
                                                      "it picks must be proven, and no other.")] = None,
     positions: Annotated[int, typer.Option(min=1, max=64, help="Positions per record the challenge asked for.")] = 4,
-    reward: Annotated[Optional[list[str]], typer.Option(help="Require this reward (repeatable terms, as generate's "
+    reward: Annotated[list[str] | None, typer.Option(help="Require this reward (repeatable terms, as generate's "
                                                         "--reward). Without it a record's own is recomputed, except "
                                                         "one that runs code (code/v1), which is run only when named "
                                                         "here.")] = None,
@@ -408,9 +408,9 @@ def verify(
     proof failed, 2 unusable input."""
     configure_logging(json_output)
     from vrl.rollouts.files import RolloutFileError, iter_records
+    from vrl.rollouts.generate import longest_prompt
     from vrl.rollouts.profiles import ProfileError, profile_of
     from vrl.rollouts.sequential import RaceTest, threshold
-    from vrl.rollouts.generate import longest_prompt
     from vrl.rollouts.verify import Expectations
     from vrl.rollouts.verify import verify as run_verify
     from vrl.tasks.chat import ChatTemplateError
@@ -470,13 +470,13 @@ def verify(
                      else EXIT_REJECTED)
 
 
-def _check_sampling(rollouts: Path, sampling_file: Optional[Path], records: list, model, srs: Optional[Path],
-                    allow_dev: bool, challenge: Optional[bytes], positions: int, drift: float) -> dict | None:
+def _check_sampling(rollouts: Path, sampling_file: Path | None, records: list, model, srs: Path | None,
+                    allow_dev: bool, challenge: bytes | None, positions: int, drift: float) -> dict | None:
     """What the sampling proofs show (specs/zk.md §8.4), as a summary; None without a file."""
     from proofs import zk
     from vrl.rollouts.record import Rollout
-    from vrl.zk.sampling import SamplingProofError, check_openings, openings_path, read_openings
     from vrl.zk import work_directory
+    from vrl.zk.sampling import SamplingProofError, check_openings, openings_path, read_openings
 
     path = sampling_file or (openings_path(rollouts) if openings_path(rollouts).exists() else None)
     if path is None:
@@ -508,7 +508,7 @@ def _sampling_line(summary: dict, allow_dev: bool) -> str:
             f"proven, {failed}{origin}" + (" INSECURE: dev SRS allowed" if allow_dev else ""))
 
 
-def _check_proofs(rollouts: Path, zk_file: Optional[Path], records: list, model, srs: Optional[Path],
+def _check_proofs(rollouts: Path, zk_file: Path | None, records: list, model, srs: Path | None,
                   allow_dev: bool) -> tuple[dict | None, dict | None]:
     """What the companion file's proofs show, for verify(proven=), and a summary; (None, None)
     without one."""
@@ -660,20 +660,20 @@ def commit_answers_command(
 def prove(
     rollouts: Annotated[Path, typer.Argument(help="Rollout file.")],
     model: Annotated[str, typer.Option(help=f"The model the rollouts claim (for its tokenizer): {MODELS}.")],
-    answers: Annotated[Optional[Path], typer.Option(help="--kind reward: the answer key of the rollouts' task set "
+    answers: Annotated[Path | None, typer.Option(help="--kind reward: the answer key of the rollouts' task set "
                                                     "(vrl commit-answers).")] = None,
     kind: Annotated[str, typer.Option(help="What to prove: reward (the answer's correctness against a private "
                                       "reference) or sampling (challenged tokens won their races).")] = "reward",
     positions: Annotated[int, typer.Option(min=1, max=64, help="--kind sampling: positions per record.")] = 4,
-    challenge: Annotated[Optional[str], typer.Option(help="--kind sampling: the verifier's challenge, 64 hex digits "
+    challenge: Annotated[str | None, typer.Option(help="--kind sampling: the verifier's challenge, 64 hex digits "
                                                      "(it picks the positions).")] = None,
-    witness: Annotated[Optional[Path], typer.Option(help="--kind sampling: the hidden states (default FILE.hidden, "
+    witness: Annotated[Path | None, typer.Option(help="--kind sampling: the hidden states (default FILE.hidden, "
                                                     "written by vrl generate --hidden-states).")] = None,
-    srs: Annotated[Optional[Path], typer.Option(help="A public KZG SRS file (kzg15.srs or larger) to prove "
+    srs: Annotated[Path | None, typer.Option(help="A public KZG SRS file (kzg15.srs or larger) to prove "
                                                 "against.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE, for tests and "
                                           "demos.")] = False,
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="File to write; default FILE.zk (reward) or "
+    out_path: Annotated[Path | None, typer.Option("--out", help="File to write; default FILE.zk (reward) or "
                                                      "FILE.sampling (sampling).")] = None,
     json_output: Annotated[bool, typer.Option("--json")] = False,
 ):
@@ -684,8 +684,15 @@ def prove(
     from proofs.circuits import ANSWER_MATCH
     from vrl.rollouts.files import RolloutFileError, read_rollouts
     from vrl.rollouts.record import RecordError
-    from vrl.zk import (ZkFileError, companion_path, named_proofs, proof_plan, prove_statements, work_directory,
-                        write_attachments)
+    from vrl.zk import (
+        ZkFileError,
+        companion_path,
+        named_proofs,
+        proof_plan,
+        prove_statements,
+        work_directory,
+        write_attachments,
+    )
 
     if kind == "sampling":
         return _prove_sampling(rollouts, model, positions, challenge, witness, srs, dev_srs, out_path, json_output)
@@ -726,7 +733,7 @@ def _proved(records: int, proofs: int, what: str, target: Path, srs, json_output
                   + (" [red](INSECURE: dev SRS)[/]" if srs.dev else ""), highlight=False)
 
 
-def _challenge(text: Optional[str]) -> Optional[bytes]:
+def _challenge(text: str | None) -> bytes | None:
     if text is None:
         return None
     try:
@@ -738,15 +745,21 @@ def _challenge(text: Optional[str]) -> Optional[bytes]:
     return value
 
 
-def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: Optional[str], witness: Optional[Path],
-                    srs: Optional[Path], dev_srs: bool, out_path: Optional[Path], json_output: bool) -> None:
+def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: str | None, witness: Path | None,
+                    srs: Path | None, dev_srs: bool, out_path: Path | None, json_output: bool) -> None:
     from proofs import zk
     from vrl.rollouts.files import RolloutFileError, read_rollouts
     from vrl.rollouts.record import RecordError
-    from vrl.zk.sampling import (
-        SamplingProofError, circuit_for, openings_path, prove_sampling, read_witness, witness_path, write_openings,
-    )
     from vrl.zk import ZkFileError, work_directory
+    from vrl.zk.sampling import (
+        SamplingProofError,
+        circuit_for,
+        openings_path,
+        prove_sampling,
+        read_witness,
+        witness_path,
+        write_openings,
+    )
 
     issued = _challenge(challenge)
     if issued is None:
@@ -778,13 +791,13 @@ def _prove_sampling(rollouts: Path, model: str, positions: int, challenge: Optio
 def evaluate(
     model: Annotated[str, typer.Option(help=f"The model to evaluate: {MODELS}.")],
     task: Annotated[str, typer.Option(help="Public task file of committed references (vrl commit-answers).")],
-    answers: Annotated[Optional[Path], typer.Option(help="Its answer key: make a claim.")] = None,
-    key: Annotated[Optional[Path], typer.Option(help="The evaluator's node key (see vrl keygen): make a claim.")] = None,
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="The claim's rollout file (new); beside it OUT.zk "
+    answers: Annotated[Path | None, typer.Option(help="Its answer key: make a claim.")] = None,
+    key: Annotated[Path | None, typer.Option(help="The evaluator's node key (see vrl keygen): make a claim.")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="The claim's rollout file (new); beside it OUT.zk "
                                                      "(proofs) and OUT.claim.json.")] = None,
-    check: Annotated[Optional[Path], typer.Option(help="Check this claim (OUT.claim.json) instead of making one.")] = None,
+    check: Annotated[Path | None, typer.Option(help="Check this claim (OUT.claim.json) instead of making one.")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="The answers' length limit (decoding is greedy).")] = 64,
-    srs: Annotated[Optional[Path], typer.Option(help="A public KZG SRS file proofs are made (or must be made) "
+    srs: Annotated[Path | None, typer.Option(help="A public KZG SRS file proofs are made (or must be made) "
                                                 "against.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE.")] = False,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
@@ -884,28 +897,28 @@ class _TrainCommand(typer.core.TyperCommand):
 @app.command(cls=_TrainCommand)
 def train(
     run_dir: Annotated[Path, typer.Option("--out", help="Run directory (metrics, checkpoints, rollouts, plot).")],
-    config: Annotated[Optional[Path], typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
+    config: Annotated[Path | None, typer.Option(help="TOML config (the keys of vrl.rl.config.TrainConfig): its "
                                                    "values replace the defaults below, and flags given here "
                                                    "override it.")] = None,
-    model: Annotated[Optional[str], typer.Option(help=f"The model to start from: {MODELS}.")] = None,
-    task: Annotated[Optional[str], typer.Option(help=TASK_HELP)] = None,
-    columns: Annotated[Optional[str], typer.Option(help=COLUMNS_HELP)] = None,
-    steps: Annotated[Optional[int], typer.Option(help="GRPO steps, each a policy version.")] = None,
-    group_size: Annotated[Optional[int], typer.Option(help="Samples per task.")] = None,
-    groups_per_step: Annotated[Optional[int], typer.Option()] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="0: chosen from the task set (8 for arithmetic, the "
+    model: Annotated[str | None, typer.Option(help=f"The model to start from: {MODELS}.")] = None,
+    task: Annotated[str | None, typer.Option(help=TASK_HELP)] = None,
+    columns: Annotated[str | None, typer.Option(help=COLUMNS_HELP)] = None,
+    steps: Annotated[int | None, typer.Option(help="GRPO steps, each a policy version.")] = None,
+    group_size: Annotated[int | None, typer.Option(help="Samples per task.")] = None,
+    groups_per_step: Annotated[int | None, typer.Option()] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="0: chosen from the task set (8 for arithmetic, the "
                                                           "reference solutions' length), and recorded in "
                                                           "RUN/config.toml.")] = None,
-    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature.")] = None,
-    learning_rate: Annotated[Optional[float], typer.Option("--lr")] = None,
-    verify_fraction: Annotated[Optional[float], typer.Option(help="Share of groups verified (1 = all).")] = None,
-    advantage: Annotated[Optional[str], typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
-    aggregation: Annotated[Optional[str], typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
-    kl_beta: Annotated[Optional[float], typer.Option(help="Weight of the KL penalty.")] = None,
-    iterations: Annotated[Optional[int], typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
-    reward: Annotated[Optional[list[str]], typer.Option(help=REWARD_HELP)] = None,
-    device: Annotated[Optional[str], typer.Option(help=DEVICE_HELP)] = None,
-    report_to: Annotated[Optional[list[str]], typer.Option(metavar="<name,...>", help=(
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    learning_rate: Annotated[float | None, typer.Option("--lr")] = None,
+    verify_fraction: Annotated[float | None, typer.Option(help="Share of groups verified (1 = all).")] = None,
+    advantage: Annotated[str | None, typer.Option(help="std (GRPO) or mean (Dr. GRPO).")] = None,
+    aggregation: Annotated[str | None, typer.Option(help="token (DAPO), sequence (GRPO), constant (Dr. GRPO).")] = None,
+    kl_beta: Annotated[float | None, typer.Option(help="Weight of the KL penalty.")] = None,
+    iterations: Annotated[int | None, typer.Option(help="Optimizer steps per batch (GRPO's mu).")] = None,
+    reward: Annotated[list[str] | None, typer.Option(help=REWARD_HELP)] = None,
+    device: Annotated[str | None, typer.Option(help=DEVICE_HELP)] = None,
+    report_to: Annotated[list[str] | None, typer.Option(metavar="<name,...>", help=(
         "Where each step's metrics go besides RUN/metrics.jsonl, as TRL's report_to: wandb, tensorboard, all "
         "(those installed) or none; repeat it or separate with commas. wandb reads its own environment "
         "(WANDB_MODE=offline: files only)."))] = None,
@@ -986,9 +999,9 @@ def export(
                                                "policy's model hash (8+ hex digits) with --from.",
                                           show_default=False)],
     out_dir: Annotated[Path, typer.Option("--out", help="The Hugging Face directory to write (must not exist).")],
-    source: Annotated[Optional[Path], typer.Option("--from", help="Where a model hash is looked up: a run, a "
+    source: Annotated[Path | None, typer.Option("--from", help="Where a model hash is looked up: a run, a "
                                                                    "node folder or a devnet folder.")] = None,
-    base: Annotated[Optional[str], typer.Option(help="The model a checkpoint outside its run was trained from "
+    base: Annotated[str | None, typer.Option(help="The model a checkpoint outside its run was trained from "
                                                      "(default: the run's config.toml).")] = None,
     dtype: Annotated[str, typer.Option(help="How the weights are stored: float32 keeps the version's model "
                                             "hash; bfloat16 or float16 halve the size.")] = "float32",
@@ -998,8 +1011,8 @@ def export(
     safetensors) that transformers, vLLM and TRL load as is."""
     configure_logging(json_output)
     from vrl.audit.sources import STORE_FILE, announced_policy
-    from vrl.rl.export import (PROVENANCE_FILE, ExportError, export as write, is_checkpoint, is_run, open_checkpoint,
-                                open_version)
+    from vrl.rl.export import PROVENANCE_FILE, ExportError, is_checkpoint, is_run, open_checkpoint, open_version
+    from vrl.rl.export import export as write
 
     try:
         if Path(policy).is_dir() and (is_run(Path(policy)) or is_checkpoint(Path(policy))):
@@ -1032,10 +1045,10 @@ def export(
 
 @app.command("build-base-model")
 def build_base_model_command(
-    steps: Annotated[Optional[int], typer.Option(min=1, help="SFT steps (default: the measured default).")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="SFT steps (default: the measured default).")] = None,
     model: Annotated[str, typer.Option(help="Which built model: base (the tiny preset) or base-micro (the micro "
                                             "preset, whose tokens zk proofs can cover).")] = "base",
-    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Directory (default: the data directory).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Directory (default: the data directory).")] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even if it is cached.")] = False,
 ):
     """Supervised fine-tuning of a preset on the arithmetic format (cached; about 3 minutes for base)."""
@@ -1107,15 +1120,15 @@ def devnet(
     rounds: Annotated[int, typer.Option(min=1, help="Stop after the trainer has published this many versions.")] = 6,
     model: Annotated[str, typer.Option(help="Model every node builds its skeleton from (weights come from the trainer).")] = "base",
     task: Annotated[str, typer.Option()] = "arithmetic:digits=2,ops=+",
-    directory: Annotated[Optional[Path], typer.Option("--dir", help="Node directories (default: a new temp dir).")] = None,
+    directory: Annotated[Path | None, typer.Option("--dir", help="Node directories (default: a new temp dir).")] = None,
     base_port: Annotated[int, typer.Option(help="libp2p ports start here, metrics ports at +1000; keep both "
                                            "below the ephemeral range (32768+), which outgoing dials use.")] = 29000,
     deadline: Annotated[float, typer.Option(help="Stop after this many seconds whatever happened.")] = 900.0,
     plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds (0: never).")] = 2,
-    answers: Annotated[Optional[Path], typer.Option(help="Private tasks: --task is a public file of committed "
+    answers: Annotated[Path | None, typer.Option(help="Private tasks: --task is a public file of committed "
                                                     "references and this its answer key, which only the trainer "
                                                     "gets; it proves every trained record's reward.")] = None,
-    srs: Annotated[Optional[Path], typer.Option(help="With --answers: the network's public KZG SRS file.")] = None,
+    srs: Annotated[Path | None, typer.Option(help="With --answers: the network's public KZG SRS file.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="With --answers: a single-party test SRS (INSECURE).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
@@ -1162,14 +1175,14 @@ def devnet(
 def reputation(
     store_path: Annotated[Path, typer.Argument(help="A node's node.sqlite.")],
     trust: Annotated[list[str], typer.Option(help="Hex node ids to pre-trust (the node itself, its trainer...).")],
-    at_round: Annotated[Optional[int], typer.Option("--round", help="Evaluate as of this round (default: newest).")] = None,
+    at_round: Annotated[int | None, typer.Option("--round", help="Evaluate as of this round (default: newest).")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ):
     """Recompute every node's reputation from the signed verdicts in a store, as an auditor would."""
     from vrl.node.messages import SignedVerdict, Submission
     from vrl.node.protocol import report_of
-    from vrl.node.store import Store, StoreError
     from vrl.node.reputation import Reputation
+    from vrl.node.store import Store, StoreError
 
     try:
         store = Store(store_path) if store_path.exists() else None
@@ -1226,14 +1239,14 @@ def audit(
                                                "two audits at one share re-execute the same).")] = 0.25,
     all_items: Annotated[bool, typer.Option("--all", help="Re-execute every group, step and version "
                                                           "(--sample 1).")] = False,
-    check: Annotated[Optional[list[str]], typer.Option(help="Run only this check (repeatable): signatures, "
+    check: Annotated[list[str] | None, typer.Option(help="Run only this check (repeatable): signatures, "
                                                             "reputation, duplicates, lazy_verifiers, admission, "
                                                             "quarantine, groups, steps, accuracy, evaluation, sampling.")] = None,
-    html_path: Annotated[Optional[Path], typer.Option("--html", help="Write the self-contained HTML report "
+    html_path: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report "
                                                                      "here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-    srs: Annotated[Optional[Path], typer.Option(help="The KZG SRS file an evaluation claim's or a rollout file's "
+    srs: Annotated[Path | None, typer.Option(help="The KZG SRS file an evaluation claim's or a rollout file's "
                                                 "sampling proofs must be made against.")] = None,
     allow_dev_srs: Annotated[bool, typer.Option(help="Accept proofs against the dev SRS: INSECURE.")] = False,
     allow_code_rewards: Annotated[bool, typer.Option(help="Re-execute a network whose reward runs code (code/v1) "

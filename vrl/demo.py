@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from vrl import generate, iter_records, load_model, sampling_for, verify, write_rollouts
-from vrl.node.work import tampered
 from vrl.cli import configure_logging, verdict_table
+from vrl.node.work import tampered
 from vrl.rollouts.keys import NodeKey
 from vrl.tasks import Task, TaskList
 
@@ -86,9 +86,9 @@ def zk_proofs(model, node: NodeKey) -> None:
     token proven from the hidden state its record committed (the micro preset's head)."""
     from proofs import zk
     from proofs.circuits import ANSWER_MATCH
-    from vrl.zk import sampling as sampling_proofs
     from vrl.tasks import RewardSpec
-    from vrl.zk import commit_answers, proven_correctness, prove_rewards, record_subject, work_directory
+    from vrl.zk import commit_answers, prove_rewards, proven_correctness, record_subject, work_directory
+    from vrl.zk import sampling as sampling_proofs
 
     started = time.perf_counter()
     workdir = work_directory()

@@ -149,7 +149,11 @@ def network_vectors() -> dict:
     """Group digest, audit ticket and draw, recomputed digest, a verdict, a policy
     announcement (specs/network.md); a reputation and an admission case (specs/reputation.md)."""
     from vrl.node.messages import (
-        SignedVerdict, Submission, audit_ticket, recomputed_digest, ticket_selected,
+        SignedVerdict,
+        Submission,
+        audit_ticket,
+        recomputed_digest,
+        ticket_selected,
     )
     from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
 
@@ -270,9 +274,14 @@ def zk_vectors() -> dict:
     """Field elements, Poseidon hashes, a reference commitment, answer-match instances and an
     attachment's bytes (specs/zk.md)."""
     from proofs import zk
-    from proofs.circuits import answer_codes, answer_match_instances, reference_commitment
-
-    from proofs.circuits import CIRCUITS, hidden_hash, quantize_hidden
+    from proofs.circuits import (
+        CIRCUITS,
+        answer_codes,
+        answer_match_instances,
+        hidden_hash,
+        quantize_hidden,
+        reference_commitment,
+    )
     from vrl.rollouts.record import Rollout
     from vrl.zk.sampling import challenged
 

@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from vrl.audit.checks import (
-    Run, check_batches, check_duplicates, collect_latency, check_planted, check_reputation, index_run,
+    Run,
+    check_batches,
+    check_duplicates,
+    check_planted,
+    check_reputation,
+    collect_latency,
+    index_run,
 )
 from vrl.audit.evaluation import check_evaluation, check_sampling
 from vrl.audit.findings import Finding, Severity

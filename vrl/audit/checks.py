@@ -25,7 +25,13 @@ from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    Group, MessageError, Outcome, PolicyAnnouncement, SignedVerdict, StepVerdict, Submission,
+    Group,
+    MessageError,
+    Outcome,
+    PolicyAnnouncement,
+    SignedVerdict,
+    StepVerdict,
+    Submission,
     decode_group,
 )
 from vrl.node.protocol import drawn, report_of

@@ -18,9 +18,16 @@ from collections.abc import Sequence
 
 from proofs.sampler import SamplingParams
 from vrl.audit.checks import (
-    ACCURACY_PROBLEMS_ACROSS_PLATFORMS, EXPECTED_ACCURACY_ACROSS_PLATFORMS, EXPECTED_ACCURACY_SAME_PLATFORM,
-    Progress, Run, finding, trainer_index,
-    sampled, short, step_reports,
+    ACCURACY_PROBLEMS_ACROSS_PLATFORMS,
+    EXPECTED_ACCURACY_ACROSS_PLATFORMS,
+    EXPECTED_ACCURACY_SAME_PLATFORM,
+    Progress,
+    Run,
+    finding,
+    sampled,
+    short,
+    step_reports,
+    trainer_index,
 )
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.replay import replay_steps, threads_of

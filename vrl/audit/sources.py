@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import math
 import shutil
-import stat
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field

@@ -31,7 +31,17 @@ from multiaddr.exceptions import Error as MultiaddrError
 
 from p2p.transport import TransportLimits
 from vrl.config import (
-    ConfigError, bounded, build, check_fields, checked, one_of, parse_toml, path_like, read_toml, reading, to_toml,
+    ConfigError,
+    bounded,
+    build,
+    check_fields,
+    checked,
+    one_of,
+    parse_toml,
+    path_like,
+    read_toml,
+    reading,
+    to_toml,
 )
 from vrl.node.protocol import ROLES, ProtocolParams
 from vrl.node.reputation import AdmissionConfig, ReputationConfig

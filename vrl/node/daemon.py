@@ -26,30 +26,44 @@ import torch
 
 from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import MAX_RESPONSE_BYTES, Message, Transport, TransportError, Validation, message_id
-from vrl.rollouts.files import write_bytes_atomic
 from proofs.zk import ZkError
-from vrl.zk.rewards import max_proofs_bytes
-from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, prover_init, write_witness
-from vrl.rollouts.keys import NodeKey
-from vrl.node import protocol as P
 from vrl.config import ConfigError, as_kwargs
+from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
-    TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, BackfillPage, BackfillRequest,
-    MessageError, PolicyAnnouncement, Group, SamplingRequest, SignedVerdict, StepFault, StepVerdict, Submission,
-    audit_ticket, decode_group, topic_of,
+    TOPIC_GROUPS,
+    TOPIC_POLICIES,
+    TOPIC_STEPS,
+    TOPIC_VERDICTS,
+    BackfillPage,
+    BackfillRequest,
+    Group,
+    MessageError,
+    PolicyAnnouncement,
+    SamplingRequest,
+    SignedVerdict,
+    StepFault,
+    StepVerdict,
+    Submission,
+    audit_ticket,
+    decode_group,
+    topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.store import Store, StoreError
 from vrl.node.work import CheckResult, PolicyTrainer, Screen, TrainedStep, Work, WorkConfig
 from vrl.rl.step import MAX_STEP_CONFIG_BYTES, PolicyForward
+from vrl.rl.train import TrainConfig
+from vrl.rollouts.files import write_bytes_atomic
+from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import context_length, platform_tag
 from vrl.rollouts.profiles import profile_of
 from vrl.rollouts.record import Rollout, round_seed
+from vrl.rollouts.verify import Expectations, Reason
 from vrl.tasks import TaskList, open_task_set
 from vrl.tasks.answers import committed_reference
-from vrl.rl.train import TrainConfig
-from vrl.rollouts.verify import Expectations, Reason
+from vrl.zk.rewards import max_proofs_bytes
+from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, prover_init, write_witness
 
 BACKFILL_PROTOCOL = "/vrl/backfill/1"
 SAMPLING_PROTOCOL = "/vrl/sampling/1"

@@ -25,8 +25,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from vrl.rollouts.keys import NodeKey
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES, NodeConfig
+from vrl.rollouts.keys import NodeKey
 
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 20.0

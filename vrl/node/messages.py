@@ -26,9 +26,9 @@ from typing import Any
 
 import msgpack
 
-from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.errors import VrlError
 from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, take, text
+from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.rollouts.model import MAX_PLATFORM_BYTES
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 from vrl.zk.rewards import MAX_COMPANION_BYTES

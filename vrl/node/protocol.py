@@ -29,18 +29,36 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import U63, ConfigError, bounded, check_fields
+from vrl.node.messages import (
+    STEP_TICKET_DOMAIN,
+    TOPIC_GROUPS,
+    TOPIC_POLICIES,
+    TOPIC_STEPS,
+    TOPIC_VERDICTS,
+    Group,
+    Outcome,
+    PolicyAnnouncement,
+    SignedVerdict,
+    StepFault,
+    StepOutcome,
+    StepVerdict,
+    Submission,
+    audit_ticket,
+    ticket_selected,
+)
+from vrl.node.reputation import (
+    COUNTING_WEIGHT,
+    AdmissionConfig,
+    Candidate,
+    Report,
+    Reputation,
+    ReputationConfig,
+    admit,
+)
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import bit_exact_platform
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
 from vrl.rollouts.verify import Reason
-from vrl.node.messages import (
-    STEP_TICKET_DOMAIN, TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_STEPS, TOPIC_VERDICTS, Group, Outcome, PolicyAnnouncement,
-    SignedVerdict, StepFault, StepOutcome, StepVerdict, Submission, audit_ticket, ticket_selected,
-)
-from vrl.node.reputation import (
-    COUNTING_WEIGHT, AdmissionConfig, Candidate, Report, Reputation, ReputationConfig,
-    admit,
-)
 
 ROLES = ("worker", "verifier", "trainer")
 # A round's admission draw is seeded by its policy, which no worker knows before the round

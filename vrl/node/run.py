@@ -15,8 +15,8 @@ from pathlib import Path
 import structlog
 
 from p2p.transport import Transport
-from vrl.rollouts.keys import KeyFileError, NodeKey
 from vrl.node.config import ConfigError, NodeConfig, listen_host_port
+from vrl.rollouts.keys import KeyFileError, NodeKey
 
 
 def node_key(config: NodeConfig) -> NodeKey:
@@ -58,8 +58,8 @@ def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
 
 def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work, trainer=None):
     """The node, with what only loading finds wrong (the model, the task file) named by key."""
-    from vrl.rollouts.model import ModelError
     from vrl.node.daemon import Node
+    from vrl.rollouts.model import ModelError
     from vrl.tasks import TaskFileError
 
     try:

@@ -22,8 +22,15 @@ from pathlib import Path
 
 from vrl.errors import VrlError
 from vrl.node.messages import (
-    BACKFILL_MAX_MESSAGES, TOPIC_GROUPS, TOPIC_STEPS, TOPIC_VERDICTS, MessageError, PolicyAnnouncement, SignedVerdict,
-    StepVerdict, Submission,
+    BACKFILL_MAX_MESSAGES,
+    TOPIC_GROUPS,
+    TOPIC_STEPS,
+    TOPIC_VERDICTS,
+    MessageError,
+    PolicyAnnouncement,
+    SignedVerdict,
+    StepVerdict,
+    Submission,
 )
 
 # 2: versions and rounds are u64 (specs/network.md §3), which SQLite's signed 64-bit INTEGER

@@ -11,32 +11,43 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from proofs.sampler import SamplingParams
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
+from vrl.rl.export import load_model
 from vrl.rl.grpo import informative_groups
-from vrl.rl.step import (PolicyForward, StepConfig, StepError, StepReplay, compare, optimizer_bytes, policy_forward,
-                         replay)
+from vrl.rl.step import (
+    PolicyForward,
+    StepConfig,
+    StepError,
+    StepReplay,
+    compare,
+    optimizer_bytes,
+    policy_forward,
+    replay,
+)
 from vrl.rl.train import TrainConfig, Trainer
 from vrl.rollouts.config import GenerationConfig
 from vrl.rollouts.forward import decode
 from vrl.rollouts.generate import Decoder, choose_max_new_tokens, iter_generate
 from vrl.rollouts.keys import NodeKey
-from vrl.rl.export import load_model
 from vrl.rollouts.model import Model, bit_exact_platform, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.rollouts.verify import commit, verify
-from vrl.zk.sampling import (
-    Check, SamplingProofError, check_openings, openings_from_bytes,
-)
-from vrl.zk import record_subject
 from vrl.tasks import TaskSet
-
+from vrl.zk import record_subject
+from vrl.zk.sampling import (
+    Check,
+    SamplingProofError,
+    check_openings,
+    openings_from_bytes,
+)
 
 # The trainer's throw-away identity for a planted group is derived from its own signature over
 # the round, so no one else can predict or claim it (specs/network.md §5.3).

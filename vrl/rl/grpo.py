@@ -15,6 +15,7 @@ from torch import Tensor
 
 from vrl.rl.config import ADVANTAGES, GRPOConfig
 
+
 def group_advantages(rewards: Tensor, mode: str = "std", std_eps: float = 1e-4) -> Tensor:
     """(num_groups, G) rewards -> same-shape advantages, each reward against its own group.
 

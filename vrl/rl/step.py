@@ -31,8 +31,15 @@ from safetensors.torch import save as save_tensors
 
 from vrl.config import U63, bounded, check_fields
 from vrl.errors import VrlError
-from vrl.rl.grpo import (GRPOConfig, group_advantages, informative_groups, k3_estimate, mean_k3, policy_loss,
-                         weight_advantages)
+from vrl.rl.grpo import (
+    GRPOConfig,
+    group_advantages,
+    informative_groups,
+    k3_estimate,
+    mean_k3,
+    policy_loss,
+    weight_advantages,
+)
 from vrl.rollouts.codec import FieldError, canonical_bytes, integer, real, take, text
 from vrl.rollouts.forward import HOST, Prefilled, continue_prompts, prefilled, token_logprobs
 from vrl.rollouts.model import weights_hash

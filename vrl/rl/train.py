@@ -37,20 +37,20 @@ import torch
 from proofs.sampler import SamplingParams
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
+from vrl.rl.config import TrainConfig
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
+from vrl.rl.export import load_model
+from vrl.rl.grpo import informative_groups
+from vrl.rl.step import PolicyForward, StepConfig, grpo_step, optimizer_for, policy_forward
+from vrl.rl.trackers import Trackers
+from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.forward import HOST
 from vrl.rollouts.generate import choose_max_new_tokens, iter_generate
-from vrl.rl.config import TrainConfig
-from vrl.rl.grpo import informative_groups
-from vrl.rl.trackers import Trackers
-from vrl.rl.step import PolicyForward, StepConfig, grpo_step, optimizer_for, policy_forward
-from vrl.rollouts.files import write_rollouts
 from vrl.rollouts.keys import NodeKey
-from vrl.rl.export import load_model
 from vrl.rollouts.model import Model
 from vrl.rollouts.record import Rollout, round_seed
-from vrl.tasks import HELD_OUT_SHARE, TaskSet, open_task_set
 from vrl.rollouts.verify import Expectations, verify
+from vrl.tasks import HELD_OUT_SHARE, TaskSet, open_task_set
 
 AUDIT_DOMAIN = b"vrl/audit-sample/v1\x00"
 

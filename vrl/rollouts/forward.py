@@ -18,7 +18,6 @@ from transformers import DynamicCache
 from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.model import Model, network_device
 
-
 #: Where inputs are assembled before one copy each to the network's device, and where the
 #: sampler and the commitments run (on every device, so their results agree everywhere).
 HOST = torch.device("cpu")

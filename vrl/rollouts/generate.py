@@ -10,10 +10,10 @@ import torch
 
 from proofs import commitment
 from proofs.sampler import SamplingParams
+from vrl.errors import shown
 from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, context_length
-from vrl.errors import shown
 from vrl.rollouts.record import MAX_PROMPT_TOKENS, Rollout, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, TaskFileError, TaskSet, assign, in_order
 from vrl.tasks.core import MAX_TEXT_BYTES, utf8_over

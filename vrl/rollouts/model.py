@@ -271,7 +271,7 @@ def hub_snapshot(repo_id: str) -> Path:
     downloaded now, unless ``HF_HUB_OFFLINE`` is set. Anything else is a :class:`ModelError`
     that says which of the forms the spec was tried as."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
     try:

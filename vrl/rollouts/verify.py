@@ -32,11 +32,11 @@ from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
+from vrl.rollouts.workers import map_in_slices
 from vrl.tasks import RewardError, RewardSpec, Task, TaskSet, assign, in_order
 from vrl.tasks.answers import committed_reference
-from vrl.tasks.rewards import RewardUnavailable
 from vrl.tasks.chat import ChatTemplateError
-from vrl.rollouts.workers import map_in_slices
+from vrl.tasks.rewards import RewardUnavailable
 
 
 class Stage(IntEnum):

@@ -20,7 +20,16 @@ from pathlib import Path
 from vrl.config import path_like
 from vrl.tasks.arithmetic import Arithmetic
 from vrl.tasks.core import (
-    HELD_OUT_SHARE, Task, TaskFileError, TaskList, TaskSet, assign, assignment_draws, assignment_index, in_order, is_held_out,
+    HELD_OUT_SHARE,
+    Task,
+    TaskFileError,
+    TaskList,
+    TaskSet,
+    assign,
+    assignment_draws,
+    assignment_index,
+    in_order,
+    is_held_out,
 )
 from vrl.tasks.files import parse_columns, read_task_file
 from vrl.tasks.rewards import RewardError, RewardFunction, RewardSpec, RewardTerm, parse_spec, term

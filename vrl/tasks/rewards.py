@@ -624,7 +624,10 @@ def _check_length(params: Params) -> str | None:
 
 
 def _code(task: Task, completion: str, params: Params) -> float:
-    from vrl.tasks.sandbox import SandboxUnavailable, code_reward  # the subprocess machinery, only where code is rewarded
+    from vrl.tasks.sandbox import (  # the subprocess machinery, only where code is rewarded
+        SandboxUnavailable,
+        code_reward,
+    )
 
     if params["python"] != PYTHON:
         raise RewardUnavailable("reward_spec", _other_python(params))

@@ -22,8 +22,15 @@ import msgpack
 
 from proofs import zk
 from proofs.circuits import (
-    ANSWER_BYTES, ANSWER_MATCH, CIRCUITS, SALT_BYTES, answer_match_inputs, answer_match_instances, new_salt,
-    reference_commitment, salt_values,
+    ANSWER_BYTES,
+    ANSWER_MATCH,
+    CIRCUITS,
+    SALT_BYTES,
+    answer_match_inputs,
+    answer_match_instances,
+    new_salt,
+    reference_commitment,
+    salt_values,
 )
 from vrl.errors import VrlError
 from vrl.rollouts.files import write_bytes_atomic
