@@ -37,7 +37,7 @@ class VrlError(Exception):
 
 def shown(value) -> str:
     """``value``'s repr for an error message: whole up to MAX_SHOWN characters, else its start
-    and its length. A hostile value may be a megabyte, an integer past repr's 4300 digits, or tables nested a thousand deep (reprlib
-    stops at 3 levels)."""
+    and its length. A hostile value may be a megabyte, an integer past repr's 4300 digits, or
+    tables nested a thousand deep (reprlib stops at 3 levels)."""
     text = _SHOWN.repr(value)
     return text if len(text) <= MAX_SHOWN else text[:60] + f"... ({len(text)} characters)"

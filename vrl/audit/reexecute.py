@@ -217,7 +217,8 @@ def check_groups(run: Run, findings: list[Finding], progress: Progress, share: f
                                          else Severity.WARNING,
                                          f"{short(head.subject)}'s group {digest.hex()[:16]} of version {version} "
                                          f"fails re-verification: {counts}", head.subject, group=digest.hex(),
-                                         version=version, reasons=sorted({str(r) for r in reasons}), outcome=str(outcome)))
+                                         version=version, reasons=sorted({str(r) for r in reasons}),
+                                         outcome=str(outcome)))
                 if digest in trained_in and outcome == Outcome.HARD_FAIL:
                     findings.append(finding(check, "trained_bad_group", Severity.ERROR,
                                              f"version {trained_in[digest]} trained group {digest.hex()[:16]} of "
@@ -284,7 +285,8 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
     if run.policies and 0 in run.policies and run.policies[0].model_hash != models.base.model_hash:
         findings.append(finding(check, "not_the_base_model", Severity.WARNING,
                                  f"version 0 ({run.policies[0].model_hash.hex()[:16]}) is not the network's model "
-                                 f"as this machine builds it ({models.base.model_hash.hex()[:16]})", run.trainer or b""))
+                                 f"as this machine builds it ({models.base.model_hash.hex()[:16]})",
+                                 run.trainer or b""))
     # The trainer's own signed hard fails, by group, at their earliest round (specs/training.md §5).
     fails: dict[bytes, int] = {}
     for index in run.stores:

@@ -119,8 +119,9 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     if missing:
         return StepCheck(announcement.version, (), tuple(missing), False, False, 0.0, 0.0, 0.0)
     try:
-        parent_model, claimed = (from_blob(base, w, blob_hash=a.blob, model_hash=a.model_hash, name=f"policy@{a.version}")
-                                 for w, a in zip(weights, (parent, announcement)))
+        parent_model, claimed = (
+            from_blob(base, w, blob_hash=a.blob, model_hash=a.model_hash, name=f"policy@{a.version}")
+            for w, a in zip(weights, (parent, announcement)))
     except WeightsError:  # the weights file is not the announced model: no step made it
         return StepCheck(announcement.version, (StepFault.WEIGHTS_MISMATCH,), (), False, False, float("inf"), 0.0, 0.0)
     started = time.perf_counter()

@@ -179,7 +179,8 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
-def save(directory: str | Path, step: int, network: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> Path:
+def save(directory: str | Path, step: int, network: torch.nn.Module, optimizer: torch.optim.Optimizer,
+         state: dict) -> Path:
     """Write checkpoint ``step`` under ``directory``; returns its path."""
     directory = Path(directory)
     final = directory / f"{PREFIX}{step:08d}"
@@ -243,7 +244,8 @@ def _optimizer_state(path: Path, rest, moments: dict[str, torch.Tensor], optimiz
                 raise CheckpointError(f"{where}: optimizer: {key} must be a number, got {_brief(saved.get(key))}")
         for index, parameter in zip(saved["params"], own["params"]):
             if type(index) is not int or index in parameters:
-                raise CheckpointError(f"{where}: optimizer: parameter ids must be distinct integers, got {_brief(index)}")
+                raise CheckpointError(
+                    f"{where}: optimizer: parameter ids must be distinct integers, got {_brief(index)}")
             parameters[index] = parameter
     state: dict[int, dict] = {}
     for key, value in [*moments.items(), *rest["scalars"].items()]:

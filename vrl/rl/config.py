@@ -133,7 +133,7 @@ class TrainConfig(LearnerConfig, GenerationConfig):
         if self.reward:
             self._check_reward()
         try:
-            self.reward_spec
+            self.reward_spec  # noqa: B018 (the property parses the spec: a bad one fails here, when read)
         except RewardError as error:
             key = "reward_format" if error.field == "reward_spec.format" else "reward_correct"
             raise ConfigError(error.problem, (key,), type(self).__name__) from None

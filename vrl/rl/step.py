@@ -132,7 +132,8 @@ class StepConfig:
                 advantage=text(grpo_wire, "advantage", 16), aggregation=text(grpo_wire, "aggregation", 16),
                 eps_low=real(grpo_wire, "eps_low", "grpo."), eps_high=real(grpo_wire, "eps_high", "grpo."),
                 kl_beta=real(grpo_wire, "kl_beta", "grpo."), is_cap=real(grpo_wire, "is_cap", "grpo."),
-                std_eps=real(grpo_wire, "std_eps", "grpo."), iterations=integer(grpo_wire, "iterations", 1, 64, "grpo."))
+                std_eps=real(grpo_wire, "std_eps", "grpo."),
+                iterations=integer(grpo_wire, "iterations", 1, 64, "grpo."))
             betas = take(wire, "betas", list)
             if len(betas) != 2 or not all(isinstance(b, float) for b in betas):
                 raise FieldError("betas", "expected two floats")

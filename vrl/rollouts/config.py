@@ -72,7 +72,7 @@ class GenerationConfig:
     def _check_reward(self) -> None:
         """The terms together (each reward once), beyond each term's own check."""
         try:
-            self.reward_spec
+            self.reward_spec  # noqa: B018 (the property parses the spec: a bad one fails here, when read)
         except RewardError as error:
             raise ConfigError(error.problem, ("reward",), type(self).__name__) from None
 

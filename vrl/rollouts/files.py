@@ -106,7 +106,8 @@ def _frames(data: bytes | mmap.mmap, size: int) -> Iterator[Rollout | RecordErro
             problem, stop = None, False
             body = offset + _FRAME_HEADER.size
             if size - offset < _FRAME_HEADER.size:
-                problem, stop = (TRUNCATED, f"truncated: {size - offset} trailing bytes, not a whole frame header"), True
+                problem = (TRUNCATED, f"truncated: {size - offset} trailing bytes, not a whole frame header")
+                stop = True
             else:
                 magic, length, crc = _FRAME_HEADER.unpack_from(data, offset)
                 if magic != FRAME_MAGIC:
@@ -122,7 +123,8 @@ def _frames(data: bytes | mmap.mmap, size: int) -> Iterator[Rollout | RecordErro
                     while failed_ends and failed_ends[0] <= offset:
                         heapq.heappop(failed_ends)
                     if len(failed_ends) >= MAX_OVERLAPPING_CHECKS:
-                        problem = (CORRUPT, f"corrupt: not checksummed, {MAX_OVERLAPPING_CHECKS} failed frames overlap it")
+                        problem = (CORRUPT,
+                                   f"corrupt: not checksummed, {MAX_OVERLAPPING_CHECKS} failed frames overlap it")
                     elif zlib.crc32(view[body : body + length]) != crc:
                         problem = (CORRUPT, "corrupt: checksum mismatch")
                         heapq.heappush(failed_ends, body + length)

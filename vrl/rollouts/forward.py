@@ -202,8 +202,8 @@ def continue_prompts(
                         past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache.batch_select_indices(which)
         rest = network(input_ids=tokens, attention_mask=torch.cat([prompt_mask[which], mask], dim=1),
-                       position_ids=starts[:, None] + torch.arange(tokens.shape[1], device=device), past_key_values=cache,
-                       use_cache=True)
+                       position_ids=starts[:, None] + torch.arange(tokens.shape[1], device=device),
+                       past_key_values=cache, use_cache=True)
     hidden = torch.cat([captured[0][which], captured[1]], dim=1) if capture_hidden else None
     return Continued(tokens, mask, torch.cat([first.logits[which], rest.logits], dim=1), hidden)
 

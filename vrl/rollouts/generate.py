@@ -93,7 +93,8 @@ def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> t
         return requested, "as set"
     if isinstance(tasks, Arithmetic):
         # The largest value's digits and a sign, plus the stop token: a byte a token at most.
-        largest = (10**tasks.digits - 1) ** tasks.terms if "*" in tasks.operations else tasks.terms * (10**tasks.digits - 1)
+        biggest_operand = 10**tasks.digits - 1
+        largest = biggest_operand**tasks.terms if "*" in tasks.operations else tasks.terms * biggest_operand
         chosen = max(ARITHMETIC_MAX_NEW_TOKENS, len(str(largest)) + 2)
         why = f"the longest answer of {tasks.name}, plus the stop token"
     elif listed is None:

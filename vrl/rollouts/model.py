@@ -202,7 +202,8 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     a local Hugging Face directory, or a Hub id from the local cache (:func:`hub_snapshot`).
 
     ``dtype`` is the compute dtype, part of the model's identity; presets default to float32
-    (the fast path on CPUs without bf16 units), directories to the dtype in their config. ``attention`` is ``sdpa`` or ``eager`` and
+    (the fast path on CPUs without bf16 units), directories to the dtype in their config.
+    ``attention`` is ``sdpa`` or ``eager`` and
     ``device`` is where the network runs (:func:`resolve_device`): implementation choices, not
     part of identity. Whatever the device, the sampler and the commitments are computed on the
     CPU, so they agree everywhere.

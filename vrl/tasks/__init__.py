@@ -94,7 +94,7 @@ def columns_spec(text: str) -> str | None:
 
 
 __all__ = [
-    "HELD_OUT_SHARE", "Arithmetic", "RewardError", "RewardFunction", "RewardSpec", "RewardTerm", "Task", "TaskFileError",
-    "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index", "columns_spec", "in_order", "is_held_out",
-    "open_task_set", "parse_spec", "read_task_file", "task_spec", "term",
+    "HELD_OUT_SHARE", "Arithmetic", "RewardError", "RewardFunction", "RewardSpec", "RewardTerm", "Task",
+    "TaskFileError", "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index", "columns_spec",
+    "in_order", "is_held_out", "open_task_set", "parse_spec", "read_task_file", "task_spec", "term",
 ]

@@ -31,8 +31,9 @@ class Arithmetic:
             raise ValueError(f"arithmetic.digits must be in [1, 9], got {self.digits}")
         if not 2 <= self.terms <= 8:
             raise ValueError(f"arithmetic.terms must be in [2, 8], got {self.terms}")
-        if not self.operations or set(self.operations) - set(OPERATIONS) or len(set(self.operations)) != len(self.operations):
-            raise ValueError(f"arithmetic.operations must be distinct characters of {OPERATIONS!r}, got {self.operations!r}")
+        ops = self.operations
+        if not ops or set(ops) - set(OPERATIONS) or len(set(ops)) != len(ops):
+            raise ValueError(f"arithmetic.operations must be distinct characters of {OPERATIONS!r}, got {ops!r}")
 
     @property
     def name(self) -> str:
@@ -61,7 +62,8 @@ class Arithmetic:
         if not 0 <= index < 1 << 64:
             raise ValueError(f"arithmetic task index must be a u64, got {index}")
         operands = [self._draw(index, 2 * i) % 10**self.digits for i in range(self.terms)]
-        operators = [self.operations[self._draw(index, 2 * i + 1) % len(self.operations)] for i in range(self.terms - 1)]
+        operators = [self.operations[self._draw(index, 2 * i + 1) % len(self.operations)]
+                     for i in range(self.terms - 1)]
         expression = str(operands[0]) + "".join(op + str(x) for op, x in zip(operators, operands[1:]))
         return Task(id=f"arithmetic/{index:016x}", prompt=expression + "=", answer=str(_evaluate(operands, operators)))
 

@@ -91,8 +91,8 @@ def prompt_text(task: Task, tokenizer) -> str:
         return task.prompt
     template = getattr(tokenizer, "chat_template", None)
     if not template:
-        raise ChatTemplateError(f"task {shown(task.id)}: its prompt is chat messages, but the model has no chat template "
-                                "(the tokenizer's chat_template); use a chat model, or prompts as text")
+        raise ChatTemplateError(f"task {shown(task.id)}: its prompt is chat messages, but the model has no chat "
+                                "template (the tokenizer's chat_template); use a chat model, or prompts as text")
     if problem := _chance_in(str(template)):
         raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template {problem}, so no two machines "
                                 "render the same prompt; vrl needs a template that is a function of the messages alone")

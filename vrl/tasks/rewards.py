@@ -5,8 +5,9 @@ A reward spec is a weighted sum of **terms**; a term names a reward function by 
 version (``answer/v1``) and gives every parameter that function declares. The record carries
 the whole spec (specs/record.md §1), so a verifier needs nothing else to recompute it, and a
 verifier that does not have a term's function, or cannot compute it here
-(:class:`RewardUnavailable`), refuses the record (``reward_unknown``) rather than guess. The built-in functions are defined here; others come from installed packages
-through the ``vrl.rewards`` entry point group (:func:`registry`).
+(:class:`RewardUnavailable`), refuses the record (``reward_unknown``) rather than guess. The
+built-in functions are defined here; others come from installed packages through the
+``vrl.rewards`` entry point group (:func:`registry`).
 """
 
 from __future__ import annotations
@@ -288,8 +289,8 @@ class RewardSpec:
         if problem := self.provable():
             raise RewardError("reward_spec", problem)
         no_reference = Task("", "", "")
-        return _total((t.weight, float(correct) if (t.name, t.version) == ANSWER else _score(t, no_reference, completion))
-                      for t in self.terms)
+        return _total((t.weight, float(correct) if (t.name, t.version) == ANSWER
+                       else _score(t, no_reference, completion)) for t in self.terms)
 
     def public_reward(self, task: Task, completion: str) -> float:
         """The reward anyone can compute: :meth:`reward` for an ordinary reference; for a
@@ -397,8 +398,9 @@ def _check_params(function: RewardFunction, params: tuple[tuple[str, Param], ...
     given = dict(params)
     if set(given) != set(function.defaults):
         differ = sorted(set(given) ^ set(function.defaults))[0]
-        raise RewardError(f"{where}.params", f"{function.id} has exactly the parameters "
-                                             f"{', '.join(sorted(function.defaults)) or '(none)'}; {shown(differ)} is not so")
+        expected = ", ".join(sorted(function.defaults)) or "(none)"
+        raise RewardError(f"{where}.params",
+                          f"{function.id} has exactly the parameters {expected}; {shown(differ)} is not so")
     for key, value in given.items():
         if type(value) is not type(function.defaults[key]):
             raise RewardError(f"{where}.params.{key}", f"expected {type(function.defaults[key]).__name__}, "
@@ -442,7 +444,8 @@ def term(reference: str, weight: float = 1.0, **params: Param) -> RewardTerm:
     if isinstance(weight, int) and not isinstance(weight, bool):
         weight = float(weight)
     if type(weight) is not float or not math.isfinite(weight) or abs(weight) > MAX_WEIGHT:
-        raise RewardError("reward_spec", f"{function.id}: a weight is a finite number in [-1e6, 1e6], got {shown(weight)}")
+        raise RewardError("reward_spec",
+                          f"{function.id}: a weight is a finite number in [-1e6, 1e6], got {shown(weight)}")
     made = RewardTerm(function.name, function.version, weight, tuple(sorted(merged.items())))
     _check_params(function, made.params, function.id)
     return made
@@ -540,7 +543,8 @@ def registry() -> dict[tuple[str, int], RewardFunction]:
         except Exception as error:  # a broken plugin is named, never a traceback in a verifier
             raise RewardError("reward", f"{where} does not load: {type(error).__name__}: {error}") from None
         if not isinstance(function, RewardFunction):
-            raise RewardError("reward", f"{where} is a {type(function).__name__}, not a vrl.tasks.rewards.RewardFunction")
+            raise RewardError("reward",
+                              f"{where} is a {type(function).__name__}, not a vrl.tasks.rewards.RewardFunction")
         key = (function.name, function.version)
         if key in found:
             raise RewardError("reward", f"{where} defines {function.id}, which {origin[key]} already defines")
