@@ -286,7 +286,8 @@ def test_a_claimed_accuracy_that_the_weights_do_not_have_is_found(run_dir, tmp_p
 def test_a_group_left_out_of_a_batch_with_room_is_found(run_dir, tmp_path):
     """The trainer had passed a group itself a whole round before; a batch with room that does
     not list it (and none later does) is a trainer starving that node."""
-    from vrl.audit.checks import index_run, trainer_index
+    from vrl.audit.checks import trainer_index
+    from vrl.audit.index import index_run
 
     directory = copy_of(run_dir, tmp_path)
     with vrl.audit.open([directory]) as audit:
@@ -421,7 +422,7 @@ def test_a_step_that_trains_a_group_its_trainer_had_failed_is_fraud_however_it_r
     directory = copy_of(run_dir, tmp_path)
     trainer = NodeKey.load(directory / "node-0" / "node.pem")
     with vrl.audit.open([directory]) as audit:
-        from vrl.audit.checks import index_run
+        from vrl.audit.index import index_run
 
         run = index_run(audit.inputs, lambda *_: None, [])
     version = 3  # honest (the trainer cheats from CHEAT_FROM + 1 = 4)

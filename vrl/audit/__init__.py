@@ -19,17 +19,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from vrl.audit.checks import (
-    Run,
-    check_batches,
-    check_duplicates,
-    check_planted,
-    check_reputation,
-    collect_latency,
-    index_run,
-)
+from vrl.audit.checks import check_batches, check_duplicates, check_planted, check_reputation, collect_latency
 from vrl.audit.evaluation import check_evaluation, check_sampling
 from vrl.audit.findings import Finding, Severity
+from vrl.audit.index import Run, index_run
 from vrl.audit.reexecute import Models, check_accuracy, check_groups, check_steps
 from vrl.audit.replay import StepCheck, replay_step, replay_steps
 from vrl.audit.report import Report

@@ -1,11 +1,9 @@
-"""The audit's checks (specs/audit.md §3), each a function of the run that yields findings.
+"""The audit's checks (specs/audit.md §3) after the first pass, each a function of the run
+that adds findings.
 
-One streamed pass over every store (:func:`index_run`) checks every signature and keeps a
-compact index of the log: the headers of the groups (digest, signer, version, arrival), the
-policy announcements, and each verdict's few fields, never a record's bytes. Every other
-check reads that index, and fetches a group's records by digest, one group at a time, only
-when it re-executes something. So memory grows with the number of messages (about 630 bytes
-each, measured by bench/audit.py: specs/audit.md §6), not with the bytes of the log.
+The first pass (:func:`vrl.audit.index.index_run`, the ``signatures`` check) reads every store
+once and keeps a compact index of the log; these checks read that index, and fetch a group's
+records by digest only when they re-execute something.
 
 Who a finding incriminates is always derived from signatures, never from a field a message
 asserts (specs/security.md §1): a group's node is the signer of its records, a verdict's
@@ -15,30 +13,22 @@ verifier is its signer, a step's trainer is the announcement's signer.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 from vrl.audit.findings import Finding, Severity
-from vrl.audit.sources import Inputs, NodeInput
-from vrl.node.config import NodeConfig
+from vrl.audit.index import GroupHead, Progress, Run, StoreIndex, VerdictHead, file_records, finding, short
 from vrl.node.messages import (
-    Group,
-    MessageError,
     Outcome,
     PolicyAnnouncement,
     SignedVerdict,
     StepVerdict,
-    Submission,
-    decode_group,
 )
-from vrl.node.protocol import drawn, report_of
+from vrl.node.protocol import report_of
 from vrl.node.reputation import AdmissionConfig, Report, Reputation
-from vrl.rollouts.files import RolloutFileError, iter_records
 from vrl.rollouts.profiles import profile_of_platform
-from vrl.rollouts.record import RecordError, Rollout
+from vrl.rollouts.record import Rollout
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest, threshold
 
 # -- tolerances (specs/audit.md §4 gives each its source) -------------------------------------------
@@ -66,270 +56,6 @@ ITEM_DOMAIN = b"vrl/audit-item/v1\x00"
 def sampled(key: bytes, share: float) -> bool:
     """Whether an audit re-executing a ``share`` of the items re-executes this one."""
     return int.from_bytes(hashlib.sha256(ITEM_DOMAIN + key).digest()[:8], "big") < share * 2**64
-
-
-def short(node: bytes) -> str:
-    return node.hex()[:8]
-
-
-# -- the index -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class GroupHead:
-    subject: bytes  # the signer of its records (decode_group), not the store's column
-    version: int
-    index: int
-    received: float
-    planted: bool
-    store: int  # which input holds its bytes
-
-
-@dataclass(frozen=True, slots=True)
-class VerdictHead:
-    verifier: bytes
-    group: bytes
-    outcome: str
-    reasons: tuple[str, ...]
-    digest: bytes
-    platform: str
-    planted: bool
-    policy_version: int
-    round: int
-    received: float
-    id: bytes
-    race_tokens: int = 0  # the sequential test's evidence (specs/verification.md §7)
-    races_lost: int = 0
-    drawn: bool = False  # its own ticket drew the check at its rate (vrl.node.protocol.drawn)
-
-
-@dataclass
-class StoreIndex:
-    """What one store holds, compactly."""
-
-    node: NodeInput
-    groups: dict[bytes, GroupHead] = field(default_factory=dict)
-    policies: dict[int, PolicyAnnouncement] = field(default_factory=dict)
-    verdicts: list[VerdictHead] = field(default_factory=list)  # in received order
-    steps: list[StepVerdict] = field(default_factory=list)
-    trained: dict[int, tuple[tuple[bytes, ...], dict]] = field(default_factory=dict)
-    announced_at: dict[int, float] = field(default_factory=dict)  # when this node received each version
-
-
-@dataclass
-class Run:
-    """The run as the audit sees it: every input's index, and what follows from them."""
-
-    inputs: Inputs
-    stores: list[StoreIndex]
-    trainer: bytes | None
-    config: NodeConfig | None  # the network's settings, from the first node folder with a node.toml
-    policies: dict[int, PolicyAnnouncement]  # the trainer's, one per version (equivocations are findings)
-    groups: dict[bytes, GroupHead]  # every group any store holds
-    planted: set[bytes]  # groups the trainer planted (its store's column, or its "planted" verdict)
-    canaries: set[bytes] = field(default_factory=set)  # the throw-away identities that signed them
-    trained_groups: set[bytes] = field(default_factory=set)  # every group some announced batch lists
-    rollout_records: int = 0
-    series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
-    stats: dict = field(default_factory=dict)  # per check: what it looked at
-
-    def group_bytes(self, digest: bytes) -> bytes | None:
-        """A group's bytes by digest from any store, hashed again: a row filed under a digest
-        that is not its own is passed over (the signatures check reports it)."""
-        head = self.groups.get(digest)
-        order = ([self.stores[head.store]] if head is not None else []) + self.stores
-        for index in order:
-            data = index.node.store.group(digest)
-            if data is None:
-                continue
-            try:
-                if Submission.from_bytes(data).digest == digest:
-                    return data
-            except MessageError:
-                continue
-        return None
-
-    def decoded(self, digest: bytes) -> Group | None:
-        """A group by digest, its records decoded. A group the signatures pass accepted
-        (:attr:`groups`) is not checked again: its bytes hash to the digest whose records were
-        verified there, so their signatures are those; any other is decoded in full."""
-        data = self.group_bytes(digest)
-        head = self.groups.get(digest)
-        if data is None:
-            return None
-        try:
-            if head is None:
-                return decode_group(data)
-            submission = Submission.from_bytes(data)
-            return Group(submission, tuple(submission.rollouts()), head.subject, head.version, head.index)
-        except (MessageError, RecordError):
-            return None  # the signatures check has already said so, with the store and the row
-
-
-Progress = Callable[[str, int], None]  # (what, items done since the last call)
-
-
-def finding(check: str, code: str, severity: Severity, sentence: str, subject: bytes = b"", **evidence) -> Finding:
-    return Finding(check, code, severity, sentence, subject.hex() if subject else "", evidence)
-
-
-def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Run:
-    """One streamed pass over every input: every signature checked (the ``signatures``
-    check's findings go to ``findings``), and the run's index built."""
-    check = "signatures"
-    stores = []
-    config = next((n.config for n in inputs.nodes if n.config is not None), None)
-    trainer = bytes.fromhex(config.trainer) if config is not None else None
-    for node in inputs.nodes:
-        if node.config is not None and config is not None and (node.config.trainer, node.config.work) != (
-                config.trainer, config.work):
-            findings.append(finding(check, "config_disagrees", Severity.WARNING,
-                                    f"{node.name}'s node.toml names another trainer or [work] table than "
-                                    f"{inputs.nodes[0].name}'s; the audit follows the first", node=node.name))
-    checked = Counter()
-    for number, node in enumerate(inputs.nodes):
-        index = StoreIndex(node)
-        where = str(node.store.path)
-        for column, data, received in node.store.policies():
-            checked["policies"] += 1
-            a = _signed(PolicyAnnouncement.from_bytes, data, "policy announcement", where, findings)
-            if a is None:
-                continue
-            if a.version != column:
-                findings.append(finding(check, "column_mismatch", Severity.ERROR,
-                                        f"{where}: the announcement of version {a.version} is stored as version "
-                                        f"{column}", store=where, version=a.version))
-                continue
-            index.policies[a.version] = a
-            index.announced_at[a.version] = received
-        for digest, data, subject, version, planted, received in node.store.groups():
-            checked["groups"] += 1
-            progress("signatures", 1)
-            try:
-                group = decode_group(data)
-            except MessageError as error:
-                findings.append(finding(check, "bad_signature" if "signature" in str(error) else "undecodable",
-                                         Severity.ERROR, f"{where}: group {digest.hex()[:16]} was stored though it "
-                                         f"does not decode ({error})", store=where, group=digest.hex()))
-                continue
-            checked["records"] += len(group.rollouts)
-            if (group.digest, group.subject, group.version) != (digest, subject, version):
-                findings.append(finding(check, "column_mismatch", Severity.ERROR,
-                                         f"{where}: group {digest.hex()[:16]}'s stored digest, signer or version is "
-                                         f"not its records'", store=where, group=digest.hex()))
-                continue
-            index.groups[group.digest] = GroupHead(group.subject, group.version, group.index, received, planted,
-                                                   number)
-        for data, received in node.store.verdicts():
-            checked["verdicts"] += 1
-            v = _signed(SignedVerdict.from_bytes, data, "verdict", where, findings)
-            if v is None:
-                continue
-            index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
-                                              v.planted, v.policy_version, v.round, received, v.id,
-                                              v.race_tokens, v.races_lost, drawn(v)))
-        for data, _ in node.store.steps():
-            checked["step verdicts"] += 1
-            step = _signed(StepVerdict.from_bytes, data, "step verdict", where, findings)
-            if step is not None:
-                index.steps.append(step)
-        for version, digests, metrics in node.store.trained():
-            try:
-                values = json.loads(metrics)
-            except ValueError:
-                values = {}
-            # Only the numbers a trainer writes; anything else in the column is no claim at all.
-            numbers = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                       and math.isfinite(v)} if isinstance(values, dict) else {}
-            index.trained[version] = (digests, numbers)
-        for table, rowid in dict.fromkeys(node.store.damaged):  # each damaged row once, however often read
-            findings.append(finding(check, "damaged_row", Severity.ERROR,
-                                     f"{where}: row {rowid} of table {table} is not what a node writes there "
-                                     f"(a column of the wrong type or size); it is skipped", store=where,
-                                     table=table, row=rowid))
-        stores.append(index)
-    if trainer is None:  # no node.toml: the network's trainer is whoever signed version 0
-        signers = Counter(a.trainer for s in stores for v, a in s.policies.items() if v == 0)
-        trainer = signers.most_common(1)[0][0] if signers else None
-    run = Run(inputs, stores, trainer, config, {}, {}, set())
-    for index in stores:
-        # Which groups were planted: the trainer's signed reveal, or the planted column of the
-        # trainer's own store (its last round's plants are never revealed, since no batch follows;
-        # the column is the trainer's word about itself, worth what its signed reveal is), never
-        # another store's column, which that store's owner can set.
-        own = index.node.owner == trainer and trainer is not None
-        for digest, head in index.groups.items():
-            run.groups.setdefault(digest, head)
-            if own and head.planted:
-                run.planted.add(digest)
-        for v in index.verdicts:
-            # The trainer reveals its plants with a signed hard fail whose reason is "planted".
-            if v.verifier == trainer and v.planted:
-                run.planted.add(v.group)
-    run.canaries = {run.groups[d].subject for d in run.planted if d in run.groups}
-    _policies_and_equivocation(run, findings)
-    run.trained_groups = {d for a in run.policies.values() for d in a.groups}
-    _rollout_files(run, findings, checked)
-    run.stats[check] = dict(checked)
-    return run
-
-
-def _signed(decode: Callable, data: bytes, what: str, where: str, findings: list[Finding]):
-    """A stored signed message decoded and its signature checked, or None and a finding."""
-    try:
-        message = decode(data)
-    except MessageError as error:
-        findings.append(finding("signatures", "undecodable", Severity.ERROR,
-                                f"{where}: a stored {what} does not decode ({error})", store=where))
-        return None
-    if not message.valid():
-        findings.append(finding("signatures", "bad_signature", Severity.ERROR,
-                                f"{where}: {what} {message.id.hex()[:16]} is not signed by the key it names",
-                                store=where, id=message.id.hex()))
-        return None
-    return message
-
-
-def _policies_and_equivocation(run: Run, findings: list[Finding]) -> None:
-    """The trainer's announcements across stores: one per version, or a signed contradiction."""
-    seen: dict[int, PolicyAnnouncement] = {}
-    for index in run.stores:
-        for version, a in index.policies.items():
-            if a.trainer != run.trainer:
-                findings.append(finding("signatures", "foreign_policy", Severity.WARNING,
-                                         f"{index.node.store.path}: version {version} is announced by "
-                                         f"{short(a.trainer)}, not the network's trainer", a.trainer, version=version))
-                continue
-            first = seen.setdefault(version, a)
-            if first.id != a.id:
-                findings.append(finding("signatures", "trainer_equivocation", Severity.ERROR,
-                                         f"the trainer signed two different announcements of version {version} "
-                                         f"({first.id.hex()[:12]} and {a.id.hex()[:12]})", a.trainer,
-                                         version=version, announcements=[first.id.hex(), a.id.hex()]))
-    run.policies = dict(sorted(seen.items()))
-
-
-def _records(path, findings: list[Finding]) -> Iterator[Rollout | RecordError]:
-    """A rollout file's records; a file that became unreadable since it was opened is a finding."""
-    try:
-        yield from iter_records(path)
-    except RolloutFileError as error:
-        findings.append(finding("signatures", "damaged_file", Severity.WARNING, str(error), file=str(path)))
-
-
-def _rollout_files(run: Run, findings: list[Finding], checked: Counter) -> None:
-    for path in run.inputs.rollout_files:
-        for item in _records(path, findings):
-            if isinstance(item, RecordError):
-                findings.append(finding("signatures", "damaged_file", Severity.WARNING,
-                                         f"{path}: {item}", file=str(path)))
-                continue
-            checked["file records"] += 1
-            run.rollout_records += 1
-            if not item.signature_valid():
-                findings.append(finding("signatures", "bad_signature", Severity.ERROR,
-                                         f"{path}: record {item.task_id} sample {item.sample_index} of "
-                                         f"{short(item.node_id)} is not signed by the node it names",
-                                         file=str(path), node=item.node_id.hex()))
 
 
 # -- reputation ------------------------------------------------------------------------------------
@@ -520,7 +246,7 @@ def check_duplicates(run: Run, findings: list[Finding], progress: Progress, shar
         for record, rollout in zip(group.submission.records, group.rollouts):
             see(record, rollout, digest, f"group {digest.hex()[:16]}")
     for path in run.inputs.rollout_files:
-        for item in _records(path, []):
+        for item in file_records(path, []):
             if isinstance(item, Rollout):
                 see(item.to_bytes(), item, hashlib.sha256(str(path).encode()).digest(), str(path), in_group=False)
     run.stats[check] = {"groups": seen, "records": len(records), "file records": run.rollout_records}

@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from proofs import zk
-from vrl.audit.checks import Run, finding
 from vrl.audit.findings import Finding, Severity
+from vrl.audit.index import Run, finding
 from vrl.zk import ZkFileError, check_claim_file, work_directory
 
 

@@ -21,15 +21,12 @@ from vrl.audit.checks import (
     ACCURACY_PROBLEMS_ACROSS_PLATFORMS,
     EXPECTED_ACCURACY_ACROSS_PLATFORMS,
     EXPECTED_ACCURACY_SAME_PLATFORM,
-    Progress,
-    Run,
-    finding,
     sampled,
-    short,
     step_reports,
     trainer_index,
 )
 from vrl.audit.findings import Finding, Severity
+from vrl.audit.index import Progress, Run, finding, short
 from vrl.audit.replay import replay_steps, threads_of
 from vrl.node.messages import Group, Outcome, PolicyAnnouncement, StepOutcome, recomputed_digest
 from vrl.node.protocol import outcome_of
