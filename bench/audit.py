@@ -31,7 +31,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vrl.audit  # noqa: E402
-from vrl.node import devnet  # noqa: E402
+from vrl.harness import devnet  # noqa: E402
 
 console = Console(stderr=True)
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -26,7 +26,7 @@ from rich.table import Table
 
 import vrl
 from proofs import commitment
-from vrl.adversary import degraded
+from vrl.harness.adversary import degraded
 from vrl.rollouts.forward import decode, prefill
 from vrl.rollouts.profiles import MEASURE_ONLY
 from vrl.tasks import Task

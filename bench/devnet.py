@@ -29,7 +29,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vrl.audit  # noqa: E402
-from vrl.node import devnet  # noqa: E402
+from vrl.harness import devnet  # noqa: E402
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES  # noqa: E402
 from vrl.node.messages import SignedVerdict, StepVerdict, Submission  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
@@ -197,7 +197,7 @@ def one_run(name: str, nodes: int, adversaries: list[str], rounds: int, deadline
 def trainer_run(kind: str, rounds: int, deadline: float, port: int, **options) -> dict:
     """A 4-node devnet whose trainer cheats as ``kind`` from version CHEAT_FROM + 1 on: whether
     every honest node confirmed the fraud, at which version, and how many seconds after the
-    first bad version was published (from the nodes' own logs: vrl.node.devnet.trainer_fraud)."""
+    first bad version was published (from the nodes' own logs: vrl.harness.devnet.trainer_fraud)."""
     directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-{kind}-"))
     console.print(f"[bold]{kind}[/]: 4 nodes, the trainer cheats, up to {rounds} rounds -> {directory}")
     summary = devnet.run(directory, 4, [kind], rounds, deadline, port, console, **options)
@@ -327,7 +327,7 @@ def private_tasks(directory: Path, count: int = 1024, spec: str = "arithmetic:di
 
 def private_settings(paths: dict[str, Path]) -> dict:
     """node.toml's tables for a private network of the bench's tasks: the base model, every
-    node holding the public file and the dev SRS, the trainer the key (vrl.node.devnet.plan)."""
+    node holding the public file and the dev SRS, the trainer the key (vrl.harness.devnet.plan)."""
     return {"work": {"model": "base", "task": str(paths["public"]), "group_size": 4},
             "zk": {"answers": str(paths["key"]), "dev_srs": True}}
 

@@ -10,7 +10,14 @@ import torch
 
 import vrl
 from tests.conftest import ROUND, TASKS
-from vrl.adversary import NODE_SPOOF_STRENGTH, SPOOFS, CheatingWork, degraded, spoofed_groups, tokens_to_detection
+from vrl.harness.adversary import (
+    NODE_SPOOF_STRENGTH,
+    SPOOFS,
+    CheatingWork,
+    degraded,
+    spoofed_groups,
+    tokens_to_detection,
+)
 from vrl.node.config import ADVERSARIES
 from vrl.node.work import Work, WorkConfig
 from vrl.rollouts.profiles import profile_of

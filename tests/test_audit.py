@@ -23,10 +23,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import vrl.audit
-from vrl.adversary import CHEAT_FROM
 from vrl.audit import AuditError, Severity
 from vrl.cli import app
-from vrl.node import devnet
+from vrl.harness import devnet
+from vrl.harness.adversary import CHEAT_FROM
 from vrl.node.messages import Outcome, PolicyAnnouncement, SignedVerdict, audit_ticket
 from vrl.rollouts.keys import NodeKey
 
@@ -390,7 +390,7 @@ def test_hostile_folders_are_refused_or_passed_over_never_hang(run_dir, tmp_path
 
 
 def test_the_demo_ends_with_the_audit_of_its_devnet(run_dir, tmp_path, capsys):
-    from vrl import demo
+    from vrl.harness import demo
 
     directory = copy_of(run_dir, tmp_path)
     html = demo.audit_devnet(directory, sample=1.0)  # every step: the trainer cheats from version 4

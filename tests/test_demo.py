@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from vrl import load_model
-from vrl.demo import learning_table, learning_verdict
+from vrl.harness.demo import learning_table, learning_verdict
 from vrl.rl.evaluate import answer_probabilities, expected_accuracy, held_out
 from vrl.tasks import Arithmetic
 

@@ -3,7 +3,7 @@
 The slowest tests here (node processes import torch and libp2p), and the only ones that run
 the daemon as an operator would: CLI, TOML, TCP, Noise, gossip, chunked weights, Prometheus.
 Bounded by a round count and a deadline; every process is stopped at the end. What decides
-that a devnet failed (:class:`vrl.node.devnet.Watch`) is tested on its own, on scrapes and logs.
+that a devnet failed (:class:`vrl.harness.devnet.Watch`) is tested on its own, on scrapes and logs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from vrl.cli import app
-from vrl.node import devnet
+from vrl.harness import devnet
 from vrl.node.config import NodeConfig
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
@@ -55,7 +55,7 @@ def test_a_three_node_libp2p_devnet_quarantines_the_cheater_and_trains(tmp_path,
 def test_every_honest_node_convicts_a_trainer_that_publishes_weights_no_step_made(tmp_path):
     """specs/training.md §6 on real processes: every step replayed (rate 1), the first bad
     version is confirmed by each honest node on its own replay, and nobody follows it on."""
-    from vrl.adversary import CHEAT_FROM
+    from vrl.harness.adversary import CHEAT_FROM
 
     summary = devnet.run(tmp_path / "dn", 3, ["trainer-fake-weights"], rounds=CHEAT_FROM + 4, deadline_s=240,
                          base_port=free_port(), console=Console(file=open("/dev/null", "w")),
@@ -96,7 +96,7 @@ def planned(tmp_path: Path, nodes: int = 3) -> list[devnet.DevnetNode]:
 
 
 def metrics(peers: float, evaluated: bool = True) -> dict:
-    """One node's scrape, as vrl.node.devnet.scrape returns it."""
+    """One node's scrape, as vrl.harness.devnet.scrape returns it."""
     return {("vrl_peers", ()): peers, ("vrl_step_seconds_count", (("kind", "evaluate"),)): float(evaluated),
             ("vrl_rollouts_produced_total", ()): 0.0, ("vrl_groups_received_total", ()): 0.0}
 

@@ -8,9 +8,18 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Lower rank, lower layer. vrl/__init__.py is the public face, so it sits on top with the CLI.
-LAYERS = {"vrl.errors": 0, "vrl.config": 0, "vrl.tasks": 1, "vrl.rollouts": 2, "vrl.rl": 3, "vrl.zk": 3, "vrl.node": 4}
+# Lower rank, lower layer. vrl/__init__.py is the public face, so it sits on top with the CLI;
+# so does the harness, which drives the node (vrl.harness imports vrl.node and vrl.cli).
 TOP = 5
+LAYERS = {"vrl.errors": 0, "vrl.config": 0, "vrl.tasks": 1, "vrl.rollouts": 2, "vrl.rl": 3, "vrl.zk": 3, "vrl.node": 4,
+          "vrl.harness": TOP}
+HARNESS = "vrl.harness"
+# The production modules that may import the harness (see test_production_code_never_imports_the_harness).
+HARNESS_IMPORTERS = ("vrl.cli",)
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def module_name(path: Path) -> str:
@@ -114,6 +123,34 @@ def test_the_leaf_packages_never_import_vrl():
     assert wrong == []
 
 
+def production_imports_of_the_harness() -> list[str]:
+    """``module:line imports vrl.harness...`` for each import of the harness from outside it
+    and outside :data:`HARNESS_IMPORTERS`."""
+    wrong = []
+    for path in sources("vrl"):
+        here = module_name(path)
+        if within(here, HARNESS) or any(within(here, allowed) for allowed in HARNESS_IMPORTERS):
+            continue
+        for module, names, line in imports(path):
+            targets = [module] if within(module, HARNESS) else [f"{module}.{n}" for n in names if module == "vrl"]
+            wrong += [f"{here}:{line} imports {target}" for target in targets if within(target, HARNESS)]
+    return wrong
+
+
+def test_production_code_never_imports_the_harness():
+    """The harness (``vrl/harness/``: the cheats, devnets, the demo, the vectors) drives, attacks
+    and demonstrates the node; no production module imports it, so a cheat's code cannot reach
+    an honest node and the harness can change without touching what it tests.
+
+    The one exception is the CLI, ``vrl.cli`` and any module under it: its harness commands are
+    the harness's entry points. ``vrl devnet`` runs :mod:`vrl.harness.devnet`, and ``vrl node``
+    takes the node's work and trainer from :func:`vrl.harness.adversary.work_for` and
+    ``trainer_for``, which give the honest ``Work`` and ``PolicyTrainer`` unless the node.toml
+    sets ``adversary``. No other module is let in, not even by prefix (``vrl.client`` is not
+    ``vrl.cli``)."""
+    assert production_imports_of_the_harness() == []
+
+
 def test_the_checks_see_the_violations_they_are_for(tmp_path, monkeypatch):
     """The rules above, run on a tree that breaks each: they must not pass vacuously."""
     import tests.test_layout as rules
@@ -127,11 +164,26 @@ def test_the_checks_see_the_violations_they_are_for(tmp_path, monkeypatch):
     (tmp_path / "vrl" / "rollouts" / "model.py").write_text("def f():\n    from vrl.rl.base import g\n")
     (tmp_path / "vrl" / "rl" / "base.py").write_text("from vrl.rollouts.model import f, _helper\n")
     (tmp_path / "proofs" / "x.py").write_text("import vrl\n")
+    # The harness imported by a production module, lazily, and by a module whose name merely
+    # starts like the CLI's; the CLI (a package here) and the harness itself may import it.
+    (tmp_path / "vrl" / "harness").mkdir()
+    (tmp_path / "vrl" / "cli").mkdir()
+    for package in ("vrl/harness", "vrl/cli"):
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "vrl" / "harness" / "adversary.py").write_text("from vrl.harness import devnet\n")
+    (tmp_path / "vrl" / "harness" / "devnet.py").write_text("")
+    (tmp_path / "vrl" / "cli" / "node.py").write_text("from vrl.harness.adversary import work_for\n")
+    (tmp_path / "vrl" / "rl" / "cheat.py").write_text("def f():\n    import vrl.harness.adversary\n")
+    (tmp_path / "vrl" / "client.py").write_text("from vrl import harness\n")
     monkeypatch.setattr(rules, "ROOT", tmp_path)
     for check in (rules.test_each_layer_imports_only_from_the_layers_below, rules.test_no_import_cycle,
-                  rules.test_no_private_helper_is_imported_across_modules, rules.test_the_leaf_packages_never_import_vrl):
+                  rules.test_no_private_helper_is_imported_across_modules,
+                  rules.test_the_leaf_packages_never_import_vrl, rules.test_production_code_never_imports_the_harness):
         try:
             check()
         except AssertionError:
             continue
         raise AssertionError(f"{check.__name__} passed a tree that breaks it")
+    # Exactly the two violators: the CLI's and the harness's own imports are allowed.
+    assert rules.production_imports_of_the_harness() == ["vrl.client:1 imports vrl.harness",
+                                                        "vrl.rl.cheat:2 imports vrl.harness.adversary"]

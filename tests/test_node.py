@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from p2p.loopback import LoopbackNetwork
-from vrl.adversary import work_for
+from vrl.harness.adversary import work_for
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import Group, SignedVerdict, Submission

@@ -1086,7 +1086,7 @@ def node(
 
     from rich.markup import escape
 
-    from vrl.adversary import trainer_for, work_for
+    from vrl.harness.adversary import trainer_for, work_for
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
 
@@ -1138,7 +1138,7 @@ def devnet(
     never gets past policy version 0."""
     import tempfile
 
-    from vrl.node import devnet as dn
+    from vrl.harness import devnet as dn
 
     configure_logging(False)
     kinds = [k for k in adversaries.split(",") if k]

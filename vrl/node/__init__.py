@@ -1,6 +1,6 @@
 """The network node: the sans-I/O protocol state machine (``protocol``), its messages, the
 reputation that weighs verdicts (``reputation``), the SQLite store, the model work a node
-does, the daemon around them, its config, metrics, weights blobs and the devnet runner. It
-builds on :mod:`vrl.rl`, :mod:`vrl.rollouts` and :mod:`vrl.tasks`, and on the transports of
-:mod:`p2p`.
+does, the daemon around them, its config, metrics and weights blobs. It builds on
+:mod:`vrl.rl`, :mod:`vrl.rollouts` and :mod:`vrl.tasks`, and on the transports of
+:mod:`p2p`. Local devnets of node processes are harness (:mod:`vrl.harness.devnet`).
 """

@@ -52,7 +52,7 @@ __all__ = ["ADVERSARIES", "NODE_OVERRIDES", "TRAINER_ADVERSARIES", "ConfigError"
 
 
 # What a node may be configured to cheat at (``adversary``, ``vrl devnet --adversaries``): the
-# config's vocabulary. vrl.adversary carries each out, at the top of the stack: CheatingWork the
+# config's vocabulary. vrl.harness.adversary carries each out, at the top of the stack: CheatingWork the
 # worker's and verifier's cheats, CheatingTrainer the trainer's (TRAINER_ADVERSARIES, the ones
 # whose node must have the trainer role).
 ADVERSARIES = {
@@ -61,9 +61,9 @@ ADVERSARIES = {
     "other-model": "generates with a different model of the same shape, claims the policy",
     "tampered-tokens": "edits a completion token and re-commits it by one honest prefill (TOPLOC's gap)",
     "replay": "re-signs another node's submitted groups as its own",
-    # The decode spoofs (vrl.adversary.spoofed_groups): tokens sampled otherwise, with the
+    # The decode spoofs (vrl.harness.adversary.spoofed_groups): tokens sampled otherwise, with the
     # protocol's seeded noise; commitment, logprobs and reward made honestly for the policy. Each
-    # runs at the strength vrl.adversary.NODE_SPOOF_STRENGTH gives it, which says why.
+    # runs at the strength vrl.harness.adversary.NODE_SPOOF_STRENGTH gives it, which says why.
     "spoof-int8": "samples with int8 weights, then commits and reports logprobs by one honest prefill",
     "spoof-perturb": "samples with 3% noise on every weight, then commits and reports logprobs honestly",
     "spoof-temperature": "samples at 10% above the protocol's temperature, claims the protocol's",

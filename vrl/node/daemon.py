@@ -115,8 +115,8 @@ class Node:
                  trainer: Callable[..., PolicyTrainer] = PolicyTrainer) -> None:
         """``work`` makes the node's model work and ``trainer`` its trainer role: honest
         :class:`~vrl.node.work.Work` and :class:`~vrl.node.work.PolicyTrainer`, or for a node
-        configured to cheat, what :func:`vrl.adversary.work_for` and
-        :func:`vrl.adversary.trainer_for` give."""
+        configured to cheat, what :func:`vrl.harness.adversary.work_for` and
+        :func:`vrl.harness.adversary.trainer_for` give."""
         self.config, self.transport, self.key = config, transport, key
         self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
         self.metrics = NodeMetrics()
@@ -177,7 +177,7 @@ class Node:
         cheat = self.work.cheat or (self.trainer.cheat if self.trainer is not None else "")
         if cheat != config.adversary:
             raise ValueError(f"adversary {config.adversary!r} is configured, but the work and trainer given do "
-                             f"{cheat or 'no cheat'}: make them with vrl.adversary.work_for and trainer_for")
+                             f"{cheat or 'no cheat'}: make them with vrl.harness.adversary.work_for and trainer_for")
         self.blobs = BlobStore(transport)
         self._zk = self._sampling_proofs(config) if config.zk.hidden_states or config.zk.sampling_positions else None
         self._served: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()  # MAX_SERVED

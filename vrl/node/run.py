@@ -73,7 +73,7 @@ def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work,
 async def serve(config: NodeConfig, work, trainer=None) -> None:
     """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent).
     ``work`` makes the node's model work and ``trainer`` its trainer role (``Work`` and
-    ``PolicyTrainer``, or a cheat's: ``vrl.adversary.work_for`` and ``trainer_for``)."""
+    ``PolicyTrainer``, or a cheat's: ``vrl.harness.adversary.work_for`` and ``trainer_for``)."""
     preflight(config)
     key = node_key(config)
     transport = open_transport(config, key)

@@ -2,7 +2,7 @@
 
 Everything here is synchronous torch code, run by the daemon on one worker thread so the
 network loop stays responsive. This is the honest work; the cheats devnets put verifiers to
-the test with are :class:`vrl.adversary.CheatingWork`, a subclass, chosen by the node's
+the test with are :class:`vrl.harness.adversary.CheatingWork`, a subclass, chosen by the node's
 ``adversary`` setting at the top of the stack (``vrl node``), never here.
 """
 
@@ -260,7 +260,7 @@ class TrainedStep:
 class PolicyTrainer:
     """The trainer role: a :class:`vrl.rl.train.Trainer` stepped on admitted groups only, each
     step accountable: its inputs and outputs are what the announcement binds. The cheats that
-    devnets put verifiers to the test with are :class:`vrl.adversary.CheatingTrainer`."""
+    devnets put verifiers to the test with are :class:`vrl.harness.adversary.CheatingTrainer`."""
 
     cheat = ""  # the vrl.node.config.TRAINER_ADVERSARIES entry this trainer carries out
 

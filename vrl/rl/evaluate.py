@@ -75,7 +75,7 @@ def answer_probabilities(model: Model, tasks: list[Task], *, temperature: float 
                          batch_size: int = 128) -> list[float]:
     """Per task, the probability that the model writes exactly the reference answer and stops
     (:func:`expected_accuracy` is their mean): two models compared task by task give the
-    standard error of their difference (vrl.demo's learning verdict)."""
+    standard error of their difference (vrl.harness.demo's learning verdict)."""
     import torch
 
     from vrl.rollouts.forward import continue_prompts, token_logprobs

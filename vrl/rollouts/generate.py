@@ -119,7 +119,7 @@ def choose_max_new_tokens(model: Model, tasks: TaskSet, requested: int = 0) -> t
 
 #: What samples a batch's completions and captures the rows that commit them:
 #: ``(model, prompts, seeds, sampling, on_step) -> one Decoded per prompt``. An honest node's is
-#: :func:`vrl.rollouts.forward.decode`; the decode-spoofing cheats of :mod:`vrl.adversary`
+#: :func:`vrl.rollouts.forward.decode`; the decode-spoofing cheats of :mod:`vrl.harness.adversary`
 #: bring their own, and the rest of a record (assignment, seeds, reward, signature) is made
 #: here alike for both.
 Decoder = Callable[[Model, list[list[int]], list[bytes], SamplingParams, Callable[[], None] | None], list[Decoded]]

@@ -20,7 +20,7 @@ from vrl.rollouts.model import load_model, weights_hash
 from vrl.rollouts.record import Rollout, round_seed, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_draws, assignment_index, is_held_out, parse_spec
 
-VECTORS = Path(__file__).resolve().parent.parent / "specs" / "vectors"
+VECTORS = Path(__file__).resolve().parents[2] / "specs" / "vectors"
 SEED = hashlib.sha256(b"vrl test vector seed").digest()
 
 

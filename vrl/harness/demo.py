@@ -244,7 +244,7 @@ def local_devnet(nodes: int = 4, rounds: int = ROUNDS, settings: dict | None = N
     """The main job: a network of mutually distrusting nodes on 127.0.0.1, one of them cheating,
     training GRPO on what survives verification; then its learning curve. Returns the devnet's
     directory (its nodes' logs, stores and configs)."""
-    from vrl.node import devnet
+    from vrl.harness import devnet
     from vrl.rl.base_model import ensure_base_model
     from vrl.rollouts.presets import read_meta
 
