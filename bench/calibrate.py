@@ -205,7 +205,7 @@ def scores(verdict: vrl.Verdict) -> dict:
 def calibrate(args) -> dict:
     results = {}
     for dtype in args.dtypes:
-        def make(kernels: tuple[str, ...]) -> dict:
+        def make(kernels: tuple[str, ...], dtype: str = dtype) -> dict:  # called within this iteration
             halves = {}
             for model_name in args.models:
                 for split in ("calibration", "validation"):

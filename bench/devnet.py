@@ -66,7 +66,7 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         latencies = []  # submission (worker stored its group) -> verdict (verifier stored its own)
         for i, store in enumerate(opened):
             me = devnet_peer(directory, i)
-            for verdict_id, data, at in store._rows("SELECT id, data, received FROM verdicts WHERE verifier=?", (me,)):
+            for _verdict_id, data, at in store._rows("SELECT id, data, received FROM verdicts WHERE verifier=?", (me,)):
                 verdict = SignedVerdict.from_bytes(data)
                 if verdict.checked and verdict.group in produced:
                     latencies.append(at - produced[verdict.group])

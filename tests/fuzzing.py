@@ -472,9 +472,11 @@ class NodeUnderFire:
 
 
 def node_targets(node: NodeUnderFire) -> list[Target]:
-    seeds = lambda: [policy(0).to_bytes(), policy(1).to_bytes(), group(2).to_bytes(), verdict("pass").to_bytes(),
-                     verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes(),
-                     step_verdict("fraud").to_bytes()]
+    def seeds() -> list[bytes]:
+        return [policy(0).to_bytes(), policy(1).to_bytes(), group(2).to_bytes(), verdict("pass").to_bytes(),
+                verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes(),
+                step_verdict("fraud").to_bytes()]
+
     return [
         Target("gossip handler", lambda data: node.gossip(node.topic(data), data), (), seeds, check=node.nothing_lost),
         Target("backfill handler", node.serve_backfill, (MessageError,),

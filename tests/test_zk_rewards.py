@@ -8,6 +8,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import vrl
@@ -328,9 +330,6 @@ def test_commit_answers_never_writes_the_key_where_the_public_file_goes(tmp_path
 
 
 # -- hostile files: each reader raises only its own error, whatever the bytes --------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st
 
 _json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
                             lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
