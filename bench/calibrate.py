@@ -102,8 +102,10 @@ def honest(model_name: str, dtype: str, split: str, rollouts: int, new_tokens: i
         torch.set_num_threads(threads)
         model = vrl.load_model(model_name, dtype=dtype, attention=attention)
         seed = hashlib.sha256(f"calibrate/{split}/{model_name}/{dtype}/{attention}/{batch}".encode()).digest()
-        made += [r for group in vrl.iter_generate(model, tasks, key, round_seed=seed, groups=max(1, rollouts // 4 // len(producers)),
-                                                  sampling=sampling_for(model, max_new_tokens=new_tokens), batch_size=batch)
+        made += [r for group in vrl.iter_generate(model, tasks, key, round_seed=seed,
+                                                  groups=max(1, rollouts // 4 // len(producers)),
+                                                  sampling=sampling_for(model, max_new_tokens=new_tokens),
+                                                  batch_size=batch)
                  for r in group]
     torch.set_num_threads(2)
     return made
@@ -130,7 +132,8 @@ def _parts(rows_by_model: dict[str, list[dict]]):
     records, which are one sample of the honest distribution, not three."""
     for m, rs in rows_by_model.items():
         for v, (batch, threads) in enumerate(VERIFIERS):
-            yield f"{m} batch {batch} threads {threads}", rs[v * len(rs) // len(VERIFIERS):(v + 1) * len(rs) // len(VERIFIERS)]
+            part = rs[v * len(rs) // len(VERIFIERS):(v + 1) * len(rs) // len(VERIFIERS)]
+            yield f"{m} batch {batch} threads {threads}", part
 
 
 def _rate(rows_by_model: dict[str, list[dict]], events: str, trials) -> tuple[float, dict[str, float]]:
@@ -165,7 +168,8 @@ def derive(rows_by_model: dict[str, list[dict]]) -> tuple[dict, dict, float, boo
         "logprob_error": HEADROOM * worst["logprob_error_max"],
     }
     q0, rates = _rate(rows_by_model, "races_lost", lambda r: r["race_tokens"])
-    return tolerances, worst | {"miss_rate_upper_by_part": miss_rates, "race_loss_upper_by_part": rates}, q0, drift == 0.0
+    upper_by_part = {"miss_rate_upper_by_part": miss_rates, "race_loss_upper_by_part": rates}
+    return tolerances, worst | upper_by_part, q0, drift == 0.0
 
 
 def binom_bound(n: int, p: float) -> int:
@@ -205,14 +209,16 @@ def scores(verdict: vrl.Verdict) -> dict:
 def calibrate(args) -> dict:
     results = {}
     for dtype in args.dtypes:
-        def make(kernels: tuple[str, ...]) -> dict:
+        def make(kernels: tuple[str, ...], dtype: str = dtype) -> dict:  # called within this iteration
             halves = {}
             for model_name in args.models:
                 for split in ("calibration", "validation"):
                     started = time.monotonic()
-                    halves[model_name, split] = honest(model_name, dtype, split, args.rollouts, args.new_tokens, kernels)
+                    halves[model_name, split] = honest(model_name, dtype, split, args.rollouts, args.new_tokens,
+                                                       kernels)
                     console.log(f"{model_name} {dtype} {split} ({'/'.join(kernels)}): "
-                                f"{len(halves[model_name, split])} honest rollouts in {time.monotonic() - started:.0f} s")
+                                f"{len(halves[model_name, split])} honest rollouts in "
+                                f"{time.monotonic() - started:.0f} s")
             return halves
 
         shared = None if args.pin_kernel else make(("sdpa", "eager"))
@@ -222,7 +228,8 @@ def calibrate(args) -> dict:
             measured: dict[str, list[dict]] = defaultdict(list)
             verifiers = {m: vrl.load_model(m, dtype=dtype, attention=attention) for m in args.models}
             for model_name, model in verifiers.items():
-                measured[model_name] = [scores(v) for v in verdicts(halves[model_name, "calibration"], model, MEASURE_ONLY)]
+                judged = verdicts(halves[model_name, "calibration"], model, MEASURE_ONLY)
+                measured[model_name] = [scores(v) for v in judged]
             limits, worst, q0, exact = derive(measured)
             tolerances = Tolerances(**limits)
             checked, rejected, reasons, tokens, lost = 0, 0, defaultdict(int), 0, 0
@@ -261,7 +268,8 @@ def show(results: dict) -> None:
         t, cal, val = row["tolerances"], row["calibration"], row["validation"]
         table.add_row(name, f"{cal['verdicts']}/{val['verdicts']}",
                       f"{val['rejected']} ({val['rejected'] / max(val['verdicts'], 1):.2%})",
-                      f"{t['commitment_miss_rate']:.2g}/{t['commitment_closing_misses']}", f"{t['commitment_mantissa_error']:.3g}",
+                      f"{t['commitment_miss_rate']:.2g}/{t['commitment_closing_misses']}",
+                      f"{t['commitment_mantissa_error']:.3g}",
                       f"{t['race_margin']:.3g}", f"{t['logprob_error']:.3g}",
                       f"{row['race_loss_rate']:.2g} ({cal['races_lost']}/{cal['tokens']})")
     console.print(table)
@@ -291,7 +299,8 @@ SPEC_COLUMNS = ("commitment_miss_rate", "commitment_mantissa_error", "commitment
 
 def write_spec_rows(results: dict) -> None:
     """The table's rows, 3 significant digits, under SPEC_MARKER up to the next heading."""
-    lines = ["| Profile | " + " | ".join(f"`{c}`" for c in SPEC_COLUMNS) + " | `race_loss_rate` | validation: rejected |",
+    columns = " | ".join(f"`{c}`" for c in SPEC_COLUMNS)
+    lines = ["| Profile | " + columns + " | `race_loss_rate` | validation: rejected |",
              "|---" * (len(SPEC_COLUMNS) + 3) + "|"]
     for name, row in results.items():
         t, val = row["tolerances"], row["validation"]

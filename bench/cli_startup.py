@@ -73,7 +73,10 @@ def main() -> None:
     seconds: dict[str, dict[str, float]] = {}
     for name, command in commands.items():
         for label, checkout in checkouts.items():
-            seconds.setdefault(name, {})[label] = timed(lambda i: [*vrl_of(checkout), *command(i)], args.repeat)
+            def argv(i: int, checkout: Path = checkout, command: Callable[[int], list[str]] = command) -> list[str]:
+                return [*vrl_of(checkout), *command(i)]
+
+            seconds.setdefault(name, {})[label] = timed(argv, args.repeat)
     table = Table("vrl ...", *(f"{label}: median s (x python -c pass)" for label in checkouts),
                   title=f"start-up, median of {args.repeat}; python -c pass {base:.2f} s")
     for name, by in seconds.items():

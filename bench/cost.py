@@ -66,7 +66,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = vrl.load_model(args.model, dtype=args.dtype)
     key = vrl.NodeKey.from_seed(b"cost".ljust(32, b"\0"))
-    model.model_hash  # hashed once, outside the timings
+    model.model_hash  # noqa: B018 (hashed once, outside the timings)
     measure(model, key, 1, 8)  # warm-up: first-call allocations and kernel selection
     rows = [measure(model, key, int(b), args.new_tokens) for b in args.batches.split(",")]
 

@@ -6,7 +6,8 @@
     python bench/devnet.py faults       # SIGKILL + restart, SIGSTOP + SIGCONT a worker mid-run
     python bench/devnet.py trainers     # each dishonest trainer: caught or not, and how fast
     python bench/devnet.py spoofing     # each decode-spoofing worker: tokens to detection, learning beside honest runs
-    python bench/devnet.py zk           # base-micro, sampling proofs asked after every check, vs none: latency, failures
+    python bench/devnet.py zk           # base-micro, sampling proofs asked after every check, vs none:
+                                        # latency, failures
     python bench/devnet.py private      # a private task set (trainer proves rewards) vs the same in the clear; a cheat
 
 Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
@@ -66,7 +67,7 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         latencies = []  # submission (worker stored its group) -> verdict (verifier stored its own)
         for i, store in enumerate(opened):
             me = devnet_peer(directory, i)
-            for verdict_id, data, at in store._rows("SELECT id, data, received FROM verdicts WHERE verifier=?", (me,)):
+            for _verdict_id, data, at in store._rows("SELECT id, data, received FROM verdicts WHERE verifier=?", (me,)):
                 verdict = SignedVerdict.from_bytes(data)
                 if verdict.checked and verdict.group in produced:
                     latencies.append(at - produced[verdict.group])
@@ -84,7 +85,8 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
         # trainer stored on one of its groups (what confirms fraud, specs/reputation.md §3).
         first_submission = min((produced[g] for g in produced if producer[g] in cheats), default=None)
         fails: dict[bytes, list[float]] = {}
-        for data, at in trainer._rows("SELECT data, received FROM verdicts WHERE outcome='hard_fail' ORDER BY received"):
+        for data, at in trainer._rows(
+                "SELECT data, received FROM verdicts WHERE outcome='hard_fail' ORDER BY received"):
             verdict = SignedVerdict.from_bytes(data)
             if verdict.subject in cheats:
                 fails.setdefault(verdict.group, []).append(at)
@@ -93,12 +95,13 @@ def analyse(directory: Path, nodes: int, adversaries: list[str], seconds: float)
             i: sorted({extra[1] for kind, _, extra in store.replay() if kind == "group"
                        and extra[0] == devnet_peer(directory, i)}) for i, store in enumerate(opened) if i}
         integrity = all(store._rows("PRAGMA integrity_check")[0][0] == "ok" for store in opened)
+        delivered = len(received & set(produced))
         return {
-            "versions_generated_by_worker": versions_by_worker, "stores_intact": integrity,
-            "seconds": seconds, "time_to_quarantine_s": (confirmed_at - first_submission) if (
-                confirmed_at and first_submission) else None, "groups_produced": len(produced), "groups_received_by_trainer": len(received & set(
-                produced)), "lost": len(missing - ignored), "ignored_after_quarantine": len(ignored), "rollouts_per_second": len(received & set(
-                produced)) * group_size / seconds, "check_latency_p50": _pct(latencies, 50),
+            "versions_generated_by_worker": versions_by_worker, "stores_intact": integrity, "seconds": seconds,
+            "time_to_quarantine_s": (confirmed_at - first_submission) if (confirmed_at and first_submission) else None,
+            "groups_produced": len(produced), "groups_received_by_trainer": delivered,
+            "lost": len(missing - ignored), "ignored_after_quarantine": len(ignored),
+            "rollouts_per_second": delivered * group_size / seconds, "check_latency_p50": _pct(latencies, 50),
             "check_latency_p90": _pct(latencies, 90), "checks": len(latencies), "groups_trained": len(trained),
             "bad_groups_trained": bad, "poisoned_share": bad / len(trained) if trained else 0.0,
             "accuracy_curve": accuracy, "expected_accuracy_curve": expected, "versions": len(metrics),
@@ -126,7 +129,8 @@ def spoof_detection(directory: Path, nodes: int) -> dict:
         for i, store in enumerate(opened[:-1]):
             me = devnet_peer(directory, i)
             checked, caught = 0, None
-            for data, at in store._rows("SELECT data, received FROM verdicts WHERE verifier=? ORDER BY received", (me,)):
+            for data, at in store._rows("SELECT data, received FROM verdicts WHERE verifier=? ORDER BY received",
+                                        (me,)):
                 verdict = SignedVerdict.from_bytes(data)
                 if verdict.subject != cheat or not verdict.checked or verdict.planted:
                     continue
@@ -144,7 +148,8 @@ def spoof_detection(directory: Path, nodes: int) -> dict:
         return {
             "cheat_tokens_produced": sum(t for _, t in produced),
             "cheat_tokens_before_first_fail": None if first is None else sum(t for at, t in produced if at <= first),
-            "cheat_tokens_before_confirmed": None if confirmed is None else sum(t for at, t in produced if at <= confirmed),
+            "cheat_tokens_before_confirmed": (None if confirmed is None
+                                              else sum(t for at, t in produced if at <= confirmed)),
             "verifiers": verifiers,
             "groups_refused_by_trainers_pass": refused,
         }
@@ -182,7 +187,8 @@ def devnet_peer(directory: Path, i: int) -> bytes:
 def one_run(name: str, nodes: int, adversaries: list[str], rounds: int, deadline: float, port: int,
             during=None, **options) -> dict:
     directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-{name}-"))
-    console.print(f"[bold]{name}[/]: {nodes} nodes, adversaries {adversaries or 'none'}, {rounds} rounds -> {directory}")
+    console.print(f"[bold]{name}[/]: {nodes} nodes, adversaries {adversaries or 'none'}, "
+                  f"{rounds} rounds -> {directory}")
     started = time.monotonic()
     if during is None:
         summary = devnet.run(directory, nodes, adversaries, rounds, deadline, port, console, **options)

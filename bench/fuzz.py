@@ -70,7 +70,8 @@ def main() -> int:
             seconds = time.perf_counter() - started
             crashes += len(tally.crashes)
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            rows.append({"peak_rss_mb": peak, "target": target.name, "strategy": strategy, "cases": tally.cases, "values": tally.values,
+            rows.append({"peak_rss_mb": peak, "target": target.name, "strategy": strategy, "cases": tally.cases,
+                         "values": tally.values,
                          "distinct_errors": len(tally.errors), "crashes": tally.crashes[:20],
                          "crash_count": len(tally.crashes), "slowest_seconds": tally.slowest, "seconds": seconds,
                          "errors": dict(tally.errors.most_common(30))})

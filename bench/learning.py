@@ -49,7 +49,8 @@ def drawn(trainer: Trainer) -> dict:
     """What the run trained on, from its rollout files: how many distinct problems, and how
     many of them are in the held-out evaluation set (by prompt; assignment skips held-out
     problems, so this must be 0)."""
-    prompts = {r.prompt for path in sorted((trainer.run_dir / "rollouts").glob("*.vrl")) for r in vrl.read_rollouts(path)}
+    files = sorted((trainer.run_dir / "rollouts").glob("*.vrl"))
+    prompts = {r.prompt for path in files for r in vrl.read_rollouts(path)}
     return {"distinct_drawn": len(prompts), "held_out": len(trainer.evaluation),
             "held_out_drawn": sum(task.prompt in prompts for task in trainer.evaluation)}
 
@@ -108,7 +109,8 @@ def main() -> None:
                         f"({config.groups_per_step} groups x {config.group_size}, every rollout verified)")
     for column in ("held-out accuracy", "before", "after", "change"):
         table.add_column(column, justify="right")
-    for key, label in (("held_out_accuracy", f"sampled, T={config.temperature}"), ("held_out_accuracy_greedy", "greedy")):
+    for key, label in (("held_out_accuracy", f"sampled, T={config.temperature}"),
+                       ("held_out_accuracy_greedy", "greedy")):
         table.add_row(label, f"{first[key]:.1%}", f"{last[key]:.1%}", f"{100 * (last[key] - first[key]):+.1f} points")
     console.print(table)
     console.print(f"curve: {args.out / 'curves.png'}")

@@ -428,7 +428,8 @@ def time_replays(skeleton, cases: list[Case], config: StepConfig, repeats: int) 
             blobs = {hashlib.sha256(b).digest(): b for b in (*weights_files, c.before, after, config_file)}
             platform = platform_tag(parent)
             first = PolicyAnnouncement(b"\x00" * 32, c.step_index, parent.model_hash,
-                                       hashlib.sha256(weights_files[0]).digest(), 0, config=hashlib.sha256(config_file).digest(),
+                                       hashlib.sha256(weights_files[0]).digest(), 0,
+                                       config=hashlib.sha256(config_file).digest(),
                                        optimizer=hashlib.sha256(c.before).digest(), platform=platform)
             second = PolicyAnnouncement(
                 b"\x00" * 32, c.step_index + 1, child_model.model_hash, hashlib.sha256(weights_files[1]).digest(), 0,
@@ -539,7 +540,9 @@ def main() -> None:
             console.print(f"  check: {check}: {'yes' if ok else '[red]NO[/red]'}")
         t = r["timing"]
         console.print(f"  time ({t['samples']} steps at {t['threads']} thread(s), medians; bit-exact replays: "
-                      f"verifier {t['bit_exact']['verifier']}/{t['samples']}, audit {t['bit_exact']['audit']}/{t['samples']}): training step {t['median_seconds']['train'] * 1e3:.0f} ms, "
+                      f"verifier {t['bit_exact']['verifier']}/{t['samples']}, "
+                      f"audit {t['bit_exact']['audit']}/{t['samples']}): "
+                      f"training step {t['median_seconds']['train'] * 1e3:.0f} ms, "
                       f"verifier's replay {t['median_seconds']['verifier'] * 1e3:.0f} ms "
                       f"({t['ratio_of_medians']['verifier']:.2f}x), audit's replay from files "
                       f"{t['median_seconds']['audit'] * 1e3:.0f} ms ({t['ratio_of_medians']['audit']:.2f}x)")

@@ -110,7 +110,8 @@ def run_trl(config: TrainConfig, seed: int, out: Path) -> dict:
     trainer.train()
     trained = trainer.model.eval()
     trained.requires_grad_(False)
-    return {"seconds": timer.seconds, "model": Model(name="trl", network=trained, tokenizer=tokenizer, dtype_name="float32")}
+    model = Model(name="trl", network=trained, tokenizer=tokenizer, dtype_name="float32")
+    return {"seconds": timer.seconds, "model": model}
 
 
 def main() -> None:

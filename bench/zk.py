@@ -109,7 +109,8 @@ def _ratios(title: str, ratios: dict[str, float]) -> None:
 
 def reward(args, workdir: Path) -> dict:
     model = vrl.load_model("base")
-    tasks = [t for t in (vrl.Arithmetic(digits=2, operations="+").task(i) for i in range(256)) if not is_held_out(t)][:64]
+    source = vrl.Arithmetic(digits=2, operations="+")
+    tasks = [t for t in (source.task(i) for i in range(256)) if not is_held_out(t)][:64]
     public, key = commit_answers(tasks)
     task_set = TaskList("private", tuple(public))
     node = vrl.NodeKey.from_seed(b"bench/zk".ljust(32, b"\0"))

@@ -395,14 +395,15 @@ def file_targets() -> list[Target]:
             tomli_w.dumps({"data_dir": "d", "trainer": "ab" * 32}).encode(),
             tomli_w.dumps({"data_dir": "/tmp/n", "trainer": "cd" * 32, "roles": ["trainer", "verifier"],
                            "listen": "/ip4/127.0.0.1/tcp/29000", "work": {"group_size": 8, "temperature": 0.7},
-                           "bootstrap": ["/ip4/127.0.0.1/tcp/29001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"],
+                           "bootstrap": [
+                               "/ip4/127.0.0.1/tcp/29001/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA"],
                            "metrics_port": 30001}).encode(),
             tomli_w.dumps({"data_dir": "d", "trainer": "ab" * 32, "work": {"model": "micro"},
                            "zk": {"hidden_states": True, "sampling_positions": 2, "proof_timeout": 240.0,
                                   "max_positions": 8, "dev_srs": True}}).encode()], structure="toml"),
         Target("checkpoint manifest", lambda data: parse_manifest(data, "MANIFEST.json"), (CheckpointError,),
-               lambda: [json.dumps({"step": 12, "files": {n: "0" * 64 for n in ("model.safetensors", "optimizer.safetensors",
-                                                                     "state.json")}}).encode()], structure="json"),
+               lambda: [json.dumps({"step": 12, "files": {n: "0" * 64 for n in (
+                   "model.safetensors", "optimizer.safetensors", "state.json")}}).encode()], structure="json"),
         Target("task line", task_line, (TaskFileError,), lambda: [
             b'{"question": "Tom has 3 apples and buys 4. How many?", "answer": "He has 7.\\n#### 7"}',
             b'{"id": "t1", "prompt": "2+3=", "answer": "5"}', b'{"id": "t2", "prompt": "x", "answer": "\\frac{1}{2}"}'],
@@ -472,9 +473,11 @@ class NodeUnderFire:
 
 
 def node_targets(node: NodeUnderFire) -> list[Target]:
-    seeds = lambda: [policy(0).to_bytes(), policy(1).to_bytes(), group(2).to_bytes(), verdict("pass").to_bytes(),
-                     verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes(),
-                     step_verdict("fraud").to_bytes()]
+    def seeds() -> list[bytes]:
+        return [policy(0).to_bytes(), policy(1).to_bytes(), group(2).to_bytes(), verdict("pass").to_bytes(),
+                verdict("hard_fail").to_bytes(), verdict("skipped", rate=0.0).to_bytes(),
+                step_verdict("fraud").to_bytes()]
+
     return [
         Target("gossip handler", lambda data: node.gossip(node.topic(data), data), (), seeds, check=node.nothing_lost),
         Target("backfill handler", node.serve_backfill, (MessageError,),

@@ -342,7 +342,8 @@ def test_transport_limits_are_a_table_checked_by_key(tmp_path):
                          ({"ban_seconds": "long"}, "transport_limits: ban_seconds"),
                          ({"ban_seconds": -1}, "transport_limits"), (7, "transport_limits: expected a table")]:
         bad = tmp_path / "bad.toml"
-        bad.write_text(tomli_w.dumps({"data_dir": "d", "trainer": TRAINER, "transport_limits": table}), encoding="utf-8")
+        bad.write_text(tomli_w.dumps({"data_dir": "d", "trainer": TRAINER, "transport_limits": table}),
+                       encoding="utf-8")
         with pytest.raises(ConfigError) as caught:
             NodeConfig.from_toml(bad)
         assert str(caught.value).startswith(f"{bad}: {words}"), caught.value
@@ -474,7 +475,8 @@ def test_vrl_train_toml_keeps_its_grpo_table(tmp_path):
     assert TrainConfig.from_toml(path, steps=5, grpo={"kl_beta": None}) == dataclasses.replace(config, steps=5)
     # A run's config.toml from before max_staleness left GRPO is told where it went.
     path.write_text("[grpo]\nmax_staleness = 4\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: \[grpo\] max_staleness: moved to the \[protocol\]"):
+    moved = rf"^{re.escape(str(path))}: \[grpo\] max_staleness: moved to the \[protocol\]"
+    with pytest.raises(ConfigError, match=moved):
         TrainConfig.from_toml(path)
     # ...but a run that version wrote itself resumes: --resume reads it with from_saved.
     old_run = config.to_toml().replace("[grpo]\n", "[grpo]\nmax_staleness = 4\n")

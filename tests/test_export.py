@@ -213,8 +213,8 @@ def test_an_uncached_hub_id_whose_download_fails_says_why_without_a_traceback(tm
     assert "downloading it failed" in result.stderr and "Traceback" not in result.stderr
     # A cached one needs no network at all, online or not.
     populate_hub_cache(tmp_path / "hf" / "hub", "vrl-test/tiny", tiny.save(tmp_path / "tiny"))
-    result = subprocess.run([sys.executable, "-c", "import vrl; print(vrl.load_model('vrl-test/tiny').model_hash.hex())"],
-                            capture_output=True, text=True, env=env, timeout=120)
+    script = "import vrl; print(vrl.load_model('vrl-test/tiny').model_hash.hex())"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == tiny.model_hash.hex(), result.stderr
 
 

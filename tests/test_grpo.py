@@ -170,7 +170,8 @@ MASK = [[1, 1, 1], [1, 1, 0]]
 
 def example():
     old = torch.tensor(OLD, dtype=torch.float64)
-    logp = torch.tensor([[o + LN(r) for o, r in zip(orow, rrow)] for orow, rrow in zip(OLD, RATIO)], dtype=torch.float64)
+    logp = torch.tensor([[o + LN(r) for o, r in zip(orow, rrow)] for orow, rrow in zip(OLD, RATIO)],
+                        dtype=torch.float64)
     mu = torch.tensor([[o - LN(w) for o, w in zip(orow, wrow)] for orow, wrow in zip(OLD, RAW_IS)], dtype=torch.float64)
     logp[1, 2], mu[1, 2], old[1, 2] = -math.inf, math.nan, math.inf  # padding holds garbage
     logp.requires_grad_(True)

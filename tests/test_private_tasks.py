@@ -305,7 +305,8 @@ def test_a_private_task_sets_settings_are_checked_at_the_boundary(tmp_path, zk_w
     write_key(tmp_path / "other.jsonl", other_key)
     with pytest.raises(ConfigError, match="does not open"):
         _node(tmp_path, ("trainer",), tmp_path / "public.jsonl", dev_srs=True, answers=str(tmp_path / "other.jsonl"))
-    trainer = _node(tmp_path, ("trainer",), tmp_path / "public.jsonl", dev_srs=True, answers=str(tmp_path / "key.jsonl"))
+    trainer = _node(tmp_path, ("trainer",), tmp_path / "public.jsonl", dev_srs=True,
+                    answers=str(tmp_path / "key.jsonl"))
     assert trainer.private and trainer.answer_key is not None
     asyncio.run(trainer.transport.close())
 

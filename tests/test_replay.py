@@ -69,8 +69,8 @@ def step(tmp_path_factory, one_thread) -> Step:
                          checkpoint_every=1)
     trainer = PolicyTrainer(config, root / "trainer", TRAINER)
     tasks, _ = open_task_set(QUICK.tasks)
-    work = Work(WORKER, WorkConfig(hidden_states=False, model=str(base), task=QUICK.tasks, group_size=4, max_new_tokens=4, tasks=tasks,
-                                   groups_per_round=8),
+    work = Work(WORKER, WorkConfig(hidden_states=False, model=str(base), task=QUICK.tasks, group_size=4,
+                                   max_new_tokens=4, tasks=tasks, groups_per_round=8),
                 expectations=lambda version: Expectations(tasks=tasks, round_seed=ROUND, sampling=work.sampling))
     v0 = trainer.current()
     a0 = announce(trainer, v0, None)
@@ -184,7 +184,8 @@ def test_the_audit_replays_a_step_from_its_files_alone(step):
     assert "bit for bit" in check.sentence()
     lost = {k: v for k, v in step.blobs.items() if k != step.announcement.optimizer}
     check = replay_step(step.announcement, step.parent, blob=lost.get, group=groups.get, base=step.work.skeleton)
-    assert not check.replayed and check.missing == (f"optimizer state of version 1 {step.announcement.optimizer.hex()[:16]}",)
+    assert not check.replayed and check.missing == (
+        f"optimizer state of version 1 {step.announcement.optimizer.hex()[:16]}",)
     forged = dataclasses.replace(step.announcement, parent=b"\x00" * 32)
     check = replay_step(forged, step.parent, blob=step.blobs.get, group=groups.get, base=step.work.skeleton)
     assert check.faults == (StepFault.WRONG_PARENT,)
@@ -201,7 +202,8 @@ def test_the_audit_finds_weights_no_step_made(step):
     blobs = {**step.blobs, announcement.blob: blob}
     check = replay_step(announcement, step.parent, blob=blobs.get, group={g.digest: g for g in step.groups}.get,
                         base=step.work.skeleton)
-    assert check.faults == (StepFault.WEIGHTS_MISMATCH,) and check.drift > 0 and "not what its step makes" in check.sentence()
+    assert (check.faults == (StepFault.WEIGHTS_MISMATCH,) and check.drift > 0
+            and "not what its step makes" in check.sentence())
 
 
 def test_only_a_cpu_at_one_thread_is_held_to_the_bits(step):

@@ -171,7 +171,8 @@ def check(data: bytes) -> list[Rollout | RecordError]:
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
-@given(body=st.lists(PIECES, max_size=24).map(b"".join), header=st.sampled_from([FILE_MAGIC, FILE_MAGIC, b"", b"VRLROLL"]))
+@given(body=st.lists(PIECES, max_size=24).map(b"".join),
+       header=st.sampled_from([FILE_MAGIC, FILE_MAGIC, b"", b"VRLROLL"]))
 def test_raw_bytes_give_records_or_errors(body, header):
     check(header + body)
 

@@ -138,7 +138,8 @@ def test_a_row_other_than_the_committed_one_is_refused(proven):
     opening = proven.openings[0]
     row = np.frombuffer(opening.row, dtype="<f4").copy()
     row[0] += 1.0
-    assert checks(proven, [dataclasses.replace(opening, row=row.tobytes()), proven.openings[1]])[0] == "sampling_wrong_hidden"
+    other = dataclasses.replace(opening, row=row.tobytes())
+    assert checks(proven, [other, proven.openings[1]])[0] == "sampling_wrong_hidden"
 
 
 def test_a_proof_made_with_other_weights_does_not_verify(proven):
@@ -162,7 +163,8 @@ def test_a_token_that_lost_its_race_is_caught_even_with_an_honest_proof(proven, 
     tokens = list(record.completion_tokens)
     tokens[position] = (tokens[position] + 1) % 254
     cheat = resign(node, record, completion_tokens=tuple(tokens))
-    assert checks(proven, [reproven(proven, cheat, position)], records=[cheat], challenge=None) == ["sampling_lost_race"]
+    found = checks(proven, [reproven(proven, cheat, position)], records=[cheat], challenge=None)
+    assert found == ["sampling_lost_race"]
 
 
 def test_a_logprob_other_than_the_proven_one_is_caught(proven, node):
@@ -171,7 +173,8 @@ def test_a_logprob_other_than_the_proven_one_is_caught(proven, node):
     logprobs = list(record.behaviour_logprobs)
     logprobs[position] = logprobs[position] - 0.05
     cheat = resign(node, record, behaviour_logprobs=tuple(logprobs))
-    assert checks(proven, [reproven(proven, cheat, position)], records=[cheat], challenge=None) == ["sampling_wrong_logprob"]
+    found = checks(proven, [reproven(proven, cheat, position)], records=[cheat], challenge=None)
+    assert found == ["sampling_wrong_logprob"]
 
 
 def test_a_crafted_row_with_the_committed_top_values_is_caught_by_the_verifiers_own_prefill(proven, node):
@@ -270,8 +273,8 @@ _leaves = (st.none() | st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1
 _values = st.recursive(_leaves, lambda c: st.lists(c, max_size=5), max_leaves=20)
 _packed = st.builds(lambda x: __import__("msgpack").packb(x, use_bin_type=True), _values)
 _near = st.builds(lambda entries: __import__("msgpack").packb(["vrl/sampling/v1", CHALLENGE, entries],
-                                                              use_bin_type=True), st.lists(st.lists(_leaves, max_size=5),
-                                                                                           max_size=3))
+                                                              use_bin_type=True),
+                  st.lists(st.lists(_leaves, max_size=5), max_size=3))
 
 
 @settings(max_examples=300, deadline=None)

@@ -47,7 +47,7 @@ def test_impossible_evidence_and_rates_are_refused(tokens, lost, q0):
         RaceTest(q0).add(tokens, lost)
         return
     with pytest.raises(ValueError):
-        RaceTest(q0).add(tokens, lost).log_e
+        RaceTest(q0).add(tokens, lost).log_e  # noqa: B018 (read too: each step that may refuse is taken)
 
 
 def test_the_state_is_the_totals_so_evidence_adds_up_in_any_order():

@@ -247,7 +247,8 @@ def test_the_detection_table_names_reasons_at_their_stages():
 def test_expectations_are_the_verifiers():
     from vrl.rollouts.verify import Expectations
 
-    stated = {span(row["Field"]).split(":")[0] for row in table("verification.md", "2. What the verifier pins", "Field")}
+    rows = table("verification.md", "2. What the verifier pins", "Field")
+    stated = {span(row["Field"]).split(":")[0] for row in rows}
     assert stated == {field.name for field in dataclasses.fields(Expectations)}
 
 

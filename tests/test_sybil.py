@@ -149,7 +149,7 @@ def test_fifty_fresh_identities_move_an_honest_nodes_score_by_nothing_and_quaran
                         proto.handle(P.VerdictReceived(message))
                     # ...and sybils vouching for one another and for the cheat.
                     proto.handle(P.VerdictReceived(verdict(sybil, submission(7).digest, CHEAT.node_id, "pass")))
-            for tag in range(len(HONEST)):  # the re-checks the accusations call for are already done
+            for _tag in range(len(HONEST)):  # the re-checks the accusations call for are already done
                 assert not [a for a in proto.pending() if isinstance(a, P.Check)]
         return proto
 

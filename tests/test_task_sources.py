@@ -105,7 +105,8 @@ def test_columns_map_a_files_own_names_to_the_fields(tmp_path):
                                           {"uid": "c", "words": "no text column"}])
     tasks, errors = read_task_file(path, columns=parse_columns("id=uid, prompt=text ,answer=target"))
     assert tasks == [Task("7", "2+2=", "4"), Task("b", "Capital of France?", "Paris")]
-    assert len(errors) == 1 and "no column 'text' (columns prompt=text)" in str(errors[0]) and "'words'" in str(errors[0])
+    assert (len(errors) == 1 and "no column 'text' (columns prompt=text)" in str(errors[0])
+            and "'words'" in str(errors[0]))
     # A GSM8K question mapped to prompt makes a generic row: the question is the prompt, bare.
     gsm8k = lines(tmp_path / "g.jsonl", [{"question": "Q?", "final": "5"}])
     assert read_task_file(gsm8k, columns={"prompt": "question", "answer": "final"})[0] == [Task("g:1", "Q?", "5")]
@@ -141,7 +142,8 @@ def test_a_task_longer_than_a_record_carries_is_skipped_when_read(tmp_path):
     assert [str(e) for e in errors] == [
         f"{path}:2: field 'id': 257 bytes, more than a record carries (256)",
         f"{path}:3: field 'prompt': {MAX_TEXT_BYTES + 1} bytes, more than a record carries ({MAX_TEXT_BYTES})",
-        f"{path}:4: field 'answer': {3 * (MAX_TEXT_BYTES // 3 + 1)} bytes, more than a record carries ({MAX_TEXT_BYTES})"]
+        f"{path}:4: field 'answer': {3 * (MAX_TEXT_BYTES // 3 + 1)} bytes, "
+        f"more than a record carries ({MAX_TEXT_BYTES})"]
     with pytest.raises(ValueError, match="task set 't': task 'big': field 'prompt'"):
         TaskList("t", (Task("big", "x" * (MAX_TEXT_BYTES + 1), "1"),))
 
@@ -157,7 +159,8 @@ def test_a_rendered_prompt_longer_than_a_record_carries_is_refused_before_genera
     content = "x" * (MAX_TEXT_BYTES // 2)
     chat = Task("wide", canonical_messages([{"role": "user", "content": content}]), "1", chat=True)
     assert oversized(chat) is None  # the file's bound passes it
-    tiny.tokenizer.chat_template = "{{ messages[0]['content'] }}{{ messages[0]['content'] }}{{ messages[0]['content'] }}"
+    tiny.tokenizer.chat_template = ("{{ messages[0]['content'] }}{{ messages[0]['content'] }}"
+                                    "{{ messages[0]['content'] }}")
     try:
         with pytest.raises(TaskFileError, match=f"long: task 'wide': its prompt as the model is given it is "
                                                 f"{3 * len(content)} bytes, more than a record carries"):
@@ -345,10 +348,11 @@ def read_task_file_rows(rows: list[dict]) -> list[Task]:
 def test_a_model_without_a_chat_template_is_a_clear_error_naming_the_task_set(tmp_path, key_file, chat_model):
     path = lines(tmp_path / "chat.jsonl", both_sides(lambda i: {"id": f"q{i}", "prompt": [{"role": "user",
                                                                  "content": f"{i}+1="}], "answer": str(i + 1)}))
-    made = invoke("generate", "--model", chat_model, "--task", path, "--key", key_file, "--out", str(tmp_path / "c.vrl"),
-                  "--groups", "1", "--group-size", "2", "--max-new-tokens", "2")
+    made = invoke("generate", "--model", chat_model, "--task", path, "--key", key_file,
+                  "--out", str(tmp_path / "c.vrl"), "--groups", "1", "--group-size", "2", "--max-new-tokens", "2")
     assert made.exit_code == 0, made.output
-    for command in (["generate", "--key", key_file, "--out", str(tmp_path / "r.vrl")], ["train", "--out", str(tmp_path / "run")],
+    for command in (["generate", "--key", key_file, "--out", str(tmp_path / "r.vrl")],
+                    ["train", "--out", str(tmp_path / "run")],
                     ["verify", str(tmp_path / "c.vrl")]):
         result = invoke(*command, "--model", "tiny", "--task", path)
         assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
@@ -374,13 +378,14 @@ def test_a_template_that_reads_the_clock_sees_one_pinned_day_and_one_that_raises
             self.chat_template = template
 
         def apply_chat_template(self, *args, **kwargs):
-            return model.tokenizer.__class__.apply_chat_template(model.tokenizer, *args, chat_template=self.chat_template,
-                                                                 **kwargs)
+            return model.tokenizer.__class__.apply_chat_template(model.tokenizer, *args,
+                                                                 chat_template=self.chat_template, **kwargs)
 
     dated = Tokenizer(DATED)
     today = datetime.datetime.now().strftime("%d %b %Y")
     assert today != "26 Jul 2024"
-    assert prompt_text(task, dated) == "Today Date: 26 Jul 2024\n<|system|>Answer with a number.\n<|user|>1+1=\n<|assistant|>"
+    assert prompt_text(task, dated) == ("Today Date: 26 Jul 2024\n<|system|>Answer with a number.\n"
+                                        "<|user|>1+1=\n<|assistant|>")
     assert prompt_text(task, Tokenizer("{{ strftime_now('%Y-%m-%d %H:%M') }}")) == "2024-07-26 00:00"
     assert chat_template_utils.datetime is datetime.datetime  # the clock is given back
     # Unpinned, the same template prints today's date: the pin is what makes it the same.
@@ -444,7 +449,8 @@ def test_any_columns_text_is_a_mapping_or_a_task_file_error(text):
 # Values a dataset's row can hold besides JSON's: bytes, timestamps, decimals, nested lists.
 ARROW = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
                      | st.binary(max_size=8) | st.datetimes() | st.decimals(allow_nan=False),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     lambda inner: (st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=6), inner, max_size=3)),
                      max_leaves=8)
 
 

@@ -100,7 +100,8 @@ def test_a_version_2_record_is_still_read_as_it_was_signed():
     assert legacy.version == 2 and current.version == 3
     assert legacy.to_bytes().hex() == vectors["record_v2"] and legacy.signature_valid()
     assert legacy.reward_spec == current.reward_spec == RewardSpec()
-    assert msgpack.unpackb(bytes.fromhex(vectors["record_v2"]))["reward_spec"] == {"correct": 1.0, "format": 0.0, "tag": ""}
+    fields = msgpack.unpackb(bytes.fromhex(vectors["record_v2"]))
+    assert fields["reward_spec"] == {"correct": 1.0, "format": 0.0, "tag": ""}
 
 
 def test_tiny_preset_model_hash(tiny):
@@ -221,7 +222,8 @@ def test_network_vectors():
             assert abs(getattr(got, name) - expected[name]) < 1e-9, (node, name)
 
     case = vectors["admission"]
-    candidates = [Candidate(bytes.fromhex(c["group"]), bytes.fromhex(c["node"]), c["score"]) for c in case["candidates"]]
+    candidates = [Candidate(bytes.fromhex(c["group"]), bytes.fromhex(c["node"]), c["score"])
+                  for c in case["candidates"]]
     batch = admit(candidates, AdmissionConfig(**case["config"]), bytes.fromhex(case["seed"]))
     assert [(c.group.hex(), w) for c, w in batch] == [(b["group"], b["weight"]) for b in case["batch"]]
 

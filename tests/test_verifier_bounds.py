@@ -118,7 +118,8 @@ def sampling_fields(draw) -> dict:
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(fields=sampling_fields(), slack=st.sampled_from([0.0, 0.05, 1.0]), seed=st.integers(0, 2**32 - 1),
        shape=st.tuples(st.integers(1, 4), st.integers(2, 24)),
-       scale=st.sampled_from([1e-30, 1.0, 30.0, 1e6, 3e38]), nonfinite=st.sampled_from([None, None, None, math.nan, math.inf]))
+       scale=st.sampled_from([1e-30, 1.0, 30.0, 1e6, 3e38]),
+       nonfinite=st.sampled_from([None, None, None, math.nan, math.inf]))
 def test_sampler_returns_a_replay_or_its_own_error(fields, slack, seed, shape, scale, nonfinite):
     """Over every sampling parameter (extreme, NaN, infinite, mistyped) and float32-range
     logits: constructing the parameters raises only InvalidParameters, and sampling then

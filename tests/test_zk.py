@@ -176,7 +176,8 @@ def test_every_build_of_a_circuit_derives_the_same_keys(proven, tmp_path):
 
 def test_a_proof_with_bytes_appended_is_invalid(proven):
     """halo2 ignores trailing bytes; the pinned length gives an attachment one valid encoding."""
-    assert check(proven, dataclasses.replace(proven.right, proof=proven.right.proof + b"\x00")) is zk.Reason.INVALID_PROOF
+    appended = dataclasses.replace(proven.right, proof=proven.right.proof + b"\x00")
+    assert check(proven, appended) is zk.Reason.INVALID_PROOF
 
 
 def test_a_work_directory_others_may_write_is_refused(tmp_path):

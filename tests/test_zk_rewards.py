@@ -8,6 +8,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import vrl
@@ -168,8 +170,8 @@ def test_the_cli_commits_generates_proves_and_verifies(tmp_path, zk_workdir, mon
                                  "--group-size", "2", "--max-new-tokens", "12", "--answers",
                                  str(tmp_path / "answers.jsonl"), "--json"])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["prove", str(rollouts), "--model", "tiny", "--answers", str(tmp_path / "answers.jsonl"),
-                                 "--dev-srs", "--json"])
+    result = runner.invoke(app, ["prove", str(rollouts), "--model", "tiny", "--answers",
+                                 str(tmp_path / "answers.jsonl"), "--dev-srs", "--json"])
     assert result.exit_code == 0, result.output
     assert companion_path(rollouts).exists()
     result = runner.invoke(app, ["verify", str(rollouts), *base, "--allow-dev-srs", "--json"])
@@ -235,8 +237,8 @@ def test_the_cli_makes_and_checks_an_evaluation_claim(tmp_path, zk_workdir, monk
     (tmp_path / "answers.jsonl").write_text(key.to_lines())
     assert runner.invoke(app, ["keygen", "--out", str(tmp_path / "node.pem")]).exit_code == 0
     base = ["evaluate", "--model", "tiny", "--task", str(tmp_path / "public.jsonl")]
-    make = [*base, "--answers", str(tmp_path / "answers.jsonl"), "--key", str(tmp_path / "node.pem"), "--max-new-tokens",
-            "12", "--dev-srs", "--out"]
+    make = [*base, "--answers", str(tmp_path / "answers.jsonl"), "--key", str(tmp_path / "node.pem"),
+            "--max-new-tokens", "12", "--dev-srs", "--out"]
     clobber = runner.invoke(app, [*make, str(tmp_path / "answers.jsonl")])  # would overwrite the key
     assert clobber.exit_code == 2 and "a claim's files are new files" in " ".join(clobber.output.split())
     result = runner.invoke(app, [*make, str(tmp_path / "claim.vrl")])
@@ -266,7 +268,8 @@ def test_the_audit_upholds_a_claim_and_convicts_only_the_signer_of_files_that_sa
 
     public, key = commit_answers(_tasks(2))
     task_file = tmp_path / "public.jsonl"
-    task_file.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n" for t in public))
+    task_file.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
+                                 for t in public))
     srs = zk.dev_srs(zk_workdir, ANSWER_MATCH.logrows)
     records, attachments, claim = evaluate_private(tiny, public, key, node, max_new_tokens=12, srs=srs,
                                                    workdir=zk_workdir, records_name="claim.vrl", model_locator="tiny",
@@ -288,7 +291,8 @@ def test_the_audit_upholds_a_claim_and_convicts_only_the_signer_of_files_that_sa
     assert (unsigned.code, unsigned.subject) == ("claim_unchecked", "")
     companion_path(tmp_path / "claim.vrl").write_bytes(b"")  # someone empties the proofs beside it
     (swapped,) = audited(claim)
-    assert (swapped.code, swapped.subject) == ("claim_unchecked", "") and "not the file the claim signs" in swapped.sentence
+    assert ((swapped.code, swapped.subject) == ("claim_unchecked", "")
+            and "not the file the claim signs" in swapped.sentence)
     (missing,) = audited(dataclasses.replace(claim, model="no-such-model").signed(node))
     assert missing.code == "claim_unchecked"
 
@@ -318,7 +322,8 @@ def test_a_companion_file_that_is_not_a_regular_file_is_refused(tmp_path):
 
 def test_commit_answers_never_writes_the_key_where_the_public_file_goes(tmp_path):
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n" for t in _tasks(2)))
+    tasks.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt, "answer": t.answer}) + "\n"
+                             for t in _tasks(2)))
     same = tmp_path / "both.jsonl"
     result = runner.invoke(app, ["commit-answers", str(tasks), "--out", str(same), "--key", str(same)])
     assert result.exit_code == 2 and not same.exists()
@@ -328,9 +333,6 @@ def test_commit_answers_never_writes_the_key_where_the_public_file_goes(tmp_path
 
 
 # -- hostile files: each reader raises only its own error, whatever the bytes --------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st
 
 _json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
                             lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
