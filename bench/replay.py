@@ -72,7 +72,15 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from vrl.rl.step import DRIFT_TOLERANCE, StepConfig, compare, optimizer_bytes, optimizer_for, policy_forward, replay  # noqa: E402
+from vrl.rl.step import (  # noqa: E402
+    DRIFT_TOLERANCE,
+    StepConfig,
+    compare,
+    optimizer_bytes,
+    optimizer_for,
+    policy_forward,
+    replay,
+)
 
 # The learning-rate errors tried, as fractions of the rate: the closing note's 5% (drift 0.048)
 # down to 0.1%, ten times below the provisional tolerance.
