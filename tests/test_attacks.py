@@ -389,8 +389,8 @@ def test_a_spoof_no_single_race_convicts_is_flagged_by_the_sequential_test(tiny,
 def spoofing_node(tiny):
     """A node's key, [work] config and round expectations, and its round-0 rollouts done honestly."""
     key = vrl.NodeKey.from_seed(b"spoofing-node".ljust(32, b"\0"))
-    config = WorkConfig(hidden_states=False, model="tiny", task="arithmetic:digits=1", tasks=TASKS, groups_per_round=4, group_size=4,
-                        max_new_tokens=40)
+    config = WorkConfig(hidden_states=False, model="tiny", task="arithmetic:digits=1", tasks=TASKS, groups_per_round=4,
+                        group_size=4, max_new_tokens=40)
     expect = Expectations(tasks=TASKS, round_seed=round_seed(tiny.model_hash, 0), reward_spec=RewardSpec())
     honest = Work(key, config, lambda _: expect)
     honest.install(0, tiny, keep=1)

@@ -150,7 +150,8 @@ def test_a_node_that_dies_or_runs_under_another_key_fails_the_run_at_once(tmp_pa
     assert watch.observe(1.0, [{}, {}]) is None and "worker-1" in watch.identified
     trainer.log_path.write_text(json.dumps({"event": "node started", "id": "cd" * 32}) + "\n")
     failure = watch.observe(2.0, [{}, {}])
-    assert failure is not None and failure.startswith(f"trainer started as node cdcdcdcd, not the planned {trainer.peer}")
+    assert failure is not None
+    assert failure.startswith(f"trainer started as node cdcdcdcd, not the planned {trainer.peer}")
 
     watch = devnet.Watch(network)
     with trainer.log_path.open("a") as log:

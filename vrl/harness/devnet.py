@@ -406,8 +406,9 @@ def trainer_fraud(network: list[DevnetNode]) -> dict:
     for node in network[1:]:
         for record in _events(node.log_path, node.log_start, "TRAINER FRAUD CONFIRMED: following none of its "
                                                               "versions from this one on")[:1]:
+            seconds = None if start is None else round(_seconds(record["timestamp"]) - start, 1)
             confirmed[node.name] = {"version": record.get("version"), "reasons": record.get("reasons"),
-                                    "seconds": None if start is None else round(_seconds(record["timestamp"]) - start, 1)}
+                                    "seconds": seconds}
     return {"cheat": trainer.config.adversary, "first_bad_version": first, "confirmed": confirmed}
 
 
@@ -424,7 +425,8 @@ def outcome_line(summary: dict) -> str:
         f"{len(fraud['confirmed'])} of {len(summary['nodes']) - 1} nodes"
         + (f" within {max(c['seconds'] or 0 for c in fraud['confirmed'].values()):.0f} s" if fraud["confirmed"] else "")
         + "; ")
-    return convicted + (f"{len(caught)} of {len(cheats)} cheating nodes quarantined; {summary['policy_version']:.0f} policy "
+    return convicted + (
+            f"{len(caught)} of {len(cheats)} cheating nodes quarantined; {summary['policy_version']:.0f} policy "
             f"versions in {summary['seconds']:.0f} s; held-out accuracy {summary['first_accuracy'] or 0:.1%} -> "
             f"{summary['held_out_accuracy']:.1%} sampled, {summary['first_expected_accuracy'] or 0:.2%} -> "
             f"{summary['expected_accuracy']:.2%} expected; logs, stores and configs in {summary['directory']}")

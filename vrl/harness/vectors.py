@@ -108,8 +108,8 @@ def task_vectors() -> dict:
     node = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest()).node_id
     generators = [Arithmetic(), Arithmetic(digits=3, operations="+-*", terms=3)]
     return {
-        "round_seed": [{"checkpoint_hash": bytes(range(32)).hex(), "round": r, "round_seed": round_seed(bytes(range(32)), r).hex()}
-                       for r in (0, 1, 2**40)],
+        "round_seed": [{"checkpoint_hash": bytes(range(32)).hex(), "round": r,
+                        "round_seed": round_seed(bytes(range(32)), r).hex()} for r in (0, 1, 2**40)],
         "assignment_index": [{"round_seed": bytes(range(32)).hex(), "node_id": node.hex(), "group_index": g,
                               "attempt": a, "index": assignment_index(bytes(range(32)), node, g, a)}
                              for g, a in ((0, 0), (1, 0), (7, 0), (7, 3))],
@@ -117,7 +117,8 @@ def task_vectors() -> dict:
                      for prompt in ("1+1=", "17+25=", *_held_out_prompts(2))],
         # Groups whose first draw is a held-out problem, so assignment takes a later one.
         "assign": [{"task_set": Arithmetic().name, "round_seed": bytes(range(32)).hex(), "node_id": node.hex(),
-                    "group_index": g, "draws": _draws(node, g), "task_id": assign(Arithmetic(), bytes(range(32)), node, g).id}
+                    "group_index": g, "draws": _draws(node, g),
+                    "task_id": assign(Arithmetic(), bytes(range(32)), node, g).id}
                    for g in (0, *_skipping_groups(node, 2))],
         "arithmetic": [{"spec": gen.name, "index": i, "prompt": gen.task(i).prompt, "answer": gen.task(i).answer,
                         "id": gen.task(i).id} for gen in generators for i in (0, 1, 2**63 + 5)],
@@ -236,7 +237,8 @@ def training_vectors() -> dict:
         "optimizer": {"model": "the linear model of model.json; one AdamW step at learning_rate_at(0), gradient 1",
                       "empty": empty.hex(), "empty_hash": hashlib.sha256(empty).hexdigest(),
                       "after_one_step": after.hex(), "after_one_step_hash": hashlib.sha256(after).hexdigest(),
-                      "weights_after": {n: t.detach().flatten().tolist() for n, t in sorted(linear.state_dict().items())}},
+                      "weights_after": {n: t.detach().flatten().tolist()
+                                        for n, t in sorted(linear.state_dict().items())}},
         "step_ticket": {"announcement_id": policy.id.hex(), "ticket": ticket.hex(),
                         "selected_at": {str(r): ticket_selected(ticket, r) for r in (0.0, 0.25, 0.5, 1.0)}},
         "step_verdict": {"message": step.to_bytes().hex(), "signing_payload": step.signing_payload().hex(),
