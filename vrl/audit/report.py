@@ -103,6 +103,16 @@ def _finite(value):
     return value
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 error``, ``2 errors``, ``3 info``: ``noun`` is its singular, made plural with an s
+    (``info`` is uncountable)."""
+    return f"{n} {noun}" if n == 1 or noun == str(Severity.INFO) else f"{n} {noun}s"
+
+
+def _severities(report: Report) -> str:
+    return ", ".join(counted(len(report.of(s)), str(s)) for s in sorted(Severity, reverse=True))
+
+
 # -- the terminal -------------------------------------------------------------------------------------
 
 def summary_tables(report: Report):
@@ -119,9 +129,7 @@ def summary_tables(report: Report):
         evidence = ", ".join(f"{c} x{n}" for c, n in {**info["errors"], **info["warnings"]}.items())
         nodes.add_row(escape(report.name(node)), info.get("role", ""), f"[{style[info['verdict']]}]{info['verdict']}[/]",
                       evidence or "-")
-    findings = Table(title=f"findings ({len(report.of(Severity.ERROR))} errors, "
-                           f"{len(report.of(Severity.WARNING))} warnings, {len(report.of(Severity.INFO))} info)",
-                     title_justify="left")
+    findings = Table(title=f"findings ({_severities(report)})", title_justify="left")
     for column in ("severity", "check", "finding"):
         findings.add_column(column, overflow="fold")
     limit = 20
@@ -240,9 +248,7 @@ def _html(report: Report) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>vrl audit</title><style>{_STYLE}</style>"
              "</head><body>",
-             f"<h1>vrl audit <small>{'clean' if report.clean else 'findings'}: "
-             f"{len(report.of(Severity.ERROR))} errors, {len(report.of(Severity.WARNING))} warnings, "
-             f"{len(report.of(Severity.INFO))} info</small></h1>",
+             f"<h1>vrl audit <small>{'clean' if report.clean else 'findings'}: {_severities(report)}</small></h1>",
              f"<p>Checks: {e(', '.join(report.checks))}; sample {report.sample:.0%}; platform "
              f"<code>{e(report.platform)}</code>.</p>", "<h2>Nodes</h2><table><tr><th>node</th><th>role</th>"
              "<th>verdict</th><th>evidence</th></tr>"]
