@@ -222,6 +222,8 @@ def _draw(report: Report, plt, MaxNLocator) -> list[tuple[str, str]]:  # noqa: N
     steps = report.series.get("steps", [])
     if steps:
         figure, axis = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
         floor = 1e-12  # an exact replay has drift 0, drawn at the floor of the log axis
         for ok, colour, label in ((True, "#2a2", "what its step makes"), (False, "#c22", "not what its step makes")):
             points = [(s["version"], min(max(s["drift"], floor), 1e6)) for s in steps if s["ok"] == ok
@@ -229,14 +231,21 @@ def _draw(report: Report, plt, MaxNLocator) -> list[tuple[str, str]]:  # noqa: N
             if points:
                 axis.scatter(*zip(*points), color=colour, label=label, zorder=3)
         axis.set_yscale("log")
+        # The whole range, whatever the points: exact and inf replays sit on the frame. Decades as
+        # text: matplotlib writes them as TeX, printed as its source with TeX parsing off (above).
+        axis.set_ylim(floor / 10, 1e7)
+        axis.yaxis.set_major_locator(LogLocator(base=10, numticks=8))
+        axis.yaxis.set_major_formatter(FuncFormatter(lambda y, _: "10" + str(round(math.log10(y))).translate(_SUP)))
+        axis.yaxis.set_minor_formatter(NullFormatter())
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set(xlabel="policy version", ylabel="drift (0 drawn at 1e-12)",
-                 title="training steps replayed: announced weights against the replay")
+                 title="announced weights against the replay of their step")
         axis.legend(fontsize=7)
         out.append(("Step replays", _png(figure)))
     return out
 
 
+_SUP = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
 _STYLE = """body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;width:100%}td,th{border-bottom:1px solid #ddd;padding:3px 8px;
 text-align:left;vertical-align:top}th{background:#f4f4f4}.error{color:#b00}.warning{color:#a60}.info{color:#777}
