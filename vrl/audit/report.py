@@ -1,14 +1,13 @@
 """An audit's result (specs/audit.md §5): the findings, what each check looked at, and the
 series the report plots; as JSON, as a terminal table, and as one self-contained HTML page
-(plots embedded as PNG data, no script, no link outside the file)."""
+(plots embedded as PNG data, no script, no link outside the file; long tables fold, worst rows first)."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 from vrl.audit.findings import Finding, Severity
 
 REPORT_VERSION = 1
+#: A node's verdict, worst first (specs/audit.md §5).
+VERDICTS = ("convicted", "suspect", "clean")
 
 
 @dataclass
@@ -67,6 +68,16 @@ class Report:
                          "verdict": "convicted" if errors else ("suspect" if warnings else "clean")}
         return out
 
+    def worst_first(self) -> list[tuple[str, dict]]:
+        """:meth:`verdicts_by_node`'s items, the convicted first, then the suspect, then the clean;
+        by name within each, numbers read as numbers (``node-2`` before ``node-10``), unnamed last."""
+        def key(item):
+            node, info = item
+            name = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", info.get("name") or "")]
+            return VERDICTS.index(info["verdict"]), not name[0] and len(name) == 1, name, node
+
+        return sorted(self.verdicts_by_node().items(), key=key)
+
     # -- outputs --------------------------------------------------------------------------------------
     def to_json(self) -> dict:
         """The report as JSON values (specs/audit.md §5); a non-finite number (a replay that
@@ -103,6 +114,16 @@ def _finite(value):
     return value
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 error``, ``2 errors``, ``3 info``: ``noun`` is its singular, made plural with an s
+    (``info`` is uncountable)."""
+    return f"{n} {noun}" if n == 1 or noun == str(Severity.INFO) else f"{n} {noun}s"
+
+
+def _severities(report: Report) -> str:
+    return ", ".join(counted(len(report.of(s)), str(s)) for s in sorted(Severity, reverse=True))
+
+
 # -- the terminal -------------------------------------------------------------------------------------
 
 def summary_tables(report: Report):
@@ -115,13 +136,12 @@ def summary_tables(report: Report):
     for column in ("node", "role", "verdict", "evidence"):
         nodes.add_column(column)
     style = {"clean": "green", "suspect": "yellow", "convicted": "bold red"}
-    for node, info in sorted(report.verdicts_by_node().items(), key=lambda i: (i[1].get("name") or "~", i[0])):
+    for node, info in report.worst_first():
         evidence = ", ".join(f"{c} x{n}" for c, n in {**info["errors"], **info["warnings"]}.items())
-        nodes.add_row(escape(report.name(node)), info.get("role", ""), f"[{style[info['verdict']]}]{info['verdict']}[/]",
+        verdict = info["verdict"]
+        nodes.add_row(escape(report.name(node)), info.get("role", ""), f"[{style[verdict]}]{verdict}[/]",
                       evidence or "-")
-    findings = Table(title=f"findings ({len(report.of(Severity.ERROR))} errors, "
-                           f"{len(report.of(Severity.WARNING))} warnings, {len(report.of(Severity.INFO))} info)",
-                     title_justify="left")
+    findings = Table(title=f"findings ({_severities(report)})", title_justify="left")
     for column in ("severity", "check", "finding"):
         findings.add_column(column, overflow="fold")
     limit = 20
@@ -143,131 +163,85 @@ def summary_tables(report: Report):
 
 # -- HTML ------------------------------------------------------------------------------------------------
 
-def _png(figure) -> str:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    plt.close(figure)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def _plots(report: Report) -> list[tuple[str, str]]:
-    """``(title, PNG data URL)`` for every series the checks filled."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no screen here, and none needed
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    # Labels include reason codes and names from signed messages: text, never TeX ("$\\x{$").
-    with matplotlib.rc_context({"text.parse_math": False}):
-        return _draw(report, plt, MaxNLocator)
-
-
-def _draw(report: Report, plt, MaxNLocator) -> list[tuple[str, str]]:  # noqa: N803 (a class)
-    out = []
-    reputation = report.series.get("reputation", {})
-    if reputation.get("nodes"):
-        figure, axis = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
-        for node, points in sorted(reputation["nodes"].items(), key=lambda i: report.name(i[0])):
-            rounds, scores, quarantined = zip(*points)
-            line, = axis.plot(rounds, scores, marker=".", label=report.name(node))
-            marks = [(r, s) for r, s, q in points if q]
-            if marks:
-                axis.plot(*zip(*marks), "x", color=line.get_color(), markersize=9)
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set(xlabel="round (policy version)", ylabel="score", ylim=(-0.03, 1.03),
-                 title=f"reputation per node ({reputation['view']}'s view; x: quarantined)")
-        axis.legend(fontsize=7, loc="best")
-        out.append(("Reputation per node over rounds", _png(figure)))
-    rejections = report.series.get("rejections", {})
-    if rejections:
-        figure, axis = plt.subplots(figsize=(7, 0.6 + 0.35 * len(rejections)), constrained_layout=True)
-        names = list(rejections)[::-1]
-        axis.barh(names, [rejections[n] for n in names], color="#c44")
-        axis.set(xlabel="failed verdicts naming the reason (planted groups excluded)", title="rejections by reason")
-        out.append(("Rejections by reason", _png(figure)))
-    latency = {k: v for k, v in report.series.get("latency", {}).items() if v}
-    if latency:
-        figure, axis = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
-        axis.boxplot(list(latency.values()), tick_labels=list(latency), showfliers=True)
-        axis.set(ylabel="seconds", title="check latency: a group's arrival to its verifier's own verdict")
-        out.append(("Check latency", _png(figure)))
-    accuracy = report.series.get("accuracy", [])
-    if accuracy:
-        figure, axis = plt.subplots(figsize=(7, 3.4), constrained_layout=True)
-        versions = [p["version"] for p in accuracy]
-        axis.plot(versions, [p["claimed"] for p in accuracy], marker=".", label="claimed, sampled")
-        if all(p.get("claimed_expected") is not None for p in accuracy):
-            axis.plot(versions, [p["claimed_expected"] for p in accuracy], marker=".", label="claimed, expected")
-        measured = [p for p in accuracy if "measured" in p]
-        if measured:
-            axis.plot([p["version"] for p in measured], [p["measured"] for p in measured], "o", fillstyle="none",
-                      markersize=9, label="re-measured, sampled")
-            axis.plot([p["version"] for p in measured], [p["measured_expected"] for p in measured], "s",
-                      fillstyle="none", markersize=9, label="re-measured, expected")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set(xlabel="policy version", ylabel="held-out accuracy", title="accuracy per version")
-        axis.legend(fontsize=7)
-        out.append(("Held-out accuracy per version", _png(figure)))
-    steps = report.series.get("steps", [])
-    if steps:
-        figure, axis = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
-        floor = 1e-12  # an exact replay has drift 0, drawn at the floor of the log axis
-        for ok, colour, label in ((True, "#2a2", "what its step makes"), (False, "#c22", "not what its step makes")):
-            points = [(s["version"], min(max(s["drift"], floor), 1e6)) for s in steps if s["ok"] == ok
-                      and not s["missing"]]
-            if points:
-                axis.scatter(*zip(*points), color=colour, label=label, zorder=3)
-        axis.set_yscale("log")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set(xlabel="policy version", ylabel="drift (0 drawn at 1e-12)",
-                 title="training steps replayed: announced weights against the replay")
-        axis.legend(fontsize=7)
-        out.append(("Step replays", _png(figure)))
-    return out
-
+#: Rows a table shows before the rest fold into a <details> under it, its summary counting
+#: what is folded: about one screen at 1080 px (25 rows of about 40 px). The rows come worst
+#: first, so what folds away is what matters least (clean nodes, info).
+SHOWN_ROWS = 25
 
 _STYLE = """body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;width:100%}td,th{border-bottom:1px solid #ddd;padding:3px 8px;
-text-align:left;vertical-align:top}th{background:#f4f4f4}.error{color:#b00}.warning{color:#a60}.info{color:#777}
-.clean{color:#080}.convicted{color:#b00;font-weight:bold}.suspect{color:#a60}code{font-size:12px}
-img{max-width:100%}h1 small{font-weight:normal;color:#666;font-size:60%}"""
+text-align:left;vertical-align:top}th{background:#f4f4f4}td code{overflow-wrap:anywhere}.error{color:#b00}
+.warning{color:#a60}.info{color:#777}.clean{color:#080}.convicted{color:#b00;font-weight:bold}.suspect{color:#a60}
+code{font-size:12px}img{max-width:100%;height:auto}h1 small,h2 small{font-weight:normal;color:#666;font-size:60%}
+details{margin:-1em 0 1.5em}summary{cursor:pointer;color:#05a;padding:3px 0}"""
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, str]], noun: str, spell=lambda n, kind: f"{n} {kind}") -> str:
+    """A table of ``(kind, <tr>)`` rows, in order: the first :data:`SHOWN_ROWS` shown, the rest
+    folded into a <details> whose summary counts them by kind, each as ``spell(n, kind)`` says
+    (``75 more nodes: 9 suspect, 66 clean``)."""
+    header = "<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+    if not rows:
+        return f"<table>{header}<tr><td colspan={len(head)} class='clean'>none</td></tr></table>"
+    shown, folded = rows[:SHOWN_ROWS], rows[SHOWN_ROWS:]
+    out = f"<table>{header}{''.join(row for _, row in shown)}</table>"
+    if folded:
+        kinds = Counter(kind for kind, _ in folded)
+        detail = ", ".join(spell(n, kind) for kind, n in kinds.items() if kind)
+        out += (f"<details><summary>{len(folded)} more {noun}{': ' + detail if detail else ''}</summary>"
+                f"<table>{header}{''.join(row for _, row in folded)}</table></details>")
+    return out
 
 
 def _html(report: Report) -> str:
+    from vrl.audit.plots import figures, png
+
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>vrl audit</title><style>{_STYLE}</style>"
-             "</head><body>",
-             f"<h1>vrl audit <small>{'clean' if report.clean else 'findings'}: "
-             f"{len(report.of(Severity.ERROR))} errors, {len(report.of(Severity.WARNING))} warnings, "
-             f"{len(report.of(Severity.INFO))} info</small></h1>",
+    verdicts = report.worst_first()
+    tally = Counter(info["verdict"] for _, info in verdicts)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>"
+             "<meta name='viewport' content='width=device-width, initial-scale=1'><title>vrl audit</title>"
+             f"<style>{_STYLE}</style></head><body>",
+             f"<h1>vrl audit <small>{'clean' if report.clean else 'findings'}: {_severities(report)}</small></h1>",
              f"<p>Checks: {e(', '.join(report.checks))}; sample {report.sample:.0%}; platform "
-             f"<code>{e(report.platform)}</code>.</p>", "<h2>Nodes</h2><table><tr><th>node</th><th>role</th>"
-             "<th>verdict</th><th>evidence</th></tr>"]
-    for node, info in sorted(report.verdicts_by_node().items(), key=lambda i: (i[1].get("name") or "~", i[0])):
+             f"<code>{e(report.platform)}</code>.</p>",
+             f"<h2>Nodes <small>{counted(len(verdicts), 'node')}: "
+             f"{', '.join(f'{tally[v]} {v}' for v in VERDICTS if tally[v])}</small></h2>"]
+    rows = []
+    for node, info in verdicts:  # the convicted first, then the suspect, then the clean
         evidence = ", ".join(f"{c} x{n}" for c, n in {**info["errors"], **info["warnings"]}.items()) or "-"
-        parts.append(f"<tr><td>{e(report.name(node))}<br><code>{node}</code></td><td>{e(info.get('role', ''))}</td>"
-                     f"<td class='{info['verdict']}'>{info['verdict']}</td><td>{e(evidence)}</td></tr>")
-    parts.append("</table><h2>Findings</h2><table><tr><th>severity</th><th>check</th><th>code</th><th>finding</th>"
-                 "<th>evidence</th></tr>")
-    for f in sorted(report.findings, key=lambda f: (-f.severity, f.check, f.code)):
-        parts.append(f"<tr><td class='{f.severity}'>{f.severity}</td><td>{e(f.check)}</td><td>{e(f.code)}</td>"
-                     f"<td>{e(f.sentence)}</td><td><code>{e(json.dumps(dict(f.evidence), default=str))}</code></td></tr>")
-    if not report.findings:
-        parts.append("<tr><td colspan=5 class='clean'>none</td></tr>")
-    parts.append("</table>")
-    for title, data in _plots(report):
-        parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' src='{data}'>")
+        rows.append((info["verdict"], f"<tr><td>{e(report.name(node))}<br><code>{node}</code></td>"
+                                      f"<td>{e(info.get('role', ''))}</td><td class='{info['verdict']}'>"
+                                      f"{info['verdict']}</td><td>{e(evidence)}</td></tr>"))
+    parts.append(_table(("node", "role", "verdict", "evidence"), rows, "nodes"))
+    ordered = sorted(report.findings, key=lambda f: (-f.severity, f.check, f.code))
+    parts.append(f"<h2>Findings <small>{_severities(report)}</small></h2>")
+    if ordered:  # what kinds, how many, naming whom: the list below can be long
+        kinds: dict[tuple, list[Finding]] = {}
+        for f in ordered:
+            kinds.setdefault((f.severity, f.check, f.code), []).append(f)
+        parts.append("<table><tr><th>severity</th><th>check</th><th>code</th><th>findings</th><th>nodes named</th>"
+                     "</tr>" + "".join(f"<tr><td class='{s}'>{s}</td><td>{e(c)}</td><td>{e(code)}</td>"
+                                       f"<td>{len(fs)}</td><td>{len({f.subject for f in fs if f.subject})}</td></tr>"
+                                       for (s, c, code), fs in kinds.items()) + "</table>")
+    parts.append(_table(("severity", "check", "code", "finding", "evidence"), [
+        (str(f.severity), f"<tr><td class='{f.severity}'>{f.severity}</td><td>{e(f.check)}</td><td>{e(f.code)}</td>"
+                          f"<td>{e(f.sentence)}</td><td><code>{e(json.dumps(dict(f.evidence), default=str))}</code>"
+                          "</td></tr>") for f in ordered], "findings", counted))
+    with figures(report.series, report.name, [n for n, _ in verdicts]) as drawn:
+        for title, figure in drawn:
+            data, width, height = png(figure)
+            parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' width={width} height={height} src='{data}'>")
     parts.append("<h2>Checks</h2><table><tr><th>check</th><th>looked at</th><th>seconds</th></tr>")
     for name in report.checks:
         stats = ", ".join(f"{k} {v}" for k, v in report.stats.get(name, {}).items()) or "-"
         parts.append(f"<tr><td>{e(name)}</td><td>{e(stats)}</td><td>{report.seconds.get(name, 0.0):.1f}</td></tr>")
-    parts.append("</table><h2>Inputs</h2><table><tr><th>input</th><th>owner</th><th>holds</th></tr>")
+    parts.append("</table><h2>Inputs</h2>")
+    rows = []
     for item in report.inputs:
         holds = ", ".join(f"{k} {v}" for k, v in item.get("counts", {}).items())
-        parts.append(f"<tr><td>{e(item['name'])}<br><code>{e(item['path'])}</code></td>"
-                     f"<td><code>{e(item.get('owner') or '-')}</code></td><td>{e(holds)}</td></tr>")
-    parts.append("</table></body></html>")
+        rows.append(("", f"<tr><td>{e(item['name'])}<br><code>{e(item['path'])}</code></td>"
+                         f"<td><code>{e(item.get('owner') or '-')}</code></td><td>{e(holds)}</td></tr>"))
+    parts.append(_table(("input", "owner", "holds"), rows, "inputs"))
+    parts.append("</body></html>")
     return "\n".join(parts)
