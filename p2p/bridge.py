@@ -4,7 +4,8 @@ py-libp2p runs on trio; the node runs on asyncio. A :class:`TrioBridge` owns a t
 ``trio.run``, and carries calls both ways: :meth:`TrioBridge.call` awaits, on the node's loop,
 a coroutine function run on the trio thread; :meth:`TrioBridge.in_asyncio` awaits, on the trio
 thread, a coroutine run on the node's loop. Cancelling either side cancels the other, and
-closing the bridge fails the calls still waiting. It knows nothing of libp2p.
+closing the bridge fails the calls still waiting. It imports nothing of libp2p (its log
+and error messages name the libp2p thread, the one it serves).
 """
 
 from __future__ import annotations
