@@ -1,5 +1,6 @@
 """What both transports share, so that they behave the same where the contract says so:
-checking names and keys, running a validator, and answering a request.
+checking names and keys, running a validator, answering a request, running the node's
+handlers, and scoring peers (the decisions built on the scores are :mod:`p2p.policing`'s).
 
 The request outcome travels as a :class:`Status` plus a body. Loopback passes the pair in
 memory; libp2p puts it on the wire (see :mod:`p2p.libp2p_transport`). :func:`outcome` turns it
@@ -8,16 +9,19 @@ back into the caller's bytes or exception, in one place for both.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from p2p.transport import (
     PEER_ID_BYTES,
     Message,
+    MessageHandler,
     MessageTooLarge,
     PeerId,
     RemoteError,
@@ -99,6 +103,39 @@ def judge(validator: Validator | None, message: Message) -> Validation:
         log.debug("validator for %r returned %r, not a Validation; rejecting", message.topic, verdict)
         return Validation.REJECT
     return verdict
+
+
+class Subscription:
+    """A topic's handler and validator, as ``subscribe`` took them."""
+
+    __slots__ = ("on_message", "validator")
+
+    def __init__(self, on_message: MessageHandler, validator: Validator | None) -> None:
+        self.on_message = on_message
+        self.validator = validator
+
+
+class Tasks:
+    """The node's handlers that a transport runs, each an asyncio task on the node's loop: one
+    that raises is logged, and closing the transport cancels those still running."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("message handler raised", exc_info=task.exception())
 
 
 def refuse(handler: RequestHandler | None, max_request: int, size: int) -> tuple[Status, bytes] | None:

@@ -38,14 +38,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import random
-from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from p2p import _common
 from p2p._common import Status
+from p2p.policing import Policing
 from p2p.transport import (
     DEFAULT_REQUEST_TIMEOUT,
     MAX_GOSSIP_BYTES,
@@ -169,7 +168,7 @@ class LoopbackNetwork:
     def _banned_between(self, a: PeerId, b: PeerId) -> bool:
         """Whether either peer has banned the other: libp2p refuses the connection after the
         handshake on the banning side, whichever side dialled."""
-        return any(node is not None and node._scores.banned(other)
+        return any(node is not None and node._police.banned(other)
                    for node, other in ((self._nodes.get(a), b), (self._nodes.get(b), a)))
 
     def _cut(self, a: PeerId, b: PeerId) -> None:
@@ -247,14 +246,6 @@ class LoopbackNetwork:
                     self._drop_requests)
 
 
-class _Subscription:
-    __slots__ = ("on_message", "validator")
-
-    def __init__(self, on_message: MessageHandler, validator: Validator | None) -> None:
-        self.on_message = on_message
-        self.validator = validator
-
-
 class LoopbackTransport:
     """A :class:`p2p.transport.Transport` on a :class:`LoopbackNetwork`. Make it with
     ``network.transport(seed)``."""
@@ -262,14 +253,13 @@ class LoopbackTransport:
     def __init__(self, network: LoopbackNetwork, peer: PeerId, limits: TransportLimits = TransportLimits()) -> None:
         self._network = network
         self._peer_id = peer
-        self._scores = _common.PeerScores(limits)
+        self._police = Policing(limits)
         self._state = _State.NEW
-        self._subscriptions: dict[str, _Subscription] = {}
+        self._subscriptions: dict[str, _common.Subscription] = {}
         self._handlers: dict[str, tuple[RequestHandler, int]] = {}
         self._seen: dict[bytes, tuple[float, bool]] = {}  # msg_id -> (when first seen, rejected), oldest first
-        self._rejections: Counter[PeerId] = Counter()
         self._known: set[PeerId] = set()  # peers connect() reached: a request may redial them
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = _common.Tasks()  # the node's message and request handlers
         self._pending: set[asyncio.Future[tuple[Status, bytes]]] = set()
 
     @property
@@ -292,7 +282,7 @@ class LoopbackTransport:
     async def connect(self, address: str) -> PeerId:
         self._check_running()
         peer = parse_address(address)
-        if self._scores.banned(peer):
+        if self._police.banned(peer):
             raise PeerUnavailable(f"{peer.hex()[:16]} is banned")
         self._network._link(self._peer_id, peer)
         self._known.add(peer)
@@ -304,13 +294,13 @@ class LoopbackTransport:
 
     def rejections(self, peer: PeerId) -> int:
         """How many gossip messages forwarded by ``peer`` this peer's validators rejected."""
-        return self._rejections[peer]
+        return self._police.rejections(peer)
 
     def score(self, peer: PeerId) -> float:
-        return self._scores.score(_common.check_peer(peer))
+        return self._police.score(_common.check_peer(peer))
 
     def banned(self, peer: PeerId) -> bool:
-        return self._scores.banned(_common.check_peer(peer))
+        return self._police.banned(_common.check_peer(peer))
 
     def penalize(self, peer: PeerId) -> None:
         self._penalize(_common.check_peer(peer))
@@ -318,7 +308,7 @@ class LoopbackTransport:
     def subscribe(self, topic: str, on_message: MessageHandler, validator: Validator | None = None) -> None:
         if _common.check_topic(topic) in self._subscriptions:
             raise ValueError(f"already subscribed to {topic!r}")
-        self._subscriptions[topic] = _Subscription(on_message, validator)
+        self._subscriptions[topic] = _common.Subscription(on_message, validator)
 
     async def publish(self, topic: str, data: bytes) -> None:
         self._check_running()
@@ -353,7 +343,7 @@ class LoopbackTransport:
     # -- called by the network --
 
     def _receive(self, message: Message, forwarder: PeerId) -> None:
-        if self._state is not _State.RUNNING or self._scores.banned(forwarder):
+        if self._state is not _State.RUNNING or self._police.banned(forwarder):
             return  # a banned peer's traffic still in flight is dropped unread
         seen = self._seen_before(message.msg_id)
         if seen is not None:
@@ -371,14 +361,14 @@ class LoopbackTransport:
             self._reject(forwarder)
         if verdict is not Validation.ACCEPT:
             return
-        self._spawn(subscription.on_message(message))
+        self._tasks.spawn(subscription.on_message(message))
         self._network._forward(self, message, exclude=forwarder)
 
     def _serve(self, caller: PeerId, protocol: str, data: bytes, max_response: int,
                reply: asyncio.Future[tuple[Status, bytes]], respond: Callable[[Status, bytes], None]) -> None:
         if self._state is not _State.RUNNING or reply.done():
             return
-        if self._scores.banned(caller):
+        if self._police.banned(caller):
             return  # it got in before the ban: no answer, as libp2p resets its streams
         handler, max_request = self._handlers.get(protocol, (None, 0))
 
@@ -392,7 +382,7 @@ class LoopbackTransport:
         async def answer() -> None:
             respond(*await _common.serve(handler, caller, data, max_response))
 
-        task = self._spawn(answer())
+        task = self._tasks.spawn(answer())
         # The caller gave up (deadline) or went away: stop working for it, as libp2p does.
         reply.add_done_callback(lambda _: task.cancel())
 
@@ -417,30 +407,22 @@ class LoopbackTransport:
         return None
 
     def _reject(self, forwarder: PeerId) -> None:
-        if forwarder != self._peer_id:  # our own publishes that our validator rejects cost nothing
-            self._rejections[forwarder] += 1
-            self._penalize(forwarder)
+        # Our own publishes that our validator rejects cost nothing.
+        if forwarder != self._peer_id and self._police.rejected(forwarder):
+            self._hang_up(forwarder)
 
     def _penalize(self, peer: PeerId) -> None:
-        if self._scores.penalize(peer):
-            _common.log.info("banned peer %s for %.0f s", peer.hex()[:16], self._scores.limits.ban_seconds)
-            self._network._cut(self._peer_id, peer)
+        if self._police.misbehaved(peer):
+            self._hang_up(peer)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _common.log.warning("message handler raised", exc_info=task.exception())
+    def _hang_up(self, peer: PeerId) -> None:
+        """``peer`` is banned now: cut our link to it."""
+        _common.log.info("banned peer %s for %.0f s", peer.hex()[:16], self._police.limits.ban_seconds)
+        self._network._cut(self._peer_id, peer)
 
     def _die(self, state: _State) -> None:
         self._state = state
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         for reply in self._pending:
             if not reply.done():
                 reply.set_exception(TransportError(f"transport {state.value}"))
