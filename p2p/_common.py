@@ -1,6 +1,6 @@
 """What both transports share, so that they behave the same where the contract says so:
 checking names and keys, running a validator, answering a request, running the node's
-handlers, and scoring peers (the decisions built on the scores are :mod:`p2p.policing`'s).
+handlers (peers are scored and judged by :mod:`p2p.policing`).
 
 The request outcome travels as a :class:`Status` plus a body. Loopback passes the pair in
 memory; libp2p puts it on the wire (see :mod:`p2p.libp2p_transport`). :func:`outcome` turns it
@@ -12,10 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import math
-import threading
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from p2p.transport import (
@@ -180,94 +177,7 @@ def outcome(status: int, body: bytes, protocol: str) -> bytes:
     raise RemoteError(f"{protocol}: the peer answered with unknown status {status}")
 
 
-DECAY_INTERVAL = 1.0
-"""Seconds between two decays of a count: go-libp2p-pubsub's ``DefaultDecayInterval``. Whole
-intervals only, as GossipSub decays at its heartbeat: so n invalid messages inside one interval
-count exactly n, and a threshold of -n**2 bans at the n-th."""
-
-DECAY_TO_ZERO = 0.01
-"""A count that decays below this is forgotten: go-libp2p-pubsub's ``DefaultDecayToZero``."""
-
-MAX_SCORED_PEERS = 10_000
-"""Peers with a count (or a ban) remembered at once. Every one of them completed a Noise
-handshake with a key of its own and sent something invalid; past this many, the smallest count
-is forgotten first. ~200 bytes each: 2 MB at most."""
-
-
 def check_limits(limits: TransportLimits) -> TransportLimits:
     if not isinstance(limits, TransportLimits):
         raise ValueError(f"limits is a TransportLimits, not {type(limits).__name__}")
     return limits
-
-
-class PeerScores:
-    """GossipSub v1.1 P4 scores and bans, per peer (see :class:`p2p.transport.TransportLimits`).
-    Thread-safe: the libp2p transport counts on its network thread, the node reads on its own."""
-
-    def __init__(self, limits: TransportLimits, clock: Callable[[], float] = time.monotonic, *,
-                 max_peers: int = MAX_SCORED_PEERS) -> None:
-        self.limits = self._limits = check_limits(limits)
-        self._clock = clock
-        self._max_peers = max_peers
-        self._decay = 0.5 ** (DECAY_INTERVAL / limits.invalid_message_halflife)
-        self._counts: dict[PeerId, tuple[float, float]] = {}  # peer -> (count, start of its interval)
-        self._banned_until: dict[PeerId, float] = {}
-        self._lock = threading.Lock()
-
-    def penalize(self, peer: PeerId) -> bool:
-        """Count one invalid message against ``peer``. True if this is what bans it."""
-        with self._lock:
-            now = self._clock()
-            if self._is_banned(peer, now):
-                return False  # what a banned peer still gets through (in flight) adds nothing
-            count = self._count(peer, now) + 1.0
-            self._counts[peer] = (count, self._counts.get(peer, (0.0, now))[1])
-            if len(self._counts) > self._max_peers:
-                self._forget_smallest(keep=peer)
-            if self._limits.invalid_message_weight * count * count > self._limits.ban_threshold:
-                return False
-            self._banned_until[peer] = now + self._limits.ban_seconds
-            if len(self._banned_until) > self._max_peers:
-                del self._banned_until[min(self._banned_until, key=self._banned_until.__getitem__)]
-            return True
-
-    def score(self, peer: PeerId) -> float:
-        with self._lock:
-            count = self._count(peer, self._clock())
-        return self._limits.invalid_message_weight * count * count if count else 0.0
-
-    def banned(self, peer: PeerId) -> bool:
-        with self._lock:
-            return self._is_banned(peer, self._clock())
-
-    def _is_banned(self, peer: PeerId, now: float) -> bool:
-        until = self._banned_until.get(peer)
-        if until is None:
-            return False
-        if now < until:
-            return True
-        del self._banned_until[peer]
-        return False
-
-    def _count(self, peer: PeerId, now: float) -> float:
-        """The peer's count decayed to ``now`` (and stored so)."""
-        entry = self._counts.get(peer)
-        if entry is None:
-            return 0.0
-        count, since = entry
-        intervals = math.floor((now - since) / DECAY_INTERVAL)
-        if intervals <= 0:
-            return count
-        count *= self._decay ** intervals
-        if count < DECAY_TO_ZERO:
-            del self._counts[peer]
-            return 0.0
-        self._counts[peer] = (count, since + intervals * DECAY_INTERVAL)
-        return count
-
-    def _forget_smallest(self, keep: PeerId) -> None:
-        now = self._clock()
-        for peer in list(self._counts):
-            self._count(peer, now)  # drops the ones that have decayed away
-        while len(self._counts) > self._max_peers:
-            del self._counts[min((p for p in self._counts if p != keep), key=lambda p: self._counts[p][0])]

@@ -1,6 +1,6 @@
 """Property tests for what p2p adds to decode network bytes and to score peers: the gossipsub
 frame follower (p2p.libp2p_transport.VarintFrames), the request protocol name check, the
-P4 scores and bans (p2p._common.PeerScores) and the TransportLimits boundary.
+P4 scores and bans (p2p.policing.PeerScores) and the TransportLimits boundary.
 
 Each property: any input gives a value or the module's own error, and the state stays bounded.
 """
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from p2p import _common
-from p2p._common import DECAY_INTERVAL, PeerScores
 from p2p.libp2p_transport import VarintFrames, protocol_name
+from p2p.policing import DECAY_INTERVAL, PeerScores
 from p2p.transport import TransportLimits
 
 LIMIT = 300
