@@ -55,6 +55,9 @@ DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or
 REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, summed (specs/rewards.md §5): answer, "
                "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")
 
+# vrl.zk.sampling.MAX_POSITIONS, written out: importing vrl.zk.sampling loads torch before --help.
+MAX_POSITIONS = 64
+
 RolloutsArgument = Annotated[Path, typer.Argument(help="Rollout file.")]
 ColumnsOption = Annotated[str, typer.Option(help=COLUMNS_HELP)]
 DeviceOption = Annotated[str, typer.Option(help=DEVICE_HELP)]

@@ -17,6 +17,7 @@ from rich.table import Table
 from vrl.cli.common import (
     EXIT_ACCEPTED,
     EXIT_REJECTED,
+    MAX_POSITIONS,
     MODELS,
     TASK_HELP,
     BatchSizeOption,
@@ -234,8 +235,8 @@ def verify(
                                                           "FILE.sampling when it exists.")] = None,
     challenge: Annotated[str | None, typer.Option(help="The challenge you issued (64 hex digits): every position "
                                                      "it picks must be proven, and no other.")] = None,
-    # vrl.zk.sampling.MAX_POSITIONS, written out: importing vrl.zk.sampling loads torch before --help.
-    positions: Annotated[int, typer.Option(min=1, max=64, help="Positions per record the challenge asked for.")] = 4,
+    positions: Annotated[int, typer.Option(min=1, max=MAX_POSITIONS, help="Positions per record the challenge "
+                                           "asked for.")] = 4,
     reward: Annotated[list[str] | None, typer.Option(help="Require this reward (repeatable terms, as generate's "
                                                         "--reward). Without it a record's own is recomputed, except "
                                                         "one that runs code (code/v1), which is run only when named "

@@ -15,6 +15,7 @@ from vrl.cli.common import (
     COLUMNS_HELP,
     EXIT_ACCEPTED,
     EXIT_REJECTED,
+    MAX_POSITIONS,
     MODELS,
     AllowDevSrsOption,
     JsonOption,
@@ -71,8 +72,8 @@ def prove(
                                                     "(vrl commit-answers).")] = None,
     kind: Annotated[str, typer.Option(help="What to prove: reward (the answer's correctness against a private "
                                       "reference) or sampling (challenged tokens won their races).")] = "reward",
-    # vrl.zk.sampling.MAX_POSITIONS, written out: importing vrl.zk.sampling loads torch before --help.
-    positions: Annotated[int, typer.Option(min=1, max=64, help="--kind sampling: positions per record.")] = 4,
+    positions: Annotated[int, typer.Option(min=1, max=MAX_POSITIONS, help="--kind sampling: positions per "
+                                           "record.")] = 4,
     challenge: Annotated[str | None, typer.Option(help="--kind sampling: the verifier's challenge, 64 hex digits "
                                                      "(it picks the positions).")] = None,
     witness: Annotated[Path | None, typer.Option(help="--kind sampling: the hidden states (default FILE.hidden, "
