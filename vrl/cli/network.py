@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -21,8 +22,6 @@ def node(
                                                            "logs.")] = False,
 ):
     """Run a node daemon until SIGINT/SIGTERM: worker, verifier and/or trainer on a libp2p network."""
-    import asyncio
-
     from vrl.adversary import trainer_for, work_for
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve

@@ -11,8 +11,10 @@ from typing import Annotated
 
 import typer
 from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from vrl.cli.common import (
     EXIT_ACCEPTED,
@@ -182,9 +184,6 @@ def verdict_table(verdicts, title: str = "verification"):
     """The verdicts as a table readable at 80 columns (every header and reason code whole; the
     task, the one free text, takes what is left and wraps), then each rejection's stage and
     sentence on a line of its own below it, where it has the whole width."""
-    from rich.console import Group
-    from rich.text import Text
-
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
                   show_edge=False)
     for column in ("#", "node", "task", "sample", "verdict", "reason"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -33,12 +34,10 @@ class _TrainCommand(typer.core.TyperCommand):
     Read when the help is shown: every other command starts without importing the configs."""
 
     def format_help(self, ctx, formatter) -> None:
-        from dataclasses import fields
-
         from vrl.rl.config import TrainConfig
 
         defaults = TrainConfig()
-        owners = {f.name: config for config in (defaults, defaults.grpo) for f in fields(config)}
+        owners = {f.name: config for config in (defaults, defaults.grpo) for f in dataclasses.fields(config)}
         for param in self.params:
             if param.name in owners and "[default:" not in (param.help or ""):  # once a process
                 value = getattr(owners[param.name], param.name)
@@ -206,8 +205,6 @@ def build_base_model_command(
 ):
     """Supervised fine-tuning of a preset on the arithmetic format (cached; about 3 minutes for base)."""
     configure_logging(False)
-    import dataclasses
-
     from vrl.rl.base_model import build_base_model, is_pinned_build
     from vrl.rollouts.presets import BUILT, base_model_dir, read_meta
 
