@@ -6,9 +6,14 @@
 - :mod:`vrl.cli.network`: node, devnet, reputation;
 - :mod:`vrl.cli.auditing`: audit.
 
+No module bears a command's name: ``vrl.cli.audit``, ``vrl.cli.verify``... are the commands'
+functions, as they were when the CLI was one module.
+
 What they share (the app, logging, the error line, the options several declare) is
-:mod:`vrl.cli.common`. Each command only formats what the library computes, and imports the
-library when it runs: ``vrl --help`` starts without torch (bench/cli_startup.py).
+:mod:`vrl.cli.common`. What a command reports the library computes (verify's: each producer's
+sequential test, :func:`vrl.rollouts.verify.producer_tests`; what the proofs show,
+:mod:`vrl.zk.summary`); the command formats it. It imports the library when it runs: ``vrl
+--help`` starts without torch (bench/cli_startup.py).
 
 Exit codes of ``verify``: 0 every rollout accepted, 1 any rejected, 2 unusable input. Of
 ``audit``: 0 a clean audit, 1 findings, 2 unusable input.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -41,6 +41,9 @@ from vrl.cli.common import (
     progress,
     task_set,
 )
+
+if TYPE_CHECKING:  # imported by the command that uses it: vrl.zk loads torch
+    from vrl.zk.summary import SamplingProofs
 
 
 @app.command()
@@ -317,18 +320,19 @@ def verify(
         if reward_proofs is not None:
             failed_proofs = ", ".join(f"{r} {n}" for r, n in reward_proofs.failed.items()) or "none failed"
             out.print(f"proofs ({reward_proofs.file}): {reward_proofs.proven} records' rewards proven, "
-                      f"{failed_proofs}" + (" [red]INSECURE: dev SRS allowed[/]" if allow_dev_srs else ""))
+                      f"{failed_proofs}" + (" [red]INSECURE: dev SRS allowed[/]" if reward_proofs.dev_srs_allowed
+                                            else ""))
         if sampling_proofs is not None:
-            out.print(_sampling_line(sampling_proofs, allow_dev_srs), highlight=False)
+            out.print(_sampling_line(sampling_proofs), highlight=False)
     rejected = any(t.rejected for t in tests.values()) or bool(sampling_proofs is not None and sampling_proofs.failed)
     raise typer.Exit(EXIT_ACCEPTED if accepted == len(verdicts) and not rejected else EXIT_REJECTED)
 
 
-def _sampling_line(summary, allow_dev: bool) -> str:
+def _sampling_line(summary: SamplingProofs) -> str:
     failed = ", ".join(f"{r} {n}" for r, n in summary.failed.items()) or "none failed"
     origin = "" if summary.challenge_given else " (positions as the file says: pass --challenge to hold them to yours)"
     return (f"sampling proofs ({summary.file}): {summary.proven} of {summary.positions} challenged tokens "
-            f"proven, {failed}{origin}" + (" INSECURE: dev SRS allowed" if allow_dev else ""))
+            f"proven, {failed}{origin}" + (" INSECURE: dev SRS allowed" if summary.dev_srs_allowed else ""))
 
 
 @app.command()
