@@ -54,14 +54,14 @@ def _fresh_logging():
     ends without the standard library's handler that vrl.cli.configure_logging installs."""
     import logging
 
-    from vrl.cli import _StderrHandler
+    from vrl.cli.common import StderrHandler
 
     last_resort = logging.lastResort
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+    for handler in [h for h in root.handlers if isinstance(h, StderrHandler)]:
         root.removeHandler(handler)
     logging.lastResort = last_resort
 

@@ -274,3 +274,32 @@ def test_train_help_shows_each_flags_default_from_the_config():
                         ("--aggregation", defaults.grpo.aggregation), ("--kl-beta", defaults.grpo.kl_beta),
                         ("--iterations", defaults.grpo.iterations)]:
         assert lines[flag].endswith(f"[default: {value}]"), lines[flag]
+
+
+def test_the_bounds_written_out_for_a_fast_help_are_the_librarys():
+    """--positions' bound is written out in vrl.cli.common (importing vrl.zk.sampling loads
+    torch before --help); it must stay the library's."""
+    from vrl.cli.common import MAX_POSITIONS
+    from vrl.zk.sampling import MAX_POSITIONS as LIBRARY_MAX_POSITIONS
+
+    assert MAX_POSITIONS == LIBRARY_MAX_POSITIONS
+
+
+def test_verifys_producer_lines_are_the_librarys_fold_over_each_producers_records():
+    """specs/verification.md §7: one test per producer over all of its records in the file; a
+    producer none of whose records reached the race replay has no test (no evidence)."""
+    from types import MappingProxyType
+
+    from vrl.rollouts.sequential import RaceTest
+    from vrl.rollouts.verify import Reason, Stage, Verdict, producer_tests
+
+    def verdict(index, node, tokens=None, lost=0):
+        scores = {} if tokens is None else {"race_tokens": tokens, "races_lost": lost}
+        return Verdict(index, True, Stage.ACCEPTED, Reason.OK, "all checks passed", node_id=node,
+                       scores=MappingProxyType(scores))
+
+    tests = producer_tests([verdict(0, "bb", 10, 1), verdict(1, "aa", 5), verdict(2, "bb", 7, 2),
+                            verdict(3, "cc")], q0=1e-3)
+    assert list(tests) == ["aa", "bb"]  # by node id; cc gave no races
+    assert tests["bb"] == RaceTest(1e-3, 17, 3) and tests["aa"] == RaceTest(1e-3, 5, 0)
+    assert tests["bb"].rejected and not tests["aa"].rejected

@@ -32,6 +32,7 @@ from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.profiles import Tolerances, profile_of
 from vrl.rollouts.record import RecordError, RecordFault, Rollout
+from vrl.rollouts.sequential import RaceTest
 from vrl.rollouts.workers import map_in_slices
 from vrl.tasks import RewardError, RewardSpec, Task, TaskSet, assign, in_order
 from vrl.tasks.answers import committed_reference
@@ -112,7 +113,8 @@ _STAGES: dict[Reason, Stage] = {
                      Reason.UNKNOWN_VERSION), Stage.SCHEMA),
     Reason.BAD_SIGNATURE: Stage.SIGNATURE,
     **dict.fromkeys((Reason.MODEL_MISMATCH, Reason.ROUND_SEED_MISMATCH, Reason.SAMPLING_PARAMS_MISMATCH,
-                     Reason.REWARD_SPEC_MISMATCH, Reason.REWARD_UNKNOWN, Reason.STOP_TOKENS_MISMATCH, Reason.ASSIGNMENT_INVALID,
+                     Reason.REWARD_SPEC_MISMATCH, Reason.REWARD_UNKNOWN, Reason.STOP_TOKENS_MISMATCH,
+                     Reason.ASSIGNMENT_INVALID,
                      Reason.TOO_MANY_TOKENS, Reason.TASK_NOT_ASSIGNED, Reason.TASK_MISMATCH, Reason.PROMPT_MISMATCH,
                      Reason.TOKEN_OUT_OF_VOCAB, Reason.GROUP_INCONSISTENT, Reason.DUPLICATE_SAMPLE,
                      Reason.GROUP_INCOMPLETE), Stage.BINDING),
@@ -158,8 +160,8 @@ class Expectations:
     correctness_later: bool = False
 
     def __post_init__(self) -> None:
-        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
-                                                and self.max_tokens >= 1):
+        if self.max_tokens is not None and not (isinstance(self.max_tokens, int)
+                                                and not isinstance(self.max_tokens, bool) and self.max_tokens >= 1):
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
 
 
@@ -236,9 +238,11 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
     if expect.round_seed is not None and rollout.round_seed != expect.round_seed:
         raise _Rejected(Reason.ROUND_SEED_MISMATCH, "round seed is not this round's")
     if expect.sampling is not None and rollout.sampling != expect.sampling:
-        raise _Rejected(Reason.SAMPLING_PARAMS_MISMATCH, f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
+        raise _Rejected(Reason.SAMPLING_PARAMS_MISMATCH,
+                        f"sampled with {rollout.sampling}, protocol says {expect.sampling}")
     if expect.reward_spec is not None and rollout.reward_spec != expect.reward_spec:
-        raise _Rejected(Reason.REWARD_SPEC_MISMATCH, f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
+        raise _Rejected(Reason.REWARD_SPEC_MISMATCH,
+                        f"rewarded with {rollout.reward_spec}, protocol says {expect.reward_spec}")
     # A reward that runs code runs the record's own (its completion, its task's tests): only a
     # spec this verifier pinned itself is run, never one a record asserts (specs/rewards.md §6).
     if expect.reward_spec is None and (running := rollout.reward_spec.runs_code()):
@@ -262,11 +266,13 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
     length = len(rollout.prompt_tokens) + len(rollout.completion_tokens)
     context = context_length(model)
     if context is not None and length > context:
-        raise _Rejected(Reason.TOO_MANY_TOKENS, f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
-                   f"completion tokens exceed the model's context of {context} positions")
+        raise _Rejected(Reason.TOO_MANY_TOKENS,
+                        f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
+                        f"completion tokens exceed the model's context of {context} positions")
     if expect.max_tokens is not None and length > expect.max_tokens:
-        raise _Rejected(Reason.TOO_MANY_TOKENS, f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
-                   f"completion tokens exceed the verifier's limit of {expect.max_tokens} (--max-tokens)")
+        raise _Rejected(Reason.TOO_MANY_TOKENS,
+                        f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
+                        f"completion tokens exceed the verifier's limit of {expect.max_tokens} (--max-tokens)")
     if expect.tasks is not None:
         slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
         if slot not in seen:
@@ -336,7 +342,8 @@ def proven_answer(reward_spec: RewardSpec, completion: str) -> bytes | None:
 
 
 def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentCheck | MalformedCommitment,
-                          races: sampler.RaceReplay | ProofsError, model: Model, tol: Tolerances, scores: dict[str, float],
+                          races: sampler.RaceReplay | ProofsError, model: Model, tol: Tolerances,
+                          scores: dict[str, float],
                           proof: bool | str | None = None, correctness_later: bool = False) -> None:
     """Stages 4 to 8 for one rollout, given the batch-wide commitment check and race replay,
     and, for a committed reference, what its zk proof showed (``verify``'s ``proven``) or
@@ -415,7 +422,8 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
         try:
             recomputed_reward = rollout.reward_spec.reward(rollout.task, text)
         except RewardUnavailable as error:  # no fork, no temporary space here: not the record's fault
-            raise _Rejected(Reason.REWARD_UNKNOWN, f"this verifier cannot compute the reward: {error.problem}") from None
+            raise _Rejected(Reason.REWARD_UNKNOWN,
+                            f"this verifier cannot compute the reward: {error.problem}") from None
         except RewardError as error:  # an installed function that raised or returned no finite float
             raise _Rejected(Reason.REWARD_MISMATCH, error.problem) from None
     elif problem := rollout.reward_spec.provable():
@@ -549,8 +557,8 @@ def verify(
         # per-rollout stages then only compare numbers with the tolerances.
         agreements = commitment.check_many([alive[i].commitment for i in batch], [r.hidden for r in prefilled_batch])
         races = _replay(
-            [(result.logits, torch.tensor(alive[i].completion_tokens, dtype=torch.long, device=HOST), alive[i].sample_seed,
-              alive[i].sampling) for i, result in zip(batch, prefilled_batch)],
+            [(result.logits, torch.tensor(alive[i].completion_tokens, dtype=torch.long, device=HOST),
+              alive[i].sample_seed, alive[i].sampling) for i, result in zip(batch, prefilled_batch)],
             tolerances.race_margin,
         )
         for index, agreement, race, own_commitment in zip(batch, agreements, races, rebuilt):
@@ -563,3 +571,15 @@ def verify(
             else:
                 finish(index, None, scores, own_commitment)
     return [verdicts[i] for i in range(len(items))]
+
+
+def producer_tests(verdicts: Iterable[Verdict], q0: float) -> dict[str, RaceTest]:
+    """Each producer's sequential test over the races of all of its records among ``verdicts``
+    (specs/verification.md §7), by node id (hex) in order, under ``q0``, its profile's honest
+    loss rate per token. A producer none of whose records reached the race replay (stage 5)
+    has no test: it gave no evidence either way."""
+    tests: dict[str, RaceTest] = {}
+    for v in verdicts:
+        if "race_tokens" in v.scores:
+            tests[v.node_id] = (tests.get(v.node_id) or RaceTest(q0)).add(*v.race_evidence)
+    return dict(sorted(tests.items()))
