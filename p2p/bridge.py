@@ -68,8 +68,11 @@ class TrioBridge:
         return ready
 
     async def join(self) -> None:
-        """After a failed start: wait for the thread to end, and forget it (nothing left to stop)."""
-        await asyncio.to_thread(self._thread.join, CLOSE_TIMEOUT)
+        """After a failed start: wait for the thread to end, and forget it (nothing left to stop).
+        Both a failed start and a close that waited on it may ask: the second finds it gone."""
+        thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join, CLOSE_TIMEOUT)
         self._thread = None
 
     async def stop(self) -> None:

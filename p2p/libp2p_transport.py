@@ -69,6 +69,7 @@ gossip verdicts) and :mod:`p2p.libp2p_hooks` carries those decisions into py-lib
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import functools
 import socket
@@ -174,6 +175,7 @@ HANG_UP_TIMEOUT = 5.0
 
 class _State(enum.Enum):
     NEW = "new"
+    STARTING = "starting"
     RUNNING = "running"
     CLOSED = "closed"
 
@@ -218,6 +220,7 @@ class Libp2pTransport:
         # asyncio side
         self._tasks = _common.Tasks()  # the node's message handlers
         self._closing: asyncio.Future[None] | None = None
+        self._ready: concurrent.futures.Future[None] | None = None  # set once the thread serves
         # trio side, set once the thread runs
         self._host: IHost | None = None
         self._pubsub: PolicedPubsub | None = None
@@ -237,13 +240,26 @@ class Libp2pTransport:
         if self._state is not _State.NEW:
             raise TransportError(f"a transport starts once; this one is {self._state.value}")
         _check_port_free(self._listen)
-        ready = self._bridge.start(self._main)
+        self._state = _State.STARTING
+        self._ready = self._bridge.start(self._main)
         try:
-            await asyncio.wrap_future(ready)
+            # Shielded: cancelling the wait must not cancel the thread's own future, which it
+            # sets once it serves (a cancelled one would fail that thread's set_result).
+            await asyncio.shield(asyncio.wrap_future(self._ready))
+        except asyncio.CancelledError:
+            # Given up on while the host came up: the thread goes on. It is closed as soon as it
+            # serves (or has failed), so that neither close() nor a second start() finds it
+            # half made.
+            self._state = _State.CLOSED
+            if self._closing is None:
+                self._closing = asyncio.ensure_future(self._shutdown())
+            raise
         except Exception as error:
             self._state = _State.CLOSED
             await self._bridge.join()  # nothing left for close() to stop
             raise TransportError(f"libp2p host failed to start: {error!r}") from error
+        if self._state is not _State.STARTING:  # close() ran meanwhile, and shuts it down
+            raise TransportError("transport closed while it started")
         self._state = _State.RUNNING
 
     async def close(self) -> None:
@@ -609,6 +625,11 @@ class Libp2pTransport:
 
     async def _shutdown(self) -> None:
         self._state = _State.CLOSED
+        try:  # a host still coming up is stopped once it serves: before, it has nothing to stop
+            await asyncio.shield(asyncio.wrap_future(self._ready))
+        except Exception:  # it failed to start: its thread ends on its own
+            await self._bridge.join()
+            return
         await self._bridge.stop()
         self._tasks.cancel()
         self._bridge.fail_calls()

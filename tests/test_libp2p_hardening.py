@@ -41,7 +41,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.utils.varint import encode_uvarint
 
 from p2p.libp2p_transport import PACE_MAX_WAIT_SECONDS, REQUEST_PROTOCOL, Libp2pTransport, multiaddr_for
-from p2p.transport import PeerUnavailable, RequestTimeout, TransportLimits
+from p2p.transport import PeerUnavailable, RequestTimeout, TransportError, TransportLimits
 
 # The third invalid message bans (3^2 = 9 >= 8.5); a short ban, as in tests/test_transport.py.
 STRICT = TransportLimits(ban_threshold=-8.5, ban_seconds=3.0, invalid_message_halflife=60.0)
@@ -212,7 +212,7 @@ def test_malformed_request_frames_get_their_sender_banned() -> None:
             while host.get_connected_peers():
                 await trio.sleep(0.01)
         host.get_network().unblock_peer(peer)  # past py-libp2p's own 60 s negative dial cache
-        with pytest.raises(Exception):  # the redial is refused (py-libp2p raises a dozen types)
+        with pytest.raises(Exception):  # noqa: B017 (the redial is refused; py-libp2p raises a dozen types)
             await host.connect(PeerInfo(peer, host.get_peerstore().addrs(peer)))
         assert host.get_connected_peers() == []
 
@@ -536,5 +536,43 @@ def test_a_transport_whose_port_is_taken_refuses_to_start():
             await second.close()
         finally:
             await first.close()
+
+    asyncio.run(scenario())
+
+
+def libp2p_threads() -> int:
+    import threading
+
+    return sum(t.name.startswith("libp2p") and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_start_given_up_on_or_closed_midway_leaves_no_host_running():
+    """A start that is cancelled, or raced by close(), before the host serves: close() used to
+    find the trio side unset (AttributeError) and leave its thread running, and a cancelled
+    start left the transport new, to be started twice."""
+    async def scenario() -> None:
+        before = libp2p_threads()
+        cancelled = Libp2pTransport(seed("cancelled"))
+        starting = asyncio.ensure_future(cancelled.start())
+        await asyncio.sleep(0)  # the thread is started; the host is not up yet
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        await asyncio.wait_for(cancelled.close(), 30)
+        with pytest.raises(TransportError, match="starts once"):
+            await cancelled.start()
+
+        raced = Libp2pTransport(seed("raced"))
+        starting = asyncio.ensure_future(raced.start())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(raced.close(), 30)
+        with pytest.raises(TransportError, match="closed while it started"):
+            await starting
+        assert raced.peers() == set() and raced.addresses() == []
+        for _ in range(100):  # bounded: the threads end within CLOSE_TIMEOUT of their close
+            if libp2p_threads() == before:
+                break
+            await asyncio.sleep(0.1)
+        assert libp2p_threads() == before
 
     asyncio.run(scenario())
