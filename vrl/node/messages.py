@@ -23,7 +23,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 
@@ -275,6 +275,7 @@ class WeightedDigests:
     ``[32-byte group digest, weight]``, each weight a finite float >= 0, no digest twice."""
 
     max_items: int
+    as_is: ClassVar[bool] = False
 
     def decode(self, value: Any, name: str) -> tuple[tuple[bytes, float], ...]:
         if type(value) is not list:

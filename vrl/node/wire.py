@@ -22,6 +22,7 @@ builds the map once, and every check is linear in it.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self, TypeVar
@@ -33,7 +34,7 @@ from vrl.rollouts.codec import FieldError, canonical_bytes
 from vrl.rollouts.keys import NodeKey, signature_valid
 
 U64 = (1 << 64) - 1
-#: The map keys of a gossip message's envelope: no field may take them.
+#: The map keys of a gossip message's envelope (specs/network.md §3): no field may take them.
 ENVELOPE = ("kind", "v")
 
 
@@ -47,7 +48,10 @@ class MessageError(VrlError, ValueError):
 class WireType(Protocol):
     """A field's wire type: ``decode`` checks a decoded msgpack value and returns the field's
     value, or raises :class:`~vrl.rollouts.codec.FieldError` naming ``name``; ``encode`` is the
-    reverse (it checks nothing: what a node builds itself is the node's business)."""
+    reverse (it checks nothing: what a node builds itself is the node's business). ``as_is``:
+    the value is its own wire form, so the encoder need not call ``encode``."""
+
+    as_is: bool
 
     def decode(self, value: Any, name: str) -> Any: ...
 
@@ -67,6 +71,8 @@ class Bin:
     def __init__(self, *sizes: int) -> None:
         object.__setattr__(self, "sizes", sizes)
 
+    as_is: ClassVar[bool] = True
+
     def decode(self, value: Any, name: str) -> bytes:
         if type(value) is not bytes:
             raise _expected("bytes", value, name)
@@ -84,6 +90,8 @@ class Uint:
 
     low: int = 0
     high: int = U64
+
+    as_is: ClassVar[bool] = True
 
     def decode(self, value: Any, name: str) -> int:
         if type(value) is not int:  # a bool is an int to Python, never on the wire
@@ -104,6 +112,8 @@ class Real:
     low: float
     high: float
 
+    as_is: ClassVar[bool] = False
+
     def decode(self, value: Any, name: str) -> float:
         if type(value) is not float:
             raise _expected("float", value, name)
@@ -122,6 +132,8 @@ class Text:
 
     max_bytes: int
 
+    as_is: ClassVar[bool] = True
+
     def decode(self, value: Any, name: str) -> str:
         if type(value) is not str:
             raise _expected("str", value, name)
@@ -139,6 +151,8 @@ class Choice:
 
     enum: type
     members: Mapping[str, Any] = dataclasses.field(init=False, repr=False, compare=False)
+
+    as_is: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "members", {member.value: member for member in self.enum})
@@ -162,6 +176,8 @@ class Texts:
     max_items: int
     max_chars: int
 
+    as_is: ClassVar[bool] = False
+
     def decode(self, value: Any, name: str) -> tuple[str, ...]:
         if type(value) is not list:
             raise _expected("list", value, name)
@@ -176,6 +192,8 @@ class Texts:
 @dataclass(frozen=True, slots=True)
 class Flag:
     """A boolean."""
+
+    as_is: ClassVar[bool] = True
 
     def decode(self, value: Any, name: str) -> bool:
         if type(value) is not bool:
@@ -195,10 +213,13 @@ class Blobs:
     max_items: int
     max_bytes: int | None = None
 
+    as_is: ClassVar[bool] = False
+
     def decode(self, value: Any, name: str) -> tuple[bytes, ...]:
         limit = self.max_bytes
-        if type(value) is not list or not self.min_items <= len(value) <= self.max_items or not all(
-                type(b) is bytes and (limit is None or len(b) <= limit) for b in value):
+        if type(value) is not list or not self.min_items <= len(value) <= self.max_items or not (
+                all(type(b) is bytes for b in value) if limit is None else
+                all(type(b) is bytes and len(b) <= limit for b in value)):
             each = "" if limit is None else f" of at most {limit} bytes"
             raise FieldError(name, f"expected a list of {self.min_items}..{self.max_items} byte strings{each}")
         return tuple(value)
@@ -212,6 +233,10 @@ class Nullable:
     """``inner``, or nil (None)."""
 
     inner: WireType
+
+    @property
+    def as_is(self) -> bool:
+        return self.inner.as_is
 
     def decode(self, value: Any, name: str) -> Any:
         return None if value is None else self.inner.decode(value, name)
@@ -247,16 +272,29 @@ class Schema:
     topic: str | None
     fields: tuple[WireField, ...]
     keys: frozenset[str] = dataclasses.field(init=False)  # every key of the map, the envelope's too
-    # (name, decode) and (name, encode) of each field, in declaration order: the decoder's and
-    # the encoder's loops, bound once rather than looked up per message.
+    envelope: Mapping[str, Any] = dataclasses.field(init=False)  # {"kind": name, "v": version}, or {}
+    # The decoder's and the encoder's loops, bound once rather than looked up per message (the
+    # node decodes every message it receives, bench/node_cpu.py): (name, decode) of each field
+    # in declaration order, which is the constructor's; the names of the fields that are their own
+    # wire form, read at once; (name, encode) of the others.
     readers: tuple[tuple[str, Callable[[Any, str], Any]], ...] = dataclasses.field(init=False)
+    plain: tuple[str, ...] = dataclasses.field(init=False)
+    read_plain: Callable[[Any], tuple] = dataclasses.field(init=False)
     writers: tuple[tuple[str, Callable[[Any], Any]], ...] = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         names = frozenset(f.name for f in self.fields)
-        object.__setattr__(self, "keys", names | frozenset(ENVELOPE) if self.version is not None else names)
-        object.__setattr__(self, "readers", tuple((f.name, f.type.decode) for f in self.fields))
-        object.__setattr__(self, "writers", tuple((f.name, f.type.encode) for f in self.fields))
+        plain = tuple(f.name for f in self.fields if f.type.as_is)
+        values = operator.attrgetter(*plain) if plain else (lambda value: ())
+        envelope = {"kind": self.name, "v": self.version} if self.version is not None else {}
+        set_ = object.__setattr__
+        set_(self, "keys", names | envelope.keys())
+        set_(self, "envelope", envelope)
+        set_(self, "readers", tuple((f.name, f.type.decode) for f in self.fields))
+        set_(self, "plain", plain)
+        # attrgetter of one name gives the value, not a 1-tuple
+        set_(self, "read_plain", values if len(plain) != 1 else (lambda value: (values(value),)))
+        set_(self, "writers", tuple((f.name, f.type.encode) for f in self.fields if not f.type.as_is))
 
     def fields_in(self, version: int) -> tuple[str, ...]:
         """The fields a map of ``version`` has: those added by then."""
@@ -295,6 +333,8 @@ def message(name: str, version: int | None = None, *, topic: str | None = None) 
         for spec in dataclasses.fields(cls):
             if "wire" not in spec.metadata:
                 raise TypeError(f"{cls.__name__}.{spec.name}: every field of a message is on the wire: give wire(...)")
+            if not spec.init or spec.kw_only:  # the decoder passes every field, in order
+                raise TypeError(f"{cls.__name__}.{spec.name}: a message's fields are all positional parameters")
             kind, since = spec.metadata["wire"]
             if spec.name in ENVELOPE or (version is not None and not 1 <= since <= version):
                 raise TypeError(f"{cls.__name__}.{spec.name}: a reserved name, or a version the message does not have")
@@ -315,10 +355,12 @@ def schema_of(cls: type[Message] | Message) -> Schema:
 def wire_map(value: Message, omit: str | None = None) -> dict[str, Any]:
     """``value`` as the map it is on the wire (less the field ``omit``: what a signature covers)."""
     schema = value._wire_schema
-    wire: dict[str, Any] = {"kind": schema.name, "v": schema.version} if schema.version is not None else {}
+    wire = dict(zip(schema.plain, schema.read_plain(value)))
+    wire.update(schema.envelope)
     for name, write in schema.writers:
-        if name != omit:
-            wire[name] = write(getattr(value, name))
+        wire[name] = write(getattr(value, name))
+    if omit is not None:
+        del wire[omit]
     return wire
 
 
@@ -341,7 +383,7 @@ def decode(cls: type[M], data: bytes) -> M:
         raise MessageError(f"{name}: field {shown(sorted(unknown or missing)[0])} is "
                            f"{'unknown' if unknown else 'missing'}")
     try:
-        value = cls(**{key: read(wire[key], key) for key, read in schema.readers})
+        value = cls(*[read(wire[key], key) for key, read in schema.readers])
         value._cross_check()
     except FieldError as error:
         raise MessageError(f"{name}: {error}") from None
