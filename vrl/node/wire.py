@@ -22,6 +22,7 @@ builds the map once, and every check is linear in it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,20 +59,28 @@ class WireType(Protocol):
     def encode(self, value: Any) -> Any: ...
 
 
+class AsIs:
+    """A wire type whose values are their own wire form: the encoder takes them as they are."""
+
+    __slots__ = ()
+    as_is: ClassVar[bool] = True
+
+    def encode(self, value: Any) -> Any:
+        return value
+
+
 def _expected(kind: str, value: Any, name: str) -> FieldError:
     return FieldError(name, f"expected {kind}, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class Bin:
+class Bin(AsIs):
     """A byte string (msgpack bin) of one of ``sizes`` lengths: ``Bin(32)``, ``Bin(0, 32)``."""
 
     sizes: tuple[int, ...]
 
     def __init__(self, *sizes: int) -> None:
         object.__setattr__(self, "sizes", sizes)
-
-    as_is: ClassVar[bool] = True
 
     def decode(self, value: Any, name: str) -> bytes:
         if type(value) is not bytes:
@@ -80,27 +89,19 @@ class Bin:
             raise FieldError(name, f"expected {' or '.join(map(str, self.sizes))} bytes, got {len(value)}")
         return value
 
-    def encode(self, value: bytes) -> bytes:
-        return value
-
 
 @dataclass(frozen=True, slots=True)
-class Uint:
+class Uint(AsIs):
     """An integer in ``[low, high]``, by default any msgpack uint (``[0, 2^64 - 1]``)."""
 
     low: int = 0
     high: int = U64
-
-    as_is: ClassVar[bool] = True
 
     def decode(self, value: Any, name: str) -> int:
         if type(value) is not int:  # a bool is an int to Python, never on the wire
             raise _expected("int", value, name)
         if not self.low <= value <= self.high:
             raise FieldError(name, f"{value} is outside [{self.low}, {self.high}]")
-        return value
-
-    def encode(self, value: int) -> int:
         return value
 
 
@@ -118,7 +119,7 @@ class Real:
         if type(value) is not float:
             raise _expected("float", value, name)
         if not self.low <= value <= self.high:  # also refuses NaN: every comparison is false
-            bound = f"not >= {self.low:g}" if self.high == float("inf") else f"outside [{self.low:g}, {self.high:g}]"
+            bound = f"not >= {self.low:g}" if self.high == math.inf else f"outside [{self.low:g}, {self.high:g}]"
             raise FieldError(name, f"{value} is {bound}")
         return value
 
@@ -127,21 +128,16 @@ class Real:
 
 
 @dataclass(frozen=True, slots=True)
-class Text:
+class Text(AsIs):
     """Text (msgpack str) of at most ``max_bytes`` UTF-8 bytes."""
 
     max_bytes: int
-
-    as_is: ClassVar[bool] = True
 
     def decode(self, value: Any, name: str) -> str:
         if type(value) is not str:
             raise _expected("str", value, name)
         if len(value.encode()) > self.max_bytes:
             raise FieldError(name, f"longer than {self.max_bytes} bytes")
-        return value
-
-    def encode(self, value: str) -> str:
         return value
 
 
@@ -190,17 +186,12 @@ class Texts:
 
 
 @dataclass(frozen=True, slots=True)
-class Flag:
+class Flag(AsIs):
     """A boolean."""
-
-    as_is: ClassVar[bool] = True
 
     def decode(self, value: Any, name: str) -> bool:
         if type(value) is not bool:
             raise _expected("bool", value, name)
-        return value
-
-    def encode(self, value: bool) -> bool:
         return value
 
 
@@ -248,14 +239,16 @@ class Nullable:
 # -- declaring a message -----------------------------------------------------------------------------
 
 
-def wire(kind: WireType, *, since: int = 1) -> dict:
+def wire(wire_type: WireType, *, since: int = 1) -> dict:
     """Field metadata: the field's wire type (with its bounds), and the message version that
     added it (a request or response has no version: leave it 1)."""
-    return {"wire": (kind, since)}
+    return {"wire": (wire_type, since)}
 
 
 @dataclass(frozen=True)
 class WireField:
+    """One field as a message declares it: its name, wire type and the version that added it."""
+
     name: str
     type: WireType
     since: int
@@ -296,10 +289,6 @@ class Schema:
         set_(self, "read_plain", values if len(plain) != 1 else (lambda value: (values(value),)))
         set_(self, "writers", tuple((f.name, f.type.encode) for f in self.fields if not f.type.as_is))
 
-    def fields_in(self, version: int) -> tuple[str, ...]:
-        """The fields a map of ``version`` has: those added by then."""
-        return tuple(f.name for f in self.fields if f.since <= version)
-
 
 class Message:
     """What every message has: its bytes, and itself from bytes (:func:`encode`, :func:`decode`)."""
@@ -335,10 +324,10 @@ def message(name: str, version: int | None = None, *, topic: str | None = None) 
                 raise TypeError(f"{cls.__name__}.{spec.name}: every field of a message is on the wire: give wire(...)")
             if not spec.init or spec.kw_only:  # the decoder passes every field, in order
                 raise TypeError(f"{cls.__name__}.{spec.name}: a message's fields are all positional parameters")
-            kind, since = spec.metadata["wire"]
+            wire_type, since = spec.metadata["wire"]
             if spec.name in ENVELOPE or (version is not None and not 1 <= since <= version):
                 raise TypeError(f"{cls.__name__}.{spec.name}: a reserved name, or a version the message does not have")
-            fields.append(WireField(spec.name, kind, since))
+            fields.append(WireField(spec.name, wire_type, since))
         cls._wire_schema = Schema(name, version, topic, tuple(fields))
         return cls
 
@@ -346,6 +335,7 @@ def message(name: str, version: int | None = None, *, topic: str | None = None) 
 
 
 def schema_of(cls: type[Message] | Message) -> Schema:
+    """The schema a message class (or a message) was declared with."""
     return cls._wire_schema
 
 
