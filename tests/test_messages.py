@@ -145,7 +145,7 @@ def decoded_or_refused(cls, data: bytes, canonical: bool) -> object | None:
 
 
 @pytest.mark.parametrize("cls", GOSSIP_MESSAGES + PLAIN, ids=lambda cls: cls.__name__)
-@settings(max_examples=150, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_the_generic_decoder_gives_what_re_encodes_to_its_input_or_a_message_error(cls, data):
     data.draw(st.binary(max_size=64).map(lambda raw: decoded_or_refused(cls, raw, False)))
@@ -153,15 +153,17 @@ def test_the_generic_decoder_gives_what_re_encodes_to_its_input_or_a_message_err
     decoded_or_refused(cls, packed, canonical)
 
 
-def test_the_map_strategy_reaches_the_decoded_path():
-    """The property above is vacuous if no drawn map decodes: count some that do."""
+@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + PLAIN, ids=lambda cls: cls.__name__)
+def test_the_map_strategy_reaches_the_decoded_path(cls):
+    """The property above is vacuous if no drawn map decodes: count those that do (10 to 73 in
+    100, by message, with this seed)."""
     decoded = 0
 
-    @settings(max_examples=100, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(drawn=message_maps(SignedVerdict))
+    @settings(max_examples=100, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(drawn=message_maps(cls))
     def count(drawn):
         nonlocal decoded
-        decoded += decoded_or_refused(SignedVerdict, *drawn) is not None
+        decoded += decoded_or_refused(cls, *drawn) is not None
 
     count()
-    assert decoded >= 20
+    assert decoded >= 5
