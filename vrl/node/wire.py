@@ -70,7 +70,15 @@ class AsIs:
 
 
 def _expected(kind: str, value: Any, name: str) -> FieldError:
-    return FieldError(name, f"expected {kind}, got {type(value).__name__}")
+    return FieldError(name, f"expected {kind}, got {type(value).__name__} {shown(value)}")
+
+
+def _power(bound: int) -> str:
+    """A large bound as the specs write it: ``2^64 - 1`` rather than its twenty digits."""
+    for exact, suffix in ((bound, ""), (bound + 1, " - 1")):
+        if exact >= 1 << 16 and exact & (exact - 1) == 0:
+            return f"2^{exact.bit_length() - 1}{suffix}"
+    return str(bound)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -101,7 +109,7 @@ class Uint(AsIs):
         if type(value) is not int:  # a bool is an int to Python, never on the wire
             raise _expected("int", value, name)
         if not self.low <= value <= self.high:
-            raise FieldError(name, f"{value} is outside [{self.low}, {self.high}]")
+            raise FieldError(name, f"{shown(value)} is outside [{_power(self.low)}, {_power(self.high)}]")
         return value
 
 
@@ -230,7 +238,12 @@ class Nullable:
         return self.inner.as_is
 
     def decode(self, value: Any, name: str) -> Any:
-        return None if value is None else self.inner.decode(value, name)
+        if value is None:
+            return None
+        try:
+            return self.inner.decode(value, name)
+        except FieldError as error:
+            raise FieldError(error.field, f"{error.problem} (nil is allowed too)") from None
 
     def encode(self, value: Any) -> Any:
         return None if value is None else self.inner.encode(value)
