@@ -34,6 +34,7 @@ from vrl.errors import VrlError, shown
 from vrl.rollouts.codec import FieldError, canonical_bytes
 from vrl.rollouts.keys import NodeKey, signature_valid
 
+#: The largest msgpack uint: a count or version field takes the whole range (specs/network.md §3.2).
 U64 = (1 << 64) - 1
 #: The map keys of a gossip message's envelope (specs/network.md §3): no field may take them.
 ENVELOPE = ("kind", "v")
