@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: What a revision measured with --against needs from its tree.
+CODE = ("vrl", "proofs", "p2p", "specs")
 
 
 async def settle(node) -> None:
@@ -163,9 +165,9 @@ def main() -> None:
     trees: dict[str, str | None] = {"this tree": None}
     with tempfile.TemporaryDirectory() as other:
         if args.against:
-            subprocess.run(["git", "--work-tree", other, "checkout", args.against, "--", "vrl", "proofs", "p2p"],
-                           cwd=ROOT, check=True)
-            subprocess.run(["git", "reset", "-q", "--", "vrl", "proofs", "p2p"], cwd=ROOT, check=True)
+            # The packages, and specs/: the tolerance table the verifier loads (specs/tolerances.json).
+            subprocess.run(["git", "--work-tree", other, "checkout", args.against, "--", *CODE], cwd=ROOT, check=True)
+            subprocess.run(["git", "reset", "-q", "--", *CODE], cwd=ROOT, check=True)
             trees[args.against] = other
         runs: dict[str, list[dict]] = {name: [] for name in trees}
         for _ in range(args.repeats):

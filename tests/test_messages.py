@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from vrl.node import wire
 from vrl.node.messages import (
+    GOSSIP_MESSAGES,
     BackfillPage,
     BackfillRequest,
     MessageError,
     PolicyAnnouncement,
+    SamplingRequest,
     SignedVerdict,
     Submission,
+    WeightedDigests,
     audit_ticket,
     topic_of,
 )
+from vrl.rollouts.codec import canonical_bytes
 from vrl.rollouts.keys import NodeKey
 
 KEY = NodeKey.from_seed(b"m" * 32)
@@ -67,3 +74,96 @@ def test_topic_of_names_only_our_kinds():
     assert topic_of(VERDICT.to_bytes()) == "vrl/verdicts/2"
     for data in (b"", b"\xc1", msgpack.packb([1]), msgpack.packb({"kind": ["group"]}), msgpack.packb({"kind": 1})):
         assert topic_of(data) is None
+
+
+# -- the generic decoder: any input decodes to what re-encodes to it, or is a MessageError ------------
+
+PLAIN = (BackfillRequest, SamplingRequest, BackfillPage)  # request/response maps: no envelope, not canonical
+ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=8)
+    | st.binary(max_size=40), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(max_size=6), inner, max_size=4), max_leaves=8)
+
+
+def valid_value(kind) -> st.SearchStrategy:
+    """A value the wire type ``kind`` accepts (small where its bounds allow much more)."""
+    match kind:
+        case wire.Bin(sizes=sizes):
+            return st.sampled_from(sizes).flatmap(lambda n: st.binary(min_size=n, max_size=n))
+        case wire.Uint(low=low, high=high):
+            return st.sampled_from([low, high]) | st.integers(low, high)
+        case wire.Real(low=low, high=high):
+            return st.sampled_from([low, high]) | st.floats(low, high)
+        case wire.Text(max_bytes=limit):
+            return st.text(max_size=limit // 4)
+        case wire.Choice(members=members):
+            return st.sampled_from(sorted(members))
+        case wire.Texts(max_items=items, max_chars=chars):
+            return st.lists(st.text(max_size=chars), max_size=min(items, 3))
+        case wire.Flag():
+            return st.booleans()
+        case wire.Blobs(min_items=low, max_items=high):
+            return st.lists(st.binary(max_size=64), min_size=low, max_size=min(high, 3))
+        case wire.Nullable(inner=inner):
+            return st.none() | valid_value(inner)
+        case WeightedDigests():
+            return st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.floats(0.0, 1e300)).map(list),
+                            max_size=3, unique_by=lambda pair: pair[0])
+    raise AssertionError(f"no strategy for {kind!r}")
+
+
+@st.composite
+def message_maps(draw: st.DrawFn, cls) -> tuple[bytes, bool]:
+    """A map shaped like a ``cls`` message: every field valid but a few spoiled (left out, or
+    anything at all), now and then another key, the envelope mostly right; packed canonically
+    or not. Returns (bytes, whether canonical)."""
+    schema = wire.schema_of(cls)
+    names = [spec.name for spec in schema.fields]
+    spoiled = draw(st.sets(st.sampled_from(names), max_size=2) | st.just(set()))
+    fields = {spec.name: draw(valid_value(spec.type)) for spec in schema.fields if spec.name not in spoiled}
+    for name in spoiled:
+        if draw(st.booleans()):
+            fields[name] = draw(ANY_VALUE)
+    if schema.version is not None:
+        fields["kind"] = draw(st.sampled_from([schema.name] * 4 + ["other"]))
+        fields["v"] = draw(st.sampled_from([schema.version] * 4 + [schema.version + 1]))
+    if not draw(st.integers(0, 9)):
+        fields[draw(st.text(max_size=8))] = draw(ANY_VALUE)
+    canonical = draw(st.integers(0, 3)) > 0
+    return (canonical_bytes(fields) if canonical else msgpack.packb(fields, use_bin_type=True)), canonical
+
+
+def decoded_or_refused(cls, data: bytes, canonical: bool) -> object | None:
+    try:
+        value = wire.decode(cls, data)
+    except MessageError:
+        return None
+    assert wire.decode(cls, value.to_bytes()) == value
+    if canonical or wire.schema_of(cls).version is not None:  # a gossip message is its one encoding
+        assert value.to_bytes() == data
+    return value
+
+
+@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + PLAIN, ids=lambda cls: cls.__name__)
+@settings(max_examples=150, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_the_generic_decoder_gives_what_re_encodes_to_its_input_or_a_message_error(cls, data):
+    data.draw(st.binary(max_size=64).map(lambda raw: decoded_or_refused(cls, raw, False)))
+    packed, canonical = data.draw(message_maps(cls))
+    decoded_or_refused(cls, packed, canonical)
+
+
+@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + PLAIN, ids=lambda cls: cls.__name__)
+def test_the_map_strategy_reaches_the_decoded_path(cls):
+    """The property above is vacuous if no drawn map decodes: count those that do (10 to 73 in
+    100, by message, with this seed)."""
+    decoded = 0
+
+    @settings(max_examples=100, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(drawn=message_maps(cls))
+    def count(drawn):
+        nonlocal decoded
+        decoded += decoded_or_refused(cls, *drawn) is not None
+
+    count()
+    assert decoded >= 5

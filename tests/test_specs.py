@@ -303,6 +303,146 @@ def test_message_fields_are_the_encoders_both_ways(heading, kind):
     assert stated == set(msgpack.unpackb(message, raw=False))
 
 
+# -- message schemas: the specs' field tables against vrl/node/wire.py's declarations ---------------
+
+
+def number(text: str) -> int | float:
+    """A bound as the field tables write it: ``2^64 - 1``, ``65,536 x 66,560``, ``256 KiB``, ``+inf``."""
+    text = text.strip().replace(",", "").replace(" x ", "·")
+    if text in ("inf", "+inf"):
+        return math.inf
+    for unit, size in _UNITS.items():
+        if text.endswith(" " + unit):
+            return number(text.removesuffix(" " + unit)) * size
+    tree = ast.parse(text.replace("·", "*").replace("^", "**"), mode="eval")
+    assert all(isinstance(node, _ARITHMETIC) for node in ast.walk(tree)), f"not a number: {text!r}"
+    return eval(compile(tree, text, "eval"), {"__builtins__": {}})  # arithmetic only, checked above
+
+
+def number_range(bound: str) -> tuple:
+    """``lo .. hi``, ``[lo, hi]``, ``< x``, ``>= lo``: (low, high) inclusive; a bound naming another
+    field or value (``<= race_tokens``, ``> after``) is a rule the message checks itself, and leaves
+    the field the whole msgpack uint range."""
+    if match := re.fullmatch(r"(<=?|>=?) ([a-z_]+)", bound):
+        return (0, 2**64 - 1)
+    if match := re.fullmatch(r"(.+) \.\. (.+)", bound) or re.fullmatch(r"\[(.+), (.+)\]", bound):
+        return number(match.group(1)), number(match.group(2))
+    if match := re.fullmatch(r"< (.+)", bound):
+        return 0, number(match.group(1)) - 1
+    if match := re.fullmatch(r">= (.+)", bound):
+        return number(match.group(1)), math.inf
+    raise AssertionError(f"not a range: {bound!r}")
+
+
+def stated_type(cell: str, meaning: str) -> tuple:
+    """A field table's type cell as :func:`schema_type` describes a wire type. A choice of text
+    (a plain ``str``) lists its values in the meaning."""
+    text = cell.split(":")[0].strip()  # "bin 32: the group's digest"
+    if text.endswith("or nil at the end"):
+        return ("nil or", stated_type(text.split(";")[0], meaning))
+    patterns = [
+        (r"bin (\d+)(?: or (\d+))?", lambda m: ("bin", tuple(sorted(int(g) for g in m.groups() if g)))),
+        (r"uint(?:,| in)? `([^`]+)`.*", lambda m: ("uint", *number_range(m.group(1)))),
+        (r"float(?:64)?,? `([^`]+)`.*", lambda m: ("float", *number_range(m.group(1)))),
+        (r"str, at most (\d+) bytes", lambda m: ("str", int(m.group(1)))),
+        (r"str", lambda m: ("choice", frozenset(span.strip('"') for span in spans(meaning)))),
+        (r"list of at most (\d+) str of at most (\d+) characters", lambda m: ("strs", int(m[1]), int(m[2]))),
+        (r"bool", lambda m: ("bool",)),
+        (r"list of at most (\d+) bin, each at most ([^(]+?)(?: \(.*)?", lambda m: ("bins", 0, int(m[1]), number(m[2]))),
+        (r"list of at most (\d+) `\[bin 32, float64\]`", lambda m: ("pairs", int(m[1]))),
+    ]
+    for pattern, read in patterns:
+        if match := re.fullmatch(pattern, text):
+            return read(match)
+    raise AssertionError(f"a type the test does not read: {cell!r}")
+
+
+def schema_type(kind) -> tuple:
+    from vrl.node import wire
+    from vrl.node.messages import WeightedDigests
+
+    match kind:
+        case wire.Bin(sizes=sizes):
+            return ("bin", tuple(sorted(sizes)))
+        case wire.Uint(low=low, high=high):
+            return ("uint", low, high)
+        case wire.Real(low=low, high=high):
+            return ("float", low, high)
+        case wire.Text(max_bytes=limit):
+            return ("str", limit)
+        case wire.Choice(members=members):
+            return ("choice", frozenset(members))
+        case wire.Texts(max_items=items, max_chars=chars):
+            return ("strs", items, chars)
+        case wire.Flag():
+            return ("bool",)
+        case wire.Blobs(min_items=low, max_items=high, max_bytes=limit):
+            return ("bins", low, high, limit)
+        case wire.Nullable(inner=inner):
+            return ("nil or", schema_type(inner))
+        case WeightedDigests(max_items=items):
+            return ("pairs", items)
+    raise AssertionError(f"a wire type the test does not describe: {kind!r}")
+
+
+def _field_tables() -> list[tuple[str, str, list[dict[str, str]]]]:
+    """(message class name, where, rows as {name, type, meaning}) of every field table of a message."""
+    found = []
+    for doc, heading, name in [("network.md", "3.2", "SignedVerdict"), ("network.md", "3.3", "PolicyAnnouncement"),
+                               ("training.md", "5. Step tickets", "StepVerdict")]:
+        rows = table(doc, heading, "Field")
+        found.append((name, f"{doc} §{heading}", [{"name": span(r["Field"]), "type": r["Type"], "meaning": r["Meaning"]}
+                                                   for r in rows]))
+    rows = table("network.md", "3.4", "field")
+    found.append(("SamplingRequest", "network.md §3.4", [{"name": span(r["field"]), "type": r["type and range"],
+                                                          "meaning": ""} for r in rows]))
+    rows = table("network.md", "6. Policy distribution", "map")
+    for side, name in [("request", "BackfillRequest"), ("page", "BackfillPage")]:
+        found.append((name, f"network.md §6 {side}", [{"name": span(r["field"]), "type": r["type and range"],
+                                                       "meaning": ""} for r in rows if r["map"] == side]))
+    return found
+
+
+FIELD_TABLES = _field_tables()
+
+
+@pytest.mark.parametrize(("name", "where", "rows"), FIELD_TABLES, ids=[w for _, w, _ in FIELD_TABLES])
+def test_message_field_tables_are_the_wire_schemas_both_ways(name, where, rows):
+    """Each field a table lists is one the message declares, of the type and within the bounds
+    the table gives, and the table lists every field; ``kind`` and ``v`` are the message's, and
+    ``v``'s note names the fields each version added."""
+    from vrl.node import messages, wire
+
+    schema = wire.schema_of(getattr(messages, name))
+    stated = {row["name"]: row for row in rows}
+    assert set(stated) == set(schema.keys), f"specs/{where} lists other fields than {name} declares"
+    for field in schema.fields:
+        row = stated[field.name]
+        assert stated_type(row["type"], row["meaning"]) == schema_type(field.type), \
+            f"specs/{where}: {field.name} is {row['type']}, but {name} declares {field.type}"
+    if schema.version is not None:
+        assert spans(stated["kind"]["meaning"]) == [f'"{schema.name}"']
+        version, *_ = spans(stated["v"]["meaning"])
+        assert int(version) == schema.version
+        added = {int(v): set(re.findall(r"`(\w+)`", names))
+                 for v, names in re.findall(r"(\d+) added ((?:`\w+`(?:, | and )?)+)", stated["v"]["meaning"])}
+        assert added == {v: {f.name for f in schema.fields if f.since == v} for v in range(2, schema.version + 1)
+                         if any(f.since == v for f in schema.fields)}
+
+
+def test_the_group_message_is_the_submission_schema():
+    """specs/network.md §3.1 writes the group message out, and its records' count, in prose."""
+    from vrl.node import wire
+    from vrl.node.messages import Submission
+
+    section, schema = read("network.md", "3.1"), wire.schema_of(Submission)
+    kind, version, name = re.search(r'\{"kind": "(\w+)", "v": (\d+), "(\w+)": \[record bytes', section).groups()
+    (records,) = schema.fields
+    assert (kind, int(version), name) == (schema.name, schema.version, records.name)
+    low, high = re.search(r"`(\d+) \.\.= (\d+)` of them", section).groups()
+    assert schema_type(records.type) == ("bins", int(low), int(high), None)
+
+
 def test_verdict_fields_are_the_verifiers_both_ways():
     from vrl.rollouts.verify import Reason, Stage, Verdict
 

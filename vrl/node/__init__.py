@@ -1,4 +1,5 @@
-"""The network node: the sans-I/O protocol state machine (``protocol``), its messages, the
+"""The network node: the sans-I/O protocol state machine (``protocol``), its messages
+(``messages``, declared in the wire schema of ``wire``), the
 reputation that weighs verdicts (``reputation``), the SQLite store, the model work a node
 does, the daemon around them, its config, metrics and weights blobs. It builds on
 :mod:`vrl.rl`, :mod:`vrl.rollouts` and :mod:`vrl.tasks`, and on the transports of

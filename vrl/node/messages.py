@@ -11,7 +11,9 @@ Four gossip messages, each a canonical msgpack map with a ``kind`` and a version
 * :class:`StepVerdict`: a verifier's signed statement that it replayed one training step,
   and whether the announced weights are what the step makes.
 
-Every decoder is strict (no unknown fields, exact types, canonical bytes) and raises
+Each message declares each of its fields once, with its wire type, bounds and the version
+that added it; one encoder and one decoder serve them all (:mod:`vrl.node.wire`). Every
+decoder is strict (no unknown fields, exact types, canonical bytes) and raises
 :class:`MessageError` naming the message kind and the field.
 """
 
@@ -19,15 +21,32 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 
-from vrl.errors import VrlError
-from vrl.rollouts.codec import FieldError, canonical_bytes, fixed_bytes, integer, take, text
+from vrl.node.wire import (
+    U64,
+    Bin,
+    Blobs,
+    Choice,
+    Flag,
+    Message,
+    MessageError,
+    Nullable,
+    Real,
+    Signed,
+    Text,
+    Texts,
+    Uint,
+    decode,
+    message,
+    schema_of,
+    wire,
+)
+from vrl.rollouts.codec import FieldError
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.rollouts.model import MAX_PLATFORM_BYTES
 from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
@@ -36,7 +55,8 @@ from vrl.zk.rewards import MAX_COMPANION_BYTES
 MESSAGE_VERSION = 1
 # 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2).
 VERDICT_VERSION = 2
-# 2: a policy announcement binds the training step that made it (specs/training.md §3).
+# 2: a policy announcement binds the training step that made it (specs/training.md §3);
+# 3: and the reward proofs of a private task set's step, proofs and proofs_size (specs/zk.md §11).
 POLICY_VERSION = 3
 TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/2"
@@ -50,8 +70,6 @@ STEP_DOMAIN = b"vrl/step-verdict/v1\x00"
 STEP_TICKET_DOMAIN = b"vrl/step-ticket/v1\x00"
 AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
 DIGEST_DOMAIN = b"vrl/recomputed/v1\x00"
-
-U64 = (1 << 64) - 1
 
 
 class Outcome(StrEnum):
@@ -67,100 +85,15 @@ class Outcome(StrEnum):
 OUTCOMES = {o.value: o for o in Outcome}
 
 
-class MessageError(VrlError, ValueError):
-    """A message that does not decode; names the kind and the field."""
-
-
-def _msgpack_map(data: bytes, kind: str) -> dict:
-    """``data`` as a msgpack map with text keys; anything else is a MessageError."""
-    try:
-        wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except Exception as error:  # msgpack raises several unrelated types for bad bytes
-        raise MessageError(f"{kind}: not valid msgpack: {error}") from None
-    if not isinstance(wire, dict):
-        raise MessageError(f"{kind}: expected a msgpack map, got {type(wire).__name__}")
-    if not all(isinstance(k, str) for k in wire):
-        raise MessageError(f"{kind}: every key must be text (msgpack str), found {_first_non_text(wire)!r}")
-    return wire
-
-
-def _exactly(wire: dict, kind: str, fields: set[str]) -> dict:
-    unknown, missing = set(wire) - fields, fields - set(wire)
-    if unknown or missing:
-        raise MessageError(f"{kind}: field {sorted(unknown or missing)[0]!r} is {'unknown' if unknown else 'missing'}")
-    return wire
-
-
-def _decode_map(data: bytes, kind: str, fields: set[str], version: int = MESSAGE_VERSION) -> dict:
-    """A gossip message: its ``kind`` and version first, then exactly ``fields``."""
-    wire = _msgpack_map(data, kind)
-    if wire.get("kind") != kind:
-        raise MessageError(f"{kind}: field 'kind' must be {kind!r}, got {wire.get('kind')!r}")
-    if wire.get("v") != version:
-        raise MessageError(f"{kind}: unknown message version {wire.get('v')!r}")
-    return _exactly(wire, kind, fields | {"kind", "v"})
-
-
-def _first_non_text(wire: dict) -> object:
-    return next(k for k in wire if not isinstance(k, str))
-
-
-def topic_of(data: bytes) -> str | None:
-    """The gossip topic a stored message belongs on, from its ``kind`` (None if not ours)."""
-    try:
-        wire = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception:  # msgpack raises several unrelated types for bad bytes: not a message of ours
-        return None
-    kind = wire.get("kind") if isinstance(wire, dict) else None
-    return {"group": TOPIC_GROUPS, "verdict": TOPIC_VERDICTS, "policy": TOPIC_POLICIES,
-            "step": TOPIC_STEPS}.get(kind) if isinstance(
-        kind, str) else None
-
-
-def _fields(kind: str, decode):
-    """Run field decoders, turning :class:`~vrl.rollouts.codec.FieldError` into a :class:`MessageError` of ``kind``."""
-    try:
-        return decode()
-    except FieldError as error:
-        raise MessageError(f"{kind}: {error}") from None
-
-
-def _canonical(kind: str, data: bytes, value) -> None:
-    if value.to_bytes() != data:
-        raise MessageError(f"{kind}: not in canonical encoding")
-
-
-class _Signed:
-    """What the two signed messages share: the signature covers a domain tag and the
-    canonical map without its ``signature`` field; ``_SIGNER`` names the signing key's field."""
-
-    _DOMAIN: bytes
-    _SIGNER: str
-    signature: bytes
-    _wire: Callable[[bool], dict[str, Any]]  # each message's map, with or without its signature
-
-    def signing_payload(self) -> bytes:
-        return self._DOMAIN + canonical_bytes(self._wire(False))
-
-    def signed(self, key: NodeKey):
-        unsigned = replace(self, **{self._SIGNER: key.node_id}, signature=b"")
-        return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
-
-    def signature_ok(self) -> bool:
-        return signature_valid(getattr(self, self._SIGNER), self.signing_payload(), self.signature)
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes(self._wire(True))
-
-
 # -- submissions -----------------------------------------------------------------------------
 
 
+@message("group", MESSAGE_VERSION, topic=TOPIC_GROUPS)
 @dataclass(frozen=True)
-class Submission:
+class Submission(Message):
     """One whole group of one node, as gossiped. ``digest`` names it everywhere else."""
 
-    records: tuple[bytes, ...]
+    records: tuple[bytes, ...] = field(metadata=wire(Blobs(1, MAX_GROUP_SIZE)))  # each the bytes its worker signed
 
     @classmethod
     def of(cls, group: list[Rollout]) -> Submission:
@@ -180,20 +113,6 @@ class Submission:
             except RecordError as error:
                 raise error.at(index) from None
         return out
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes({"kind": "group", "v": MESSAGE_VERSION, "records": list(self.records)})
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Submission:
-        wire = _decode_map(data, "group", {"records"})
-        records = wire["records"]
-        if not isinstance(records, list) or not 1 <= len(records) <= MAX_GROUP_SIZE or not all(
-                isinstance(r, bytes) for r in records):
-            raise MessageError(f"group: field 'records' must be a list of 1..{MAX_GROUP_SIZE} byte strings")
-        submission = cls(tuple(records))
-        _canonical("group", data, submission)
-        return submission
 
 
 def group_problem(rollouts: list[Rollout]) -> str | None:
@@ -283,44 +202,39 @@ def recomputed_digest(commitments: list[bytes]) -> bytes:
     return h.digest()
 
 
+@message("verdict", VERDICT_VERSION, topic=TOPIC_VERDICTS)
 @dataclass(frozen=True)
-class SignedVerdict(_Signed):
+class SignedVerdict(Signed):
     """A verifier's signed statement about one submission."""
 
     _DOMAIN = VERDICT_DOMAIN
     _SIGNER = "verifier"
 
-    verifier: bytes
-    subject: bytes  # the node that submitted the group
-    group: bytes  # Submission.digest
-    round: int
-    policy_version: int
-    ticket: bytes  # audit_ticket(verifier, group)
-    rate: float  # the check rate the verifier applied to the subject
-    outcome: Outcome
-    reasons: tuple[str, ...]  # rejection codes of the failed records (empty on pass or skip)
-    digest: bytes  # recomputed_digest, or b"" when skipped
-    platform: str  # e.g. "torch-2.13.0/cpu/float32": digests compare only on equal platforms
-    planted: bool = False  # the verifier made this group itself to test others (always bad)
+    verifier: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
+    subject: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))  # the node that submitted the group
+    group: bytes = field(metadata=wire(Bin(32)))  # Submission.digest
+    round: int = field(metadata=wire(Uint()))
+    policy_version: int = field(metadata=wire(Uint()))
+    ticket: bytes = field(metadata=wire(Bin(SIGNATURE_BYTES)))  # audit_ticket(verifier, group)
+    rate: float = field(metadata=wire(Real(0.0, 1.0)))  # the check rate the verifier applied to the subject
+    outcome: Outcome = field(metadata=wire(Choice(Outcome)))
+    # Rejection codes of the failed records (empty on pass or skip); at most 64 codes of at most 64
+    # characters (specs/network.md §3.2), far above the verifier's codes (specs/verification.md §1).
+    reasons: tuple[str, ...] = field(metadata=wire(Texts(64, 64)))
+    digest: bytes = field(metadata=wire(Bin(0, 32)))  # recomputed_digest, or b"" when skipped
+    # e.g. "torch-2.13.0/cpu/float32": digests compare only on equal platforms
+    platform: str = field(metadata=wire(Text(MAX_PLATFORM_BYTES)))
+    # The verifier made this group itself to test others (always bad).
+    planted: bool = field(default=False, metadata=wire(Flag()))
     # The sequential test's evidence (specs/verification.md §7): the seeded races this check
     # replayed over the group, and how many of them the claimed token lost. 0 and 0 for a skip.
-    race_tokens: int = 0
-    races_lost: int = 0
-    signature: bytes = b""
+    race_tokens: int = field(default=0, metadata=wire(Uint(), since=2))
+    races_lost: int = field(default=0, metadata=wire(Uint(), since=2))
+    signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
 
     @property
     def checked(self) -> bool:
         return self.outcome != Outcome.SKIPPED
-
-    def _wire(self, with_signature: bool) -> dict[str, Any]:
-        wire = {"kind": "verdict", "v": VERDICT_VERSION, "verifier": self.verifier, "subject": self.subject,
-                "group": self.group, "round": self.round, "policy_version": self.policy_version,
-                "ticket": self.ticket, "rate": float(self.rate), "outcome": str(self.outcome),
-                "reasons": [str(r) for r in self.reasons], "digest": self.digest, "platform": self.platform,
-                "planted": self.planted, "race_tokens": self.race_tokens, "races_lost": self.races_lost}
-        if with_signature:
-            wire["signature"] = self.signature
-        return wire
 
     def valid(self) -> bool:
         """Signature and ticket both verify under ``verifier``, and a skip is one the ticket allows."""
@@ -332,44 +246,11 @@ class SignedVerdict(_Signed):
     def id(self) -> bytes:
         return hashlib.sha256(self.to_bytes()).digest()
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SignedVerdict:
-        fields = {"verifier", "subject", "group", "round", "policy_version", "ticket", "rate", "outcome",
-                  "reasons", "digest", "platform", "planted", "race_tokens", "races_lost", "signature"}
-        wire = _decode_map(data, "verdict", fields, VERDICT_VERSION)
-
-        def decode() -> SignedVerdict:
-            outcome = text(wire, "outcome", 16)
-            if outcome not in OUTCOMES:
-                raise FieldError("outcome", f"unknown outcome {outcome!r}")
-            reasons = take(wire, "reasons", list)
-            if len(reasons) > 64 or not all(isinstance(r, str) and len(r) <= 64 for r in reasons):
-                raise FieldError("reasons", "expected at most 64 codes of at most 64 characters")
-            digest = take(wire, "digest", bytes)
-            if len(digest) not in (0, 32):
-                raise FieldError("digest", f"expected 0 or 32 bytes, got {len(digest)}")
-            rate = take(wire, "rate", float)
-            if not 0.0 <= rate <= 1.0:
-                raise FieldError("rate", f"{rate} is outside [0, 1]")
-            race_tokens = integer(wire, "race_tokens", 0, U64)
-            races_lost = integer(wire, "races_lost", 0, U64)
-            if races_lost > race_tokens:
-                raise FieldError("races_lost", f"{races_lost} races lost of {race_tokens} replayed")
-            if outcome == Outcome.SKIPPED and race_tokens:
-                raise FieldError("race_tokens", "a skipped check replayed no race")
-            return cls(
-                verifier=fixed_bytes(wire, "verifier", NODE_ID_BYTES),
-                subject=fixed_bytes(wire, "subject", NODE_ID_BYTES),
-                group=fixed_bytes(wire, "group", 32), round=integer(wire, "round", 0, U64),
-                policy_version=integer(wire, "policy_version", 0, U64),
-                ticket=fixed_bytes(wire, "ticket", SIGNATURE_BYTES), rate=rate, outcome=OUTCOMES[outcome],
-                reasons=tuple(reasons), digest=digest, platform=text(wire, "platform", MAX_PLATFORM_BYTES),
-                planted=take(wire, "planted", bool), race_tokens=race_tokens, races_lost=races_lost,
-                signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
-
-        verdict = _fields("verdict", decode)
-        _canonical("verdict", data, verdict)
-        return verdict
+    def _cross_check(self) -> None:
+        if self.races_lost > self.race_tokens:
+            raise FieldError("races_lost", f"{self.races_lost} races lost of {self.race_tokens} replayed")
+        if self.outcome == Outcome.SKIPPED and self.race_tokens:
+            raise FieldError("race_tokens", "a skipped check replayed no race")
 
 
 # -- policy announcements ----------------------------------------------------------------------
@@ -383,10 +264,41 @@ MAX_BATCH_GROUPS = 4096
 MAX_OPTIMIZER_BYTES = 1 << 41
 #: A step's reward proofs are a companion file (specs/zk.md §7, §11), bounded as any is.
 MAX_PROOFS_BYTES = MAX_COMPANION_BYTES
+#: A weights file of 2^40 bytes is a 256-billion-parameter float32 model: any real one fits; the
+#: fetch itself is bounded lower (MAX_WEIGHTS_BYTES).
+MAX_WEIGHTS_FILE_BYTES = 1 << 40
 
 
+@dataclass(frozen=True, slots=True)
+class WeightedDigests:
+    """A policy's batch on the wire (specs/network.md §3.3): at most ``max_items`` pairs
+    ``[32-byte group digest, weight]``, each weight a finite float >= 0, no digest twice."""
+
+    max_items: int
+    as_is: ClassVar[bool] = False
+
+    def decode(self, value: Any, name: str) -> tuple[tuple[bytes, float], ...]:
+        if type(value) is not list:
+            raise FieldError(name, f"expected list, got {type(value).__name__}")
+        if len(value) > self.max_items:
+            raise FieldError(name, f"{len(value)} groups exceeds the limit of {self.max_items}")
+        out = []
+        for index, entry in enumerate(value):
+            if (type(entry) is not list or len(entry) != 2 or type(entry[0]) is not bytes or len(entry[0]) != 32
+                    or type(entry[1]) is not float or not math.isfinite(entry[1]) or entry[1] < 0):
+                raise FieldError(f"{name}[{index}]", "expected [a 32-byte group digest, a finite float weight >= 0]")
+            out.append((entry[0], entry[1]))
+        if len({digest for digest, _ in out}) != len(out):
+            raise FieldError(name, "a group is listed twice")
+        return tuple(out)
+
+    def encode(self, value: tuple[tuple[bytes, float], ...]) -> list[list[Any]]:
+        return [[digest, float(weight)] for digest, weight in value]
+
+
+@message("policy", POLICY_VERSION, topic=TOPIC_POLICIES)
 @dataclass(frozen=True)
-class PolicyAnnouncement(_Signed):
+class PolicyAnnouncement(Signed):
     """Policy version ``version`` is the model with ``model_hash``, whose weights file (see
     :func:`vrl.node.weights.to_blob`) has SHA-256 ``blob`` and ``size`` bytes. Round ``r``
     runs on version ``r``; its seed is ``round_seed(model_hash, r)``, unknowable before this.
@@ -404,32 +316,22 @@ class PolicyAnnouncement(_Signed):
     _DOMAIN = POLICY_DOMAIN
     _SIGNER = "trainer"
 
-    trainer: bytes
-    version: int
-    model_hash: bytes
-    blob: bytes
-    size: int
-    parent: bytes = b""
-    batch: tuple[tuple[bytes, float], ...] = ()
-    config: bytes = bytes(32)
-    optimizer_before: bytes = b""
-    optimizer: bytes = bytes(32)
-    optimizer_size: int = 0
-    platform: str = ""
-    proofs: bytes = b""
-    proofs_size: int = 0
-    signature: bytes = b""
-
-    def _wire(self, with_signature: bool) -> dict[str, Any]:
-        wire = {"kind": "policy", "v": POLICY_VERSION, "trainer": self.trainer, "version": self.version,
-                "model_hash": self.model_hash, "blob": self.blob, "size": self.size, "parent": self.parent,
-                "batch": [[digest, float(weight)] for digest, weight in self.batch], "config": self.config,
-                "optimizer_before": self.optimizer_before, "optimizer": self.optimizer,
-                "optimizer_size": self.optimizer_size, "platform": self.platform, "proofs": self.proofs,
-                "proofs_size": self.proofs_size}
-        if with_signature:
-            wire["signature"] = self.signature
-        return wire
+    trainer: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
+    version: int = field(metadata=wire(Uint()))
+    model_hash: bytes = field(metadata=wire(Bin(32)))
+    blob: bytes = field(metadata=wire(Bin(32)))
+    size: int = field(metadata=wire(Uint(1, MAX_WEIGHTS_FILE_BYTES)))
+    parent: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=2))
+    batch: tuple[tuple[bytes, float], ...] = field(
+        default=(), metadata=wire(WeightedDigests(MAX_BATCH_GROUPS), since=2))
+    config: bytes = field(default=bytes(32), metadata=wire(Bin(32), since=2))
+    optimizer_before: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=2))
+    optimizer: bytes = field(default=bytes(32), metadata=wire(Bin(32), since=2))
+    optimizer_size: int = field(default=0, metadata=wire(Uint(0, MAX_OPTIMIZER_BYTES), since=2))
+    platform: str = field(default="", metadata=wire(Text(MAX_PLATFORM_BYTES), since=2))
+    proofs: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=3))
+    proofs_size: int = field(default=0, metadata=wire(Uint(0, MAX_PROOFS_BYTES), since=3))
+    signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
 
     def valid(self) -> bool:
         return self.signature_ok()
@@ -442,51 +344,6 @@ class PolicyAnnouncement(_Signed):
     @property
     def groups(self) -> tuple[bytes, ...]:
         return tuple(digest for digest, _ in self.batch)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> PolicyAnnouncement:
-        fields = {"trainer", "version", "model_hash", "blob", "size", "parent", "batch", "config", "optimizer_before",
-                  "optimizer", "optimizer_size", "platform", "proofs", "proofs_size", "signature"}
-        wire = _decode_map(data, "policy", fields, POLICY_VERSION)
-
-        def decode() -> PolicyAnnouncement:
-            return cls(
-                trainer=fixed_bytes(wire, "trainer", NODE_ID_BYTES), version=integer(wire, "version", 0, U64),
-                model_hash=fixed_bytes(wire, "model_hash", 32), blob=fixed_bytes(wire, "blob", 32),
-                size=integer(wire, "size", 1, 1 << 40), parent=_hash_or_empty(wire, "parent"),
-                batch=_batch(wire), config=fixed_bytes(wire, "config", 32),
-                optimizer_before=_hash_or_empty(wire, "optimizer_before"),
-                optimizer=fixed_bytes(wire, "optimizer", 32),
-                optimizer_size=integer(wire, "optimizer_size", 0, MAX_OPTIMIZER_BYTES),
-                platform=text(wire, "platform", MAX_PLATFORM_BYTES), proofs=_hash_or_empty(wire, "proofs"),
-                proofs_size=integer(wire, "proofs_size", 0, MAX_PROOFS_BYTES),
-                signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
-
-        announcement = _fields("policy", decode)
-        _canonical("policy", data, announcement)
-        return announcement
-
-
-def _hash_or_empty(wire: dict, name: str) -> bytes:
-    value = take(wire, name, bytes)
-    if len(value) not in (0, 32):
-        raise FieldError(name, f"expected 0 or 32 bytes, got {len(value)}")
-    return value
-
-
-def _batch(wire: dict) -> tuple[tuple[bytes, float], ...]:
-    entries = take(wire, "batch", list)
-    if len(entries) > MAX_BATCH_GROUPS:
-        raise FieldError("batch", f"{len(entries)} groups exceeds the limit of {MAX_BATCH_GROUPS}")
-    out = []
-    for index, entry in enumerate(entries):
-        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], bytes) or len(entry[0]) != 32
-                or not isinstance(entry[1], float) or not math.isfinite(entry[1]) or entry[1] < 0):
-            raise FieldError(f"batch[{index}]", "expected [a 32-byte group digest, a finite float weight >= 0]")
-        out.append((entry[0], entry[1]))
-    if len({digest for digest, _ in out}) != len(out):
-        raise FieldError("batch", "a group is listed twice")
-    return tuple(out)
 
 
 # -- step verdicts: a verifier's replay of one training step (specs/training.md §5) ------------
@@ -518,33 +375,31 @@ class StepFault(StrEnum):
     REWARD_UNPROVEN = "reward_unproven"  # a private task's reward the step's proofs do not show (zk.md §11)
 
 
+@message("step", MESSAGE_VERSION, topic=TOPIC_STEPS)
 @dataclass(frozen=True)
-class StepVerdict(_Signed):
+class StepVerdict(Signed):
     """A verifier's signed statement that it replayed training step ``version - 1 -> version``
     (the announcement with id ``announcement``) and what it found."""
 
     _DOMAIN = STEP_DOMAIN
     _SIGNER = "verifier"
 
-    verifier: bytes
-    trainer: bytes
-    version: int
-    announcement: bytes  # PolicyAnnouncement.id
-    outcome: StepOutcome
-    reasons: tuple[str, ...]  # StepFault codes, empty on pass
-    replayed: bytes  # the model hash the replay produced, empty when it could not run
-    drift: float  # ||theta_claimed - theta_replay|| / ||theta_replay - theta_parent|| (specs/training.md §4)
-    platform: str  # the verifier's; equal to the announcement's means the replay had to be bit-exact
-    signature: bytes = b""
-
-    def _wire(self, with_signature: bool) -> dict[str, Any]:
-        wire = {"kind": "step", "v": MESSAGE_VERSION, "verifier": self.verifier, "trainer": self.trainer,
-                "version": self.version, "announcement": self.announcement, "outcome": str(self.outcome),
-                "reasons": [str(r) for r in self.reasons], "replayed": self.replayed, "drift": float(self.drift),
-                "platform": self.platform}
-        if with_signature:
-            wire["signature"] = self.signature
-        return wire
+    verifier: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
+    trainer: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
+    version: int = field(metadata=wire(Uint(1, U64)))
+    announcement: bytes = field(metadata=wire(Bin(32)))  # PolicyAnnouncement.id
+    outcome: StepOutcome = field(metadata=wire(Choice(StepOutcome)))
+    # StepFault codes, empty on pass: at most 16 of at most 64 characters (specs/training.md §5),
+    # room above the 11 faults there are.
+    reasons: tuple[str, ...] = field(metadata=wire(Texts(16, 64)))
+    # The model hash the replay produced, empty when it could not run.
+    replayed: bytes = field(metadata=wire(Bin(0, 32)))
+    # ||theta_claimed - theta_replay|| / ||theta_replay - theta_parent|| (specs/training.md §4); also
+    # refuses NaN; +inf is a replay that moved nothing where the claim did.
+    drift: float = field(metadata=wire(Real(0.0, math.inf)))
+    # The verifier's; equal to the announcement's means the replay had to be bit-exact.
+    platform: str = field(metadata=wire(Text(MAX_PLATFORM_BYTES)))
+    signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
 
     def valid(self) -> bool:
         return self.signature_ok()
@@ -553,34 +408,24 @@ class StepVerdict(_Signed):
     def id(self) -> bytes:
         return hashlib.sha256(self.to_bytes()).digest()
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> StepVerdict:
-        fields = {"verifier", "trainer", "version", "announcement", "outcome", "reasons", "replayed", "drift",
-                  "platform", "signature"}
-        wire = _decode_map(data, "step", fields)
+    def _cross_check(self) -> None:
+        if (self.outcome == StepOutcome.PASS) != (not self.reasons):
+            raise FieldError("reasons", "must be empty exactly when the outcome is pass")
 
-        def decode() -> StepVerdict:
-            outcome = text(wire, "outcome", 16)
-            if outcome not in STEP_OUTCOMES:
-                raise FieldError("outcome", f"unknown outcome {outcome!r}")
-            reasons = take(wire, "reasons", list)
-            if len(reasons) > 16 or not all(isinstance(r, str) and len(r) <= 64 for r in reasons):
-                raise FieldError("reasons", "expected at most 16 codes of at most 64 characters")
-            drift = take(wire, "drift", float)
-            if not (drift >= 0.0):  # also refuses NaN; +inf is a replay that moved nothing where the claim did
-                raise FieldError("drift", f"{drift} is not >= 0")
-            return cls(
-                verifier=fixed_bytes(wire, "verifier", NODE_ID_BYTES), trainer=fixed_bytes(wire, "trainer", NODE_ID_BYTES),
-                version=integer(wire, "version", 1, U64), announcement=fixed_bytes(wire, "announcement", 32),
-                outcome=STEP_OUTCOMES[outcome], reasons=tuple(reasons), replayed=_hash_or_empty(wire, "replayed"),
-                drift=drift, platform=text(wire, "platform", MAX_PLATFORM_BYTES),
-                signature=fixed_bytes(wire, "signature", SIGNATURE_BYTES))
 
-        verdict = _fields("step", decode)
-        if (verdict.outcome == StepOutcome.PASS) != (not verdict.reasons):
-            raise MessageError("step: field 'reasons' must be empty exactly when the outcome is pass")
-        _canonical("step", data, verdict)
-        return verdict
+#: The four gossip messages, each on its own topic (specs/network.md §3).
+GOSSIP_MESSAGES = (Submission, SignedVerdict, PolicyAnnouncement, StepVerdict)
+_TOPICS = {schema_of(kind).name: schema_of(kind).topic for kind in GOSSIP_MESSAGES}
+
+
+def topic_of(data: bytes) -> str | None:
+    """The gossip topic a stored message belongs on, from its ``kind`` (None if not ours)."""
+    try:
+        wire = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:  # msgpack raises several unrelated types for bad bytes: not a message of ours
+        return None
+    kind = wire.get("kind") if isinstance(wire, dict) else None
+    return _TOPICS.get(kind) if isinstance(kind, str) else None
 
 
 # -- backfill: request/response between two peers (specs/network.md §6) ----------------------
@@ -593,79 +438,40 @@ BACKFILL_MAX_MESSAGES = 4096
 BACKFILL_MAX_MESSAGE_BYTES = 256 << 10
 
 
-def _plain_map(data: bytes, kind: str, fields: set[str]) -> dict:
-    """A request or response map (no kind, no version): exactly ``fields``."""
-    return _exactly(_msgpack_map(data, kind), kind, fields)
-
-
-def _u64(kind: str, wire: dict, name: str) -> int:
-    value = wire[name]
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U64:
-        raise MessageError(f"{kind}: field {name!r} must be an integer in [0, 2^64 - 1], got {value!r:.40}")
-    return value
-
-
+@message("backfill request")
 @dataclass(frozen=True)
-class BackfillRequest:
+class BackfillRequest(Message):
     """``{"since": r, "after": n}``: messages of rounds >= ``since``, from position ``after``."""
 
-    since: int
-    after: int
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes({"since": self.since, "after": self.after})
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> BackfillRequest:
-        wire = _plain_map(data, "backfill request", {"since", "after"})
-        return cls(_u64("backfill request", wire, "since"), _u64("backfill request", wire, "after"))
+    since: int = field(metadata=wire(Uint()))
+    after: int = field(metadata=wire(Uint()))
 
 
+@message("sampling request")
 @dataclass(frozen=True)
-class SamplingRequest:
+class SamplingRequest(Message):
     """``{"group": digest, "challenge": 32 bytes, "positions": k}``: prove ``k`` positions of each
     record of one's own group, where ``challenge`` picks them (specs/network.md §3.4; the
     answer is a ``vrl/sampling/v1`` file, specs/zk.md §10)."""
 
-    group: bytes
-    challenge: bytes
-    positions: int
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes({"group": self.group, "challenge": self.challenge, "positions": self.positions})
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SamplingRequest:
-        kind = "sampling request"
-        wire = _plain_map(data, kind, {"group", "challenge", "positions"})
-        try:
-            return cls(fixed_bytes(wire, "group", 32), fixed_bytes(wire, "challenge", 32),
-                       integer(wire, "positions", 1, 64))
-        except FieldError as error:
-            raise MessageError(f"{kind}: {error}") from None
+    group: bytes = field(metadata=wire(Bin(32)))
+    challenge: bytes = field(metadata=wire(Bin(32)))
+    positions: int = field(metadata=wire(Uint(1, 64)))  # K in [1, 64] (specs/network.md §3.4)
 
 
+@message("backfill page")
 @dataclass(frozen=True)
-class BackfillPage:
+class BackfillPage(Message):
     """``{"messages": [bin, ...], "next": n | nil}``: one page of a peer's log; ``next`` is
     where the following page starts (always past the request's ``after``), nil at the end."""
 
-    messages: tuple[bytes, ...]
-    next: int | None
-
-    def to_bytes(self) -> bytes:
-        return canonical_bytes({"messages": list(self.messages), "next": self.next})
+    messages: tuple[bytes, ...] = field(
+        metadata=wire(Blobs(0, BACKFILL_MAX_MESSAGES, BACKFILL_MAX_MESSAGE_BYTES)))
+    next: int | None = field(metadata=wire(Nullable(Uint())))
 
     @classmethod
-    def from_bytes(cls, data: bytes, after: int) -> BackfillPage:
-        kind = "backfill page"
-        wire = _plain_map(data, kind, {"messages", "next"})
-        messages = wire["messages"]
-        if not isinstance(messages, list) or len(messages) > BACKFILL_MAX_MESSAGES or not all(
-                isinstance(m, bytes) and len(m) <= BACKFILL_MAX_MESSAGE_BYTES for m in messages):
-            raise MessageError(f"{kind}: field 'messages' must be a list of at most {BACKFILL_MAX_MESSAGES} "
-                               f"byte strings of at most {BACKFILL_MAX_MESSAGE_BYTES} bytes")
-        following = None if wire["next"] is None else _u64(kind, wire, "next")
-        if following is not None and following <= after:
-            raise MessageError(f"{kind}: field 'next' must move past {after}, got {following}")
-        return cls(tuple(messages), following)
+    def from_bytes(cls, data: bytes, after: int) -> BackfillPage:  # type: ignore[override]
+        page = decode(cls, data)
+        if page.next is not None and page.next <= after:
+            raise MessageError(f"backfill page: field 'next' must move past {after}, got {page.next}")
+        return page
