@@ -1086,7 +1086,7 @@ def node(
 
     from rich.markup import escape
 
-    from vrl.adversary import trainer_for, work_for
+    from vrl.adversary import node_for
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
 
@@ -1101,7 +1101,7 @@ def node(
     except ConfigError as error:  # names the file and the key
         raise fail(str(error)) from None
     try:
-        asyncio.run(serve(config, work_for(config.adversary), trainer_for(config.adversary)))
+        asyncio.run(serve(config, node_for(config.adversary)))
     except ConfigError as error:  # what only the start finds, named by key
         raise fail(f"{config_path}: {error}") from None
     except VrlError as error:  # a checkpoint, store, key or model: these name their file
