@@ -560,3 +560,41 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     assert checks_counted() == 1
     node.store.close()
     worker.store.close()
+
+
+def test_a_trainer_cheating_with_groups_it_failed_adds_them_to_the_batch_it_trains(tmp_path, monkeypatch):
+    """The trainer-rejected-group cheat, wired by vrl.adversary.node_for around an honest node:
+    the batch its Training is asked to train is admission's, plus the fresh groups the trainer
+    failed itself a round or more ago (no honest class has a hook for it)."""
+    from vrl.node import protocol as P
+    from vrl.node.messages import Outcome, PolicyAnnouncement, audit_ticket
+    from vrl.node.training import Training
+
+    trained = []
+
+    async def train(self, version, batch):
+        trained.append(batch)
+        yield P.Abandoned(P.Train(version, batch))
+
+    monkeypatch.setattr(Training, "train", train)
+    kind = "trainer-rejected-group"
+    node = node_for(kind)(config(tmp_path / "t", roles=("trainer", "verifier"), adversary=kind),
+                          LoopbackNetwork(seed=1).transport(TRAINER.private_seed()), TRAINER)
+    monkeypatch.setattr(node.trainer, "_cheating", lambda: True)  # past its honest start (CHEAT_FROM)
+    protocol, failed, admitted = node.protocol, Submission((b"failed",)), Submission((b"admitted",))
+    for version in (0, 1):
+        protocol.handle(P.PolicyAnnounced(PolicyAnnouncement(TRAINER.node_id, version, bytes([version]) * 32,
+                                                             b"\x02" * 32, 10).signed(TRAINER)))
+    for index, sub in enumerate((failed, admitted)):
+        protocol.handle(P.GroupReceived(Group(sub, (), WORKERS[0].node_id, 0, index), 1.0))
+    protocol.verdicts[failed.digest][TRAINER.node_id] = SignedVerdict(
+        TRAINER.node_id, WORKERS[0].node_id, failed.digest, 0, 0, audit_ticket(TRAINER, failed.digest), 1.0,
+        Outcome.HARD_FAIL, ("logprob_mismatch",), b"\x07" * 32, "test").signed(TRAINER)
+    asyncio.run(_drain(node.training.train(1, ((admitted.digest, 1.0),))))
+    assert trained == [((admitted.digest, 1.0), (failed.digest, 1.0))]
+    node.store.close()
+
+
+async def _drain(events) -> None:
+    async for _ in events:
+        pass
