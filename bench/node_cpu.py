@@ -169,9 +169,10 @@ def main() -> None:
     trees: dict[str, str | None] = {"this tree": None}
     with tempfile.TemporaryDirectory() as other:
         if args.against:
-            subprocess.run(["git", "--work-tree", other, "checkout", args.against, "--", "vrl", "proofs", "p2p"],
-                           cwd=ROOT, check=True)
-            subprocess.run(["git", "reset", "-q", "--", "vrl", "proofs", "p2p"], cwd=ROOT, check=True)
+            # specs/ too: the code reads its tolerance table (specs/tolerances.json) from there.
+            subprocess.run(["git", "--work-tree", other, "checkout", args.against, "--", "vrl", "proofs", "p2p",
+                            "specs"], cwd=ROOT, check=True)
+            subprocess.run(["git", "reset", "-q", "--", "vrl", "proofs", "p2p", "specs"], cwd=ROOT, check=True)
             trees[args.against] = other
         runs: dict[str, list[dict]] = {name: [] for name in trees}
         for _ in range(args.repeats):
