@@ -6,6 +6,10 @@ and reports back with events. The whole state is a function of the events seen, 
 a restarted node continues: it replays its store (``replaying=True`` suppresses the actions
 of the past), then asks :meth:`NodeProtocol.pending` what is still to do.
 
+Its vocabulary, the events and actions, is :mod:`vrl.node.events`; the judging of the
+trainer's steps and its conviction is a sub-machine of its own, fed the step events
+(:class:`vrl.node.steps.StepJudge`).
+
 One round, in order (``specs/network.md`` §Rounds):
 
 1. the trainer announces policy version ``r`` (a signed :class:`PolicyAnnouncement`); the
