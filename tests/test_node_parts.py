@@ -128,3 +128,51 @@ def test_the_validator_accepts_ignores_and_rejects_by_what_the_protocol_knows(st
     # A quarantined producer's groups are ignored.
     protocol.quarantined.add(a.subject)
     assert validate(message) is Validation.IGNORE
+
+
+@dataclasses.dataclass
+class Ledger:
+    """The protocol state a StepJudge reads (vrl.node.steps.Ledger), as plain data."""
+
+    policies: dict
+    version: int | None
+    now: float = 0.0
+    loaded: set = dataclasses.field(default_factory=set)
+    verdicts: dict = dataclasses.field(default_factory=dict)
+    round_started: dict = dataclasses.field(default_factory=dict)
+    counting: frozenset = frozenset()
+
+    def group_version(self, digest: bytes) -> int | None:
+        return None
+
+    def trust(self, node: bytes) -> float:
+        return 1.0 if node in self.counting else 0.0
+
+    def counts(self, verifier: bytes) -> bool:
+        return verifier in self.counting
+
+    def pretrusted(self, node: bytes) -> bool:
+        return False
+
+
+def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_convicts_with_a_second_word():
+    from vrl.node.messages import StepFault, StepOutcome, StepVerdict
+    from vrl.node.steps import StepJudge
+
+    policies = {v: PolicyAnnouncement(TRAINER.node_id, v, bytes([v + 1]) * 32, b"\x02" * 32, 10,
+                                      parent=bytes([v]) * 32 if v else b"").signed(TRAINER) for v in (0, 1)}
+    ledger = Ledger(policies, version=1, now=10.0, round_started={1: 0.0}, counting=frozenset({STRANGER.node_id}))
+    judge = StepJudge(VERIFIER, "test", max_staleness=2, step_audit_rate=1.0, step_wait=30.0, stranger_cap=16)
+    assert judge.handle(P.StepStateMissing(1), ledger) == []  # the trainer still has time to serve them
+    ledger.now = 30.0
+    (published,) = judge.handle(P.StepStateMissing(1), ledger)
+    mine = StepVerdict.from_bytes(published.data)
+    assert mine.outcome == StepOutcome.FRAUD and mine.reasons == (StepFault.UNAVAILABLE_STATE,)
+    assert judge.convictions(ledger) == []  # what the network did not deliver needs a second reporter
+    theirs = StepVerdict(verifier=STRANGER.node_id, trainer=TRAINER.node_id, version=1, announcement=policies[1].id,
+                         outcome=StepOutcome.FRAUD, reasons=(StepFault.UNAVAILABLE_STATE,), replayed=b"", drift=0.0,
+                         platform="test").signed(STRANGER)
+    assert [type(a).__name__ for a in judge.handle(P.StepVerdictReceived(theirs), ledger)] == ["PersistStep"]
+    (conviction,) = judge.convictions(ledger)
+    assert conviction.version == 1 and conviction.reporters == (VERIFIER.node_id, STRANGER.node_id)
+    assert not judge.follows(1) and judge.follows(0)
