@@ -335,7 +335,8 @@ class CheatingTrainer(PolicyTrainer):
 
     def __init__(self, config, run_dir, key: NodeKey, tasks: TaskSet | None = None, *, kind: str) -> None:
         if kind not in TRAINER_ADVERSARIES:
-            raise ValueError(f"unknown trainer adversary {kind!r}; choose from {', '.join(sorted(TRAINER_ADVERSARIES))}")
+            raise ValueError(f"unknown trainer adversary {kind!r}; "
+                             f"choose from {', '.join(sorted(TRAINER_ADVERSARIES))}")
         super().__init__(config, run_dir, key, tasks)
         self.cheat = kind
         self.log = structlog.get_logger("vrl.adversary")
