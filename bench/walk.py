@@ -6,8 +6,9 @@ how often it goes back into one it is still inside.
         node._on_message(message)          # or whatever is driven
     walk.summary()
 
-A *room* is a module of ``vrl/``, ``p2p/`` or ``proofs/`` (a file: what a reader opens). Every call from one project function to another (through any
-number of library frames: asyncio, torch) is an *edge*, counted once however often it runs:
+A *room* is a module of ``vrl/``, ``p2p/`` or ``proofs/`` (a file: what a reader opens). Every
+call from one project function to another (through any number of library frames: asyncio,
+torch) is an *edge*, counted once however often it runs:
 
 * a **stay**: the callee is in the caller's room;
 * an **entry**: the walk enters the callee's room for the first time;

@@ -445,7 +445,7 @@ class NodeUnderFire:
         from p2p.transport import Message, Validation, message_id
 
         message = Message(topic, data, b"\x09" * 32, message_id(topic, data))
-        validation = self.node._validate(message)
+        validation = self.node.validate(message)
         if validation is Validation.ACCEPT:
             self.loop.run_until_complete(self._then_settle(self.node._on_message(message)))
         return validation
@@ -458,7 +458,7 @@ class NodeUnderFire:
         await asyncio.gather(*self.node._tasks, return_exceptions=True)
 
     def serve_backfill(self, data: bytes) -> bytes:
-        return self.loop.run_until_complete(self.node._serve_backfill(b"\x09" * 32, data))
+        return self.loop.run_until_complete(self.node.catchup.serve(b"\x09" * 32, data))
 
     def nothing_lost(self) -> None:
         counts = self.node.store.counts()

@@ -134,7 +134,8 @@ def test_a_forged_snapshot_an_unsigned_verdict_and_equivocations_are_findings(ru
         db.execute("UPDATE verdicts SET data = ?, outcome = 'hard_fail' WHERE grp = ? AND verifier = ?",
                    (lie.to_bytes(), grp, verifier.node_id))
         other = PolicyAnnouncement(**{**first.__dict__, "size": first.size + 1, "signature": b""}).signed(trainer)
-        db.execute("UPDATE policies SET data = ? WHERE version = ?", (other.to_bytes(), first.version.to_bytes(8, "big")))
+        db.execute("UPDATE policies SET data = ? WHERE version = ?",
+                   (other.to_bytes(), first.version.to_bytes(8, "big")))
     with vrl.audit.open([directory]) as audit:
         report = audit.run(checks=LOG_CHECKS)
     codes = {(f.code, f.subject) for f in report.findings if f.severity == Severity.ERROR}
@@ -429,8 +430,9 @@ def test_a_step_that_trains_a_group_its_trainer_had_failed_is_fraud_however_it_r
     digest = run.policies[version].groups[0]
     head = run.groups[digest]
     fail = SignedVerdict(verifier=trainer.node_id, subject=head.subject, group=digest, round=version - 2,
-                         policy_version=head.version, ticket=audit_ticket(trainer, digest), rate=1.0, outcome=Outcome.HARD_FAIL,
-                         reasons=("reward_mismatch",), digest=b"", platform="p", planted=False).signed(trainer)
+                         policy_version=head.version, ticket=audit_ticket(trainer, digest), rate=1.0,
+                         outcome=Outcome.HARD_FAIL, reasons=("reward_mismatch",), digest=b"", platform="p",
+                         planted=False).signed(trainer)
     with sqlite3.connect(directory / "node-1" / "node.sqlite") as db:
         db.execute("DELETE FROM verdicts WHERE grp = ? AND verifier = ?", (digest, trainer.node_id))
         db.execute("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (

@@ -144,9 +144,8 @@ def test_production_code_never_imports_the_harness():
 
     The one exception is the CLI, ``vrl.cli`` and any module under it: its harness commands are
     the harness's entry points. ``vrl devnet`` runs :mod:`vrl.harness.devnet`, and ``vrl node``
-    takes the node's work and trainer from :func:`vrl.harness.adversary.work_for` and
-    ``trainer_for``, which give the honest ``Work`` and ``PolicyTrainer`` unless the node.toml
-    sets ``adversary``. No other module is let in, not even by prefix (``vrl.client`` is not
+    has a node whose node.toml sets ``adversary`` built by :func:`vrl.harness.adversary.node_for`
+    (and loads the harness only then). No other module is let in, not even by prefix (``vrl.client`` is not
     ``vrl.cli``)."""
     assert production_imports_of_the_harness() == []
 

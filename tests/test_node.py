@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from p2p.loopback import LoopbackNetwork
-from vrl.harness.adversary import work_for
+from vrl.harness.adversary import node_for
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import Group, SignedVerdict, Submission
@@ -48,7 +48,7 @@ async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, dead
         "suspect": (WORKERS[2], config(tmp_path / "w2", adversary=adversary, roles=(
             ("worker", "verifier") if adversary == "lazy-verifier" else ("worker",)))),
     }
-    nodes = {name: Node(cfg, network.transport(key.private_seed()), key, work=work_for(cfg.adversary))
+    nodes = {name: node_for(cfg.adversary)(cfg, network.transport(key.private_seed()), key)
              for name, (key, cfg) in specs.items()}
     for node in nodes.values():
         await node.transport.start()
@@ -236,7 +236,7 @@ def test_every_validator_and_handler_survives_malformed_and_mutated_messages(tmp
                                 "p").signed(WORKERS[1])
         valid = {TOPIC_GROUPS: group.to_bytes(), TOPIC_VERDICTS: verdict.to_bytes(), TOPIC_POLICIES: policy.to_bytes()}
         for topic, data in valid.items():
-            assert node._validate(Message(topic, data, b"x" * 32, b"")) is Validation.ACCEPT
+            assert node.validate(Message(topic, data, b"x" * 32, b"")) is Validation.ACCEPT
         draw = random.Random(7)
         accepted_mutants = 0
         for trial in range(600):  # bounded
@@ -248,7 +248,7 @@ def test_every_validator_and_handler_survives_malformed_and_mutated_messages(tmp
                 for _ in range(draw.randrange(1, 4)):
                     data[draw.randrange(len(data))] = draw.randrange(256)
             message = Message(topic, bytes(data), b"x" * 32, message_id(topic, bytes(data)))
-            verdict_of = node._validate(message)
+            verdict_of = node.validate(message)
             assert isinstance(verdict_of, Validation)
             if verdict_of is Validation.ACCEPT and bytes(data) != valid[topic]:
                 accepted_mutants += 1  # a mutation inside a float or text field can stay valid...
@@ -256,7 +256,7 @@ def test_every_validator_and_handler_survives_malformed_and_mutated_messages(tmp
             if verdict_of is Validation.ACCEPT:  # what the transport hands on
                 await node._on_message(message)
             try:
-                await node._serve_backfill(b"x" * 32, bytes(data))
+                await node.catchup.serve(b"x" * 32, bytes(data))
             except ValueError:
                 pass  # the transport answers the caller with an error; the node is unaffected
         assert accepted_mutants < 30
@@ -407,7 +407,7 @@ def test_only_groups_a_round_can_hold_are_accepted(tmp_path):
                            for r in honest.rollouts])
     cut = Submission.of([r.signed(WORKERS[1], group_size=2) for r in honest.rollouts[:2]])
     future = Submission.of([r.signed(WORKERS[1], policy_version=2) for r in honest.rollouts])
-    verdicts = {name: node._validate(Message(TOPIC_GROUPS, sub.to_bytes(), b"x" * 32,
+    verdicts = {name: node.validate(Message(TOPIC_GROUPS, sub.to_bytes(), b"x" * 32,
                                              message_id(TOPIC_GROUPS, sub.to_bytes())))
                 for name, sub in (("honest", honest), ("extra", extra), ("cut", cut), ("future", future))}
     assert verdicts == {"honest": Validation.ACCEPT, "extra": Validation.IGNORE, "cut": Validation.IGNORE,
@@ -436,7 +436,7 @@ def test_weights_damaged_on_disk_are_fetched_again(tmp_path):
         announcement = PolicyAnnouncement(TRAINER.node_id, 0, node.work.skeleton.model_hash,
                                           hashlib.sha256(blob).digest(), len(blob)).signed(TRAINER)
         node.protocol.handle(__import__("vrl.node.protocol", fromlist=["P"]).PolicyAnnounced(announcement))
-        path = node.blob_dir / announcement.blob.hex()
+        path = node.blobs.directory / announcement.blob.hex()
         path.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))  # one flipped bit
         await asyncio.wait_for(node._fetch_policy(announcement), 60)
         assert 0 in node.protocol.loaded and path.read_bytes() == blob
@@ -448,36 +448,36 @@ def test_weights_damaged_on_disk_are_fetched_again(tmp_path):
 def test_a_replayed_round_starts_when_its_policy_arrived_not_at_zero(tmp_path):
     """Replay fed no clock, so a restarted trainer saw its current round as started at time 0,
     long timed out, and stepped at once with whatever was decided."""
+    from vrl.node.catchup import replay_store
     from vrl.node.messages import PolicyAnnouncement
 
     network = LoopbackNetwork()
     node = Node(config(tmp_path / "n"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
     policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
     node.store.put_policy(policy, 1000.0)
-    node._replay()
+    replay_store(node.store, node.protocol)
     assert node.protocol.round_started == {0: 1000.0}
     node.store.close()
 
 
-def test_a_group_whose_decoded_records_were_let_go_is_read_back_from_the_store(tmp_path, monkeypatch):
+def test_a_group_whose_decoded_records_were_let_go_is_read_back_from_the_store(tmp_path):
     """Decoded groups are held in a cache bounded by bytes (a decoded group is ~9x its
     message); a check or training step for one that left it reads the stored bytes back and
     decodes them, signatures checked again, rather than being abandoned."""
     from p2p.transport import Message, Validation, message_id
-    from vrl.node import daemon
     from vrl.node.messages import TOPIC_GROUPS
 
     node, worker = verifier_and_worker(tmp_path)
     first, second = worker.work.generate(0)[:2]
-    monkeypatch.setattr(daemon, "DECODED_GROUP_BYTES", sum(map(len, first.submission.records)))
+    node.groups.max_bytes = sum(map(len, first.submission.records))
     for group in (first, second):
         message = Message(TOPIC_GROUPS, group.to_bytes(), b"x" * 32, message_id(TOPIC_GROUPS, group.to_bytes()))
-        assert node._validate(message) is Validation.ACCEPT
+        assert node.validate(message) is Validation.ACCEPT
         asyncio.run(node._on_message(message))
-    assert list(node._bodies) == [second.digest]  # the first went: the bound holds one
-    again = node._body(first.digest)
+    assert list(node.groups.bodies) == [second.digest]  # the first went: the bound holds one
+    again = node.groups.body(first.digest)
     assert again is not None and again.rollouts == first.rollouts and again is not first
-    assert node._body(b"\x00" * 32) is None  # never stored
+    assert node.groups.body(b"\x00" * 32) is None  # never stored
     node.store.close()
     worker.store.close()
 
@@ -543,7 +543,7 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
         n.protocol.policies[0] = policy
     group = worker.work.generate(0)[0]
     message = Message(TOPIC_GROUPS, group.to_bytes(), b"x" * 32, message_id(TOPIC_GROUPS, group.to_bytes()))
-    assert node._validate(message) is Validation.ACCEPT
+    assert node.validate(message) is Validation.ACCEPT
     asyncio.run(node._on_message(message))
     node.work.install(0, node.work.skeleton, 3)
     check = P.Check(group.digest, 0)
@@ -560,3 +560,41 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     assert checks_counted() == 1
     node.store.close()
     worker.store.close()
+
+
+def test_a_trainer_cheating_with_groups_it_failed_adds_them_to_the_batch_it_trains(tmp_path, monkeypatch):
+    """The trainer-rejected-group cheat, wired by vrl.harness.adversary.node_for around an honest node:
+    the batch its Training is asked to train is admission's, plus the fresh groups the trainer
+    failed itself a round or more ago (no honest class has a hook for it)."""
+    from vrl.node import protocol as P
+    from vrl.node.messages import Outcome, PolicyAnnouncement, audit_ticket
+    from vrl.node.training import Training
+
+    trained = []
+
+    async def train(self, version, batch):
+        trained.append(batch)
+        yield P.Abandoned(P.Train(version, batch))
+
+    monkeypatch.setattr(Training, "train", train)
+    kind = "trainer-rejected-group"
+    node = node_for(kind)(config(tmp_path / "t", roles=("trainer", "verifier"), adversary=kind),
+                          LoopbackNetwork(seed=1).transport(TRAINER.private_seed()), TRAINER)
+    monkeypatch.setattr(node.trainer, "_cheating", lambda: True)  # past its honest start (CHEAT_FROM)
+    protocol, failed, admitted = node.protocol, Submission((b"failed",)), Submission((b"admitted",))
+    for version in (0, 1):
+        protocol.handle(P.PolicyAnnounced(PolicyAnnouncement(TRAINER.node_id, version, bytes([version]) * 32,
+                                                             b"\x02" * 32, 10).signed(TRAINER)))
+    for index, sub in enumerate((failed, admitted)):
+        protocol.handle(P.GroupReceived(Group(sub, (), WORKERS[0].node_id, 0, index), 1.0))
+    protocol.verdicts[failed.digest][TRAINER.node_id] = SignedVerdict(
+        TRAINER.node_id, WORKERS[0].node_id, failed.digest, 0, 0, audit_ticket(TRAINER, failed.digest), 1.0,
+        Outcome.HARD_FAIL, ("logprob_mismatch",), b"\x07" * 32, "test").signed(TRAINER)
+    asyncio.run(_drain(node.training.train(1, ((admitted.digest, 1.0),))))
+    assert trained == [((admitted.digest, 1.0), (failed.digest, 1.0))]
+    node.store.close()
+
+
+async def _drain(events) -> None:
+    async for _ in events:
+        pass

@@ -79,7 +79,7 @@ def test_a_verifier_asks_for_sampling_proofs_and_a_producer_that_cannot_answer_f
         by_subject.setdefault(verdict.subject, []).append(verdict)
     assert by_subject.get(ANSWERING.node_id), "the verifier checked no group of the answering worker"
     assert all(v.outcome == "pass" for v in by_subject[ANSWERING.node_id])
-    assert nodes["answering"]._served, "the answering worker proved nothing"
+    assert nodes["answering"].proving.answers.served, "the answering worker proved nothing"
     assert by_subject.get(SILENT.node_id), "the verifier checked no group of the silent worker"
     assert all(v.outcome == "hard_fail" and v.reasons == ("sampling_missing",) for v in by_subject[SILENT.node_id])
     witness = list((tmp_path / "a" / "hidden").iterdir())
@@ -87,12 +87,12 @@ def test_a_verifier_asks_for_sampling_proofs_and_a_producer_that_cannot_answer_f
     # Asked the same again (its own check failed, say), a worker sends the very answer it sent,
     # without proving; another challenge for the same group is refused.
     worker = nodes["answering"]
-    worker._stopping = False  # it stopped with the run; the cache is what is tested
-    (peer, group, challenge, positions), sent = next(iter(worker._answers.items()))
-    again = asyncio.run(worker._serve_sampling(peer, SamplingRequest(group, challenge, positions).to_bytes()))
+    worker.proving.stopping = False  # it stopped with the run; the cache is what is tested
+    (peer, group, challenge, positions), sent = next(iter(worker.proving.answers.kept.items()))
+    again = asyncio.run(worker.proving.serve_sampling(peer, SamplingRequest(group, challenge, positions).to_bytes()))
     assert again == sent
     with pytest.raises(MessageError, match="answered to this peer already"):
-        asyncio.run(worker._serve_sampling(peer, SamplingRequest(group, bytes(32), positions).to_bytes()))
+        asyncio.run(worker.proving.serve_sampling(peer, SamplingRequest(group, bytes(32), positions).to_bytes()))
 
 
 def test_zk_settings_are_checked_at_the_boundary(tmp_path):
@@ -142,7 +142,8 @@ def test_a_prover_process_exits_when_its_node_is_killed():
     script = ("import multiprocessing, os, sys, time\n"
               "from concurrent.futures import ProcessPoolExecutor\n"
               "from vrl.zk.sampling import prover_init\n"
-              "pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'), initializer=prover_init)\n"
+              "pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),"
+              " initializer=prover_init)\n"
               "print(pool.submit(os.getpid).result(), flush=True)\n"
               "time.sleep(120)\n")
     node = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -154,7 +154,8 @@ def accused(producer: NodeKey, count: int) -> tuple[P.NodeProtocol, list[Submiss
         trainer.handle(P.GroupReceived(held(sub, producer.node_id, 0, 200 + i), 0.0))
     accusation = verdict_from(VERIFIER, groups[0], producer.node_id, "hard_fail", b"\x08" * 32,
                               race_tokens=500, races_lost=9)
-    accusation = SignedVerdict(**{**accusation.__dict__, "reasons": ("race_losses",), "signature": b""}).signed(VERIFIER)
+    accusation = SignedVerdict(**{**accusation.__dict__, "reasons": ("race_losses",),
+                                  "signature": b""}).signed(VERIFIER)
     return trainer, groups, trainer.handle(P.VerdictReceived(accusation))
 
 
@@ -251,7 +252,8 @@ def test_a_group_the_trainers_own_pass_refuses_is_reported_and_never_trained():
     trainer.handle(P.Checked(passed.digest, (), b"\x01" * 32, 12, 0))  # its own pass, published before
     train = [x for x in trainer.handle(P.Tick(106.0)) if isinstance(x, P.Train)]
     assert len(train) == 1 and {d for d, _ in train[0].batch} == {bad.digest, good.digest, passed.digest}
-    refused = [P.Refused(P.Checked(d, ("sampling_mismatch",), b"\x02" * 32, 12, 1)) for d in (bad.digest, passed.digest)]
+    refused = [P.Refused(P.Checked(d, ("sampling_mismatch",), b"\x02" * 32, 12, 1))
+               for d in (bad.digest, passed.digest)]
     published = [SignedVerdict.from_bytes(a.data) for r in refused for a in trainer.handle(r)
                  if isinstance(a, P.Publish) and a.topic == TOPIC_VERDICTS]
     assert [(v.group, v.outcome, v.reasons, v.race_tokens, v.races_lost) for v in published] == [

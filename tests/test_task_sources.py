@@ -196,7 +196,6 @@ def test_the_cli_and_the_node_show_the_reasons(tmp_path, key_file):
     from p2p.loopback import LoopbackNetwork
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import open_node
-    from vrl.node.work import Work
 
     path = lines(tmp_path / "wrong-columns.jsonl", [{"q": "1+1=", "a": "2"}, {"q": "2+2=", "a": "4"}])
     result = invoke("generate", "--model", "tiny", "--task", path, "--key", key_file, "--out", str(tmp_path / "r"))
@@ -206,7 +205,7 @@ def test_the_cli_and_the_node_show_the_reasons(tmp_path, key_file):
     settings = NodeConfig(data_dir=str(tmp_path / "node"), trainer=key.node_id.hex(), transport="loopback",
                           work={"model": "tiny", "task": path})
     with pytest.raises(ConfigError) as caught:
-        open_node(settings, LoopbackNetwork(seed=1).transport(key.private_seed()), key, structlog.get_logger(), Work)
+        open_node(settings, LoopbackNetwork(seed=1).transport(key.private_seed()), key, structlog.get_logger())
     assert str(caught.value).startswith("[work] task: ") and f"{path}:1: no 'prompt'" in str(caught.value)
 
 

@@ -35,7 +35,7 @@ CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "admission
 #: The checks that re-execute models, at ``sample``; the others read the whole log.
 REEXECUTING = ("groups", "steps", "accuracy")
 #: The default share of re-executed items: the verifiers' own step_audit_rate
-#: (vrl.node.protocol.ProtocolParams), so an audit costs about what one more verifier did.
+#: (vrl.node.params.ProtocolParams), so an audit costs about what one more verifier did.
 DEFAULT_SAMPLE = 0.25
 
 # vrl.audit.open is called by its module's name; ``from vrl.audit import *`` must not shadow open().

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
-from vrl.node.protocol import step_rule_faults
+from vrl.node.steps import step_rule_faults
 from vrl.node.weights import WeightsError, from_blob
 from vrl.node.work import judge_step
 from vrl.rollouts.model import Model, platform_tag

@@ -22,7 +22,6 @@ def node(
                                                            "logs.")] = False,
 ):
     """Run a node daemon until SIGINT/SIGTERM: worker, verifier and/or trainer on a libp2p network."""
-    from vrl.harness.adversary import trainer_for, work_for
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
 
@@ -33,7 +32,12 @@ def node(
     except ConfigError as error:  # names the file and the key
         raise fail(str(error)) from None
     try:
-        asyncio.run(serve(config, work_for(config.adversary), trainer_for(config.adversary)))
+        build = None
+        if config.adversary:  # a devnet's cheat: the harness builds it, and is loaded only then
+            from vrl.harness.adversary import node_for
+
+            build = node_for(config.adversary)
+        asyncio.run(serve(config, build))
     except ConfigError as error:  # what only the start finds, named by key
         raise fail(f"{config_path}: {error}") from None
     except VrlError as error:  # a checkpoint, store, key or model: these name their file

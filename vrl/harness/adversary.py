@@ -5,7 +5,10 @@
 (issue 16, "verification at the margin"); :class:`CheatingWork` is a node's work done
 dishonestly in one of the ways :data:`vrl.node.config.ADVERSARIES` names, each what a
 cheating node would really run, not a label. It sits at the top of the stack: the node never
-imports it, ``vrl node`` hands it to a node whose config asks for a cheat (:func:`work_for`)."""
+imports it, and no honest class has a hook for it. ``vrl node`` builds a node whose config asks
+for a cheat with :func:`node_for`, which hands the node the cheat's work and trainer and wires
+what the cheat needs besides: the replayer overhears group gossip on the node's transport; the
+trainer that trains groups it failed reads its node's protocol state."""
 
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ import structlog
 import torch
 from transformers import DynamicCache
 
+from p2p.transport import Message, Transport
 from proofs.sampler import SamplingParams, replay, replay_sequences, sample
-from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES
-from vrl.node.messages import Group, Outcome, recomputed_digest
+from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES, NodeConfig
+from vrl.node.daemon import Node
+from vrl.node.messages import TOPIC_GROUPS, Group, MessageError, Outcome, decode_group, recomputed_digest
+from vrl.node.protocol import NodeProtocol
 from vrl.node.work import CheckResult, PolicyTrainer, Work, WorkConfig, tampered
 from vrl.rollouts.forward import HOST, Decoded, decode, prefill
 from vrl.rollouts.generate import Decoder, iter_generate
@@ -297,8 +303,9 @@ class CheatingWork(Work):
         kind = self.cheat.removeprefix("spoof-")
         return self.sample(model, version, decoder=spoofing_decoder(model, kind, NODE_SPOOF_STRENGTH[kind]))
 
-    def observe(self, group: Group) -> None:
-        if self.cheat == "replay":
+    def overheard(self, group: Group) -> None:
+        """Another node's group went by on gossip: the replay cheat's loot, the last 16 kept."""
+        if self.cheat == "replay" and group.subject != self.key.node_id:
             self.seen_groups = [*self.seen_groups[-15:], group.rollouts]
 
     def check(self, group: Group, version: int) -> CheckResult:
@@ -328,17 +335,20 @@ class CheatingTrainer(PolicyTrainer):
 
     def __init__(self, config, run_dir, key: NodeKey, tasks: TaskSet | None = None, *, kind: str) -> None:
         if kind not in TRAINER_ADVERSARIES:
-            raise ValueError(f"unknown trainer adversary {kind!r}; choose from {', '.join(sorted(TRAINER_ADVERSARIES))}")
+            raise ValueError(f"unknown trainer adversary {kind!r}; "
+                             f"choose from {', '.join(sorted(TRAINER_ADVERSARIES))}")
         super().__init__(config, run_dir, key, tasks)
         self.cheat = kind
-        self.log = structlog.get_logger("vrl.adversary")
+        self.log = structlog.get_logger("vrl.harness.adversary")
         self._stranger = NodeKey.from_seed(hashlib.sha256(FOREIGN_DOMAIN + key.node_id).digest())
 
     def _cheating(self) -> bool:
         return self.version >= CHEAT_FROM
 
-    def choose(self, batch, protocol):
-        """trainer-rejected-group: add the fresh groups it failed itself, a round or more ago."""
+    def with_failed_groups(self, batch: tuple[tuple[bytes, float], ...],
+                           protocol: NodeProtocol) -> tuple[tuple[bytes, float], ...]:
+        """trainer-rejected-group: the batch admission picked, and the fresh groups it failed
+        itself a round or more ago (``protocol``: its node's state)."""
         if self.cheat != "trainer-rejected-group" or not self._cheating():
             return batch
         listed, current = {d for d, _ in batch}, protocol.version
@@ -385,6 +395,54 @@ class CheatingTrainer(PolicyTrainer):
             for tensor in self.trainer.network.parameters():
                 tensor.mul_(1 + FAKE_WEIGHTS_NOISE * torch.randn(tensor.shape, generator=generator).to(tensor))
         return metrics
+
+
+class _Overhearing:
+    """A node's transport, through which the replay cheat also hears every group gossip
+    brings, as the node's own handler took it (``listener``, set once the node's work exists)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self.listener = None
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def subscribe(self, topic: str, on_message, validator=None) -> None:
+        if topic != TOPIC_GROUPS:
+            return self._transport.subscribe(topic, on_message, validator)
+
+        async def handled(message: Message) -> None:
+            await on_message(message)
+            try:  # validated already: it decodes
+                group = decode_group(message.data)
+            except MessageError:
+                return
+            if self.listener is not None:
+                self.listener(group)
+        return self._transport.subscribe(topic, handled, validator)
+
+
+def node_for(adversary: str):
+    """What builds a node, ``build(config, transport, key, log=None)``: an honest
+    :class:`~vrl.node.daemon.Node`, or for a node configured to cheat (``adversary`` in
+    node.toml), one with the cheat's work and trainer (:func:`work_for`, :func:`trainer_for`),
+    wired as the cheat needs."""
+    work, trainer = work_for(adversary), trainer_for(adversary)
+
+    def build(config: NodeConfig, transport: Transport, key: NodeKey, log=None) -> Node:
+        ears = _Overhearing(transport) if adversary == "replay" else None
+        node = Node(config, transport if ears is None else ears, key, log, work, trainer)
+        if ears is not None:
+            ears.listener = node.work.overheard
+        if adversary == "trainer-rejected-group":
+            honest, cheat, protocol = node.training.train, node.trainer, node.protocol
+
+            def train(version: int, batch: tuple[tuple[bytes, float], ...]):
+                return honest(version, cheat.with_failed_groups(batch, protocol))
+            node.training.train = train
+        return node
+    return build
 
 
 def trainer_for(adversary: str):

@@ -4,7 +4,7 @@ The top level holds what is the node's own (its directory and key, addresses, ro
 follows and trusts, metrics, threads, transport); each library the node runs has a table of
 its own, which is that library's config dataclass: ``[work]``
 (:class:`~vrl.rollouts.config.GenerationConfig`), ``[protocol]``
-(:class:`~vrl.node.protocol.ProtocolParams`), ``[train]`` (:class:`~vrl.rl.config.LearnerConfig`),
+(:class:`~vrl.node.params.ProtocolParams`), ``[train]`` (:class:`~vrl.rl.config.LearnerConfig`),
 ``[grpo]`` (:class:`~vrl.rl.config.GRPOConfig`), ``[reputation]`` and ``[admission]``
 (:mod:`vrl.node.reputation`), ``[transport_limits]`` (:class:`p2p.transport.TransportLimits`).
 Each default is defined once, in its dataclass; the node's own, where they differ, are in
@@ -43,7 +43,7 @@ from vrl.config import (
     reading,
     to_toml,
 )
-from vrl.node.protocol import ROLES, ProtocolParams
+from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import AdmissionConfig, ReputationConfig
 from vrl.rl.config import GRPOConfig, LearnerConfig
 from vrl.rollouts.config import GenerationConfig

@@ -6,6 +6,10 @@ and reports back with events. The whole state is a function of the events seen, 
 a restarted node continues: it replays its store (``replaying=True`` suppresses the actions
 of the past), then asks :meth:`NodeProtocol.pending` what is still to do.
 
+Its vocabulary, the events and actions, is :mod:`vrl.node.events`; the judging of the
+trainer's steps and its conviction is a sub-machine of its own, fed the step events
+(:class:`vrl.node.steps.StepJudge`).
+
 One round, in order (``specs/network.md`` §Rounds):
 
 1. the trainer announces policy version ``r`` (a signed :class:`PolicyAnnouncement`); the
@@ -28,24 +32,48 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from vrl.config import U63, ConfigError, bounded, check_fields
+from vrl.config import ConfigError
+from vrl.node.events import (
+    Abandoned,
+    Action,
+    Check,
+    Checked,
+    ConvictTrainer,
+    Event,
+    FetchPolicy,
+    Generate,
+    Generated,
+    GroupReceived,
+    Persist,
+    PersistStep,
+    Plant,
+    Planted,
+    PolicyAnnounced,
+    PolicyLoaded,
+    Publish,
+    Quarantine,
+    Refused,
+    ReplayStep,
+    StepReplayed,
+    StepStateMissing,
+    StepVerdictReceived,
+    Tick,
+    Train,
+    Trained,
+    VerdictReceived,
+)
 from vrl.node.messages import (
-    STEP_TICKET_DOMAIN,
     TOPIC_GROUPS,
     TOPIC_POLICIES,
-    TOPIC_STEPS,
     TOPIC_VERDICTS,
-    Group,
     Outcome,
     PolicyAnnouncement,
     SignedVerdict,
-    StepFault,
-    StepOutcome,
     StepVerdict,
-    Submission,
     audit_ticket,
     ticket_selected,
 )
+from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import (
     COUNTING_WEIGHT,
     AdmissionConfig,
@@ -55,12 +83,23 @@ from vrl.node.reputation import (
     ReputationConfig,
     admit,
 )
+from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.rollouts.keys import NodeKey
-from vrl.rollouts.model import bit_exact_platform
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
 from vrl.rollouts.verify import Reason
 
-ROLES = ("worker", "verifier", "trainer")
+# The events and actions (vrl.node.events), the tunables (vrl.node.params) and the step
+# judge's rules (vrl.node.steps) are named here too: the protocol's vocabulary, as its users
+# know it (protocol.Tick, ...).
+__all__ = [
+    "ADMISSION_DOMAIN", "MAX_PENDING_VERDICTS", "MAX_STRANGER_VERDICTS_PER_GROUP", "ROLES", "SELF_EVIDENT_FAULTS",
+    "SOFT_REASONS", "Abandoned", "Action", "Check", "Checked", "ConvictTrainer", "Event", "FetchPolicy", "Generate",
+    "Generated", "GroupReceived", "NodeProtocol", "Persist", "PersistStep", "Plant", "Planted", "PolicyAnnounced",
+    "PolicyLoaded", "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused", "ReplayStep",
+    "StepReplayed", "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained", "VerdictReceived",
+    "drawn", "outcome_of", "report_of", "step_rule_faults",
+]
+
 # A round's admission draw is seeded by its policy, which no worker knows before the round
 # (specs/reputation.md §6).
 ADMISSION_DOMAIN = b"vrl/admission/v1\x00"
@@ -82,60 +121,6 @@ MAX_PENDING_VERDICTS = 4096
 # report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
 # times the verifiers per group of any devnet measured here, so honest newcomers still fit.
 MAX_STRANGER_VERDICTS_PER_GROUP = 16
-# Step faults that signed data alone proves (specs/training.md §5): the announcements, the
-# trainer's own verdicts and the groups' records, and the reward proofs file the announcement
-# binds by hash (a proof fails or is missing for every node with the network's SRS alike). One
-# node's finding of them is conviction enough; so is a replay on the trainer's own platform,
-# which must be bit-exact. The rest (a replay on another platform, within a calibrated
-# tolerance; what the network did not deliver) needs a second reporter whose word counts.
-SELF_EVIDENT_FAULTS = frozenset({StepFault.WRONG_PARENT, StepFault.WRONG_OPTIMIZER_BEFORE, StepFault.WRONG_CONFIG,
-                                 StepFault.REJECTED_GROUP, StepFault.STALE_GROUP, StepFault.REWARD_UNPROVEN})
-
-
-@dataclass(frozen=True)
-class ProtocolParams:
-    """The protocol's tunables (specs/network.md §9): a node's ``[protocol]`` table. Nodes of
-    one network set groups_per_round and max_staleness alike; the rest is a node's own."""
-
-    # A worker's groups per policy version: 4 groups of 8 are a round of 32 rollouts, one
-    # generation pass (vrl.node.config: [work] generation_batch). An index is a u32 (specs/record.md §1).
-    groups_per_round: int = field(default=4, metadata=bounded(1, 2**32))
-    # Seconds a group waits for verdicts before it may be admitted unchecked: honest fails
-    # arrive well within 4 s (check latency p90 1.98-2.50 s on the devnets: specs/security.md,
-    # bench/results/devnet-poisoning.json). 0 admits on reputation alone at once; a day is
-    # longer than any round should wait, and keeps every deadline the node computes finite.
-    verdict_wait: float = field(default=4.0, metadata=bounded(0, 86400))
-    # Seconds after which the trainer steps with what it has: about 7 of the devnet's rounds
-    # (README: 12 versions in 98 s).
-    round_timeout: float = field(default=60.0, metadata=bounded(0, 86400, open_low=True))
-    # The trainer steps on any decided group rather than stall (specs/network.md §5.2).
-    min_batch_groups: int = field(default=1, metadata=bounded(1, 2**16))
-    # Versions a group may lag the trainer and still be checked and trained (vrl.rl.grpo.is_fresh):
-    # a group of version r counts while the trainer announces r + 1 and r + 2, two rounds of
-    # slack for gossip and backfill. A node keeps max_staleness + 1 copies of the policy in
-    # memory (vrl.node.daemon: Work.install), so this bounds its memory: 17 copies of the
-    # 156M-parameter small preset are about 10 GiB. Why GRPO has no such key: vrl/node/config.py.
-    max_staleness: int = field(default=2, metadata=bounded(0, 16))
-    # Share of other verifiers' passes the trainer re-checks itself (specs/network.md §5.3).
-    lazy_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))
-    # The trainer plants one known-bad group every N rounds (0: never); rounds are policy versions.
-    plant_every: int = field(default=0, metadata=bounded(0, U63))
-    # The trainer publishes no version after this one (0: no limit).
-    last_version: int = field(default=0, metadata=bounded(0, U63))
-    # Share of training steps each verifier replays (specs/training.md §5), drawn by its own
-    # step ticket. A replay costs about one training step (0.1-0.3 s each
-    # on the base model, replaying a devnet's steps offline: vrl.audit.replay); with three
-    # verifiers at 0.25 a single bad step escapes all of them with probability 0.75^3 = 0.42,
-    # a trainer that cheats on k steps with 0.42^k. A fraud report that counts makes every
-    # verifier replay the step, whatever its draw.
-    step_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))
-    # Seconds an announced step's groups and state files may take to reach a verifier before
-    # their absence is itself fraud (specs/training.md §5): the trainer serves all of them, and
-    # backfill asks every 5 s (vrl.node.daemon.BACKFILL_EVERY_SECONDS): 30 s is six passes.
-    step_wait: float = field(default=30.0, metadata=bounded(0, 86400, open_low=True))
-
-    def __post_init__(self) -> None:
-        check_fields(self, ProtocolParams)  # a subclass's further fields are its own to check
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,171 +142,6 @@ class ProtocolConfig(ProtocolParams):
                               type(self).__name__)
 
 
-# -- events (fed in) ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Tick:
-    now: float
-
-
-@dataclass(frozen=True)
-class PolicyAnnounced:
-    announcement: PolicyAnnouncement
-
-
-@dataclass(frozen=True)
-class PolicyLoaded:
-    """The daemon fetched, hash-checked and loaded a version's weights."""
-    version: int
-
-
-@dataclass(frozen=True)
-class GroupReceived:
-    """A group whose records decoded, verify their signatures and form one whole group
-    (:func:`vrl.node.messages.decode_group`), decoded once: its subject, version and slot
-    come from its records."""
-    group: Group
-    now: float
-
-
-@dataclass(frozen=True)
-class VerdictReceived:
-    verdict: SignedVerdict
-
-
-@dataclass(frozen=True)
-class Generated:
-    version: int
-    groups: tuple[Group, ...]
-
-
-@dataclass(frozen=True)
-class Checked:
-    group: bytes
-    failed_reasons: tuple[str, ...]  # rejection codes, empty when every record passed
-    digest: bytes
-    race_tokens: int = 0  # the sequential test's evidence (vrl.node.work.CheckResult)
-    races_lost: int = 0
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The trainer's GRPO forward pass checked this group, one of the batch it was about to
-    train, and it failed (vrl.node.work.PolicyTrainer.screened: specs/network.md §5.4). It is
-    never trained; the check is published as any check of this node's is."""
-    check: Checked
-
-
-@dataclass(frozen=True)
-class Planted:
-    submission: Submission
-    subject: bytes
-    version: int
-
-
-@dataclass(frozen=True)
-class Trained:
-    announcement: PolicyAnnouncement
-    groups: tuple[bytes, ...]  # the admitted groups the step used
-
-
-@dataclass(frozen=True)
-class StepVerdictReceived:
-    verdict: StepVerdict
-
-
-@dataclass(frozen=True)
-class StepReplayed:
-    """The daemon replayed the step that made ``version`` (:class:`ReplayStep`)."""
-    version: int
-    faults: tuple[str, ...]  # StepFault codes, empty when the replay agreed
-    replayed: bytes  # the replay's model hash (empty if it could not run)
-    drift: float
-
-
-@dataclass(frozen=True)
-class Abandoned:
-    """The daemon could not carry out an action (e.g. no peer had the weights yet); the
-    protocol will ask again when it is still due."""
-    action: Action
-
-
-Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
-         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed)
-
-
-# -- actions (carried out by the daemon) ---------------------------------------------------------
-
-@dataclass(frozen=True)
-class Publish:
-    topic: str
-    data: bytes
-
-
-@dataclass(frozen=True)
-class FetchPolicy:
-    announcement: PolicyAnnouncement
-
-
-@dataclass(frozen=True)
-class Generate:
-    version: int
-
-
-@dataclass(frozen=True)
-class Check:
-    group: bytes
-    version: int
-
-
-@dataclass(frozen=True)
-class Plant:
-    version: int
-
-
-@dataclass(frozen=True)
-class Train:
-    version: int
-    batch: tuple[tuple[bytes, float], ...]  # (group digest, loss weight)
-
-
-@dataclass(frozen=True)
-class Quarantine:
-    node: bytes
-    purged: tuple[bytes, ...]  # its groups dropped from the queue, never trained on
-
-
-@dataclass(frozen=True)
-class Persist:
-    """Store this received verdict: it names a known group, agrees with it, and now counts.
-    Verdicts still waiting for their group are not stored, so strangers cannot fill the disk."""
-    verdict: SignedVerdict
-
-
-@dataclass(frozen=True)
-class ReplayStep:
-    """Run the step that made this announcement again and compare (specs/training.md §4)."""
-    announcement: PolicyAnnouncement
-
-
-@dataclass(frozen=True)
-class PersistStep:
-    """Store this received step verdict (it names a known announcement and now counts)."""
-    verdict: StepVerdict
-
-
-@dataclass(frozen=True)
-class ConvictTrainer:
-    """Trainer fraud is confirmed (specs/training.md §6): this node follows no version from
-    ``version`` on; the daemon says so loudly in its logs and metrics."""
-    trainer: bytes
-    version: int
-    reasons: tuple[str, ...]
-    reporters: tuple[bytes, ...]
-
-
-Action = Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist | ReplayStep | PersistStep | ConvictTrainer
-
 
 @dataclass
 class _Group:
@@ -339,8 +159,6 @@ def _flight_key(action: Action) -> tuple:
             return ("check", group)
         case Generate(version) | Plant(version) | Train(version, _):
             return (type(action).__name__.lower(), version)
-        case ReplayStep(a):
-            return ("replay", a.version)
     return ()
 
 
@@ -365,29 +183,6 @@ def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
     """One verdict per verifier and group, except that a check replaces the verifier's own
     skip: a failure others reported made it check after all (specs/network.md §3.2)."""
     return not earlier.checked and outcome != Outcome.SKIPPED
-
-
-def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, group_versions: dict[bytes, int],
-                     trainer_fails: dict[bytes, int], max_staleness: int) -> tuple[str, ...]:
-    """The faults of specs/training.md §5's rules: what signed data alone shows wrong with the
-    step that made ``a``, given its parent's announcement, the policy versions of the batch
-    groups known (digest -> version) and the rounds of the trainer's own hard fails on them
-    (digest -> the verdict's round)."""
-    faults = set()
-    if a.parent != parent.model_hash:
-        faults.add(StepFault.WRONG_PARENT)
-    if a.optimizer_before != parent.optimizer:
-        faults.add(StepFault.WRONG_OPTIMIZER_BEFORE)
-    if a.config != parent.config:  # a run's step config is fixed at version 0
-        faults.add(StepFault.WRONG_CONFIG)
-    for digest in a.groups:
-        # The trainer's own hard fail, signed while an earlier version was current: it knew
-        # before this step's round began (a fail signed in that round may follow the step).
-        if trainer_fails.get(digest, a.version - 1) < a.version - 1:
-            faults.add(StepFault.REJECTED_GROUP)
-        if digest in group_versions and not 0 <= (a.version - 1) - group_versions[digest] <= max_staleness:
-            faults.add(StepFault.STALE_GROUP)
-    return tuple(sorted(faults))
 
 
 def outcome_of(failed_reasons: tuple[str, ...]) -> str:
@@ -429,12 +224,11 @@ class NodeProtocol:
         # different group there (the same rollouts signed anew, or other samples) is ignored:
         # a round has one group per slot, and a copy must not be trained twice.
         self._slots: dict[tuple[bytes, int, int], bytes] = {}
-        # Training steps (specs/training.md §5): step verdicts by version and verifier, this
-        # node's step-ticket draws, and the conviction, once trainer fraud is confirmed.
-        self.step_verdicts: dict[int, dict[bytes, StepVerdict]] = defaultdict(dict)
-        self._step_draws: dict[int, bool] = {}
-        self.convicted: ConvictTrainer | None = None
-        self._frauds_found: set[int] = set()  # versions this node itself reported as fraud
+        # Training steps (specs/training.md §5): judged by a sub-machine of their own, fed the
+        # step events, which reads the rest of this state through the Ledger this class is.
+        self.steps = StepJudge(key, platform, max_staleness=config.max_staleness,
+                               step_audit_rate=config.step_audit_rate, step_wait=config.step_wait,
+                               stranger_cap=MAX_STRANGER_VERDICTS_PER_GROUP)
         # The sequential test (specs/verification.md §7): per producer, the evidence of the
         # checks this node's own tickets drew; and the producers some verifier whose word counts
         # failed it on, whose every fresh group this node then checks.
@@ -450,7 +244,17 @@ class NodeProtocol:
 
     def follows(self, version: int) -> bool:
         """Whether this node still follows a version: every one before a convicted step."""
-        return self.convicted is None or version < self.convicted.version
+        return self.steps.follows(version)
+
+    @property
+    def convicted(self) -> ConvictTrainer | None:
+        """The trainer's conviction, once its fraud is confirmed (:class:`StepJudge`)."""
+        return self.steps.convicted
+
+    @property
+    def step_verdicts(self) -> dict[int, dict[bytes, StepVerdict]]:
+        """Step verdicts counted, by version and verifier."""
+        return self.steps.verdicts
 
     @property
     def waiting_verdicts(self) -> int:
@@ -463,6 +267,17 @@ class NodeProtocol:
     def standing(self, node: bytes):
         return self.reputation.standing(node, self.version or 0)
 
+    # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
+    def group_version(self, digest: bytes) -> int | None:
+        group = self.groups.get(digest)
+        return None if group is None else group.version
+
+    def trust(self, node: bytes) -> float:
+        return self.standing(node).trust
+
+    def pretrusted(self, node: bytes) -> bool:
+        return node in self.reputation.pretrusted
+
     # -- the one entry point ----------------------------------------------------------------
     def handle(self, event: Event, *, replaying: bool = False) -> list[Action]:
         actions: list[Action] = []
@@ -471,6 +286,7 @@ class NodeProtocol:
                 self.now = max(self.now, now)
             case Abandoned(action):
                 self._in_flight.discard(_flight_key(action))
+                actions += self.steps.handle(event, self)
             case PolicyAnnounced(a):
                 self._announced(a)
             case PolicyLoaded(version):
@@ -502,11 +318,8 @@ class NodeProtocol:
                 self.planted[submission.digest] = version
                 self.planted_rounds.add(version)
                 actions.append(Publish(TOPIC_GROUPS, submission.to_bytes()))
-            case StepVerdictReceived(verdict):
-                actions += self._received_step_verdict(verdict)
-            case StepReplayed(version, faults, replayed, drift):
-                self._in_flight.discard(("replay", version))
-                actions += self._publish_step_verdict(version, faults, replayed, drift)
+            case StepVerdictReceived() | StepReplayed() | StepStateMissing():
+                actions += self.steps.handle(event, self)
             case Trained(announcement, used):
                 self._in_flight.discard(("train", announcement.version - 1))
                 self._announced(announcement)
@@ -517,7 +330,7 @@ class NodeProtocol:
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
                 actions += self._reveal_plants(announcement.version - 1)
         actions += self._quarantines()
-        actions += self._convictions()
+        actions += self.steps.convictions(self)
         if replaying:
             return []
         return actions + self.pending()
@@ -542,7 +355,7 @@ class NodeProtocol:
         if self.has("verifier") or self.has("trainer"):
             actions += self._checks()
         if self.has("verifier"):
-            actions += self._step_checks()
+            actions += self.steps.pending(self)
         if self.has("trainer"):
             if (self.config.plant_every and version % self.config.plant_every == 0
                     and version not in self.planted_rounds and version in self.loaded):
@@ -565,7 +378,7 @@ class NodeProtocol:
         if self.has("verifier") or self.has("trainer"):
             needed |= {self.groups[d].version for d in self._fresh_groups() if self.groups[d].version in self.policies}
         if self.has("verifier"):  # a step to replay needs its parent's weights and its own
-            needed |= {v for a in self._steps_to_replay() for v in (a.version - 1, a.version)}
+            needed |= {v for a in self.steps.to_replay(self) for v in (a.version - 1, a.version)}
         return sorted(v for v in needed if v in self.policies)
 
     def _fresh(self, version: int) -> bool:
@@ -612,7 +425,7 @@ class NodeProtocol:
             # only when the reporter's word counts, so a stranger cannot make everyone check
             # everything.
             recheck = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
-                          and (self.has("trainer") or self._counts(v.verifier))
+                          and (self.has("trainer") or self.counts(v.verifier))
                           for v in others)
             audit = self.has("trainer") and any(self._audits(v) for v in others)
             if recheck or audit:
@@ -629,7 +442,7 @@ class NodeProtocol:
                     actions += self._publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
         return actions
 
-    def _counts(self, verifier: bytes) -> bool:
+    def counts(self, verifier: bytes) -> bool:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
         return self.standing(verifier).trust >= COUNTING_WEIGHT
 
@@ -743,7 +556,7 @@ class NodeProtocol:
             if verdict.verifier == self.me and verdict.race_tokens and drawn(verdict):
                 self.race_tests[group.subject] = self.race_test(group.subject).add(verdict.race_tokens,
                                                                                    verdict.races_lost)
-            if report.node_level and (verdict.verifier == self.me or self._counts(verdict.verifier)):
+            if report.node_level and (verdict.verifier == self.me or self.counts(verdict.verifier)):
                 self.suspects[group.subject] = max(group.version, self.suspects.get(group.subject, group.version))
         return True
 
@@ -755,124 +568,6 @@ class NodeProtocol:
                 purged = tuple(sorted(d for d, g in self.groups.items() if g.subject == node and not g.trained))
                 actions.append(Quarantine(node, purged))
         return actions
-
-    # -- the trainer's steps (specs/training.md §5) ---------------------------------------------
-    def _judgeable(self) -> list[int]:
-        """Steps this node may still judge, oldest first: not its own, and its parent's weights
-        still among those a node keeps (max_staleness + 1 versions before the current one).
-        A window, so the work per event does not grow with every version ever seen."""
-        current = self.version
-        if current is None:
-            return []
-        return [v for v in range(max(1, current - self.config.max_staleness + 1), current + 1)
-                if v in self.policies and self.policies[v].trainer != self.me]
-
-    def _steps_to_replay(self) -> list[PolicyAnnouncement]:
-        """Steps drawn (or reported) for replay, judged by the rules, not yet judged here."""
-        out = []
-        for version in self._judgeable():
-            if (self.me not in self.step_verdicts[version]
-                    and self._rule_faults(self.policies[version]) == ()
-                    and (self._step_drawn(self.policies[version]) or self._step_reported(version))):
-                out.append(self.policies[version])
-        return out
-
-    def _rule_faults(self, a: PolicyAnnouncement) -> tuple[str, ...] | None:
-        """What signed data alone shows wrong with a step (:func:`step_rule_faults`); None
-        while its parent's announcement is unknown."""
-        parent = self.policies.get(a.version - 1)
-        if parent is None:
-            return None
-        fails = {d: own.round for d in a.groups
-                 if (own := self.verdicts.get(d, {}).get(a.trainer)) is not None and own.outcome == Outcome.HARD_FAIL}
-        versions = {d: self.groups[d].version for d in a.groups if d in self.groups}
-        return step_rule_faults(a, parent, versions, fails, self.config.max_staleness)
-
-    def _step_drawn(self, a: PolicyAnnouncement) -> bool:
-        """This node's step ticket for the announcement: its own signature, drawn after the
-        step exists, so the trainer cannot know which verifiers will replay which steps."""
-        if a.version not in self._step_draws:
-            ticket = self.key.sign(STEP_TICKET_DOMAIN + a.id)
-            self._step_draws[a.version] = ticket_selected(ticket, self.config.step_audit_rate)
-        return self._step_draws[a.version]
-
-    def _step_reported(self, version: int) -> bool:
-        """Whether a verifier whose word counts reported the step as fraud: then every
-        verifier replays it, as a failed group is re-checked (specs/network.md §5.1)."""
-        return any(v.outcome == StepOutcome.FRAUD and verifier != self.me and self._counts(verifier)
-                   for verifier, v in self.step_verdicts[version].items())
-
-    def _step_checks(self) -> list[Action]:
-        actions: list[Action] = []
-        for version in self._judgeable():
-            if self.me in self.step_verdicts[version]:
-                continue
-            a = self.policies[version]
-            faults = self._rule_faults(a)
-            if faults:
-                actions += self._publish_step_verdict(version, faults, b"", 0.0)
-            elif faults is not None and (self._step_drawn(a) or self._step_reported(version)):
-                if any(d not in self.groups for d in a.groups):
-                    if self.now - self.round_started.get(version, self.now) >= self.config.step_wait:
-                        actions += self._publish_step_verdict(version, (StepFault.UNAVAILABLE_GROUP,), b"", 0.0)
-                elif version in self.loaded and version - 1 in self.loaded:
-                    actions += self._once(ReplayStep(a))
-        return actions
-
-    def step_state_missing(self, version: int) -> list[Action]:
-        """The daemon could not get a step's config or optimizer files: fraud once the trainer
-        has had ``step_wait`` seconds to serve them, else asked again later."""
-        self._in_flight.discard(("replay", version))
-        if self.now - self.round_started.get(version, self.now) < self.config.step_wait:
-            return []
-        return self._publish_step_verdict(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0)
-
-    def _publish_step_verdict(self, version: int, faults: tuple[str, ...], replayed: bytes,
-                              drift: float) -> list[Action]:
-        a = self.policies.get(version)
-        if a is None or self.me in self.step_verdicts[version]:
-            return []
-        verdict = StepVerdict(verifier=self.me, trainer=a.trainer, version=version, announcement=a.id,
-                              outcome=StepOutcome.FRAUD if faults else StepOutcome.PASS,
-                              reasons=tuple(sorted(set(faults))), replayed=replayed, drift=drift,
-                              platform=self.platform).signed(self.key)
-        self.step_verdicts[version][self.me] = verdict
-        if faults:
-            self._frauds_found.add(version)
-        return [Publish(TOPIC_STEPS, verdict.to_bytes())]
-
-    def _received_step_verdict(self, verdict: StepVerdict) -> list[Action]:
-        """Count another verifier's step verdict on a known announcement: one per verifier
-        and version, at most MAX_STRANGER_VERDICTS_PER_GROUP from verifiers of weight 0."""
-        a = self.policies.get(verdict.version)
-        known = self.step_verdicts[verdict.version]
-        if a is None or verdict.announcement != a.id or verdict.trainer != a.trainer or verdict.verifier in known:
-            return []
-        if self.standing(verdict.verifier).trust == 0 and sum(
-                1 for v in known if self.standing(v).trust == 0) >= MAX_STRANGER_VERDICTS_PER_GROUP:
-            return []
-        known[verdict.verifier] = verdict
-        if verdict.verifier == self.me and verdict.outcome == StepOutcome.FRAUD:
-            self._frauds_found.add(verdict.version)  # this node's own, replayed from its store
-        return [PersistStep(verdict)]
-
-    def _convictions(self) -> list[Action]:
-        """Trainer fraud is confirmed when this node found it itself, and either the evidence
-        is self-evident (SELF_EVIDENT_FAULTS, or a replay on the trainer's own platform) or
-        another verifier whose word counts found it too (specs/training.md §6)."""
-        if self.convicted is not None:
-            return []
-        for version in sorted(self._frauds_found):
-            verdicts = self.step_verdicts[version]
-            mine, a = verdicts[self.me], self.policies[version]
-            others = tuple(sorted(v for v, sv in verdicts.items() if v != self.me and sv.outcome == StepOutcome.FRAUD
-                                  and (self._counts(v) or v in self.reputation.pretrusted)))
-            evident = bool(set(mine.reasons) & SELF_EVIDENT_FAULTS) or (
-                mine.platform == a.platform and bit_exact_platform(a.platform) and mine.replayed != b"")
-            if evident or others:
-                self.convicted = ConvictTrainer(a.trainer, version, mine.reasons, (self.me, *others))
-                return [self.convicted]
-        return []
 
     # -- training ---------------------------------------------------------------------------
     def decided(self, digest: bytes) -> bool | None:
@@ -889,7 +584,7 @@ class NodeProtocol:
             return mine.outcome == Outcome.PASS
         if ("check", digest) in self._in_flight:
             return None
-        if any(v.outcome == Outcome.PASS and self._counts(v.verifier) for v in verdicts):
+        if any(v.outcome == Outcome.PASS and self.counts(v.verifier) for v in verdicts):
             return True  # a pass from a checker that counts; a stranger's pass decides nothing
         return self.now - group.arrived >= self.config.verdict_wait or None
 

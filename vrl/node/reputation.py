@@ -67,7 +67,8 @@ class ReputationConfig:
     # reputation: Jøsang and Ismail, 2002); specs/reputation.md §2
     prior_pass: float = field(default=1.0, metadata=bounded(0, open_low=True))
     prior_fail: float = field(default=3.0, metadata=bounded(0, open_low=True))  # b0
-    soft_weight: float = field(default=1.0, metadata=bounded(0))  # w_s: a soft fail may be honest drift, so one pass's worth
+    # w_s: a soft fail may be honest drift, so one pass's worth
+    soft_weight: float = field(default=1.0, metadata=bounded(0))
     hard_weight: float = field(default=50.0, metadata=bounded(0))  # w_h: one hard fail outweighs ~50 passes
     # old evidence fades; 200 rounds is about a day of training steps (specs/reputation.md §2)
     half_life_rounds: float = field(default=200.0, metadata=bounded(0, open_low=True))

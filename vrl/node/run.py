@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -56,24 +57,27 @@ def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
                            limits=config.transport_limits)
 
 
-def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, work, trainer=None):
-    """The node, with what only loading finds wrong (the model, the task file) named by key."""
-    from vrl.node.daemon import Node
+def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, build: Callable | None = None):
+    """The node ``build`` makes (``build(config, transport, key, log)``; a
+    :class:`~vrl.node.daemon.Node` when None), with what only loading finds wrong (the model,
+    the task file) named by key."""
     from vrl.rollouts.model import ModelError
     from vrl.tasks import TaskFileError
 
+    if build is None:
+        from vrl.node.daemon import Node as build
     try:
-        return Node(config, transport, key, log, work, **({} if trainer is None else {"trainer": trainer}))
+        return build(config, transport, key, log)
     except ModelError as error:  # the device was checked by preflight: this is the model
         raise ConfigError(str(error), ("work", "model")) from None
     except TaskFileError as error:
         raise ConfigError(str(error), ("work", "task")) from None
 
 
-async def serve(config: NodeConfig, work, trainer=None) -> None:
+async def serve(config: NodeConfig, build: Callable | None = None) -> None:
     """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent).
-    ``work`` makes the node's model work and ``trainer`` its trainer role (``Work`` and
-    ``PolicyTrainer``, or a cheat's: ``vrl.harness.adversary.work_for`` and ``trainer_for``)."""
+    ``build`` makes the node (:func:`open_node`): an honest one by default, or a cheat's
+    (``vrl.harness.adversary.node_for``)."""
     preflight(config)
     key = node_key(config)
     transport = open_transport(config, key)
@@ -84,7 +88,7 @@ async def serve(config: NodeConfig, work, trainer=None) -> None:
         loop.add_signal_handler(signum, stop.set)
     await transport.start()
     try:  # closed however the start ends: its network thread would keep the process alive
-        node = open_node(config, transport, key, log, work, trainer)
+        node = open_node(config, transport, key, log, build)
         log.info("node started", id=key.node_id.hex(), roles=list(config.roles), addresses=transport.addresses(),
                  adversary=config.adversary or None)
         await node.run(stop)

@@ -185,8 +185,9 @@ class Store:
     def put_verdict(self, verdict: SignedVerdict, received: float) -> bool:
         # One row per (group, verifier); a check replaces the verifier's own skip, never the
         # reverse (specs/network.md §3.2).
-        return self._write("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (grp, verifier) DO UPDATE"
-                           " SET id=excluded.id, outcome=excluded.outcome, data=excluded.data, received=excluded.received"
+        return self._write("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                           " ON CONFLICT (grp, verifier) DO UPDATE SET id=excluded.id, outcome=excluded.outcome,"
+                           " data=excluded.data, received=excluded.received"
                            " WHERE verdicts.outcome = 'skipped' AND excluded.outcome != 'skipped'", (
             verdict.id, verdict.group, verdict.verifier, verdict.subject, u64(verdict.policy_version), verdict.outcome,
             verdict.to_bytes(), received))

@@ -8,10 +8,13 @@ the test with are :class:`vrl.harness.adversary.CheatingWork`, a subclass, chose
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import hashlib
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,6 +55,25 @@ from vrl.zk.sampling import (
 # The trainer's throw-away identity for a planted group is derived from its own signature over
 # the round, so no one else can predict or claim it (specs/network.md §5.3).
 CANARY_DOMAIN = b"vrl/canary/v1\x00"
+
+
+class ModelThread:
+    """The one thread a node's model work runs on, off the event loop; each job's seconds
+    are observed by kind (``metrics.step_seconds``)."""
+
+    def __init__(self, metrics) -> None:
+        self.metrics = metrics
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
+
+    async def run(self, kind: str, fn: Callable, *args):
+        started = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        finally:
+            self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
 
 class CheckResult(NamedTuple):
@@ -153,9 +175,6 @@ class Work:
         checks = check_openings(group.rollouts, openings, model, [srs], workdir,
                                 challenge=challenge, count=positions, allow_dev=srs.dev)
         return tuple(sorted({str(c.outcome) for c in checks if c.outcome != Check.OK}))
-
-    def observe(self, group: Group) -> None:
-        """Another node's group went by (honest work has no use for it)."""
 
     # -- verifier -----------------------------------------------------------------------------
     def check(self, group: Group, version: int, forward: PolicyForward | None = None) -> CheckResult:
@@ -285,8 +304,9 @@ class PolicyTrainer:
         model = self.policy()
         saved = self.trainer.resumed_state if self.version > 0 else {}
         batch = tuple((bytes.fromhex(d), float(w)) for d, w in saved.get("batch", ()))
-        return TrainedStep(model, to_blob(model), self.optimizer_file(), bytes.fromhex(saved.get("optimizer_before", "")),
-                           batch, {}, (bytes.fromhex(saved.get("proofs", "")), int(saved.get("proofs_size", 0))))
+        return TrainedStep(model, to_blob(model), self.optimizer_file(),
+                           bytes.fromhex(saved.get("optimizer_before", "")), batch, {},
+                           (bytes.fromhex(saved.get("proofs", "")), int(saved.get("proofs_size", 0))))
 
     def step(self, groups: list[Group], weights: list[float], screen: Screen | None = None,
              rewards: list[list[float]] | None = None,
@@ -352,11 +372,6 @@ class PolicyTrainer:
         a pass of the current weights over exactly its groups that can learn, saves running it
         again."""
         return self.trainer.update([list(g.rollouts) for g in groups], weights, forward=forward, rewards=rewards)
-
-    def choose(self, batch: tuple[tuple[bytes, float], ...], protocol) -> tuple[tuple[bytes, float], ...]:
-        """The batch to train and announce: the one admission picked (``protocol``, the node's
-        :class:`~vrl.node.protocol.NodeProtocol`, is for the cheats that pick otherwise)."""
-        return batch
 
     def frozen_copy(self, model: Model) -> Model:
         """A snapshot of the live weights for verification (the live ones keep training)."""

@@ -346,7 +346,8 @@ def max_proofs_bytes(records: int) -> int:
 
 
 def step_rewards(groups: Sequence[Sequence[Rollout]], proofs: bytes, decode: Callable[[list[int]], str],
-                 srs: Sequence[zk.Srs], workdir: Path, *, allow_dev: bool = False) -> tuple[list[list[float]], str | None]:
+                 srs: Sequence[zk.Srs], workdir: Path, *,
+                 allow_dev: bool = False) -> tuple[list[list[float]], str | None]:
     """What a step of private tasks must have trained on (:func:`training_rewards`), from the
     proofs file its announcement binds (empty bytes: none), and why the step is at fault, None
     when it is not: the zk reason code of the first record whose proof is missing or fails,
@@ -529,7 +530,8 @@ def regular_file_bytes(path: Path, limit: int) -> bytes:
 
 def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, max_new_tokens: int, srs: zk.Srs,
                      workdir: Path, records_name: str, model_locator: str = "", task_file: str = "",
-                     on_progress: Callable[[int], None] | None = None) -> tuple[list[Rollout], list[zk.Attachment], Claim]:
+                     on_progress: Callable[[int], None] | None = None,
+                     ) -> tuple[list[Rollout], list[zk.Attachment], Claim]:
     """Answer every task of ``public`` greedily (at the evaluation's seed), score the answers
     with the key and prove each one's correctness: the records, the proofs and the claim,
     which binds the bytes the records and proofs are written as (:func:`write_claim`)."""
@@ -613,7 +615,8 @@ def check_claim_file(path: Path, model, public: Sequence[Task], srs: Sequence[zk
         return claim, ClaimCheck(0, 0, (), (str(error),))
     unchecked = [f"{name} is not the file the claim signs" for name, data, digest in (
         (str(records_path), records_bytes, claim.records_sha256),
-        (str(companion_path(records_path)), proofs_bytes, claim.proofs_sha256)) if hashlib.sha256(data).digest() != digest]
+        (str(companion_path(records_path)), proofs_bytes, claim.proofs_sha256))
+        if hashlib.sha256(data).digest() != digest]
     if unchecked:
         return claim, ClaimCheck(0, 0, (), tuple(unchecked))
     from vrl.rollouts.files import RolloutFileError, records_from_bytes

@@ -1,0 +1,178 @@
+"""The node's collaborators on their own, without a Node: the decoded-group caches
+(vrl.node.groups), a worker's bookkeeping of its sampling answers (vrl.node.proving) and the
+gossip validator's decisions (vrl.node.validation)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import structlog
+
+from p2p.transport import Message, Validation, message_id
+from vrl.node import protocol as P
+from vrl.node.groups import GroupCache
+from vrl.node.messages import (
+    TOPIC_GROUPS,
+    TOPIC_POLICIES,
+    Group,
+    MessageError,
+    PolicyAnnouncement,
+    SamplingRequest,
+)
+from vrl.node.metrics import NodeMetrics
+from vrl.node.proving import Answers
+from vrl.node.store import Store
+from vrl.node.validation import Validator
+from vrl.rollouts.keys import NodeKey
+
+TRAINER = NodeKey.from_seed(b"T" * 32)
+VERIFIER = NodeKey.from_seed(b"V" * 32)
+STRANGER = NodeKey.from_seed(b"S" * 32)
+PEER, OTHER_PEER = b"p" * 32, b"q" * 32
+
+
+def groups_of(honest) -> list[Group]:
+    """The conftest's 3 groups of 4 signed records, as gossip brings them."""
+    return [Group.of(honest[i:i + 4]) for i in range(0, len(honest), 4)]
+
+
+def size(group: Group) -> int:
+    return sum(map(len, group.submission.records))
+
+
+def gossip(topic: str, data: bytes) -> Message:
+    return Message(topic, data, PEER, message_id(topic, data))
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(tmp_path / "node.sqlite")
+    yield store
+    store.close()
+
+
+def test_groups_the_validator_decoded_wait_for_their_handler_within_a_bound(store, honest):
+    a, b, c = groups_of(honest)
+    cache = GroupCache(store, structlog.get_logger(), max_decoded=2)
+    for tag, group in enumerate((a, b, c)):
+        cache.remember(bytes([tag]) * 32, group)
+    assert list(cache.decoded) == [b"\x01" * 32, b"\x02" * 32]  # the oldest went first
+    assert cache.group_of(b"\x02" * 32, c.to_bytes()) is c  # held: not decoded again
+    assert b"\x02" * 32 not in cache.decoded  # handed over once
+    again = cache.group_of(b"\x00" * 32, a.to_bytes())  # let go: decoded from the message
+    assert again is not a and again.digest == a.digest and again.rollouts == a.rollouts
+
+
+def test_kept_groups_are_bounded_by_their_bytes_least_recently_used_first_out(store, honest):
+    a, b, c = groups_of(honest)
+    cache = GroupCache(store, structlog.get_logger(), max_bytes=size(a) + size(b) + size(c) - 1)
+    cache.keep(a)
+    cache.keep(b)
+    cache.keep(a)  # used again: b is now the least recently used
+    cache.keep(c)
+    assert list(cache.bodies) == [a.digest, c.digest] and cache.body_bytes == size(a) + size(c)
+    assert cache.body(a.digest) is a
+    assert cache.body(b.digest) is None  # gone, and never stored
+    store.put_group(b.submission, b.subject, b.version, 1.0)
+    back = cache.body(b.digest)  # read back from the store and decoded, signatures checked
+    assert back is not None and back is not b and back.rollouts == b.rollouts
+    assert cache.body(b.digest) is back  # and kept again
+
+
+def test_a_worker_answers_a_peer_once_a_group_and_sends_a_kept_answer_again():
+    asked = SamplingRequest(b"g" * 32, b"c" * 32, 2)
+    answers = Answers(max_served=2, max_kept=1)
+    assert answers.kept_answer(asked, PEER) is None
+    answers.admit(asked, PEER)
+    answers.keep(asked, PEER, b"the answer")
+    assert answers.kept_answer(asked, PEER) == b"the answer"  # the same question: the same answer
+    assert answers.kept_answer(dataclasses.replace(asked, positions=3), PEER) is None
+    assert answers.kept_answer(asked, OTHER_PEER) is None
+    with pytest.raises(MessageError, match="answered to this peer already"):
+        answers.admit(dataclasses.replace(asked, challenge=b"d" * 32), PEER)  # another challenge, one group
+    answers.admit(asked, OTHER_PEER)  # another peer is answered on its own
+    # Both bounds forget the oldest first.
+    later = SamplingRequest(b"h" * 32, b"c" * 32, 2)
+    answers.keep(later, PEER, b"another answer")
+    assert answers.kept_answer(asked, PEER) is None and answers.kept_answer(later, PEER) == b"another answer"
+    answers.admit(later, PEER)
+    assert list(answers.served) == [(OTHER_PEER, asked.group), (PEER, later.group)]
+    answers.admit(dataclasses.replace(asked, challenge=b"d" * 32), PEER)  # forgotten: answered anew
+
+
+def test_the_validator_accepts_ignores_and_rejects_by_what_the_protocol_knows(store, honest):
+    a, _, _ = groups_of(honest)
+    protocol = P.NodeProtocol(VERIFIER, P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id),
+                              platform="test", race_loss_rate=1e-3)
+    announcement = PolicyAnnouncement(TRAINER.node_id, a.version, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
+    protocol.handle(P.PolicyAnnounced(announcement))
+    cache, metrics = GroupCache(store, structlog.get_logger()), NodeMetrics()
+    validate = Validator(protocol, len(a.rollouts), cache, metrics)
+
+    message = gossip(TOPIC_GROUPS, a.to_bytes())
+    assert validate(message) is Validation.ACCEPT
+    assert cache.decoded[message.msg_id].digest == a.digest  # held for the handler
+    # Another network's parameters: ignored, not the forwarder's fault.
+    assert Validator(protocol, len(a.rollouts) + 1, cache, metrics)(message) is Validation.IGNORE
+    # Bytes that do not decode: rejected, and counted.
+    assert validate(gossip(TOPIC_GROUPS, b"\x93not a group")) is Validation.REJECT
+    assert metrics.registry.get_sample_value("vrl_messages_invalid_total", {"topic": TOPIC_GROUPS}) == 1
+    assert validate(gossip("/vrl/unknown/1", b"")) is Validation.IGNORE
+    # A policy: another trainer's is ignored, a forged signature rejected.
+    stranger = PolicyAnnouncement(STRANGER.node_id, 1, b"\x01" * 32, b"\x02" * 32, 10).signed(STRANGER)
+    assert validate(gossip(TOPIC_POLICIES, stranger.to_bytes())) is Validation.IGNORE
+    forged = dataclasses.replace(announcement, size=11)
+    assert validate(gossip(TOPIC_POLICIES, forged.to_bytes())) is Validation.REJECT
+    assert validate(gossip(TOPIC_POLICIES, announcement.to_bytes())) is Validation.ACCEPT
+    # A quarantined producer's groups are ignored.
+    protocol.quarantined.add(a.subject)
+    assert validate(message) is Validation.IGNORE
+
+
+@dataclasses.dataclass
+class Ledger:
+    """The protocol state a StepJudge reads (vrl.node.steps.Ledger), as plain data."""
+
+    policies: dict
+    version: int | None
+    now: float = 0.0
+    loaded: set = dataclasses.field(default_factory=set)
+    verdicts: dict = dataclasses.field(default_factory=dict)
+    round_started: dict = dataclasses.field(default_factory=dict)
+    counting: frozenset = frozenset()
+
+    def group_version(self, digest: bytes) -> int | None:
+        return None
+
+    def trust(self, node: bytes) -> float:
+        return 1.0 if node in self.counting else 0.0
+
+    def counts(self, verifier: bytes) -> bool:
+        return verifier in self.counting
+
+    def pretrusted(self, node: bytes) -> bool:
+        return False
+
+
+def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_convicts_with_a_second_word():
+    from vrl.node.messages import StepFault, StepOutcome, StepVerdict
+    from vrl.node.steps import StepJudge
+
+    policies = {v: PolicyAnnouncement(TRAINER.node_id, v, bytes([v + 1]) * 32, b"\x02" * 32, 10,
+                                      parent=bytes([v]) * 32 if v else b"").signed(TRAINER) for v in (0, 1)}
+    ledger = Ledger(policies, version=1, now=10.0, round_started={1: 0.0}, counting=frozenset({STRANGER.node_id}))
+    judge = StepJudge(VERIFIER, "test", max_staleness=2, step_audit_rate=1.0, step_wait=30.0, stranger_cap=16)
+    assert judge.handle(P.StepStateMissing(1), ledger) == []  # the trainer still has time to serve them
+    ledger.now = 30.0
+    (published,) = judge.handle(P.StepStateMissing(1), ledger)
+    mine = StepVerdict.from_bytes(published.data)
+    assert mine.outcome == StepOutcome.FRAUD and mine.reasons == (StepFault.UNAVAILABLE_STATE,)
+    assert judge.convictions(ledger) == []  # what the network did not deliver needs a second reporter
+    theirs = StepVerdict(verifier=STRANGER.node_id, trainer=TRAINER.node_id, version=1, announcement=policies[1].id,
+                         outcome=StepOutcome.FRAUD, reasons=(StepFault.UNAVAILABLE_STATE,), replayed=b"", drift=0.0,
+                         platform="test").signed(STRANGER)
+    assert [type(a).__name__ for a in judge.handle(P.StepVerdictReceived(theirs), ledger)] == ["PersistStep"]
+    (conviction,) = judge.convictions(ledger)
+    assert conviction.version == 1 and conviction.reporters == (VERIFIER.node_id, STRANGER.node_id)
+    assert not judge.follows(1) and judge.follows(0)

@@ -1,0 +1,119 @@
+"""How a node catches up: at a restart it replays its store into a fresh protocol
+(:func:`replay_store`); gossip it missed (it was away, a partition, a drop, a clogged link)
+it pages in from its peers' stores by backfill (:class:`Backfill`, specs/network.md §6)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import structlog
+
+from p2p.transport import Message, Transport, TransportError, Validation, message_id
+from vrl.node import protocol as P
+from vrl.node.messages import (
+    BackfillPage,
+    BackfillRequest,
+    Group,
+    MessageError,
+    PolicyAnnouncement,
+    SignedVerdict,
+    StepVerdict,
+    Submission,
+    topic_of,
+)
+from vrl.node.store import Store, StoreError
+from vrl.rollouts.record import Rollout
+
+BACKFILL_PROTOCOL = "/vrl/backfill/1"
+BACKFILL_PAGE_BYTES = 1 << 20  # under the transport's 2 MiB response cap
+BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
+
+
+class Backfill:
+    """Serves pages of ``store`` to peers on :data:`BACKFILL_PROTOCOL`, and pages in what
+    they hold and this node lacks, each message judged by ``validate`` as gossip is."""
+
+    def __init__(self, transport: Transport, store: Store, validate: Callable[[Message], Validation],
+                 log: structlog.BoundLogger) -> None:
+        self.transport, self.store, self.validate, self.log = transport, store, validate, log
+
+    async def serve(self, peer: bytes, data: bytes) -> bytes:
+        """Answer one page; a malformed request counts against its sender (as an invalid gossip
+        message does) and raises MessageError, which the transport answers with an error."""
+        try:
+            request = BackfillRequest.from_bytes(data)
+        except MessageError:
+            self.transport.penalize(peer)
+            raise
+        # Off the event loop: a page is a SQLite read of up to 1 MiB.
+        messages, following = await asyncio.to_thread(self.store.since, request.since, BACKFILL_PAGE_BYTES,
+                                                      request.after)
+        return BackfillPage(tuple(messages), following).to_bytes()
+
+    async def pull(self, since: int) -> AsyncIterator[Message]:
+        """What every connected peer holds of rounds ``>= since`` that this node has not
+        stored, validated and ready to be handled as gossip. Known messages cost a hash, not a
+        validation."""
+        for peer in sorted(self.transport.peers()):
+            after: int | None = 0
+            for _ in range(BACKFILL_MAX_PAGES):
+                try:
+                    raw = await self.transport.request(peer, BACKFILL_PROTOCOL, BackfillRequest(
+                        since, after).to_bytes(), timeout=10.0)
+                    page = BackfillPage.from_bytes(raw, after)
+                except (TransportError, MessageError) as error:
+                    if isinstance(error, MessageError):
+                        self.transport.penalize(peer)  # its page breaks specs/network.md §6
+                    self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=str(error))
+                    break
+                after = page.next
+                for data in page.messages:
+                    topic = topic_of(data)
+                    if topic is None or self.store.has(topic, data):
+                        continue
+                    message = Message(topic, data, peer, message_id(topic, data))
+                    if self.validate(message) is Validation.ACCEPT:
+                        yield message
+                if after is None:
+                    break
+
+
+def replay_store(store: Store, protocol: P.NodeProtocol) -> None:
+    """Rebuild ``protocol``'s state from ``store`` (no actions: they happened already)."""
+    def earlier_protocol(what: str, error: MessageError) -> StoreError:
+        return StoreError(f"{store.path}: a stored {what} is not one this node can follow ({error}); "
+                          f"it was written by an earlier protocol: start this node with a new data_dir")
+
+    for kind, data, extra in store.replay():
+        if kind == "policy":
+            try:
+                announcement = PolicyAnnouncement.from_bytes(data)
+            except MessageError as error:
+                raise earlier_protocol("policy announcement", error) from None
+            # The clock as it was when the policy arrived: its round started then, not at 0.
+            protocol.handle(P.Tick(extra[0]), replaying=True)
+            protocol.handle(P.PolicyAnnounced(announcement), replaying=True)
+        elif kind == "group":
+            subject, version, received, planted = extra
+            submission = Submission.from_bytes(data)
+            if planted:
+                protocol.handle(P.Planted(submission, subject, version), replaying=True)
+            # The header only: its records are decoded (signatures checked) if a check or a
+            # training step asks for them (GroupCache.body), not for every group the store ever held.
+            index = Rollout.from_bytes(submission.records[0]).group_index
+            protocol.handle(P.GroupReceived(Group(submission, (), subject, version, index), received),
+                            replaying=True)
+        elif kind == "verdict":
+            try:
+                verdict = SignedVerdict.from_bytes(data)
+            except MessageError as error:  # a version 1 verdict (specs/network.md §3.2)
+                raise earlier_protocol("verdict", error) from None
+            protocol.handle(P.VerdictReceived(verdict), replaying=True)
+        elif kind == "step":
+            protocol.handle(P.StepVerdictReceived(StepVerdict.from_bytes(data)), replaying=True)
+        elif kind == "trained":
+            version, groups = extra
+            announcement = store.policy(version)
+            if announcement is not None:
+                protocol.handle(P.Trained(announcement, groups), replaying=True)

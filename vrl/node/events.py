@@ -1,0 +1,182 @@
+"""The vocabulary of :class:`vrl.node.protocol.NodeProtocol`: the events it is fed (what
+happened: a message arrived, the clock moved, the daemon finished a job) and the actions it
+answers with (what the daemon is to do). Plain immutable records, no behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vrl.node.messages import Group, PolicyAnnouncement, SignedVerdict, StepVerdict, Submission
+
+# -- events (fed in) ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tick:
+    now: float
+
+
+@dataclass(frozen=True)
+class PolicyAnnounced:
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class PolicyLoaded:
+    """The daemon fetched, hash-checked and loaded a version's weights."""
+    version: int
+
+
+@dataclass(frozen=True)
+class GroupReceived:
+    """A group whose records decoded, verify their signatures and form one whole group
+    (:func:`vrl.node.messages.decode_group`), decoded once: its subject, version and slot
+    come from its records."""
+    group: Group
+    now: float
+
+
+@dataclass(frozen=True)
+class VerdictReceived:
+    verdict: SignedVerdict
+
+
+@dataclass(frozen=True)
+class Generated:
+    version: int
+    groups: tuple[Group, ...]
+
+
+@dataclass(frozen=True)
+class Checked:
+    group: bytes
+    failed_reasons: tuple[str, ...]  # rejection codes, empty when every record passed
+    digest: bytes
+    race_tokens: int = 0  # the sequential test's evidence (vrl.node.work.CheckResult)
+    races_lost: int = 0
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The trainer's GRPO forward pass checked this group, one of the batch it was about to
+    train, and it failed (vrl.node.work.PolicyTrainer.screened: specs/network.md §5.4). It is
+    never trained; the check is published as any check of this node's is."""
+    check: Checked
+
+
+@dataclass(frozen=True)
+class Planted:
+    submission: Submission
+    subject: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class Trained:
+    announcement: PolicyAnnouncement
+    groups: tuple[bytes, ...]  # the admitted groups the step used
+
+
+@dataclass(frozen=True)
+class StepVerdictReceived:
+    verdict: StepVerdict
+
+
+@dataclass(frozen=True)
+class StepReplayed:
+    """The daemon replayed the step that made ``version`` (:class:`ReplayStep`)."""
+    version: int
+    faults: tuple[str, ...]  # StepFault codes, empty when the replay agreed
+    replayed: bytes  # the replay's model hash (empty if it could not run)
+    drift: float
+
+
+@dataclass(frozen=True)
+class StepStateMissing:
+    """The daemon could not get the config, optimizer or proofs files of the step that made
+    ``version`` (:class:`ReplayStep`)."""
+    version: int
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """The daemon could not carry out an action (e.g. no peer had the weights yet); the
+    protocol will ask again when it is still due."""
+    action: Action
+
+
+Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
+         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed | StepStateMissing)
+
+
+# -- actions (carried out by the daemon) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Publish:
+    topic: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class Generate:
+    version: int
+
+
+@dataclass(frozen=True)
+class Check:
+    group: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class Plant:
+    version: int
+
+
+@dataclass(frozen=True)
+class Train:
+    version: int
+    batch: tuple[tuple[bytes, float], ...]  # (group digest, loss weight)
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    node: bytes
+    purged: tuple[bytes, ...]  # its groups dropped from the queue, never trained on
+
+
+@dataclass(frozen=True)
+class Persist:
+    """Store this received verdict: it names a known group, agrees with it, and now counts.
+    Verdicts still waiting for their group are not stored, so strangers cannot fill the disk."""
+    verdict: SignedVerdict
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """Run the step that made this announcement again and compare (specs/training.md §4)."""
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class PersistStep:
+    """Store this received step verdict (it names a known announcement and now counts)."""
+    verdict: StepVerdict
+
+
+@dataclass(frozen=True)
+class ConvictTrainer:
+    """Trainer fraud is confirmed (specs/training.md §6): this node follows no version from
+    ``version`` on; the daemon says so loudly in its logs and metrics."""
+    trainer: bytes
+    version: int
+    reasons: tuple[str, ...]
+    reporters: tuple[bytes, ...]
+
+
+Action = (Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist | ReplayStep | PersistStep
+          | ConvictTrainer)

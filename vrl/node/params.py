@@ -1,0 +1,57 @@
+"""The protocol's tunables: a node's ``[protocol]`` table (:class:`ProtocolParams`), and the
+roles a node may take. :class:`vrl.node.protocol.ProtocolConfig` adds to them who the node is
+to the network; :mod:`vrl.node.config` reads them from node.toml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vrl.config import U63, bounded, check_fields
+
+ROLES = ("worker", "verifier", "trainer")
+
+
+@dataclass(frozen=True)
+class ProtocolParams:
+    """The protocol's tunables (specs/network.md §9): a node's ``[protocol]`` table. Nodes of
+    one network set groups_per_round and max_staleness alike; the rest is a node's own."""
+
+    # A worker's groups per policy version: 4 groups of 8 are a round of 32 rollouts, one
+    # generation pass (vrl.node.config: [work] generation_batch). An index is a u32 (specs/record.md §1).
+    groups_per_round: int = field(default=4, metadata=bounded(1, 2**32))
+    # Seconds a group waits for verdicts before it may be admitted unchecked: honest fails
+    # arrive well within 4 s (check latency p90 1.98-2.50 s on the devnets: specs/security.md,
+    # bench/results/devnet-poisoning.json). 0 admits on reputation alone at once; a day is
+    # longer than any round should wait, and keeps every deadline the node computes finite.
+    verdict_wait: float = field(default=4.0, metadata=bounded(0, 86400))
+    # Seconds after which the trainer steps with what it has: about 7 of the devnet's rounds
+    # (README: 12 versions in 98 s).
+    round_timeout: float = field(default=60.0, metadata=bounded(0, 86400, open_low=True))
+    # The trainer steps on any decided group rather than stall (specs/network.md §5.2).
+    min_batch_groups: int = field(default=1, metadata=bounded(1, 2**16))
+    # Versions a group may lag the trainer and still be checked and trained (vrl.rl.grpo.is_fresh):
+    # a group of version r counts while the trainer announces r + 1 and r + 2, two rounds of
+    # slack for gossip and backfill. A node keeps max_staleness + 1 copies of the policy in
+    # memory (vrl.node.daemon: Work.install), so this bounds its memory: 17 copies of the
+    # 156M-parameter small preset are about 10 GiB. Why GRPO has no such key: vrl/node/config.py.
+    max_staleness: int = field(default=2, metadata=bounded(0, 16))
+    # Share of other verifiers' passes the trainer re-checks itself (specs/network.md §5.3).
+    lazy_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))
+    # The trainer plants one known-bad group every N rounds (0: never); rounds are policy versions.
+    plant_every: int = field(default=0, metadata=bounded(0, U63))
+    # The trainer publishes no version after this one (0: no limit).
+    last_version: int = field(default=0, metadata=bounded(0, U63))
+    # Share of training steps each verifier replays (specs/training.md §5), drawn by its own
+    # step ticket. A replay costs about one training step (0.1-0.3 s each
+    # on the base model, replaying a devnet's steps offline: vrl.audit.replay); with three
+    # verifiers at 0.25 a single bad step escapes all of them with probability 0.75^3 = 0.42,
+    # a trainer that cheats on k steps with 0.42^k. A fraud report that counts makes every
+    # verifier replay the step, whatever its draw.
+    step_audit_rate: float = field(default=0.25, metadata=bounded(0, 1))
+    # Seconds an announced step's groups and state files may take to reach a verifier before
+    # their absence is itself fraud (specs/training.md §5): the trainer serves all of them, and
+    # backfill asks every 5 s (vrl.node.daemon.BACKFILL_EVERY_SECONDS): 30 s is six passes.
+    step_wait: float = field(default=30.0, metadata=bounded(0, 86400, open_low=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self, ProtocolParams)  # a subclass's further fields are its own to check
