@@ -147,9 +147,8 @@ class Node:
             return  # the transport may still deliver while the node shuts down
         now = time.time()
         if message.topic == TOPIC_GROUPS:
-            group = self.groups.group_of(message.msg_id, message.data)
-            if self.store.put_group(group.submission, group.subject, group.version, now):
-                self.groups.keep(group)
+            group, new = self.groups.arrived(message.msg_id, message.data, now)
+            if new:
                 self.metrics.groups_received.inc()
             await self._feed(P.GroupReceived(group, now))
         elif message.topic == TOPIC_VERDICTS:

@@ -19,6 +19,7 @@ decoder is strict (no unknown fields, exact types, canonical bytes) and raises
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -99,7 +100,7 @@ class Submission(Message):
     def of(cls, group: list[Rollout]) -> Submission:
         return cls(tuple(r.to_bytes() for r in sorted(group, key=lambda r: r.sample_index)))
 
-    @property
+    @functools.cached_property  # a group's name, asked for at every step of its handling
     def digest(self) -> bytes:
         """SHA-256 over the domain and each record's SHA-256, in sample order."""
         return hashlib.sha256(GROUP_DOMAIN + b"".join(hashlib.sha256(r).digest() for r in self.records)).digest()
@@ -148,7 +149,7 @@ class Group:
         first = ordered[0]
         return cls(Submission.of(list(ordered)), ordered, first.node_id, first.policy_version, first.group_index)
 
-    @property
+    @functools.cached_property
     def digest(self) -> bytes:
         return self.submission.digest
 
