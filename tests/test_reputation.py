@@ -6,6 +6,8 @@ import dataclasses
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy.special import betaincinv
 
 from vrl.node.messages import Outcome
@@ -201,3 +203,69 @@ def test_groups_a_trusted_node_checked_count_as_trusted_so_a_new_network_can_sta
     newcomers = [Candidate(group(i), SYBILS[0], 0.2, verified=i < 2) for i in range(6)]
     assert len(admit(newcomers, config, b"s")) == 4  # 2 verified, so 2 unverified may join
     assert admit([dataclasses.replace(c, verified=False) for c in newcomers], config, b"s") == []
+
+
+# -- recomputed from a store's log (vrl reputation) -------------------------------------------------
+
+def _store_log(tmp_path):
+    """A store holding two workers' groups at version 0, a verifier's pass on one and hard
+    fail on the other, a verdict whose subject is not its group's signer, and a skip."""
+    from vrl.node.messages import SignedVerdict, Submission, audit_ticket
+    from vrl.node.store import Store
+    from vrl.rollouts.keys import NodeKey
+
+    verifier, good, bad = (NodeKey.from_seed(bytes([b]) * 32) for b in b"VGB")
+    store = Store(tmp_path / "node.sqlite")
+
+    def verdict(sub, subject, outcome, reasons=()):
+        return SignedVerdict(verifier.node_id, subject, sub.digest, 0, 0, audit_ticket(verifier, sub.digest), 1.0,
+                             outcome, reasons, b"\x07" * 32, "test").signed(verifier)
+
+    passed, failed, blamed = (Submission((bytes([t]) * 8,)) for t in (1, 2, 3))
+    store.put_group(passed, good.node_id, 0, 1.0)
+    store.put_group(failed, bad.node_id, 0, 1.0)
+    store.put_group(blamed, good.node_id, 0, 1.0)
+    store.put_verdict(verdict(passed, good.node_id, Outcome.PASS), 2.0)
+    store.put_verdict(verdict(failed, bad.node_id, Outcome.HARD_FAIL, reasons=("reward_mismatch",)), 2.0)
+    store.put_verdict(verdict(blamed, bad.node_id, Outcome.HARD_FAIL), 2.0)  # names bad; good signed it
+    return store, verifier, good, bad
+
+
+def test_a_store_recomputes_to_the_reputation_its_verdicts_give(tmp_path):
+    from vrl.node.reputation import recompute
+
+    store, verifier, good, bad = _store_log(tmp_path)
+    found = recompute(store.replay(), frozenset({verifier.node_id}))
+    store.close()
+    assert (found.round, found.reports, found.invalid_verdicts) == (0, 2, 1)
+    ranked = [node for node, _ in found.ranked()]
+    assert ranked.index(good.node_id) < ranked.index(bad.node_id)
+    assert found.standings[bad.node_id].score < found.standings[good.node_id].score
+
+
+@given(st.lists(st.tuples(st.sampled_from(["group", "verdict", "policy", "step"]), st.binary(max_size=64)),
+                max_size=20))
+def test_recompute_counts_what_does_not_decode_as_invalid_and_never_raises(rows):
+    from vrl.node.reputation import recompute
+
+    found = recompute(((kind, data, (b"\x01" * 32, 0, 0.0, False)) for kind, data in rows), frozenset({b"\x02" * 32}))
+    assert 0 <= found.invalid_verdicts <= sum(kind == "verdict" for kind, _ in rows)
+
+
+def test_vrl_reputation_prints_what_the_library_recomputes(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from vrl.cli import app
+
+    store, verifier, good, bad = _store_log(tmp_path)
+    store.close()
+    result = CliRunner().invoke(app, ["reputation", str(tmp_path / "node.sqlite"), "--trust", verifier.node_id.hex(),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["invalid_verdicts"] == 1
+    assert [row["node"] for row in shown["nodes"]][-1] == bad.node_id.hex()
+    text = CliRunner().invoke(app, ["reputation", str(tmp_path / "node.sqlite"), "--trust", verifier.node_id.hex()])
+    assert text.exit_code == 0 and "from 2 reports (1 invalid verdicts skipped)" in text.output

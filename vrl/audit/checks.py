@@ -25,8 +25,7 @@ from vrl.node.messages import (
     SignedVerdict,
     StepVerdict,
 )
-from vrl.node.protocol import report_of
-from vrl.node.reputation import AdmissionConfig, Report, Reputation
+from vrl.node.reputation import AdmissionConfig, Report, Reputation, report_of
 from vrl.rollouts.profiles import profile_of_platform
 from vrl.rollouts.record import Rollout
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest, threshold
@@ -71,7 +70,7 @@ def _view(run: Run, owner: bytes | None) -> Reputation:
 
 def _reports(index: StoreIndex, until: float = math.inf) -> Iterator[tuple[float, Report]]:
     """``(received, report)`` for one store's verdicts received by ``until``, in that order:
-    subject and round from the group the verdict names (vrl.node.protocol.report_of)."""
+    subject and round from the group the verdict names (vrl.node.reputation.report_of)."""
     for v in index.verdicts:
         if v.received > until:
             break

@@ -115,9 +115,7 @@ def reputation(
     json_out: JsonOption = False,
 ):
     """Recompute every node's reputation from the signed verdicts in a store, as an auditor would."""
-    from vrl.node.messages import SignedVerdict, Submission
-    from vrl.node.protocol import report_of
-    from vrl.node.reputation import Reputation
+    from vrl.node.reputation import recompute
     from vrl.node.store import Store, StoreError
 
     try:
@@ -130,33 +128,17 @@ def reputation(
         anchors = frozenset(bytes.fromhex(t) for t in trust)
     except ValueError:
         raise fail("--trust takes hex node ids") from None
-    view = Reputation(anchors)
-    invalid = 0
-    rounds = [0]
-    groups: dict[bytes, tuple[bytes, int]] = {}  # digest -> (signer of its records, policy version)
-    for kind, data, extra in store.replay():
-        if kind == "group":
-            groups[Submission.from_bytes(data).digest] = extra[:2]
-        if kind != "verdict":
-            continue
-        verdict = SignedVerdict.from_bytes(data)
-        report = report_of(verdict, *groups[verdict.group]) if verdict.group in groups else None
-        if not verdict.valid() or (verdict.checked and report is None):
-            invalid += 1
-            continue
-        rounds.append(verdict.policy_version)
-        if report is not None:
-            view.add(report)
-    store.close()
-    standings = view.standings(max(rounds) if at_round is None else at_round)
+    try:
+        found = recompute(store.replay(), anchors, at_round)
+    finally:
+        store.close()
     rows = [{"node": n.hex(), "score": s.score, "check_rate": s.check_rate, "quarantined": s.quarantined,
-             "trust": s.trust, "checked_groups": s.checked_groups} for n, s in sorted(
-        standings.items(), key=lambda item: (-item[1].score, item[0]))]
+             "trust": s.trust, "checked_groups": s.checked_groups} for n, s in found.ranked()]
     if json_out:
-        out.print_json(json.dumps({"invalid_verdicts": invalid, "nodes": rows}))
+        out.print_json(json.dumps({"invalid_verdicts": found.invalid_verdicts, "nodes": rows}))
         return
-    table = Table(title=f"reputation recomputed from {len(view.reports())} reports ({invalid} invalid verdicts "
-                        "skipped)", title_justify="left")
+    table = Table(title=f"reputation recomputed from {found.reports} reports ({found.invalid_verdicts} invalid "
+                        "verdicts skipped)", title_justify="left")
     for column in ("node", "score", "check rate", "trust", "checked groups", "quarantined"):
         table.add_column(column, justify="left" if column == "node" else "right")
     for row in rows:

@@ -78,10 +78,10 @@ from vrl.node.reputation import (
     COUNTING_WEIGHT,
     AdmissionConfig,
     Candidate,
-    Report,
     Reputation,
     ReputationConfig,
     admit,
+    report_of,
 )
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.rollouts.keys import NodeKey
@@ -166,17 +166,6 @@ def drawn(verdict: SignedVerdict) -> bool:
     """Whether the verifier's own ticket drew this check at the rate it states: a check no
     one else's report chose, whose race evidence its sequential test may count."""
     return verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
-
-
-def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | None:
-    """What a verdict about a group of ``subject`` (its records' signer) at policy ``version``
-    says to reputation; None for a skip, or when the verdict's own subject or version is not
-    the group's: reports are about who signed the group, never about whom a message names."""
-    if not verdict.checked or verdict.subject != subject or verdict.policy_version != version:
-        return None
-    return Report(version, verdict.verifier, subject, verdict.group, verdict.outcome, verdict.digest,
-                  verdict.platform, verdict.planted,
-                  node_level=verdict.outcome == Outcome.HARD_FAIL and RACE_LOSSES in verdict.reasons)
 
 
 def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:

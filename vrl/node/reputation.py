@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 from scipy.special import betaincinv
 
 from vrl.config import U63, bounded, check_fields
-from vrl.node.messages import Outcome
+from vrl.node.messages import MessageError, Outcome, SignedVerdict, Submission
+from vrl.rollouts.sequential import RACE_LOSSES
 
 CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # what a check can say
 
@@ -429,3 +430,61 @@ def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes)
         return []
     mean = sum(c.score for c in batch) / len(batch)
     return [(c, c.score / mean) for c in batch]
+
+
+def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | None:
+    """What a verdict about a group of ``subject`` (its records' signer) at policy ``version``
+    says to reputation; None for a skip, or when the verdict's own subject or version is not
+    the group's: reports are about who signed the group, never about whom a message names."""
+    if not verdict.checked or verdict.subject != subject or verdict.policy_version != version:
+        return None
+    return Report(version, verdict.verifier, subject, verdict.group, verdict.outcome, verdict.digest,
+                  verdict.platform, verdict.planted,
+                  node_level=verdict.outcome == Outcome.HARD_FAIL and RACE_LOSSES in verdict.reasons)
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """Every node's reputation as a store's signed verdicts give it, recomputed as an auditor
+    would (``vrl reputation``): the standings at ``round``, from ``reports`` reports, with the
+    verdicts that were not counted (a bad signature, a subject or version not its group's, or
+    bytes that do not decode)."""
+
+    round: int
+    standings: dict[bytes, Standing]
+    reports: int
+    invalid_verdicts: int
+
+    def ranked(self) -> list[tuple[bytes, Standing]]:
+        """Highest score first; equal scores by node id."""
+        return sorted(self.standings.items(), key=lambda item: (-item[1].score, item[0]))
+
+
+def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes],
+              at_round: int | None = None) -> Recomputed:
+    """Reputation from a store's log (:meth:`vrl.node.store.Store.replay`, in the order it
+    was written), trusting ``anchors``, as of ``at_round`` (default: the newest round a
+    verdict names). Who a verdict is about is its group's signer, never the verdict's word."""
+    view = Reputation(anchors)
+    invalid = 0
+    rounds = [0]
+    groups: dict[bytes, tuple[bytes, int]] = {}  # digest -> (signer of its records, policy version)
+    for kind, data, extra in log:
+        try:
+            if kind == "group":
+                groups[Submission.from_bytes(data).digest] = extra[:2]
+            if kind != "verdict":
+                continue
+            verdict = SignedVerdict.from_bytes(data)
+        except MessageError:  # the disk is trusted no more than the network was
+            invalid += kind == "verdict"
+            continue
+        report = report_of(verdict, *groups[verdict.group]) if verdict.group in groups else None
+        if not verdict.valid() or (verdict.checked and report is None):
+            invalid += 1
+            continue
+        rounds.append(verdict.policy_version)
+        if report is not None:
+            view.add(report)
+    at = max(rounds) if at_round is None else at_round
+    return Recomputed(at, view.standings(at), len(view.reports()), invalid)
