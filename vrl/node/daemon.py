@@ -67,9 +67,10 @@ class Node:
                  log: structlog.BoundLogger | None = None, work: Callable[..., Work] = Work,
                  trainer: Callable[..., PolicyTrainer] = PolicyTrainer) -> None:
         """``work`` makes the node's model work and ``trainer`` its trainer role: honest
-        :class:`~vrl.node.work.Work` and :class:`~vrl.node.work.PolicyTrainer`, or for a node
-        configured to cheat, what :func:`vrl.harness.adversary.work_for` and
-        :func:`vrl.harness.adversary.trainer_for` give."""
+        :class:`~vrl.node.work.Work` and :class:`~vrl.node.work.PolicyTrainer`, or a cheat's,
+        for a node configured to cheat (:func:`vrl.harness.adversary.node_for` builds those).
+        The checks of the config that need the model or the task set are
+        :mod:`vrl.node.startup`'s."""
         self.config, self.transport, self.key = config, transport, key
         self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
         self.metrics = NodeMetrics()
