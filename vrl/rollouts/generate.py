@@ -166,18 +166,17 @@ def iter_generate(
     score = score or reward_spec.public_reward
     if len(round_seed) != 32:
         raise ValueError(f"round_seed must be 32 bytes, got {len(round_seed)}")
-    stats = stats if stats is not None else GenerationStats()
+    run = _Run(model, tasks, key, round_seed, sampling, reward_spec, group_size, policy_version,
+               stats if stats is not None else GenerationStats(), on_step, decoder, score, ordered, witness)
     groups_per_batch = max(1, batch_size // group_size)
     pending: list[int] = []
     for group_index in range(groups) if isinstance(groups, int) else groups:
         pending.append(group_index)
         if len(pending) == groups_per_batch:
-            yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                        group_size, policy_version, stats, on_step, decoder, score, ordered, witness)
+            yield from _generate_groups(run, pending)
             pending = []
     if pending:
-        yield from _generate_groups(model, tasks, pending, key, round_seed, sampling, reward_spec,
-                                    group_size, policy_version, stats, on_step, decoder, score, ordered, witness)
+        yield from _generate_groups(run, pending)
 
 
 def _hidden_hashes(rows: torch.Tensor) -> bytes:
@@ -186,9 +185,31 @@ def _hidden_hashes(rows: torch.Tensor) -> bytes:
     return b"".join(hidden_hash(row) for row in quantize_hidden(rows.float().numpy()))
 
 
-def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, reward_spec, group_size,
-                     policy_version, stats, on_step, decoder, score, ordered, witness):
-    assigned = [(g, in_order(task_set, g) if ordered else assign(task_set, round_seed, key.node_id, g))
+@dataclass(frozen=True)
+class _Run:
+    """What every batch of one :func:`iter_generate` call shares (its arguments, checked)."""
+
+    model: Model
+    task_set: TaskSet
+    key: NodeKey
+    round_seed: bytes
+    sampling: SamplingParams
+    reward_spec: RewardSpec
+    group_size: int
+    policy_version: int
+    stats: GenerationStats
+    on_step: Callable[[], None] | None
+    decoder: Decoder
+    score: Callable[[Task, str], float]
+    ordered: bool
+    witness: Callable[[Rollout, torch.Tensor], None] | None
+
+
+def _generate_groups(run: _Run, group_indices: list[int]) -> Iterator[list[Rollout]]:
+    """One batch: the groups ``group_indices`` of ``run``, decoded together."""
+    model, task_set, key, round_seed, sampling = run.model, run.task_set, run.key, run.round_seed, run.sampling
+    group_size, stats, witness = run.group_size, run.stats, run.witness
+    assigned = [(g, in_order(task_set, g) if run.ordered else assign(task_set, round_seed, key.node_id, g))
                 for g in group_indices]
     if any(task is None for _, task in assigned):
         raise ValueError(f"groups {group_indices[0]}..{group_indices[-1]} run past the end of task set "
@@ -206,7 +227,7 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
                              f"max_new_tokens can be at most {context - len(prompts[task.id])} here")
     seeds = [sample_seed(round_seed, key.node_id, task.id, index) for _, task, index in jobs]
     started = time.perf_counter()
-    decoded = decoder(model, [prompts[task.id] for _, task, _ in jobs], seeds, sampling, on_step)
+    decoded = run.decoder(model, [prompts[task.id] for _, task, _ in jobs], seeds, sampling, run.on_step)
     stats.decode_seconds += time.perf_counter() - started
     started = time.perf_counter()
     commitments = commitment.build_many([result.hidden for result in decoded])
@@ -220,7 +241,7 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
         unsigned = Rollout(
             node_id=key.node_id,
             model_hash=model.model_hash,
-            policy_version=policy_version,
+            policy_version=run.policy_version,
             round_seed=round_seed,
             group_index=group_index,
             task_id=task.id,
@@ -233,8 +254,8 @@ def _generate_groups(model, task_set, group_indices, key, round_seed, sampling, 
             finish_reason=result.finish_reason,
             sampling=sampling,
             behaviour_logprobs=tuple(float(x) for x in result.logprobs),
-            reward=score(task, model.decode(result.tokens)),
-            reward_spec=reward_spec,
+            reward=run.score(task, model.decode(result.tokens)),
+            reward_spec=run.reward_spec,
             commitment=committed,
             hidden_hashes=hashed,
         )
