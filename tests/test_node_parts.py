@@ -135,7 +135,6 @@ class Ledger:
     """The protocol state a StepJudge reads (vrl.node.steps.Ledger), as plain data."""
 
     policies: dict
-    version: int | None
     now: float = 0.0
     loaded: set = dataclasses.field(default_factory=set)
     verdicts: dict = dataclasses.field(default_factory=dict)
@@ -161,7 +160,7 @@ def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_
 
     policies = {v: PolicyAnnouncement(TRAINER.node_id, v, bytes([v + 1]) * 32, b"\x02" * 32, 10,
                                       parent=bytes([v]) * 32 if v else b"").signed(TRAINER) for v in (0, 1)}
-    ledger = Ledger(policies, version=1, now=10.0, round_started={1: 0.0}, counting=frozenset({STRANGER.node_id}))
+    ledger = Ledger(policies, now=10.0, round_started={1: 0.0}, counting=frozenset({STRANGER.node_id}))
     judge = StepJudge(VERIFIER, "test", max_staleness=2, step_audit_rate=1.0, step_wait=30.0, stranger_cap=16)
     assert judge.handle(P.StepStateMissing(1), ledger) == []  # the trainer still has time to serve them
     ledger.now = 30.0

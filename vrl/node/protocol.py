@@ -336,7 +336,10 @@ class NodeProtocol:
         version = self.version
         if version is None:
             return actions
-        for v in self._versions_needed():
+        # The step judge's part (a verifier's), asked once: the steps it will replay, whose
+        # weights are needed below, and its own actions, which keep their place further down.
+        replays, step_actions = self.steps.pending(self, version) if self.has("verifier") else ([], [])
+        for v in self._versions_needed(version, replays):
             if v not in self.loaded:
                 actions += self._once(FetchPolicy(self.policies[v]))
         if self.has("worker") and version in self.loaded and version not in self.generated:
@@ -344,7 +347,7 @@ class NodeProtocol:
         if self.has("verifier") or self.has("trainer"):
             actions += self._checks()
         if self.has("verifier"):
-            actions += self.steps.pending(self)
+            actions += step_actions
         if self.has("trainer"):
             if (self.config.plant_every and version % self.config.plant_every == 0
                     and version not in self.planted_rounds and version in self.loaded):
@@ -359,15 +362,13 @@ class NodeProtocol:
         self._in_flight.add(key)
         return [action]
 
-    def _versions_needed(self) -> list[int]:
-        """Versions whose weights this node must hold: the current one, and for checking,
-        every version a fresh group may still use."""
-        version = self.version
+    def _versions_needed(self, version: int, replays: list[PolicyAnnouncement]) -> list[int]:
+        """Versions whose weights this node must hold: the current one, for checking every
+        version a fresh group may still use, and each step to replay with its parent."""
         needed = {version}
         if self.has("verifier") or self.has("trainer"):
             needed |= {self.groups[d].version for d in self._fresh_groups() if self.groups[d].version in self.policies}
-        if self.has("verifier"):  # a step to replay needs its parent's weights and its own
-            needed |= {v for a in self.steps.to_replay(self) for v in (a.version - 1, a.version)}
+        needed |= {v for a in replays for v in (a.version - 1, a.version)}
         return sorted(v for v in needed if v in self.policies)
 
     def _fresh(self, version: int) -> bool:

@@ -83,9 +83,6 @@ class Ledger(Protocol):
     round_started: dict[int, float]
     now: float
 
-    @property
-    def version(self) -> int | None: ...
-
     def group_version(self, digest: bytes) -> int | None: ...
 
     def trust(self, node: bytes) -> float: ...
@@ -138,30 +135,32 @@ class StepJudge:
         return []
 
     # -- what is still to do ----------------------------------------------------------------
-    def _judgeable(self, ledger: Ledger) -> list[int]:
+    def _judgeable(self, ledger: Ledger, current: int) -> list[int]:
         """Steps this node may still judge, oldest first: not its own, and its parent's weights
-        still among those a node keeps (max_staleness + 1 versions before the current one).
-        A window, so the work per event does not grow with every version ever seen."""
-        current = ledger.version
-        if current is None:
-            return []
+        still among those a node keeps (max_staleness + 1 versions before ``current``, the
+        protocol's round). A window, so the work per event does not grow with every version."""
         return [v for v in range(max(1, current - self.max_staleness + 1), current + 1)
                 if v in ledger.policies and ledger.policies[v].trainer != self.me]
 
-    def to_replay(self, ledger: Ledger) -> list[PolicyAnnouncement]:
+    def _to_replay(self, ledger: Ledger, current: int) -> list[PolicyAnnouncement]:
         """Steps drawn (or reported) for replay, judged by the rules, not yet judged here."""
         out = []
-        for version in self._judgeable(ledger):
+        for version in self._judgeable(ledger, current):
             a = ledger.policies[version]
             if (self.me not in self.verdicts[version] and self._rule_faults(a, ledger) == ()
                     and (self._drawn(a) or self._reported(version, ledger))):
                 out.append(a)
         return out
 
-    def pending(self, ledger: Ledger) -> list[Action]:
-        """Step verdicts the rules call for, and replays not already under way."""
+    def pending(self, ledger: Ledger, current: int) -> tuple[list[PolicyAnnouncement], list[Action]]:
+        """What the steps call for at round ``current``, asked once: the steps to replay (whose
+        weights the node must hold: each and its parent), then the step verdicts the rules call
+        for and the replays not already under way."""
+        return self._to_replay(ledger, current), self._pending(ledger, current)
+
+    def _pending(self, ledger: Ledger, current: int) -> list[Action]:
         actions: list[Action] = []
-        for version in self._judgeable(ledger):
+        for version in self._judgeable(ledger, current):
             if self.me in self.verdicts[version]:
                 continue
             a = ledger.policies[version]
