@@ -204,6 +204,20 @@ def test_a_batch_group_nobody_serves_is_fraud_after_step_wait_but_never_convicts
     assert verdict.reasons == (StepFault.UNAVAILABLE_GROUP,) and node.convicted is None
 
 
+def test_step_state_that_cannot_be_fetched_is_asked_for_again_at_the_next_tick_then_is_fraud():
+    """A replay whose config or optimizer files cannot be had: no verdict and no new replay at
+    once (a fetch that fails at once would loop), the replay again at the next tick, and fraud
+    once the trainer has had step_wait to serve them."""
+    g = group(1)
+    node = verifier(step_audit_rate=1.0, step_wait=30.0)
+    assert replays(feed(node, chain(2, {1: (g,)}), (g,))) == [1]
+    assert node.handle(P.StepStateMissing(1)) == []
+    assert replays(node.handle(P.Tick(1.0))) == [1]
+    node.handle(P.Tick(31.0))
+    (verdict,) = published_steps(node.handle(P.StepStateMissing(1)))
+    assert verdict.reasons == (StepFault.UNAVAILABLE_STATE,)
+
+
 def test_a_node_replaying_its_log_reaches_the_same_conviction():
     node = verifier(step_audit_rate=0.0)
     announcements = chain(3, changes={2: {"parent": h("x")}})

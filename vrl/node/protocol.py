@@ -307,7 +307,12 @@ class NodeProtocol:
                 self.planted[submission.digest] = version
                 self.planted_rounds.add(version)
                 actions.append(Publish(TOPIC_GROUPS, submission.to_bytes()))
-            case StepVerdictReceived() | StepReplayed() | StepStateMissing():
+            case StepStateMissing():
+                # Only the step judge's verdict, if its time has come: the replay is asked for
+                # again at the next Tick. A fetch that fails at once (the trainer withholds the
+                # file, no peer has it) must not be retried in a loop until step_wait ends.
+                return [] if replaying else self.steps.handle(event, self)
+            case StepVerdictReceived() | StepReplayed():
                 actions += self.steps.handle(event, self)
             case Trained(announcement, used):
                 self._in_flight.discard(("train", announcement.version - 1))
