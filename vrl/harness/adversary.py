@@ -23,11 +23,11 @@ import structlog
 import torch
 from transformers import DynamicCache
 
-from p2p.transport import Message, Transport
+from p2p.transport import Transport
 from proofs.sampler import SamplingParams, replay, replay_sequences, sample
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES, NodeConfig
 from vrl.node.daemon import Node
-from vrl.node.messages import TOPIC_GROUPS, Group, MessageError, Outcome, decode_group, recomputed_digest
+from vrl.node.messages import Group, Outcome, recomputed_digest
 from vrl.node.protocol import NodeProtocol
 from vrl.node.work import CheckResult, PolicyTrainer, Work, WorkConfig, tampered
 from vrl.rollouts.forward import HOST, Decoded, decode, prefill
@@ -304,7 +304,7 @@ class CheatingWork(Work):
         return self.sample(model, version, decoder=spoofing_decoder(model, kind, NODE_SPOOF_STRENGTH[kind]))
 
     def overheard(self, group: Group) -> None:
-        """Another node's group went by on gossip: the replay cheat's loot, the last 16 kept."""
+        """Another node's group was stored here: the replay cheat's loot, the last 16 kept."""
         if self.cheat == "replay" and group.subject != self.key.node_id:
             self.seen_groups = [*self.seen_groups[-15:], group.rollouts]
 
@@ -397,32 +397,6 @@ class CheatingTrainer(PolicyTrainer):
         return metrics
 
 
-class _Overhearing:
-    """A node's transport, through which the replay cheat also hears every group gossip
-    brings, as the node's own handler took it (``listener``, set once the node's work exists)."""
-
-    def __init__(self, transport: Transport) -> None:
-        self._transport = transport
-        self.listener = None
-
-    def __getattr__(self, name: str):
-        return getattr(self._transport, name)
-
-    def subscribe(self, topic: str, on_message, validator=None) -> None:
-        if topic != TOPIC_GROUPS:
-            return self._transport.subscribe(topic, on_message, validator)
-
-        async def handled(message: Message) -> None:
-            await on_message(message)
-            try:  # validated already: it decodes
-                group = decode_group(message.data)
-            except MessageError:
-                return
-            if self.listener is not None:
-                self.listener(group)
-        return self._transport.subscribe(topic, handled, validator)
-
-
 def node_for(adversary: str):
     """What builds a node, ``build(config, transport, key, log=None)``: an honest
     :class:`~vrl.node.daemon.Node`, or for a node configured to cheat (``adversary`` in
@@ -431,10 +405,18 @@ def node_for(adversary: str):
     work, trainer = work_for(adversary), trainer_for(adversary)
 
     def build(config: NodeConfig, transport: Transport, key: NodeKey, log=None) -> Node:
-        ears = _Overhearing(transport) if adversary == "replay" else None
-        node = Node(config, transport if ears is None else ears, key, log, work, trainer)
-        if ears is not None:
-            ears.listener = node.work.overheard
+        node = Node(config, transport, key, log, work, trainer)
+        if adversary == "replay":
+            # The replayer sees every group its node stores, by gossip or by backfill, once:
+            # it wraps the group cache's door from outside.
+            arrived, overheard = node.groups.arrived, node.work.overheard
+
+            def spied(message_id: bytes, data: bytes, received: float):
+                group, new = arrived(message_id, data, received)
+                if new:
+                    overheard(group)
+                return group, new
+            node.groups.arrived = spied
         if adversary == "trainer-rejected-group":
             honest, cheat, protocol = node.training.train, node.trainer, node.protocol
 
