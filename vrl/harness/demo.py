@@ -163,8 +163,13 @@ def audit_devnet(directory: Path, sample: float = DEMO_AUDIT_SAMPLE) -> Path:
     clean = sorted(n["name"] for n in nodes if n["verdict"] == "clean")
     convicted = sorted(f"{n['name'] or n['id'][:8]} ({', '.join(n['errors'])})" for n in nodes
                        if n["verdict"] == "convicted")
-    console.print(f"audit: {len(clean)} nodes clean ({', '.join(clean)}); convicted: {', '.join(convicted) or 'none'}; "
-                  f"{sum(report.seconds.values()):.0f} s; HTML report: {html}", highlight=False)
+    # A suspect has only warnings (a soft fail: within what honest drift can do), said so that
+    # no node goes unmentioned.
+    suspect = sorted(f"{n['name'] or n['id'][:8]} ({', '.join(n['warnings'])})" for n in nodes
+                     if n["verdict"] == "suspect")
+    console.print(f"audit: {len(clean)} nodes clean ({', '.join(clean)}); convicted: {', '.join(convicted) or 'none'}"
+                  + (f"; suspect, warnings only: {', '.join(suspect)}" if suspect else "")
+                  + f"; {sum(report.seconds.values()):.0f} s; HTML report: {html}", highlight=False)
     size = share_blobs(directory)
     console.print(f"the run's folder holds {size / 2**30:.1f} GiB (weights and optimizer states of every version, "
                   f"for audits to replay): rm -rf {directory} when done", highlight=False)
