@@ -473,7 +473,7 @@ def test_every_domain_tag_the_code_uses_is_in_the_readme_with_its_length():
 
 def test_tolerance_table_is_the_verifiers_field_by_field():
     """specs/verification.md §5.2 names every tolerance, and §5.3's rows are the table's
-    (specs/tolerances.json, which the verifier loads), to the 3 digits they are written with."""
+    (specs/tolerances.json, whose shipped copy the verifier loads), to the 3 digits they are written with."""
     from vrl.rollouts.profiles import Tolerances
     from vrl.rollouts.profiles import table as profiles
 
@@ -486,6 +486,14 @@ def test_tolerance_table_is_the_verifiers_field_by_field():
         for name in stated:
             assert float(row[f"`{name}`"]) == pytest.approx(getattr(profile.tolerances, name), rel=5e-3, abs=0), name
         assert float(row["`race_loss_rate`"]) == pytest.approx(profile.race_loss_rate, rel=5e-3)
+
+
+def test_the_package_ships_the_tolerance_table_of_the_specs_byte_for_byte():
+    """A wheel has no specs/, so the verifier reads the copy the package ships
+    (vrl.rollouts.profiles.TABLE_FILE); specs/tolerances.json stays the source of truth."""
+    from vrl.rollouts.profiles import TABLE_FILE
+
+    assert TABLE_FILE.read_bytes() == (ROOT / "specs" / "tolerances.json").read_bytes()
 
 
 # -- sampling parameters and presets ---------------------------------------------------------------

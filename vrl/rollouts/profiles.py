@@ -5,8 +5,10 @@ the verifier's device kind, the compute dtype (part of the model's identity, so 
 knows it), the verifier's attention implementation, and the producer's device kind as seen
 from the verifier (``same``, or the other kind's name). ``bench/calibrate.py`` measures the
 honest distribution of every statistic in each profile it can run and writes the table,
-``specs/tolerances.json``; the verifier loads it from there and nowhere else, so every
-threshold cites the calibration run that set it.
+``specs/tolerances.json``, and its copy shipped in this package (``tolerances.json`` beside
+this module, package data: a wheel install has no ``specs/``). The verifier loads the shipped
+copy and nowhere else, so every threshold cites the calibration run that set it;
+``tests/test_specs.py`` keeps the two copies equal.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ import math
 import re
 from dataclasses import dataclass, fields
 from functools import cache, lru_cache
+from importlib import resources
 from pathlib import Path
 
 import structlog
 
 from vrl.errors import VrlError
 
-#: The table, written by ``bench/calibrate.py --write-table`` (specs/verification.md §5).
-TABLE_FILE = Path(__file__).resolve().parents[2] / "specs" / "tolerances.json"
+#: The table, written by ``bench/calibrate.py --write-table`` (specs/verification.md §5) to
+#: specs/ and here. Read as package data: an installed wheel has it where this module is.
+TABLE_FILE = Path(str(resources.files(__package__).joinpath("tolerances.json")))
 TABLE_FORMAT = "vrl/tolerances/v1"
 #: What the producer's device is called when it is the verifier's own kind.
 SAME = "same"
