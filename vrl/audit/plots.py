@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -129,7 +130,7 @@ def _latency(plt, series, name, worst):
     latency = {k: v for k, v in series.get("latency", {}).items() if v}
     if not latency:
         return None
-    ordered = sorted(latency.items(), key=lambda i: (-_median(i[1]), i[0]))  # the slowest store on top
+    ordered = sorted(latency.items(), key=lambda i: (-statistics.median(i[1]), i[0]))  # the slowest store on top
     if len(ordered) > DISTINCT:
         rest = ordered[DISTINCT - 1:]
         ordered = [*ordered[:DISTINCT - 1], (f"{len(rest)} other stores, pooled", [s for _, v in rest for s in v])]
@@ -139,12 +140,6 @@ def _latency(plt, series, name, worst):
                  showfliers=True)
     axis.set(xlabel="seconds from a group's arrival to the store owner's own verdict", title="check latency per store")
     return "Check latency", figure
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _accuracy(plt, series, name, worst):
