@@ -15,7 +15,7 @@ import torch
 from blake3 import blake3
 
 import vrl
-from proofs import commitment, prf
+from proofs import commitment, prf, vrf
 from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.keys import NodeKey, signature_valid
 from vrl.rollouts.model import weights_hash
@@ -363,3 +363,22 @@ def test_sampling_proof_vectors():
     assert list(challenged(record, bytes.fromhex(case["challenge"]), case["count"])) == case["positions"]
     assert {c.id: {"settings_hash": c.settings_hash.hex(), "proof_bytes": c.proof_bytes, "logrows": c.logrows}
             for c in CIRCUITS.values()} == vectors["circuits"]
+
+
+def test_vrf_vectors():
+    """specs/vrf.md: the RFC 9381 appendix B.3 examples (tests/test_vrf.py holds them to the RFC's
+    own pi and beta) and a node's proof over a committee-style alpha, under its Ed25519 key."""
+    vectors = load("vrf")
+    assert vectors["suite"] == "ECVRF-EDWARDS25519-SHA512-TAI" and bytes.fromhex(vectors["suite_string"]) == vrf.SUITE
+    assert [case["example"] for case in vectors["rfc9381"]] == [16, 17, 18]
+    node = vectors["node"]
+    seed = bytes.fromhex(node["private_key_seed"])
+    assert NodeKey.from_seed(seed).node_id.hex() == node["node_id"]
+    alpha = bytes.fromhex(node["alpha"])
+    assert alpha == (b"vrl/committee/v1\x00" + node["round"].to_bytes(8, "big") + bytes.fromhex(node["manifest_root"]))
+    for case in [*vectors["rfc9381"], {**node, "sk": node["private_key_seed"], "pk": node["node_id"]}]:
+        sk, pk, alpha = bytes.fromhex(case["sk"]), bytes.fromhex(case["pk"]), bytes.fromhex(case["alpha"])
+        assert vrf.public_key(sk) == pk
+        pi = vrf.prove(sk, alpha)
+        assert pi.hex() == case["pi"]
+        assert vrf.proof_to_hash(pi).hex() == vrf.verify(pk, pi, alpha).hex() == case["beta"]

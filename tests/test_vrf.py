@@ -4,6 +4,8 @@ and keys, and a pure-Python edwards25519 reference for the parts libsodium does 
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -139,6 +141,12 @@ def test_rfc_9381_b3_vectors(case):
     assert vrf.proof_to_hash(pi) == beta
     assert vrf.verify(pk, pi, alpha) == beta
     assert len(pi) == vrf.PROOF_BYTES == 80 and len(beta) == vrf.OUTPUT_BYTES == 64
+
+
+def test_the_spec_vectors_are_the_rfcs():
+    written = json.loads((Path(__file__).resolve().parent.parent / "specs" / "vectors" / "vrf.json").read_text())
+    assert [{k: case[k] for k in ("sk", "pk", "alpha", "pi", "beta")} for case in written["rfc9381"]] == [
+        {k: case[k] for k in ("sk", "pk", "alpha", "pi", "beta")} for case in RFC_9381_B3]
 
 
 def test_the_vrf_key_is_the_nodes_ed25519_key():

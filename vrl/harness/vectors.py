@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from blake3 import blake3
 
-from proofs import commitment, prf
+from proofs import commitment, prf, vrf
 from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model, weights_hash
@@ -338,12 +338,41 @@ def _linear_example() -> torch.nn.Module:
     return linear
 
 
+#: RFC 9381 appendix B.3, examples 16 to 18 (ECVRF-EDWARDS25519-SHA512-TAI): secret key and
+#: alpha; vrf_vectors writes the pi and beta the implementation computes, and tests/test_vrf.py
+#: holds those to the RFC's.
+RFC_9381_B3_INPUTS = [
+    (16, "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", ""),
+    (17, "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "72"),
+    (18, "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7", "af82"),
+]
+#: The committee draw's domain tag (specs/vrf.md section 4, SCALE_DESIGN.md); the node vector's
+#: alpha is tag || u64be(round) || a 32-byte manifest root.
+COMMITTEE_TAG = b"vrl/committee/v1\x00"
+
+
+def vrf_vectors() -> dict:
+    rfc = []
+    for example, sk, alpha in RFC_9381_B3_INPUTS:
+        pi = vrf.prove(bytes.fromhex(sk), bytes.fromhex(alpha))
+        rfc.append({"example": example, "sk": sk, "pk": vrf.public_key(bytes.fromhex(sk)).hex(), "alpha": alpha,
+                    "pi": pi.hex(), "beta": vrf.proof_to_hash(pi).hex()})
+    key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
+    round_, root = 7, hashlib.sha256(b"vrl test vector manifest").digest()
+    alpha = COMMITTEE_TAG + round_.to_bytes(8, "big") + root
+    pi = vrf.prove(key.private_seed(), alpha)
+    node = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(), "round": round_,
+            "manifest_root": root.hex(), "alpha": alpha.hex(), "pi": pi.hex(),
+            "beta": vrf.verify(key.node_id, pi, alpha).hex()}
+    return {"suite": "ECVRF-EDWARDS25519-SHA512-TAI", "suite_string": vrf.SUITE.hex(), "rfc9381": rfc, "node": node}
+
+
 def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
                        ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
                        ("training", training_vectors), ("model", model_vectors),
-                       ("sequential", sequential_vectors), ("zk", zk_vectors)]:
+                       ("sequential", sequential_vectors), ("zk", zk_vectors), ("vrf", vrf_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 
