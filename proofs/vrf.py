@@ -71,6 +71,19 @@ _Q = 2**252 + 27742317777372353535851937790883648493
 _INV8 = pow(8, -1, _Q).to_bytes(32, "little")
 #: point_to_string of the identity (x = 0, y = 1).
 _IDENTITY = b"\x01" + bytes(31)
+#: point_to_string of the eight points of small order (the torsion subgroup): the identity, the
+#: point of order 2 (y = -1), two of order 4 (y = 0) and four of order 8. tests/test_vrf.py
+#: derives the set from the curve equation and compares.
+_SMALL_ORDER = frozenset(bytes.fromhex(encoded) for encoded in (
+    "0100000000000000000000000000000000000000000000000000000000000000",
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    "0000000000000000000000000000000000000000000000000000000000000080",
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",
+))
 
 
 class VrfError(ProofsError, ValueError):
@@ -115,9 +128,8 @@ def _decodes(encoded: bytes) -> bool:
         return False
     if y in (1, _P - 1) and encoded[31] & 0x80:  # x = 0 exactly when y^2 = 1; -0 is not canonical
         return False
-    if _na.crypto_core_ed25519_is_valid_point(encoded):
-        return True  # on the curve and in the prime-order subgroup (libsodium)
-    # libsodium's addition decodes any point on the curve and fails where step 3 has no root.
+    # libsodium's addition decodes any point on the curve (after the checks above, exactly as
+    # RFC 8032 does) and fails where step 3 finds no square root.
     try:
         _na.crypto_core_ed25519_add(encoded, _IDENTITY)
     except _nacl_exceptions.CryptoError:
@@ -146,17 +158,24 @@ def _scalar(value: int) -> bytes:
 def _mul(scalar: int, point: bytes) -> bytes:
     """scalar * point for a public scalar (0 <= scalar < 2^256) and any point on the curve.
 
-    libsodium multiplies points of the prime-order subgroup by nonzero scalars. A point P
-    outside it (a torsion part T of order dividing 8) is split: P' = 8^-1 * (8 * P) is its
-    prime-order part, T = P - P', and scalar * P = scalar * P' + (scalar mod 8) * T."""
+    libsodium multiplies points of the prime-order subgroup (not the identity) by scalars that
+    are nonzero mod q, and refuses the rest. A point P outside the subgroup (with a torsion part
+    T, of order dividing 8) is split: P' = 8^-1 * (8 * P) is its prime-order part, T = P - P',
+    and scalar * P = scalar * P' + (scalar mod 8) * T."""
+    reduced = scalar % _Q
+    if reduced:
+        try:
+            return _na.crypto_scalarmult_ed25519_noclamp(_scalar(reduced), point)
+        except _nacl_exceptions.CryptoError:
+            pass  # not of prime order: split it below
+    elif _na.crypto_core_ed25519_is_valid_point(point):
+        return _IDENTITY  # q * P' = identity
     if point == _IDENTITY:
         return _IDENTITY
-    if _na.crypto_core_ed25519_is_valid_point(point):
-        reduced = scalar % _Q
-        return _IDENTITY if reduced == 0 else _nacl(_na.crypto_scalarmult_ed25519_noclamp, _scalar(reduced), point)
     prime = _prime_part(_times8(point))
     torsion = _nacl(_na.crypto_core_ed25519_sub, point, prime)
-    result = _mul(scalar, prime)
+    result = _IDENTITY if prime == _IDENTITY or not reduced else _nacl(
+        _na.crypto_scalarmult_ed25519_noclamp, _scalar(reduced), prime)
     for _ in range(scalar % 8):
         result = _nacl(_na.crypto_core_ed25519_add, result, torsion)
     return result
@@ -252,7 +271,7 @@ def prove(secret: bytes, alpha: bytes) -> bytes:
 def proof_to_hash(pi: bytes) -> bytes:
     """ECVRF_proof_to_hash (RFC 9381 section 5.2): beta = SHA-512(suite || 0x03 ||
     point_to_string(8 * Gamma) || 0x00). It does not verify pi; VrfError if pi does not decode."""
-    gamma, _, _ = _decode_proof(pi)
+    gamma = _decode_proof(pi)[0]
     return hashlib.sha512(SUITE + _HASH_FRONT + _times8(gamma) + _BACK).digest()
 
 
@@ -260,15 +279,16 @@ def verify(public: bytes, pi: bytes, alpha: bytes) -> bytes:
     """ECVRF_verify (RFC 9381 section 5.3) with validate_key: beta if pi proves alpha under
     ``public``, else VrfError naming why."""
     y = _string_to_point(_as_bytes(public, "public key", POINT_BYTES), "public key")  # steps 1, 2
-    if _times8(y) == _IDENTITY:  # step 3, ECVRF_validate_key (section 5.4.5)
+    # Step 3, ECVRF_validate_key (section 5.4.5): cofactor * Y is the identity exactly for the
+    # eight points of small order, and each has one encoding that decodes.
+    if y in _SMALL_ORDER:
         raise VrfError("public key has small order (cofactor * Y is the identity)")
     gamma, c_string, s = _decode_proof(pi)  # steps 4 to 6
     message = _alpha(alpha)
-    h = _encode_to_curve(public, message)  # step 7
+    h = _encode_to_curve(y, message)  # step 7
     c = int.from_bytes(c_string, "little")
-    s_string = _scalar(s)
-    u = _nacl(_na.crypto_core_ed25519_sub, _base_mul(s_string), _mul(c, y))  # step 8: U = s*B - c*Y
+    u = _nacl(_na.crypto_core_ed25519_sub, _base_mul(_scalar(s)), _mul(c, y))  # step 8: U = s*B - c*Y
     v = _nacl(_na.crypto_core_ed25519_sub, _mul(s, h), _mul(c, gamma))  # step 9: V = s*H - c*Gamma
-    if _challenge(public, h, gamma, u, v) != c_string:  # steps 10, 11 (c and c' are public)
+    if _challenge(y, h, gamma, u, v) != c_string:  # steps 10, 11 (c and c' are public)
         raise VrfError("pi does not prove alpha under this public key")
     return hashlib.sha512(SUITE + _HASH_FRONT + _times8(gamma) + _BACK).digest()

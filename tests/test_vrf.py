@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from nacl import bindings as na
 
@@ -118,6 +118,7 @@ def test_the_reference_curve_is_the_rfc_8032_curve():
     base = ref_decode(bytes.fromhex("5866666666666666666666666666666666666666666666666666666666666666"))
     assert base is not None and ref_mul(Q, base) == (0, 1)
     assert len(set(TORSION)) == 8 and TORSION[0] == IDENTITY
+    assert set(TORSION) == vrf._SMALL_ORDER  # validate_key's list is the torsion subgroup
     # The public key of RFC 8032's test 1 is the reference's x*B too.
     digest = bytearray(hashlib.sha512(bytes.fromhex(RFC_9381_B3[0]["sk"])).digest()[:32])
     digest[0] &= 248
@@ -257,6 +258,14 @@ def test_wrong_lengths_and_types_are_rejected(proof):
 
 @settings(max_examples=60)
 @given(st.integers(0, 2**256 - 1), st.integers(0, 7), st.integers(0, 2**64))
+@example(0, 0, 5)
+@example(Q, 0, 5)
+@example(Q, 3, 5)
+@example(2 * Q + 3, 1, 5)
+@example(8 * Q, 2, 0)
+@example(5, 4, 0)
+@example(Q - 1, 1, 1)
+@example(2**256 - 1, 5, 9)
 def test_mul_matches_the_reference_for_points_with_torsion(scalar, torsion, seed):
     base = ref_decode(bytes.fromhex("5866666666666666666666666666666666666666666666666666666666666666"))
     point = ref_add(ref_mul(seed, base), ref_decode(TORSION[torsion]))
