@@ -37,6 +37,7 @@ multiplies each; honest inputs never take that path.
 from __future__ import annotations
 
 import hashlib
+import hmac
 
 from nacl import bindings as _na
 from nacl import exceptions as _nacl_exceptions
@@ -190,8 +191,9 @@ def _prime_part(eight: bytes) -> bytes:
 
 def _base_mul(scalar: bytes) -> bytes:
     """scalar * B for a scalar < q in 32 little-endian bytes (constant time in libsodium);
-    the zero scalar gives the identity, which libsodium refuses to return."""
-    if scalar == bytes(SCALAR_BYTES):
+    the zero scalar gives the identity, which libsodium refuses to return. The scalar may be
+    secret (x, k), so it is compared with zero in constant time."""
+    if hmac.compare_digest(scalar, bytes(SCALAR_BYTES)):
         return _IDENTITY
     return _nacl(_na.crypto_scalarmult_ed25519_base_noclamp, scalar)
 
