@@ -2,13 +2,14 @@
 
     python bench/vrf.py [--rounds 7] [--calls 300]
 
-Times ``proofs.vrf`` (ECVRF-EDWARDS25519-SHA512-TAI, specs/vrf.md) prove, verify and
-proof_to_hash, and the rejection of random 80-byte proofs (what a flood of forged committee
-claims costs a node), against `cryptography`'s Ed25519 sign and verify of a message of the
-committee input's size (57 bytes). Each round times ``--calls`` calls of every operation in
-turn, on fresh keys and inputs; a row's microseconds are the median over rounds, and its ratio
-to Ed25519 is the median of the per-round ratios, so both sides of a ratio ran under the same
-load (this machine is shared). Results: ``bench/results/vrf.json``.
+Times ``proofs.vrf`` (ECVRF-EDWARDS25519-SHA512-TAI, specs/vrf.md): prove, verify and
+proof_to_hash, and the rejection of random 80-byte proofs and of the slowest inputs to reject
+(what a flood of forged committee claims costs a node). The baseline is `cryptography`'s
+Ed25519 sign and verify of a message of the committee input's size (57 bytes). Each round
+times ``--calls`` calls of every operation in turn, on fresh keys and inputs; a row's
+microseconds are the median over rounds, and its ratio to Ed25519 is the median of the
+per-round ratios, so both sides of a ratio ran under the same load (this machine is shared).
+Results: ``bench/results/vrf.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl import bindings as na
 from rich.console import Console
 from rich.table import Table
 
@@ -56,6 +58,11 @@ def main() -> None:
     alphas = [hashlib.sha512(b"bench vrf alpha %d" % i).digest()[:ALPHA_BYTES] for i in range(args.calls)]
     proofs = [vrf.prove(s, a) for s, a in zip(secrets, alphas)]
     garbage = [hashlib.sha512(b"bench vrf garbage %d" % i).digest() + bytes(16) for i in range(args.calls)]
+    # The slowest input to reject: Gamma and the key both off the prime-order subgroup (plus the
+    # point of order 2), which verify must split before multiplying (proofs/vrf.py _mul).
+    order_two = bytes.fromhex("ec" + "ff" * 30 + "7f")
+    twisted = [(na.crypto_core_ed25519_add(y, order_two), na.crypto_core_ed25519_add(p[:32], order_two) + p[32:])
+               for y, p in zip(publics, proofs)]
     keys = [Ed25519PrivateKey.from_private_bytes(secret) for secret in secrets]
     ed_publics = [key.public_key() for key in keys]
     signatures = [key.sign(a) for key, a in zip(keys, alphas)]
@@ -67,11 +74,19 @@ def main() -> None:
             return
         raise AssertionError("a random proof verified")
 
+    def reject_twisted(i: int) -> None:
+        try:
+            vrf.verify(twisted[i][0], twisted[i][1], alphas[i])
+        except vrf.VrfError:
+            return
+        raise AssertionError("a proof for another key verified")
+
     operations: dict[str, Callable[[int], object]] = {
         "vrf.prove": lambda i: vrf.prove(secrets[i], alphas[i]),
         "vrf.verify": lambda i: vrf.verify(publics[i], proofs[i], alphas[i]),
         "vrf.proof_to_hash": lambda i: vrf.proof_to_hash(proofs[i]),
         "vrf.verify (random pi, rejected)": reject,
+        "vrf.verify (torsion in key and Gamma, rejected)": reject_twisted,
         "ed25519.sign": lambda i: keys[i].sign(alphas[i]),
         "ed25519.verify": lambda i: ed_publics[i].verify(signatures[i], alphas[i]),
     }
@@ -84,7 +99,8 @@ def main() -> None:
         return statistics.median(a / b for a, b in zip(runs[name], runs[baseline]))
 
     baselines = {"vrf.prove": "ed25519.sign", "vrf.verify": "ed25519.verify",
-                 "vrf.proof_to_hash": "ed25519.verify", "vrf.verify (random pi, rejected)": "ed25519.verify"}
+                 "vrf.proof_to_hash": "ed25519.verify", "vrf.verify (random pi, rejected)": "ed25519.verify",
+                 "vrf.verify (torsion in key and Gamma, rejected)": "ed25519.verify"}
     rows = {name: {"us_median": statistics.median(times), "us_min": min(times), "us_max": max(times),
                    **({"vs": baselines[name], "ratio": ratio(name, baselines[name])} if name in baselines else {})}
             for name, times in runs.items()}
