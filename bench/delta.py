@@ -150,8 +150,8 @@ def measure(parent: bytes, child: bytes, repeats: int) -> dict:
     out = {"full_bytes": len(child), "elements_changed": changed, "sha256_full_seconds": hash_seconds,
            "candidates": {}}
     for name, (encode, decode) in candidates(width).items():
-        delta, encode_seconds = timed(lambda: encode(parent, child), repeats)  # noqa: B023
-        rebuilt, rebuild_seconds = timed(lambda: decode(parent, delta), repeats)  # noqa: B023
+        delta, encode_seconds = timed(lambda e=encode: e(parent, child), repeats)
+        rebuilt, rebuild_seconds = timed(lambda d=decode, x=delta: d(parent, x), repeats)
         if rebuilt != child:
             raise SystemExit(f"{name}: did not rebuild the child's file bit for bit")
         out["candidates"][name] = {"bytes": len(delta), "ratio": len(delta) / len(child),

@@ -20,12 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import structlog
 import zstandard
 
 from vrl.errors import VrlError
+
+if TYPE_CHECKING:
+    from vrl.node.blobs import Blobs
+    from vrl.node.messages import PolicyAnnouncement
 
 MAGIC = b"VRLDELTA"
 FORMAT_VERSION = 1
@@ -178,3 +185,33 @@ def rebuild(parent: bytes, delta: bytes) -> bytes:
     if hashlib.sha256(target).digest() != header.target:
         raise DeltaError("the rebuilt weights do not hash to the delta's target (corrupt bytes)")
     return target
+
+
+# -- the receiver's path (specs/network.md §6.1) ---------------------------------------------------
+
+
+async def fetch_weights(blobs: Blobs, announcement: PolicyAnnouncement, max_size: int,
+                        run: Callable[..., Awaitable[Any]], log: structlog.BoundLogger) -> bytes:
+    """The weights file of ``announcement``, hash-checked against its ``blob``: rebuilt from its
+    delta when it names one and this node holds the delta's parent file, else (and on any failure
+    of the delta: unavailable, truncated, against another parent, corrupt, rebuilding to another
+    hash) fetched whole, with the reason logged. ``run(name, fn, *args)`` runs the rebuild off the
+    event loop (the node's model thread)."""
+    what = f"weights of version {announcement.version}"
+    parent_path = blobs.directory / announcement.delta_parent.hex()
+    if announcement.delta and not (blobs.directory / announcement.blob.hex()).exists() and parent_path.exists():
+        try:
+            delta = await blobs.get(announcement.delta, min(announcement.delta_size, max_size),
+                                    f"weights delta of version {announcement.version}")
+            blob = await run("rebuild", rebuild, parent_path.read_bytes(), delta)
+            if hashlib.sha256(blob).digest() != announcement.blob:
+                raise DeltaError("the delta rebuilds a file other than the announced one")
+        except Exception as error:  # whatever failed, the full file is the way: the delta is an optimization
+            log.warning("weights delta not used; fetching the full file", version=announcement.version,
+                        reason=str(error) or repr(error))
+        else:
+            blobs.keep(blob)
+            log.info("weights rebuilt from a delta", version=announcement.version, delta_bytes=len(delta),
+                     full_bytes=len(blob))
+            return blob
+    return await blobs.get(announcement.blob, max_size, what)
