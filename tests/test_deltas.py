@@ -43,6 +43,16 @@ def pair(tiny) -> tuple[bytes, bytes, bytes]:
     return parent, target, deltas.encode(parent, target)
 
 
+@pytest.fixture(scope="module")
+def small_pair() -> tuple[bytes, bytes, bytes]:
+    """The micro preset's (0.27M parameters): many hostile deltas a second."""
+    import vrl
+
+    micro = vrl.load_model("micro")
+    parent, target = to_blob(micro), to_blob(nudged(micro))
+    return parent, target, deltas.encode(parent, target)
+
+
 def test_a_delta_rebuilds_the_target_bit_for_bit_and_is_smaller(tiny, pair):
     parent, target, delta = pair
     assert deltas.rebuild(parent, delta) == target
@@ -107,9 +117,9 @@ def test_files_of_different_architectures_have_no_delta(tiny, pair):
 
 @settings(max_examples=200, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
-def test_any_mutation_of_a_delta_rebuilds_the_target_or_raises_delta_error(pair, data):
+def test_any_mutation_of_a_delta_rebuilds_the_target_or_raises_delta_error(small_pair, data):
     """Hostile input: spliced, cut, flipped or random bytes give the exact target or a DeltaError."""
-    parent, target, delta = pair
+    parent, target, delta = small_pair
     mutated = data.draw(st.one_of(
         st.binary(max_size=256),
         st.tuples(st.integers(0, len(delta)), st.binary(max_size=16)).map(lambda c: delta[:c[0]] + c[1]),
@@ -205,3 +215,38 @@ def test_a_node_rebuilds_from_a_delta_and_falls_back_to_the_full_file_when_the_d
                 assert refused and reason in refused[0]["reason"], (case, events)
 
     asyncio.run(scenario())
+
+
+def test_a_network_trainer_publishes_deltas_and_its_workers_rebuild_from_them(tmp_path):
+    """End to end on the loopback network: each version after 0 names a delta against its
+    parent's file (the full file is kept and served too), and the workers, holding the parent,
+    fetch the delta and load the version they rebuild. Runs until each honest worker has loaded a
+    version whose weights differ from its parent's (a step without gradient changes nothing, and
+    a node that holds the file already fetches nothing)."""
+    from tests.test_node import run_network
+    from vrl.node.store import Store
+
+    def changed(node) -> list[int]:
+        policies, loaded = node.protocol.policies, node.protocol.loaded
+        return [v for v in loaded if v - 1 in policies and policies[v].blob != policies[v - 1].blob]
+
+    workers = {"honest-0": "w0", "honest-1": "w1"}
+    with capture_logs() as logs:
+        nodes = asyncio.run(run_network(tmp_path, rounds=10,
+                                        until=lambda nodes: all(changed(nodes[n]) for n in workers)))
+    events = [entry["event"] for entry in logs]
+    assert "weights rebuilt from a delta" in events
+    assert "weights delta not used; fetching the full file" not in events
+    store = Store(tmp_path / "trainer" / "node.sqlite")
+    policies = {v: store.policy(v) for v in range(nodes["trainer"].protocol.version + 1)}
+    store.close()
+    assert not policies[0].delta
+    trainer_blobs = tmp_path / "trainer" / "blobs"
+    for version in range(1, len(policies)):
+        policy = policies[version]
+        assert policy.delta_parent == policies[version - 1].blob and 0 < policy.delta_size < policy.size
+        assert (trainer_blobs / policy.blob.hex()).exists() and (trainer_blobs / policy.delta.hex()).exists()
+    for name, directory in workers.items():
+        rebuilt = changed(nodes[name])
+        assert rebuilt, name
+        assert all((tmp_path / directory / "blobs" / policies[v].delta.hex()).exists() for v in rebuilt), name
