@@ -127,9 +127,9 @@ def encode(parent: bytes, target: bytes) -> bytes:
     regions = layout(parent)
     if len(parent) != len(target) or layout(target) != regions:
         raise DeltaError("the two files do not have the same tensors, shapes and dtypes: no delta between them")
-    xor = np.bitwise_xor(np.frombuffer(parent, np.uint8), np.frombuffer(target, np.uint8))
-    body = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True).compress(
-        _planes(xor, regions).tobytes())
+    # The XOR is let go once in planes, and zstd reads the planes in place: twice the file's size at most.
+    planes = _planes(np.bitwise_xor(np.frombuffer(parent, np.uint8), np.frombuffer(target, np.uint8)), regions)
+    body = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True).compress(planes)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, CODEC_ZSTD, hashlib.sha256(parent).digest(),
                           hashlib.sha256(target).digest(), len(target), len(regions))
     return header + b"".join(_REGION.pack(length, width) for length, width in regions) + body
@@ -156,7 +156,8 @@ def read_header(delta: bytes) -> DeltaHeader:
 def rebuild(parent: bytes, delta: bytes) -> bytes:
     """The target file of ``delta``, rebuilt from ``parent``; checked against the delta's own
     header (the parent's hash, every region's length and width against the parent's tensors,
-    the rebuilt file's hash). Memory: the parent's size, twice, whatever the delta declares."""
+    the rebuilt file's hash). Memory: twice the parent's size besides it, whatever the
+    delta declares."""
     header = read_header(delta)
     if hashlib.sha256(parent).digest() != header.parent:
         raise DeltaError(f"a delta against another parent (it names {header.parent.hex()[:16]}, "
@@ -181,7 +182,10 @@ def rebuild(parent: bytes, delta: bytes) -> bytes:
     if len(planes) != header.size or not done or trailing:
         raise DeltaError("corrupt or truncated delta: its zstd frame does not end where the delta does")
     xor = _unplanes(np.frombuffer(planes, np.uint8), header.regions)
-    target = np.bitwise_xor(xor, np.frombuffer(parent, np.uint8)).tobytes()
+    del planes
+    np.bitwise_xor(xor, np.frombuffer(parent, np.uint8), out=xor)
+    target = xor.tobytes()
+    del xor
     if hashlib.sha256(target).digest() != header.target:
         raise DeltaError("the rebuilt weights do not hash to the delta's target (corrupt bytes)")
     return target
