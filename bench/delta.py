@@ -13,6 +13,16 @@ rate, as every step of a run but the first few does. Training runs in float32 (a
 does); the bfloat16 figures are the bf16 cast of the parent's and the child's float32 weights,
 i.e. the weights as a network publishing bf16 would ship them (not bf16 training).
 
+A model with random weights (a preset such as the 0.5B-shaped one) answers nothing right, so
+every group's rewards are equal, GRPO has no gradient and the weights do not move: with
+``--synthetic-rewards`` the step trains on seeded random 0/1 rewards instead of the records'
+own (generation as above, no verification, the same ``grpo_step`` through ``Trainer.update``).
+Adam moves each weight by about the learning rate whatever the gradient's size, so the delta's
+size depends little on where the rewards came from. The optimizer starts fresh at the first
+measured step: Adam's first, bias-corrected step moves every weight by about the full learning
+rate, more than a step of a long run does (its m / sqrt(v) is mostly under 1), so the first
+step's delta is the pessimistic case; later steps show the trend.
+
 Candidates, all lossless and checked to rebuild the child's file bit for bit:
 
 * ``xor-planes-zstd-L``: XOR of the two files, split in byte planes per tensor, zstd level L
@@ -55,6 +65,8 @@ from safetensors.torch import save as save_tensors  # noqa: E402
 from vrl.node import deltas  # noqa: E402
 from vrl.rl.config import TrainConfig  # noqa: E402
 from vrl.rl.train import Trainer  # noqa: E402
+from vrl.rollouts.generate import iter_generate  # noqa: E402
+from vrl.rollouts.record import round_seed  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -161,6 +173,21 @@ def measure(parent: bytes, child: bytes, repeats: int) -> dict:
     return out
 
 
+def synthetic_step(trainer: Trainer, seed: int) -> dict:
+    """One GRPO step (Trainer.update) on a freshly generated batch, trained on seeded random
+    0/1 rewards in place of the records' own; then the next version (Trainer.advance)."""
+    config, model = trainer.config, trainer.policy()
+    groups = list(iter_generate(
+        model, trainer.tasks, trainer.key, round_seed=round_seed(model.model_hash, trainer.step_index),
+        sampling=trainer.sampling, groups=config.groups_per_step, reward_spec=config.reward_spec,
+        group_size=config.group_size, policy_version=trainer.step_index, batch_size=config.generation_batch))
+    generator = torch.Generator().manual_seed(seed)
+    rewards = [[float(r) for r in torch.randint(0, 2, (len(g),), generator=generator).tolist()] for g in groups]
+    stats = trainer.update(groups, rewards=rewards)
+    trainer.advance()
+    return stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="base", help="a preset or a built model (base)")
@@ -169,6 +196,8 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=None, help="groups per step (default: TrainConfig's)")
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="timings are the median of this many")
+    parser.add_argument("--synthetic-rewards", action="store_true",
+                        help="train on seeded random rewards (a model with random weights has no gradient otherwise)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "delta.json")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -187,7 +216,7 @@ def main() -> None:
             parents = {name: blob_in(trainer.network, dtype) for name, dtype in DTYPES.items()}
             index = trainer.step_index
             started = time.perf_counter()
-            record = trainer.step()
+            record = synthetic_step(trainer, index) if args.synthetic_rewards else trainer.step()
             step_seconds = time.perf_counter() - started
             if number == args.steps - 1:  # the optimizer is not needed to measure: free its memory
                 trainer.optimizer.state.clear()
@@ -195,13 +224,17 @@ def main() -> None:
                 gc.collect()
             result = {"step_index": index, "learning_rate": trainer.step_config.learning_rate_at(index),
                       "groups_used": record.get("groups_used"), "loss": record.get("loss"),
-                      "step_seconds": step_seconds, "dtypes": {}}
+                      "step_seconds": step_seconds, "rewards": "synthetic" if args.synthetic_rewards else "records",
+                      "dtypes": {}}
             for name, dtype in DTYPES.items():
                 child = blob_in(trainer.network, dtype)
                 result["dtypes"][name] = measure(parents.pop(name), child, args.repeats)
                 del child
                 gc.collect()
             steps.append(result)
+            if not record.get("groups_used"):
+                print(f"step {index}: no group had a gradient, so the weights did not move and its delta is "
+                      "trivial; a model with random weights needs --synthetic-rewards", flush=True)
             print(json.dumps({"step": index, **{d: {k: round(v["ratio"], 4) for k, v in r["candidates"].items()}
                                                 for d, r in result["dtypes"].items()}}), flush=True)
     summary = {
