@@ -63,7 +63,9 @@ class Training:
         if step is None:  # every group refused: the round goes on, and the protocol asks again
             yield P.Abandoned(P.Train(version, batch))
             return
-        delta = await self.model_thread.run("delta", self.delta_of, self.trainer.version, step.blob)
+        # The parent is looked up here, on the event loop, where the protocol's state changes.
+        parent = self.protocol.policies.get(self.trainer.version - 1)
+        delta = await self.model_thread.run("delta", self.delta_of, parent, step.blob)
         yield self.announce(step, delta)
         for group in groups:
             self.metrics.groups_trained.labels(group.subject.hex()[:8]).inc()
@@ -89,18 +91,19 @@ class Training:
             return result
         return screen
 
-    def delta_of(self, version: int, blob: bytes) -> tuple[bytes, bytes] | None:
-        """(a weights delta, its parent file's hash) that rebuilds ``blob`` from version
-        ``version - 1``'s file (specs/network.md §6.1), if this node holds that file and the delta
-        is the smaller; else None (the announcement names the full file only)."""
-        parent = self.protocol.policies.get(version - 1)
+    def delta_of(self, parent: PolicyAnnouncement | None, blob: bytes) -> tuple[bytes, bytes] | None:
+        """(a weights delta, its parent file's hash) that rebuilds ``blob`` from the weights file
+        of ``parent`` (the previous version's announcement; specs/network.md §6.1), if this node
+        holds that file and the delta is the smaller; else None (the announcement names the full
+        file only)."""
         path = self.blobs.directory / parent.blob.hex() if parent is not None else None
         if path is None or not path.exists():
             return None
         try:
             delta = deltas.encode(path.read_bytes(), blob)
-        except deltas.DeltaError as error:  # another architecture than the parent's: no delta
-            self.log.info("no weights delta for this version", version=version, reason=str(error))
+        except (deltas.DeltaError, OSError) as error:  # another architecture, an unreadable file: no delta,
+            # and the version is announced with its full file all the same (the delta is an optimization)
+            self.log.info("no weights delta for this version", parent=parent.version, reason=str(error))
             return None
         return (delta, parent.blob) if len(delta) < len(blob) else None
 
