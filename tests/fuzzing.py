@@ -14,6 +14,7 @@ crash"; a target may also check that nothing accepted before was lost (the node 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import hashlib
 import json
@@ -33,7 +34,9 @@ from hypothesis import strategies as st
 
 from proofs import vrf
 from proofs.sampler import SamplingParams
+from vrl.node import deltas
 from vrl.node.config import ConfigError, NodeConfig
+from vrl.node.deltas import DeltaError
 from vrl.node.messages import (
     BackfillPage,
     BackfillRequest,
@@ -360,8 +363,10 @@ def message_targets() -> list[Target]:
                + [verdict(reasons=("race_losses",), race_tokens=640, races_lost=9).to_bytes()]),
         Target("fraud report", SignedVerdict.from_bytes, (MessageError,),  # a hard_fail verdict (network.md §5.1)
                lambda: [verdict("hard_fail").to_bytes(), verdict("hard_fail", planted=True).to_bytes()]),
-        Target("policy", PolicyAnnouncement.from_bytes, (MessageError,), lambda: [policy(0).to_bytes(),
-                                                                                  policy(2**64 - 1).to_bytes()]),
+        Target("policy", PolicyAnnouncement.from_bytes, (MessageError,), lambda: [
+            policy(0).to_bytes(), policy(2**64 - 1).to_bytes(),
+            dataclasses.replace(policy(3), delta=b"\x08" * 32, delta_size=99, delta_parent=b"\x09" * 32
+                                ).signed(TRAINER).to_bytes()]),
         Target("step verdict", StepVerdict.from_bytes, (MessageError,),
                lambda: [step_verdict("fraud").to_bytes(), step_verdict("pass").to_bytes()]),
         Target("step config", StepConfig.from_bytes, (StepError,), lambda: [step_config_file()]),
@@ -375,10 +380,38 @@ def message_targets() -> list[Target]:
                lambda: [SamplingRequest(bytes(32), bytes([7]) * 32, 4).to_bytes(),
                         SamplingRequest(bytes([1]) * 32, bytes(32), 64).to_bytes()]),
         Target("sampling answer", openings_from_bytes, (SamplingProofError,), _sampling_answers),
+<<<<<<< HEAD
         # specs/vrf.md: public key (32 bytes) || pi (80) || alpha (the rest), as a committee claim carries them.
         Target("vrf proof", lambda data: vrf.verify(data[:32], data[32:112], data[112:]), (vrf.VrfError,),
                _vrf_claims, structure="bytes"),
+=======
+        Target("weights delta", lambda data: deltas.rebuild(DELTA_PARENT, data), (DeltaError,),
+               lambda: [deltas.encode(DELTA_PARENT, _delta_target(seed)) for seed in (0, 1)], structure="bytes"),
+>>>>>>> delta
     ]
+
+
+def _delta_weights(seed: int) -> bytes:
+    """A small weights file (float32 and bfloat16 tensors) for the weights delta target."""
+    import torch
+    from safetensors.torch import save
+
+    generator = torch.Generator().manual_seed(seed)
+    return save({"a": torch.randn(64, generator=generator),
+                 "b": torch.randn(3, 5, generator=generator).to(torch.bfloat16)})
+
+
+def _delta_target(seed: int) -> bytes:
+    """The parent's tensors, a few of them changed (as a GRPO step changes a bfloat16 file)."""
+    import torch
+    from safetensors.torch import load, save
+
+    tensors = load(DELTA_PARENT)
+    tensors["a"] = tensors["a"] + torch.randn(64, generator=torch.Generator().manual_seed(seed)) * 1e-6
+    return save(tensors)
+
+
+DELTA_PARENT = _delta_weights(0)
 
 
 def _sampling_answers() -> list[bytes]:

@@ -296,11 +296,19 @@ def test_record_fields_are_the_encoders_both_ways():
     assert [k.strip() for k in nested.group(1).split(",")] == sorted(wire["sampling"], key=str.encode)
 
 
-@pytest.mark.parametrize(("heading", "kind"), [("3.2", "verdict"), ("3.3", "policy")])
+@pytest.mark.parametrize(("heading", "kind"), [("3.2", "verdict"), ("3.3", "policy_delta")])
 def test_message_fields_are_the_encoders_both_ways(heading, kind):
     message = bytes.fromhex(json.loads((SPECS / "vectors" / "network.json").read_text())[kind]["message"])
     stated = {span(row["Field"]) for row in table("network.md", heading, "Field")}
     assert stated == set(msgpack.unpackb(message, raw=False))
+
+
+def test_a_policy_without_a_delta_is_written_with_the_version_3_fields():
+    """specs/network.md §3.3: the version 3 vector has every field of the table but the three
+    that version 4 added."""
+    message = bytes.fromhex(json.loads((SPECS / "vectors" / "network.json").read_text())["policy"]["message"])
+    stated = {span(row["Field"]) for row in table("network.md", "3.3", "Field")}
+    assert stated - {"delta", "delta_size", "delta_parent"} == set(msgpack.unpackb(message, raw=False))
 
 
 # -- message schemas: the specs' field tables against vrl/node/wire.py's declarations ---------------

@@ -209,6 +209,13 @@ def test_network_vectors():
     policy = PolicyAnnouncement.from_bytes(bytes.fromhex(vectors["policy"]["message"]))
     assert policy.valid() and policy.signing_payload().hex() == vectors["policy"]["signing_payload"]
     assert policy.id.hex() == vectors["policy"]["id"] and len(policy.batch) == 2 and policy.parent
+    assert msgpack.unpackb(bytes.fromhex(vectors["policy"]["message"]))["v"] == 3 and not policy.delta
+    assert policy.signed(key).to_bytes().hex() == vectors["policy"]["message"]  # still written as v3
+    with_delta = PolicyAnnouncement.from_bytes(bytes.fromhex(vectors["policy_delta"]["message"]))
+    assert with_delta.valid() and with_delta.id.hex() == vectors["policy_delta"]["id"]
+    assert with_delta.signing_payload().hex() == vectors["policy_delta"]["signing_payload"]
+    assert msgpack.unpackb(bytes.fromhex(vectors["policy_delta"]["message"]))["v"] == 4
+    assert with_delta.delta and with_delta.delta_parent and with_delta.delta_size == 567
 
     case = vectors["reputation"]
     reports = [Report(r["round"], bytes.fromhex(r["reporter"]), bytes.fromhex(r["subject"]), bytes.fromhex(r["group"]),
@@ -365,6 +372,7 @@ def test_sampling_proof_vectors():
             for c in CIRCUITS.values()} == vectors["circuits"]
 
 
+<<<<<<< HEAD
 def test_vrf_vectors():
     """specs/vrf.md: the RFC 9381 appendix B.3 examples (tests/test_vrf.py holds them to the RFC's
     own pi and beta) and a node's proof over a committee-style alpha, under its Ed25519 key."""
@@ -382,3 +390,34 @@ def test_vrf_vectors():
         pi = vrf.prove(sk, alpha)
         assert pi.hex() == case["pi"]
         assert vrf.proof_to_hash(pi).hex() == vrf.verify(pk, pi, alpha).hex() == case["beta"]
+=======
+def test_weights_delta_vector():
+    """specs/network.md §6.1: the regions are the parent's layout, the zstd frame holds the byte
+    planes of the XOR, and the delta rebuilds the target; the planes are checked from the spec's
+    rule alone, with numpy, so a second implementation can check its own against them."""
+    import zstandard
+
+    from vrl.node import deltas
+
+    case = load("network")["weights_delta"]
+    parent, target, delta = (bytes.fromhex(case[k]) for k in ("parent", "target", "delta"))
+    assert hashlib.sha256(parent).hexdigest() == case["parent_hash"]
+    assert hashlib.sha256(target).hexdigest() == case["target_hash"]
+    assert [list(r) for r in deltas.layout(parent)] == case["regions"]
+    assert delta[:8] == b"VRLDELTA" and delta[8:10] == bytes([1, 1])
+    assert delta[10:42].hex() == case["parent_hash"] and delta[42:74].hex() == case["target_hash"]
+    assert int.from_bytes(delta[74:82], "big") == len(parent)
+    count = int.from_bytes(delta[82:86], "big")
+    table = [[int.from_bytes(delta[86 + 9 * i:94 + 9 * i], "big"), delta[94 + 9 * i]] for i in range(count)]
+    assert table == case["regions"]
+    planes = zstandard.ZstdDecompressor().decompress(delta[86 + 9 * count:])
+    assert planes.hex() == case["planes"]
+    xor = np.bitwise_xor(np.frombuffer(parent, np.uint8), np.frombuffer(target, np.uint8))
+    expected, at = b"", 0
+    for length, width in case["regions"]:
+        part = xor[at:at + length]
+        expected += b"".join(part[j::width].tobytes() for j in range(width))
+        at += length
+    assert expected == planes
+    assert deltas.rebuild(parent, delta) == target
+>>>>>>> delta

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 from blake3 import blake3
 
@@ -183,6 +184,8 @@ def network_vectors() -> dict:
                     "id": verdict.id.hex()},
         "policy": {"message": policy.to_bytes().hex(), "signing_payload": policy.signing_payload().hex(),
                    "id": policy.id.hex()},
+        "policy_delta": _message_case(_policy_with_delta(key)),
+        "weights_delta": _weights_delta(),
         "reputation": {
             "pretrusted": [a.hex()], "round": 2,
             "reports": [{"round": r.round, "reporter": r.reporter.hex(), "subject": r.subject.hex(),
@@ -207,6 +210,38 @@ def _policy(key: NodeKey):
                               optimizer_before=h(b"optimizer-2"), optimizer=h(b"optimizer-3"), optimizer_size=2468,
                               platform="torch-2.13.0/cpu-AVX512/float32/default/threads-1", proofs=h(b"proofs"),
                               proofs_size=4100).signed(key)
+
+
+def _message_case(message) -> dict:
+    return {"message": message.to_bytes().hex(), "signing_payload": message.signing_payload().hex(),
+            "id": message.id.hex()}
+
+
+def _policy_with_delta(key: NodeKey):
+    """The version 3 vector's announcement naming a weights delta: a version 4 message (specs/network.md §3.3)."""
+    import dataclasses
+
+    h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
+    return dataclasses.replace(_policy(key), delta=h(b"delta"), delta_size=567, delta_parent=h(b"blob-2")).signed(key)
+
+
+def _weights_delta() -> dict:
+    """A parent weights file, a target of the same layout (a float32 and a bfloat16 tensor, a few
+    values changed), the byte planes of their XOR and the delta (specs/network.md §6.1)."""
+    from safetensors.torch import save
+
+    from vrl.node import deltas
+
+    a = torch.tensor([1.0, -2.0, 0.5, 3.25], dtype=torch.float32)
+    b = torch.tensor([0.125, 1.0, -1.5], dtype=torch.bfloat16)
+    parent = save({"a": a, "b": b})
+    target = save({"a": a + torch.tensor([0.0, 1e-6, 0.0, -2e-6]), "b": b + torch.tensor([0.0, 0.0, 0.25]).bfloat16()})
+    delta = deltas.encode(parent, target)
+    regions = deltas.layout(parent)
+    xor = np.bitwise_xor(np.frombuffer(parent, np.uint8), np.frombuffer(target, np.uint8))
+    return {"parent": parent.hex(), "target": target.hex(), "regions": [list(r) for r in regions],
+            "planes": deltas._planes(xor, regions).tobytes().hex(), "delta": delta.hex(),
+            "parent_hash": hashlib.sha256(parent).hexdigest(), "target_hash": hashlib.sha256(target).hexdigest()}
 
 
 def training_vectors() -> dict:

@@ -24,8 +24,8 @@ import torch
 
 from p2p.transport import Message, Transport, TransportError, message_id
 from vrl.config import as_kwargs
+from vrl.node import deltas, startup
 from vrl.node import protocol as P
-from vrl.node import startup
 from vrl.node.blobs import MAX_WEIGHTS_BYTES, Blobs
 from vrl.node.catchup import BACKFILL_PROTOCOL, Backfill, replay_store
 from vrl.node.config import NodeConfig
@@ -239,8 +239,9 @@ class Node:
 
     async def _fetch_policy(self, announcement: PolicyAnnouncement) -> None:
         try:
-            blob = await self.blobs.get(announcement.blob, min(announcement.size, MAX_WEIGHTS_BYTES),
-                                    f"weights of version {announcement.version}")
+            # From its delta when this node holds the parent's file (specs/network.md §6.1), else whole.
+            blob = await deltas.fetch_weights(self.blobs, announcement, min(announcement.size, MAX_WEIGHTS_BYTES),
+                                              self.model_thread.run, self.log)
             await self.model_thread.run("load", self.work.load, announcement, blob,
                                         self.config.protocol.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()

@@ -57,8 +57,12 @@ MESSAGE_VERSION = 1
 # 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2).
 VERDICT_VERSION = 2
 # 2: a policy announcement binds the training step that made it (specs/training.md §3);
-# 3: and the reward proofs of a private task set's step, proofs and proofs_size (specs/zk.md §11).
-POLICY_VERSION = 3
+# 3: and the reward proofs of a private task set's step, proofs and proofs_size (specs/zk.md §11);
+# 4: and a weights delta against the parent's file, delta, delta_size and delta_parent (specs/network.md
+# §6.1). Version 3 is still read and written: an announcement without a delta is written as v3, the
+# bytes (and id and signature) it always had, so nodes that predate deltas still follow it.
+POLICY_VERSION = 4
+POLICY_OLDEST = 3
 TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/2"
 TOPIC_POLICIES = "vrl/policies/3"
@@ -297,7 +301,7 @@ class WeightedDigests:
         return [[digest, float(weight)] for digest, weight in value]
 
 
-@message("policy", POLICY_VERSION, topic=TOPIC_POLICIES)
+@message("policy", POLICY_VERSION, topic=TOPIC_POLICIES, oldest=POLICY_OLDEST)
 @dataclass(frozen=True)
 class PolicyAnnouncement(Signed):
     """Policy version ``version`` is the model with ``model_hash``, whose weights file (see
@@ -312,6 +316,10 @@ class PolicyAnnouncement(Signed):
     bytes), and the ``platform`` the trainer ran on (a replay on the same one is bit-exact).
     In a network of private tasks, ``proofs`` is the hash of the companion file of the batch's
     reward proofs (``proofs_size`` bytes; empty when none is needed: specs/zk.md §11).
+    ``delta`` is the hash of a weights delta (``delta_size`` bytes, smaller than the weights
+    file) that rebuilds the weights file from the file whose hash is ``delta_parent``
+    (vrl.node.deltas, specs/network.md §6.1): a transport shortcut for whoever holds that file,
+    checked against ``blob`` and ``model_hash`` like the file itself; empty when there is none.
     The defaults are a version 0 with nothing trained."""
 
     _DOMAIN = POLICY_DOMAIN
@@ -332,10 +340,19 @@ class PolicyAnnouncement(Signed):
     platform: str = field(default="", metadata=wire(Text(MAX_PLATFORM_BYTES), since=2))
     proofs: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=3))
     proofs_size: int = field(default=0, metadata=wire(Uint(0, MAX_PROOFS_BYTES), since=3))
+    delta: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=4))
+    delta_size: int = field(default=0, metadata=wire(Uint(0, MAX_WEIGHTS_FILE_BYTES), since=4))
+    delta_parent: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=4))
     signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
 
     def valid(self) -> bool:
         return self.signature_ok()
+
+    def _cross_check(self) -> None:
+        if self.delta or self.delta_size or self.delta_parent:
+            if not (self.delta and self.delta_parent and 0 < self.delta_size < self.size):
+                raise FieldError("delta", "a delta names its hash, its parent file and a size under the weights "
+                                          "file's, or none of them")
 
     @property
     def id(self) -> bytes:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import structlog
 
 from proofs.zk import ZkError
+from vrl.node import deltas
 from vrl.node import protocol as P
 from vrl.node.blobs import MAX_OPTIMIZER_BYTES, Blobs
 from vrl.node.groups import GroupCache
@@ -62,7 +63,10 @@ class Training:
         if step is None:  # every group refused: the round goes on, and the protocol asks again
             yield P.Abandoned(P.Train(version, batch))
             return
-        yield self.announce(step)
+        # The parent is looked up here, on the event loop, where the protocol's state changes.
+        parent = self.protocol.policies.get(self.trainer.version - 1)
+        delta = await self.model_thread.run("delta", self.delta_of, parent, step.blob)
+        yield self.announce(step, delta)
         for group in groups:
             self.metrics.groups_trained.labels(group.subject.hex()[:8]).inc()
 
@@ -87,17 +91,37 @@ class Training:
             return result
         return screen
 
-    def announce(self, step: TrainedStep) -> P.Trained:
+    def delta_of(self, parent: PolicyAnnouncement | None, blob: bytes) -> tuple[bytes, bytes] | None:
+        """(a weights delta, its parent file's hash) that rebuilds ``blob`` from the weights file
+        of ``parent`` (the previous version's announcement; specs/network.md §6.1), if this node
+        holds that file and the delta is the smaller; else None (the announcement names the full
+        file only)."""
+        path = self.blobs.directory / parent.blob.hex() if parent is not None else None
+        if path is None or not path.exists():
+            return None
+        try:
+            delta = deltas.encode(path.read_bytes(), blob)
+        except (deltas.DeltaError, OSError) as error:  # another architecture, an unreadable file: no delta,
+            # and the version is announced with its full file all the same (the delta is an optimization)
+            self.log.info("no weights delta for this version", parent=parent.version, reason=str(error))
+            return None
+        return (delta, parent.blob) if len(delta) < len(blob) else None
+
+    def announce(self, step: TrainedStep, delta: tuple[bytes, bytes] | None = None) -> P.Trained:
         """The trainer's current weights as the next version, bound to the step that made them
-        (specs/training.md §3); every file it names is stored and served first."""
+        (specs/training.md §3), with ``delta`` (:meth:`delta_of`) when there is one; every file
+        it names is stored and served first (the full file too: late joiners need it)."""
         version = self.trainer.version
         parent = self.protocol.policies.get(version - 1)
+        shortcut = {} if delta is None else {"delta": self.blobs.keep(delta[0]), "delta_size": len(delta[0]),
+                                             "delta_parent": delta[1]}
         announcement = PolicyAnnouncement(
             self.key.node_id, version, step.model.model_hash, self.blobs.keep(step.blob), len(step.blob),
             parent=parent.model_hash if parent is not None else b"", batch=step.batch,
             config=self.blobs.keep(self.trainer.config_file), optimizer_before=step.optimizer_before,
             optimizer=self.blobs.keep(step.optimizer), optimizer_size=len(step.optimizer),
-            platform=platform_tag(step.model), proofs=step.proofs[0], proofs_size=step.proofs[1]).signed(self.key)
+            platform=platform_tag(step.model), proofs=step.proofs[0], proofs_size=step.proofs[1],
+            **shortcut).signed(self.key)
         self.work.install(version, self.trainer.frozen_copy(step.model), self.keep)
         metrics = {k: v for k, v in step.metrics.items() if isinstance(v, (int, float))}
         if "held_out_accuracy" in metrics:

@@ -266,18 +266,24 @@ class WireField:
     name: str
     type: WireType
     since: int
+    default: Any = None  # the dataclass default: what a message older than ``since`` decodes to
 
 
 @dataclass(frozen=True)
 class Schema:
     """A message's wire form, read once from its declaration by :func:`message`: ``name`` is the
     gossip message's ``kind`` (or what errors call a request or response), ``version`` its
-    ``v`` (None: a plain map, no envelope, not held to the canonical encoding)."""
+    ``v`` (None: a plain map, no envelope, not held to the canonical encoding). ``oldest`` is the
+    oldest ``v`` still read and written (the version itself unless the message says otherwise):
+    a message of version ``w`` has exactly the fields added at ``w`` or before, and is written at
+    the lowest version whose fields carry its values (every later field at its default), so that
+    a message that uses no newer field keeps the bytes, id and signature it always had."""
 
     name: str
     version: int | None
     topic: str | None
     fields: tuple[WireField, ...]
+    oldest: int | None = None
     keys: frozenset[str] = dataclasses.field(init=False)  # every key of the map, the envelope's too
     envelope: Mapping[str, Any] = dataclasses.field(init=False)  # {"kind": name, "v": version}, or {}
     # The decoder's and the encoder's loops, bound once rather than looked up per message (the
@@ -288,6 +294,10 @@ class Schema:
     plain: tuple[str, ...] = dataclasses.field(init=False)
     read_plain: Callable[[Any], tuple] = dataclasses.field(init=False)
     writers: tuple[tuple[str, Callable[[Any], Any]], ...] = dataclasses.field(init=False)
+    # Each older version still read (oldest .. version - 1): (its keys, and (name, decode or None
+    # for a field it lacks, that field's default) in declaration order); the newer fields.
+    older: Mapping[int, tuple[frozenset[str], tuple[tuple[str, Any, Any], ...]]] = dataclasses.field(init=False)
+    newer: tuple[WireField, ...] = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         names = frozenset(f.name for f in self.fields)
@@ -302,6 +312,19 @@ class Schema:
         # attrgetter of one name gives the value, not a 1-tuple
         set_(self, "read_plain", values if len(plain) != 1 else (lambda value: (values(value),)))
         set_(self, "writers", tuple((f.name, f.type.encode) for f in self.fields if not f.type.as_is))
+        oldest = self.version if self.oldest is None else self.oldest
+        set_(self, "older", {} if self.version is None else {
+            w: (frozenset(f.name for f in self.fields if f.since <= w) | envelope.keys(),
+                tuple((f.name, f.type.decode if f.since <= w else None, f.default) for f in self.fields))
+            for w in range(oldest, self.version)})
+        set_(self, "newer", tuple(f for f in self.fields if self.version is not None and f.since > oldest))
+
+    def written_version(self, value: Any) -> int | None:
+        """The version ``value`` is written at: the lowest one whose fields carry its values."""
+        if not self.newer:
+            return self.version
+        used = [f.since for f in self.newer if getattr(value, f.name) != f.default]
+        return max(used, default=self.oldest)
 
 
 class Message:
@@ -323,10 +346,13 @@ class Message:
 M = TypeVar("M", bound=Message)
 
 
-def message(name: str, version: int | None = None, *, topic: str | None = None) -> Callable[[type[M]], type[M]]:
+def message(name: str, version: int | None = None, *, topic: str | None = None,
+            oldest: int | None = None) -> Callable[[type[M]], type[M]]:
     """Class decorator, over ``@dataclass(frozen=True)``: the class is the message ``name``
     (a gossip message's ``kind``, with its ``version`` and gossip ``topic``; without a version,
-    a request or response), and every field is on the wire as its metadata (:func:`wire`) says."""
+    a request or response), and every field is on the wire as its metadata (:func:`wire`) says.
+    ``oldest``: the oldest version still read and written (:class:`Schema`); the fields added
+    after it need defaults."""
 
     def declare(cls: type[M]) -> type[M]:
         params = getattr(cls, "__dataclass_params__", None)
@@ -341,8 +367,11 @@ def message(name: str, version: int | None = None, *, topic: str | None = None) 
             wire_type, since = spec.metadata["wire"]
             if spec.name in ENVELOPE or (version is not None and not 1 <= since <= version):
                 raise TypeError(f"{cls.__name__}.{spec.name}: a reserved name, or a version the message does not have")
-            fields.append(WireField(spec.name, wire_type, since))
-        cls._wire_schema = Schema(name, version, topic, tuple(fields))
+            if oldest is not None and since > oldest and spec.default is dataclasses.MISSING:
+                raise TypeError(f"{cls.__name__}.{spec.name}: a field newer than the oldest version needs a default")
+            fields.append(WireField(spec.name, wire_type, since,
+                                    None if spec.default is dataclasses.MISSING else spec.default))
+        cls._wire_schema = Schema(name, version, topic, tuple(fields), oldest)
         return cls
 
     return declare
@@ -363,6 +392,11 @@ def wire_map(value: Message, omit: str | None = None) -> dict[str, Any]:
     wire.update(schema.envelope)
     for name, write in schema.writers:
         wire[name] = write(getattr(value, name))
+    if schema.newer and (at := schema.written_version(value)) != schema.version:
+        for field in schema.newer:
+            if field.since > at:
+                del wire[field.name]
+        wire["v"] = at
     if omit is not None:
         del wire[omit]
     return wire
@@ -377,17 +411,23 @@ def decode(cls: type[M], data: bytes) -> M:
     schema = cls._wire_schema
     name = schema.name
     wire = msgpack_map(data, name)
+    keys, older = schema.keys, None
     if schema.version is not None:
         if wire.get("kind") != name:
             raise MessageError(f"{name}: field 'kind' must be {name!r}, got {shown(wire.get('kind'))}")
-        if wire.get("v") != schema.version:
-            raise MessageError(f"{name}: unknown message version {shown(wire.get('v'))}")
-    if wire.keys() != schema.keys:
-        unknown, missing = wire.keys() - schema.keys, schema.keys - wire.keys()
+        version = wire.get("v")
+        if version != schema.version:
+            older = schema.older.get(version) if type(version) is int else None
+            if older is None:
+                raise MessageError(f"{name}: unknown message version {shown(version)}")
+            keys = older[0]
+    if wire.keys() != keys:
+        unknown, missing = wire.keys() - keys, keys - wire.keys()
         raise MessageError(f"{name}: field {shown(sorted(unknown or missing)[0])} is "
                            f"{'unknown' if unknown else 'missing'}")
     try:
-        value = cls(*[read(wire[key], key) for key, read in schema.readers])
+        value = (cls(*[read(wire[key], key) for key, read in schema.readers]) if older is None else
+                 cls(*[default if read is None else read(wire[key], key) for key, read, default in older[1]]))
         value._cross_check()
     except FieldError as error:
         raise MessageError(f"{name}: {error}") from None
