@@ -380,14 +380,11 @@ def message_targets() -> list[Target]:
                lambda: [SamplingRequest(bytes(32), bytes([7]) * 32, 4).to_bytes(),
                         SamplingRequest(bytes([1]) * 32, bytes(32), 64).to_bytes()]),
         Target("sampling answer", openings_from_bytes, (SamplingProofError,), _sampling_answers),
-<<<<<<< HEAD
         # specs/vrf.md: public key (32 bytes) || pi (80) || alpha (the rest), as a committee claim carries them.
         Target("vrf proof", lambda data: vrf.verify(data[:32], data[32:112], data[112:]), (vrf.VrfError,),
                _vrf_claims, structure="bytes"),
-=======
         Target("weights delta", lambda data: deltas.rebuild(DELTA_PARENT, data), (DeltaError,),
                lambda: [deltas.encode(DELTA_PARENT, _delta_target(seed)) for seed in (0, 1)], structure="bytes"),
->>>>>>> delta
     ]
 
 

@@ -372,7 +372,6 @@ def test_sampling_proof_vectors():
             for c in CIRCUITS.values()} == vectors["circuits"]
 
 
-<<<<<<< HEAD
 def test_vrf_vectors():
     """specs/vrf.md: the RFC 9381 appendix B.3 examples (tests/test_vrf.py holds them to the RFC's
     own pi and beta) and a node's proof over a committee-style alpha, under its Ed25519 key."""
@@ -390,7 +389,8 @@ def test_vrf_vectors():
         pi = vrf.prove(sk, alpha)
         assert pi.hex() == case["pi"]
         assert vrf.proof_to_hash(pi).hex() == vrf.verify(pk, pi, alpha).hex() == case["beta"]
-=======
+
+
 def test_weights_delta_vector():
     """specs/network.md §6.1: the regions are the parent's layout, the zstd frame holds the byte
     planes of the XOR, and the delta rebuilds the target; the planes are checked from the spec's
@@ -420,4 +420,3 @@ def test_weights_delta_vector():
         at += length
     assert expected == planes
     assert deltas.rebuild(parent, delta) == target
->>>>>>> delta
