@@ -38,6 +38,10 @@ class NodeMetrics:
                                        "Trainer's held-out probability of sampling the exact answer", registry=r)
         self.step_seconds = Histogram("vrl_step_seconds", "Seconds per unit of model work, by kind", ["kind"],
                                       registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.work_seconds = Counter("vrl_work_seconds", "Wall seconds model-thread jobs ran, by kind (no queueing)",
+                                    ["kind"], registry=r)
+        self.work_cpu_seconds = Counter("vrl_work_cpu_seconds", "CPU seconds of the model thread's jobs, by kind",
+                                        ["kind"], registry=r)
         self.peers = Gauge("vrl_peers", "Connected peers", registry=r)
         self.steps_replayed = Counter("vrl_steps_replayed", "Training steps this node replayed or judged, by outcome",
                                       ["outcome"], registry=r)
