@@ -70,6 +70,9 @@ MEMORY_WAIT_SECONDS = 600.0  # the machine is shared: wait for room rather than 
 # node.toml's [work] table of the other devnet benchmarks (bench/devnet.py: common).
 WORK = {"model": "base", "task": "arithmetic:digits=2,ops=+"}
 
+MODES = {"default": "the devnet's [admission] (batch_groups 12, node_cap 0.34: vrl.node.config.NODE_OVERRIDES)",
+         "paced": "as default, but admission.batch_groups = groups_per_round x (nodes - 1): a batch of every "
+                  "worker's round"}
 IN_KINDS = (T.GOSSIP_IN, T.REQUEST_IN, T.RESPONSE_IN)
 OUT_KINDS = (T.GOSSIP_OUT, T.REQUEST_OUT, T.RESPONSE_OUT)
 
@@ -198,12 +201,27 @@ def stored_shapes(directory: Path) -> dict:
             "mean_completion_tokens": statistics.fmean(completion) if completion else None}
 
 
-def one_run(nodes: int, rounds: int, deadline: float, port: int) -> dict:
+def admission_for(mode: str, nodes: int) -> dict:
+    """The [admission] overrides of a mode: none for ``default`` (the node's devnet defaults,
+    batches of 12 groups); for ``paced``, a batch of every worker's groups of a round
+    (groups_per_round x workers), as the default's 12 is for `vrl devnet`'s 3 workers
+    (vrl.node.config.NODE_OVERRIDES), so that a round is one generation of every worker."""
+    if mode == "default":
+        return {}
+    from vrl.node.params import ProtocolParams
+
+    return {"batch_groups": ProtocolParams().groups_per_round * (nodes - 1)}
+
+
+def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "default") -> dict:
     wait_for_memory(nodes)
-    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-costs-{nodes}-"))
+    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-costs-{mode}-{nodes}-"))
     last = WARMUP_VERSIONS + rounds
-    network = devnet.plan(directory, nodes, [], port, rounds=last, work=WORK)
-    console.print(f"[bold]{nodes} nodes[/], versions {WARMUP_VERSIONS}..{last} measured -> {directory}")
+    admission = admission_for(mode, nodes)
+    network = devnet.plan(directory, nodes, [], port, rounds=last, work=WORK,
+                          **({"admission": admission} if admission else {}))
+    console.print(f"[bold]{nodes} nodes, {mode}[/] {admission or ''}, versions {WARMUP_VERSIONS}..{last} "
+                  f"measured -> {directory}")
     watch = devnet.Watch(network)
     snapshots: dict[int, tuple[float, list[dict]]] = {}  # version -> (when, each node's costs)
     started = time.monotonic()
@@ -235,10 +253,23 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int) -> dict:
     detail = [per_round(difference(a, b), rounds, "trainer" if i == 0 else "worker", n.name)
               for i, (n, a, b) in enumerate(zip(network, after, before))]
     workers = detail[1:]
+    shapes = stored_shapes(directory)
+    group_size = dataclasses.asdict(network[1].config)["work"]["group_size"]
+    groups = sum(row["rollouts_per_round"] for row in workers) / group_size
     return {
-        "nodes": nodes, "rounds": rounds, "versions": [WARMUP_VERSIONS, last],
+        "nodes": nodes, "mode": mode, "admission_overrides": admission, "rounds": rounds,
+        "versions": [WARMUP_VERSIONS, last],
+        # What the network did per round, beside what each node paid: on 2 shared cores the
+        # workers may not keep up with the trainer's versions (then fewer groups per round).
+        "network": {"groups_published_per_round": groups,
+                    "groups_nominal_per_round": (nodes - 1) * dataclasses.asdict(
+                        network[1].config)["protocol"]["groups_per_round"],
+                    "checks_per_round": sum(row["checks_per_round"] for row in detail),
+                    "checks_per_group": (sum(row["checks_per_round"] for row in detail) / groups) if groups else None,
+                    "weight_fetches_per_round": (sum(row["blob_bytes_in_per_round"] for row in workers)
+                                                 / shapes["weights_bytes"]) if shapes["weights_bytes"] else None},
         "seconds_per_round": (t1 - t0) / rounds, "run_seconds": seconds,
-        **stored_shapes(directory),
+        **shapes,
         "per_node": means(detail),
         "per_node_workers": means(workers),
         "per_node_trainer": {k: v for k, v in detail[0].items() if k != "by_kind"},
@@ -295,20 +326,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[5, 12])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", choices=["default", "paced"], default=["default", "paced"],
+                        help="default: the devnet's admission (batches of 12); paced: a batch of every worker's "
+                             "groups, one generation a round")
     parser.add_argument("--deadline", type=float, default=1500, help="seconds per run")
     parser.add_argument("--port", type=int, default=27300)  # below the ephemeral range (32768+)
     parser.add_argument("--out", type=Path, default=RESULTS / "devnet-costs.json")
     args = parser.parse_args()
     ensure_base_model()
-    runs = [one_run(n, args.rounds, args.deadline, args.port + 100 * i) for i, n in enumerate(args.nodes)]
+    runs = [one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode)
+            for i, (mode, n) in enumerate((mode, n) for mode in args.modes for n in args.nodes)]
     result = {"settings": settings(args.nodes, args.rounds), "runs": runs}
+    # [work] max_new_tokens 0 means "chosen from the task set when the model loads": the value chosen.
+    result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in runs if r["max_new_tokens"]), None)
+    result["settings"]["modes"] = {mode: MODES[mode] for mode in args.modes}
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
+    shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
+             "blob_bytes_per_round", "messages_per_round")
     for run in runs:
-        console.print(f"N={run['nodes']}: " + ", ".join(f"{k} {v:,.1f}" for k, v in run["per_node"].items()
-                                                          if k in ("checks_per_round", "verify_seconds_per_round",
-                                                                   "bytes_per_round", "blob_bytes_per_round",
-                                                                   "messages_per_round")))
+        console.print(f"N={run['nodes']} {run['mode']}: "
+                      + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
+                      + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
     console.print(f"wrote {args.out}")
 
 
