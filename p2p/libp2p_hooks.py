@@ -94,7 +94,8 @@ class PolicedPubsub(Pubsub):
         # py-libp2p's score gates are open: its ScoreParams thresholds are -inf.)
         seen = self._is_msg_seen(msg)
         if msg_forwarder != self.my_id:
-            for topic in msg.topicIDs:
+            # Our topics only: a peer's topic list must not grow the counters' keys.
+            for topic in set(msg.topicIDs) & self.topic_ids:
                 self._count(T.GOSSIP_COPIES_IN, topic, len(msg.data))
         try:
             await super().push_msg(msg_forwarder, msg)

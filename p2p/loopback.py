@@ -239,8 +239,6 @@ class LoopbackNetwork:
             self._link(src.peer_id, dst)
 
         def respond(status: Status, body: bytes) -> None:
-            node._traffic.add(T.RESPONSE_OUT, protocol, len(body))
-
             def deliver() -> None:
                 if not reply.done():
                     src._traffic.add(T.RESPONSE_IN, protocol, len(body))
@@ -385,16 +383,18 @@ class LoopbackTransport:
         if self._police.banned(caller):
             return  # it got in before the ban: no answer, as libp2p resets its streams
         handler, max_request = self._handlers.get(protocol, (None, 0))
-        self._traffic.add(T.REQUEST_IN, protocol, len(data))
         refusal = _common.refuse(handler, max_request, len(data))
-        if refusal is not None:
+        if refusal is not None:  # counted nowhere here, as on libp2p: its protocol may be no one's
             respond(*refusal)
             if refusal[0] is Status.REQUEST_TOO_LARGE:
                 self._penalize(caller)
             return
+        self._traffic.add(T.REQUEST_IN, protocol, len(data))
 
         async def answer() -> None:
-            respond(*await _common.serve(handler, caller, data, max_response))
+            status, body = await _common.serve(handler, caller, data, max_response)
+            self._traffic.add(T.RESPONSE_OUT, protocol, len(body))
+            respond(status, body)
 
         task = self._tasks.spawn(answer())
         # The caller gave up (deadline) or went away: stop working for it, as libp2p does.

@@ -428,6 +428,11 @@ def test_traffic_counts_payloads_delivered_sent_and_requested(cluster: Cluster) 
         assert _delta(before[1], b_after, REQUEST_IN, protocol) == (1, 50)
         assert _delta(before[1], b_after, RESPONSE_OUT, protocol) == (1, 50)
         assert _delta(before[1], b_after, REQUEST_OUT, protocol) == (0, 0)
+        # A protocol nobody serves is refused and counted nowhere on the server: a caller's
+        # made-up names must not grow the counters' keys.
+        with pytest.raises(RemoteError):
+            await cluster.a.request(cluster.b.peer_id, "/nobody-serves-this", b"x")
+        assert not any(name == "/nobody-serves-this" for _, name in cluster.b.traffic())
 
     cluster.run(scenario())
 
