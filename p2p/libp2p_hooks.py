@@ -111,6 +111,7 @@ class PolicedPubsub(Pubsub):
         # Every RPC to a peer goes through here (the router's per-peer sending loop).
         written = await super().write_msg(stream, rpc_msg)
         if written:
+            self._count(T.GOSSIP_RPC_OUT, "rpc", rpc_msg.ByteSize())
             for msg in rpc_msg.publish:
                 for topic in msg.topicIDs:
                     self._count(T.GOSSIP_OUT, topic, len(msg.data))

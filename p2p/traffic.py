@@ -2,9 +2,10 @@
 by topic or protocol (:meth:`p2p.transport.Transport.traffic`).
 
 Counted where the transport hands payloads to and from the node, or to and from its peers;
-framing, Noise, Yamux and gossipsub's control messages (IHAVE, IWANT, GRAFT, PRUNE,
-IDONTWANT, subscriptions) are not payload and are not counted. The kinds, with the same
-meaning on every transport (issue 30's metric definitions, which the simulator uses too):
+framing, Noise, Yamux, a gossip message's envelope and gossipsub's control messages (IHAVE,
+IWANT, GRAFT, PRUNE, IDONTWANT, subscriptions) are not payload (gossipsub's RPCs are counted
+whole apart, ``gossip_rpc_out``, on libp2p). The kinds, with the same meaning on every
+transport (issue 30's metric definitions, which the simulator uses too):
 
 ``gossip_in``
     a gossip message delivered to this node: its first copy only, accepted by the validator,
@@ -15,6 +16,11 @@ meaning on every transport (issue 30's metric definitions, which the simulator u
 ``gossip_copies_in``
     every copy of a gossip message that a peer sent this node, duplicates included (what
     ``gossip_out`` of its peers adds up to): the wire's view, beside ``gossip_in``'s.
+``gossip_rpc_out`` (libp2p only; name ``rpc``)
+    every gossipsub RPC written to a peer, whole: payloads with their envelopes (origin, seqno,
+    signature, key, topic), the sender's signed peer record, control messages and
+    subscriptions, without the varint length prefix. Beside ``gossip_out``, what the payload
+    counts leave out of gossip.
 ``request_out`` / ``response_in``
     the body of a request this node sent, and of the answer it got (a refusal's detail too).
 ``request_in`` / ``response_out``
@@ -31,11 +37,12 @@ from dataclasses import dataclass
 GOSSIP_IN = "gossip_in"
 GOSSIP_OUT = "gossip_out"
 GOSSIP_COPIES_IN = "gossip_copies_in"
+GOSSIP_RPC_OUT = "gossip_rpc_out"
 REQUEST_OUT = "request_out"
 REQUEST_IN = "request_in"
 RESPONSE_OUT = "response_out"
 RESPONSE_IN = "response_in"
-KINDS = (GOSSIP_IN, GOSSIP_OUT, GOSSIP_COPIES_IN, REQUEST_OUT, REQUEST_IN, RESPONSE_OUT, RESPONSE_IN)
+KINDS = (GOSSIP_IN, GOSSIP_OUT, GOSSIP_COPIES_IN, GOSSIP_RPC_OUT, REQUEST_OUT, REQUEST_IN, RESPONSE_OUT, RESPONSE_IN)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from p2p.traffic import (
     GOSSIP_COPIES_IN,
     GOSSIP_IN,
     GOSSIP_OUT,
+    GOSSIP_RPC_OUT,
     REQUEST_IN,
     REQUEST_OUT,
     RESPONSE_IN,
@@ -422,6 +423,9 @@ def test_traffic_counts_payloads_delivered_sent_and_requested(cluster: Cluster) 
         assert delivered == [(0, 0), (3, 300), (3, 300), (0, 0)]  # a's own are not "in"; d is not subscribed
         assert sent[0][1] >= 300 and sent[0][1] % 100 == 0  # a wrote each message to at least one peer
         assert all(c[1] >= d[1] for c, d in zip(copies, delivered))
+        if cluster.kind == "libp2p":  # whole RPCs: every payload written, with its envelope
+            rpc = _delta(before[0], cluster.a.traffic(), GOSSIP_RPC_OUT, "rpc")
+            assert rpc[1] > sent[0][1]
         a_after, b_after = cluster.a.traffic(), cluster.b.traffic()
         assert _delta(before[0], a_after, REQUEST_OUT, protocol) == (1, 50)
         assert _delta(before[0], a_after, RESPONSE_IN, protocol) == (1, 50)
