@@ -545,7 +545,8 @@ class Libp2pTransport:
         # forever for flow-control credit. Resetting the stream below ends such a write at a
         # frame boundary; cancelling it could cut a frame and break the whole connection.
         self._bridge.nursery.start_soon(
-            _send, stream, framing.encode_request(protocol, data, timeout=timeout, max_response=max_response), sent)
+            _send, stream, framing.encode_request(protocol, data, timeout=timeout, max_response=max_response), sent,
+            functools.partial(self._traffic.add, T.REQUEST_OUT, protocol, len(data)))
         try:
             status, size = await framing.read(stream, framing.response_head())
             limit = framing.response_limit(status, max_response)
@@ -563,7 +564,6 @@ class Libp2pTransport:
             await reset_stream(stream)
             raise
         if sent.is_set():
-            self._traffic.add(T.REQUEST_OUT, protocol, len(data))
             await close_stream(stream)
         else:
             await reset_stream(stream)
@@ -676,9 +676,10 @@ def _parse_address(address: str) -> PeerInfo:
     return info
 
 
-async def _send(stream: INetStream, data: bytes, sent: trio.Event) -> None:
+async def _send(stream: INetStream, data: bytes, sent: trio.Event, count: Callable[[], None]) -> None:
     try:
         await stream.write(data)
     except StreamError:
         return  # refused or gone: the reader of the answer finds out which
+    count()  # here, not after the answer: that may be read before this task runs again
     sent.set()

@@ -426,6 +426,8 @@ def test_traffic_counts_payloads_delivered_sent_and_requested(cluster: Cluster) 
         if cluster.kind == "libp2p":  # whole RPCs: every payload written, with its envelope
             rpc = _delta(before[0], cluster.a.traffic(), GOSSIP_RPC_OUT, "rpc")
             assert rpc[1] > sent[0][1]
+        # The request's writer counts once its write returns, which may come after the answer.
+        await until(lambda: _delta(before[0], cluster.a.traffic(), REQUEST_OUT, protocol)[0] == 1, "the request")
         a_after, b_after = cluster.a.traffic(), cluster.b.traffic()
         assert _delta(before[0], a_after, REQUEST_OUT, protocol) == (1, 50)
         assert _delta(before[0], a_after, RESPONSE_IN, protocol) == (1, 50)
