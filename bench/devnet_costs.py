@@ -247,8 +247,14 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "de
         devnet.stop(network)
     seconds = time.monotonic() - started
     if last not in snapshots or WARMUP_VERSIONS not in snapshots:
-        raise SystemExit(f"{nodes} nodes: version {last} not reached in {seconds:.0f} s "
-                         f"({failure or 'deadline'}); logs in {directory}")
+        # Kept in the results, not raised: the runs before it stand, and the why is a finding.
+        reported = devnet._events(network[0].log_path, network[0].log_start, "step reported as fraud")
+        why = (f"version {last} not reached in {seconds:.0f} s ({failure or 'deadline'}); "
+               f"{len(reported)} step fraud reports against the trainer, reasons "
+               f"{sorted({r for e in reported for r in e.get('reasons', [])})}; logs in {directory}")
+        console.print(f"[red]{nodes} nodes, {mode}: {why}[/]")
+        return {"nodes": nodes, "mode": mode, "admission_overrides": admission, "rounds": rounds,
+                "failure": why, "versions_reached": sorted(snapshots), "directory": str(directory)}
     (t0, before), (t1, after) = snapshots[WARMUP_VERSIONS], snapshots[last]
     detail = [per_round(difference(a, b), rounds, "trainer" if i == 0 else "worker", n.name)
               for i, (n, a, b) in enumerate(zip(network, after, before))]
@@ -334,20 +340,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "devnet-costs.json")
     args = parser.parse_args()
     ensure_base_model()
-    runs = [one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode)
-            for i, (mode, n) in enumerate((mode, n) for mode in args.modes for n in args.nodes)]
-    result = {"settings": settings(args.nodes, args.rounds), "runs": runs}
-    # [work] max_new_tokens 0 means "chosen from the task set when the model loads": the value chosen.
-    result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in runs if r["max_new_tokens"]), None)
+    result = {"settings": settings(args.nodes, args.rounds), "runs": []}
     result["settings"]["modes"] = {mode: MODES[mode] for mode in args.modes}
     args.out.parent.mkdir(exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
     shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
              "blob_bytes_per_round", "messages_per_round")
-    for run in runs:
-        console.print(f"N={run['nodes']} {run['mode']}: "
-                      + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
-                      + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
+    for i, (mode, n) in enumerate((mode, n) for mode in args.modes for n in args.nodes):
+        run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode)
+        result["runs"].append(run)
+        # [work] max_new_tokens 0 means "chosen from the task set when the model loads": the value chosen.
+        result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in result["runs"]
+                                                     if r.get("max_new_tokens")), None)
+        args.out.write_text(json.dumps(result, indent=1))  # after every run: a later failure loses nothing
+        if "per_node" in run:
+            console.print(f"N={n} {mode}: " + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
+                          + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
     console.print(f"wrote {args.out}")
 
 
