@@ -28,6 +28,7 @@ from libp2p.transport.exceptions import SecurityUpgradeFailure
 from libp2p.transport.upgrader import TransportUpgrader
 
 from p2p import _common
+from p2p import traffic as T
 from p2p.framing import FrameWatch
 from p2p.transport import PeerId
 
@@ -51,17 +52,21 @@ class PolicedPubsub(Pubsub):
       over ``max_inbound_rpc_size`` count against the peer that sent them, and none of them
       can stop the host (0.8.1 lets ``DecodeError`` out of ``stream_handler``, and out of
       ``push_msg`` for a message whose ``key`` does not parse: both stopped the host);
-    * a banned peer's gossip streams are reset unread.
+    * a banned peer's gossip streams are reset unread;
+    * the gossip payload written to each peer (publishes, mesh forwards, IWANT answers) and
+      every copy read from one are counted (``count(kind, topic, bytes)``, :mod:`p2p.traffic`):
+      both happen inside the router, out of the transport's sight.
 
-    The transport answers through four callbacks: ``deliver(topic, message)``,
-    ``judge(forwarder, message) -> bool`` (deliver and forward?), ``penalize(peer)`` and
-    ``banned(peer) -> bool``.
+    The transport answers through five callbacks: ``deliver(topic, message)``,
+    ``judge(forwarder, message) -> bool`` (deliver and forward?), ``penalize(peer)``,
+    ``banned(peer) -> bool`` and ``count``.
     """
 
     def __init__(self, *args: Any, deliver: Callable[[str, rpc_pb2.Message], None],
                  judge: Callable[[ID, rpc_pb2.Message], bool], penalize: Callable[[ID], None],
-                 banned: Callable[[ID], bool], **kwargs: Any) -> None:
+                 banned: Callable[[ID], bool], count: Callable[[str, str, int], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._count = count
         self._deliver = deliver
         self._judge = judge
         self._penalize = penalize
@@ -88,6 +93,10 @@ class PolicedPubsub(Pubsub):
         # raises DecodeError out of signature_validator). (We blacklist no one, and
         # py-libp2p's score gates are open: its ScoreParams thresholds are -inf.)
         seen = self._is_msg_seen(msg)
+        if msg_forwarder != self.my_id:
+            # Our topics only: a peer's topic list must not grow the counters' keys.
+            for topic in set(msg.topicIDs) & self.topic_ids:
+                self._count(T.GOSSIP_COPIES_IN, topic, len(msg.data))
         try:
             await super().push_msg(msg_forwarder, msg)
         except Exception:  # a service task: an escaping error stops pubsub and the host
@@ -97,6 +106,16 @@ class PolicedPubsub(Pubsub):
             self._validated.discard(id(msg))
         if not seen and not validated:
             self._penalize(msg_forwarder)
+
+    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
+        # Every RPC to a peer goes through here (the router's per-peer sending loop).
+        written = await super().write_msg(stream, rpc_msg)
+        if written:
+            self._count(T.GOSSIP_RPC_OUT, "rpc", rpc_msg.ByteSize())
+            for msg in rpc_msg.publish:
+                for topic in msg.topicIDs:
+                    self._count(T.GOSSIP_OUT, topic, len(msg.data))
+        return written
 
     async def stream_handler(self, stream: INetStream) -> None:
         peer = stream.muxed_conn.peer_id

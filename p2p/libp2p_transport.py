@@ -97,6 +97,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2p import _common, framing
+from p2p import traffic as T
 from p2p._common import Status
 from p2p.bridge import CLOSE_TIMEOUT, TrioBridge
 from p2p.framing import VarintFrames as VarintFrames  # re-exported: importable here as before the split
@@ -229,6 +230,7 @@ class Libp2pTransport:
         self._known_addresses: dict[ID, list[multiaddr.Multiaddr]] = {}
         self._pending_inbound = 0  # inbound connections being upgraded
         self._hang_up_later: list[ID] = []  # banned before our nursery ran
+        self._traffic = T.Traffic()
 
     # -- the Transport interface (asyncio side) --
 
@@ -291,6 +293,9 @@ class Libp2pTransport:
     def rejections(self, peer: PeerId) -> int:
         """How many gossip messages forwarded by ``peer`` this peer's validators rejected."""
         return self._police.rejections(peer)
+
+    def traffic(self) -> dict[tuple[str, str], T.Count]:
+        return self._traffic.snapshot()
 
     def score(self, peer: PeerId) -> float:
         return self._police.score(_common.check_peer(peer))
@@ -355,7 +360,7 @@ class Libp2pTransport:
                            degree_high=GOSSIP_DEGREE_HIGH, heartbeat_interval=HEARTBEAT_SECONDS,
                            spam_protection_enabled=False)
         pubsub = PolicedPubsub(host, router, deliver=self._on_delivery, judge=self._judge,
-                               penalize=self._penalize_id, banned=self._banned_id,
+                               penalize=self._penalize_id, banned=self._banned_id, count=self._traffic.add,
                                strict_signing=True, msg_id_constructor=_gossip_message_id)
         self._host, self._pubsub = host, pubsub
         host.get_network().register_notifee(PeerWatch(self._peers_changed, self._admits))
@@ -510,6 +515,8 @@ class Libp2pTransport:
     def _on_delivery(self, topic: str, raw: rpc_pb2.Message) -> None:
         message = self._message(topic, raw)
         if message is not None:
+            if message.origin != self._peer_id:
+                self._traffic.add(T.GOSSIP_IN, topic, len(message.data))
             self._bridge.to_asyncio(self._deliver, message)
 
     def _peers_changed(self) -> None:
@@ -538,7 +545,8 @@ class Libp2pTransport:
         # forever for flow-control credit. Resetting the stream below ends such a write at a
         # frame boundary; cancelling it could cut a frame and break the whole connection.
         self._bridge.nursery.start_soon(
-            _send, stream, framing.encode_request(protocol, data, timeout=timeout, max_response=max_response), sent)
+            _send, stream, framing.encode_request(protocol, data, timeout=timeout, max_response=max_response), sent,
+            functools.partial(self._traffic.add, T.REQUEST_OUT, protocol, len(data)))
         try:
             status, size = await framing.read(stream, framing.response_head())
             limit = framing.response_limit(status, max_response)
@@ -559,6 +567,7 @@ class Libp2pTransport:
             await close_stream(stream)
         else:
             await reset_stream(stream)
+        self._traffic.add(T.RESPONSE_IN, protocol, len(body))
         return status, body
 
     async def _on_request_stream(self, stream: INetStream) -> None:
@@ -588,6 +597,7 @@ class Libp2pTransport:
             refusal = _common.refuse(handler, max_request, head.size)
             if refusal is None:
                 data = await framing.read_exactly(stream, head.size)
+                self._traffic.add(T.REQUEST_IN, head.protocol, len(data))
         if reading.cancelled_caught:
             await reset_stream(stream)
             return
@@ -607,6 +617,7 @@ class Libp2pTransport:
             return
         with trio.move_on_after(STREAM_IO_TIMEOUT) as writing:
             await stream.write(framing.encode_response(status, body))
+            self._traffic.add(T.RESPONSE_OUT, head.protocol, len(body))
             await stream.close()
         if writing.cancelled_caught:
             await reset_stream(stream)
@@ -665,9 +676,10 @@ def _parse_address(address: str) -> PeerInfo:
     return info
 
 
-async def _send(stream: INetStream, data: bytes, sent: trio.Event) -> None:
+async def _send(stream: INetStream, data: bytes, sent: trio.Event, count: Callable[[], None]) -> None:
     try:
         await stream.write(data)
     except StreamError:
         return  # refused or gone: the reader of the answer finds out which
+    count()  # here, not after the answer: that may be read before this task runs again
     sent.set()

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from p2p import _common
+from p2p import traffic as T
 from p2p._common import Status
 from p2p.policing import Policing
 from p2p.transport import (
@@ -218,6 +219,7 @@ class LoopbackNetwork:
             if peer in (exclude, message.origin):
                 continue
             node = self._nodes[peer]
+            src._traffic.add(T.GOSSIP_OUT, message.topic, len(message.data))
             self._carry(src.peer_id, peer, lambda node=node: node._receive(message, src.peer_id), self._drop_gossip)
 
     def _send_request(self, src: LoopbackTransport, dst: PeerId, protocol: str, data: bytes,
@@ -239,6 +241,7 @@ class LoopbackNetwork:
         def respond(status: Status, body: bytes) -> None:
             def deliver() -> None:
                 if not reply.done():
+                    src._traffic.add(T.RESPONSE_IN, protocol, len(body))
                     reply.set_result((status, body))
             self._carry(dst, src.peer_id, deliver, 0.0)
 
@@ -261,6 +264,7 @@ class LoopbackTransport:
         self._known: set[PeerId] = set()  # peers connect() reached: a request may redial them
         self._tasks = _common.Tasks()  # the node's message and request handlers
         self._pending: set[asyncio.Future[tuple[Status, bytes]]] = set()
+        self._traffic = T.Traffic()
 
     @property
     def peer_id(self) -> PeerId:
@@ -296,6 +300,9 @@ class LoopbackTransport:
         """How many gossip messages forwarded by ``peer`` this peer's validators rejected."""
         return self._police.rejections(peer)
 
+    def traffic(self) -> dict[tuple[str, str], T.Count]:
+        return self._traffic.snapshot()
+
     def score(self, peer: PeerId) -> float:
         return self._police.score(_common.check_peer(peer))
 
@@ -330,6 +337,7 @@ class LoopbackTransport:
         _common.check_request_limits(timeout, max_response)
         reply: asyncio.Future[tuple[Status, bytes]] = asyncio.get_running_loop().create_future()
         self._network._send_request(self, peer, protocol, bytes(data), max_response, reply)
+        self._traffic.add(T.REQUEST_OUT, protocol, len(data))
         self._pending.add(reply)
         try:
             async with asyncio.timeout(timeout):
@@ -345,6 +353,8 @@ class LoopbackTransport:
     def _receive(self, message: Message, forwarder: PeerId) -> None:
         if self._state is not _State.RUNNING or self._police.banned(forwarder):
             return  # a banned peer's traffic still in flight is dropped unread
+        if forwarder != self._peer_id:
+            self._traffic.add(T.GOSSIP_COPIES_IN, message.topic, len(message.data))
         seen = self._seen_before(message.msg_id)
         if seen is not None:
             if seen:  # another copy of a message we rejected: it counts again, as in go-libp2p
@@ -361,6 +371,8 @@ class LoopbackTransport:
             self._reject(forwarder)
         if verdict is not Validation.ACCEPT:
             return
+        if message.origin != self._peer_id:
+            self._traffic.add(T.GOSSIP_IN, message.topic, len(message.data))
         self._tasks.spawn(subscription.on_message(message))
         self._network._forward(self, message, exclude=forwarder)
 
@@ -371,16 +383,18 @@ class LoopbackTransport:
         if self._police.banned(caller):
             return  # it got in before the ban: no answer, as libp2p resets its streams
         handler, max_request = self._handlers.get(protocol, (None, 0))
-
         refusal = _common.refuse(handler, max_request, len(data))
-        if refusal is not None:
+        if refusal is not None:  # counted nowhere here, as on libp2p: its protocol may be no one's
             respond(*refusal)
             if refusal[0] is Status.REQUEST_TOO_LARGE:
                 self._penalize(caller)
             return
+        self._traffic.add(T.REQUEST_IN, protocol, len(data))
 
         async def answer() -> None:
-            respond(*await _common.serve(handler, caller, data, max_response))
+            status, body = await _common.serve(handler, caller, data, max_response)
+            self._traffic.add(T.RESPONSE_OUT, protocol, len(body))
+            respond(status, body)
 
         task = self._tasks.spawn(answer())
         # The caller gave up (deadline) or went away: stop working for it, as libp2p does.

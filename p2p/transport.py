@@ -39,6 +39,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from p2p.traffic import Count
+
 PeerId = bytes
 """A peer's raw 32-byte Ed25519 public key."""
 
@@ -207,6 +209,10 @@ class Transport(Protocol):
 
     def rejections(self, peer: PeerId) -> int:
         """How many messages forwarded by ``peer`` this peer's validators rejected."""
+
+    def traffic(self) -> dict[tuple[str, str], Count]:
+        """Payload messages and bytes carried so far, by ``(kind, topic or protocol)``; the
+        kinds and what each counts are :mod:`p2p.traffic`'s."""
 
     def score(self, peer: PeerId) -> float:
         """``peer``'s score now: 0 for a peer that sent nothing invalid, down to

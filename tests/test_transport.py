@@ -31,6 +31,17 @@ from p2p.blobs import (
 )
 from p2p.libp2p_transport import Libp2pTransport
 from p2p.loopback import LoopbackNetwork
+from p2p.traffic import (
+    GOSSIP_COPIES_IN,
+    GOSSIP_IN,
+    GOSSIP_OUT,
+    GOSSIP_RPC_OUT,
+    REQUEST_IN,
+    REQUEST_OUT,
+    RESPONSE_IN,
+    RESPONSE_OUT,
+    Count,
+)
 from p2p.transport import (
     MAX_GOSSIP_BYTES,
     MAX_REQUEST_BYTES,
@@ -369,6 +380,65 @@ def test_requests_to_unknown_peers_are_unavailable(cluster: Cluster) -> None:
             await cluster.d.request(stranger, "/echo", b"x", timeout=2)
         with pytest.raises(PeerUnavailable):
             await cluster.d.request(cluster.d.peer_id, "/echo", b"x", timeout=2)
+
+    cluster.run(scenario())
+
+
+# -- traffic counters --
+
+def _delta(before: dict, after: dict, kind: str, name: str) -> tuple[int, int]:
+    zero = Count(0, 0)
+    a, b = after.get((kind, name), zero), before.get((kind, name), zero)
+    return a.messages - b.messages, a.bytes - b.bytes
+
+
+def test_traffic_counts_payloads_delivered_sent_and_requested(cluster: Cluster) -> None:
+    """The counters the calibration reads (p2p.traffic): a delivery once per receiving peer
+    and never for one's own publish, every copy written and read, request and response bodies
+    on both sides."""
+
+    async def scenario() -> None:
+        topic, protocol = "traffic", "/echo-traffic"
+        inboxes = [Inbox() for _ in range(3)]
+        peers = (cluster.a, cluster.b, cluster.c)
+        for peer, inbox in zip(peers, inboxes):
+            peer.subscribe(topic, inbox)
+        cluster.b.set_handler(protocol, echo)
+        await until_gossip_flows(cluster.a, topic, inboxes[1:])
+        await asyncio.sleep(0.5)  # probes still in flight are not this test's
+        everyone = (*peers, cluster.d)
+        before = [peer.traffic() for peer in everyone]
+        for i in range(3):
+            await cluster.a.publish(topic, b"t-%d-" % i + bytes(96))
+        await until(lambda: all(len(inbox.data(b"t-")) == 3 for inbox in inboxes), "3 messages everywhere")
+        assert await cluster.a.request(cluster.b.peer_id, protocol, bytes(50)) == bytes(50)
+
+        def deltas(kind: str) -> list[tuple[int, int]]:
+            return [_delta(b, p.traffic(), kind, topic) for b, p in zip(before, everyone)]
+
+        # Every copy written reaches its peer: the sums agree once nothing is in flight.
+        await until(lambda: sum(b for _, b in deltas(GOSSIP_OUT)) == sum(b for _, b in deltas(GOSSIP_COPIES_IN)),
+                    "the copies written to be read")
+        delivered, sent, copies = deltas(GOSSIP_IN), deltas(GOSSIP_OUT), deltas(GOSSIP_COPIES_IN)
+        assert delivered == [(0, 0), (3, 300), (3, 300), (0, 0)]  # a's own are not "in"; d is not subscribed
+        assert sent[0][1] >= 300 and sent[0][1] % 100 == 0  # a wrote each message to at least one peer
+        assert all(c[1] >= d[1] for c, d in zip(copies, delivered))
+        if cluster.kind == "libp2p":  # whole RPCs: every payload written, with its envelope
+            rpc = _delta(before[0], cluster.a.traffic(), GOSSIP_RPC_OUT, "rpc")
+            assert rpc[1] > sent[0][1]
+        # The request's writer counts once its write returns, which may come after the answer.
+        await until(lambda: _delta(before[0], cluster.a.traffic(), REQUEST_OUT, protocol)[0] == 1, "the request")
+        a_after, b_after = cluster.a.traffic(), cluster.b.traffic()
+        assert _delta(before[0], a_after, REQUEST_OUT, protocol) == (1, 50)
+        assert _delta(before[0], a_after, RESPONSE_IN, protocol) == (1, 50)
+        assert _delta(before[1], b_after, REQUEST_IN, protocol) == (1, 50)
+        assert _delta(before[1], b_after, RESPONSE_OUT, protocol) == (1, 50)
+        assert _delta(before[1], b_after, REQUEST_OUT, protocol) == (0, 0)
+        # A protocol nobody serves is refused and counted nowhere on the server: a caller's
+        # made-up names must not grow the counters' keys.
+        with pytest.raises(RemoteError):
+            await cluster.a.request(cluster.b.peer_id, "/nobody-serves-this", b"x")
+        assert not any(name == "/nobody-serves-this" for _, name in cluster.b.traffic())
 
     cluster.run(scenario())
 

@@ -74,6 +74,7 @@ class Node:
         self.config, self.transport, self.key = config, transport, key
         self.log = (log or structlog.get_logger()).bind(node=key.node_id.hex()[:8])
         self.metrics = NodeMetrics()
+        self.metrics.watch_traffic(transport.traffic)
         self.store = Store(config.path / "node.sqlite")
         self.store.claim(key.node_id)
         self.blobs = Blobs(config.path / "blobs", transport, bytes.fromhex(config.trainer), self.log)

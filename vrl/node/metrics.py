@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from p2p.traffic import Count
 
 
 class NodeMetrics:
@@ -33,6 +38,10 @@ class NodeMetrics:
                                        "Trainer's held-out probability of sampling the exact answer", registry=r)
         self.step_seconds = Histogram("vrl_step_seconds", "Seconds per unit of model work, by kind", ["kind"],
                                       registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.work_seconds = Counter("vrl_work_seconds", "Wall seconds model-thread jobs ran, by kind (no queueing)",
+                                    ["kind"], registry=r)
+        self.work_cpu_seconds = Counter("vrl_work_cpu_seconds", "CPU seconds of the model thread's jobs, by kind",
+                                        ["kind"], registry=r)
         self.peers = Gauge("vrl_peers", "Connected peers", registry=r)
         self.steps_replayed = Counter("vrl_steps_replayed", "Training steps this node replayed or judged, by outcome",
                                       ["outcome"], registry=r)
@@ -45,7 +54,31 @@ class NodeMetrics:
                                            "The first policy version of a convicted trainer this node refused",
                                            registry=r)
 
+    def watch_traffic(self, traffic: Callable[[], dict[tuple[str, str], Count]]) -> None:
+        """Export the transport's payload counters (:meth:`p2p.transport.Transport.traffic`) as
+        ``vrl_payload_messages_total`` and ``vrl_payload_bytes_total``, by ``kind`` and ``name``
+        (topic or protocol), read at each scrape: the transport counts them, once."""
+        self.registry.register(_TrafficCollector(traffic))
+
     def serve(self, port: int) -> int:
         """Serve on 127.0.0.1 only; returns the bound port (``port`` 0 picks a free one)."""
         server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         return int(server.server_port)
+
+
+class _TrafficCollector:
+    """A prometheus-client custom collector over a transport's traffic snapshot."""
+
+    def __init__(self, traffic: Callable[[], dict[tuple[str, str], Count]]) -> None:
+        self._traffic = traffic
+
+    def collect(self) -> Iterator[Metric]:
+        messages = CounterMetricFamily("vrl_payload_messages", "Payload messages the transport carried, by kind and "
+                                       "topic or protocol (p2p.traffic)", labels=["kind", "name"])
+        size = CounterMetricFamily("vrl_payload_bytes", "Payload bytes the transport carried, by kind and topic or "
+                                   "protocol (p2p.traffic)", labels=["kind", "name"])
+        for (kind, name), count in sorted(self._traffic().items()):
+            messages.add_metric([kind, name], count.messages)
+            size.add_metric([kind, name], count.bytes)
+        yield messages
+        yield size

@@ -59,7 +59,8 @@ CANARY_DOMAIN = b"vrl/canary/v1\x00"
 
 class ModelThread:
     """The one thread a node's model work runs on, off the event loop; each job's seconds
-    are observed by kind (``metrics.step_seconds``)."""
+    are observed by kind (``metrics.step_seconds``, from submission to result, and
+    ``metrics.work_seconds`` / ``work_cpu_seconds``, what it ran)."""
 
     def __init__(self, metrics) -> None:
         self.metrics = metrics
@@ -68,9 +69,20 @@ class ModelThread:
     async def run(self, kind: str, fn: Callable, *args):
         started = time.perf_counter()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(self.executor, self._timed, kind, fn, args)
         finally:
             self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
+
+    def _timed(self, kind: str, fn: Callable, args: tuple):
+        """On the model thread: ``fn(*args)``, its seconds counted without the queueing that
+        ``step_seconds`` includes (what a job costs, not how long it waited): wall seconds, and
+        this thread's CPU seconds, which torch's work is on (``torch_threads`` 1, the default)."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.metrics.work_seconds.labels(kind).inc(time.perf_counter() - wall)
+            self.metrics.work_cpu_seconds.labels(kind).inc(time.thread_time() - cpu)
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)

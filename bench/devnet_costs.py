@@ -1,0 +1,362 @@
+"""Per-node costs of the real libp2p devnet, for the simulator's calibration (issue 30 item 1).
+
+    python bench/devnet_costs.py                     # N = 5 and N = 12, 5 measured rounds each
+    python bench/devnet_costs.py --nodes 5 --rounds 4
+
+Runs `vrl devnet`'s network (vrl.harness.devnet.plan: node 0 the trainer and a verifier, the
+others workers and verifiers, every node honest, each worker dialling the trainer and the
+worker before it) of real `vrl node` processes on 127.0.0.1, with the protocol's default
+parameters and the base model, and reads every node's Prometheus endpoint:
+
+* checks: ``vrl_groups_checked_total`` (Check actions carried out, any outcome);
+* verify-seconds: ``vrl_work_seconds_total{kind="check"}``, the wall seconds checks ran on the
+  model thread (without the queueing in ``vrl_step_seconds``), and
+  ``vrl_work_cpu_seconds_total{kind="check"}``, that thread's CPU seconds: on this shared 2-core
+  machine N processes share two cores, so wall seconds grow with N and CPU seconds are the cost;
+* payload messages and bytes: ``vrl_payload_{messages,bytes}_total{kind,name}``, the
+  transport's counters (p2p.traffic): gossip delivered once per receiving node (``in``), every
+  copy written to a peer including mesh forwards (``out``), request and response bodies on both
+  sides; blobs (``/vrl/blob/1``, weights and step files) reported apart as well.
+
+A round is the interval between two policy announcements (SCALE_DESIGN.md's metric
+definitions). Every node is scraped as soon as the trainer's ``vrl_policy_version`` reaches
+``WARMUP_VERSIONS`` (the start-up's dials, first backfill and version 0 weights are behind us)
+and again when it reaches ``WARMUP_VERSIONS + rounds``; per-round figures are the difference
+divided by ``rounds``. Whole-run totals are kept beside them. Writes
+bench/results/devnet-costs.json; the machine is shared, so seconds are noisy, counts are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from p2p import traffic as T  # noqa: E402
+from p2p.blobs import BLOB_PROTOCOL, CHUNK_BYTES  # noqa: E402
+from p2p.libp2p_transport import (  # noqa: E402
+    GOSSIP_DEGREE,
+    GOSSIP_DEGREE_HIGH,
+    GOSSIP_DEGREE_LOW,
+    HEARTBEAT_SECONDS,
+)
+from vrl.harness import devnet  # noqa: E402
+from vrl.node.catchup import BACKFILL_PROTOCOL  # noqa: E402
+from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS  # noqa: E402
+from vrl.node.messages import PolicyAnnouncement, Submission  # noqa: E402
+from vrl.node.store import Store  # noqa: E402
+from vrl.rl.base_model import ensure_base_model  # noqa: E402
+
+console = Console(stderr=True)
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# The first announced version after version 0: by then every node has dialled, backfilled and
+# loaded version 0's weights, costs a long-running node does not pay each round.
+WARMUP_VERSIONS = 1
+POLL_SECONDS = 0.25  # a round lasts seconds (bench/results/devnet-throughput.json: ~6 s at N = 5)
+# Free memory a node process needs: the base model in torch, its store and libp2p; measured
+# at ~0.45 GiB RSS per node on this machine kind; 0.6 leaves a margin.
+GIB_PER_NODE = 0.6
+MEMORY_WAIT_SECONDS = 600.0  # the machine is shared: wait for room rather than crowd others out
+# node.toml's [work] table of the other devnet benchmarks (bench/devnet.py: common).
+WORK = {"model": "base", "task": "arithmetic:digits=2,ops=+"}
+
+MODES = {"default": "the devnet's [admission] (batch_groups 12, node_cap 0.34: vrl.node.config.NODE_OVERRIDES)",
+         "paced": "as default, but admission.batch_groups = groups_per_round x (nodes - 1): a batch of every "
+                  "worker's round"}
+IN_KINDS = (T.GOSSIP_IN, T.REQUEST_IN, T.RESPONSE_IN)
+OUT_KINDS = (T.GOSSIP_OUT, T.REQUEST_OUT, T.RESPONSE_OUT)
+
+
+def available_gib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / (1 << 20)
+    return 0.0
+
+
+def wait_for_memory(nodes: int) -> None:
+    need = GIB_PER_NODE * nodes + 1.0
+    deadline = time.monotonic() + MEMORY_WAIT_SECONDS
+    while (free := available_gib()) < need:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {free:.1f} GiB available after {MEMORY_WAIT_SECONDS:.0f} s; "
+                             f"{nodes} nodes need about {need:.1f} GiB")
+        console.print(f"{free:.1f} GiB available, {need:.1f} needed: waiting")
+        time.sleep(15)
+
+
+def costs(metrics: dict) -> dict:
+    """One node's cumulative counters, from one scrape."""
+    payload: dict[str, dict[str, list[float]]] = {}
+    for (name, labels), value in metrics.items():
+        if name in ("vrl_payload_bytes_total", "vrl_payload_messages_total"):
+            label = dict(labels)
+            slot = payload.setdefault(label["kind"], {}).setdefault(label["name"], [0.0, 0.0])
+            slot[0 if name == "vrl_payload_messages_total" else 1] = value
+    return {"checks": devnet.total(metrics, "vrl_groups_checked_total"),
+            "verify_seconds": devnet.total(metrics, "vrl_work_seconds_total", kind="check"),
+            "verify_cpu_seconds": devnet.total(metrics, "vrl_work_cpu_seconds_total", kind="check"),
+            "check_latency_seconds": devnet.total(metrics, "vrl_step_seconds_sum", kind="check"),
+            "generate_seconds": devnet.total(metrics, "vrl_work_seconds_total", kind="generate"),
+            "generate_cpu_seconds": devnet.total(metrics, "vrl_work_cpu_seconds_total", kind="generate"),
+            "rollouts_produced": devnet.total(metrics, "vrl_rollouts_produced_total"),
+            "payload": payload}
+
+
+def difference(after: dict, before: dict) -> dict:
+    payload = {}
+    for kind, names in after["payload"].items():
+        for name, (messages, size) in names.items():
+            old = before["payload"].get(kind, {}).get(name, [0.0, 0.0])
+            payload.setdefault(kind, {})[name] = [messages - old[0], size - old[1]]
+    return {**{k: after[k] - before[k] for k in after if k != "payload"}, "payload": payload}
+
+
+def per_round(window: dict, rounds: int, role: str, name: str) -> dict:
+    """One node's costs per round, in the metric definitions the simulator shares."""
+    payload = window["payload"]
+
+    def total(kinds: tuple[str, ...], index: int, only: str | None = None) -> float:
+        return sum(values[index] for kind in kinds for name_, values in payload.get(kind, {}).items()
+                   if only is None or name_ == only)
+
+    blob_in = total((T.REQUEST_IN, T.RESPONSE_IN), 1, BLOB_PROTOCOL)
+    blob_out = total((T.REQUEST_OUT, T.RESPONSE_OUT), 1, BLOB_PROTOCOL)
+    by_kind = {kind: {name_: {"messages": m / rounds, "bytes": b / rounds} for name_, (m, b) in names.items()}
+               for kind, names in sorted(payload.items())}
+    bytes_in, bytes_out = total(IN_KINDS, 1), total(OUT_KINDS, 1)
+    return {
+        "name": name, "role": role,
+        "checks_per_round": window["checks"] / rounds,
+        "verify_seconds_per_round": window["verify_seconds"] / rounds,
+        "verify_cpu_seconds_per_round": window["verify_cpu_seconds"] / rounds,
+        "check_latency_seconds_per_round": window["check_latency_seconds"] / rounds,
+        "generate_seconds_per_round": window["generate_seconds"] / rounds,
+        "generate_cpu_seconds_per_round": window["generate_cpu_seconds"] / rounds,
+        "rollouts_per_round": window["rollouts_produced"] / rounds,
+        "bytes_in_per_round": bytes_in / rounds,
+        "bytes_out_per_round": bytes_out / rounds,
+        "bytes_per_round": (bytes_in + bytes_out) / rounds,
+        "blob_bytes_in_per_round": blob_in / rounds,
+        "blob_bytes_out_per_round": blob_out / rounds,
+        "blob_bytes_per_round": (blob_in + blob_out) / rounds,
+        "bytes_per_round_without_blobs": (bytes_in + bytes_out - blob_in - blob_out) / rounds,
+        "backfill_bytes_per_round": (total(IN_KINDS + OUT_KINDS, 1, BACKFILL_PROTOCOL)) / rounds,
+        "gossip_bytes_in_per_round": total((T.GOSSIP_IN,), 1) / rounds,
+        "gossip_bytes_out_per_round": total((T.GOSSIP_OUT,), 1) / rounds,
+        "gossip_copy_bytes_in_per_round": total((T.GOSSIP_COPIES_IN,), 1) / rounds,
+        "messages_in_per_round": total(IN_KINDS, 0) / rounds,
+        "messages_out_per_round": total(OUT_KINDS, 0) / rounds,
+        "messages_per_round": (total(IN_KINDS, 0) + total(OUT_KINDS, 0)) / rounds,
+        "by_kind": by_kind,
+    }
+
+
+def means(rows: list[dict]) -> dict:
+    keys = [k for k, v in rows[0].items() if isinstance(v, float | int) and not isinstance(v, bool)]
+    return {k: statistics.fmean(row[k] for row in rows) for k in keys}
+
+
+def message_sizes(rows: list[dict]) -> dict:
+    """Mean payload bytes of one message per gossip topic and request protocol, over all nodes."""
+    sizes: dict[str, list[float]] = {}
+    for row in rows:
+        for kind in (T.GOSSIP_IN, T.RESPONSE_IN, T.REQUEST_IN):
+            for name, count in row["by_kind"].get(kind, {}).items():
+                slot = sizes.setdefault(f"{kind}:{name}", [0.0, 0.0])
+                slot[0] += count["messages"]
+                slot[1] += count["bytes"]
+    return {key: (b / m if m else 0.0) for key, (m, b) in sorted(sizes.items())}
+
+
+def stored_shapes(directory: Path) -> dict:
+    """From the trainer's store: the weights blob's size, the max_new_tokens the nodes chose
+    ([work] max_new_tokens 0: from the task set), and the tokens per rollout the checks replay."""
+    store = Store(directory / "node-0" / "node.sqlite")
+    weights, max_new, prompt, completion = None, None, [], []
+    try:
+        for kind, data, _ in store.replay():
+            if kind == "policy" and weights is None:
+                weights = PolicyAnnouncement.from_bytes(data).size
+            elif kind == "group":
+                for rollout in Submission.from_bytes(data).rollouts():
+                    max_new = rollout.sampling.max_new_tokens
+                    prompt.append(len(rollout.prompt_tokens))
+                    completion.append(len(rollout.completion_tokens))
+    finally:
+        store.close()
+    return {"weights_bytes": weights, "max_new_tokens": max_new,
+            "mean_prompt_tokens": statistics.fmean(prompt) if prompt else None,
+            "mean_completion_tokens": statistics.fmean(completion) if completion else None}
+
+
+def admission_for(mode: str, nodes: int) -> dict:
+    """The [admission] overrides of a mode: none for ``default`` (the node's devnet defaults,
+    batches of 12 groups); for ``paced``, a batch of every worker's groups of a round
+    (groups_per_round x workers), as the default's 12 is for `vrl devnet`'s 3 workers
+    (vrl.node.config.NODE_OVERRIDES), so that a round is one generation of every worker."""
+    if mode == "default":
+        return {}
+    from vrl.node.params import ProtocolParams
+
+    return {"batch_groups": ProtocolParams().groups_per_round * (nodes - 1)}
+
+
+def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "default") -> dict:
+    wait_for_memory(nodes)
+    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-costs-{mode}-{nodes}-"))
+    last = WARMUP_VERSIONS + rounds
+    admission = admission_for(mode, nodes)
+    network = devnet.plan(directory, nodes, [], port, rounds=last, work=WORK,
+                          **({"admission": admission} if admission else {}))
+    console.print(f"[bold]{nodes} nodes, {mode}[/] {admission or ''}, versions {WARMUP_VERSIONS}..{last} "
+                  f"measured -> {directory}")
+    watch = devnet.Watch(network)
+    snapshots: dict[int, tuple[float, list[dict]]] = {}  # version -> (when, each node's costs)
+    started = time.monotonic()
+    devnet.start(network)
+    failure = None
+    try:
+        while time.monotonic() - started < deadline:
+            scraped = [devnet.scrape(n.metrics_port) for n in network]
+            now = time.monotonic()
+            version = int(devnet.total(scraped[0], "vrl_policy_version")) if scraped[0] else 0
+            for mark in (WARMUP_VERSIONS, last):
+                if version >= mark and mark not in snapshots and all(scraped):
+                    snapshots[mark] = (now - started, [costs(m) for m in scraped])
+                    console.print(f"version {version} at {now - started:.0f} s: snapshot {mark}")
+            if last in snapshots:
+                break
+            failure = watch.observe(now, scraped)
+            if failure is not None:
+                break
+            time.sleep(POLL_SECONDS)
+        final = [costs(devnet.scrape(n.metrics_port)) for n in network]
+    finally:
+        devnet.stop(network)
+    seconds = time.monotonic() - started
+    if last not in snapshots or WARMUP_VERSIONS not in snapshots:
+        # Kept in the results, not raised: the runs before it stand, and the why is a finding.
+        reported = devnet._events(network[0].log_path, network[0].log_start, "step reported as fraud")
+        why = (f"version {last} not reached in {seconds:.0f} s ({failure or 'deadline'}); "
+               f"{len(reported)} step fraud reports against the trainer, reasons "
+               f"{sorted({r for e in reported for r in e.get('reasons', [])})}; logs in {directory}")
+        console.print(f"[red]{nodes} nodes, {mode}: {why}[/]")
+        return {"nodes": nodes, "mode": mode, "admission_overrides": admission, "rounds": rounds,
+                "failure": why, "versions_reached": sorted(snapshots), "directory": str(directory)}
+    (t0, before), (t1, after) = snapshots[WARMUP_VERSIONS], snapshots[last]
+    detail = [per_round(difference(a, b), rounds, "trainer" if i == 0 else "worker", n.name)
+              for i, (n, a, b) in enumerate(zip(network, after, before))]
+    workers = detail[1:]
+    shapes = stored_shapes(directory)
+    group_size = dataclasses.asdict(network[1].config)["work"]["group_size"]
+    groups = sum(row["rollouts_per_round"] for row in workers) / group_size
+    return {
+        "nodes": nodes, "mode": mode, "admission_overrides": admission, "rounds": rounds,
+        "versions": [WARMUP_VERSIONS, last],
+        # What the network did per round, beside what each node paid: on 2 shared cores the
+        # workers may not keep up with the trainer's versions (then fewer groups per round).
+        "network": {"groups_published_per_round": groups,
+                    "groups_nominal_per_round": (nodes - 1) * dataclasses.asdict(
+                        network[1].config)["protocol"]["groups_per_round"],
+                    "checks_per_round": sum(row["checks_per_round"] for row in detail),
+                    "checks_per_group": (sum(row["checks_per_round"] for row in detail) / groups) if groups else None,
+                    "weight_fetches_per_round": (sum(row["blob_bytes_in_per_round"] for row in workers)
+                                                 / shapes["weights_bytes"]) if shapes["weights_bytes"] else None},
+        "seconds_per_round": (t1 - t0) / rounds, "run_seconds": seconds,
+        **shapes,
+        "per_node": means(detail),
+        "per_node_workers": means(workers),
+        "per_node_trainer": {k: v for k, v in detail[0].items() if k != "by_kind"},
+        "message_bytes": message_sizes(detail),
+        "per_node_detail": detail,
+        "whole_run_totals": [{k: v for k, v in c.items()} for c in final],
+        "directory": str(directory),
+    }
+
+
+def settings(nodes: list[int], rounds: int) -> dict:
+    """Everything the simulator needs to reproduce a run: the node.toml tables every node had
+    (defaults but [work]'s model and task), the topology, and the transport's gossip parameters."""
+    plan = devnet.plan(Path(tempfile.mkdtemp(prefix="vrl-bench-costs-plan-")), 3, [], 1, rounds=1, work=WORK)
+    config = dataclasses.asdict(plan[1].config)
+    tables = {name: config[name] for name in ("work", "protocol", "reputation", "admission")}
+    tables["protocol"].pop("last_version")
+    return {
+        "nodes": nodes, "rounds": rounds, "warmup_versions": WARMUP_VERSIONS,
+        "model": WORK["model"], "task": WORK["task"],
+        "groups_per_round": tables["protocol"]["groups_per_round"],
+        "group_size": tables["work"]["group_size"], "max_new_tokens": tables["work"]["max_new_tokens"],
+        "roles": {"node 0": ["trainer", "verifier"], "others": ["worker", "verifier"]},
+        "honest": True,
+        "topology": "node i > 0 dials node 0 and node i - 1 (vrl.harness.devnet.plan); gossipsub meshes over "
+                    "those connections",
+        "gossip": {"protocol": "meshsub/1.1 (py-libp2p)", "D": GOSSIP_DEGREE, "D_low": GOSSIP_DEGREE_LOW,
+                   "D_high": GOSSIP_DEGREE_HIGH, "heartbeat_seconds": HEARTBEAT_SECONDS},
+        "blob_chunk_bytes": CHUNK_BYTES, "backfill_every_seconds": BACKFILL_EVERY_SECONDS,
+        "tick_seconds": TICK_SECONDS,
+        "tables": tables,
+        "definitions": {
+            "round": "the interval between two policy announcements; per-round = (counter at the trainer's "
+                     f"version {WARMUP_VERSIONS}+rounds - counter at version {WARMUP_VERSIONS}) / rounds, "
+                     "scraped within 0.25 s of the trainer's announcement",
+            "checks": "Check actions carried out (vrl_groups_checked_total, every outcome)",
+            "verify_seconds": "wall seconds checks ran on the model thread, queueing excluded "
+                              "(vrl_work_seconds_total{kind=check}); verify_cpu_seconds: that thread's CPU seconds "
+                              "in them (vrl_work_cpu_seconds_total), the cost without contention for the 2 cores",
+            "bytes_in": "gossip payload delivered once per receiving node (own publishes excluded) + request and "
+                        "response bodies received (blobs included)",
+            "bytes_out": "gossip payload written to each peer (publishes and mesh forwards, IWANT answers) + "
+                         "request and response bodies sent (blobs included)",
+            "blob_bytes": f"the {BLOB_PROTOCOL} part of bytes_in + bytes_out",
+            "messages": "payload messages in + out, as bytes",
+            "not_counted": "transport framing, Noise, Yamux, gossipsub control (IHAVE, IWANT, GRAFT, PRUNE, "
+                           "IDONTWANT, subscriptions), message signatures and protobuf fields around the payload",
+        },
+        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores, shared with other jobs",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[5, 12])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", choices=["default", "paced"], default=["default", "paced"],
+                        help="default: the devnet's admission (batches of 12); paced: a batch of every worker's "
+                             "groups, one generation a round")
+    parser.add_argument("--deadline", type=float, default=1500, help="seconds per run")
+    parser.add_argument("--port", type=int, default=27300)  # below the ephemeral range (32768+)
+    parser.add_argument("--out", type=Path, default=RESULTS / "devnet-costs.json")
+    args = parser.parse_args()
+    ensure_base_model()
+    result = {"settings": settings(args.nodes, args.rounds), "runs": []}
+    result["settings"]["modes"] = {mode: MODES[mode] for mode in args.modes}
+    args.out.parent.mkdir(exist_ok=True)
+    shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
+             "blob_bytes_per_round", "messages_per_round")
+    for i, (mode, n) in enumerate((mode, n) for mode in args.modes for n in args.nodes):
+        run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode)
+        result["runs"].append(run)
+        # [work] max_new_tokens 0 means "chosen from the task set when the model loads": the value chosen.
+        result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in result["runs"]
+                                                     if r.get("max_new_tokens")), None)
+        args.out.write_text(json.dumps(result, indent=1))  # after every run: a later failure loses nothing
+        if "per_node" in run:
+            console.print(f"N={n} {mode}: " + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
+                          + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
