@@ -15,6 +15,7 @@ from blake3 import blake3
 
 from proofs import commitment, prf, vrf
 from proofs.sampler import SamplingParams, sample
+from vrl.node import committee
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model, weights_hash
 from vrl.rollouts.record import Rollout, round_seed, sample_seed
@@ -346,9 +347,6 @@ RFC_9381_B3_INPUTS = [
     (17, "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "72"),
     (18, "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7", "af82"),
 ]
-#: The committee draw's domain tag (specs/vrf.md section 4, SCALE_DESIGN.md); the node vector's
-#: alpha is tag || u64be(round) || a 32-byte manifest root.
-COMMITTEE_TAG = b"vrl/committee/v1\x00"
 
 
 def vrf_vectors() -> dict:
@@ -359,7 +357,7 @@ def vrf_vectors() -> dict:
                     "pi": pi.hex(), "beta": vrf.proof_to_hash(pi).hex()})
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     round_, root = 7, hashlib.sha256(b"vrl test vector manifest").digest()
-    alpha = COMMITTEE_TAG + round_.to_bytes(8, "big") + root
+    alpha = committee.alpha(committee.Draw.COMMITTEE, round_, root)  # specs/committee.md §2
     pi = vrf.prove(key.private_seed(), alpha)
     node = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(), "round": round_,
             "manifest_root": root.hex(), "alpha": alpha.hex(), "pi": pi.hex(),
