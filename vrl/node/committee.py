@@ -24,7 +24,8 @@ from proofs import vrf
 from vrl.errors import VrlError, shown
 
 __all__ = [
-    "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_DOMAIN", "MANIFEST_SIGNING_DOMAIN", "MAX_COMMITTEE_SIZE",
+    "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_DOMAIN", "MANIFEST_SIGNING_DOMAIN",
+    "MAX_COMMITTEE_SIZE",
     "MAX_MANIFEST_GROUPS", "MAX_WEIGHT_ENTRIES", "MAX_WORKER_ENTRIES", "MEMBER_DOMAIN", "RECHECK_DOMAIN",
     "WEIGHTS_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw", "ManifestContent", "WeightsTable", "alpha",
     "claim", "escape_bound", "exact_escape", "is_member", "member_value", "quantize_weight", "smallest_k",
@@ -226,7 +227,7 @@ class ManifestContent:
             raise CommitteeError("too_many", f"a manifest lists at most {MAX_WORKER_ENTRIES} workers")
         for entry in self.workers:
             if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not int or not 1 <= entry[1] < 1 << 32:
-                raise CommitteeError("bad_entry", f"a worker entry is (node id, groups in [1, 2^32)), got {shown(entry)}")
+                raise CommitteeError("bad_entry", f"a worker entry is (node id, 1 <= count < 2^32), got {shown(entry)}")
             _node_id(entry[0], "worker entry")
         _strictly_sorted([node for node, _ in self.workers], "workers")
         if sum(count for _, count in self.workers) != len(self.groups):
