@@ -55,12 +55,13 @@ def round_zero(**trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P
                    **trainer_options)
     ready(trainer)
     received = groups()
-    published = []
+    def manifests(actions: list) -> list:
+        return [a for a in actions if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
+
     for event in received:
-        published = [a for a in trainer.handle(event) if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
-        if event is not received[-1]:
-            assert published == []  # the window stays open until every expected group is in
-    (announce,) = published
+        assert manifests(trainer.handle(event)) == []  # open until every expected group is in
+    assert manifests(trainer.handle(P.Tick(4.0))) == []  # ... and none came for verdict_wait
+    (announce,) = manifests(trainer.handle(P.Tick(6.0)))
     return trainer, RoundManifest.from_bytes(announce.data), received
 
 

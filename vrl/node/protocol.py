@@ -466,6 +466,11 @@ class NodeProtocol:
             self._draws[digest] = (draw, pi)
         return actions
 
+    def weighs(self, verdict: SignedVerdict) -> bool:
+        """Whether a verdict's word counts: its verifier's weight reaches COUNTING_WEIGHT, or, in
+        the committee design, it holds a seat its claim proved (specs/committee.md §3.1, §8)."""
+        return self.counts(verdict.verifier) or verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)
+
     def counts(self, verifier: bytes) -> bool:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
         return self.standing(verifier).trust >= COUNTING_WEIGHT
@@ -631,7 +636,7 @@ class NodeProtocol:
             return mine.outcome == Outcome.PASS
         if ("check", digest) in self._in_flight:
             return None
-        if any(v.outcome == Outcome.PASS and self.counts(v.verifier) for v in verdicts):
+        if any(v.outcome == Outcome.PASS and self.weighs(v) for v in verdicts):
             return True  # a pass from a checker that counts; a stranger's pass decides nothing
         if self.committee:
             return None  # a member's pass or the trainer's own check decides (specs/committee.md §8)

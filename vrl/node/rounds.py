@@ -18,7 +18,6 @@ from vrl.node import committee
 from vrl.node.committee import Draw
 from vrl.node.events import Action, Publish
 from vrl.node.messages import TOPIC_MANIFESTS, Outcome, RoundManifest, SignedVerdict, VerdictDraw
-from vrl.node.reputation import COUNTING_WEIGHT
 from vrl.rollouts.keys import NodeKey
 
 #: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
@@ -153,10 +152,10 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 or group.version not in node.loaded or group.subject in node.quarantined):
             continue
         others = [v for verifier, v in node.verdicts[digest].items() if verifier != node.me]
-        failed = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) and (trainer or node.counts(v.verifier))
+        failed = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) and (trainer or node.weighs(v))
                      for v in others)
         if trainer:
-            unchecked = not any(node.counts(v.verifier) for v in others)
+            unchecked = not any(node.weighs(v) for v in others)
             if (failed or node.suspect(group.subject) or any(node._audits(v) for v in others)
                     or (unchecked and node.now - node.rounds.received_at[round_] >= node.config.verdict_wait)):
                 actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
@@ -172,7 +171,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
 def close_rounds(node: NodeProtocol) -> list[Action]:
     """The trainer closes each fresh round's submission window with its signed manifest
     (specs/committee.md §3.4): when every expected worker's groups are in, or after
-    ``submission_window``. Eligible: every other node whose weight counts."""
+    ``submission_window``. Eligible: every other node of nonzero weight (specs/committee.md §3.1)."""
     actions: list[Action] = []
     for version in sorted(v for v in node.policies if node._fresh(v) and v not in node.rounds.manifests):
         digests = [d for d in node._by_version.get(version, []) if node.groups[d].subject not in node.quarantined]
@@ -182,11 +181,15 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
         previous = node.rounds.manifests.get(version - 1)
         expected = {s for s, _ in previous.workers} if previous else set()
         expected |= {node.groups[d].subject for d in digests if d not in node.planted}
-        complete = bool(expected) and all(counts[s] >= node.config.groups_per_round for s in expected)
+        # Complete: every expected worker's groups are in, and none arrived for verdict_wait (a
+        # worker not yet seen this round may still be on its way: quiet, not merely full).
+        last = max((node.groups[d].arrived for d in digests), default=node.now)
+        complete = (bool(expected) and all(counts[s] >= node.config.groups_per_round for s in expected)
+                    and node.now - last >= node.config.verdict_wait)
         if not complete and node.now - node.round_started.get(version, node.now) < node.config.submission_window:
             continue
         weights = {peer: standing.trust for peer, standing in node.reputation.standings(version).items()
-                   if peer != node.me and standing.trust >= COUNTING_WEIGHT and not standing.quarantined}
+                   if peer != node.me and standing.trust > 0 and not standing.quarantined}
         manifest = node.rounds.close(version, node.config.committee_size,
                                      [(d, node.groups[d].subject) for d in digests], weights, node.now)
         actions.append(Publish(TOPIC_MANIFESTS, manifest.to_bytes()))
