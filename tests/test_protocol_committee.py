@@ -274,3 +274,41 @@ def test_replay_rebuilds_the_committee_state(design):
         fresh.handle(event, replaying=True)
     fresh.handle(P.ManifestReceived(manifest, 2.0), replaying=True)
     assert fresh.rounds.manifests[0] == manifest
+
+
+def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_judge_yet(tmp_path):
+    """A forged proof, a seat not drawn, a fresh key: rejected (the signed manifest makes every
+    honest node refuse them alike, so the forwarder is at fault); a verdict before its manifest
+    and a claim without a draw from a key this node does not pre-trust: ignored."""
+    import structlog
+
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node.groups import GroupCache
+    from vrl.node.metrics import NodeMetrics
+    from vrl.node.store import Store
+    from vrl.node.validation import Validator
+
+    trainer, manifest, received = round_zero()
+    key, _, honest, not_mine = _member_and_verdict(manifest, received)
+    outsider = NodeKey.from_seed(b"y" * 32)
+    listener = node(outsider, "verifier", pretrusted=frozenset())
+    validate = Validator(listener, 1, GroupCache(Store(tmp_path / "s.sqlite"), structlog.get_logger()), NodeMetrics())
+
+    def judged(topic: str, data: bytes) -> Validation:
+        return validate(Message(topic, data, b"p" * 32, message_id(topic, data)))
+
+    assert judged(TOPIC_VERDICTS, honest.to_bytes()) is Validation.IGNORE  # no manifest here yet
+    assert judged(TOPIC_MANIFESTS, manifest.to_bytes()) is Validation.ACCEPT
+    listener.handle(P.ManifestReceived(manifest, 2.0))
+    assert judged(TOPIC_VERDICTS, honest.to_bytes()) is Validation.ACCEPT
+    forged = dataclasses.replace(honest, pi=bytes(80)).signed(key)
+    undrawn = dataclasses.replace(honest, group=not_mine).signed(key)
+    fresh = dataclasses.replace(honest, verifier=outsider.node_id).signed(outsider)
+    for hostile in (forged, undrawn, fresh):
+        assert judged(TOPIC_VERDICTS, hostile.to_bytes()) is Validation.REJECT
+    no_claim = dataclasses.replace(honest, draw="none", pi=b"").signed(key)
+    assert judged(TOPIC_VERDICTS, no_claim.to_bytes()) is Validation.IGNORE
+    impostor = dataclasses.replace(manifest, trainer=outsider.node_id).signed(outsider)
+    assert judged(TOPIC_MANIFESTS, impostor.to_bytes()) is Validation.IGNORE
+    tampered = dataclasses.replace(manifest, committee_size=manifest.committee_size + 1)
+    assert judged(TOPIC_MANIFESTS, tampered.to_bytes()) is Validation.REJECT
