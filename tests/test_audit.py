@@ -498,3 +498,29 @@ def test_a_policy_a_node_followed_is_exported_by_its_hash(run_dir, tmp_path):
     result = CliRunner().invoke(app, ["export", str(run_dir / "node-1"), "--out", str(tmp_path / "newest")])
     assert result.exit_code == 0, result.output
     assert load_model(tmp_path / "newest").model_hash == newest.model_hash
+
+
+def test_the_archive_replays_every_step_and_the_pruned_ones_are_named(run_dir):
+    """The devnet's trainer runs the archive tier, its workers the default one (specs/storage.md):
+    the whole devnet replays every step, each from the archive; the workers' folders alone
+    hold only their last max_staleness + 1 versions, and the audit names each step it could not
+    replay, and who pruned its files."""
+    with vrl.audit.open(run_dir) as audit:
+        whole = audit.run(checks=["steps"], sample=1.0)
+    stats = whole.stats["steps"]
+    assert stats["replayed"] == stats["steps"] > 2 and stats["not replayable (missing files)"] == "none", stats
+    assert list(stats["files found in"]) == ["node-0 (archive tier)"], stats
+    assert all(s["sources"] == ["node-0 (archive tier)"] for s in whole.series["steps"])
+    workers = sorted(run_dir.glob("node-[1-9]"))
+    with vrl.audit.open(workers) as audit:
+        pruned = audit.run(checks=["steps"], sample=1.0)
+    missing = [f for f in pruned.findings if f.code == "step_unreplayable"]
+    newest = max(v for v in range(stats["steps"] + 1))
+    assert missing and all(f.evidence["version"] < newest - 1 for f in missing), [f.sentence for f in missing]
+    assert all(f.evidence["pruned_by"] and "no archive among the inputs" in f.sentence for f in missing)
+    assert "pruned by node-" in missing[0].sentence and "(default tier)" in missing[0].sentence
+    versions = [f.evidence["version"] for f in missing]
+    assert pruned.stats["steps"]["not replayable (missing files)"].startswith(str(min(versions)))
+    report = pruned.to_json()
+    assert {i["tier"] for i in report["inputs"]} == {"default"}
+    assert "not replayable" in pruned.to_html() and "default" in pruned.to_html()
