@@ -81,6 +81,7 @@ def default_tier(directory: Path, args) -> dict:
     policies: dict[int, PolicyAnnouncement] = {}
     config_file = trainer.step_config.to_bytes()
     rows, worst, per_version, bound_ok = [], {}, 0, True
+    ever: dict[bytes, int] = {}  # every blob any version named, by digest: what no pruning would keep
     step_seconds, publish_seconds, prune_seconds = [], [], []
     started_all = time.perf_counter()
     for version in range(args.versions + 1):
@@ -103,6 +104,8 @@ def default_tier(directory: Path, args) -> dict:
             platform=platform_tag(model)).signed(key)
         store.put_policy(announcement, time.time())
         policies[version] = announcement
+        ever.update({announcement.blob: len(weights), announcement.optimizer: len(optimizer),
+                     announcement.config: len(config_file)})
         publish_seconds.append(time.perf_counter() - started)
         started = time.perf_counter()
         pruner.after(policies, version)
@@ -119,12 +122,13 @@ def default_tier(directory: Path, args) -> dict:
                "store_bytes": store_bytes, "checkpoint_bytes": checkpoints, "bound_bytes": bound}
         if not worst or on_disk > worst["blob_bytes"]:
             worst = row
-        if version % max(1, args.versions // 20) == 0 or version == args.versions:
+        stopping = bool(args.deadline) and time.perf_counter() - started_all > args.deadline
+        if version % max(1, args.versions // 20) == 0 or version == args.versions or stopping:
             rows.append(row)
             console.print(f"version {version}: blobs {on_disk / MiB:.1f} MiB in {row['blob_files']} files "
                           f"(bound {bound / MiB:.1f}), store {store_bytes / 1024:.0f} KiB, checkpoints "
                           f"{checkpoints / MiB:.1f} MiB, {time.perf_counter() - started_all:.0f} s")
-        if args.deadline and time.perf_counter() - started_all > args.deadline:
+        if stopping:
             console.print(f"[yellow]stopped at version {version}: --deadline {args.deadline} s reached[/]")
             break
     journal = store.pruned()
@@ -136,7 +140,9 @@ def default_tier(directory: Path, args) -> dict:
         "bound_held_every_version": bool(bound_ok), "worst": worst, "final": rows[-1],
         "blobs_pruned": sum(1 for _, state in journal.values() if state == "done"),
         "prune_intents_left": sum(1 for _, state in journal.values() if state == "intent"),
-        "without_pruning_bytes": version * per_version + per_version + len(config_file),
+        # Steps whose groups all had equal rewards change nothing (no gradient): their version
+        # names its parent's files, so without pruning the folder holds each distinct blob once.
+        "without_pruning_bytes": sum(ever.values()), "distinct_weights": len({a.blob for a in policies.values()}),
         "seconds": {"step_median": _median(step_seconds), "publish_median": _median(publish_seconds),
                     "prune_median": _median(prune_seconds), "prune_max": max(prune_seconds),
                     "total": time.perf_counter() - started_all},

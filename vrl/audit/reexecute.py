@@ -300,7 +300,7 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
         return
     series = []
     replayed = 0
-    # Where each step's files were found (specs/audit.md §3, steps): the input, with its tier.
+    # Where each replayed step's files were found (specs/audit.md §1, §7): the inputs, with their tier.
     found_in: Counter[str] = Counter()
     step_sources: set[str] = set()
     pruned = {digest: node for node in run.inputs.nodes for digest in node.store.pruned()}
@@ -346,7 +346,7 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
     run.stats[check] = {"steps": max(len(run.policies) - 1, 0), "replayed": replayed, "share": share,
                         "step verdicts in the log": sum(len(v) for v in reports.values()),
                         "not replayable (missing files)": _ranges(unreplayable),
-                        "files found in": dict(sorted(found_in.items()))}
+                        "replayed from": dict(sorted(found_in.items()))}
     run.series["steps"] = series
 
 

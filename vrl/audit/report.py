@@ -121,7 +121,7 @@ def counted(n: int, noun: str) -> str:
 
 
 def looked_at(stats: dict) -> str:
-    """A check's stats as one line: ``replayed 12, files found in node-0 (archive tier) 24``."""
+    """A check's stats as one line: ``replayed 12, replayed from node-0 (archive tier) 12``."""
     def value(v) -> str:
         return ", ".join(f"{k} {n}" for k, n in v.items()) if isinstance(v, dict) else str(v)
 
