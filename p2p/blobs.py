@@ -16,9 +16,12 @@ chunk.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -68,11 +71,16 @@ class BlobCorrupt(BlobError):
 
 
 class BlobStore:
-    """Blobs this peer serves, in memory, keyed by SHA-256. Registers the request handler of
-    :data:`BLOB_PROTOCOL` on ``transport``."""
+    """Blobs this peer serves, keyed by SHA-256: those :meth:`put` in memory, and, with
+    ``files``, those on disk, where ``files(digest)`` names the file that should hold one (or
+    None). A file is read a chunk at a time (a node's blobs are up to GBs each, and an archive
+    holds thousands), its hash checked when chunk 0 is asked for, so a damaged or vanished
+    file (pruned meanwhile) is answered as not here, and the fetcher moves on to the next
+    peer. Registers the request handler of :data:`BLOB_PROTOCOL` on ``transport``."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, files: Callable[[bytes], Path | None] | None = None) -> None:
         self._blobs: dict[bytes, bytes] = {}
+        self._files = files
         transport.set_handler(BLOB_PROTOCOL, self._serve, max_request=MAX_BLOB_REQUEST_BYTES)
 
     def put(self, data: bytes) -> bytes:
@@ -92,9 +100,34 @@ class BlobStore:
     async def _serve(self, peer: PeerId, request: bytes) -> bytes:
         digest, index = _decode_request(request)
         data = self._blobs.get(digest)
-        if data is None or index >= _chunk_count(len(data)):
+        if data is None:
+            path = self._files(digest) if self._files is not None else None
+            answer = None if path is None else await asyncio.to_thread(_file_chunk, path, digest, index)
+            return msgpack.packb(answer)
+        if index >= _chunk_count(len(data)):
             return msgpack.packb(None)
         return msgpack.packb([len(data), data[index * CHUNK_BYTES:(index + 1) * CHUNK_BYTES]])
+
+
+def _file_chunk(path: Path, digest: bytes, index: int) -> list | None:
+    """``[size, chunk index]`` of the file at ``path``, or None if it is gone, unreadable, too
+    short for that chunk, or (checked at chunk 0) not the blob ``digest`` names."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if index >= _chunk_count(size):
+                return None
+            if index == 0:
+                hashed = hashlib.sha256()
+                for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
+                    hashed.update(block)
+                if hashed.digest() != digest:
+                    return None
+            handle.seek(index * CHUNK_BYTES)
+            chunk = handle.read(CHUNK_BYTES)
+    except OSError:
+        return None
+    return [size, chunk] if len(chunk) == min(CHUNK_BYTES, size - index * CHUNK_BYTES) else None
 
 
 async def fetch_blob(transport: Transport, peers: Sequence[PeerId], digest: bytes, *, max_size: int,

@@ -28,6 +28,8 @@ from vrl.cli import app
 from vrl.harness import devnet
 from vrl.harness.adversary import CHEAT_FROM
 from vrl.node.messages import Outcome, PolicyAnnouncement, SignedVerdict, audit_ticket
+from vrl.node.storage import Pruner, StorageConfig
+from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 
 LOG_CHECKS = ["signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine"]
@@ -498,3 +500,44 @@ def test_a_policy_a_node_followed_is_exported_by_its_hash(run_dir, tmp_path):
     result = CliRunner().invoke(app, ["export", str(run_dir / "node-1"), "--out", str(tmp_path / "newest")])
     assert result.exit_code == 0, result.output
     assert load_model(tmp_path / "newest").model_hash == newest.model_hash
+
+
+def test_the_archive_replays_every_step_and_the_pruned_ones_are_named(run_dir, tmp_path):
+    """The devnet's trainer runs the archive tier (specs/storage.md): the whole devnet replays
+    every step, each from the archive. Had it run the default tier, the audit names each step
+    it could not replay, and whose prune removed its files."""
+    with vrl.audit.open(run_dir) as audit:
+        whole = audit.run(checks=["steps"], sample=1.0)
+    stats = whole.stats["steps"]
+    assert stats["replayed"] == stats["steps"] > 2 and stats["not replayable (missing files)"] == "none", stats
+    assert list(stats["replayed from"]) == ["node-0 (archive tier)"], stats
+    assert all(s["sources"] == ["node-0 (archive tier)"] for s in whole.series["steps"])
+    # Had its trainer kept only the default tier (at max_staleness 1: this run's steps change
+    # the weights only from the cheat on), its own prune (the node's code, over its own store)
+    # leaves the last two versions' files, and its folder alone replays only the last step.
+    directory = copy_of(run_dir, tmp_path)
+    trainer = directory / "node-0"
+    toml = (trainer / "node.toml").read_text()
+    (trainer / "node.toml").write_text(toml.replace('tier = "archive"', 'tier = "default"'))
+    store = Store(trainer / "node.sqlite")
+    try:
+        policies = {v: store.policy(v) for v in range(store.counts()["policies"])}
+        latest = max(policies)
+        removed = Pruner(StorageConfig(), store, trainer / "blobs", {}, keep=2).prune(policies, latest).removed
+    finally:
+        store.close()
+    assert removed
+    with vrl.audit.open(trainer) as audit:
+        pruned = audit.run(checks=["steps"], sample=1.0)
+    missing = [f for f in pruned.findings if f.code == "step_unreplayable"]
+    assert [f.evidence["version"] for f in sorted(missing, key=lambda f: f.evidence["version"])] == list(
+        range(1, latest)), [f.sentence for f in missing]
+    assert all(f.evidence["pruned_by"] == ["node-0 (default tier)"] for f in missing)
+    assert all("pruned by node-0 (default tier); no archive among the inputs" in f.sentence for f in missing)
+    stats = pruned.stats["steps"]
+    assert stats["replayed"] == 1 and stats["not replayable (missing files)"] == f"1-{latest - 1}", stats
+    assert stats["replayed from"] == {"node-0 (default tier)": 1}, stats
+    assert {f.code for f in pruned.findings} >= {"step_fraud"}  # the last step is replayed: the cheat
+    report = pruned.to_json()
+    assert {i["tier"] for i in report["inputs"]} == {"default"}
+    assert "not replayable" in pruned.to_html() and "storage tier" in pruned.to_html()

@@ -164,8 +164,8 @@ def _report(run: Run, checks: tuple[str, ...], sample: float, findings: list[Fin
     for hex_id, name in names.items():
         nodes.setdefault(hex_id, {"name": name, "role": "verifier"})
     inputs = [{"name": node.name, "path": str(node.store.path), "owner": node.owner.hex() if node.owner else None,
-               "counts": node.store.counts()} for node in run.inputs.nodes]
-    inputs += [{"name": path.name, "path": str(path), "owner": None, "counts": {}}
+               "counts": node.store.counts(), "tier": node.tier} for node in run.inputs.nodes]
+    inputs += [{"name": path.name, "path": str(path), "owner": None, "counts": {}, "tier": None}
                for path in (*run.inputs.rollout_files, *run.inputs.claims)]
     platform = platform_tag(models.base) if models is not None and models.problem is None else ""
     return Report(findings, checks, sample, inputs, nodes, run.stats, run.series, seconds, platform)

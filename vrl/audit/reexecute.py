@@ -27,9 +27,11 @@ from vrl.audit.checks import (
 )
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, finding, short
-from vrl.audit.replay import replay_steps, threads_of
+from vrl.audit.replay import StepCheck, replay_steps, threads_of
+from vrl.audit.sources import NodeInput
 from vrl.node.messages import Group, Outcome, PolicyAnnouncement, StepOutcome, recomputed_digest
 from vrl.node.protocol import outcome_of
+from vrl.node.storage import replay_needs
 from vrl.node.weights import WeightsError, from_blob
 from vrl.rl.evaluate import accuracy, expected_accuracy, held_out
 from vrl.rl.export import load_model
@@ -298,16 +300,33 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
         return
     series = []
     replayed = 0
-    for result in replay_steps(run.policies.values(), blob=run.inputs.blob, group=run.decoded, base=models.base,
+    # Where each replayed step's files were found (specs/audit.md §1, §7): the inputs, with their tier.
+    found_in: Counter[str] = Counter()
+    step_sources: set[str] = set()
+    pruned = {digest: node for node in run.inputs.nodes for digest in node.store.pruned()}
+
+    def blob(digest: bytes) -> bytes | None:
+        located = run.inputs.locate(digest)
+        if located is None:
+            return None
+        step_sources.add(located[1].label)
+        return located[0]
+
+    unreplayable = []
+    for result in replay_steps(run.policies.values(), blob=blob, group=run.decoded, base=models.base,
                                share=share, max_staleness=run.config.protocol.max_staleness, trainer_fails=fails,
                                rewards=models.step_rewards if models.private else None):
         progress(check, 1)
+        sources = sorted(step_sources)
+        step_sources.clear()
         series.append({"version": result.version, "ok": result.ok, "exact": result.exact, "drift": result.drift,
-                       "seconds": result.seconds, "faults": list(result.faults), "missing": list(result.missing)})
+                       "seconds": result.seconds, "faults": list(result.faults), "missing": list(result.missing),
+                       "sources": sources})
         if result.missing:
-            findings.append(finding(check, "step_unreplayable", Severity.WARNING, result.sentence(),
-                                     run.trainer or b"", version=result.version, missing=list(result.missing)))
+            unreplayable.append(result.version)
+            findings.append(_unreplayable(check, result, run, pruned))
             continue
+        found_in.update(sources)
         replayed += 1
         if result.faults:
             findings.append(finding(check, "step_fraud", Severity.ERROR, result.sentence(), run.trainer or b"",
@@ -325,8 +344,33 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
                                          f"as {', '.join(s.reasons)}, but it replays bit for bit", verifier,
                                          version=result.version))
     run.stats[check] = {"steps": max(len(run.policies) - 1, 0), "replayed": replayed, "share": share,
-                        "step verdicts in the log": sum(len(v) for v in reports.values())}
+                        "step verdicts in the log": sum(len(v) for v in reports.values()),
+                        "not replayable (missing files)": _ranges(unreplayable),
+                        "replayed from": dict(sorted(found_in.items()))}
     run.series["steps"] = series
+
+
+def _unreplayable(check: str, result: StepCheck, run: Run, pruned: dict[bytes, NodeInput]) -> Finding:
+    """A step whose files no input holds: which, and why where an input's prune journal says
+    (its storage tier removed them: specs/storage.md); an archive among the inputs would hold them."""
+    needs = replay_needs(run.policies[result.version], run.policies.get(result.version - 1))
+    by = sorted({pruned[digest].label for digest in needs if digest in pruned})
+    archives = [n.label for n in run.inputs.nodes if n.tier == "archive"]
+    why = (f"; pruned by {', '.join(by)}" if by else "") + (
+        f"; not in {', '.join(archives)} either" if archives else "; no archive among the inputs")
+    return finding(check, "step_unreplayable", Severity.WARNING, result.sentence() + why, run.trainer or b"",
+                   version=result.version, missing=list(result.missing), pruned_by=by, archives=archives)
+
+
+def _ranges(versions: list[int]) -> str:
+    """``3-7, 9``: versions as runs, short however many (the JSON series lists each)."""
+    runs: list[list[int]] = []
+    for v in sorted(versions):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs) or "none"
 
 
 # -- held-out accuracy -----------------------------------------------------------------------------

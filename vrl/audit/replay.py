@@ -22,6 +22,7 @@ import torch
 
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
 from vrl.node.steps import step_rule_faults
+from vrl.node.storage import step_drawn
 from vrl.node.weights import WeightsError, from_blob
 from vrl.node.work import judge_step
 from vrl.rollouts.model import Model, platform_tag
@@ -140,15 +141,11 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
                      result.optimizer_drift if result is not None else 0.0, seconds)
 
 
-# Which steps an audit replays when it samples: a hash of the announcement, not a choice, so
-# two audits of one run replay the same steps (specs/training.md §4).
-SAMPLE_DOMAIN = b"vrl/audit-step-sample/v1\x00"
-
-
 def sampled(announcement: PolicyAnnouncement, share: float) -> bool:
-    """Whether an audit replaying a ``share`` of the steps replays this one."""
-    digest = hashlib.sha256(SAMPLE_DOMAIN + announcement.id).digest()
-    return int.from_bytes(digest[:8], "big") < share * 2**64
+    """Whether an audit replaying a ``share`` of the steps replays this one: the draw an
+    archive of that share keeps (vrl.node.storage.step_drawn, specs/storage.md §3), so an
+    audit at a share up to an archive's finds every step it draws there."""
+    return step_drawn(announcement, share)
 
 
 def replay_steps(announcements: Iterable[PolicyAnnouncement], *, blob: Callable[[bytes], bytes | None],

@@ -120,6 +120,14 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 or noun == str(Severity.INFO) else f"{n} {noun}s"
 
 
+def looked_at(stats: dict) -> str:
+    """A check's stats as one line: ``replayed 12, replayed from node-0 (archive tier) 12``."""
+    def value(v) -> str:
+        return ", ".join(f"{k} {n}" for k, n in v.items()) if isinstance(v, dict) else str(v)
+
+    return ", ".join(f"{k} {value(v)}" for k, v in stats.items()) or "-"
+
+
 def _severities(report: Report) -> str:
     return ", ".join(counted(len(report.of(s)), str(s)) for s in sorted(Severity, reverse=True))
 
@@ -156,7 +164,7 @@ def summary_tables(report: Report):
         checks.add_column(column, justify="right" if column == "seconds" else "left", overflow="fold")
     for name in report.checks:
         stats = report.stats.get(name, {})
-        checks.add_row(name, ", ".join(f"{k} {v}" for k, v in stats.items()) or "-",
+        checks.add_row(name, looked_at(stats),
                        f"{report.seconds.get(name, 0.0):.1f}")
     return nodes, findings, checks
 
@@ -234,14 +242,15 @@ def _html(report: Report) -> str:
             parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' width={width} height={height} src='{data}'>")
     parts.append("<h2>Checks</h2><table><tr><th>check</th><th>looked at</th><th>seconds</th></tr>")
     for name in report.checks:
-        stats = ", ".join(f"{k} {v}" for k, v in report.stats.get(name, {}).items()) or "-"
+        stats = looked_at(report.stats.get(name, {}))
         parts.append(f"<tr><td>{e(name)}</td><td>{e(stats)}</td><td>{report.seconds.get(name, 0.0):.1f}</td></tr>")
     parts.append("</table><h2>Inputs</h2>")
     rows = []
     for item in report.inputs:
         holds = ", ".join(f"{k} {v}" for k, v in item.get("counts", {}).items())
         rows.append(("", f"<tr><td>{e(item['name'])}<br><code>{e(item['path'])}</code></td>"
-                         f"<td><code>{e(item.get('owner') or '-')}</code></td><td>{e(holds)}</td></tr>"))
-    parts.append(_table(("input", "owner", "holds"), rows, "inputs"))
+                         f"<td><code>{e(item.get('owner') or '-')}</code></td><td>{e(item.get('tier') or '-')}</td>"
+                         f"<td>{e(holds)}</td></tr>"))
+    parts.append(_table(("input", "owner", "storage tier", "holds"), rows, "inputs"))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -186,6 +186,15 @@ class StoreReader:
                                                      ((bytes, 8), _Digests, str)):
             yield _u64(version), tuple(groups[i:i + 32] for i in range(0, len(groups), 32)), metrics
 
+    def pruned(self) -> dict[bytes, int]:
+        """The blobs this node's storage tier removed or was removing (vrl.node.store's prune
+        journal): digest -> the newest version naming it. Empty for a store from before it."""
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "pruned" not in tables:
+            return {}
+        return {digest: _u64(version) for digest, version in self._stream(
+            "pruned", "digest, version", "rowid", ((bytes, 32), (bytes, 8)))}
+
     def snapshot(self) -> list[tuple[bytes, int, float, bool]]:
         """The reputation table the node last wrote: ``(node, round, score, quarantined)``."""
         return [(node, _u64(r), score, bool(q)) for node, r, score, q in self._stream(
@@ -223,6 +232,16 @@ class NodeInput:
         """Whose view the store is: what the store says, else the folder's key."""
         return self.store.owner() or self.key_id
 
+    @property
+    def tier(self) -> str | None:
+        """The storage tier its node.toml names (specs/storage.md), None without one."""
+        return self.config.storage.tier if self.config is not None else None
+
+    @property
+    def label(self) -> str:
+        """``node-0 (archive)``: the input, and its tier when its node.toml says."""
+        return f"{self.name} ({self.tier} tier)" if self.tier else self.name
+
 
 @dataclass
 class Inputs:
@@ -237,10 +256,16 @@ class Inputs:
             node.store.close()
 
     def blob(self, digest: bytes) -> bytes | None:
-        """A blob by its SHA-256 from any node folder: the first copy that is a regular file of
-        at most MAX_BLOB_BYTES whose bytes hash to ``digest`` (a damaged copy in one folder does
-        not hide a good one in another; a pipe or a device is never opened)."""
-        for node in self.nodes:
+        """A blob by its SHA-256 from any node folder (:meth:`locate`)."""
+        found = self.locate(digest)
+        return found[0] if found is not None else None
+
+    def locate(self, digest: bytes) -> tuple[bytes, NodeInput] | None:
+        """A blob by its SHA-256 and the node folder it came from: the first copy that is a
+        regular file of at most MAX_BLOB_BYTES whose bytes hash to ``digest`` (a damaged copy in
+        one folder does not hide a good one in another; a pipe or a device is never opened).
+        Archives are looked in first: they are there to be read."""
+        for node in sorted(self.nodes, key=lambda n: n.tier != "archive"):
             if node.blob_dir is None:
                 continue
             path = node.blob_dir / digest.hex()
@@ -253,7 +278,7 @@ class Inputs:
             except OSError:
                 continue
             if hashlib.sha256(data).digest() == digest:
-                return data
+                return data, node
         return None
 
 

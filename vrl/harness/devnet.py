@@ -107,6 +107,8 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
         # A private task set's answer key is the trainer's alone (specs/zk.md §11).
         own = settings if i == 0 or "answers" not in settings.get("zk", {}) else {
             **settings, "zk": {k: v for k, v in settings["zk"].items() if k != "answers"}}
+        if i == 0:  # the devnet's archive: its audit (vrl audit DEVNET) replays every step (specs/storage.md §4)
+            own = {**own, "storage": {"tier": "archive", **own.get("storage", {})}}
         config = NodeConfig.from_dict(dict(
             data_dir=str(directory / f"node-{i}"), trainer=trainer.node_id.hex(), roles=roles,
             listen=f"/ip4/127.0.0.1/tcp/{base_port + i}",

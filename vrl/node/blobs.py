@@ -1,9 +1,15 @@
 """The files a node keeps by content hash (weights, optimizer states, step configs, reward
-proofs): in its blob directory, served to peers, and fetched from them when missing."""
+proofs): in its blob directory, served to peers from there, and fetched from them when
+missing. Which of them a node keeps, and the prune of the rest, is its storage tier's
+(:mod:`vrl.node.storage`); a duty that will read blobs pins them (:meth:`Blobs.pinned`) so
+that no prune removes them meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import structlog
@@ -24,18 +30,26 @@ class Blobs:
     def __init__(self, directory: Path, transport: Transport, trainer: bytes, log: structlog.BoundLogger) -> None:
         self.directory, self.transport, self.trainer, self.log = directory, transport, trainer, log
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.served = BlobStore(transport)
+        # Served from the directory as it is at each request: a pruned blob is not here.
+        self.served = BlobStore(transport, files=self.path_of)
+        self.pins: Counter[bytes] = Counter()  # digest -> duties in flight that will read it
 
-    def serve_stored(self) -> None:
-        """Serve every blob the directory holds (at start)."""
-        for path in self.directory.iterdir():
-            if len(path.name) == 64:
-                self.served.put(path.read_bytes())
-
-    def serve_if_stored(self, digest: bytes) -> None:
+    def path_of(self, digest: bytes) -> Path | None:
         path = self.directory / digest.hex()
-        if path.exists():
-            self.served.put(path.read_bytes())
+        return path if path.is_file() else None
+
+    @contextlib.contextmanager
+    def pinned(self, digests: Iterable[bytes]) -> Iterator[None]:
+        """No prune removes these blobs while the block runs (vrl.node.storage.Pruner)."""
+        held = [d for d in set(digests) if d]
+        self.pins.update(held)
+        try:
+            yield
+        finally:
+            self.pins.subtract(held)
+            for digest in held:
+                if self.pins[digest] <= 0:
+                    del self.pins[digest]
 
     async def get(self, digest: bytes, max_size: int, what: str) -> bytes:
         """A blob by its SHA-256: from this node's blob directory, else fetched from peers
@@ -51,12 +65,10 @@ class Blobs:
             peers = sorted(self.transport.peers(), key=lambda p: p != self.trainer)
             blob = await fetch_blob(self.transport, peers, digest, max_size=max_size, timeout=60.0)
             write_bytes_atomic(path, blob)
-        self.served.put(blob)
         return blob
 
     def keep(self, blob: bytes) -> bytes:
         """Store a blob this node made (weights, optimizer state, step config) and serve it."""
         digest = hashlib.sha256(blob).digest()
         write_bytes_atomic(self.directory / digest.hex(), blob)
-        self.served.put(blob)
         return digest

@@ -6,7 +6,8 @@ its own, which is that library's config dataclass: ``[work]``
 (:class:`~vrl.rollouts.config.GenerationConfig`), ``[protocol]``
 (:class:`~vrl.node.params.ProtocolParams`), ``[train]`` (:class:`~vrl.rl.config.LearnerConfig`),
 ``[grpo]`` (:class:`~vrl.rl.config.GRPOConfig`), ``[reputation]`` and ``[admission]``
-(:mod:`vrl.node.reputation`), ``[transport_limits]`` (:class:`p2p.transport.TransportLimits`).
+(:mod:`vrl.node.reputation`), ``[transport_limits]`` (:class:`p2p.transport.TransportLimits`),
+``[storage]`` (:class:`~vrl.node.storage.StorageConfig`).
 Each default is defined once, in its dataclass; the node's own, where they differ, are in
 :data:`NODE_OVERRIDES`, with the reasons.
 
@@ -45,6 +46,7 @@ from vrl.config import (
 )
 from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import AdmissionConfig, ReputationConfig
+from vrl.node.storage import StorageConfig
 from vrl.rl.config import GRPOConfig, LearnerConfig
 from vrl.rollouts.config import GenerationConfig
 
@@ -263,6 +265,8 @@ class NodeConfig:
     # each default's source is in p2p.transport.TransportLimits, which also checks the values.
     transport_limits: TransportLimits = _table("transport_limits", TransportLimits)
     zk: ZkConfig = _table("zk", ZkConfig)  # [zk]: sampling proofs, private tasks' answer key (off by default)
+    # [storage]: which blobs the node keeps (tier = "default" or "archive"; specs/storage.md)
+    storage: StorageConfig = _table("storage", StorageConfig)
 
     # A key of a table at the top level is told its table (vrl.config.build); these say more.
     moved_keys: ClassVar[dict[str, str]] = {"rounds": "renamed: it is last_version in the [protocol] table"}

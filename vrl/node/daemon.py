@@ -41,6 +41,7 @@ from vrl.node.messages import (
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import SAMPLING_PROTOCOL, Proving, private_setup, sampling_setup
+from vrl.node.storage import Pruner
 from vrl.node.store import Store
 from vrl.node.training import StepReplay, Training
 from vrl.node.validation import Validator
@@ -78,6 +79,8 @@ class Node:
         self.store = Store(config.path / "node.sqlite")
         self.store.claim(key.node_id)
         self.blobs = Blobs(config.path / "blobs", transport, bytes.fromhex(config.trainer), self.log)
+        self.pruner = Pruner(config.storage, self.store, self.blobs.directory, self.blobs.pins,
+                             keep=config.protocol.max_staleness + 1, log=self.log)
         self.tasks, self.private = startup.open_tasks(config, self.log)
         # A network of private tasks (specs/zk.md §11): the trainer holds the answer key and
         # proves each trained record's correctness; every node checks those proofs.
@@ -175,6 +178,7 @@ class Node:
                 await self._do(action)
         finally:
             self._feeding -= 1
+        self.pruner.after(self.protocol.policies, self.protocol.version)  # a new version: the tier's prune
 
     # -- actions -------------------------------------------------------------------------------
     async def _do(self, action: P.Action) -> None:
@@ -317,12 +321,12 @@ class Node:
     async def run(self, stop: asyncio.Event) -> None:
         replay_store(self.store, self.protocol)
         self.log.info("replayed store", **self.store.counts(), version=self.protocol.version)
+        self.pruner.reconcile(self.protocol.policies, self.protocol.version)  # a prune a crash cut short
         for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_STEPS):
             self.transport.subscribe(topic, self._on_message, self.validate)
         self.transport.set_handler(BACKFILL_PROTOCOL, self.catchup.serve)
         if self.config.zk.hidden_states:
             self.transport.set_handler(SAMPLING_PROTOCOL, self.proving.serve_sampling)
-        self.blobs.serve_stored()
         if self.config.metrics_port:
             port = self.metrics.serve(self.config.metrics_port)
             self.log.info("metrics", url=f"http://127.0.0.1:{port}/metrics")

@@ -60,6 +60,13 @@ CREATE TABLE IF NOT EXISTS reputation (
     node BLOB PRIMARY KEY, round BLOB NOT NULL, score REAL NOT NULL, check_rate REAL NOT NULL,
     quarantined INTEGER NOT NULL, trust REAL NOT NULL, checked_groups INTEGER NOT NULL);
 """
+# The prune journal of the storage tier (vrl.node.storage, specs/storage.md §2): one row per blob
+# removed (state 'done') or about to be (state 'intent'), with the newest version naming it.
+# Created in every schema-3 store at open: a store without it is still read (not a schema change).
+_PRUNED = """
+CREATE TABLE IF NOT EXISTS pruned (
+    digest BLOB PRIMARY KEY, version BLOB NOT NULL, state TEXT NOT NULL, at REAL NOT NULL);
+"""
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS groups_by_version ON groups (version);
 CREATE INDEX IF NOT EXISTS verdicts_by_version ON verdicts (version);
@@ -121,6 +128,7 @@ class Store:
                 self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             elif found[0] != str(SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: schema version {found[0]}, this node knows {SCHEMA_VERSION}")
+            self._db.executescript(_PRUNED)
         except sqlite3.DatabaseError as error:
             raise StoreError(f"{self.path}: {error}") from error
         self._lock = threading.Lock()
@@ -149,8 +157,14 @@ class Store:
             self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            self._rollback()
             raise
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if SQLite has not already: on SQLITE_FULL (a full
+        disk) it rolls back by itself, and a ROLLBACK then would raise over the real error."""
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
     def close(self) -> None:
         with self._lock:
@@ -219,8 +233,39 @@ class Store:
                     for node, score, rate, q, trust, checked in rows])
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
+
+    # -- the prune journal (vrl.node.storage.Pruner) ------------------------------------------
+    def begin_prune(self, blobs: list[tuple[bytes, int]], at: float) -> None:
+        """Record the intent to remove ``blobs`` (digest, newest version naming it): one
+        transaction, committed before any file goes."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO pruned VALUES (?, ?, 'intent', ?)",
+                                     [(digest, u64(version), at) for digest, version in blobs])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    def end_prune(self, digests: list[bytes]) -> None:
+        """The blobs are gone (unlinked, directory synced)."""
+        with self._lock:
+            self._db.executemany("UPDATE pruned SET state='done' WHERE digest=?", [(d,) for d in digests])
+
+    def cancel_prune(self, digests: list[bytes]) -> None:
+        """The intents to remove these blobs are dropped: the files stay."""
+        with self._lock:
+            self._db.executemany("DELETE FROM pruned WHERE digest=? AND state='intent'", [(d,) for d in digests])
+
+    def prune_intents(self) -> list[bytes]:
+        return [d for (d,) in self._rows("SELECT digest FROM pruned WHERE state='intent' ORDER BY digest")]
+
+    def pruned(self) -> dict[bytes, tuple[int, str]]:
+        """Every blob in the journal: digest -> (newest version naming it, 'intent' or 'done')."""
+        return {d: (_from_u64(v), state) for d, v, state in self._rows("SELECT digest, version, state FROM pruned")}
 
     # -- reads -------------------------------------------------------------------------------
     def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:

@@ -23,6 +23,7 @@ from vrl.node.groups import GroupCache
 from vrl.node.messages import Group, PolicyAnnouncement
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import Proving
+from vrl.node.storage import replay_needs
 from vrl.node.store import Store
 from vrl.node.work import CheckResult, ModelThread, PolicyTrainer, Screen, TrainedStep, Work
 from vrl.rl.step import MAX_STEP_CONFIG_BYTES, PolicyForward
@@ -145,7 +146,6 @@ class Training:
             announcement = self.protocol.policies[self.trainer.version]
             model = await self.model_thread.run("load", self.trainer.policy)
             self.work.install(announcement.version, self.trainer.frozen_copy(model), self.keep)
-            self.blobs.serve_if_stored(announcement.blob)
             yield P.PolicyLoaded(announcement.version)
             return
         step = await self.model_thread.run("serialize", self.trainer.current)
@@ -176,19 +176,22 @@ class StepReplay:
                 or version - 1 not in self.work.models):
             yield P.Abandoned(P.ReplayStep(announcement))
             return
+        # What the replay reads stays on disk while it is fetched, whatever versions arrive meanwhile.
         try:
-            config = await self.blobs.get(announcement.config, MAX_STEP_CONFIG_BYTES,
-                                          f"step config of version {version}")
-            before = await self.blobs.get(announcement.optimizer_before,
-                                          min(parent.optimizer_size, MAX_OPTIMIZER_BYTES),
-                                          f"optimizer state of version {version - 1}")
-            after = await self.blobs.get(announcement.optimizer, min(announcement.optimizer_size, MAX_OPTIMIZER_BYTES),
-                                         f"optimizer state of version {version}")
-            records = sum(len(g.rollouts) for g in groups)
-            proofs = (await self.blobs.get(announcement.proofs,
-                                           min(announcement.proofs_size, max_proofs_bytes(records)),
-                                           f"reward proofs of version {version}")
-                      if self.private and announcement.proofs else b"")
+            with self.blobs.pinned(replay_needs(announcement, parent)):
+                config = await self.blobs.get(announcement.config, MAX_STEP_CONFIG_BYTES,
+                                              f"step config of version {version}")
+                before = await self.blobs.get(announcement.optimizer_before,
+                                              min(parent.optimizer_size, MAX_OPTIMIZER_BYTES),
+                                              f"optimizer state of version {version - 1}")
+                after = await self.blobs.get(announcement.optimizer,
+                                             min(announcement.optimizer_size, MAX_OPTIMIZER_BYTES),
+                                             f"optimizer state of version {version}")
+                records = sum(len(g.rollouts) for g in groups)
+                proofs = (await self.blobs.get(announcement.proofs,
+                                               min(announcement.proofs_size, max_proofs_bytes(records)),
+                                               f"reward proofs of version {version}")
+                          if self.private and announcement.proofs else b"")
         except Exception as error:  # whatever the fetch failed on; the protocol decides when it is fraud
             self.log.warning("step state unavailable", version=version, error=repr(error))
             yield P.StepStateMissing(version)

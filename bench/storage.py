@@ -1,0 +1,223 @@
+"""Disk under the storage tiers (issue 31 item 1, specs/storage.md): real GRPO steps of a model,
+each published as a node's trainer publishes a version, pruned by the node's own code.
+
+    python bench/storage.py --versions 1000              # the base model, default tier
+    python bench/storage.py --versions 20 --model tiny   # a quick one
+    python bench/storage.py --audit-rounds 8             # also: a devnet whose trainer is the archive,
+                                                         # audited whole (vrl audit --all)
+
+Part 1 (the default tier). Each version is one real step of :class:`vrl.rl.train.Trainer`
+(generate, verify, GRPO update, checkpoint: ``vrl train``'s step), then what
+:meth:`vrl.node.training.Training.announce` does with it: the weights, optimizer state and step
+config kept as blobs (:class:`vrl.node.blobs.Blobs`), the signed announcement put in the
+node's store (:class:`vrl.node.store.Store`), and the node's prune
+(:meth:`vrl.node.storage.Pruner.after`, what the daemon calls after each event). After every
+version it measures the blob folder, the store (with its WAL) and the trainer's checkpoints,
+and checks the bound: blobs within (K + 1) versions' worth, K = max_staleness. What is not the
+node's: no gossip, no workers (the trainer makes its own groups, as ``vrl train`` does),
+so nothing here times the network.
+
+Part 2 (the archive tier): a real devnet (vrl.harness.devnet, its trainer on ``tier =
+"archive"``, its workers on the default tier) audited at --all: every step replayed from the
+archive; then the workers' folders alone, whose pruned steps the audit names.
+
+Writes bench/results/storage.json. The machine is shared (2 cores, ~6 jobs): times are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from p2p.loopback import LoopbackNetwork  # noqa: E402
+from vrl.node.blobs import Blobs  # noqa: E402
+from vrl.node.messages import PolicyAnnouncement  # noqa: E402
+from vrl.node.params import ProtocolParams  # noqa: E402
+from vrl.node.storage import Pruner, StorageConfig, blob_bytes  # noqa: E402
+from vrl.node.store import Store  # noqa: E402
+from vrl.node.weights import to_blob  # noqa: E402
+from vrl.rl.config import TrainConfig  # noqa: E402
+from vrl.rl.step import optimizer_bytes  # noqa: E402
+from vrl.rl.train import Trainer  # noqa: E402
+from vrl.rollouts.model import platform_tag  # noqa: E402
+
+console = Console(stderr=True)
+RESULTS = Path(__file__).resolve().parent / "results"
+MiB = 1 << 20
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def default_tier(directory: Path, args) -> dict:
+    """Part 1: ``args.versions`` real steps, each published and pruned as a node does."""
+    if args.model == "base":
+        from vrl.rl.base_model import ensure_base_model
+
+        ensure_base_model()
+    keep = ProtocolParams().max_staleness + 1
+    config = TrainConfig(model=args.model, task=args.task, steps=args.versions, groups_per_step=args.groups,
+                         group_size=args.group_size, eval_every=10**9, checkpoint_every=1, held_out=8,
+                         max_new_tokens=args.max_new_tokens)
+    trainer = Trainer(config, directory / "trainer")
+    key = trainer.key
+    store = Store(directory / "node.sqlite")
+    network = LoopbackNetwork()
+    transport = network.transport(hashlib.sha256(b"bench/storage").digest())
+    blobs = Blobs(directory / "blobs", transport, key.node_id, structlog.get_logger())
+    pruner = Pruner(StorageConfig(), store, blobs.directory, blobs.pins, keep=keep)
+    policies: dict[int, PolicyAnnouncement] = {}
+    config_file = trainer.step_config.to_bytes()
+    rows, worst, per_version, bound_ok = [], {}, 0, True
+    ever: dict[bytes, int] = {}  # every blob any version named, by digest: what no pruning would keep
+    step_seconds, publish_seconds, prune_seconds = [], [], []
+    started_all = time.perf_counter()
+    for version in range(args.versions + 1):
+        if version > 0:
+            started = time.perf_counter()
+            before = optimizer_bytes(trainer.network, trainer.optimizer)
+            before_hash = hashlib.sha256(before).digest()
+            trainer.step()
+            step_seconds.append(time.perf_counter() - started)
+        else:
+            before_hash = b""
+        started = time.perf_counter()
+        model = trainer.policy()
+        weights, optimizer = to_blob(model), optimizer_bytes(trainer.network, trainer.optimizer)
+        parent = policies.get(version - 1)
+        announcement = PolicyAnnouncement(
+            key.node_id, version, model.model_hash, blobs.keep(weights), len(weights),
+            parent=parent.model_hash if parent is not None else b"", config=blobs.keep(config_file),
+            optimizer_before=before_hash, optimizer=blobs.keep(optimizer), optimizer_size=len(optimizer),
+            platform=platform_tag(model)).signed(key)
+        store.put_policy(announcement, time.time())
+        policies[version] = announcement
+        ever.update({announcement.blob: len(weights), announcement.optimizer: len(optimizer),
+                     announcement.config: len(config_file)})
+        publish_seconds.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        pruner.after(policies, version)
+        prune_seconds.append(time.perf_counter() - started)
+        per_version = max(per_version, len(weights) + len(optimizer))
+        on_disk = blob_bytes(blobs.directory)
+        store_bytes = sum(p.stat().st_size for p in directory.glob("node.sqlite*"))
+        checkpoints = folder_bytes(directory / "trainer" / "checkpoints")
+        # The bound: K + 1 versions of weights and optimizer state, plus the step config (one
+        # file every version names), plus the store.
+        bound = keep * per_version + len(config_file)
+        bound_ok &= on_disk <= bound
+        row = {"version": version, "blob_bytes": on_disk, "blob_files": sum(1 for _ in blobs.directory.iterdir()),
+               "store_bytes": store_bytes, "checkpoint_bytes": checkpoints, "bound_bytes": bound}
+        if not worst or on_disk > worst["blob_bytes"]:
+            worst = row
+        stopping = bool(args.deadline) and time.perf_counter() - started_all > args.deadline
+        if version % max(1, args.versions // 20) == 0 or version == args.versions or stopping:
+            rows.append(row)
+            console.print(f"version {version}: blobs {on_disk / MiB:.1f} MiB in {row['blob_files']} files "
+                          f"(bound {bound / MiB:.1f}), store {store_bytes / 1024:.0f} KiB, checkpoints "
+                          f"{checkpoints / MiB:.1f} MiB, {time.perf_counter() - started_all:.0f} s")
+        if stopping:
+            console.print(f"[yellow]stopped at version {version}: --deadline {args.deadline} s reached[/]")
+            break
+    journal = store.pruned()
+    result = {
+        "model": args.model, "versions": version, "versions_asked": args.versions, "keep": keep,
+        "max_staleness": keep - 1, "batch": {"groups": args.groups, "group_size": args.group_size,
+                                              "max_new_tokens": config.max_new_tokens},
+        "per_version_bytes": per_version, "step_config_bytes": len(config_file),
+        "bound_held_every_version": bool(bound_ok), "worst": worst, "final": rows[-1],
+        "blobs_pruned": sum(1 for _, state in journal.values() if state == "done"),
+        "prune_intents_left": sum(1 for _, state in journal.values() if state == "intent"),
+        # Steps whose groups all had equal rewards change nothing (no gradient): their version
+        # names its parent's files, so without pruning the folder holds each distinct blob once.
+        "without_pruning_bytes": sum(ever.values()), "distinct_weights": len({a.blob for a in policies.values()}),
+        "seconds": {"step_median": _median(step_seconds), "publish_median": _median(publish_seconds),
+                    "prune_median": _median(prune_seconds), "prune_max": max(prune_seconds),
+                    "total": time.perf_counter() - started_all},
+        "series": rows,
+    }
+    store.close()
+    return result
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values) if values else 0.0
+
+
+def archive_audit(directory: Path, args) -> dict:
+    """Part 2: a devnet whose trainer is the archive, audited whole; then its workers alone."""
+    import vrl.audit
+    from vrl.harness import devnet
+
+    summary = devnet.run(directory, args.nodes, [], args.audit_rounds, deadline_s=args.audit_deadline,
+                         base_port=random.Random().randrange(20000, 27000), console=console,
+                         work={"model": args.audit_model, "task": args.task})
+    if summary["failure"]:
+        raise SystemExit(f"the devnet failed: {summary['failure']}")
+    out = {"nodes": args.nodes, "rounds": args.audit_rounds, "model": args.audit_model,
+           "blob_bytes": {p.name: blob_bytes(p / "blobs") for p in sorted(directory.glob("node-*"))}}
+    for label, paths in (("whole devnet (trainer = archive)", [directory]),
+                         ("workers only (default tier)", sorted(directory.glob("node-[1-9]*")))):
+        started = time.perf_counter()
+        with vrl.audit.open(paths) as audit:
+            report = audit.run(checks=["steps"], sample=1.0)
+        stats = report.stats.get("steps", {})
+        out[label] = {"seconds": time.perf_counter() - started, "steps": stats,
+                      "unreplayable": [f.evidence.get("version") for f in report.findings
+                                       if f.code == "step_unreplayable"]}
+        console.print(f"{label}: {stats}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", type=int, default=1000)
+    parser.add_argument("--model", default="base")
+    parser.add_argument("--task", default="arithmetic:digits=1")
+    parser.add_argument("--groups", type=int, default=2, help="groups per step")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--deadline", type=float, default=0.0, help="seconds for part 1 (0: none)")
+    parser.add_argument("--audit-rounds", type=int, default=0, help="part 2's devnet rounds (0: skip it)")
+    parser.add_argument("--audit-model", default="base")
+    parser.add_argument("--audit-deadline", type=float, default=900.0)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one, removed)")
+    args = parser.parse_args()
+    work = args.dir or Path(tempfile.mkdtemp(prefix="vrl-storage-"))
+    out_path = RESULTS / "storage.json"
+    results: dict = {}
+    try:
+        if args.versions:
+            results["default_tier"] = default_tier(work / "default", args)
+            results["default_tier"]["command"] = " ".join(["python bench/storage.py", *sys.argv[1:]])
+        if args.audit_rounds:
+            results["archive_tier"] = archive_audit(work / "devnet", args)
+            results["archive_tier"]["command"] = " ".join(["python bench/storage.py", *sys.argv[1:]])
+    finally:
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    RESULTS.mkdir(exist_ok=True)
+    # The parts may run apart (two commands): each keeps the other's results.
+    results = {**(json.loads(out_path.read_text()) if out_path.exists() else {}), **results,
+               "machine": "2 cores shared with ~6 other jobs; times are noisy"}
+    out_path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    console.print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()
