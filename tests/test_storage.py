@@ -4,6 +4,7 @@ short at every step, a full disk during a prune, a pruned blob asked for, and [s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import sqlite3
 from pathlib import Path
@@ -98,6 +99,23 @@ def test_a_blob_named_by_a_kept_version_is_kept(tmp_path: Path) -> None:
     assert run.policies[4].blob == run.policies[5].blob and run.policies[4].blob in run.on_disk()
     assert run.policies[0].config in run.on_disk()
     assert run.policies[4].optimizer not in run.on_disk()
+
+
+def test_a_weights_delta_is_pruned_with_its_version(tmp_path: Path) -> None:
+    """A version's weights delta (specs/network.md §6.1) is one of the files it names: kept in
+    the window, pruned after it, never left behind to pile up."""
+    run = Run(tmp_path, 2)
+    deltas = {}
+    for version in range(2, 8):
+        plain = run.publish(version)
+        delta = run.blobs.keep(f"delta {version}".encode() * 5)
+        announcement = dataclasses.replace(plain, delta=delta, delta_size=len(f"delta {version}".encode() * 5),
+                                           delta_parent=run.policies[version - 1].blob).signed(TRAINER)
+        run.store.put_policy(announcement, 0.0)
+        run.policies[version], deltas[version] = announcement, delta
+    run.pruner(keep=3).prune(run.policies, 7)  # window 5..7
+    assert {deltas[v] for v in (5, 6, 7)} <= run.on_disk()
+    assert not {deltas[v] for v in (2, 3, 4)} & run.on_disk()
 
 
 def test_a_file_no_announcement_names_is_never_pruned(tmp_path: Path) -> None:

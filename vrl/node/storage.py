@@ -73,10 +73,11 @@ class StorageConfig:
 
 
 def named(announcement: PolicyAnnouncement) -> set[bytes]:
-    """The blobs an announcement names that its version itself made or uses: weights, step
+    """The blobs an announcement names that its version itself made or uses: weights, its delta, step
     config, optimizer state after the step, reward proofs (not ``optimizer_before``, its
     parent's state)."""
-    return {d for d in (announcement.blob, announcement.config, announcement.optimizer, announcement.proofs) if d}
+    return {d for d in (announcement.blob, announcement.delta, announcement.config, announcement.optimizer,
+                        announcement.proofs) if d}
 
 
 def replay_needs(announcement: PolicyAnnouncement, parent: PolicyAnnouncement | None) -> set[bytes]:
