@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
+import torch
 
 import vrl
-from proofs import commitment
+from proofs import commitment, sampler
+from proofs.sampler import SamplingParams
 from vrl.rl.export import PROVENANCE_FILE, TrainedPolicy, export
 from vrl.rl.step import StepConfig, grpo_step, optimizer_for
 from vrl.rollouts.model import Model, load_model, weights_hash
@@ -99,3 +102,32 @@ def test_generate_verify_train_and_export_on_the_qwen_shape(model, tmp_path):
     fresh = vrl.generate(exported, TASKS, key, round_seed=ROUND, sampling=sampling, groups=1, group_size=4)
     assert all(v.accepted for v in verify(fresh, exported, expect=expect))
     assert {v.reason for v in verify(rollouts[:4], exported, expect=expect)} == {"model_mismatch"}
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(1.0, 0, 1.0, 64, (256,)), SamplingParams(0.7, 50, 0.9, 64, (256,)),
+    SamplingParams(0.0, 0, 1.0, 64, (256,))], ids=["plain", "top-k-top-p", "greedy"])
+def test_the_race_replay_in_blocks_is_the_replay_at_once(params, monkeypatch):
+    """replay_sequences bounds its memory by replaying a large vocabulary's rows in blocks
+    (proofs/sampler.py _REPLAY_BLOCK_ENTRIES): every margin and logprob stays bit-identical to
+    one replay of all rows together, for sequences that straddle the blocks."""
+    generator = torch.Generator().manual_seed(7)
+    lengths = (30, 1, 45, 0, 9)
+    logits = [torch.randn((n, 151936), generator=generator) * 3 for n in lengths]
+    seeds = [bytes([i]) * 32 for i in range(len(lengths))]
+    tokens = []
+    for i, (z, n) in enumerate(zip(logits, lengths)):
+        chosen, _ = sampler.sample(z, [seeds[i]] * n, list(range(n)), params) if n else (torch.zeros(0), None)
+        chosen = chosen.to(torch.long)
+        chosen[::4] = torch.randint(0, 151936, chosen[::4].shape, generator=generator)  # some lose their race
+        tokens.append(chosen)
+    sequences = [(z, t, seed, params) for z, t, seed in zip(logits, tokens, seeds)]
+    whole = sampler.replay(torch.cat(logits), torch.cat(tokens), [s for s, n in zip(seeds, lengths) for _ in range(n)],
+                           [p for n in lengths for p in range(n)], params, 0.05)
+    monkeypatch.setattr(sampler, "_REPLAY_BLOCK_ENTRIES", 7 * 151936)  # blocks of 7 rows
+    blocked = sampler.replay_sequences(sequences, 0.05)
+    ends = np.cumsum(lengths)
+    for replayed, end, n in zip(blocked, ends, lengths):
+        assert np.array_equal(replayed.margins, whole.margins[end - n : end])
+        assert np.array_equal(replayed.logprobs, whole.logprobs[end - n : end])
+    assert (whole.margins > 0).any() and (whole.margins == 0).any()  # races both won and lost

@@ -1,0 +1,371 @@
+"""What a 0.5B model costs on a CPU: Qwen2.5-0.5B's shape (the ``qwen2.5-0.5b`` preset: hidden
+896, 24 layers, 14 heads over 2 KV heads, vocabulary 151,936, tied embeddings; seeded random
+weights), float32, end to end.
+
+    python bench/scale_model.py                   # everything -> bench/results/qwen0.5b.json
+    python bench/scale_model.py --model qwen2.5-0.5b-2layer --new-tokens 16 --out /tmp/q.json  # a dry run
+    python bench/scale_model.py --only grpo:adamw8bit   # one measurement, merged into --out
+
+Measures, each in a process of its own so that its peak RSS (``getrusage`` ``ru_maxrss``) is
+its own and not the previous measurement's:
+
+* ``load``: building the preset and hashing it;
+* ``generate:B`` and ``verify:B``: one GRPO group of B completions of ``--new-tokens`` tokens
+  (KV-cache decode with the canonical sampler, commitments built), then ``vrl.verify`` of it at
+  batch B: ms per token, verify / generate, commitment bytes per token;
+* ``grpo:OPT``: one GRPO step (:func:`vrl.rl.step.grpo_step`) on that group of 8, time and
+  peak RSS, with ``OPT`` the optimizer: ``adamw`` (the protocol's: float32 weights, fused
+  float32 AdamW), ``adamw-checkpointing`` (the same with activation checkpointing),
+  ``bf16-master`` (bfloat16 weights and gradients, float32 master weights and AdamW) or
+  ``adamw8bit`` (float32 weights, bitsandbytes' 8-bit AdamW; ``pip install bitsandbytes``);
+* ``replay``: a verifier's replay of the ``adamw`` step (:func:`vrl.rl.step.replay`), against
+  the step itself, and whether it is bit-exact;
+* ``replay-memory``: the race replay of the group's logits (``proofs.sampler.replay_sequences``),
+  whose float64 copies of full-vocabulary logits are what a 151,936-entry vocabulary makes large.
+
+A measurement that needs more memory than ``/proc/meminfo``'s MemAvailable is not started; the
+JSON says so. The machine is shared (2 cores, 24 GiB, other jobs running): absolute times are
+noisy, ratios measured in one run are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GiB = 1 << 30
+#: What each measurement needs free before it starts (MemAvailable), from its peak RSS in a
+#: first run on this machine (bench/results/qwen0.5b.json) plus 2 GiB of headroom; the float32
+#: GRPO step at 256 new tokens also keeps within the 18 GiB this machine's users agreed on.
+NEEDS_GIB = {"load": 4, "generate": 6, "verify": 8, "grpo": 20, "replay": 20, "replay-memory": 16}
+OPTIMIZERS = ("adamw", "adamw-checkpointing", "bf16-master", "adamw8bit")
+REWARDS = [1.0, 0.0] * 4  # the group's rewards for the step: random weights answer nothing, so all would be 0
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def current_rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# -- the measurements (each runs in a child process) -------------------------------------------
+
+
+def _load(args):
+    import vrl
+
+    started = time.perf_counter()
+    model = vrl.load_model(args.model)
+    model.model_hash  # noqa: B018 (part of loading: every node hashes what it loads)
+    return model, time.perf_counter() - started
+
+
+def _tasks(batch: int):
+    import vrl
+    from vrl.tasks import Task
+
+    # One prompt per group, as cost.py's: 40 bytes, 40 tokens of the byte tokenizer.
+    return vrl.TaskList("scale", (Task(f"g{batch}", "Prompt number 0 with some words in it. ", "x"),))
+
+
+def part_load(args) -> dict:
+    model, seconds = _load(args)
+    return {"seconds": seconds, "parameters": sum(p.numel() for p in model.network.parameters()),
+            "model_hash": model.model_hash.hex()}
+
+
+def part_generate(args, batch: int) -> dict:
+    import vrl
+    from vrl.rollouts.files import write_rollouts
+    from vrl.rollouts.generate import GenerationStats
+
+    model, _ = _load(args)
+    key = vrl.NodeKey.from_seed(b"scale".ljust(32, b"\0"))
+    sampling = vrl.sampling_for(model, max_new_tokens=args.new_tokens)
+    vrl.generate(model, _tasks(batch), key, round_seed=bytes(32), sampling=vrl.sampling_for(model, max_new_tokens=2),
+                 groups=1, group_size=1)  # warm-up: first-call allocations and kernel choice
+    stats = GenerationStats()
+    started = time.perf_counter()
+    rollouts = vrl.generate(model, _tasks(batch), key, round_seed=bytes(32), sampling=sampling, groups=1,
+                            group_size=batch, batch_size=batch, stats=stats)
+    seconds = time.perf_counter() - started
+    write_rollouts(Path(args.work) / f"group-{batch}.vrl", rollouts)
+    return {"batch": batch, "tokens": stats.tokens, "seconds": seconds, "ms_per_token": 1000 * seconds / stats.tokens,
+            "decode_seconds": stats.decode_seconds, "commit_seconds": stats.commit_seconds,
+            "commit_share": stats.commit_seconds / seconds,
+            "commitment_bytes_per_token": stats.commitment_bytes / stats.tokens,
+            "prompt_tokens": len(rollouts[0].prompt_tokens)}
+
+
+def _group(args, batch: int = 8) -> list:
+    from vrl.rollouts.files import read_rollouts
+
+    return list(read_rollouts(Path(args.work) / f"group-{batch}.vrl"))
+
+
+def part_verify(args, batch: int) -> dict:
+    import vrl
+
+    model, _ = _load(args)
+    rollouts = _group(args, batch)
+    started = time.perf_counter()
+    verdicts = vrl.verify(rollouts, model, batch_size=batch)
+    seconds = time.perf_counter() - started
+    tokens = sum(len(r.completion_tokens) for r in rollouts)
+    return {"batch": batch, "tokens": tokens, "seconds": seconds, "ms_per_token": 1000 * seconds / tokens,
+            "accepted": sum(v.accepted for v in verdicts), "records": len(verdicts)}
+
+
+def _step_config(rollouts):
+    from vrl.rl.step import StepConfig
+
+    return StepConfig(learning_rate=1e-6, warmup_steps=1, grad_clip=1.0, temperature=rollouts[0].sampling.temperature,
+                      max_new_tokens=rollouts[0].sampling.max_new_tokens)
+
+
+class MasterWeights:
+    """bfloat16 weights and gradients for the forward and backward pass, float32 master
+    weights and AdamW moments for the update (mixed precision as GPU trainers run it), behind
+    the three things grpo_step asks of an optimizer (param_groups, zero_grad, step)."""
+
+    def __init__(self, network, config) -> None:
+        import torch
+
+        self.work = list(network.parameters())
+        self.master = [p.detach().float().clone().requires_grad_(True) for p in self.work]
+        self.inner = torch.optim.AdamW(self.master, lr=config.learning_rate, betas=config.betas, eps=config.eps,
+                                       weight_decay=config.weight_decay, fused=True)
+        self.param_groups = self.inner.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.work:
+            p.grad = None
+
+    def step(self) -> None:
+        for master, work in zip(self.master, self.work):
+            master.grad = work.grad.float()
+            work.grad = None
+        self.inner.step()
+        for master, work in zip(self.master, self.work):
+            work.data.copy_(master.data)
+            master.grad = None
+
+
+def part_grpo(args, optimizer_name: str) -> dict:
+    import torch
+
+    import vrl
+    from vrl.rl.step import grpo_step, optimizer_bytes, optimizer_for
+
+    rollouts = _group(args)
+    config = _step_config(rollouts)
+    model = vrl.load_model(args.model, dtype="bfloat16" if optimizer_name == "bf16-master" else "float32")
+    network = model.network.requires_grad_(True)
+    if optimizer_name == "adamw-checkpointing":
+        # transformers checkpoints only in training mode; Qwen2 has no dropout (attention_dropout
+        # 0.0), so train() computes what eval() does.
+        network.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        network.train()
+    if optimizer_name == "bf16-master":
+        optimizer = MasterWeights(network, config)
+    elif optimizer_name == "adamw8bit":
+        import bitsandbytes
+
+        optimizer = bitsandbytes.optim.AdamW8bit(network.parameters(), lr=config.learning_rate, betas=config.betas,
+                                                 eps=config.eps, weight_decay=config.weight_decay)
+    else:
+        optimizer = optimizer_for(network, config)
+    before = optimizer_bytes(network, optimizer) if optimizer_name == "adamw" else b""
+    rss_before = current_rss_bytes()
+    started = time.perf_counter()
+    stats = grpo_step(network, optimizer, [rollouts], [1.0], config, 0, model.pad_token_id, rewards=[REWARDS])
+    seconds = time.perf_counter() - started
+    result = {"optimizer": optimizer_name, "seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
+              "rss_before_step_bytes": rss_before, "groups_used": stats["groups_used"],
+              "completion_tokens": sum(len(r.completion_tokens) for r in rollouts)}
+    if optimizer_name == "adamw":  # the protocol's step: what the replay is compared against
+        network.zero_grad(set_to_none=True)
+        claimed = vrl.Model("step", network.eval(), model.tokenizer, "float32")
+        result["model_hash"] = claimed.model_hash.hex()
+        result["optimizer_hash"] = hashlib.sha256(optimizer_bytes(network, optimizer)).hexdigest()
+        (Path(args.work) / "optimizer-before.safetensors").write_bytes(before)
+    del optimizer
+    torch.set_grad_enabled(True)
+    return result
+
+
+def part_replay(args) -> dict:
+    import vrl
+    from vrl.rl.step import optimizer_bytes, replay
+
+    rollouts = _group(args)
+    config = _step_config(rollouts)
+    model = vrl.load_model(args.model)
+    parent = model.network
+    before = (Path(args.work) / "optimizer-before.safetensors").read_bytes()
+    started = time.perf_counter()
+    network, optimizer, stats = replay(parent, before, [rollouts], [1.0], config, 0, model.pad_token_id,
+                                       rewards=[REWARDS])
+    seconds = time.perf_counter() - started
+    peak = peak_rss_bytes()
+    network.zero_grad(set_to_none=True)
+    del parent, model
+    replayed_hash = vrl.Model("replay", network, None, "float32").model_hash.hex()  # type: ignore[arg-type]
+    return {"seconds": seconds, "peak_rss_bytes": peak, "model_hash": replayed_hash,
+            "optimizer_hash": hashlib.sha256(optimizer_bytes(network, optimizer)).hexdigest(),
+            "groups_used": stats["groups_used"]}
+
+
+def part_replay_memory(args) -> dict:
+    """The race replay alone on the group's logits, at once (one block) and in blocks."""
+    import torch
+
+    from proofs import sampler
+    from vrl.rollouts.forward import prefill
+
+    rollouts = _group(args)
+    model, _ = _load(args)
+    prefilled = prefill(model, [(list(r.prompt_tokens), list(r.completion_tokens)) for r in rollouts])
+    del model
+    sequences = [(p.logits, torch.tensor(r.completion_tokens), r.sample_seed, r.sampling)
+                 for p, r in zip(prefilled, rollouts)]
+    if args.replay_at_once:
+        sampler._REPLAY_BLOCK_ENTRIES = 1 << 62  # noqa: SLF001 (every row in one block: the replay before blocks)
+    rss_before = current_rss_bytes()
+    started = time.perf_counter()
+    races = sampler.replay_sequences(sequences, 0.0)
+    seconds = time.perf_counter() - started
+    assert all(float(r.margins.max()) == 0.0 for r in races), "an honest race was lost"
+    return {"at_once": args.replay_at_once, "seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
+            "rss_before_replay_bytes": rss_before,
+            "logits_bytes": sum(p.logits.numel() * 4 for p in prefilled)}
+
+
+def run_part(args) -> dict:
+    name, _, variant = args.part.partition(":")
+    if name == "load":
+        result = part_load(args)
+    elif name == "generate":
+        result = part_generate(args, int(variant))
+    elif name == "verify":
+        result = part_verify(args, int(variant))
+    elif name == "grpo":
+        result = part_grpo(args, variant)
+    elif name == "replay":
+        result = part_replay(args)
+    elif name == "replay-memory":
+        result = part_replay_memory(args)
+    else:
+        raise SystemExit(f"unknown part {args.part!r}")
+    result.setdefault("peak_rss_bytes", peak_rss_bytes())
+    return result
+
+
+# -- the parent: one child per measurement ------------------------------------------------------
+
+
+def child(args, part: str, *extra: str) -> dict:
+    """Run one measurement in a process of its own; ``part@T`` runs it on T threads."""
+    part, _, threads = part.partition("@")
+    need = NEEDS_GIB[part.partition(":")[0]] if args.model == "qwen2.5-0.5b" else 2
+    free = available_bytes()
+    if free < need * GiB and not args.force:
+        return {"skipped": f"needs {need} GiB available, MemAvailable was {free / GiB:.1f} GiB"}
+    command = [sys.executable, __file__, "--part", part, "--model", args.model, "--new-tokens", str(args.new_tokens),
+               "--work", args.work, "--threads", threads or str(args.threads), *extra]
+    print("running", part, *extra, f"(MemAvailable {free / GiB:.1f} GiB)", flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if done.returncode != 0:
+        return {"failed": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}",
+                "exit_code": done.returncode}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print("  ", json.dumps(result), flush=True)
+    return result
+
+
+#: Every measurement, in order. The step and its replay are compared at one thread, the
+#: platform on which a replay must be bit-exact (vrl.rollouts.model.bit_exact_platform).
+PARTS = ("load", "generate:1", "verify:1", "generate:8", "verify:8", "replay-memory", "replay-memory:at-once",
+         *(f"grpo:{name}" for name in OPTIMIZERS), "grpo:adamw@1", "replay@1")
+
+
+def summary(results: dict) -> dict:
+    """The ratios: verify / generate per batch, the replay against the step, the GRPO step's
+    peaks in GiB."""
+    out: dict = {}
+    for batch in (1, 8):
+        g, v = results.get(f"generate:{batch}", {}), results.get(f"verify:{batch}", {})
+        if "seconds" in g and "seconds" in v:
+            out[f"verify_over_generate_batch_{batch}"] = v["seconds"] / g["seconds"]
+    step, again = results.get("grpo:adamw@1", {}), results.get("replay@1", {})
+    if "seconds" in step and "seconds" in again:
+        out["replay_over_step"] = again["seconds"] / step["seconds"]
+        out["replay_bit_exact"] = (step["model_hash"], step["optimizer_hash"]) == (again["model_hash"],
+                                                                                  again["optimizer_hash"])
+    for name, result in results.items():
+        if "peak_rss_bytes" in result:
+            out[f"peak_rss_gib[{name}]"] = round(result["peak_rss_bytes"] / GiB, 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qwen2.5-0.5b")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", default="", help="comma-separated parts (default: all of them)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/qwen0.5b.json"))
+    parser.add_argument("--work", default="", help="where the rollouts between parts are kept (default: beside --out)")
+    parser.add_argument("--force", action="store_true", help="run parts even when MemAvailable is below their need")
+    parser.add_argument("--part", default="", help=argparse.SUPPRESS)  # a child's one measurement
+    parser.add_argument("--replay-at-once", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.part:
+        print(json.dumps(run_part(args)))
+        return
+    args.work = args.work or str(Path(tempfile.gettempdir()) / f"vrl-scale-{args.model}-{args.new_tokens}")
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+    same = previous.get("args", {}).get("model") == args.model and previous.get("args", {}).get(
+        "new_tokens") == args.new_tokens
+    results = dict(previous.get("results", {})) if same else {}
+    for part in args.only.split(",") if args.only else PARTS:
+        if part == "replay-memory:at-once":
+            results[part] = child(args, "replay-memory", "--replay-at-once")
+        else:
+            results[part] = child(args, part)
+    report = {
+        "args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads, "dtype": "float32"},
+        "machine": f"{os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}; "
+                   "shared with other jobs while measured",
+        "results": results,
+        "summary": summary(results),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
