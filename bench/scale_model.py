@@ -20,12 +20,14 @@ its own and not the previous measurement's:
   ``adamw8bit`` (float32 weights, bitsandbytes' 8-bit AdamW; ``pip install bitsandbytes``);
 * ``replay``: a verifier's replay of the ``adamw`` step (:func:`vrl.rl.step.replay`), against
   the step itself, and whether it is bit-exact;
-* ``replay-memory``: the race replay of the group's logits (``proofs.sampler.replay_sequences``),
-  whose float64 copies of full-vocabulary logits are what a 151,936-entry vocabulary makes large.
+* ``replay-memory``: the race replay (``proofs.sampler.replay_sequences``) over logits of the
+  group's shape, at once and in blocks: its float64 copies of full-vocabulary logits are what a
+  151,936-entry vocabulary makes large.
 
 A measurement that needs more memory than ``/proc/meminfo``'s MemAvailable is not started; the
-JSON says so. The machine is shared (2 cores, 24 GiB, other jobs running): absolute times are
-noisy, ratios measured in one run are the result.
+JSON says so. The machine is shared (2 cores, 24 GiB, other jobs running): wall times are
+noisy, so each measurement also records its process's CPU time (``time.process_time``, all its
+threads), which another job's load changes far less; ratios are given on both.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ GiB = 1 << 30
 #: What each measurement needs free before it starts (MemAvailable), from its peak RSS in a
 #: first run on this machine (bench/results/qwen0.5b.json) plus 2 GiB of headroom; the float32
 #: GRPO step at 256 new tokens also keeps within the 18 GiB this machine's users agreed on.
-NEEDS_GIB = {"load": 4, "generate": 6, "verify": 8, "grpo": 20, "replay": 20, "replay-memory": 16}
+NEEDS_GIB = {"load": 4, "generate": 6, "verify": 8, "grpo": 20, "replay": 20, "replay-memory": 4}
 OPTIMIZERS = ("adamw", "adamw-checkpointing", "bf16-master", "adamw8bit")
 REWARDS = [1.0, 0.0] * 4  # the group's rewards for the step: random weights answer nothing, so all would be 0
 
@@ -102,12 +104,13 @@ def part_generate(args, batch: int) -> dict:
     vrl.generate(model, _tasks(batch), key, round_seed=bytes(32), sampling=vrl.sampling_for(model, max_new_tokens=2),
                  groups=1, group_size=1)  # warm-up: first-call allocations and kernel choice
     stats = GenerationStats()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     rollouts = vrl.generate(model, _tasks(batch), key, round_seed=bytes(32), sampling=sampling, groups=1,
                             group_size=batch, batch_size=batch, stats=stats)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     write_rollouts(Path(args.work) / f"group-{batch}.vrl", rollouts)
-    return {"batch": batch, "tokens": stats.tokens, "seconds": seconds, "ms_per_token": 1000 * seconds / stats.tokens,
+    return {"batch": batch, "tokens": stats.tokens, "seconds": seconds, "cpu_seconds": cpu_seconds,
+            "ms_per_token": 1000 * seconds / stats.tokens,
             "decode_seconds": stats.decode_seconds, "commit_seconds": stats.commit_seconds,
             "commit_share": stats.commit_seconds / seconds,
             "commitment_bytes_per_token": stats.commitment_bytes / stats.tokens,
@@ -115,9 +118,20 @@ def part_generate(args, batch: int) -> dict:
 
 
 def _group(args, batch: int = 8) -> list:
+    """The generated group of ``batch``; for a step (``--step-tokens N``), each completion cut
+    to its first N tokens, as if sampled with max_new_tokens N: what a step on shorter
+    completions costs, without generating them again."""
+    import dataclasses
+
     from vrl.rollouts.files import read_rollouts
 
-    return list(read_rollouts(Path(args.work) / f"group-{batch}.vrl"))
+    rollouts = list(read_rollouts(Path(args.work) / f"group-{batch}.vrl"))
+    if args.step_tokens:
+        n = args.step_tokens
+        rollouts = [dataclasses.replace(r, completion_tokens=r.completion_tokens[:n],
+                                        behaviour_logprobs=r.behaviour_logprobs[:n],
+                                        sampling=dataclasses.replace(r.sampling, max_new_tokens=n)) for r in rollouts]
+    return rollouts
 
 
 def part_verify(args, batch: int) -> dict:
@@ -125,11 +139,12 @@ def part_verify(args, batch: int) -> dict:
 
     model, _ = _load(args)
     rollouts = _group(args, batch)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     verdicts = vrl.verify(rollouts, model, batch_size=batch)
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     tokens = sum(len(r.completion_tokens) for r in rollouts)
-    return {"batch": batch, "tokens": tokens, "seconds": seconds, "ms_per_token": 1000 * seconds / tokens,
+    return {"batch": batch, "tokens": tokens, "seconds": seconds, "cpu_seconds": cpu_seconds,
+            "ms_per_token": 1000 * seconds / tokens,
             "accepted": sum(v.accepted for v in verdicts), "records": len(verdicts)}
 
 
@@ -194,12 +209,21 @@ def part_grpo(args, optimizer_name: str) -> dict:
         optimizer = optimizer_for(network, config)
     before = optimizer_bytes(network, optimizer) if optimizer_name == "adamw" else b""
     rss_before = current_rss_bytes()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     stats = grpo_step(network, optimizer, [rollouts], [1.0], config, 0, model.pad_token_id, rewards=[REWARDS])
-    seconds = time.perf_counter() - started
-    result = {"optimizer": optimizer_name, "seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
-              "rss_before_step_bytes": rss_before, "groups_used": stats["groups_used"],
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    result = {"optimizer": optimizer_name, "seconds": seconds, "cpu_seconds": cpu_seconds,
+              "peak_rss_bytes": peak_rss_bytes(), "rss_before_step_bytes": rss_before,
+              "groups_used": stats["groups_used"],
               "completion_tokens": sum(len(r.completion_tokens) for r in rollouts)}
+    # What the optimizer keeps between steps (moments, 8-bit blocks' scales, master weights) and
+    # what the weights take, counted from the tensors themselves.
+    inner = optimizer.inner if isinstance(optimizer, MasterWeights) else optimizer
+    result["optimizer_state_bytes"] = sum(v.numel() * v.element_size() for state in inner.state.values()
+                                          for v in state.values() if isinstance(v, torch.Tensor))
+    if isinstance(optimizer, MasterWeights):
+        result["optimizer_state_bytes"] += sum(m.numel() * m.element_size() for m in optimizer.master)
+    result["weights_bytes"] = sum(p.numel() * p.element_size() for p in network.parameters())
     if optimizer_name == "adamw":  # the protocol's step: what the replay is compared against
         network.zero_grad(set_to_none=True)
         claimed = vrl.Model("step", network.eval(), model.tokenizer, "float32")
@@ -220,42 +244,43 @@ def part_replay(args) -> dict:
     model = vrl.load_model(args.model)
     parent = model.network
     before = (Path(args.work) / "optimizer-before.safetensors").read_bytes()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     network, optimizer, stats = replay(parent, before, [rollouts], [1.0], config, 0, model.pad_token_id,
                                        rewards=[REWARDS])
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     peak = peak_rss_bytes()
     network.zero_grad(set_to_none=True)
     del parent, model
     replayed_hash = vrl.Model("replay", network, None, "float32").model_hash.hex()  # type: ignore[arg-type]
-    return {"seconds": seconds, "peak_rss_bytes": peak, "model_hash": replayed_hash,
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_rss_bytes": peak, "model_hash": replayed_hash,
             "optimizer_hash": hashlib.sha256(optimizer_bytes(network, optimizer)).hexdigest(),
             "groups_used": stats["groups_used"]}
 
 
 def part_replay_memory(args) -> dict:
-    """The race replay alone on the group's logits, at once (one block) and in blocks."""
+    """The race replay alone (``proofs.sampler.replay_sequences``) over logits of the group's
+    shape (8 completions of the vocabulary's width), at once (one block, as before blocks) or in
+    blocks. The logits are seeded random numbers, not the model's: the memory and time of the
+    replay depend on their shape, not their values, and no prefill is paid for."""
     import torch
 
     from proofs import sampler
-    from vrl.rollouts.forward import prefill
+    from vrl.rollouts.presets import PRESETS
 
     rollouts = _group(args)
-    model, _ = _load(args)
-    prefilled = prefill(model, [(list(r.prompt_tokens), list(r.completion_tokens)) for r in rollouts])
-    del model
-    sequences = [(p.logits, torch.tensor(r.completion_tokens), r.sample_seed, r.sampling)
-                 for p, r in zip(prefilled, rollouts)]
+    vocab = PRESETS[args.model].vocab
+    generator = torch.Generator().manual_seed(0)
+    sequences = [(torch.randn((len(r.completion_tokens), vocab), generator=generator) * 3,
+                  torch.tensor(r.completion_tokens), r.sample_seed, r.sampling) for r in rollouts]
     if args.replay_at_once:
         sampler._REPLAY_BLOCK_ENTRIES = 1 << 62  # noqa: SLF001 (every row in one block: the replay before blocks)
     rss_before = current_rss_bytes()
-    started = time.perf_counter()
-    races = sampler.replay_sequences(sequences, 0.0)
-    seconds = time.perf_counter() - started
-    assert all(float(r.margins.max()) == 0.0 for r in races), "an honest race was lost"
-    return {"at_once": args.replay_at_once, "seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
-            "rss_before_replay_bytes": rss_before,
-            "logits_bytes": sum(p.logits.numel() * 4 for p in prefilled)}
+    started, cpu_started = time.perf_counter(), time.process_time()
+    sampler.replay_sequences(sequences, 0.0)
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    return {"at_once": args.replay_at_once, "seconds": seconds, "cpu_seconds": cpu_seconds,
+            "peak_rss_bytes": peak_rss_bytes(), "rss_before_replay_bytes": rss_before,
+            "logits_bytes": sum(z.numel() * 4 for z, _, _, _ in sequences)}
 
 
 def run_part(args) -> dict:
@@ -289,7 +314,8 @@ def child(args, part: str, *extra: str) -> dict:
     if free < need * GiB and not args.force:
         return {"skipped": f"needs {need} GiB available, MemAvailable was {free / GiB:.1f} GiB"}
     command = [sys.executable, __file__, "--part", part, "--model", args.model, "--new-tokens", str(args.new_tokens),
-               "--work", args.work, "--threads", threads or str(args.threads), *extra]
+               "--work", args.work, "--threads", threads or str(args.threads),
+               "--step-tokens", str(args.step_tokens), *extra]
     print("running", part, *extra, f"(MemAvailable {free / GiB:.1f} GiB)", flush=True)
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     if done.returncode != 0:
@@ -304,6 +330,7 @@ def child(args, part: str, *extra: str) -> dict:
 #: platform on which a replay must be bit-exact (vrl.rollouts.model.bit_exact_platform).
 PARTS = ("load", "generate:1", "verify:1", "generate:8", "verify:8", "replay-memory", "replay-memory:at-once",
          *(f"grpo:{name}" for name in OPTIMIZERS), "grpo:adamw@1", "replay@1")
+# (A replay is named replay@T, the step it replays grpo:adamw@T; with --step-tokens N both get /N.)
 
 
 def summary(results: dict) -> dict:
@@ -314,11 +341,18 @@ def summary(results: dict) -> dict:
         g, v = results.get(f"generate:{batch}", {}), results.get(f"verify:{batch}", {})
         if "seconds" in g and "seconds" in v:
             out[f"verify_over_generate_batch_{batch}"] = v["seconds"] / g["seconds"]
-    step, again = results.get("grpo:adamw@1", {}), results.get("replay@1", {})
-    if "seconds" in step and "seconds" in again:
-        out["replay_over_step"] = again["seconds"] / step["seconds"]
-        out["replay_bit_exact"] = (step["model_hash"], step["optimizer_hash"]) == (again["model_hash"],
-                                                                                  again["optimizer_hash"])
+        if "cpu_seconds" in g and "cpu_seconds" in v:
+            out[f"verify_over_generate_batch_{batch}_cpu"] = v["cpu_seconds"] / g["cpu_seconds"]
+    for name, again in results.items():  # replay@T/N against grpo:adamw@T/N, the step it replays
+        step = results.get("grpo:adamw" + name.removeprefix("replay"), {})
+        if not name.startswith("replay@") or "seconds" not in step or "seconds" not in again:
+            continue
+        suffix = name.removeprefix("replay")
+        out[f"replay_over_step{suffix}"] = again["seconds"] / step["seconds"]
+        if "cpu_seconds" in step and "cpu_seconds" in again:
+            out[f"replay_over_step_cpu{suffix}"] = again["cpu_seconds"] / step["cpu_seconds"]
+        out[f"replay_bit_exact{suffix}"] = (step["model_hash"], step["optimizer_hash"]) == (
+            again["model_hash"], again["optimizer_hash"])
     for name, result in results.items():
         if "peak_rss_bytes" in result:
             out[f"peak_rss_gib[{name}]"] = round(result["peak_rss_bytes"] / GiB, 2)
@@ -334,6 +368,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/qwen0.5b.json"))
     parser.add_argument("--work", default="", help="where the rollouts between parts are kept (default: beside --out)")
     parser.add_argument("--force", action="store_true", help="run parts even when MemAvailable is below their need")
+    parser.add_argument("--step-tokens", type=int, default=0,
+                        help="cut the group's completions to this many tokens for grpo and replay (default: all)")
     parser.add_argument("--part", default="", help=argparse.SUPPRESS)  # a child's one measurement
     parser.add_argument("--replay-at-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -349,20 +385,21 @@ def main() -> None:
     same = previous.get("args", {}).get("model") == args.model and previous.get("args", {}).get(
         "new_tokens") == args.new_tokens
     results = dict(previous.get("results", {})) if same else {}
+    machine = (f"{os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}; "
+               "shared with other jobs while measured")
     for part in args.only.split(",") if args.only else PARTS:
+        stepped = args.step_tokens and part.startswith(("grpo", "replay@"))
+        key = f"{part}/{args.step_tokens}" if stepped else part
         if part == "replay-memory:at-once":
-            results[part] = child(args, "replay-memory", "--replay-at-once")
+            results[key] = child(args, "replay-memory", "--replay-at-once")
         else:
-            results[part] = child(args, part)
-    report = {
-        "args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads, "dtype": "float32"},
-        "machine": f"{os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}; "
-                   "shared with other jobs while measured",
-        "results": results,
-        "summary": summary(results),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            results[key] = child(args, part)
+        # Written after every part: a long run stopped midway keeps what it measured.
+        report = {"args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads,
+                           "dtype": "float32"},
+                  "machine": machine, "results": results, "summary": summary(results)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(json.dumps(report["summary"], indent=2))
     print(f"wrote {args.out}")
 
