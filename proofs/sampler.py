@@ -222,11 +222,13 @@ def replay(
 
 
 #: Rows of logits replayed at once by :func:`replay_sequences`: ``rows x vocab`` stays near
-#: 2^22 entries (32 MiB per float64 copy; the replay makes about six), whatever the batch. At
-#: once, 8 rollouts of 256 tokens of Qwen2.5-0.5B's 151,936-entry vocabulary made 2.5 GB per
-#: float64 copy and peaked at 14.1 GB; in blocks 1.9 GB, most of it the logits themselves
-#: (bench/scale_model.py replay-memory, bench/results/qwen0.5b.json). Each row's margin and
-#: logprob depend on that row alone, so the blocks change no result (tests/test_qwen_shape.py).
+#: 2^22 entries (32 MiB per float64 copy), whatever the batch. Replayed all at once, a group of 8
+#: completions of 32 tokens over Qwen2.5-0.5B's 151,936-entry vocabulary (156 MB of float32
+#: logits) took 1.45 GB above them, 9.3 times their size, growing with the batch (so about 11.6
+#: GB for 8 x 256 tokens); in blocks 0.34 GB, in the same CPU time (2.90 s against 2.86 s;
+#: ``python bench/scale_model.py --only replay-memory,replay-memory:at-once``,
+#: bench/results/qwen0.5b.json). Each row's margin and logprob depend on that row alone, so the
+#: blocks change no result (tests/test_qwen_shape.py).
 _REPLAY_BLOCK_ENTRIES = 1 << 22
 
 
