@@ -221,27 +221,55 @@ def replay(
     return RaceReplay(margins, logprobs)
 
 
+#: Rows of logits replayed at once by :func:`replay_sequences`: ``rows x vocab`` stays near
+#: 2^22 entries (32 MiB per float64 copy), whatever the batch. Replayed all at once, a group of 8
+#: completions of 32 tokens over Qwen2.5-0.5B's 151,936-entry vocabulary (156 MB of float32
+#: logits) took 1.45 GB above them, 9.3 times their size, growing with the batch (so about 11.6
+#: GB for 8 x 256 tokens); in blocks 0.34 GB, in the same CPU time (2.90 s against 2.86 s;
+#: ``python bench/scale_model.py --only replay-memory,replay-memory:at-once``,
+#: bench/results/qwen0.5b.json). Each row's margin and logprob depend on that row alone, so the
+#: blocks change no result (tests/test_qwen_shape.py).
+_REPLAY_BLOCK_ENTRIES = 1 << 22
+
+
 def replay_sequences(
     sequences: Sequence[tuple[torch.Tensor, torch.Tensor, bytes, SamplingParams]], slack: float
 ) -> list[RaceReplay]:
     """Replay whole sampled sequences, each ``(logits, tokens, sample_seed, params)`` with its
     tokens at positions ``0 .. n-1``: the rows of every sequence that shares ``params`` go
-    through :func:`replay` together, which is what makes checking a batch cheap."""
+    through :func:`replay` together, which is what makes checking a batch cheap, in blocks of
+    about ``_REPLAY_BLOCK_ENTRIES`` logits, which bounds its memory."""
     by_params: dict[SamplingParams, list[int]] = {}
     for which, (_, _, _, params) in enumerate(sequences):
         by_params.setdefault(params, []).append(which)
-    results: list[RaceReplay | None] = [None] * len(sequences)
+    margins = [np.empty(len(tokens)) for _, tokens, _, _ in sequences]
+    logprobs = [np.empty(len(tokens)) for _, tokens, _, _ in sequences]
     for params, members in by_params.items():
-        lengths = [len(sequences[which][1]) for which in members]
-        together = replay(
-            torch.cat([sequences[which][0] for which in members]),
-            torch.cat([sequences[which][1] for which in members]),
-            [sequences[which][2] for which, n in zip(members, lengths) for _ in range(n)],
-            [position for n in lengths for position in range(n)],
-            params,
-            slack,
-        )
-        ends = np.cumsum(lengths)
-        for which, end, n in zip(members, ends, lengths):
-            results[which] = RaceReplay(together.margins[end - n : end], together.logprobs[end - n : end])
-    return results  # type: ignore[return-value]  (every slot is filled above)
+        vocab = max(int(sequences[which][0].shape[-1]) for which in members)
+        block = max(1, _REPLAY_BLOCK_ENTRIES // max(vocab, 1))
+        # (sequence, first row, end row) pieces, in order, gathered into blocks of ``block`` rows.
+        pieces = [(which, start, min(start + block, len(sequences[which][1])))
+                  for which in members for start in range(0, len(sequences[which][1]), block)]
+        batch: list[tuple[int, int, int]] = []
+        rows = 0
+        for piece in [*pieces, None]:
+            if piece is not None and rows + piece[2] - piece[1] <= block:
+                batch.append(piece)
+                rows += piece[2] - piece[1]
+                continue
+            if batch:
+                together = replay(
+                    torch.cat([sequences[which][0][start:end] for which, start, end in batch]),
+                    torch.cat([sequences[which][1][start:end] for which, start, end in batch]),
+                    [sequences[which][2] for which, start, end in batch for _ in range(start, end)],
+                    [position for _, start, end in batch for position in range(start, end)],
+                    params,
+                    slack,
+                )
+                offset = 0
+                for which, start, end in batch:
+                    margins[which][start:end] = together.margins[offset : offset + end - start]
+                    logprobs[which][start:end] = together.logprobs[offset : offset + end - start]
+                    offset += end - start
+            batch, rows = ([piece], piece[2] - piece[1]) if piece is not None else ([], 0)
+    return [RaceReplay(m, lp) for m, lp in zip(margins, logprobs)]

@@ -196,7 +196,8 @@ def test_an_uncached_hub_id_offline_says_so(hub, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelError, match=r"not in the Hugging Face cache \(.*/hf/hub\) while HF_HUB_OFFLINE is set"):
         vrl.load_model("vrl-test/absent")
-    with pytest.raises(ModelError, match=r"not a preset \(tiny, micro, small\), a built model \(base, base-micro\)"):
+    with pytest.raises(ModelError, match=r"not a preset \(tiny, micro, small, qwen2\.5-0\.5b, qwen2\.5-0\.5b-2layer\), "
+                       r"a built model \(base, base-micro\)"):
         vrl.load_model("no/such/thing")
 
 

@@ -49,8 +49,8 @@ TASK_HELP = ("'arithmetic[:digits=N,ops=+-*,terms=N]', a task file (JSONL, Parqu
              "directory (datasets' save_to_disk; DIR:SPLIT picks a split).")
 COLUMNS_HELP = "The task file's columns for the fields rows are read by, e.g. 'prompt=question,answer=solution'."
 # What --model takes (vrl.rl.export.load_model).
-MODELS = ("a preset (tiny, micro, small), a built model (base), a model directory, a Hub id (org/name) or a "
-          "vrl train run")
+MODELS = ("a preset (tiny, micro, small, qwen2.5-0.5b, qwen2.5-0.5b-2layer), a built model (base), a model directory, "
+          "a Hub id (org/name) or a vrl train run")
 DEVICE_HELP = "Where the model runs: auto (CUDA when there is one), cpu, cuda or cuda:N."
 REWARD_HELP = ("A reward term NAME[/vN][:WEIGHT][:KEY=VALUE,...], repeatable, summed (specs/rewards.md §5): answer, "
                "numeric, choice, format, length-penalty, code, or an installed one. Default: answer.")

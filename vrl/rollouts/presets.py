@@ -41,6 +41,9 @@ class Preset:
     seed: int
     max_positions: int = 4096
     init_std: float = 0.02  # the usual initializer_range of Qwen2/Llama configs
+    # Qwen2Config's own defaults, which the first presets were built with (specs/record.md §5).
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
 
 
 PRESETS = {
@@ -57,6 +60,21 @@ PRESETS = {
                     tie_embeddings=True, seed=0),
     "small": Preset(hidden=1024, intermediate=2816, layers=8, heads=16, kv_heads=4, vocab=32000,
                     tie_embeddings=False, seed=0),
+    # About 494M parameters: Qwen2.5-0.5B's shape, with seeded random weights and the byte
+    # tokenizer (no weights can be downloaded here), so what a 0.5B model costs to generate,
+    # verify, train and replay is measured on the real architecture (bench/scale_model.py).
+    # Every value is Qwen/Qwen2.5-0.5B's config.json (huggingface.co/Qwen/Qwen2.5-0.5B): hidden_size
+    # 896, intermediate_size 4864, num_hidden_layers 24, num_attention_heads 14,
+    # num_key_value_heads 2, vocab_size 151936, tie_word_embeddings true, rope_theta 1000000.0,
+    # rms_norm_eps 1e-06, max_position_embeddings 32768, initializer_range 0.02 (its sliding
+    # window is off, use_sliding_window false, as Qwen2Config's default is).
+    "qwen2.5-0.5b": Preset(hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2, vocab=151936,
+                           tie_embeddings=True, seed=0, max_positions=32768, rope_theta=1_000_000.0),
+    # The same shape cut to 2 layers (166M parameters, 136M of them the tied embedding):
+    # what CI runs end to end (tests/test_qwen_shape.py), so GQA at 7 query heads per KV head,
+    # the tied head and a 151,936-entry vocabulary go through generate, verify, train and export.
+    "qwen2.5-0.5b-2layer": Preset(hidden=896, intermediate=4864, layers=2, heads=14, kv_heads=2, vocab=151936,
+                                  tie_embeddings=True, seed=0, max_positions=32768, rope_theta=1_000_000.0),
 }
 
 
@@ -116,6 +134,8 @@ def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
         num_attention_heads=preset.heads,
         num_key_value_heads=preset.kv_heads,
         max_position_embeddings=preset.max_positions,
+        rope_parameters={"rope_type": "default", "rope_theta": preset.rope_theta},
+        rms_norm_eps=preset.rms_eps,
         tie_word_embeddings=preset.tie_embeddings,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -134,7 +154,10 @@ def build_preset(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
             else:
                 digest = hashlib.sha256(f"vrl/preset/{name}/{preset.seed}/{param_name}".encode()).digest()
                 generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-                tensor.copy_(torch.randn(tensor.shape, generator=generator) * preset.init_std)
+                # Drawn into the parameter and scaled in place: the same bits as
+                # ``randn(...) * init_std``, without two temporaries the size of the largest
+                # tensor (545 MB each for qwen2.5-0.5b's embedding).
+                torch.randn(tensor.shape, generator=generator, out=tensor).mul_(preset.init_std)
     return network, tokenizer
 
 
