@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 from vrl.harness.adversary import CHEAT_FROM
 from vrl.node import events as E
-from vrl.node.daemon import TICK_SECONDS
+from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
+from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
     TOPIC_GROUPS,
@@ -51,8 +52,10 @@ from vrl.node.messages import (
     decode_group,
     schema_of,
 )
+from vrl.node.config import NODE_OVERRIDES
 from vrl.node.params import ProtocolParams
 from vrl.node.protocol import NodeProtocol, ProtocolConfig
+from vrl.node.reputation import AdmissionConfig
 from vrl.rollouts.keys import NodeKey
 
 from .metrics import Metrics
@@ -114,6 +117,7 @@ class SimNode:
     slots: dict[float, list[Msg]] = field(default_factory=dict)
     missed: list[Msg] = field(default_factory=list)
     seen: deque = field(default_factory=lambda: deque(maxlen=16))  # the replay cheat's loot
+    prepaid: set = field(default_factory=set)  # deliveries whose bytes a backfill page counted
     known_quarantined: int = 0
     convicted_at: float | None = None
 
@@ -143,6 +147,10 @@ class Simulation:
         elif c.design != "tickets":
             raise SpecError(f"design {c.design!r}: this tree's ProtocolParams has only today's design (tickets)")
         self.last_version = c.warmup + c.rounds
+        # A node's [admission] table as node.toml gives it (vrl.node.config.NODE_OVERRIDES: batches
+        # of 12, node_cap 0.34), as the calibration's devnet runs; config.admission overrides it.
+        self.admission = AdmissionConfig(**{**NODE_OVERRIDES["admission"], **c.admission})
+        self.round_bytes: dict[int, int] = {}  # gossip bytes published per round: what peers' stores hold
         self.params = {**overrides, "last_version": self.last_version}
         kinds = assign(c.adversaries, c.nodes)
         self.sybils = sybil_slots(c.adversaries, c.nodes)
@@ -170,7 +178,8 @@ class Simulation:
     def _node(self, i: int, key: NodeKey, kind: str) -> SimNode:
         # As vrl.harness.devnet.plan: node 0 trains and verifies, the others work and verify.
         roles = frozenset({"trainer", "verifier"} if i == 0 else {"worker", "verifier"})
-        config = ProtocolConfig(**self.params, roles=roles, trainer=self.trainer_key.node_id)
+        config = ProtocolConfig(**self.params, roles=roles, trainer=self.trainer_key.node_id,
+                                admission=self.admission)
         return SimNode(i, key, kind, NodeProtocol(key, config, PLATFORM, self.q0))
 
     @property
@@ -187,6 +196,9 @@ class Simulation:
         self.feed(self.trainer, E.Trained(announcement(self.trainer_key, 0, (), self.config.weights_bytes), ()))
         for node in self.nodes[1:]:
             self.at(1.0, self.tick, node)
+        for node in self.nodes:
+            if node.protocol is not None:
+                self.at(self.net.backfill_at(0.0), self.backfill_pass, node)
         self.at(TICK_SECONDS, self.tick, self.trainer)
         while self.queue and self.trainer_version < self.last_version:
             when, _, fn, args = heapq.heappop(self.queue)
@@ -241,19 +253,26 @@ class Simulation:
             self.metrics.unhandled[f"undecodable {topic}"] += 1
             return None
         msg = Msg(topic, data, obj, origin, version, valid)
+        self.round_bytes[version] = self.round_bytes.get(version, 0) + msg.size
         copies = self.net.forwards(origin, origin=True)
         self.metrics.sent(origin, msg.size * copies, copies)
         arrivals = self.net.arrivals(origin, msg.size, self.now)
         window = self.config.window_s
         for j, node in enumerate(self.nodes):
-            if j == origin or node.protocol is None:
+            if node.protocol is None:
                 continue
+            if j == origin:
+                # Its own message comes back to the publisher (vrl.node.daemon.Node._publish): no
+                # delivery, no bytes, but its protocol holds its own groups as any other's.
+                node.prepaid.add(msg)
+                arrivals[j] = self.now
             if not self.net.reachable(origin, j):
                 node.missed.append(msg)
                 continue
             when = float(arrivals[j])
             if self.net.missed():
-                when = self.net.backfill_at(when) + 5.0
+                when = self.net.backfill_at(when)
+                node.prepaid.add(msg)  # its bytes are in the backfill page that brings it
             slot = math.ceil(when / window) * window
             bucket = node.slots.get(slot)
             if bucket is None:
@@ -271,11 +290,15 @@ class Simulation:
             return
         fed = False
         for msg in msgs:
-            self.metrics.received(node.index, msg.size)
+            if msg in node.prepaid:
+                node.prepaid.discard(msg)
+            else:
+                self.metrics.received(node.index, msg.size)
             if not self.validate(node, msg):
                 continue
             copies = self.net.forwards(node.index, origin=False)
-            self.metrics.sent(node.index, msg.size * copies, copies)
+            if msg.origin != node.index:
+                self.metrics.sent(node.index, msg.size * copies, copies)
             event = self.event_of(msg)
             if event is None:
                 continue
@@ -320,6 +343,7 @@ class Simulation:
         when = self.net.backfill_at(self.now)
         slot = math.ceil(when / self.config.window_s) * self.config.window_s
         kept = [m for m in missed if m.round >= since]
+        node.prepaid.update(kept)
         self.metrics.lost_to_backfill += len(missed) - len(kept)
         if kept:
             node.slots.setdefault(slot, [])
@@ -327,8 +351,25 @@ class Simulation:
                 self.at(slot, self.drain, node, slot)
             node.slots[slot].extend(kept)
 
+    def backfill_pass(self, node: SimNode) -> None:
+        """vrl.node.daemon: every BACKFILL_EVERY_SECONDS a node pages through each connected
+        peer's log of rounds >= its version - 1 from the start (vrl.node.catchup.Backfill.pull:
+        after=0), keeping what it lacks: each pass costs the whole window's bytes per peer, in
+        pages of at most BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them. A peer's log is taken
+        as everything gossiped in those rounds (what the network published)."""
+        if node.index not in self.net.offline and node.protocol.version is not None:
+            since = max(node.protocol.version - 1, 0)
+            window = sum(b for v, b in self.round_bytes.items() if v >= since)
+            page = min(window, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
+            pages = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
+            for peer in self.net.links[node.index]:
+                if self.nodes[peer].protocol is not None and self.net.reachable(node.index, peer):
+                    self.metrics.backfilled(node.index, peer, page, pages)
+        self.at(self.now + BACKFILL_EVERY_SECONDS, self.backfill_pass, node)
+
     # -- actions ---------------------------------------------------------------------------------
     def do(self, node: SimNode, action) -> None:
+        self.metrics.actions[type(action).__name__] += 1
         handler = getattr(self, f"_do_{type(action).__name__}", None)
         if handler is not None:
             handler(node, action)

@@ -22,7 +22,8 @@ from vrl.node.messages import Outcome
 
 from .spec import LAZY, SPOOFS, CostModel, SimConfig
 
-COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes")
+COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
+            "backfill_bytes")
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Metrics:
     counters: dict[str, list[float]] = field(default_factory=dict)
     snapshots: dict[int, tuple[float, dict[str, list[float]]]] = field(default_factory=dict)
     unhandled: Counter = field(default_factory=Counter)
+    actions: Counter = field(default_factory=Counter)
     first_bad: dict[int, float] = field(default_factory=dict)  # adversary node -> when it first cheated
     quarantined_at: dict[tuple[int, bytes], float] = field(default_factory=dict)  # (observer, subject) -> when
     trained_bad: Counter = field(default_factory=Counter)
@@ -75,6 +77,14 @@ class Metrics:
             self.counters["blob_bytes"][i] += size
         self.counters["messages_in"][receiver] += 1
         self.counters["messages_out"][server] += 1
+
+    def backfilled(self, requester: int, server: int, size: int, pages: int) -> None:
+        """One backfill pass of one peer: its pages in for one, out for the other."""
+        for i, name in ((requester, "bytes_in"), (server, "bytes_out")):
+            self.counters[name][i] += size
+            self.counters["backfill_bytes"][i] += size
+        self.counters["messages_in"][requester] += pages
+        self.counters["messages_out"][server] += pages
 
     def checked(self, i: int, seconds: float) -> None:
         self.counters["checks"][i] += 1
@@ -141,7 +151,8 @@ class Metrics:
                     "bytes_per_round": out["bytes_in"] + out["bytes_out"], "bytes_in": out["bytes_in"],
                     "bytes_out": out["bytes_out"],
                     "messages_per_round": out["messages_in"] + out["messages_out"],
-                    "blob_bytes": out["blob_bytes"]}
+                    "blob_bytes": out["blob_bytes"], "backfill_bytes": out["backfill_bytes"],
+                    "bytes_per_round_without_blobs": out["bytes_in"] + out["bytes_out"] - out["blob_bytes"]}
 
         rounds_table = []
         for a, b in zip(versions, versions[1:]):
@@ -186,6 +197,7 @@ class Metrics:
             "churn": {"left": self.left, "joined": self.joined, "partitioned": self.partitioned,
                       "messages_past_backfill_window": self.lost_to_backfill},
             "unhandled": dict(self.unhandled),
+            "actions": dict(self.actions),
             "cost_model": {"verify_ms_per_token": self.cost.verify_ms_per_token,
                            "generate_ms_per_token": self.cost.generate_ms_per_token,
                            "step_seconds": self.cost.step_seconds, "source": self.cost.source},

@@ -53,7 +53,7 @@ class Records:
 
     def __init__(self, config: SimConfig, rng: random.Random) -> None:
         self.config, self.rng = config, rng
-        self.sampling = SamplingParams(1.0, 0, 1.0, config.completion_tokens, (0,))
+        self.sampling = SamplingParams(1.0, 0, 1.0, max(config.max_new_tokens, config.completion_tokens), (0,))
         self.commitment_bytes = math.ceil(config.commitment_bytes_per_token * config.completion_tokens)
 
     def group(self, key: NodeKey, version: int, index: int, reward: float | None = None) -> Group:

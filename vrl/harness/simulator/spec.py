@@ -171,15 +171,16 @@ class SimConfig:
     # them): the calibration's WARMUP_VERSIONS (bench/devnet_costs.py).
     warmup: int = 1
     # Records: group_size samples per group (GenerationConfig's default, 8); the base model's
-    # arithmetic rollouts average 3.2 completion tokens (calibrate.json honest_flag.base
-    # tokens_per_rollout); prompts of "What is 12 + 34?" kind are ~16 tokens.
+    # arithmetic rollouts on the devnet average 5.8 prompt and 3.5 completion tokens, with
+    # max_new_tokens 8 (bench/results/devnet-costs.json, read from the trainer's store).
     group_size: int = 8
-    prompt_tokens: int = 16
+    prompt_tokens: int = 6
     completion_tokens: int = 4
+    max_new_tokens: int = 8
     # 6.33 commitment bytes per token (bench/results/cost-small-float32.json)
     commitment_bytes_per_token: float = 6.33
-    # The base model's weights file, 13.1 MB (~/.cache/vrl/base/tiny-*/model.safetensors).
-    weights_bytes: int = 13_129_904
+    # The base model's weights blob as the devnet announces it (bench/results/devnet-costs.json).
+    weights_bytes: int = 13_654_264
     cost_file: Path = RESULTS / "cost-small-float32.json"
     # A step of the base model, and a replay of it, 0.1-0.3 s (vrl.node.params: step_audit_rate's note)
     step_seconds: float = 0.3
@@ -197,6 +198,7 @@ class SimConfig:
     sybil_verdicts: int = 32  # groups each fresh sybil key hard-fails per round
     deadline_s: float = 3600.0  # simulated seconds after which the run stops, rounds done or not
     protocol: dict = field(default_factory=dict)  # ProtocolParams overrides
+    admission: dict = field(default_factory=dict)  # AdmissionConfig overrides (over NODE_OVERRIDES')
 
     def __post_init__(self) -> None:
         if self.nodes < 2:
