@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from vrl.harness.adversary import CHEAT_FROM
 from vrl.node import events as E
 from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
+from vrl.node.config import NODE_OVERRIDES
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
@@ -52,7 +53,6 @@ from vrl.node.messages import (
     decode_group,
     schema_of,
 )
-from vrl.node.config import NODE_OVERRIDES
 from vrl.node.params import ProtocolParams
 from vrl.node.protocol import NodeProtocol, ProtocolConfig
 from vrl.node.reputation import AdmissionConfig
@@ -194,10 +194,10 @@ class Simulation:
     def run(self, wall_limit_s: float | None = None) -> Metrics:
         started = time.perf_counter()
         self.feed(self.trainer, E.Trained(announcement(self.trainer_key, 0, (), self.config.weights_bytes), ()))
-        for node in self.nodes[1:]:
-            self.at(1.0, self.tick, node)
         for node in self.nodes:
             if node.protocol is not None:
+                if node.index:
+                    self.at(1.0, self.tick, node)
                 self.at(self.net.backfill_at(0.0), self.backfill_pass, node)
         self.at(TICK_SECONDS, self.tick, self.trainer)
         while self.queue and self.trainer_version < self.last_version:
@@ -221,8 +221,16 @@ class Simulation:
         self.at(self.now + (TICK_SECONDS if node.index == 0 else 1.0), self.tick, node)
 
     # -- feeding the protocol --------------------------------------------------------------------
-    def feed(self, node: SimNode, event, absorb: bool = False) -> None:
+    def handle(self, node: SimNode, event, absorb: bool = False) -> list:
+        """The node's protocol fed one event; the wall time it took is the protocol's own CPU
+        cost, counted per node (what a real node's event loop spends on it)."""
+        started = time.perf_counter()
         actions = node.protocol.handle(event, replaying=absorb)
+        self.metrics.protocol_cpu(node.index, time.perf_counter() - started)
+        return actions
+
+    def feed(self, node: SimNode, event, absorb: bool = False) -> None:
+        actions = self.handle(node, event, absorb)
         self._observe(node)
         for action in actions:
             self.do(node, action)
@@ -303,9 +311,10 @@ class Simulation:
             if event is None:
                 continue
             if isinstance(event, _ABSORBED):
-                if node.kind == "replay" and isinstance(event, E.GroupReceived) and event.group.subject != node.key.node_id:
+                if (node.kind == "replay" and isinstance(event, E.GroupReceived)
+                        and event.group.subject != node.key.node_id):
                     node.seen.append(event.group)
-                node.protocol.handle(event, replaying=True)
+                self.handle(node, event, absorb=True)
                 fed = True
             else:
                 self.feed(node, event)

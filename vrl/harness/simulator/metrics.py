@@ -23,7 +23,7 @@ from vrl.node.messages import Outcome
 from .spec import LAZY, SPOOFS, CostModel, SimConfig
 
 COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
-            "backfill_bytes")
+            "backfill_bytes", "protocol_cpu_seconds")
 
 
 @dataclass
@@ -85,6 +85,9 @@ class Metrics:
             self.counters["backfill_bytes"][i] += size
         self.counters["messages_in"][requester] += pages
         self.counters["messages_out"][server] += pages
+
+    def protocol_cpu(self, i: int, seconds: float) -> None:
+        self.counters["protocol_cpu_seconds"][i] += seconds
 
     def checked(self, i: int, seconds: float) -> None:
         self.counters["checks"][i] += 1
@@ -152,6 +155,7 @@ class Metrics:
                     "bytes_out": out["bytes_out"],
                     "messages_per_round": out["messages_in"] + out["messages_out"],
                     "blob_bytes": out["blob_bytes"], "backfill_bytes": out["backfill_bytes"],
+                    "protocol_cpu_seconds_per_round": out["protocol_cpu_seconds"],
                     "bytes_per_round_without_blobs": out["bytes_in"] + out["bytes_out"] - out["blob_bytes"]}
 
         rounds_table = []
@@ -159,7 +163,8 @@ class Metrics:
             (t0, s0), (t1, s1) = self.snapshots[a], self.snapshots[b]
             rounds_table.append({"version": b, "seconds": t1 - t0, **{
                 name: sum(s1[name][i] - (s0[name][i] if i < len(s0[name]) else 0.0) for i in protocol_nodes
-                          if i < len(s1[name])) for name in ("checks", "verify_seconds", "bytes_in", "bytes_out")}})
+                          if i < len(s1[name])) for name in ("checks", "verify_seconds", "bytes_in", "bytes_out",
+                                                             "protocol_cpu_seconds")}})
         honest = [n for n in sim.nodes if n.protocol is not None and n.kind == ""]
         honest_ids = {n.key.node_id for n in honest}
         false = {(o, s) for (o, s) in self.quarantined_at if s in honest_ids and sim.nodes[o].kind == ""}
@@ -250,7 +255,7 @@ def _max_node(metrics: Metrics, start: int, end: int, rounds: int, indices: list
         return {}
     before, after = metrics.snapshots[start][1], metrics.snapshots[end][1]
     worst = {}
-    for name in ("checks", "bytes_in", "bytes_out"):
+    for name in ("checks", "bytes_in", "bytes_out", "protocol_cpu_seconds"):
         values = [(after[name][i] - (before[name][i] if i < len(before[name]) else 0.0)) / rounds for i in indices]
         worst[name] = max(values) if values else 0.0
     return worst

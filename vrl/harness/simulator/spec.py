@@ -86,7 +86,8 @@ def parse_adversaries(text: str) -> tuple[AdversarySpec, ...]:
             try:
                 share = float(share_text)
             except ValueError:
-                raise SpecError(f"{part!r}: the share after ':' must be a number in (0, 1), got {share_text!r}") from None
+                raise SpecError(f"{part!r}: the share after ':' must be a number in (0, 1), "
+                                f"got {share_text!r}") from None
             if not (math.isfinite(share) and 0 < share < 1):
                 raise SpecError(f"{part!r}: the share must be in (0, 1), got {share_text}")
             if kind in TRAINER_ADVERSARIES:
