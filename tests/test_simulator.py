@@ -62,9 +62,9 @@ def test_a_withholder_submits_half_and_a_sybil_flood_is_counted_per_key():
 
 
 def test_gossip_messages_become_the_events_the_daemon_feeds():
-    assert EVENT_FOR[SignedVerdict] is VerdictReceived
-    assert EVENT_FOR[PolicyAnnouncement] is PolicyAnnounced
-    assert EVENT_FOR[StepVerdict] is StepVerdictReceived
+    assert EVENT_FOR[SignedVerdict] == (VerdictReceived, False)
+    assert EVENT_FOR[PolicyAnnouncement] == (PolicyAnnounced, False)
+    assert EVENT_FOR[StepVerdict] == (StepVerdictReceived, False)
 
 
 def test_adversaries_take_the_last_nodes_and_a_trainer_cheat_the_trainer():

@@ -77,14 +77,17 @@ REPLAY_FAULTS = {
 _ABSORBED = (E.GroupReceived, E.VerdictReceived)
 
 
-def _event_for() -> dict[type, type]:
-    """Message class -> the event (vrl.node.events.Event) whose one field holds such a message."""
+def _event_for() -> dict[type, tuple[type, bool]]:
+    """Message class -> the event (vrl.node.events.Event) that holds such a message in its one
+    field, or in its first beside ``now`` (as GroupReceived holds a group), and whether it takes ``now``."""
     hints = {}
     for cls in typing.get_args(E.Event):
         if dataclasses.is_dataclass(cls):
             fields = dataclasses.fields(cls)
-            if len(fields) == 1:
-                hints[fields[0].type if isinstance(fields[0].type, str) else fields[0].type.__name__] = cls
+            names = [f.name for f in fields]
+            if len(fields) == 1 or names[1:] == ["now"]:
+                kind = fields[0].type if isinstance(fields[0].type, str) else fields[0].type.__name__
+                hints.setdefault(kind, (cls, len(fields) == 2))
     return {message: hints[message.__name__] for message in GOSSIP_MESSAGES if message.__name__ in hints}
 
 
@@ -324,8 +327,12 @@ class Simulation:
     def event_of(self, msg: Msg):
         if msg.topic == TOPIC_GROUPS:
             return E.GroupReceived(msg.obj, self.now)
-        event = EVENT_FOR.get(type(msg.obj))
-        return event(msg.obj) if event is not None else None
+        found = EVENT_FOR.get(type(msg.obj))
+        if found is None:
+            self.metrics.unhandled[f"message {type(msg.obj).__name__}"] += 1
+            return None
+        event, timed = found
+        return event(msg.obj, self.now) if timed else event(msg.obj)
 
     def validate(self, node: SimNode, msg: Msg) -> bool:
         """vrl.node.validation.Validator's accept, against this receiver's state."""
@@ -342,7 +349,9 @@ class Simulation:
             return obj.trainer == p.config.trainer
         if msg.topic == TOPIC_STEPS:
             return obj.trainer == p.config.trainer and p.may_hold(obj.version)
-        return True
+        # A message kind a newer design added (a round manifest): what the validator asks of any
+        # signed message, and that a trainer's message is the configured trainer's.
+        return getattr(obj, "trainer", p.config.trainer) == p.config.trainer
 
     def backfill(self, node: SimNode) -> None:
         """What a node missed (offline, across a partition) comes by backfill, if still in its
@@ -382,6 +391,8 @@ class Simulation:
         handler = getattr(self, f"_do_{type(action).__name__}", None)
         if handler is not None:
             handler(node, action)
+        elif type(action).__name__.startswith("Persist"):
+            pass  # the store: nothing to simulate
         elif hasattr(action, "topic") and hasattr(action, "data"):
             self.publish_from(node, action.topic, action.data)
         else:
