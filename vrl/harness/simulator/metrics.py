@@ -256,6 +256,7 @@ def _max_node(metrics: Metrics, start: int, end: int, rounds: int, indices: list
     before, after = metrics.snapshots[start][1], metrics.snapshots[end][1]
     worst = {}
     for name in ("checks", "bytes_in", "bytes_out", "protocol_cpu_seconds"):
-        values = [(after[name][i] - (before[name][i] if i < len(before[name]) else 0.0)) / rounds for i in indices]
+        values = [(after[name][i] - (before[name][i] if i < len(before[name]) else 0.0)) / rounds for i in indices
+                  if i < len(after[name])]
         worst[name] = max(values) if values else 0.0
     return worst
