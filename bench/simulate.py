@@ -45,17 +45,19 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
                      **({"cost_file": args.cost} if args.cost else {}))
 
 
-def run(config: SimConfig, wall_limit: float | None) -> dict:
+def run(config: SimConfig, wall_limit: float | None, cpu_limit: float | None = None) -> dict:
     started = time.perf_counter()
-    summary = Simulation(config).run(wall_limit).summary
+    summary = Simulation(config).run(wall_limit, cpu_limit).summary
     console.print(f"[dim]{config.nodes} nodes, {config.design}: {summary['rounds_measured']} rounds measured in "
-                  f"{time.perf_counter() - started:.1f} s wall ({summary['stopped']})[/]")
+                  f"{time.perf_counter() - started:.1f} s wall, {summary['cpu_seconds']:.1f} s CPU "
+                  f"({summary['stopped']})[/]")
     return summary
 
 
 def show(summary: dict) -> None:
     table = Table(title=f"{summary['nodes']} nodes, {summary['design']}, {summary['rounds_measured']} rounds measured "
-                        f"({summary['stopped']}; {summary['wall_seconds']:.0f} s wall)")
+                        f"({summary['stopped']}; {summary['wall_seconds']:.0f} s wall, "
+                        f"{summary['cpu_seconds']:.0f} s CPU)")
     for column in ("who", "checks/round", "verify s/round", "bytes in/round", "bytes out/round", "blob bytes",
                    "messages/round"):
         table.add_column(column, justify="right")
@@ -101,7 +103,7 @@ def compare(args: argparse.Namespace) -> dict:
         config = config_from(args, nodes)
         config = dataclasses.replace(config, rounds=rounds, warmup=int(settings.get("warmup_versions", 1)),
                                      weights_bytes=int(run_.get("weights_bytes") or config.weights_bytes))
-        sim = run(config, args.wall_limit)
+        sim = run(config, args.wall_limit, args.cpu_limit)
         table = Table(title=f"N = {nodes}: simulator vs real devnet ({rounds} rounds)")
         for column in ("metric", "who", "simulated", "devnet", "sim / real", f"within {TOLERANCE:.0%}"):
             table.add_column(column, justify="right")
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
     parser.add_argument("--cost", type=Path, default=None, help="bench/cost.py results (default small float32)")
     parser.add_argument("--wall-limit", type=float, default=None, help="stop after this many wall seconds")
+    parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--compare", type=Path, default=None, help="bench/results/devnet-costs.json")
     parser.add_argument("--sweep", default="", help="node counts to run one after another, e.g. 10,100,1000")
@@ -150,11 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare:
             result = compare(args)
         elif args.sweep:
-            result = {"runs": [run(config_from(args, int(n)), args.wall_limit) for n in args.sweep.split(",")]}
+            result = {"runs": [run(config_from(args, int(n)), args.wall_limit, args.cpu_limit)
+                               for n in args.sweep.split(",")]}
             for summary in result["runs"]:
                 show(summary)
         else:
-            result = run(config_from(args), args.wall_limit)
+            result = run(config_from(args), args.wall_limit, args.cpu_limit)
             show(result)
     except SpecError as error:
         console.print(f"[red]{error}[/]")

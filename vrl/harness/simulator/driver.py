@@ -194,8 +194,10 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self.queue, (when, self._seq, fn, args))
 
-    def run(self, wall_limit_s: float | None = None) -> Metrics:
-        started = time.perf_counter()
+    def run(self, wall_limit_s: float | None = None, cpu_limit_s: float | None = None) -> Metrics:
+        """Run until the trainer's last version, the simulated deadline, or a limit on this
+        process's wall-clock or CPU seconds (on a shared machine CPU is the fair measure)."""
+        started, cpu_started = time.perf_counter(), time.process_time()
         self.feed(self.trainer, E.Trained(announcement(self.trainer_key, 0, (), self.config.weights_bytes), ()))
         for node in self.nodes:
             if node.protocol is not None:
@@ -208,11 +210,15 @@ class Simulation:
             if when > self.config.deadline_s:
                 self.metrics.stopped = f"simulated deadline {self.config.deadline_s:.0f} s"
                 break
+            if cpu_limit_s is not None and time.process_time() - cpu_started > cpu_limit_s:
+                self.metrics.stopped = f"CPU limit {cpu_limit_s:.0f} s"
+                break
             if wall_limit_s is not None and time.perf_counter() - started > wall_limit_s:
                 self.metrics.stopped = f"wall-clock limit {wall_limit_s:.0f} s"
                 break
             self.now = when
             fn(*args)
+        self.metrics.cpu_seconds = time.process_time() - cpu_started
         self.metrics.finish(self, time.perf_counter() - started)
         return self.metrics
 

@@ -50,6 +50,7 @@ class Metrics:
     partitioned: int = 0
     lost_to_backfill: int = 0
     stopped: str = ""
+    cpu_seconds: float = 0.0
     summary: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -179,7 +180,8 @@ class Metrics:
             "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,
             "rounds_measured": rounds, "versions": [start, end], "seed": c.seed,
             "adversaries": {s.kind: s.share for s in c.adversaries},
-            "simulated_seconds": sim.now, "wall_seconds": wall_seconds, "stopped": self.stopped or "done",
+            "simulated_seconds": sim.now, "wall_seconds": wall_seconds,
+            "cpu_seconds": self.cpu_seconds, "stopped": self.stopped or "done",
             "per_node": per_round(protocol_nodes),
             "per_node_trainer": per_round([0]),
             "per_node_others": per_round(protocol_nodes[1:]),
