@@ -143,6 +143,7 @@ class Simulation:
         self.queue: list = []
         self._seq = 0
         self.now = 0.0
+        self._limits: tuple = (time.perf_counter(), time.process_time(), None, None)
         overrides = dict(c.protocol)
         switch = design_field()
         if switch is not None:
@@ -198,6 +199,7 @@ class Simulation:
         """Run until the trainer's last version, the simulated deadline, or a limit on this
         process's wall-clock or CPU seconds (on a shared machine CPU is the fair measure)."""
         started, cpu_started = time.perf_counter(), time.process_time()
+        self._limits = (started, cpu_started, wall_limit_s, cpu_limit_s)
         self.feed(self.trainer, E.Trained(announcement(self.trainer_key, 0, (), self.config.weights_bytes), ()))
         for node in self.nodes:
             if node.protocol is not None:
@@ -210,17 +212,23 @@ class Simulation:
             if when > self.config.deadline_s:
                 self.metrics.stopped = f"simulated deadline {self.config.deadline_s:.0f} s"
                 break
-            if cpu_limit_s is not None and time.process_time() - cpu_started > cpu_limit_s:
-                self.metrics.stopped = f"CPU limit {cpu_limit_s:.0f} s"
-                break
-            if wall_limit_s is not None and time.perf_counter() - started > wall_limit_s:
-                self.metrics.stopped = f"wall-clock limit {wall_limit_s:.0f} s"
+            if self.over_limit():
                 break
             self.now = when
             fn(*args)
         self.metrics.cpu_seconds = time.process_time() - cpu_started
         self.metrics.finish(self, time.perf_counter() - started)
         return self.metrics
+
+    def over_limit(self) -> bool:
+        """Whether a wall-clock or CPU limit of the run has passed (asked between events, and
+        between the messages of one inbox, which at scale can hold thousands)."""
+        started, cpu_started, wall, cpu = self._limits
+        if cpu is not None and time.process_time() - cpu_started > cpu:
+            self.metrics.stopped = f"CPU limit {cpu:.0f} s"
+        elif wall is not None and time.perf_counter() - started > wall:
+            self.metrics.stopped = f"wall-clock limit {wall:.0f} s"
+        return bool(self.metrics.stopped)
 
     def tick(self, node: SimNode) -> None:
         """The daemon's tick: the clock moves, what is due is done (the trainer every
@@ -306,7 +314,9 @@ class Simulation:
             node.missed.extend(msgs)
             return
         fed = False
-        for msg in msgs:
+        for count, msg in enumerate(msgs):
+            if count % 64 == 63 and self.over_limit():
+                return
             if msg in node.prepaid:
                 node.prepaid.discard(msg)
             else:

@@ -187,6 +187,10 @@ class Metrics:
             "per_node_others": per_round(protocol_nodes[1:]),
             "max_node": _max_node(self, start, end, rounds, protocol_nodes),
             "per_round": rounds_table,
+            # The whole run's counters, mean over nodes: what a run that ended inside a round shows.
+            "totals_per_node": {name: statistics.fmean(values[i] for i in protocol_nodes)
+                                for name, values in self.counters.items()},
+            "trainer_version": sim.trainer_version,
             "rounds_to_quarantine": self._rounds_to_quarantine(sim, honest),
             "honest_false_quarantines": len({s for _, s in false}),
             "honest_false_quarantine_pairs": len(false),
