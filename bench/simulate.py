@@ -41,7 +41,7 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
     return SimConfig(nodes=nodes or args.nodes, rounds=args.rounds, adversaries=parse_adversaries(args.adversaries),
                      seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
-                     churn=args.churn, joins=args.joins, topology=args.topology,
+                     churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores,
                      **({"cost_file": args.cost} if args.cost else {}))
 
 
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--churn", type=float, default=0.0, help="share of nodes that leave for a round per version")
     parser.add_argument("--joins", type=int, default=0, help="fresh honest nodes joining per version")
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
+    parser.add_argument("--cores", type=int, default=0,
+                        help="processors all nodes share, as a devnet on one machine (0: one each)")
     parser.add_argument("--cost", type=Path, default=None, help="bench/cost.py results (default small float32)")
     parser.add_argument("--wall-limit", type=float, default=None, help="stop after this many wall seconds")
     parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")

@@ -121,6 +121,7 @@ class SimNode:
     missed: list[Msg] = field(default_factory=list)
     seen: deque = field(default_factory=lambda: deque(maxlen=16))  # the replay cheat's loot
     prepaid: set = field(default_factory=set)  # deliveries whose bytes a backfill page counted
+    cpu_until: float = 0.0  # when its event loop is free again (with SimConfig.cores)
     known_quarantined: int = 0
     convicted_at: float | None = None
 
@@ -169,6 +170,9 @@ class Simulation:
                 continue
             self.nodes.append(self._node(i, key, kinds.get(i, "")))
         self.metrics = Metrics(c, self.nodes, self.cost)
+        # Processor sharing, crudely: with `cores` set, every node's compute runs nodes / cores
+        # times slower (all busy at once: an upper bound), as on the devnet's one machine.
+        self.contention = max(1.0, c.nodes / c.cores) if c.cores else 1.0
         self.truth: dict[bytes, Truth] = {}
         self._own: dict[bytes, Group] = {}  # groups this driver made, by their bytes: decoded already
         self.version_groups: dict[int, list[Group]] = {}  # honest groups published, for the sybils' smears
@@ -241,9 +245,14 @@ class Simulation:
     def handle(self, node: SimNode, event, absorb: bool = False) -> list:
         """The node's protocol fed one event; the wall time it took is the protocol's own CPU
         cost, counted per node (what a real node's event loop spends on it)."""
-        started = time.perf_counter()
+        started = time.process_time()
         actions = node.protocol.handle(event, replaying=absorb)
-        self.metrics.protocol_cpu(node.index, time.perf_counter() - started)
+        cpu = time.process_time() - started
+        self.metrics.protocol_cpu(node.index, cpu)
+        if self.config.cores:
+            # Nodes sharing `cores` processors (a devnet on one machine): the node's event loop is
+            # busy for its protocol's CPU time, stretched by the processes that share the cores.
+            node.cpu_until = max(node.cpu_until, self.now) + cpu * self.contention
         return actions
 
     def feed(self, node: SimNode, event, absorb: bool = False) -> None:
@@ -309,6 +318,16 @@ class Simulation:
 
     def drain(self, node: SimNode, slot: float) -> None:
         """Handle what reached ``node`` in one window: validate each message, feed it, then tick."""
+        if node.cpu_until > self.now + 1e-9:
+            # The node's event loop is still busy: what arrived waits for it.
+            later = math.ceil(node.cpu_until / self.config.window_s) * self.config.window_s
+            waiting = node.slots.pop(slot, [])
+            if later in node.slots:
+                node.slots[later].extend(waiting)
+            else:
+                node.slots[later] = waiting
+                self.at(later, self.drain, node, later)
+            return
         msgs = node.slots.pop(slot, ())
         if node.index in self.net.offline:
             node.missed.extend(msgs)
@@ -433,7 +452,7 @@ class Simulation:
     def job(self, node: SimNode, seconds: float, fn, *args) -> None:
         """One job on the node's model thread: it starts when the thread is free."""
         start = max(self.now, node.busy_until)
-        node.busy_until = start + seconds
+        node.busy_until = start + seconds * self.contention
         self.at(node.busy_until, fn, *args)
 
     def _do_FetchPolicy(self, node: SimNode, action: E.FetchPolicy) -> None:

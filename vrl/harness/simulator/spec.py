@@ -193,6 +193,8 @@ class SimConfig:
     churn: float = 0.0  # share of non-trainer nodes that leave for one round at each new version
     joins: int = 0  # fresh honest nodes that join at each new version
     honest_reject: float = 0.0  # honest checks that soft-fail (calibrate.json: 0 of its honest streams flagged)
+    # Processors all nodes share (the devnet's one machine: 2); 0: each node has its own.
+    cores: int = 0
     topology: str = "devnet"  # devnet: each node dials the trainer and the node before it; random: D random peers
     # Seconds between a node's handling passes of its inbox (the daemon ticks every TICK_SECONDS)
     window_s: float = 0.25
