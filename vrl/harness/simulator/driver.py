@@ -237,7 +237,10 @@ class Simulation:
     def tick(self, node: SimNode) -> None:
         """The daemon's tick: the clock moves, what is due is done (the trainer every
         TICK_SECONDS as the daemon; others every second, enough for their timers: step_wait is 30 s)."""
-        if node.index not in self.net.offline:
+        # Skipped while the node's event loop is busy, or when an inbox is due now (its handling
+        # ends with a Tick of its own).
+        if (node.index not in self.net.offline and node.cpu_until <= self.now
+                and not any(slot <= self.now for slot in node.slots)):
             self.feed(node, E.Tick(self.now))
         self.at(self.now + (TICK_SECONDS if node.index == 0 else 1.0), self.tick, node)
 
