@@ -31,6 +31,7 @@ import msgpack
 import tomli_w
 from hypothesis import strategies as st
 
+from proofs import vrf
 from proofs.sampler import SamplingParams
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.messages import (
@@ -337,6 +338,15 @@ class Tally:
         self.errors[re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", str(error))[:120]] += 1
 
 
+def _vrf_claims() -> list[bytes]:
+    claims = []
+    for i in range(3):
+        secret = hashlib.sha256(b"fuzz vrf key %d" % i).digest()
+        alpha = b"vrl/committee/v1\x00" + i.to_bytes(8, "big") + hashlib.sha256(b"root %d" % i).digest()
+        claims.append(vrf.public_key(secret) + vrf.prove(secret, alpha) + alpha)
+    return claims
+
+
 def message_targets() -> list[Target]:
     def request(data: bytes) -> BackfillRequest:
         return BackfillRequest.from_bytes(data)
@@ -365,6 +375,9 @@ def message_targets() -> list[Target]:
                lambda: [SamplingRequest(bytes(32), bytes([7]) * 32, 4).to_bytes(),
                         SamplingRequest(bytes([1]) * 32, bytes(32), 64).to_bytes()]),
         Target("sampling answer", openings_from_bytes, (SamplingProofError,), _sampling_answers),
+        # specs/vrf.md: public key (32 bytes) || pi (80) || alpha (the rest), as a committee claim carries them.
+        Target("vrf proof", lambda data: vrf.verify(data[:32], data[32:112], data[112:]), (vrf.VrfError,),
+               _vrf_claims, structure="bytes"),
     ]
 
 

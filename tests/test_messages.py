@@ -10,13 +10,18 @@ from hypothesis import strategies as st
 from vrl.node import wire
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
+    VERDICT_VERSION,
     BackfillPage,
     BackfillRequest,
     MessageError,
+    NodeCounts,
     PolicyAnnouncement,
+    RoundManifest,
     SamplingRequest,
     SignedVerdict,
+    SortedDigests,
     Submission,
+    VerdictDraw,
     WeightedDigests,
     audit_ticket,
     topic_of,
@@ -106,6 +111,11 @@ def valid_value(kind) -> st.SearchStrategy:
             return st.lists(st.binary(max_size=64), min_size=low, max_size=min(high, 3))
         case wire.Nullable(inner=inner):
             return st.none() | valid_value(inner)
+        case NodeCounts(max_items=_, high=high):
+            return st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.integers(1, high)).map(list),
+                            max_size=3, unique_by=lambda pair: pair[0]).map(sorted)
+        case SortedDigests():
+            return st.lists(st.binary(min_size=32, max_size=32), max_size=3, unique=True).map(sorted)
         case WeightedDigests():
             return st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.floats(0.0, 1e300)).map(list),
                             max_size=3, unique_by=lambda pair: pair[0])
@@ -127,10 +137,30 @@ def message_maps(draw: st.DrawFn, cls) -> tuple[bytes, bool]:
     if schema.version is not None:
         fields["kind"] = draw(st.sampled_from([schema.name] * 4 + ["other"]))
         fields["v"] = draw(st.sampled_from([schema.version] * 4 + [schema.version + 1]))
+    if cls is SignedVerdict and draw(st.integers(0, 3)):
+        _consistent_claim(draw, fields, spoiled)
+    if cls is RoundManifest and not spoiled & {"groups", "workers"} and draw(st.integers(0, 3)):
+        # the workers' counts sum to the groups listed (specs/committee.md §3.3)
+        fields["workers"] = [[b"\x01" * 32, len(fields["groups"])]] if fields["groups"] else []
     if not draw(st.integers(0, 9)):
         fields[draw(st.text(max_size=8))] = draw(ANY_VALUE)
     canonical = draw(st.integers(0, 3)) > 0
     return (canonical_bytes(fields) if canonical else msgpack.packb(fields, use_bin_type=True)), canonical
+
+
+def _consistent_claim(draw: st.DrawFn, fields: dict, spoiled: set) -> None:
+    """A verdict's draw, ticket, pi, outcome and version agree (specs/committee.md §4), unless
+    spoiled: a ticket draw is written as version 2, without draw and pi."""
+    claim = fields.get("draw")
+    if spoiled & {"draw", "ticket", "pi", "outcome"} or claim not in [str(d) for d in VerdictDraw]:
+        return
+    fields["ticket"] = draw(st.binary(min_size=64, max_size=64)) if claim == "ticket" else b""
+    fields["pi"] = draw(st.binary(min_size=80, max_size=80)) if claim in ("committee", "recheck") else b""
+    if claim != "ticket" and fields.get("outcome") == "skipped":
+        fields["outcome"] = "pass"
+    if claim == "ticket" and fields.get("v") == VERDICT_VERSION:
+        fields["v"] = VERDICT_VERSION - 1
+        del fields["draw"], fields["pi"]
 
 
 def decoded_or_refused(cls, data: bytes, canonical: bool) -> object | None:

@@ -15,7 +15,7 @@ import torch
 from blake3 import blake3
 
 import vrl
-from proofs import commitment, prf
+from proofs import commitment, prf, vrf
 from proofs.sampler import SamplingParams, sample
 from vrl.rollouts.keys import NodeKey, signature_valid
 from vrl.rollouts.model import weights_hash
@@ -363,3 +363,72 @@ def test_sampling_proof_vectors():
     assert list(challenged(record, bytes.fromhex(case["challenge"]), case["count"])) == case["positions"]
     assert {c.id: {"settings_hash": c.settings_hash.hex(), "proof_bytes": c.proof_bytes, "logrows": c.logrows}
             for c in CIRCUITS.values()} == vectors["circuits"]
+
+
+def test_vrf_vectors():
+    """specs/vrf.md: the RFC 9381 appendix B.3 examples (tests/test_vrf.py holds them to the RFC's
+    own pi and beta) and a node's proof over a committee-style alpha, under its Ed25519 key."""
+    vectors = load("vrf")
+    assert vectors["suite"] == "ECVRF-EDWARDS25519-SHA512-TAI" and bytes.fromhex(vectors["suite_string"]) == vrf.SUITE
+    assert [case["example"] for case in vectors["rfc9381"]] == [16, 17, 18]
+    node = vectors["node"]
+    seed = bytes.fromhex(node["private_key_seed"])
+    assert NodeKey.from_seed(seed).node_id.hex() == node["node_id"]
+    alpha = bytes.fromhex(node["alpha"])
+    assert alpha == (b"vrl/committee/v1\x00" + node["round"].to_bytes(8, "big") + bytes.fromhex(node["manifest_root"]))
+    for case in [*vectors["rfc9381"], {**node, "sk": node["private_key_seed"], "pk": node["node_id"]}]:
+        sk, pk, alpha = bytes.fromhex(case["sk"]), bytes.fromhex(case["pk"]), bytes.fromhex(case["alpha"])
+        assert vrf.public_key(sk) == pk
+        pi = vrf.prove(sk, alpha)
+        assert pi.hex() == case["pi"]
+        assert vrf.proof_to_hash(pi).hex() == vrf.verify(pk, pi, alpha).hex() == case["beta"]
+
+
+def test_committee_vectors():
+    """specs/committee.md §2, §3, §5, §7 from the spec's formulas alone (hashlib, the VRF and
+    integers), then against vrl.node.committee."""
+    from vrl.node import committee
+
+    v = load("committee")
+    k, u32 = v["committee_size"], lambda x: x.to_bytes(4, "big")
+    weights = [(bytes.fromhex(n), w) for n, w in v["weights"]]
+    assert weights == sorted((bytes.fromhex(n), math.floor(w * 65536)) for n, w in v["weights_in"])
+    total = sum(w for _, w in weights)
+    assert total == v["total"]
+    wdigest = hashlib.sha256(b"vrl/weights/v1\x00" + u32(k) + u32(len(weights))
+                             + b"".join(n + u32(w) for n, w in weights)).digest()
+    assert wdigest.hex() == v["weights_digest"]
+    groups = [bytes.fromhex(d) for d in v["groups"]]
+    workers = [(bytes.fromhex(n), c) for n, c in v["workers"]]
+    root = hashlib.sha256(b"vrl/manifest/v1\x00" + v["round"].to_bytes(8, "big") + wdigest + u32(len(groups))
+                          + b"".join(groups) + u32(len(workers)) + b"".join(n + u32(c) for n, c in workers)).digest()
+    assert root.hex() == v["manifest_root"]
+    alphas = {"committee": b"vrl/committee/v1\x00" + v["round"].to_bytes(8, "big") + root,
+              "recheck": b"vrl/recheck/v1\x00" + v["round"].to_bytes(8, "big") + root}
+    assert alphas["committee"].hex() == v["alpha_committee"] and len(alphas["committee"]) == 57
+    assert alphas["recheck"].hex() == v["alpha_recheck"]
+    assert v["withheld"] == [[n.hex(), v["groups_per_round"] - c] for n, c in workers if c < v["groups_per_round"]]
+    drawn_any = set()
+    for case in v["verifiers"]:
+        node, w = bytes.fromhex(case["node_id"]), dict(weights)[bytes.fromhex(case["node_id"])]
+        threshold = min(1 << 64, k * w * (1 << 64) // total)
+        assert threshold == case["threshold"]
+        for draw, alpha in alphas.items():
+            pi = vrf.prove(bytes.fromhex(case["private_key_seed"]), alpha)
+            assert pi.hex() == case[draw]["pi"]
+            beta = vrf.verify(node, pi, alpha)
+            assert beta.hex() == case[draw]["beta"]
+            values = [int.from_bytes(hashlib.sha256(b"vrl/member/v1\x00" + beta + d).digest()[:8], "big")
+                      for d in groups]
+            assert values == case[draw]["member_values"]
+            assert [x < threshold for x in values] == case[draw]["members"]
+            drawn_any |= {(draw, x < threshold) for x in values}
+    assert drawn_any == {(d, m) for d in alphas for m in (True, False)}  # the vectors show both outcomes
+    table = committee.WeightsTable(k, tuple(weights))
+    manifest = committee.ManifestContent(v["round"], table, tuple(groups), tuple(workers))
+    assert table.digest() == wdigest and manifest.root == root
+    for case in v["bounds"]:
+        assert math.exp(-case["k"] * (1 - case["f"])) == pytest.approx(case["escape_bound"], rel=1e-12)
+    for case in v["smallest_k"]:
+        assert case["k"] == math.ceil(math.log(1 / case["eps"]) / (1 - case["f_star"]))
+        assert committee.smallest_k(case["f_star"], case["eps"]) == case["k"]

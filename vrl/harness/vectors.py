@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from blake3 import blake3
 
-from proofs import commitment, prf
+from proofs import commitment, prf, vrf
 from proofs.sampler import SamplingParams, sample
+from vrl.node import committee
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model, weights_hash
 from vrl.rollouts.record import Rollout, round_seed, sample_seed
@@ -338,12 +339,75 @@ def _linear_example() -> torch.nn.Module:
     return linear
 
 
+#: RFC 9381 appendix B.3, examples 16 to 18 (ECVRF-EDWARDS25519-SHA512-TAI): secret key and
+#: alpha; vrf_vectors writes the pi and beta the implementation computes, and tests/test_vrf.py
+#: holds those to the RFC's.
+RFC_9381_B3_INPUTS = [
+    (16, "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", ""),
+    (17, "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "72"),
+    (18, "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7", "af82"),
+]
+
+
+def vrf_vectors() -> dict:
+    rfc = []
+    for example, sk, alpha in RFC_9381_B3_INPUTS:
+        pi = vrf.prove(bytes.fromhex(sk), bytes.fromhex(alpha))
+        rfc.append({"example": example, "sk": sk, "pk": vrf.public_key(bytes.fromhex(sk)).hex(), "alpha": alpha,
+                    "pi": pi.hex(), "beta": vrf.proof_to_hash(pi).hex()})
+    key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
+    round_, root = 7, hashlib.sha256(b"vrl test vector manifest").digest()
+    alpha = committee.alpha(committee.Draw.COMMITTEE, round_, root)  # specs/committee.md §2
+    pi = vrf.prove(key.private_seed(), alpha)
+    node = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(), "round": round_,
+            "manifest_root": root.hex(), "alpha": alpha.hex(), "pi": pi.hex(),
+            "beta": vrf.verify(key.node_id, pi, alpha).hex()}
+    return {"suite": "ECVRF-EDWARDS25519-SHA512-TAI", "suite_string": vrf.SUITE.hex(), "rfc9381": rfc, "node": node}
+
+
+def committee_vectors() -> dict:
+    """specs/committee.md: a weights table and its digest, a manifest and its root, both VRF
+    inputs, three verifiers' proofs, outputs and memberships for six groups, withholding, and
+    the escape bound and k for fixed (f*, eps)."""
+    keys = [NodeKey.from_seed(hashlib.sha256(b"vrl committee vector key %d" % i).digest()) for i in range(3)]
+    weights = {key.node_id: w for key, w in zip(keys, (1.0, 0.75, 0.5), strict=True)}
+    table = committee.WeightsTable.of(2, weights)
+    groups = tuple(sorted(hashlib.sha256(b"vrl committee vector group %d" % i).digest() for i in range(6)))
+    workers = tuple(sorted([(keys[0].node_id, 4), (keys[2].node_id, 2)]))
+    manifest = committee.ManifestContent(7, table, groups, workers)
+    verifiers = []
+    for key in keys:
+        entry = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(),
+                 "threshold": table.threshold(key.node_id)}
+        for draw in committee.Draw:
+            pi = vrf.prove(key.private_seed(), manifest.alpha(draw))
+            beta = vrf.proof_to_hash(pi)
+            entry[str(draw)] = {"pi": pi.hex(), "beta": beta.hex(),
+                                "member_values": [committee.member_value(beta, d) for d in groups],
+                                "members": [committee.is_member(beta, d, table.threshold(key.node_id)) for d in groups]}
+        verifiers.append(entry)
+    bounds = [{"k": k, "f": f, "escape_bound": committee.escape_bound(k, f)}
+              for k in (4, 8, 13, 26) for f in (0.10, 0.30, 0.45)]
+    smallest = [{"f_star": f, "eps": eps, "k": committee.smallest_k(f, eps)}
+                for f in (0.10, 0.30, 0.45) for eps in (1e-2, 1e-3, 1e-6)]
+    return {"round": manifest.round, "committee_size": table.committee_size,
+            "weights_in": [[node.hex(), w] for node, w in sorted(weights.items())],
+            "weights": [[node.hex(), w] for node, w in table.entries], "total": table.total,
+            "weights_digest": table.digest().hex(), "groups": [d.hex() for d in groups],
+            "workers": [[node.hex(), c] for node, c in workers], "groups_per_round": 4,
+            "withheld": [[node.hex(), n] for node, n in sorted(manifest.withheld(4).items())],
+            "manifest_root": manifest.root.hex(), "alpha_committee": manifest.alpha(committee.Draw.COMMITTEE).hex(),
+            "alpha_recheck": manifest.alpha(committee.Draw.RECHECK).hex(), "verifiers": verifiers,
+            "bounds": bounds, "smallest_k": smallest}
+
+
 def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
                        ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
                        ("training", training_vectors), ("model", model_vectors),
-                       ("sequential", sequential_vectors), ("zk", zk_vectors)]:
+                       ("sequential", sequential_vectors), ("zk", zk_vectors), ("vrf", vrf_vectors),
+                       ("committee", committee_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrl.node.messages import Group, PolicyAnnouncement, SignedVerdict, StepVerdict, Submission
+from vrl.node.messages import Group, PolicyAnnouncement, RoundManifest, SignedVerdict, StepVerdict, Submission
 
 # -- events (fed in) ---------------------------------------------------------------------------
 
@@ -38,6 +38,13 @@ class GroupReceived:
 @dataclass(frozen=True)
 class VerdictReceived:
     verdict: SignedVerdict
+
+
+@dataclass(frozen=True)
+class ManifestReceived:
+    """A round manifest arrived (the committee design, specs/committee.md §3.3)."""
+    manifest: RoundManifest
+    now: float
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ class Abandoned:
 
 
 Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
-         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed | StepStateMissing)
+         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed | StepStateMissing | ManifestReceived)
 
 
 # -- actions (carried out by the daemon) ---------------------------------------------------------
@@ -157,6 +164,13 @@ class Persist:
 
 
 @dataclass(frozen=True)
+class PersistManifest:
+    """Store this received round manifest (the trainer's, the first of its round): a restarted
+    node's committees are drawn from it again (specs/committee.md §3)."""
+    manifest: RoundManifest
+
+
+@dataclass(frozen=True)
 class ReplayStep:
     """Run the step that made this announcement again and compare (specs/training.md §4)."""
     announcement: PolicyAnnouncement
@@ -179,4 +193,4 @@ class ConvictTrainer:
 
 
 Action = (Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist | ReplayStep | PersistStep
-          | ConvictTrainer)
+          | ConvictTrainer | PersistManifest)

@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from proofs.vrf import PROOF_BYTES as VRF_PROOF_BYTES
+from vrl.node import committee
 from vrl.node.wire import (
     U64,
     Bin,
@@ -54,8 +56,11 @@ from vrl.rollouts.record import MAX_GROUP_SIZE, RecordError, Rollout
 from vrl.zk.rewards import MAX_COMPANION_BYTES
 
 MESSAGE_VERSION = 1
-# 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2).
-VERDICT_VERSION = 2
+# 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2);
+# 3: and its committee claim, draw and pi (specs/committee.md §4). A verdict that needs nothing of
+# version 3 (a ticket draw) is still written and read as version 2 (vrl.node.wire: oldest).
+VERDICT_VERSION = 3
+VERDICT_OLDEST = 2
 # 2: a policy announcement binds the training step that made it (specs/training.md §3);
 # 3: and the reward proofs of a private task set's step, proofs and proofs_size (specs/zk.md §11).
 POLICY_VERSION = 3
@@ -63,6 +68,7 @@ TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/2"
 TOPIC_POLICIES = "vrl/policies/3"
 TOPIC_STEPS = "vrl/steps/1"
+TOPIC_MANIFESTS = "vrl/manifests/1"  # the committee design only (specs/committee.md §3.3)
 
 GROUP_DOMAIN = b"vrl/group/v1\x00"
 VERDICT_DOMAIN = b"vrl/verdict/v1\x00"
@@ -71,6 +77,15 @@ STEP_DOMAIN = b"vrl/step-verdict/v1\x00"
 STEP_TICKET_DOMAIN = b"vrl/step-ticket/v1\x00"
 AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
 DIGEST_DOMAIN = b"vrl/recomputed/v1\x00"
+
+
+class VerdictDraw(StrEnum):
+    """What selected a verdict's check (specs/committee.md §4)."""
+
+    TICKET = "ticket"  # the verifier's audit ticket at the subject's rate (specs/network.md §4)
+    COMMITTEE = "committee"  # the round's VRF committee; pi proves it
+    RECHECK = "recheck"  # the fresh committee that re-checks a failure; pi proves it
+    NONE = "none"  # no draw: the trainer's or a pre-trusted anchor's own check
 
 
 class Outcome(StrEnum):
@@ -203,7 +218,7 @@ def recomputed_digest(commitments: list[bytes]) -> bytes:
     return h.digest()
 
 
-@message("verdict", VERDICT_VERSION, topic=TOPIC_VERDICTS)
+@message("verdict", VERDICT_VERSION, topic=TOPIC_VERDICTS, oldest=VERDICT_OLDEST)
 @dataclass(frozen=True)
 class SignedVerdict(Signed):
     """A verifier's signed statement about one submission."""
@@ -216,7 +231,8 @@ class SignedVerdict(Signed):
     group: bytes = field(metadata=wire(Bin(32)))  # Submission.digest
     round: int = field(metadata=wire(Uint()))
     policy_version: int = field(metadata=wire(Uint()))
-    ticket: bytes = field(metadata=wire(Bin(SIGNATURE_BYTES)))  # audit_ticket(verifier, group)
+    # audit_ticket(verifier, group); empty unless the draw is a ticket (specs/committee.md §4)
+    ticket: bytes = field(metadata=wire(Bin(0, SIGNATURE_BYTES)))
     rate: float = field(metadata=wire(Real(0.0, 1.0)))  # the check rate the verifier applied to the subject
     outcome: Outcome = field(metadata=wire(Choice(Outcome)))
     # Rejection codes of the failed records (empty on pass or skip); at most 64 codes of at most 64
@@ -232,15 +248,24 @@ class SignedVerdict(Signed):
     race_tokens: int = field(default=0, metadata=wire(Uint(), since=2))
     races_lost: int = field(default=0, metadata=wire(Uint(), since=2))
     signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
+    # The committee claim (specs/committee.md §4): what selected the check, and for a committee
+    # draw the VRF proof over the round manifest's input, checked by the receiver against it.
+    draw: VerdictDraw = field(default=VerdictDraw.TICKET, metadata=wire(Choice(VerdictDraw), since=3))
+    pi: bytes = field(default=b"", metadata=wire(Bin(0, VRF_PROOF_BYTES), since=3))
 
     @property
     def checked(self) -> bool:
         return self.outcome != Outcome.SKIPPED
 
     def valid(self) -> bool:
-        """Signature and ticket both verify under ``verifier``, and a skip is one the ticket allows."""
-        return (self.signature_ok()
-                and signature_valid(self.verifier, AUDIT_TICKET_DOMAIN + self.group, self.ticket)
+        """The signature verifies under ``verifier``; for a ticket draw the ticket does too, and a
+        skip is one the ticket allows. A committee claim is the round's to check
+        (:meth:`vrl.node.protocol.NodeProtocol.verdict_refusal`)."""
+        if not self.signature_ok():
+            return False
+        if self.draw != VerdictDraw.TICKET:
+            return True
+        return (signature_valid(self.verifier, AUDIT_TICKET_DOMAIN + self.group, self.ticket)
                 and (self.checked or not ticket_selected(self.ticket, self.rate)))
 
     @property
@@ -252,6 +277,14 @@ class SignedVerdict(Signed):
             raise FieldError("races_lost", f"{self.races_lost} races lost of {self.race_tokens} replayed")
         if self.outcome == Outcome.SKIPPED and self.race_tokens:
             raise FieldError("race_tokens", "a skipped check replayed no race")
+        ticket = self.draw == VerdictDraw.TICKET
+        if len(self.ticket) != (SIGNATURE_BYTES if ticket else 0):
+            raise FieldError("ticket", f"a {self.draw} draw carries {'a' if ticket else 'no'} ticket")
+        proven = self.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)
+        if len(self.pi) != (VRF_PROOF_BYTES if proven else 0):
+            raise FieldError("pi", f"a {self.draw} draw carries {'a' if proven else 'no'} proof")
+        if not ticket and self.outcome == Outcome.SKIPPED:
+            raise FieldError("outcome", f"a {self.draw} draw is a check, never a skip (specs/committee.md §4)")
 
 
 # -- policy announcements ----------------------------------------------------------------------
@@ -415,7 +448,89 @@ class StepVerdict(Signed):
 
 
 #: The four gossip messages, each on its own topic (specs/network.md §3).
-GOSSIP_MESSAGES = (Submission, SignedVerdict, PolicyAnnouncement, StepVerdict)
+# -- round manifests (the committee design, specs/committee.md §3) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCounts:
+    """A list of at most ``max_items`` pairs ``[32-byte id, uint in [1, high]]``, strictly sorted
+    by id: a manifest's weights table or its workers (specs/committee.md §3.3)."""
+
+    max_items: int
+    high: int
+    as_is: ClassVar[bool] = False
+
+    def decode(self, value: Any, name: str) -> tuple[tuple[bytes, int], ...]:
+        if type(value) is not list or len(value) > self.max_items:
+            raise FieldError(name, f"expected a list of at most {self.max_items} entries")
+        out = []
+        for index, entry in enumerate(value):
+            if (type(entry) is not list or len(entry) != 2 or type(entry[0]) is not bytes or len(entry[0]) != 32
+                    or type(entry[1]) is not int or not 1 <= entry[1] <= self.high):
+                raise FieldError(f"{name}[{index}]", f"expected [a 32-byte node id, an integer in [1, {self.high}]]")
+            if out and out[-1][0] >= entry[0]:
+                raise FieldError(f"{name}[{index}]", "entries must be sorted by node id, none twice")
+            out.append((entry[0], entry[1]))
+        return tuple(out)
+
+    def encode(self, value: tuple[tuple[bytes, int], ...]) -> list[list[Any]]:
+        return [[node, count] for node, count in value]
+
+
+@dataclass(frozen=True, slots=True)
+class SortedDigests:
+    """A list of at most ``max_items`` 32-byte digests, strictly ascending."""
+
+    max_items: int
+    as_is: ClassVar[bool] = False
+
+    def decode(self, value: Any, name: str) -> tuple[bytes, ...]:
+        if (type(value) is not list or len(value) > self.max_items
+                or not all(type(d) is bytes and len(d) == 32 for d in value)):
+            raise FieldError(name, f"expected a list of at most {self.max_items} 32-byte digests")
+        if any(a >= b for a, b in zip(value, value[1:], strict=False)):
+            raise FieldError(name, "digests must be sorted, none twice")
+        return tuple(value)
+
+    def encode(self, value: tuple[bytes, ...]) -> list[bytes]:
+        return list(value)
+
+
+@message("manifest", MESSAGE_VERSION, topic=TOPIC_MANIFESTS)
+@dataclass(frozen=True)
+class RoundManifest(Signed):
+    """The trainer's signed round manifest (specs/committee.md §3.3): what round ``round``
+    holds, and who may be drawn to check it, with what weight."""
+
+    _DOMAIN = committee.MANIFEST_SIGNING_DOMAIN
+    _SIGNER = "trainer"
+
+    trainer: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
+    round: int = field(metadata=wire(Uint()))
+    committee_size: int = field(metadata=wire(Uint(1, committee.MAX_COMMITTEE_SIZE)))
+    weights: tuple[tuple[bytes, int], ...] = field(
+        metadata=wire(NodeCounts(committee.MAX_WEIGHT_ENTRIES, committee.WEIGHT_SCALE)))
+    groups: tuple[bytes, ...] = field(metadata=wire(SortedDigests(committee.MAX_MANIFEST_GROUPS)))
+    workers: tuple[tuple[bytes, int], ...] = field(
+        metadata=wire(NodeCounts(committee.MAX_WORKER_ENTRIES, 2**32 - 1)))
+    signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
+
+    def valid(self) -> bool:
+        return self.signature_ok()
+
+    @functools.cached_property
+    def content(self) -> committee.ManifestContent:
+        """What the manifest fixes, and its root (specs/committee.md §3.2)."""
+        return committee.ManifestContent(self.round, committee.WeightsTable(self.committee_size, self.weights),
+                                         self.groups, self.workers)
+
+    def _cross_check(self) -> None:
+        if sum(count for _, count in self.workers) != len(self.groups):
+            raise FieldError("workers", f"the workers' counts sum to {sum(c for _, c in self.workers)}, "
+                                        f"not the {len(self.groups)} groups listed")
+
+
+GOSSIP_MESSAGES = (Submission, SignedVerdict, PolicyAnnouncement, StepVerdict, RoundManifest)
 _TOPICS = {schema_of(kind).name: schema_of(kind).topic for kind in GOSSIP_MESSAGES}
 
 

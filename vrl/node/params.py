@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vrl.config import U63, bounded, check_fields
+from vrl.config import U63, bounded, check_fields, checked, one_of
+from vrl.node.committee import COMMITTEE_SIZE, MAX_COMMITTEE_SIZE
 
 ROLES = ("worker", "verifier", "trainer")
+#: Which groups a verifier checks (specs/network.md §4): audit tickets, or VRF committees
+#: (specs/committee.md). Set alike on every node of a network.
+VERIFICATION_DESIGNS = ("tickets", "committee")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,19 @@ class ProtocolParams:
     # their absence is itself fraud (specs/training.md §5): the trainer serves all of them, and
     # backfill asks every 5 s (vrl.node.daemon.BACKFILL_EVERY_SECONDS): 30 s is six passes.
     step_wait: float = field(default=30.0, metadata=bounded(0, 86400, open_low=True))
+
+    # Which groups a verifier checks: "tickets" (specs/network.md §4, every verifier draws for
+    # every group: ~0.1 x groups_per_round x N checks a round) or "committee" (specs/committee.md:
+    # ~committee_size x groups_per_round, flat in N). Tickets stay the default until the
+    # simulator (bench/simulate.py) and a devnet have measured the committee design.
+    verification: str = field(default="tickets", metadata=checked(one_of(VERIFICATION_DESIGNS)))
+    # k, the expected committee size (specs/committee.md §5): the smallest k with
+    # exp(-k (1 - 0.45)) <= 1e-3. The trainer signs it into each round manifest.
+    committee_size: int = field(default=COMMITTEE_SIZE, metadata=bounded(1, MAX_COMMITTEE_SIZE))
+    # Seconds after announcing version r by which the trainer closes round r's submission window
+    # and signs its manifest, if not every expected group came sooner (specs/committee.md §3.4):
+    # a third of round_timeout, leaving two thirds for the committees' checks.
+    submission_window: float = field(default=20.0, metadata=bounded(0, 86400))
 
     def __post_init__(self) -> None:
         check_fields(self, ProtocolParams)  # a subclass's further fields are its own to check

@@ -44,7 +44,9 @@ from vrl.node.events import (
     Generate,
     Generated,
     GroupReceived,
+    ManifestReceived,
     Persist,
+    PersistManifest,
     PersistStep,
     Plant,
     Planted,
@@ -70,6 +72,7 @@ from vrl.node.messages import (
     PolicyAnnouncement,
     SignedVerdict,
     StepVerdict,
+    VerdictDraw,
     audit_ticket,
     ticket_selected,
 )
@@ -83,6 +86,7 @@ from vrl.node.reputation import (
     admit,
     report_of,
 )
+from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
@@ -94,7 +98,8 @@ from vrl.rollouts.verify import Reason
 __all__ = [
     "ADMISSION_DOMAIN", "MAX_PENDING_VERDICTS", "MAX_STRANGER_VERDICTS_PER_GROUP", "ROLES", "SELF_EVIDENT_FAULTS",
     "SOFT_REASONS", "Abandoned", "Action", "Check", "Checked", "ConvictTrainer", "Event", "FetchPolicy", "Generate",
-    "Generated", "GroupReceived", "NodeProtocol", "Persist", "PersistStep", "Plant", "Planted", "PolicyAnnounced",
+    "Generated", "GroupReceived", "ManifestReceived", "NodeProtocol", "Persist", "PersistManifest", "PersistStep",
+    "Plant", "Planted", "PolicyAnnounced",
     "PolicyLoaded", "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused", "ReplayStep",
     "StepReplayed", "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained", "VerdictReceived",
     "drawn", "outcome_of", "report_of", "step_rule_faults",
@@ -163,9 +168,12 @@ def _flight_key(action: Action) -> tuple:
 
 
 def drawn(verdict: SignedVerdict) -> bool:
-    """Whether the verifier's own ticket drew this check at the rate it states: a check no
-    one else's report chose, whose race evidence its sequential test may count."""
-    return verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
+    """Whether the verifier's own draw chose this check: its ticket at the rate it states, or
+    its committee seat (a claim checked on acceptance, specs/committee.md §4): a check no one
+    else's report chose, whose race evidence its sequential test may count."""
+    if verdict.draw == VerdictDraw.COMMITTEE:
+        return verdict.checked
+    return verdict.draw == VerdictDraw.TICKET and verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
 
 
 def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
@@ -223,6 +231,11 @@ class NodeProtocol:
         # failed it on, whose every fresh group this node then checks.
         self.race_tests: dict[bytes, RaceTest] = {}
         self.suspects: dict[bytes, int] = {}  # producer -> the newest policy version it was accused at
+        # The committee design (specs/committee.md): round manifests and VRF draws; and, per
+        # check under way, the draw its verdict will claim.
+        self.committee = config.verification == "committee"
+        self.rounds = Rounds(key, config.trainer)
+        self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -283,7 +296,9 @@ class NodeProtocol:
                 self._in_flight.discard(("fetch", version))
             case GroupReceived(group, now):
                 digest = group.digest
-                if digest not in self.groups and self._slots.setdefault(
+                if self.committee and self.rounds.listed(digest, group.version) is False:
+                    pass  # after its round's manifest: never checked or trained (specs/committee.md §1)
+                elif digest not in self.groups and self._slots.setdefault(
                         (group.subject, group.version, group.index), digest) == digest:
                     self.groups[digest] = _Group(group.subject, group.version, now)
                     self._by_version[group.version].append(digest)
@@ -292,6 +307,12 @@ class NodeProtocol:
                     actions += self._release_pending(digest)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
+            case ManifestReceived(manifest, now):
+                if self.rounds.add(manifest, now):
+                    actions.append(PersistManifest(manifest))
+                    for verdict in [v for v in self._pending.values() if v.policy_version == manifest.round]:
+                        del self._pending[verdict.id]
+                        actions += self._received_verdict(verdict)
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
@@ -349,8 +370,10 @@ class NodeProtocol:
                 actions += self._once(FetchPolicy(self.policies[v]))
         if self.has("worker") and version in self.loaded and version not in self.generated:
             actions += self._once(Generate(version))
+        if self.committee and self.has("trainer"):
+            actions += close_rounds(self)
         if self.has("verifier") or self.has("trainer"):
-            actions += self._checks()
+            actions += committee_checks(self) if self.committee else self._checks()
         if self.has("verifier"):
             actions += step_actions
         if self.has("trainer"):
@@ -437,6 +460,17 @@ class NodeProtocol:
                     actions += self._publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
         return actions
 
+    def _check(self, digest: bytes, version: int, draw: VerdictDraw, pi: bytes) -> list[Action]:
+        actions = self._once(Check(digest, version))
+        if actions:
+            self._draws[digest] = (draw, pi)
+        return actions
+
+    def weighs(self, verdict: SignedVerdict) -> bool:
+        """Whether a verdict's word counts: its verifier's weight reaches COUNTING_WEIGHT, or, in
+        the committee design, it holds a seat its claim proved (specs/committee.md §3.1, §8)."""
+        return self.counts(verdict.verifier) or verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)
+
     def counts(self, verifier: bytes) -> bool:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
         return self.standing(verifier).trust >= COUNTING_WEIGHT
@@ -469,23 +503,29 @@ class NodeProtocol:
         if group is None:
             return []
         rate = 1.0 if self.suspect(group.subject) else self.standing(group.subject).check_rate
-        if (ticket_selected(audit_ticket(self.key, digest), rate)
-                and self.race_test(group.subject).add(race_tokens, races_lost).rejected):
+        draw, pi = self._draws.pop(digest, (VerdictDraw.NONE, b""))
+        own_draw = draw == VerdictDraw.COMMITTEE if self.committee else ticket_selected(audit_ticket(self.key, digest),
+                                                                                          rate)
+        if own_draw and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
             reasons = (*reasons, RACE_LOSSES)
         return self._publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
-                                     race_tokens=race_tokens, races_lost=races_lost)
+                                     race_tokens=race_tokens, races_lost=races_lost, draw=draw, pi=pi)
 
     def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
-                         rate: float | None = None, race_tokens: int = 0, races_lost: int = 0) -> list[Action]:
+                         rate: float | None = None, race_tokens: int = 0, races_lost: int = 0,
+                         draw: VerdictDraw = VerdictDraw.NONE, pi: bytes = b"") -> list[Action]:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
         if group is None or (mine is not None and not _supersedes(outcome, mine)):
             return []
+        if not self.committee:
+            draw, pi = VerdictDraw.TICKET, b""
         verdict = SignedVerdict(
             verifier=self.me, subject=group.subject, group=digest, round=self.version or 0,
-            policy_version=group.version, ticket=audit_ticket(self.key, digest),
+            policy_version=group.version, ticket=audit_ticket(self.key, digest) if not self.committee else b"",
             rate=self.standing(group.subject).check_rate if rate is None else rate, outcome=outcome,
             reasons=tuple(sorted(set(reasons))), digest=recomputed, platform=self.platform,
-            planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost).signed(self.key)
+            planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost, draw=draw,
+            pi=pi).signed(self.key)
         self._verdict(verdict)
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
@@ -498,8 +538,18 @@ class NodeProtocol:
         return actions
 
     # -- verdicts of others: the subject is derived from the group, never taken from the message
+    def verdict_refusal(self, verdict: SignedVerdict) -> str | None:
+        """Why this network's design refuses a verdict's claim (specs/committee.md §4), or None;
+        ``no_manifest`` (rounds.NO_MANIFEST) while the committee design lacks its round's manifest."""
+        if not self.committee:
+            return None if verdict.draw == VerdictDraw.TICKET else WRONG_DESIGN
+        return self.rounds.refusal(verdict, self.reputation.pretrusted)
+
     def _received_verdict(self, verdict: SignedVerdict) -> list[Action]:
-        if verdict.group in self.groups:
+        refusal = self.verdict_refusal(verdict)
+        if refusal is not None and refusal != NO_MANIFEST:
+            return []
+        if verdict.group in self.groups and refusal is None:
             return [Persist(verdict)] if self._verdict(verdict) else []
         if verdict.id not in self._pending:
             self._pending[verdict.id] = verdict
@@ -520,6 +570,11 @@ class NodeProtocol:
         if len(self._pending) <= MAX_PENDING_VERDICTS:
             return
         for key in [k for k, v in self._pending.items() if not self.may_hold(v.policy_version)]:
+            del self._pending[key]
+        # Then strangers' (weight 0) first, oldest first: a flood of fresh keys never pushes out
+        # a verdict of a verifier with weight (specs/committee.md §7).
+        strangers = [k for k, v in self._pending.items() if self.standing(v.verifier).trust == 0]
+        for key in strangers[:max(0, len(self._pending) - MAX_PENDING_VERDICTS)]:
             del self._pending[key]
         while len(self._pending) > MAX_PENDING_VERDICTS:
             del self._pending[next(iter(self._pending))]
@@ -570,6 +625,8 @@ class NodeProtocol:
         group = self.groups[digest]
         if group.trained or digest in self.planted or digest in self.refused or group.subject in self.quarantined:
             return False
+        if self.committee and not self.rounds.listed(digest, group.version):
+            return None if self.rounds.listed(digest, group.version) is None else False
         verdicts = self.verdicts[digest].values()
         mine = self.verdicts[digest].get(self.me)
         if any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) for v in verdicts):
@@ -579,8 +636,10 @@ class NodeProtocol:
             return mine.outcome == Outcome.PASS
         if ("check", digest) in self._in_flight:
             return None
-        if any(v.outcome == Outcome.PASS and self.counts(v.verifier) for v in verdicts):
+        if any(v.outcome == Outcome.PASS and self.weighs(v) for v in verdicts):
             return True  # a pass from a checker that counts; a stranger's pass decides nothing
+        if self.committee:
+            return None  # a member's pass or the trainer's own check decides (specs/committee.md §8)
         return self.now - group.arrived >= self.config.verdict_wait or None
 
     def _maybe_train(self, version: int) -> list[Action]:

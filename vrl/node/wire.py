@@ -278,6 +278,12 @@ class Schema:
     version: int | None
     topic: str | None
     fields: tuple[WireField, ...]
+    # The oldest version still read (None: only ``version``). A message of an older version
+    # lacks the later fields, which take their defaults; a message is written at the oldest
+    # version whose fields hold all it says (every later field at its default), so each value
+    # has one encoding and peers of the older version read what needs nothing newer.
+    oldest: int | None = None
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # of the fields after ``oldest``
     keys: frozenset[str] = dataclasses.field(init=False)  # every key of the map, the envelope's too
     envelope: Mapping[str, Any] = dataclasses.field(init=False)  # {"kind": name, "v": version}, or {}
     # The decoder's and the encoder's loops, bound once rather than looked up per message (the
@@ -323,10 +329,13 @@ class Message:
 M = TypeVar("M", bound=Message)
 
 
-def message(name: str, version: int | None = None, *, topic: str | None = None) -> Callable[[type[M]], type[M]]:
+def message(name: str, version: int | None = None, *, topic: str | None = None,
+            oldest: int | None = None) -> Callable[[type[M]], type[M]]:
     """Class decorator, over ``@dataclass(frozen=True)``: the class is the message ``name``
     (a gossip message's ``kind``, with its ``version`` and gossip ``topic``; without a version,
-    a request or response), and every field is on the wire as its metadata (:func:`wire`) says."""
+    a request or response), and every field is on the wire as its metadata (:func:`wire`) says.
+    With ``oldest``, versions ``oldest .. version`` are read, and each message is written at the
+    oldest of them that holds it (:class:`Schema`); every field added after ``oldest`` needs a default."""
 
     def declare(cls: type[M]) -> type[M]:
         params = getattr(cls, "__dataclass_params__", None)
@@ -342,7 +351,16 @@ def message(name: str, version: int | None = None, *, topic: str | None = None) 
             if spec.name in ENVELOPE or (version is not None and not 1 <= since <= version):
                 raise TypeError(f"{cls.__name__}.{spec.name}: a reserved name, or a version the message does not have")
             fields.append(WireField(spec.name, wire_type, since))
-        cls._wire_schema = Schema(name, version, topic, tuple(fields))
+        defaults = {}
+        if oldest is not None:
+            if version is None or not 1 <= oldest < version:
+                raise TypeError(f"{cls.__name__}: oldest must be a version before {version}")
+            for spec, declared in zip(dataclasses.fields(cls), fields, strict=True):
+                if declared.since > oldest:
+                    if spec.default is dataclasses.MISSING:
+                        raise TypeError(f"{cls.__name__}.{spec.name}: a field older versions lack needs a default")
+                    defaults[spec.name] = spec.default
+        cls._wire_schema = Schema(name, version, topic, tuple(fields), oldest, defaults)
         return cls
 
     return declare
@@ -363,9 +381,22 @@ def wire_map(value: Message, omit: str | None = None) -> dict[str, Any]:
     wire.update(schema.envelope)
     for name, write in schema.writers:
         wire[name] = write(getattr(value, name))
+    if schema.oldest is not None:
+        written = _written_version(schema, value)
+        for f in schema.fields:
+            if f.since > written:
+                del wire[f.name]
+        wire["v"] = written
     if omit is not None:
         del wire[omit]
     return wire
+
+
+def _written_version(schema: Schema, value: Message) -> int:
+    """The oldest version that holds ``value``: every field added after it at its default."""
+    newest_used = max((f.since for f in schema.fields
+                       if f.name in schema.defaults and getattr(value, f.name) != schema.defaults[f.name]), default=0)
+    return max(schema.oldest or 0, newest_used)
 
 
 def encode(value: Message) -> bytes:
@@ -380,14 +411,19 @@ def decode(cls: type[M], data: bytes) -> M:
     if schema.version is not None:
         if wire.get("kind") != name:
             raise MessageError(f"{name}: field 'kind' must be {name!r}, got {shown(wire.get('kind'))}")
-        if wire.get("v") != schema.version:
+        older = schema.oldest is not None and type(wire.get("v")) is int and schema.oldest <= wire["v"] < schema.version
+        if wire.get("v") != schema.version and not older:
             raise MessageError(f"{name}: unknown message version {shown(wire.get('v'))}")
-    if wire.keys() != schema.keys:
-        unknown, missing = wire.keys() - schema.keys, schema.keys - wire.keys()
+    keys, later = schema.keys, ()
+    if schema.oldest is not None and wire["v"] != schema.version:
+        later = tuple(f.name for f in schema.fields if f.since > wire["v"])
+        keys = keys - set(later)
+    if wire.keys() != keys:
+        unknown, missing = wire.keys() - keys, keys - wire.keys()
         raise MessageError(f"{name}: field {shown(sorted(unknown or missing)[0])} is "
                            f"{'unknown' if unknown else 'missing'}")
     try:
-        value = cls(*[read(wire[key], key) for key, read in schema.readers])
+        value = cls(*[schema.defaults[key] if key in later else read(wire[key], key) for key, read in schema.readers])
         value._cross_check()
     except FieldError as error:
         raise MessageError(f"{name}: {error}") from None

@@ -1,0 +1,314 @@
+"""The committee design in the node protocol (specs/committee.md): the trainer's manifest, the
+members' checks and claims, re-checks by a fresh committee, the trainer's fallback, and hostile
+claims (a forged proof, a seat one was not drawn for, a flood of fresh keys)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from proofs import vrf
+from tests.test_protocol import announcement, endorse, submission, verdict_from
+from tests.test_protocol import node as ticket_node
+from vrl.node import committee
+from vrl.node import protocol as P
+from vrl.node.messages import (
+    TOPIC_MANIFESTS,
+    TOPIC_VERDICTS,
+    Group,
+    RoundManifest,
+    SignedVerdict,
+    Submission,
+    audit_ticket,
+)
+from vrl.node.reputation import AdmissionConfig
+from vrl.rollouts.keys import NodeKey
+
+TRAINER = NodeKey.from_seed(b"T" * 32)
+WORKER = NodeKey.from_seed(b"W" * 32)
+VERIFIERS = [NodeKey.from_seed(bytes([65 + i]) * 32) for i in range(6)]
+ANCHORS = frozenset(k.node_id for k in VERIFIERS)  # weight 1 each in every view: all eligible
+RACE_LOSS_RATE = 1e-3
+K = 3  # half the verifiers per group: some groups each way for every verifier
+
+
+def node(key: NodeKey, *roles: str, **options) -> P.NodeProtocol:
+    options = {"verification": "committee", "committee_size": K, "pretrusted": ANCHORS, **options}
+    config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id, **options)
+    return P.NodeProtocol(key, config, platform="test", race_loss_rate=RACE_LOSS_RATE)
+
+
+def ready(proto: P.NodeProtocol, version: int = 0) -> None:
+    proto.handle(P.PolicyAnnounced(announcement(version)))
+    proto.handle(P.PolicyLoaded(version))
+
+
+def groups(count: int = 4, subject: NodeKey = WORKER, version: int = 0) -> list[P.GroupReceived]:
+    return [P.GroupReceived(Group(Submission((b"group %d of " % i + subject.node_id,)), (), subject.node_id, version,
+                                  i), 1.0) for i in range(count)]
+
+
+def round_zero(**trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P.GroupReceived]]:
+    """The trainer, its round-0 groups, and the manifest it signs once all four are in."""
+    trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=4, trusted_share=0.0, node_cap=1.0),
+                   **trainer_options)
+    ready(trainer)
+    received = groups()
+    def manifests(actions: list) -> list:
+        return [a for a in actions if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
+
+    for event in received:
+        assert manifests(trainer.handle(event)) == []  # open until every expected group is in
+    assert manifests(trainer.handle(P.Tick(4.0))) == []  # ... and none came for verdict_wait
+    (announce,) = manifests(trainer.handle(P.Tick(6.0)))
+    return trainer, RoundManifest.from_bytes(announce.data), received
+
+
+def verifier(key: NodeKey, manifest: RoundManifest, received: list) -> tuple[P.NodeProtocol, list]:
+    proto = node(key, "verifier")
+    ready(proto)
+    for event in received:
+        assert [a for a in proto.handle(event) if isinstance(a, P.Check)] == []  # no draw before the manifest
+    actions = proto.handle(P.ManifestReceived(manifest, 2.0))
+    return proto, actions
+
+
+def seats(key: NodeKey, manifest: RoundManifest, draw: committee.Draw) -> set[bytes]:
+    """The groups ``key`` sits on, from the spec's formulas alone."""
+    beta = vrf.proof_to_hash(vrf.prove(key.private_seed(), manifest.content.alpha(draw)))
+    threshold = manifest.content.weights.threshold(key.node_id)
+    return {d for d in manifest.groups if committee.is_member(beta, d, threshold)}
+
+
+def checked(proto: P.NodeProtocol, digest: bytes, reasons: tuple[str, ...] = ()) -> SignedVerdict:
+    (publish,) = [a for a in proto.handle(P.Checked(digest, reasons, b"\x09" * 32)) if isinstance(a, P.Publish)]
+    assert publish.topic == TOPIC_VERDICTS
+    return SignedVerdict.from_bytes(publish.data)
+
+
+def test_the_trainer_closes_the_round_with_a_manifest_of_its_groups_and_the_eligible_weights():
+    trainer, manifest, received = round_zero()
+    assert manifest.valid() and manifest.trainer == TRAINER.node_id and manifest.round == 0
+    assert manifest.groups == tuple(sorted(e.group.digest for e in received))
+    assert manifest.workers == ((WORKER.node_id, 4),)
+    assert dict(manifest.weights) == {k: committee.WEIGHT_SCALE for k in ANCHORS}  # never the trainer
+    assert manifest.committee_size == K and trainer.rounds.manifests[0] == manifest
+    # a group of the round that arrives after its manifest is never held, checked or trained
+    late = groups(5)[4]
+    trainer.handle(late)
+    assert late.group.digest not in trainer.groups
+
+
+def test_the_window_closes_after_submission_window_without_every_group():
+    trainer = node(TRAINER, "trainer", submission_window=5.0)
+    ready(trainer)
+    for event in groups(2):
+        trainer.handle(event)
+    trainer.handle(P.Tick(4.0))
+    assert 0 not in trainer.rounds.manifests
+    manifests = [a for a in trainer.handle(P.Tick(6.0)) if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
+    assert len(manifests) == 1 and RoundManifest.from_bytes(manifests[0].data).workers == ((WORKER.node_id, 2),)
+    assert RoundManifest.from_bytes(manifests[0].data).content.withheld(4) == {WORKER.node_id: 2}
+
+
+def test_members_check_exactly_their_seats_and_their_claims_are_accepted():
+    trainer, manifest, received = round_zero()
+    for key in VERIFIERS:
+        proto, actions = verifier(key, manifest, received)
+        mine = seats(key, manifest, committee.Draw.COMMITTEE)
+        assert {a.group for a in actions if isinstance(a, P.Check)} == mine
+        assert isinstance(actions[0], P.PersistManifest)
+        for digest in mine:
+            verdict = checked(proto, digest)
+            assert verdict.draw == "committee" and len(verdict.pi) == 80 and verdict.ticket == b"" and verdict.valid()
+            assert P.drawn(verdict)
+            assert trainer.verdict_refusal(verdict) is None
+            assert P.Persist(verdict) in trainer.handle(P.VerdictReceived(verdict))
+            assert trainer.decided(digest) is True  # a counting member's pass decides
+    assert sum(len(seats(k, manifest, committee.Draw.COMMITTEE)) for k in VERIFIERS) > 0
+
+
+def _member_and_verdict(manifest: RoundManifest, received: list) -> tuple[NodeKey, bytes, SignedVerdict, bytes]:
+    """A verifier, a group it sits on, its verdict on it, and a group it does not sit on."""
+    for key in VERIFIERS:
+        mine = seats(key, manifest, committee.Draw.COMMITTEE)
+        others = set(manifest.groups) - mine
+        if mine and others:
+            proto, _ = verifier(key, manifest, received)
+            digest = sorted(mine)[0]
+            return key, digest, checked(proto, digest), sorted(others)[0]
+    raise AssertionError("no verifier with seats each way")
+
+
+def test_a_forged_proof_and_a_claim_for_a_group_one_was_not_drawn_for_are_refused_with_their_reason():
+    trainer, manifest, received = round_zero()
+    key, digest, honest, not_mine = _member_and_verdict(manifest, received)
+    forged = dataclasses.replace(honest, pi=honest.pi[:-1] + bytes([honest.pi[-1] ^ 1])).signed(key)
+    stolen = dataclasses.replace(honest, pi=vrf.prove(VERIFIERS[0 if key != VERIFIERS[0] else 1].private_seed(),
+                                                        manifest.content.alpha(committee.Draw.COMMITTEE))).signed(key)
+    other_round = dataclasses.replace(honest, pi=vrf.prove(key.private_seed(), manifest.content.alpha(
+        committee.Draw.RECHECK))).signed(key)
+    undrawn = dataclasses.replace(honest, group=not_mine).signed(key)
+    outsider = NodeKey.from_seed(b"x" * 32)
+    fresh = dataclasses.replace(honest, verifier=outsider.node_id, pi=vrf.prove(
+        outsider.private_seed(), manifest.content.alpha(committee.Draw.COMMITTEE))).signed(outsider)
+    no_claim = dataclasses.replace(honest, draw="none", pi=b"").signed(key)
+    unlisted = dataclasses.replace(honest, group=b"\x00" * 32).signed(key)
+    for verdict, reason in [(forged, "bad_proof"), (stolen, "bad_proof"), (other_round, "bad_proof"),
+                            (undrawn, "not_drawn"), (fresh, "not_eligible"), (no_claim, None),
+                            (unlisted, "not_in_manifest")]:
+        assert trainer.verdict_refusal(verdict) == reason, reason
+    # a verifier that is not a pre-trusted anchor of the receiver may not claim a check without a draw
+    outside_view = node(WORKER, "verifier", pretrusted=frozenset())
+    ready(outside_view)
+    outside_view.handle(P.ManifestReceived(manifest, 2.0))
+    assert outside_view.verdict_refusal(no_claim) == "no_claim"
+    for verdict in (forged, stolen, other_round, undrawn, fresh, unlisted):
+        assert not any(isinstance(a, P.Persist) for a in trainer.handle(P.VerdictReceived(verdict)))
+        assert trainer.verdicts[verdict.group].get(verdict.verifier) is None  # nothing stored
+    assert trainer.waiting_verdicts == 0
+    # the honest one still counts after all of that
+    assert P.Persist(honest) in trainer.handle(P.VerdictReceived(honest))
+
+
+def test_a_verdict_of_the_other_design_is_refused():
+    trainer, manifest, received = round_zero()
+    _, _, honest, _ = _member_and_verdict(manifest, received)
+    ticket_trainer = ticket_node(TRAINER, "trainer")
+    assert ticket_trainer.verdict_refusal(honest) == "wrong_design"
+    ticket = dataclasses.replace(honest, draw="ticket", pi=b"", ticket=audit_ticket(VERIFIERS[0], honest.group),
+                                 verifier=VERIFIERS[0].node_id).signed(VERIFIERS[0])
+    assert trainer.verdict_refusal(ticket) == "not_eligible"
+
+
+def test_a_flood_of_fresh_keys_is_refused_before_its_signatures_and_loses_nothing_accepted():
+    trainer, manifest, received = round_zero()
+    key, digest, honest, _ = _member_and_verdict(manifest, received)
+    assert P.Persist(honest) in trainer.handle(P.VerdictReceived(honest))
+    flood = [NodeKey.from_seed(b"f%07d" % i + bytes(24)) for i in range(300)]
+    for i, stranger in enumerate(flood):
+        for d in manifest.groups:
+            # unsigned even: refused on the table lookup, before any signature is checked
+            junk = dataclasses.replace(honest, verifier=stranger.node_id, group=d, signature=bytes(64), round=i)
+            assert trainer.verdict_refusal(junk) == "not_eligible"
+            assert trainer.handle(P.VerdictReceived(junk)) == []
+    assert trainer.waiting_verdicts == 0
+    assert set(trainer.verdicts[digest]) == {key.node_id}  # the accepted verdict is still there
+    assert trainer.decided(digest) is True
+
+
+def test_strangers_waiting_verdicts_never_push_out_a_verifier_with_weight():
+    """Ticket design's buffer (specs/committee.md §7): a flood of fresh keys' verdicts on unseen
+    groups evicts only strangers' verdicts."""
+    trainer = ticket_node(TRAINER, "trainer")
+    ready(trainer)
+    endorse(trainer, VERIFIERS[0])
+    weighty = [verdict_from(VERIFIERS[0], submission(10_000 + i), WORKER.node_id, "pass") for i in range(20)]
+    for v in weighty:
+        trainer.handle(P.VerdictReceived(v))
+    stranger = NodeKey.from_seed(b"s" * 32)
+    for i in range(P.MAX_PENDING_VERDICTS + 200):
+        trainer.handle(P.VerdictReceived(verdict_from(stranger, submission(i), WORKER.node_id, "pass")))
+    assert trainer.waiting_verdicts == P.MAX_PENDING_VERDICTS
+    assert all(v.id in trainer._pending for v in weighty)
+
+
+def test_a_counting_failure_goes_to_the_fresh_recheck_committee_and_the_trainer():
+    trainer, manifest, received = round_zero()
+    key, digest, _, _ = _member_and_verdict(manifest, received)
+    proto, _ = verifier(key, manifest, received)
+    accusation = checked(proto, digest, ("reward_mismatch",))
+    assert accusation.outcome == "hard_fail" and accusation.draw == "committee"
+    trainer_actions = trainer.handle(P.VerdictReceived(accusation))
+    assert P.Check(digest, 0) in trainer_actions  # the trainer re-checks whatever its draw
+    trainers = checked(trainer, digest, ("reward_mismatch",))
+    assert trainers.draw == "none" and trainers.pi == b""
+    rechecked, expected = 0, 0
+    for other in VERIFIERS:
+        if other == key:
+            continue
+        proto, _ = verifier(other, manifest, received)
+        first = seats(other, manifest, committee.Draw.COMMITTEE)
+        fresh = seats(other, manifest, committee.Draw.RECHECK)
+        actions = proto.handle(P.VerdictReceived(accusation))
+        checks = {a.group for a in actions if isinstance(a, P.Check)}
+        if digest in first:
+            continue  # already checking it as a first-committee member
+        assert (digest in checks) == (digest in fresh)
+        expected += digest in fresh
+        if digest in fresh:
+            verdict = checked(proto, digest)
+            assert verdict.draw == "recheck" and not P.drawn(verdict)  # prompted: no sequential evidence
+            assert trainer.verdict_refusal(verdict) is None
+            rechecked += 1
+    assert rechecked == expected >= 1  # these keys seat at least one fresh member
+
+
+def test_a_group_no_member_checked_falls_back_to_the_trainer_after_verdict_wait():
+    trainer, manifest, _ = round_zero(verdict_wait=4.0)
+    assert [a for a in trainer.handle(P.Tick(3.0)) if isinstance(a, P.Check)] == []
+    checks = {a.group for a in trainer.handle(P.Tick(10.0)) if isinstance(a, P.Check)}
+    assert checks == set(manifest.groups)  # nobody reported: every group is the trainer's
+    for digest in manifest.groups:
+        assert trainer.decided(digest) is None
+        checked(trainer, digest)
+        assert trainer.decided(digest) is True
+
+
+def test_no_group_is_decided_before_its_manifest():
+    trainer = node(TRAINER, "trainer", submission_window=50.0)
+    ready(trainer)
+    event = groups(1)[0]
+    trainer.handle(event)
+    trainer.handle(P.Tick(30.0))
+    assert trainer.decided(event.group.digest) is None and not trainer.rounds.manifests
+
+
+@pytest.mark.parametrize("design", ["tickets", "committee"])
+def test_replay_rebuilds_the_committee_state(design):
+    trainer, manifest, received = round_zero()
+    fresh = node(TRAINER, "trainer", verification=design)
+    fresh.handle(P.PolicyAnnounced(announcement(0)), replaying=True)
+    for event in received:
+        fresh.handle(event, replaying=True)
+    fresh.handle(P.ManifestReceived(manifest, 2.0), replaying=True)
+    assert fresh.rounds.manifests[0] == manifest
+
+
+def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_judge_yet(tmp_path):
+    """A forged proof, a seat not drawn, a fresh key: rejected (the signed manifest makes every
+    honest node refuse them alike, so the forwarder is at fault); a verdict before its manifest
+    and a claim without a draw from a key this node does not pre-trust: ignored."""
+    import structlog
+
+    from p2p.transport import Message, Validation, message_id
+    from vrl.node.groups import GroupCache
+    from vrl.node.metrics import NodeMetrics
+    from vrl.node.store import Store
+    from vrl.node.validation import Validator
+
+    trainer, manifest, received = round_zero()
+    key, _, honest, not_mine = _member_and_verdict(manifest, received)
+    outsider = NodeKey.from_seed(b"y" * 32)
+    listener = node(outsider, "verifier", pretrusted=frozenset())
+    validate = Validator(listener, 1, GroupCache(Store(tmp_path / "s.sqlite"), structlog.get_logger()), NodeMetrics())
+
+    def judged(topic: str, data: bytes) -> Validation:
+        return validate(Message(topic, data, b"p" * 32, message_id(topic, data)))
+
+    assert judged(TOPIC_VERDICTS, honest.to_bytes()) is Validation.IGNORE  # no manifest here yet
+    assert judged(TOPIC_MANIFESTS, manifest.to_bytes()) is Validation.ACCEPT
+    listener.handle(P.ManifestReceived(manifest, 2.0))
+    assert judged(TOPIC_VERDICTS, honest.to_bytes()) is Validation.ACCEPT
+    forged = dataclasses.replace(honest, pi=bytes(80)).signed(key)
+    undrawn = dataclasses.replace(honest, group=not_mine).signed(key)
+    fresh = dataclasses.replace(honest, verifier=outsider.node_id).signed(outsider)
+    for hostile in (forged, undrawn, fresh):
+        assert judged(TOPIC_VERDICTS, hostile.to_bytes()) is Validation.REJECT
+    no_claim = dataclasses.replace(honest, draw="none", pi=b"").signed(key)
+    assert judged(TOPIC_VERDICTS, no_claim.to_bytes()) is Validation.IGNORE
+    impostor = dataclasses.replace(manifest, trainer=outsider.node_id).signed(outsider)
+    assert judged(TOPIC_MANIFESTS, impostor.to_bytes()) is Validation.IGNORE
+    tampered = dataclasses.replace(manifest, committee_size=manifest.committee_size + 1)
+    assert judged(TOPIC_MANIFESTS, tampered.to_bytes()) is Validation.REJECT

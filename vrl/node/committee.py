@@ -1,0 +1,301 @@
+"""VRF committees: who checks which group of a round (specs/committee.md).
+
+Pure functions and frozen values, no I/O: the VRF input of a round (:func:`alpha`), the
+weights table every honest node takes from the trainer's signed round manifest
+(:class:`WeightsTable`), the manifest's content and root (:class:`ManifestContent`), the
+membership test of one verifier for one group (:func:`is_member`, :func:`claim`), the
+withholding count (:meth:`ManifestContent.withheld`) and the escape bound that sizes the
+committees (:func:`escape_bound`, :func:`smallest_k`).
+
+Every integer that decides membership is exact (no float reaches a threshold), so two
+implementations agree bit for bit; the floats here only state the bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from proofs import vrf
+from vrl.errors import VrlError, shown
+
+__all__ = [
+    "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_DOMAIN", "MANIFEST_SIGNING_DOMAIN",
+    "MAX_COMMITTEE_SIZE",
+    "MAX_MANIFEST_GROUPS", "MAX_WEIGHT_ENTRIES", "MAX_WORKER_ENTRIES", "MEMBER_DOMAIN", "RECHECK_DOMAIN",
+    "WEIGHTS_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw", "ManifestContent", "WeightsTable", "alpha",
+    "claim", "escape_bound", "exact_escape", "is_member", "member_value", "quantize_weight", "smallest_k",
+]
+
+# Domain tags (specs/committee.md §2): each ends in the 0x00 separator of specs/README.md.
+COMMITTEE_DOMAIN = b"vrl/committee/v1\x00"
+RECHECK_DOMAIN = b"vrl/recheck/v1\x00"
+MEMBER_DOMAIN = b"vrl/member/v1\x00"
+WEIGHTS_DOMAIN = b"vrl/weights/v1\x00"
+MANIFEST_DOMAIN = b"vrl/manifest/v1\x00"
+#: What the trainer's signature over a manifest message covers (specs/committee.md §3.3).
+MANIFEST_SIGNING_DOMAIN = b"vrl/round-manifest/v1\x00"
+
+#: A reporter weight (specs/reputation.md §2, in [0, 1]) is carried as an integer in
+#: [1, WEIGHT_SCALE]: 16 bits keep every threshold exact and a table entry small.
+WEIGHT_SCALE = 1 << 16
+#: The manifest is one gossip message of at most 256 KiB (specs/network.md §7): 4,096 group
+#: digests (139 KiB), 1,024 weights and 1,024 workers (about 40 KiB each) fit with room to
+#: spare (specs/committee.md §3). N = 1,000 nodes that all work and verify fit; past that a
+#: manifest must be paged (open, specs/committee.md §9).
+MAX_MANIFEST_GROUPS = 4096
+MAX_WEIGHT_ENTRIES = 1024
+MAX_WORKER_ENTRIES = 1024
+#: k is a u32 on the wire; more members than the table could hold is never meaningful.
+MAX_COMMITTEE_SIZE = MAX_WEIGHT_ENTRIES
+
+#: The design point of specs/committee.md §5: an adversary holding up to F_STAR of the table's
+#: weight lets a bad group go unchecked by every honest member with probability at most
+#: EPSILON. k = ceil(ln(1/EPSILON) / (1 - F_STAR)) = ceil(12.56) = 13: per-verifier checks
+#: k x groups_per_round = 52 a round at any N, within 1.5x of N = 10 (36: every group) as
+#: issue 30 requires; a smaller EPSILON (1e-6 needs k = 26) would double it.
+F_STAR = 0.45
+EPSILON = 1e-3
+
+_U64 = 1 << 64
+
+
+class CommitteeError(VrlError, ValueError):
+    """A committee value or claim that breaks specs/committee.md; ``reason`` is its code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+class Draw(StrEnum):
+    """Which committee a claim is for (specs/committee.md §2)."""
+
+    COMMITTEE = "committee"  # the round's first committee
+    RECHECK = "recheck"  # the fresh committee that re-checks a failure (specs/network.md §5.1)
+
+
+def smallest_k(f_star: float, eps: float) -> int:
+    """The smallest committee size k with exp(-k (1 - f_star)) <= eps (specs/committee.md §5)."""
+    if not (0 <= f_star < 1 and 0 < eps < 1):
+        raise CommitteeError("bad_bound", f"need 0 <= f* < 1 and 0 < eps < 1, got f*={f_star!r}, eps={eps!r}")
+    k = math.ceil(math.log(1 / eps) / (1 - f_star))
+    while k > 1 and math.exp(-(k - 1) * (1 - f_star)) <= eps:  # guard the ceil against rounding
+        k -= 1
+    while math.exp(-k * (1 - f_star)) > eps:
+        k += 1
+    return k
+
+
+#: The network's default committee size (specs/committee.md §5): 13.
+COMMITTEE_SIZE = smallest_k(F_STAR, EPSILON)
+
+
+def escape_bound(k: float, f: float) -> float:
+    """exp(-k (1 - f)): the bound on the chance that no honest member is drawn for a group."""
+    if not (k >= 0 and 0 <= f <= 1):
+        raise CommitteeError("bad_bound", f"need k >= 0 and 0 <= f <= 1, got k={k!r}, f={f!r}")
+    return math.exp(-k * (1 - f))
+
+
+def exact_escape(honest_probabilities: Iterable[float]) -> float:
+    """prod (1 - p_v) over the honest members' draw probabilities: the exact escape chance."""
+    out = 1.0
+    for p in honest_probabilities:
+        out *= 1 - p
+    return out
+
+
+def quantize_weight(weight: float) -> int:
+    """A reporter weight in [0, 1] as the table's integer: floor(weight x 2^16), at most 2^16."""
+    if not (isinstance(weight, float | int) and 0 <= weight <= 1):
+        raise CommitteeError("bad_weight", f"a reporter weight must be in [0, 1], got {shown(weight)}")
+    return min(WEIGHT_SCALE, math.floor(weight * WEIGHT_SCALE))
+
+
+def _u32(value: int) -> bytes:
+    return struct.pack(">I", value)
+
+
+def _u64(value: int) -> bytes:
+    return struct.pack(">Q", value)
+
+
+def _node_id(value: object, what: str) -> bytes:
+    if type(value) is not bytes or len(value) != 32:
+        raise CommitteeError("bad_entry", f"{what}: expected a 32-byte node id or digest, got {shown(value)}")
+    return value
+
+
+def _strictly_sorted(keys: list[bytes], what: str) -> None:
+    for earlier, later in zip(keys, keys[1:], strict=False):
+        if earlier >= later:
+            raise CommitteeError("bad_order", f"{what} must be sorted by bytes with no repeat, at {later.hex()}")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsTable:
+    """The eligible verifiers of a round and their integer weights, and the committee size k
+    (specs/committee.md §3). ``entries`` are ``(node_id, weight)`` sorted by node id, each
+    weight in [1, WEIGHT_SCALE]; a node not in it is not eligible (never a member)."""
+
+    committee_size: int
+    entries: tuple[tuple[bytes, int], ...]
+
+    def __post_init__(self) -> None:
+        if type(self.committee_size) is not int or not 1 <= self.committee_size <= MAX_COMMITTEE_SIZE:
+            raise CommitteeError("bad_size", f"committee size must be in [1, {MAX_COMMITTEE_SIZE}], "
+                                             f"got {shown(self.committee_size)}")
+        if type(self.entries) is not tuple or len(self.entries) > MAX_WEIGHT_ENTRIES:
+            raise CommitteeError("too_many", f"a weights table holds at most {MAX_WEIGHT_ENTRIES} entries")
+        for entry in self.entries:
+            if type(entry) is not tuple or len(entry) != 2:
+                raise CommitteeError("bad_entry", f"a weights entry is (node id, weight), got {shown(entry)}")
+            _node_id(entry[0], "weights entry")
+            if type(entry[1]) is not int or not 1 <= entry[1] <= WEIGHT_SCALE:
+                raise CommitteeError("bad_weight", f"weight of {entry[0].hex()} must be in [1, {WEIGHT_SCALE}], "
+                                                   f"got {shown(entry[1])}")
+        _strictly_sorted([node for node, _ in self.entries], "weights entries")
+
+    @classmethod
+    def of(cls, committee_size: int, weights: Mapping[bytes, float]) -> WeightsTable:
+        """The table of reporter weights in [0, 1] (specs/reputation.md §2): every node whose
+        quantized weight is at least 1, sorted. The caller chooses who is eligible."""
+        entries = sorted((node, quantize_weight(w)) for node, w in weights.items())
+        return cls(committee_size, tuple((node, w) for node, w in entries if w >= 1))
+
+    @property
+    def total(self) -> int:
+        """W: the sum of the table's weights."""
+        return sum(w for _, w in self.entries)
+
+    def weight(self, node: bytes) -> int:
+        """w_v, or 0 for a node that is not eligible."""
+        return dict(self.entries).get(node, 0)
+
+    def threshold(self, node: bytes) -> int:
+        """T_v = min(2^64, floor(k w_v 2^64 / W)): v is a member for group d iff member_value < T_v."""
+        w, total = self.weight(node), self.total
+        if w == 0:
+            return 0
+        return min(_U64, (self.committee_size * w << 64) // total)
+
+    def probability(self, node: bytes) -> float:
+        """p_v = T_v / 2^64 = min(1, k w_v / W) up to 2^-64: the chance v is drawn for a group."""
+        return self.threshold(node) / _U64
+
+    def variance(self) -> float:
+        """Var |C_d| = sum p_v (1 - p_v) <= k: the spread of a committee's size (§5)."""
+        return sum(p * (1 - p) for p in (self.probability(node) for node, _ in self.entries))
+
+    def expected_checks(self, node: bytes, groups: int) -> float:
+        """A member's expected checks in a round of ``groups`` groups: groups x p_v (§6)."""
+        return groups * self.probability(node)
+
+    def digest(self) -> bytes:
+        """H("vrl/weights/v1" || 0x00 || u32be(k) || u32be(m) || node_1 || u32be(w_1) || ...)."""
+        h = hashlib.sha256(WEIGHTS_DOMAIN + _u32(self.committee_size) + _u32(len(self.entries)))
+        for node, w in self.entries:
+            h.update(node + _u32(w))
+        return h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestContent:
+    """What the trainer's round manifest fixes (specs/committee.md §3): the round, the weights
+    table, the sorted digests of the round's accepted groups, and per worker with a group in it
+    the number of its groups there, sorted by node id."""
+
+    round: int
+    weights: WeightsTable
+    groups: tuple[bytes, ...]
+    workers: tuple[tuple[bytes, int], ...]
+
+    def __post_init__(self) -> None:
+        if type(self.round) is not int or not 0 <= self.round < _U64:
+            raise CommitteeError("bad_round", f"round must be a u64, got {shown(self.round)}")
+        if not isinstance(self.weights, WeightsTable):
+            raise CommitteeError("bad_entry", "weights must be a WeightsTable")
+        if type(self.groups) is not tuple or len(self.groups) > MAX_MANIFEST_GROUPS:
+            raise CommitteeError("too_many", f"a manifest lists at most {MAX_MANIFEST_GROUPS} groups")
+        _strictly_sorted([_node_id(d, "group") for d in self.groups], "groups")
+        if type(self.workers) is not tuple or len(self.workers) > MAX_WORKER_ENTRIES:
+            raise CommitteeError("too_many", f"a manifest lists at most {MAX_WORKER_ENTRIES} workers")
+        for entry in self.workers:
+            if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not int or not 1 <= entry[1] < 1 << 32:
+                raise CommitteeError("bad_entry", f"a worker entry is (node id, 1 <= count < 2^32), got {shown(entry)}")
+            _node_id(entry[0], "worker entry")
+        _strictly_sorted([node for node, _ in self.workers], "workers")
+        if sum(count for _, count in self.workers) != len(self.groups):
+            raise CommitteeError("bad_entry", f"workers' counts sum to {sum(c for _, c in self.workers)}, "
+                                              f"but {len(self.groups)} groups are listed")
+
+    @property
+    def root(self) -> bytes:
+        """manifest_root = H("vrl/manifest/v1" || 0x00 || u64be(round) || weights_digest ||
+        u32be(n) || d_1 || ... || d_n || u32be(q) || worker_1 || u32be(count_1) || ...)."""
+        h = hashlib.sha256(MANIFEST_DOMAIN + _u64(self.round) + self.weights.digest() + _u32(len(self.groups)))
+        for d in self.groups:
+            h.update(d)
+        h.update(_u32(len(self.workers)))
+        for node, count in self.workers:
+            h.update(node + _u32(count))
+        return h.digest()
+
+    def alpha(self, draw: Draw) -> bytes:
+        return alpha(draw, self.round, self.root)
+
+    def withheld(self, groups_per_round: int) -> dict[bytes, int]:
+        """Per listed worker, its assigned groups missing from the manifest (specs/committee.md §7)."""
+        if type(groups_per_round) is not int or groups_per_round < 1:
+            raise CommitteeError("bad_entry", f"groups_per_round must be a positive int, got {shown(groups_per_round)}")
+        over = [node.hex() for node, count in self.workers if count > groups_per_round]
+        if over:
+            raise CommitteeError("bad_entry", f"workers with more than {groups_per_round} groups: {over[:4]}")
+        return {node: groups_per_round - count for node, count in self.workers if count < groups_per_round}
+
+
+def alpha(draw: Draw, round_: int, manifest_root: bytes) -> bytes:
+    """The VRF input: domain || u64be(round) || manifest_root (57 bytes for the committee)."""
+    if type(round_) is not int or not 0 <= round_ < _U64:
+        raise CommitteeError("bad_round", f"round must be a u64, got {shown(round_)}")
+    if type(manifest_root) is not bytes or len(manifest_root) != 32:
+        raise CommitteeError("bad_entry", f"manifest root must be 32 bytes, got {shown(manifest_root)}")
+    domain = {Draw.COMMITTEE: COMMITTEE_DOMAIN, Draw.RECHECK: RECHECK_DOMAIN}[Draw(draw)]
+    return domain + _u64(round_) + manifest_root
+
+
+def member_value(beta: bytes, group: bytes) -> int:
+    """u64be(H("vrl/member/v1" || 0x00 || beta || group)[0:8])."""
+    if type(beta) is not bytes or len(beta) != vrf.OUTPUT_BYTES:
+        raise CommitteeError("bad_proof", f"beta must be {vrf.OUTPUT_BYTES} bytes, got {shown(beta)}")
+    _node_id(group, "group")
+    return int.from_bytes(hashlib.sha256(MEMBER_DOMAIN + beta + group).digest()[:8], "big")
+
+
+def is_member(beta: bytes, group: bytes, threshold: int) -> bool:
+    """Whether the verifier whose round output is ``beta`` sits on ``group``'s committee."""
+    return member_value(beta, group) < threshold
+
+
+def claim(table: WeightsTable, verifier: bytes, pi: bytes, alpha_: bytes, group: bytes,
+          beta: bytes | None = None) -> bytes:
+    """Check a committee claim: ``verifier`` is eligible, ``pi`` proves its output over
+    ``alpha_``, and that output draws it for ``group``. Returns beta; raises CommitteeError
+    with reason ``not_eligible``, ``bad_proof`` or ``not_drawn``. A caller that verified this
+    (verifier, alpha) before passes its ``beta`` and only the hash runs (specs/committee.md §4)."""
+    threshold = table.threshold(verifier)
+    if threshold == 0:
+        raise CommitteeError("not_eligible", f"{shown(verifier)} is not in the round's weights table")
+    if beta is None:
+        try:
+            beta = vrf.verify(verifier, pi, alpha_)
+        except vrf.VrfError as e:
+            raise CommitteeError("bad_proof", f"the VRF proof of {verifier.hex()} does not verify: {e}") from None
+    if not is_member(beta, group, threshold):
+        raise CommitteeError("not_drawn", f"{verifier.hex()} was not drawn for group {shown(group)}")
+    return beta
