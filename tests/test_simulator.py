@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries
-from vrl.harness.simulator.driver import EVENT_FOR
+from vrl.harness.simulator.driver import EVENT_FOR, design_field
 from vrl.harness.simulator.spec import assign
 from vrl.node.events import PolicyAnnounced, StepVerdictReceived, VerdictReceived
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, StepVerdict
@@ -110,3 +110,13 @@ def test_any_text_either_parses_or_raises_spec_error_only(text):
 def test_bad_specs_say_what_is_wrong(text):
     with pytest.raises(SpecError, match=text.split(",")[0].split(":")[0]):
         parse_adversaries(text)
+
+
+def test_the_design_protocol_params_selects_runs_with_every_action_handled():
+    switch = design_field()
+    if switch is None:
+        pytest.skip("this tree's ProtocolParams has only today's design")
+    for design in switch.metadata.get("choices", ()) or ("tickets", "committee"):
+        run = summary(nodes=6, rounds=2, design=design, adversaries=parse_adversaries("fabricated-reward"))
+        assert run["unhandled"] == {} and run["rounds_measured"] == 2, design
+        assert run["honest_false_quarantines"] == 0 and run["bad_groups_trained"] == 0, design
