@@ -1,0 +1,178 @@
+"""The protocol at scale, simulated: N real NodeProtocol state machines on a simulated clock and
+network (vrl.harness.simulator; what is modelled and what is stubbed is said there).
+
+    python bench/simulate.py --nodes 100 --rounds 20 --adversaries collude:0.3,lazy:0.1
+    python bench/simulate.py --nodes 10 --rounds 5 --json                  # one JSON object
+    python bench/simulate.py --compare bench/results/devnet-costs.json      # N = 5 and 12 beside the devnet
+    python bench/simulate.py --sweep 10,100,1000 --rounds 20 --out bench/results/simulate-tickets.json
+
+Per node and per round (means over nodes and the measured rounds, after --warmup rounds):
+checks, verify-seconds, bytes in and out, messages; rounds from a cheater's first bad group to
+its quarantine; honest false quarantines; bad groups trained; groups lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
+
+console = Console(stderr=True)
+RESULTS = Path(__file__).resolve().parent / "results"
+# What the calibration compares (SCALE_DESIGN.md): the goal is agreement within 20%.
+COMPARED = ("checks_per_round", "bytes_per_round", "bytes_per_round_without_blobs", "messages_per_round")
+TOLERANCE = 0.20
+
+
+def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig:
+    partition = None
+    if args.partition:
+        start, end, share = args.partition.split(":")
+        partition = (int(start), int(end), float(share))
+    return SimConfig(nodes=nodes or args.nodes, rounds=args.rounds, adversaries=parse_adversaries(args.adversaries),
+                     seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
+                     bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
+                     churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores,
+                     **({"cost_file": args.cost} if args.cost else {}))
+
+
+def run(config: SimConfig, wall_limit: float | None, cpu_limit: float | None = None) -> dict:
+    started = time.perf_counter()
+    summary = Simulation(config).run(wall_limit, cpu_limit).summary
+    console.print(f"[dim]{config.nodes} nodes, {config.design}: {summary['rounds_measured']} rounds measured in "
+                  f"{time.perf_counter() - started:.1f} s wall, {summary['cpu_seconds']:.1f} s CPU "
+                  f"({summary['stopped']})[/]")
+    return summary
+
+
+def show(summary: dict) -> None:
+    table = Table(title=f"{summary['nodes']} nodes, {summary['design']}, {summary['rounds_measured']} rounds measured "
+                        f"({summary['stopped']}; {summary['wall_seconds']:.0f} s wall, "
+                        f"{summary['cpu_seconds']:.0f} s CPU)")
+    for column in ("who", "checks/round", "verify s/round", "bytes in/round", "bytes out/round", "blob bytes",
+                   "messages/round"):
+        table.add_column(column, justify="right")
+    for who, key in (("mean node", "per_node"), ("trainer", "per_node_trainer"), ("other nodes", "per_node_others")):
+        row = summary.get(key) or {}
+        if row:
+            table.add_row(who, f"{row['checks_per_round']:.2f}", f"{row['verify_seconds_per_round']:.2f}",
+                          f"{row['bytes_in']:,.0f}", f"{row['bytes_out']:,.0f}", f"{row['blob_bytes']:,.0f}",
+                          f"{row['messages_per_round']:.0f}")
+    console.print(table)
+    rq = Table(title="adversaries: rounds from first cheat to quarantine")
+    for column in ("kind", "nodes", "cheated", "quarantined (trainer)", "median rounds (trainer)",
+                   "median rounds (median honest node)"):
+        rq.add_column(column, justify="right")
+    for kind, row in summary["rounds_to_quarantine"].items():
+        rq.add_row(kind, str(row["nodes"]), str(row["cheated"]), str(row["quarantined_by_trainer"]),
+                   str(row["median_rounds_trainer"]), str(row["median_rounds_median_honest"]))
+    if summary["rounds_to_quarantine"]:
+        console.print(rq)
+    console.print(f"honest false quarantines: {summary['honest_false_quarantines']}   bad groups trained: "
+                  f"{summary['bad_groups_trained']} {summary['bad_groups_trained_by_kind'] or ''}   groups lost: "
+                  f"{summary['groups_lost']} of {summary['honest_groups_published']}   withheld: "
+                  f"{summary['withheld_groups']}")
+    if summary["trainer_conviction"]:
+        console.print(f"trainer conviction: {summary['trainer_conviction']}")
+    if summary["sybil"]["keys"]:
+        console.print(f"sybil flood: {summary['sybil']}; honest verdicts the trainer did not count: "
+                      f"{summary['honest_verdicts_not_counted_by_trainer']}")
+    if summary["unhandled"]:
+        console.print(f"[yellow]actions or topics this driver does not know: {summary['unhandled']}[/]")
+
+
+def compare(args: argparse.Namespace) -> dict:
+    """The simulator beside the real devnet (bench/devnet_costs.py's results) at each N it ran."""
+    try:
+        real = json.loads(Path(args.compare).read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{args.compare}: cannot read the devnet's costs ({error})") from None
+    out = []
+    for run_ in real.get("runs", []):
+        nodes, rounds = int(run_["nodes"]), int(run_["rounds"])
+        settings = real.get("settings", {})
+        config = config_from(args, nodes)
+        config = dataclasses.replace(config, rounds=rounds, warmup=int(settings.get("warmup_versions", 1)),
+                                     weights_bytes=int(run_.get("weights_bytes") or config.weights_bytes))
+        sim = run(config, args.wall_limit, args.cpu_limit)
+        table = Table(title=f"N = {nodes}: simulator vs real devnet ({rounds} rounds)")
+        for column in ("metric", "who", "simulated", "devnet", "sim / real", f"within {TOLERANCE:.0%}"):
+            table.add_column(column, justify="right")
+        rows = []
+        for who, sim_key, real_key in (("mean node", "per_node", "per_node"), ("trainer", "per_node_trainer",
+                                                                                "per_node_trainer"),
+                                       ("workers", "per_node_others", "per_node_workers")):
+            for metric in COMPARED:
+                s, r = sim.get(sim_key, {}).get(metric), run_.get(real_key, {}).get(metric)
+                if s is None or r is None:
+                    continue
+                ratio = s / r if r else float("inf")
+                ok = abs(ratio - 1) <= TOLERANCE
+                rows.append({"nodes": nodes, "who": who, "metric": metric, "simulated": s, "devnet": r,
+                             "ratio": ratio, "within": ok})
+                table.add_row(metric, who, f"{s:,.2f}", f"{r:,.2f}", f"{ratio:.2f}", "yes" if ok else "[red]no[/]")
+        console.print(table)
+        out.append({"nodes": nodes, "rows": rows, "simulated": sim})
+    return {"compare": str(args.compare), "tolerance": TOLERANCE, "runs": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="rounds run before the measured ones")
+    parser.add_argument("--adversaries", default="",
+                        help=f"kind:share,... of {', '.join(sorted(ALL_ADVERSARIES))}")
+    parser.add_argument("--design", default="tickets", help="the verification design ProtocolParams selects")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=1.0, help="one-way latency per hop")
+    parser.add_argument("--bandwidth-mbps", type=float, default=100.0, help="per link")
+    parser.add_argument("--loss", type=float, default=0.0, help="share of gossip deliveries missed (backfilled)")
+    parser.add_argument("--partition", default="", help="FROM:UNTIL:SHARE versions and share of nodes cut off")
+    parser.add_argument("--churn", type=float, default=0.0, help="share of nodes that leave for a round per version")
+    parser.add_argument("--joins", type=int, default=0, help="fresh honest nodes joining per version")
+    parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
+    parser.add_argument("--cores", type=int, default=0,
+                        help="processors all nodes share, as a devnet on one machine (0: one each)")
+    parser.add_argument("--cost", type=Path, default=None, help="bench/cost.py results (default small float32)")
+    parser.add_argument("--wall-limit", type=float, default=None, help="stop after this many wall seconds")
+    parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--compare", type=Path, default=None, help="bench/results/devnet-costs.json")
+    parser.add_argument("--sweep", default="", help="node counts to run one after another, e.g. 10,100,1000")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    try:
+        if args.compare:
+            result = compare(args)
+        elif args.sweep:
+            result = {"runs": [run(config_from(args, int(n)), args.wall_limit, args.cpu_limit)
+                               for n in args.sweep.split(",")]}
+            for summary in result["runs"]:
+                show(summary)
+        else:
+            result = run(config_from(args), args.wall_limit, args.cpu_limit)
+            show(result)
+    except SpecError as error:
+        console.print(f"[red]{error}[/]")
+        return 2
+    text = json.dumps(result, indent=1, sort_keys=True, default=str)
+    if args.out:
+        args.out.write_text(text + "\n")
+        console.print(f"wrote {args.out}")
+    if args.json:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The simulator (vrl.harness.simulator): real NodeProtocol state machines on a simulated clock.
+Small networks and few rounds, so each test takes seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries
+from vrl.harness.simulator.driver import EVENT_FOR, design_field
+from vrl.harness.simulator.spec import assign
+from vrl.node.events import PolicyAnnounced, StepVerdictReceived, VerdictReceived
+from vrl.node.messages import PolicyAnnouncement, SignedVerdict, StepVerdict
+
+
+def summary(**settings) -> dict:
+    return Simulation(SimConfig(**settings)).run(cpu_limit_s=120).summary
+
+
+def timeless(value):
+    """A summary less what this machine's clock measured (wall and CPU seconds)."""
+    if isinstance(value, dict):
+        return {k: timeless(v) for k, v in value.items() if "cpu" not in k and "wall" not in k}
+    if isinstance(value, list):
+        return [timeless(v) for v in value]
+    return value
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another():
+    a, b = timeless(summary(nodes=4, rounds=2, seed=3)), timeless(summary(nodes=4, rounds=2, seed=3))
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    c = timeless(summary(nodes=4, rounds=2, seed=4))
+    assert c["per_round"] != a["per_round"]
+
+
+def test_a_cheater_is_quarantined_and_no_honest_node_is_at_n_10():
+    run = summary(nodes=10, rounds=3, adversaries=parse_adversaries("fabricated-reward"))
+    row = run["rounds_to_quarantine"]["fabricated-reward"]
+    assert row["nodes"] == row["cheated"] == row["quarantined_by_trainer"] == 1
+    assert run["honest_false_quarantines"] == 0
+    assert run["bad_groups_trained"] == 0
+    assert run["stopped"] == "done" and run["rounds_measured"] == 3
+    per_node = run["per_node"]
+    assert per_node["checks_per_round"] > 0 and per_node["bytes_per_round"] > per_node["blob_bytes"] > 0
+
+
+def test_a_lazy_verifier_is_caught_by_its_digest():
+    run = summary(nodes=6, rounds=3, adversaries=parse_adversaries("lazy"))
+    row = run["rounds_to_quarantine"]["lazy"]
+    assert row["cheated"] == 1 and row["quarantined_by_trainer"] == 1
+    assert run["honest_false_quarantines"] == 0
+
+
+def test_every_run_is_bounded_by_its_simulated_deadline_and_its_wall_limit():
+    run = Simulation(SimConfig(nodes=4, rounds=50, deadline_s=20.0)).run(wall_limit_s=60).summary
+    assert run["stopped"].startswith("simulated deadline") and run["simulated_seconds"] <= 20.0 + 1
+    run = Simulation(SimConfig(nodes=4, rounds=50)).run(wall_limit_s=0.5).summary
+    assert run["stopped"].startswith("wall-clock limit")
+
+
+def test_a_withholder_submits_half_and_a_sybil_flood_is_counted_per_key():
+    run = summary(nodes=6, rounds=2, adversaries=parse_adversaries("withhold,sybil"))
+    assert run["withheld_groups"] >= 2 * 2
+    assert run["sybil"]["keys"] >= 2 and run["sybil"]["bytes_per_key_per_receiver"] > 0
+    assert run["honest_false_quarantines"] == 0
+
+
+def test_gossip_messages_become_the_events_the_daemon_feeds():
+    assert EVENT_FOR[SignedVerdict] == (VerdictReceived, False)
+    assert EVENT_FOR[PolicyAnnouncement] == (PolicyAnnounced, False)
+    assert EVENT_FOR[StepVerdict] == (StepVerdictReceived, False)
+
+
+def test_adversaries_take_the_last_nodes_and_a_trainer_cheat_the_trainer():
+    kinds = assign(parse_adversaries("collude:0.3,trainer-fake-weights,lazy:0.1"), 10)
+    assert kinds[0] == "trainer-fake-weights"
+    assert sorted(k for i, k in kinds.items() if i) == ["collude"] * 3 + ["lazy"]
+    assert min(i for i in kinds if i) == 6
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(ALL_ADVERSARIES)), st.floats(0.01, 0.99)), max_size=4,
+                unique_by=lambda t: t[0]))
+def test_well_formed_specs_parse_back_to_what_they_say(parts):
+    trainer_cheats = [k for k, _ in parts if k.startswith("trainer-")]
+    text = ",".join(k if k.startswith("trainer-") else f"{k}:{share!r}" for k, share in parts)
+    if len(trainer_cheats) > 1:
+        with pytest.raises(SpecError):
+            parse_adversaries(text)
+        return
+    specs = parse_adversaries(text)
+    assert [s.kind for s in specs] == [k for k, _ in parts]
+    assert all(s.share == (0.0 if k.startswith("trainer-") else share) for s, (k, share) in zip(specs, parts))
+
+
+@given(st.text(max_size=40))
+def test_any_text_either_parses_or_raises_spec_error_only(text):
+    try:
+        specs = parse_adversaries(text)
+    except SpecError as error:
+        assert str(error)
+    else:
+        assert all(s.kind in ALL_ADVERSARIES and 0 <= s.share < 1 for s in specs)
+
+
+@pytest.mark.parametrize("text", ["nope:0.1", "collude:1.5", "collude:abc", "collude:0.1,collude:0.2",
+                                  "trainer-fake-weights:0.1", "lazy:nan"])
+def test_bad_specs_say_what_is_wrong(text):
+    with pytest.raises(SpecError, match=text.split(",")[0].split(":")[0]):
+        parse_adversaries(text)
+
+
+def test_the_design_protocol_params_selects_runs_with_every_action_handled():
+    switch = design_field()
+    if switch is None:
+        pytest.skip("this tree's ProtocolParams has only today's design")
+    for design in switch.metadata.get("choices", ()) or ("tickets", "committee"):
+        run = summary(nodes=6, rounds=2, design=design, adversaries=parse_adversaries("fabricated-reward"))
+        assert run["unhandled"] == {} and run["rounds_measured"] == 2, design
+        assert run["honest_false_quarantines"] == 0 and run["bad_groups_trained"] == 0, design

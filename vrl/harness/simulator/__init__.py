@@ -1,0 +1,19 @@
+"""A discrete-event simulator of the vrl network at scale (issue 30): N real
+:class:`vrl.node.protocol.NodeProtocol` state machines (protocol, reputation, admission and
+conviction unchanged) in one process, on a simulated clock and network, with adversaries.
+
+What is stubbed, and only this: the time verification costs (bench/cost.py's measured ms per
+token), what a check finds (the adversary's ground truth; the calibrated honest rejection
+rate), the time of the trainer's step and of its replays, and generation beyond its time
+(records carry synthetic tokens of realistic size, signed for real). Modules: ``spec``
+(settings, adversary specs, costs), ``network`` (links, gossipsub mesh, latency, faults),
+``payloads`` (real messages, the ground truth), ``driver`` (the clock and the nodes),
+``metrics`` (what is measured, in the calibration's definitions). ``bench/simulate.py`` is
+the command line.
+"""
+
+from .driver import Simulation
+from .spec import ALL_ADVERSARIES, AdversarySpec, SimConfig, SpecError, parse_adversaries
+
+__all__ = ["ALL_ADVERSARIES", "AdversarySpec", "SimConfig", "SimConfig", "Simulation", "SpecError",
+           "parse_adversaries"]

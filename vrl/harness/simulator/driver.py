@@ -1,0 +1,630 @@
+"""The simulation: N real :class:`vrl.node.protocol.NodeProtocol` state machines on one
+discrete-event clock (a heap), doing what their actions say as the daemon would
+(vrl.node.daemon.Node._do), with the work charged in time instead of done.
+
+* Every action is dispatched by its type's name (``_do_<Name>``); an action of a type this
+  driver does not know that carries ``topic`` and ``data`` is gossiped as a Publish is, so a
+  design that adds messages (the committee's) runs unchanged; any other unknown action is
+  counted in ``unhandled`` and reported.
+* A gossiped message is decoded once and the decoded, immutable object is handed to every
+  receiver (the protocol is fed decoded messages); its size is the real encoding's length.
+  Which event a message becomes is found from vrl.node.events: the event whose one field holds
+  that message class (a group becomes GroupReceived, as the daemon makes it).
+* Each receiver runs the gossip validator's checks (vrl.node.validation.Validator's, against
+  its own protocol state; signature validity computed once per message, since it depends on
+  the bytes alone) before the message is handled and forwarded.
+* A node handles its inbox once per ``window_s`` (the daemon's own tick): groups and verdicts
+  that arrived in the window are fed in arrival order with ``replaying=True`` (state changes,
+  no actions: the protocol's documented way to absorb events whose actions are asked for
+  later), then a Tick is fed, whose ``pending()`` returns every action the state calls for.
+  Other events (policies, step verdicts, a job's result) are fed as they come.
+* A node's model work (generate, check, plant, train, replay) runs on one model thread, one
+  job at a time (vrl.node.work.ModelThread), each taking the time spec.CostModel charges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import math
+import random
+import time
+import typing
+from collections import deque
+from dataclasses import dataclass, field
+
+from vrl.harness.adversary import CHEAT_FROM
+from vrl.node import events as E
+from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
+from vrl.node.config import NODE_OVERRIDES
+from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
+from vrl.node.messages import (
+    GOSSIP_MESSAGES,
+    TOPIC_GROUPS,
+    TOPIC_POLICIES,
+    TOPIC_STEPS,
+    TOPIC_VERDICTS,
+    Group,
+    MessageError,
+    Outcome,
+    PolicyAnnouncement,
+    StepFault,
+    decode_group,
+    schema_of,
+)
+from vrl.node.params import ProtocolParams
+from vrl.node.protocol import NodeProtocol, ProtocolConfig
+from vrl.node.reputation import AdmissionConfig
+from vrl.rollouts.keys import NodeKey
+
+from .metrics import Metrics
+from .network import Network
+from .payloads import PLATFORM, Records, Truth, announcement, check_result, sybil_verdict
+from .spec import CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
+
+TOPIC_CLASS = {schema_of(cls).topic: cls for cls in GOSSIP_MESSAGES}
+# Trainer cheats a verifier's replay finds, and what it reports (vrl.harness.adversary.CheatingTrainer):
+# weights no step made, or made by another step than announced; an inflated reward its proofs do not show.
+REPLAY_FAULTS = {
+    "trainer-fake-weights": (StepFault.WEIGHTS_MISMATCH,),
+    "trainer-learning-rate": (StepFault.WEIGHTS_MISMATCH, StepFault.OPTIMIZER_MISMATCH),
+    "trainer-drops-node": (StepFault.WEIGHTS_MISMATCH, StepFault.OPTIMIZER_MISMATCH),
+    "trainer-foreign-data": (StepFault.WEIGHTS_MISMATCH, StepFault.OPTIMIZER_MISMATCH),
+    "trainer-inflated-rewards": (StepFault.REWARD_UNPROVEN,),
+}
+# The kinds of event the inbox absorbs with replaying=True (their only direct actions are Persist).
+_ABSORBED = (E.GroupReceived, E.VerdictReceived)
+
+
+def _event_for() -> dict[type, tuple[type, bool]]:
+    """Message class -> the event (vrl.node.events.Event) that holds such a message in its one
+    field, or in its first beside ``now`` (as GroupReceived holds a group), and whether it takes ``now``."""
+    hints = {}
+    for cls in typing.get_args(E.Event):
+        if dataclasses.is_dataclass(cls):
+            fields = dataclasses.fields(cls)
+            names = [f.name for f in fields]
+            if len(fields) == 1 or names[1:] == ["now"]:
+                kind = fields[0].type if isinstance(fields[0].type, str) else fields[0].type.__name__
+                hints.setdefault(kind, (cls, len(fields) == 2))
+    return {message: hints[message.__name__] for message in GOSSIP_MESSAGES if message.__name__ in hints}
+
+
+EVENT_FOR = _event_for()
+
+
+@dataclass(eq=False)
+class Msg:
+    """One gossiped message, decoded once and shared by every receiver."""
+
+    topic: str
+    data: bytes
+    obj: object
+    origin: int
+    round: int  # the version it belongs to: what a backfill pass (rounds >= version - 1) still brings
+    valid: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(eq=False)
+class SimNode:
+    index: int
+    key: NodeKey
+    kind: str  # adversary kind, "" for honest
+    protocol: NodeProtocol | None  # None for a sybil slot (it runs no protocol)
+    busy_until: float = 0.0
+    slots: dict[float, list[Msg]] = field(default_factory=dict)
+    missed: list[Msg] = field(default_factory=list)
+    seen: deque = field(default_factory=lambda: deque(maxlen=16))  # the replay cheat's loot
+    prepaid: set = field(default_factory=set)  # deliveries whose bytes a backfill page counted
+    cpu_until: float = 0.0  # when its event loop is free again (with SimConfig.cores)
+    known_quarantined: int = 0
+    convicted_at: float | None = None
+
+
+def design_field() -> dataclasses.Field | None:
+    """The ProtocolParams field that selects the verification design: the str field whose
+    default is "tickets" (today's design). None when this tree has only today's design."""
+    return next((f for f in dataclasses.fields(ProtocolParams) if f.default == "tickets"), None)
+
+
+class Simulation:
+    """Build with a :class:`SimConfig`; :meth:`run` returns the :class:`Metrics`."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = c = config
+        self.rng = random.Random(c.seed)
+        self.cost = CostModel.from_results(c.cost_file, c.step_seconds)
+        self.q0 = honest_race_loss()
+        self.records = Records(c, random.Random(c.seed + 1))
+        self.queue: list = []
+        self._seq = 0
+        self.now = 0.0
+        self._limits: tuple = (time.perf_counter(), time.process_time(), None, None)
+        overrides = dict(c.protocol)
+        switch = design_field()
+        if switch is not None:
+            overrides[switch.name] = c.design
+        elif c.design != "tickets":
+            raise SpecError(f"design {c.design!r}: this tree's ProtocolParams has only today's design (tickets)")
+        self.last_version = c.warmup + c.rounds
+        # A node's [admission] table as node.toml gives it (vrl.node.config.NODE_OVERRIDES: batches
+        # of 12, node_cap 0.34), as the calibration's devnet runs; config.admission overrides it.
+        self.admission = AdmissionConfig(**{**NODE_OVERRIDES["admission"], **c.admission})
+        self.round_bytes: dict[int, int] = {}  # gossip bytes published per round: what peers' stores hold
+        self.params = {**overrides, "last_version": self.last_version}
+        kinds = assign(c.adversaries, c.nodes)
+        self.sybils = sybil_slots(c.adversaries, c.nodes)
+        self.net = Network(c.nodes + self.sybils, c.topology, random.Random(c.seed + 2), c.latency_s,
+                           c.bandwidth_bps, c.loss)
+        self.trainer_key = self._key(0)
+        self.nodes: list[SimNode] = []
+        for i in range(c.nodes + self.sybils):
+            key = self._key(i)
+            if i >= c.nodes:
+                self.nodes.append(SimNode(i, key, "sybil", None))
+                continue
+            self.nodes.append(self._node(i, key, kinds.get(i, "")))
+        self.metrics = Metrics(c, self.nodes, self.cost)
+        # Processor sharing, crudely: with `cores` set, every node's compute runs nodes / cores
+        # times slower (all busy at once: an upper bound), as on the devnet's one machine.
+        self.contention = max(1.0, c.nodes / c.cores) if c.cores else 1.0
+        self.truth: dict[bytes, Truth] = {}
+        self._own: dict[bytes, Group] = {}  # groups this driver made, by their bytes: decoded already
+        self.version_groups: dict[int, list[Group]] = {}  # honest groups published, for the sybils' smears
+        self.trainer_version = -1
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def _key(self, i: int) -> NodeKey:
+        return NodeKey.from_seed(hashlib.sha256(b"vrl/sim/node\x00" + self.config.seed.to_bytes(8, "big")
+                                                + i.to_bytes(8, "big")).digest())
+
+    def _node(self, i: int, key: NodeKey, kind: str) -> SimNode:
+        # As vrl.harness.devnet.plan: node 0 trains and verifies, the others work and verify.
+        roles = frozenset({"trainer", "verifier"} if i == 0 else {"worker", "verifier"})
+        config = ProtocolConfig(**self.params, roles=roles, trainer=self.trainer_key.node_id,
+                                admission=self.admission)
+        return SimNode(i, key, kind, NodeProtocol(key, config, PLATFORM, self.q0))
+
+    @property
+    def trainer(self) -> SimNode:
+        return self.nodes[0]
+
+    # -- the clock -------------------------------------------------------------------------------
+    def at(self, when: float, fn, *args) -> None:
+        self._seq += 1
+        heapq.heappush(self.queue, (when, self._seq, fn, args))
+
+    def run(self, wall_limit_s: float | None = None, cpu_limit_s: float | None = None) -> Metrics:
+        """Run until the trainer's last version, the simulated deadline, or a limit on this
+        process's wall-clock or CPU seconds (on a shared machine CPU is the fair measure)."""
+        started, cpu_started = time.perf_counter(), time.process_time()
+        self._limits = (started, cpu_started, wall_limit_s, cpu_limit_s)
+        self.feed(self.trainer, E.Trained(announcement(self.trainer_key, 0, (), self.config.weights_bytes), ()))
+        for node in self.nodes:
+            if node.protocol is not None:
+                if node.index:
+                    self.at(1.0, self.tick, node)
+                self.at(self.net.backfill_at(0.0), self.backfill_pass, node)
+        self.at(TICK_SECONDS, self.tick, self.trainer)
+        while self.queue and self.trainer_version < self.last_version:
+            when, _, fn, args = heapq.heappop(self.queue)
+            if when > self.config.deadline_s:
+                self.metrics.stopped = f"simulated deadline {self.config.deadline_s:.0f} s"
+                break
+            if self.over_limit():
+                break
+            self.now = when
+            fn(*args)
+        self.metrics.cpu_seconds = time.process_time() - cpu_started
+        self.metrics.finish(self, time.perf_counter() - started)
+        return self.metrics
+
+    def over_limit(self) -> bool:
+        """Whether a wall-clock or CPU limit of the run has passed (asked between events, and
+        between the messages of one inbox, which at scale can hold thousands)."""
+        started, cpu_started, wall, cpu = self._limits
+        if cpu is not None and time.process_time() - cpu_started > cpu:
+            self.metrics.stopped = f"CPU limit {cpu:.0f} s"
+        elif wall is not None and time.perf_counter() - started > wall:
+            self.metrics.stopped = f"wall-clock limit {wall:.0f} s"
+        return bool(self.metrics.stopped)
+
+    def tick(self, node: SimNode) -> None:
+        """The daemon's tick: the clock moves, what is due is done (the trainer every
+        TICK_SECONDS as the daemon; others every second, enough for their timers: step_wait is 30 s)."""
+        # Skipped while the node's event loop is busy, or when an inbox is due now (its handling
+        # ends with a Tick of its own).
+        if (node.index not in self.net.offline and node.cpu_until <= self.now
+                and not any(slot <= self.now for slot in node.slots)):
+            self.feed(node, E.Tick(self.now))
+        self.at(self.now + (TICK_SECONDS if node.index == 0 else 1.0), self.tick, node)
+
+    # -- feeding the protocol --------------------------------------------------------------------
+    def handle(self, node: SimNode, event, absorb: bool = False) -> list:
+        """The node's protocol fed one event; the wall time it took is the protocol's own CPU
+        cost, counted per node (what a real node's event loop spends on it)."""
+        started = time.process_time()
+        actions = node.protocol.handle(event, replaying=absorb)
+        cpu = time.process_time() - started
+        self.metrics.protocol_cpu(node.index, cpu)
+        if self.config.cores:
+            # Nodes sharing `cores` processors (a devnet on one machine): the node's event loop is
+            # busy for its protocol's CPU time, stretched by the processes that share the cores.
+            node.cpu_until = max(node.cpu_until, self.now) + cpu * self.contention
+        return actions
+
+    def feed(self, node: SimNode, event, absorb: bool = False) -> None:
+        actions = self.handle(node, event, absorb)
+        self._observe(node)
+        for action in actions:
+            self.do(node, action)
+
+    def _observe(self, node: SimNode) -> None:
+        p = node.protocol
+        if len(p.quarantined) != node.known_quarantined:
+            node.known_quarantined = len(p.quarantined)
+            self.metrics.quarantines(self, node, p.quarantined)
+        if p.convicted is not None and node.convicted_at is None:
+            node.convicted_at = self.now
+
+    # -- gossip ----------------------------------------------------------------------------------
+    def publish(self, origin: int, topic: str, data: bytes) -> Msg | None:
+        cls = TOPIC_CLASS.get(topic)
+        try:
+            if topic == TOPIC_GROUPS:
+                obj = self._own.pop(data, None) or decode_group(data)
+                version, valid = obj.version, True
+            elif cls is not None:
+                obj = cls.from_bytes(data)
+                version = next((getattr(obj, a) for a in ("policy_version", "version", "round") if hasattr(obj, a)), 0)
+                valid = obj.valid() if hasattr(obj, "valid") else True
+            else:
+                self.metrics.unhandled[f"topic {topic}"] += 1
+                return None
+        except MessageError:
+            self.metrics.unhandled[f"undecodable {topic}"] += 1
+            return None
+        msg = Msg(topic, data, obj, origin, version, valid)
+        self.round_bytes[version] = self.round_bytes.get(version, 0) + msg.size
+        copies = self.net.forwards(origin, origin=True)
+        self.metrics.sent(origin, msg.size * copies, copies)
+        arrivals = self.net.arrivals(origin, msg.size, self.now)
+        window = self.config.window_s
+        for j, node in enumerate(self.nodes):
+            if node.protocol is None:
+                continue
+            if j == origin:
+                # Its own message comes back to the publisher (vrl.node.daemon.Node._publish): no
+                # delivery, no bytes, but its protocol holds its own groups as any other's.
+                node.prepaid.add(msg)
+                arrivals[j] = self.now
+            if not self.net.reachable(origin, j):
+                node.missed.append(msg)
+                continue
+            when = float(arrivals[j])
+            if self.net.missed():
+                when = self.net.backfill_at(when)
+                node.prepaid.add(msg)  # its bytes are in the backfill page that brings it
+            slot = math.ceil(when / window) * window
+            bucket = node.slots.get(slot)
+            if bucket is None:
+                node.slots[slot] = [msg]
+                self.at(slot, self.drain, node, slot)
+            else:
+                bucket.append(msg)
+        return msg
+
+    def drain(self, node: SimNode, slot: float) -> None:
+        """Handle what reached ``node`` in one window: validate each message, feed it, then tick."""
+        if node.cpu_until > self.now + 1e-9:
+            # The node's event loop is still busy: what arrived waits for it.
+            later = math.ceil(node.cpu_until / self.config.window_s) * self.config.window_s
+            waiting = node.slots.pop(slot, [])
+            if later in node.slots:
+                node.slots[later].extend(waiting)
+            else:
+                node.slots[later] = waiting
+                self.at(later, self.drain, node, later)
+            return
+        msgs = node.slots.pop(slot, ())
+        if node.index in self.net.offline:
+            node.missed.extend(msgs)
+            return
+        fed = False
+        for count, msg in enumerate(msgs):
+            if count % 64 == 63 and self.over_limit():
+                return
+            if msg in node.prepaid:
+                node.prepaid.discard(msg)
+            else:
+                self.metrics.received(node.index, msg.size)
+            if not self.validate(node, msg):
+                continue
+            copies = self.net.forwards(node.index, origin=False)
+            if msg.origin != node.index:
+                self.metrics.sent(node.index, msg.size * copies, copies)
+            event = self.event_of(msg)
+            if event is None:
+                continue
+            if isinstance(event, _ABSORBED):
+                if (node.kind == "replay" and isinstance(event, E.GroupReceived)
+                        and event.group.subject != node.key.node_id):
+                    node.seen.append(event.group)
+                self.handle(node, event, absorb=True)
+                fed = True
+            else:
+                self.feed(node, event)
+        if fed:
+            self.feed(node, E.Tick(self.now))
+
+    def event_of(self, msg: Msg):
+        if msg.topic == TOPIC_GROUPS:
+            return E.GroupReceived(msg.obj, self.now)
+        found = EVENT_FOR.get(type(msg.obj))
+        if found is None:
+            self.metrics.unhandled[f"message {type(msg.obj).__name__}"] += 1
+            return None
+        event, timed = found
+        return event(msg.obj, self.now) if timed else event(msg.obj)
+
+    def validate(self, node: SimNode, msg: Msg) -> bool:
+        """vrl.node.validation.Validator's accept, against this receiver's state."""
+        p, obj = node.protocol, msg.obj
+        if not msg.valid:
+            return False
+        if msg.topic == TOPIC_GROUPS:
+            return not (obj.subject in p.quarantined or obj.index >= p.config.groups_per_round
+                        or len(obj.rollouts) != self.config.group_size or not p.may_hold(obj.version)
+                        or p.slot_taken(obj.subject, obj.version, obj.index, obj.digest))
+        if msg.topic == TOPIC_VERDICTS:
+            return p.matches_group(obj) is not False and p.room_for(obj)
+        if msg.topic == TOPIC_POLICIES:
+            return obj.trainer == p.config.trainer
+        if msg.topic == TOPIC_STEPS:
+            return obj.trainer == p.config.trainer and p.may_hold(obj.version)
+        # A message kind a newer design added (a round manifest): what the validator asks of any
+        # signed message, and that a trainer's message is the configured trainer's.
+        return getattr(obj, "trainer", p.config.trainer) == p.config.trainer
+
+    def backfill(self, node: SimNode) -> None:
+        """What a node missed (offline, across a partition) comes by backfill, if still in its
+        window (vrl.node.daemon: rounds >= version - 1); the rest is lost to it."""
+        missed, node.missed = node.missed, []
+        since = max((node.protocol.version or 0) - 1, 0)
+        when = self.net.backfill_at(self.now)
+        slot = math.ceil(when / self.config.window_s) * self.config.window_s
+        kept = [m for m in missed if m.round >= since]
+        node.prepaid.update(kept)
+        self.metrics.lost_to_backfill += len(missed) - len(kept)
+        if kept:
+            node.slots.setdefault(slot, [])
+            if len(node.slots[slot]) == 0:
+                self.at(slot, self.drain, node, slot)
+            node.slots[slot].extend(kept)
+
+    def backfill_pass(self, node: SimNode) -> None:
+        """vrl.node.daemon: every BACKFILL_EVERY_SECONDS a node pages through each connected
+        peer's log of rounds >= its version - 1 from the start (vrl.node.catchup.Backfill.pull:
+        after=0), keeping what it lacks: each pass costs the whole window's bytes per peer, in
+        pages of at most BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them. A peer's log is taken
+        as everything gossiped in those rounds (what the network published)."""
+        if node.index not in self.net.offline and node.protocol.version is not None:
+            since = max(node.protocol.version - 1, 0)
+            window = sum(b for v, b in self.round_bytes.items() if v >= since)
+            page = min(window, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
+            pages = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
+            for peer in self.net.links[node.index]:
+                if self.nodes[peer].protocol is not None and self.net.reachable(node.index, peer):
+                    self.metrics.backfilled(node.index, peer, page, pages)
+        self.at(self.now + BACKFILL_EVERY_SECONDS, self.backfill_pass, node)
+
+    # -- actions ---------------------------------------------------------------------------------
+    def do(self, node: SimNode, action) -> None:
+        self.metrics.actions[type(action).__name__] += 1
+        handler = getattr(self, f"_do_{type(action).__name__}", None)
+        if handler is not None:
+            handler(node, action)
+        elif type(action).__name__.startswith("Persist"):
+            pass  # the store: nothing to simulate
+        elif hasattr(action, "topic") and hasattr(action, "data"):
+            self.publish_from(node, action.topic, action.data)
+        else:
+            self.metrics.unhandled[type(action).__name__] += 1
+
+    def _do_Publish(self, node: SimNode, action: E.Publish) -> None:
+        self.publish_from(node, action.topic, action.data)
+
+    def publish_from(self, node: SimNode, topic: str, data: bytes) -> None:
+        msg = self.publish(node.index, topic, data)
+        if msg is None:
+            return
+        if topic == TOPIC_GROUPS:
+            self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
+            if node.kind == "" and node.index:
+                self.version_groups.setdefault(msg.obj.version, []).append(msg.obj)
+        elif topic == TOPIC_VERDICTS:
+            self.metrics.published_verdict(self, node, msg.obj)
+        elif topic == TOPIC_POLICIES and node.index == 0:
+            self.new_version(msg.obj)
+
+    def job(self, node: SimNode, seconds: float, fn, *args) -> None:
+        """One job on the node's model thread: it starts when the thread is free."""
+        start = max(self.now, node.busy_until)
+        node.busy_until = start + seconds * self.contention
+        self.at(node.busy_until, fn, *args)
+
+    def _do_FetchPolicy(self, node: SimNode, action: E.FetchPolicy) -> None:
+        a = action.announcement
+        # The trainer is asked first (vrl.node.blobs.Blobs.get); while it is out of reach, any peer
+        # in reach that holds the version.
+        server = 0 if self.net.reachable(node.index, 0) else next(
+            (n.index for n in self.nodes if n.protocol is not None and a.version in n.protocol.loaded
+             and self.net.reachable(node.index, n.index)), None)
+        if server is None:
+            self.at(self.now + 5.0, self.feed, node, E.Abandoned(action))
+            return
+        self.metrics.blob(node.index, server, a.size)
+        seconds = self.config.latency_s + a.size / self.config.bandwidth_bps
+        self.at(self.now + seconds, self.feed, node, E.PolicyLoaded(a.version))
+
+    def _do_Generate(self, node: SimNode, action: E.Generate) -> None:
+        per_round = node.protocol.config.groups_per_round
+        seconds = self.records.tokens * per_round * self.cost.generate_ms_per_token / 1000
+        self.job(node, seconds, self._generated, node, action.version, per_round)
+
+    def _generated(self, node: SimNode, version: int, count: int) -> None:
+        groups = []
+        for index in range(count):
+            if node.kind == "replay" and node.seen:
+                group = self.records.resigned(node.seen.pop(), node.key, index)
+            else:
+                group = self.records.group(node.key, version, index,
+                                           reward=1.0 if node.kind == "fabricated-reward" else None)
+            self.truth[group.digest] = Truth(node.index, node.kind)
+            groups.append(group)
+        if node.kind == "withhold":
+            # Submits the half it likes best (the rewarded ones first), holds the rest back.
+            groups = sorted(groups, key=lambda g: -sum(r.reward for r in g.rollouts))[:max(1, count // 2)]
+            self.metrics.withheld += count - len(groups)
+        for group in groups:
+            self._own[group.to_bytes()] = group
+        self.feed(node, E.Generated(version, tuple(groups)))
+
+    def _do_Check(self, node: SimNode, action: E.Check) -> None:
+        truth = self.truth.get(action.group)
+        subject = self.nodes[truth.maker].kind if truth is not None and truth.maker >= 0 else ""
+        checked, share = check_result(truth, action.group, node.kind, subject, self.records.tokens, self.q0,
+                                      self.config.honest_reject, self.rng, node.key.node_id)
+        seconds = share * self.records.tokens * self.cost.verify_ms_per_token / 1000
+        self.job(node, seconds, self._checked, node, checked, seconds)
+
+    def _checked(self, node: SimNode, checked: E.Checked, seconds: float) -> None:
+        self.metrics.checked(node.index, seconds)
+        self.feed(node, checked)
+
+    def _do_Plant(self, node: SimNode, action: E.Plant) -> None:
+        canary = NodeKey.from_seed(hashlib.sha256(b"vrl/sim/canary\x00" + node.key.sign(
+            action.version.to_bytes(8, "big"))).digest())
+        group = self.records.group(canary, action.version, 0)
+        self.truth[group.digest] = Truth(-1, "planted")
+        seconds = self.records.tokens * self.cost.generate_ms_per_token / 1000
+        self._own[group.to_bytes()] = group
+        self.job(node, seconds, self.feed, node, E.Planted(group.submission, canary.node_id, action.version))
+
+    def _do_Train(self, node: SimNode, action: E.Train) -> None:
+        batch = action.batch
+        if node.kind == "trainer-rejected-group" and action.version >= CHEAT_FROM:
+            batch = (*batch, *self._failed_by_trainer(node, batch))
+        self.job(node, self.cost.step_seconds, self._trained, node, action.version, batch)
+
+    def _failed_by_trainer(self, node: SimNode, batch) -> tuple:
+        """vrl.harness.adversary.CheatingTrainer.with_failed_groups: fresh groups it failed itself
+        a round or more ago, two at most, listed in the batch."""
+        p, listed = node.protocol, {d for d, _ in batch}
+        failed = sorted(d for d, verdicts in p.verdicts.items()
+                        if (own := verdicts.get(p.me)) is not None and own.outcome == Outcome.HARD_FAIL
+                        and own.round < p.version and d in p.groups and d not in listed
+                        and 0 <= p.version - p.groups[d].version <= p.config.max_staleness)
+        return tuple((d, 1.0) for d in failed[:2])
+
+    def _trained(self, node: SimNode, version: int, batch) -> None:
+        self.metrics.trained(self, batch)
+        a = announcement(node.key, version + 1, tuple(batch), self.config.weights_bytes)
+        self.feed(node, E.Trained(a, tuple(d for d, _ in batch)))
+
+    def _do_ReplayStep(self, node: SimNode, action: E.ReplayStep) -> None:
+        a = action.announcement
+        # The step's config, and the optimizer states before and after, fetched from the trainer.
+        parent = self.trainer.protocol.policies.get(a.version - 1)
+        self.metrics.blob(node.index, 0, a.optimizer_size + (parent.optimizer_size if parent else 0) + 1024)
+        self.job(node, self.cost.step_seconds, self._replayed, node, a)
+
+    def _replayed(self, node: SimNode, a: PolicyAnnouncement) -> None:
+        cheat = self.trainer.kind
+        faults = REPLAY_FAULTS.get(cheat, ()) if a.version > CHEAT_FROM else ()
+        replayed = a.model_hash if not faults else hashlib.sha256(b"replayed" + a.model_hash).digest()
+        self.feed(node, E.StepReplayed(a.version, tuple(str(f) for f in faults), replayed, 1.0 if faults else 0.0))
+
+    def _do_StepVerdict(self, node: SimNode, action) -> None:  # (not an action today; kept generic)
+        self.metrics.unhandled["StepVerdict"] += 1
+
+    def _do_Quarantine(self, node: SimNode, action: E.Quarantine) -> None:
+        pass  # observed from the protocol's state (_observe)
+
+    def _do_Persist(self, node: SimNode, action: E.Persist) -> None:
+        pass  # the store: nothing to simulate
+
+    def _do_PersistStep(self, node: SimNode, action: E.PersistStep) -> None:
+        pass
+
+    def _do_ConvictTrainer(self, node: SimNode, action: E.ConvictTrainer) -> None:
+        pass  # observed from the protocol's state (_observe)
+
+    # -- rounds ----------------------------------------------------------------------------------
+    def new_version(self, a: PolicyAnnouncement) -> None:
+        """The trainer announced a version: a round ends. Churn, joins, partitions and sybils act here."""
+        self.trainer_version = a.version
+        self.metrics.round_ended(self, a.version)
+        c, v = self.config, a.version
+        if c.partition is not None:
+            start, end, share = c.partition
+            if v == start:
+                others = list(range(1, c.nodes))
+                self.net.cut = set(self.rng.sample(others, max(1, round(share * len(others)))))
+            elif v == end and self.net.cut:
+                healed, self.net.cut = self.net.cut, set()
+                for node in self.nodes:
+                    if node.protocol is not None and node.missed:
+                        self.backfill(node)
+                self.metrics.partitioned = len(healed)
+        if c.churn:
+            back = list(self.net.offline)
+            self.net.offline.clear()
+            for i in back:
+                self.backfill(self.nodes[i])
+            for node in self.nodes[1:]:
+                if node.protocol is not None and self.rng.random() < c.churn:
+                    self.net.offline.add(node.index)
+                    self.metrics.left += 1
+        for _ in range(c.joins):
+            self.join(a)
+        if self.sybils and v < self.last_version:
+            gen = self.records.tokens * 4 * self.cost.generate_ms_per_token / 1000
+            self.at(self.now + gen + 1.0, self.flood, v)
+
+    def join(self, a: PolicyAnnouncement) -> None:
+        i = self.net.add_node(self.config.topology)
+        node = self._node(i, self._key(i), "")
+        self.nodes.append(node)
+        self.metrics.grow(node)
+        self.metrics.joined += 1
+        for version in sorted(self.trainer.protocol.policies):
+            if version >= a.version - 1:  # what its first backfill brings (rounds >= version - 1)
+                self.feed(node, E.PolicyAnnounced(self.trainer.protocol.policies[version]))
+        self.at(self.now + 1.0, self.tick, node)
+
+    def flood(self, version: int) -> None:
+        """Each sybil slot mints a fresh key: it submits a round's groups (bad) and hard-fails up
+        to sybil_verdicts honest groups of the round."""
+        targets = self.version_groups.get(version, [])
+        for node in self.nodes:
+            if node.kind != "sybil":
+                continue
+            key = NodeKey.from_seed(self.rng.randbytes(32))
+            self.metrics.sybil_keys += 1
+            for index in range(self.trainer.protocol.config.groups_per_round):
+                group = self.records.group(key, version, index, reward=1.0)
+                self.truth[group.digest] = Truth(-1, "sybil")
+                self._own[group.to_bytes()] = group
+                msg = self.publish(node.index, TOPIC_GROUPS, group.to_bytes())
+                if msg is not None:
+                    self.metrics.sybil_message(msg)
+            for group in self.rng.sample(targets, min(len(targets), self.config.sybil_verdicts)):
+                msg = self.publish(node.index, TOPIC_VERDICTS, sybil_verdict(key, group, version).to_bytes())
+                if msg is not None:
+                    self.metrics.sybil_message(msg)

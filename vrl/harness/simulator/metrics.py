@@ -1,0 +1,268 @@
+"""What a simulation measures, in the definitions the devnet calibration shares (SCALE_DESIGN.md):
+
+* checks: Check actions a node carries out (one full verification of a group), per round;
+* verify-seconds: the model-thread time those checks were charged (spec.CostModel);
+* bytes_in / bytes_out: application payload bytes of gossip messages received (each delivery
+  once per receiving node) and sent (the origin's copies to its mesh peers, and every mesh
+  forward), plus request/response payload bytes: blob fetches (weights, step state), reported
+  apart too as ``blob_bytes``; messages likewise;
+* round: the interval between two of the trainer's policy announcements. Per-round figures are
+  differences of the counters between the announcement of version ``warmup`` and the last one
+  measured, divided by the rounds between them, then averaged over the nodes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from vrl.node.config import TRAINER_ADVERSARIES
+from vrl.node.messages import Outcome
+
+from .spec import LAZY, SPOOFS, CostModel, SimConfig
+
+COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
+            "backfill_bytes", "protocol_cpu_seconds")
+
+
+@dataclass
+class Metrics:
+    config: SimConfig
+    nodes: list
+    cost: CostModel
+    counters: dict[str, list[float]] = field(default_factory=dict)
+    snapshots: dict[int, tuple[float, dict[str, list[float]]]] = field(default_factory=dict)
+    unhandled: Counter = field(default_factory=Counter)
+    actions: Counter = field(default_factory=Counter)
+    first_bad: dict[int, float] = field(default_factory=dict)  # adversary node -> when it first cheated
+    quarantined_at: dict[tuple[int, bytes], float] = field(default_factory=dict)  # (observer, subject) -> when
+    trained_bad: Counter = field(default_factory=Counter)
+    trained_by_kind: Counter = field(default_factory=Counter)
+    honest_groups: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # digest -> (maker, version)
+    verdicts_of_honest: list[tuple[bytes, bytes]] = field(default_factory=list)  # (group, verifier) checked
+    withheld: int = 0
+    sybil_keys: int = 0
+    sybil_bytes: int = 0
+    sybil_messages: int = 0
+    left: int = 0
+    joined: int = 0
+    partitioned: int = 0
+    lost_to_backfill: int = 0
+    stopped: str = ""
+    cpu_seconds: float = 0.0
+    summary: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.counters = {name: [0.0] * len(self.nodes) for name in COUNTERS}
+        self.index_of = {n.key.node_id: n.index for n in self.nodes}
+
+    def grow(self, node) -> None:
+        for values in self.counters.values():
+            values.append(0.0)
+        self.index_of[node.key.node_id] = node.index
+
+    # -- counting --------------------------------------------------------------------------------
+    def sent(self, i: int, size: int, copies: int) -> None:
+        self.counters["bytes_out"][i] += size
+        self.counters["messages_out"][i] += copies
+
+    def received(self, i: int, size: int) -> None:
+        self.counters["bytes_in"][i] += size
+        self.counters["messages_in"][i] += 1
+
+    def blob(self, receiver: int, server: int, size: int) -> None:
+        """A request/response fetch: the response's bytes in for one, out for the other."""
+        for i, name in ((receiver, "bytes_in"), (server, "bytes_out")):
+            self.counters[name][i] += size
+            self.counters["blob_bytes"][i] += size
+        self.counters["messages_in"][receiver] += 1
+        self.counters["messages_out"][server] += 1
+
+    def backfilled(self, requester: int, server: int, size: int, pages: int) -> None:
+        """One backfill pass of one peer: its pages in for one, out for the other."""
+        for i, name in ((requester, "bytes_in"), (server, "bytes_out")):
+            self.counters[name][i] += size
+            self.counters["backfill_bytes"][i] += size
+        self.counters["messages_in"][requester] += pages
+        self.counters["messages_out"][server] += pages
+
+    def protocol_cpu(self, i: int, seconds: float) -> None:
+        self.counters["protocol_cpu_seconds"][i] += seconds
+
+    def checked(self, i: int, seconds: float) -> None:
+        self.counters["checks"][i] += 1
+        self.counters["verify_seconds"][i] += seconds
+
+    def published_group(self, node, group, truth, now: float) -> None:
+        if truth is not None and (truth.bad or truth.cheat in SPOOFS) and node.kind:
+            self.first_bad.setdefault(node.index, now)
+        elif node.kind in ("", "withhold", "lazy", "lazy-verifier") or node.kind in TRAINER_ADVERSARIES:
+            self.honest_groups[group.digest] = (node.index, group.version)
+
+    def published_verdict(self, sim, node, verdict) -> None:
+        if not verdict.checked:
+            return
+        truth = sim.truth.get(verdict.group)
+        if node.kind in LAZY or (node.kind == "collude" and truth is not None and truth.cheat == "collude"
+                                 and verdict.outcome == Outcome.PASS):
+            self.first_bad.setdefault(node.index, sim.now)
+        if node.kind == "":
+            self.verdicts_of_honest.append((verdict.group, verdict.verifier))
+
+    def trained(self, sim, batch) -> None:
+        for digest, _ in batch:
+            truth = sim.truth.get(digest)
+            kind = "" if truth is None else truth.cheat
+            self.trained_by_kind[kind or "honest"] += 1
+            if truth is not None and truth.bad:
+                self.trained_bad[truth.cheat] += 1
+
+    def quarantines(self, sim, observer, quarantined: set[bytes]) -> None:
+        for subject in quarantined:
+            self.quarantined_at.setdefault((observer.index, subject), sim.now)
+
+    def sybil_message(self, msg) -> None:
+        self.sybil_messages += 1
+        self.sybil_bytes += msg.size
+
+    def round_ended(self, sim, version: int) -> None:
+        self.snapshots[version] = (sim.now, {k: list(v) for k, v in self.counters.items()})
+
+    # -- the report ------------------------------------------------------------------------------
+    def version_at(self, t: float) -> int:
+        """The round a moment falls in: the newest version announced by then."""
+        return max((v for v, (at, _) in self.snapshots.items() if at <= t), default=0)
+
+    def finish(self, sim, wall_seconds: float) -> None:
+        c = self.config
+        versions = sorted(self.snapshots)
+        start = c.warmup if c.warmup in self.snapshots else versions[0]
+        end = versions[-1]
+        rounds = end - start
+        protocol_nodes = [n.index for n in sim.nodes if n.protocol is not None]
+
+        def per_round(indices: list[int]) -> dict:
+            if rounds <= 0 or not indices:
+                return {}
+            before, after = self.snapshots[start][1], self.snapshots[end][1]
+            out = {}
+            for name in COUNTERS:
+                values = [(after[name][i] - (before[name][i] if i < len(before[name]) else 0.0)) / rounds
+                          for i in indices if i < len(after[name])]
+                out[name] = statistics.fmean(values)
+            return {"checks_per_round": out["checks"], "verify_seconds_per_round": out["verify_seconds"],
+                    "bytes_per_round": out["bytes_in"] + out["bytes_out"], "bytes_in": out["bytes_in"],
+                    "bytes_out": out["bytes_out"],
+                    "messages_per_round": out["messages_in"] + out["messages_out"],
+                    "blob_bytes": out["blob_bytes"], "backfill_bytes": out["backfill_bytes"],
+                    "protocol_cpu_seconds_per_round": out["protocol_cpu_seconds"],
+                    "bytes_per_round_without_blobs": out["bytes_in"] + out["bytes_out"] - out["blob_bytes"]}
+
+        rounds_table = []
+        for a, b in zip(versions, versions[1:]):
+            (t0, s0), (t1, s1) = self.snapshots[a], self.snapshots[b]
+            rounds_table.append({"version": b, "seconds": t1 - t0, **{
+                name: sum(s1[name][i] - (s0[name][i] if i < len(s0[name]) else 0.0) for i in protocol_nodes
+                          if i < len(s1[name])) for name in ("checks", "verify_seconds", "bytes_in", "bytes_out",
+                                                             "protocol_cpu_seconds")}})
+        honest = [n for n in sim.nodes if n.protocol is not None and n.kind == ""]
+        honest_ids = {n.key.node_id for n in honest}
+        false = {(o, s) for (o, s) in self.quarantined_at if s in honest_ids and sim.nodes[o].kind == ""}
+        trainer = sim.nodes[0]
+        trainer_groups = trainer.protocol.groups
+        lost = [d for d, (maker, v) in self.honest_groups.items()
+                if d not in trainer_groups and start <= v < end
+                and sim.nodes[maker].key.node_id not in trainer.protocol.quarantined]
+        counted = trainer.protocol.verdicts
+        dropped = sum(1 for g, v in self.verdicts_of_honest if g in trainer_groups and v not in counted.get(g, {}))
+        self.summary = {
+            "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,
+            "rounds_measured": rounds, "versions": [start, end], "seed": c.seed,
+            "adversaries": {s.kind: s.share for s in c.adversaries},
+            "simulated_seconds": sim.now, "wall_seconds": wall_seconds,
+            "cpu_seconds": self.cpu_seconds, "stopped": self.stopped or "done",
+            "per_node": per_round(protocol_nodes),
+            "per_node_trainer": per_round([0]),
+            "per_node_others": per_round(protocol_nodes[1:]),
+            "max_node": _max_node(self, start, end, rounds, protocol_nodes),
+            "per_round": rounds_table,
+            # The whole run's counters, mean over nodes: what a run that ended inside a round shows.
+            "totals_per_node": {name: statistics.fmean(values[i] for i in protocol_nodes)
+                                for name, values in self.counters.items()},
+            "trainer_version": sim.trainer_version,
+            "rounds_to_quarantine": self._rounds_to_quarantine(sim, honest),
+            "honest_false_quarantines": len({s for _, s in false}),
+            "honest_false_quarantine_pairs": len(false),
+            "bad_groups_trained": sum(self.trained_bad.values()),
+            "bad_groups_trained_by_kind": dict(self.trained_bad),
+            "trained_by_kind": dict(self.trained_by_kind),
+            "groups_lost": len(lost),
+            "honest_groups_published": sum(1 for _, v in self.honest_groups.values() if start <= v < end),
+            "withheld_groups": self.withheld,
+            "honest_verdicts_not_counted_by_trainer": dropped,
+            "trainer_waiting_verdicts": trainer.protocol.waiting_verdicts,
+            "sybil": {"keys": self.sybil_keys, "messages": self.sybil_messages, "bytes_published": self.sybil_bytes,
+                      "bytes_per_key_per_receiver": self.sybil_bytes / self.sybil_keys if self.sybil_keys else 0.0},
+            "trainer_conviction": self._conviction(sim, honest),
+            "churn": {"left": self.left, "joined": self.joined, "partitioned": self.partitioned,
+                      "messages_past_backfill_window": self.lost_to_backfill},
+            "unhandled": dict(self.unhandled),
+            "actions": dict(self.actions),
+            "cost_model": {"verify_ms_per_token": self.cost.verify_ms_per_token,
+                           "generate_ms_per_token": self.cost.generate_ms_per_token,
+                           "step_seconds": self.cost.step_seconds, "source": self.cost.source},
+        }
+
+    def _rounds_to_quarantine(self, sim, honest: list) -> dict:
+        out: dict[str, dict] = defaultdict(lambda: {"nodes": 0, "cheated": 0, "quarantined_by_trainer": 0,
+                                                    "rounds_trainer": [], "rounds_median_honest": []})
+        for node in sim.nodes:
+            if node.protocol is None or not node.kind or node.kind in TRAINER_ADVERSARIES:
+                continue
+            row = out[node.kind]
+            row["nodes"] += 1
+            if node.index not in self.first_bad:
+                continue
+            row["cheated"] += 1
+            first = self.version_at(self.first_bad[node.index])
+            at_trainer = self.quarantined_at.get((0, node.key.node_id))
+            if at_trainer is not None:
+                row["quarantined_by_trainer"] += 1
+                row["rounds_trainer"].append(self.version_at(at_trainer) - first)
+            views = sorted(self.quarantined_at.get((h.index, node.key.node_id), float("inf")) for h in honest)
+            middle = views[len(views) // 2] if views else float("inf")
+            if middle != float("inf"):
+                row["rounds_median_honest"].append(self.version_at(middle) - first)
+        for row in out.values():
+            for name in ("rounds_trainer", "rounds_median_honest"):
+                row[name.replace("rounds", "median_rounds")] = (statistics.median(row[name]) if row[name] else None)
+        return dict(out)
+
+    def _conviction(self, sim, honest: list) -> dict:
+        cheat = sim.nodes[0].kind
+        if cheat not in TRAINER_ADVERSARIES:
+            return {}
+        times = [n.convicted_at for n in honest if n.convicted_at is not None]
+        return {"cheat": cheat, "honest_nodes": len(honest), "convicted_by": len(times),
+                "first_bad_version": _cheat_from() + 1,
+                "versions_to_median_conviction": (self.version_at(sorted(times)[len(times) // 2]) - _cheat_from() - 1)
+                if len(times) * 2 > len(honest) else None}
+
+
+def _cheat_from() -> int:
+    from vrl.harness.adversary import CHEAT_FROM
+
+    return CHEAT_FROM
+
+
+def _max_node(metrics: Metrics, start: int, end: int, rounds: int, indices: list[int]) -> dict:
+    if rounds <= 0:
+        return {}
+    before, after = metrics.snapshots[start][1], metrics.snapshots[end][1]
+    worst = {}
+    for name in ("checks", "bytes_in", "bytes_out", "protocol_cpu_seconds"):
+        values = [(after[name][i] - (before[name][i] if i < len(before[name]) else 0.0)) / rounds for i in indices
+                  if i < len(after[name])]
+        worst[name] = max(values) if values else 0.0
+    return worst

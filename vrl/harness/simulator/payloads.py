@@ -1,0 +1,136 @@
+"""Real messages with synthetic content: signed rollout records of a realistic size, the groups
+they form, the trainer's announcements, and the outcome of a check, which the simulator stubs.
+
+Generation is not modelled beyond its time: a worker's records carry synthetic token ids,
+logprobs and commitment bytes of the sizes a real record has (prompt and completion tokens as
+the config says, 6.33 commitment bytes a token), and are signed with the worker's real Ed25519
+key by the real record code (vrl.rollouts.record.Rollout.signed), grouped by
+vrl.node.messages.Group.of. Every byte count the simulator reports is the length of such a
+real encoding. What a check of a group finds is the ground truth the simulator keeps: the
+cheat that made the group (spec.BAD_REASONS) or, for an honest group, a pass (or a soft fail
+at the calibrated honest rate)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass
+
+from proofs.sampling_params import SamplingParams
+from vrl.node.events import Checked
+from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, audit_ticket
+from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.record import Rollout, round_seed
+from vrl.tasks import RewardSpec
+
+from .spec import BAD_REASONS, LAZY, SPOOF_LOSS_FACTOR, SPOOFS, SimConfig
+
+#: Every simulated node runs the same software on the same kind of machine: one platform, so
+#: verifiers' recomputed digests compare (specs/reputation.md §4).
+PLATFORM = "sim/cpu/float32"
+_DIGEST = b"vrl/sim/recomputed\x00"
+_MODEL = b"vrl/sim/model\x00"
+_OPTIMIZER = b"vrl/sim/optimizer\x00"
+STEP_CONFIG = hashlib.sha256(b"vrl/sim/step-config\x00").digest()
+
+
+def honest_digest(group: bytes) -> bytes:
+    """What every verifier that really prefills the group recomputes (one platform: one digest)."""
+    return hashlib.sha256(_DIGEST + group).digest()
+
+
+def model_hash(version: int) -> bytes:
+    return hashlib.sha256(_MODEL + version.to_bytes(8, "big")).digest()
+
+
+def optimizer_hash(version: int) -> bytes:
+    return hashlib.sha256(_OPTIMIZER + version.to_bytes(8, "big")).digest()
+
+
+class Records:
+    """Builds a node's signed groups of a round, with synthetic content of the configured size."""
+
+    def __init__(self, config: SimConfig, rng: random.Random) -> None:
+        self.config, self.rng = config, rng
+        self.sampling = SamplingParams(1.0, 0, 1.0, max(config.max_new_tokens, config.completion_tokens), (0,))
+        self.commitment_bytes = math.ceil(config.commitment_bytes_per_token * config.completion_tokens)
+
+    def group(self, key: NodeKey, version: int, index: int, reward: float | None = None) -> Group:
+        c, rng = self.config, self.rng
+        seed = round_seed(model_hash(version), version)
+        task = f"sim-{version}-{index}"
+        prompt = tuple(rng.randrange(1, 50_000) for _ in range(c.prompt_tokens))
+        rollouts = []
+        for sample in range(c.group_size):
+            rollouts.append(Rollout(
+                node_id=key.node_id, model_hash=model_hash(version), policy_version=version, round_seed=seed,
+                group_index=index, task_id=task, sample_index=sample, group_size=c.group_size,
+                prompt="What is 12 + 34? ", reference="46", prompt_tokens=prompt,
+                completion_tokens=tuple(rng.randrange(1, 50_000) for _ in range(c.completion_tokens)),
+                finish_reason="length", sampling=self.sampling,
+                behaviour_logprobs=tuple(-rng.random() for _ in range(c.completion_tokens)),
+                reward=float(rng.random() < 0.5) if reward is None else reward, reward_spec=RewardSpec(),
+                commitment=rng.randbytes(self.commitment_bytes)).signed(key))
+        return Group.of(rollouts)
+
+    def resigned(self, group: Group, key: NodeKey, index: int) -> Group:
+        """The replay cheat: another node's records re-signed as one's own (vrl.harness.adversary)."""
+        return Group.of([r.signed(key, group_index=index) for r in group.rollouts])
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens of one group: what a check's and a generation's cost is charged on."""
+        return self.config.group_size * self.config.completion_tokens
+
+
+def announcement(trainer: NodeKey, version: int, batch: tuple[tuple[bytes, float], ...], weights_bytes: int
+                 ) -> PolicyAnnouncement:
+    """The trainer's announcement of ``version``, bound to its step as an honest trainer's is
+    (specs/training.md §3): parent, optimizer before and after, one step config for the run."""
+    return PolicyAnnouncement(
+        trainer.node_id, version, model_hash(version), hashlib.sha256(b"blob" + model_hash(version)).digest(),
+        weights_bytes, parent=model_hash(version - 1) if version else b"", batch=batch, config=STEP_CONFIG,
+        optimizer_before=optimizer_hash(version - 1) if version else b"", optimizer=optimizer_hash(version),
+        optimizer_size=2 * weights_bytes, platform=PLATFORM).signed(trainer)
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What the simulator knows of a group: who made it and how (``cheat``: an adversary kind,
+    "planted", or "" for an honest group)."""
+
+    maker: int  # node index; -1 for a sybil's or a planted canary's key
+    cheat: str
+
+    @property
+    def bad(self) -> bool:
+        return self.cheat in BAD_REASONS
+
+
+def check_result(truth: Truth | None, digest: bytes, verifier_kind: str, subject_kind: str, tokens: int, q0: float,
+                 honest_reject: float, rng: random.Random, verifier: bytes) -> tuple[Checked, float]:
+    """What a Check of ``digest`` by a verifier of ``verifier_kind`` reports, and the share of
+    the honest verification time it took (0 for a lazy verifier, which runs nothing)."""
+    cheat = truth.cheat if truth is not None else ""
+    if verifier_kind in LAZY:
+        # vrl.harness.adversary.CheatingWork.check: approves unseen, digest made up, every race won.
+        return Checked(digest, (), hashlib.sha256(b"lazy" + verifier + digest).digest(), tokens, 0), 0.0
+    if verifier_kind == "collude" and subject_kind == "collude":
+        # Passes a fellow colluder's group with the digest an honest prefill gives (it ran one).
+        return Checked(digest, (), honest_digest(digest), tokens, 0), 1.0
+    if cheat in BAD_REASONS:
+        return Checked(digest, BAD_REASONS[cheat], honest_digest(digest), tokens, 0), 1.0
+    lost = 0
+    if cheat in SPOOFS:
+        rate = min(0.5, SPOOF_LOSS_FACTOR * q0)
+        lost = sum(rng.random() < rate for _ in range(tokens))
+    reasons = ("logprob_mismatch",) if honest_reject and rng.random() < honest_reject else ()
+    return Checked(digest, reasons, honest_digest(digest), tokens, lost), 1.0
+
+
+def sybil_verdict(key: NodeKey, group: Group, version: int) -> SignedVerdict:
+    """A fresh key's hard fail of an honest group: a stranger's smear (specs/reputation.md §7)."""
+    return SignedVerdict(key.node_id, group.subject, group.digest, version, group.version,
+                         audit_ticket(key, group.digest), 1.0, Outcome.HARD_FAIL, ("reward_mismatch",),
+                         hashlib.sha256(key.node_id + group.digest).digest(), PLATFORM).signed(key)
