@@ -66,6 +66,19 @@ def _fresh_logging():
     logging.lastResort = last_resort
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Each test ends with torch's thread count as it began: a node started in process sets it
+    for the process (vrl/node/daemon.py, its torch_threads), and float32 reductions split over
+    another count of threads give other bits, so a later test comparing tokens with a session
+    fixture's would fail for a reason of order, not of code."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def zk_workdir(tmp_path_factory):
     """One work directory for every zk test: the circuits are built, the dev SRS made and the
