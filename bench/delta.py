@@ -152,7 +152,7 @@ def timed(call: Callable[[], bytes], repeats: int) -> tuple[bytes, float]:
     return result, statistics.median(times)
 
 
-def measure(parent: bytes, child: bytes, repeats: int) -> dict:
+def measure(parent: bytes, child: bytes, repeats: int, only: str | None = None) -> dict:
     width = deltas.layout(parent)[-1][1]
     old = np.frombuffer(parent, np.uint8)[deltas.layout(parent)[0][0]:].view({4: np.uint32, 2: np.uint16}[width])
     new = np.frombuffer(child, np.uint8)[deltas.layout(child)[0][0]:].view(old.dtype)
@@ -162,6 +162,8 @@ def measure(parent: bytes, child: bytes, repeats: int) -> dict:
     out = {"full_bytes": len(child), "elements_changed": changed, "sha256_full_seconds": hash_seconds,
            "candidates": {}}
     for name, (encode, decode) in candidates(width).items():
+        if only is not None and not name.startswith(only):
+            continue
         delta, encode_seconds = timed(lambda e=encode: e(parent, child), repeats)
         rebuilt, rebuild_seconds = timed(lambda d=decode, x=delta: d(parent, x), repeats)
         if rebuilt != child:
@@ -198,6 +200,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timings are the median of this many")
     parser.add_argument("--synthetic-rewards", action="store_true",
                         help="train on seeded random rewards (a model with random weights has no gradient otherwise)")
+    # A 0.5B model's float32 file is 2.5 GB: the sparse candidate's index list alone is 8 bytes an
+    # element when every element changes, which took the first 0.5B run past 24 GiB (OOM-killed).
+    parser.add_argument("--only", default=None, help="measure only the candidates whose name starts so "
+                        "(e.g. xor-planes-zstd-3, the format vrl.node.deltas uses), to bound memory on large models")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "delta.json")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -228,7 +234,7 @@ def main() -> None:
                       "dtypes": {}}
             for name, dtype in DTYPES.items():
                 child = blob_in(trainer.network, dtype)
-                result["dtypes"][name] = measure(parents.pop(name), child, args.repeats)
+                result["dtypes"][name] = measure(parents.pop(name), child, args.repeats, args.only)
                 del child
                 gc.collect()
             steps.append(result)

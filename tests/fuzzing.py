@@ -42,6 +42,7 @@ from vrl.node.messages import (
     BackfillRequest,
     MessageError,
     PolicyAnnouncement,
+    RoundManifest,
     SamplingRequest,
     SignedVerdict,
     StepVerdict,
@@ -367,6 +368,12 @@ def message_targets() -> list[Target]:
             policy(0).to_bytes(), policy(2**64 - 1).to_bytes(),
             dataclasses.replace(policy(3), delta=b"\x08" * 32, delta_size=99, delta_parent=b"\x09" * 32
                                 ).signed(TRAINER).to_bytes()]),
+        # specs/committee.md §3.3: a round of two workers' groups, and one with no group at all.
+        Target("round manifest", RoundManifest.from_bytes, (MessageError,), lambda: [
+            RoundManifest(TRAINER.node_id, 7, 13, ((KEY.node_id, 65536), (TRAINER.node_id, 1)),
+                          tuple(sorted(bytes([i]) * 32 for i in range(3))),
+                          ((KEY.node_id, 2), (TRAINER.node_id, 1))).signed(TRAINER).to_bytes(),
+            RoundManifest(TRAINER.node_id, 0, 1, (), (), ()).signed(TRAINER).to_bytes()]),
         Target("step verdict", StepVerdict.from_bytes, (MessageError,),
                lambda: [step_verdict("fraud").to_bytes(), step_verdict("pass").to_bytes()]),
         Target("step config", StepConfig.from_bytes, (StepError,), lambda: [step_config_file()]),
