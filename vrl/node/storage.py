@@ -24,7 +24,6 @@ is never one.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -36,6 +35,7 @@ import structlog
 from vrl.config import ConfigError, bounded, check_fields, checked, one_of
 from vrl.node.messages import PolicyAnnouncement
 from vrl.node.store import Store
+from vrl.rollouts.files import fsync
 
 TIERS = ("default", "archive")
 
@@ -177,7 +177,7 @@ class Pruner:
             freed += self._unlink(digest)
             removed.append(digest)
             yield Pruned(tuple(removed), freed, pinned)
-        _fsync_directory(self.directory)
+        fsync(self.directory)
         self.store.end_prune(removed)
         self.log.info("pruned blobs", tier=self.config.tier, latest=latest, removed=len(removed), freed=freed)
         yield Pruned(tuple(removed), freed, pinned)
@@ -194,7 +194,7 @@ class Pruner:
         cancel = [d for d in intents if d in kept]
         finish = [d for d in intents if d not in kept]
         freed = sum(self._unlink(d) for d in finish)
-        _fsync_directory(self.directory)
+        fsync(self.directory)
         self.store.cancel_prune(cancel)
         self.store.end_prune(finish)
         self.log.warning("finished an interrupted prune", removed=len(finish), kept=len(cancel))
@@ -208,15 +208,6 @@ class Pruner:
         except FileNotFoundError:
             return 0
         return size
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the unlinks durable: a crash after this cannot bring a removed name back."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def blob_bytes(directory: Path) -> int:

@@ -33,6 +33,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file, save_model
 
 from vrl.errors import VrlError
+from vrl.rollouts.files import fsync
 
 MANIFEST = "MANIFEST.json"
 PREFIX = "step-"
@@ -111,14 +112,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 @contextlib.contextmanager

@@ -215,11 +215,17 @@ def replaced_atomically(path: str | Path) -> Iterator[Path]:
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
-    directory = os.open(target.parent, os.O_RDONLY)
+    fsync(target.parent)
+
+
+def fsync(path: str | Path) -> None:
+    """Make ``path`` durable; for a folder, the names created, renamed or removed in it (a crash
+    after this cannot bring a removed name back, nor lose a renamed one)."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(descriptor)
     finally:
-        os.close(directory)
+        os.close(descriptor)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
