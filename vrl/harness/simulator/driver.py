@@ -63,6 +63,10 @@ from .network import Network
 from .payloads import PLATFORM, Records, Truth, announcement, check_result, sybil_verdict
 from .spec import CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
 
+# Seeds of the simulation's own keys (specs/README.md lists them as local tags): a node's, and a
+# planted group's throw-away producer's.
+NODE_KEY_DOMAIN = b"vrl/sim/node\x00"
+CANARY_DOMAIN = b"vrl/sim/canary\x00"
 TOPIC_CLASS = {schema_of(cls).topic: cls for cls in GOSSIP_MESSAGES}
 # Trainer cheats a verifier's replay finds, and what it reports (vrl.harness.adversary.CheatingTrainer):
 # weights no step made, or made by another step than announced; an inflated reward its proofs do not show.
@@ -180,7 +184,7 @@ class Simulation:
 
     # -- set-up ------------------------------------------------------------------------------------
     def _key(self, i: int) -> NodeKey:
-        return NodeKey.from_seed(hashlib.sha256(b"vrl/sim/node\x00" + self.config.seed.to_bytes(8, "big")
+        return NodeKey.from_seed(hashlib.sha256(NODE_KEY_DOMAIN + self.config.seed.to_bytes(8, "big")
                                                 + i.to_bytes(8, "big")).digest())
 
     def _node(self, i: int, key: NodeKey, kind: str) -> SimNode:
@@ -508,7 +512,7 @@ class Simulation:
         self.feed(node, checked)
 
     def _do_Plant(self, node: SimNode, action: E.Plant) -> None:
-        canary = NodeKey.from_seed(hashlib.sha256(b"vrl/sim/canary\x00" + node.key.sign(
+        canary = NodeKey.from_seed(hashlib.sha256(CANARY_DOMAIN + node.key.sign(
             action.version.to_bytes(8, "big"))).digest())
         group = self.records.group(canary, action.version, 0)
         self.truth[group.digest] = Truth(-1, "planted")

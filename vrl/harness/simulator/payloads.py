@@ -32,7 +32,8 @@ PLATFORM = "sim/cpu/float32"
 _DIGEST = b"vrl/sim/recomputed\x00"
 _MODEL = b"vrl/sim/model\x00"
 _OPTIMIZER = b"vrl/sim/optimizer\x00"
-STEP_CONFIG = hashlib.sha256(b"vrl/sim/step-config\x00").digest()
+STEP_CONFIG_DOMAIN = b"vrl/sim/step-config\x00"
+STEP_CONFIG = hashlib.sha256(STEP_CONFIG_DOMAIN).digest()
 
 
 def honest_digest(group: bytes) -> bytes:
