@@ -368,7 +368,7 @@ def calibrate(args) -> dict:
 
 
 def show(results: dict) -> None:
-    table = Table(title="honest calibration per profile (CPU; producer: same device kind)")
+    table = Table(title="honest calibration per profile (device/dtype/attention/producer)")
     for column in ("profile", "verdicts (cal/val)", "rejected (val)", "miss p/closing", "mantissa", "race margin",
                    "logprob", "q0 (lost/tokens)"):
         table.add_column(column, justify="right")
