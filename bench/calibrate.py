@@ -270,11 +270,16 @@ def load_halves(args, model_name: str, dtype: str) -> dict:
 
 def check(records, model, tolerances, limit: int = 0) -> dict:
     """A checked model's validation half, verified with a profile's tolerances: its rejections,
-    and the worst of every statistic. With ``limit``, only that many records, spread evenly over
+    and the worst of every statistic. With ``limit``, only that many whole groups, spread evenly over
     the half (so over its producer variations), under the last verifier variation alone: the
     0.5B shape's prefill takes seconds a token on this CPU."""
-    if limit:
-        records = [records[i * len(records) // limit] for i in range(min(limit, len(records)))]
+    if limit:  # whole groups (verify() refuses a group with records missing), spread over the half
+        groups: dict[tuple[bytes, int], list] = defaultdict(list)
+        for r in records:
+            groups[r.round_seed, r.group_index].append(r)
+        chosen = list(groups.values())
+        chosen = [chosen[i * len(chosen) // limit] for i in range(min(limit, len(chosen)))]
+        records = [r for g in chosen for r in g]
         batch, threads = VERIFIERS[-1]
         torch.set_num_threads(threads)
         judged = vrl.verify(records, model, batch_size=batch, tolerances=tolerances)
@@ -459,7 +464,7 @@ def main() -> None:
                         help="models whose validation half is only verified with the profile's tolerances")
     parser.add_argument("--check-rollouts", type=int, default=16, help="rollouts a half of each --check-models")
     parser.add_argument("--check-limit", type=int, default=0,
-                        help="verify only this many of each checked model's records, at one verifier variation")
+                        help="verify only this many of each checked model's groups, at one verifier variation")
     parser.add_argument("--add-from", type=Path, nargs="*", default=[],
                         help="only add the profiles of these results files (this script's --out) to the table")
     parser.add_argument("--add-to-table", action="store_true",

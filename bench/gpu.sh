@@ -65,5 +65,5 @@ timeout $(( $(left) - 90 )) python3 bench/scale_model.py --device "$DEVICE" --dt
 echo "== cuda/bfloat16/sdpa/same ($(left) s left)"
 timeout $(( $(left) - 10 )) python3 bench/calibrate.py --device "$DEVICE" --dtypes bfloat16 --attention sdpa \
     --models tiny base --producer-rollouts /tmp/cal --producer-device cuda --check-models "$CHECK_MODEL" \
-    --check-limit 16 --out "$OUT/calibrate-cuda-same.json"
+    --check-limit 4 --out "$OUT/calibrate-cuda-same.json"
 echo "== done ($(left) s left)"
