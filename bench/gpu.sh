@@ -16,8 +16,8 @@
 #   qwen0.5b-cuda.json       bench/scale_model.py on the GPU (bf16, sdpa);
 #   calibrate-cuda-same.json the profile cuda/bfloat16/sdpa/same, calibrated on the GPU alone
 #                            (its producer and verifier), if time is left.
-# On an H200 (2026-11-27) the halves took 142 s (the 0.5B preset's two builds included) and the
-# 0.5B parts 200 s before the deadline cut verify:8 and everything after it, which a second
+# On an H200 (2026-11-27) the halves took 148 s (the 0.5B preset's two builds included) and the
+# 0.5B parts 168 s before their deadline cut verify:8 and everything after it, which a second
 # call ran (README "The 0.5B shape on a GPU"); the last part was never reached. With 15 minutes
 # of device time, give it a call of its own.
 # A lent machine has no network: .gpu/ (ignored by git, carried) may hold overlay/ (files to
