@@ -21,8 +21,17 @@ halves with their own round seeds:
   variations: its rejections are the honest false-positive rate the table is held to
   (<= 0.1% of at least 5,000 verdicts per profile, issue 16).
 
-Only the CPU is here; a device lent through ``device`` adds rows whose producer is another
-device kind (the table's format has them: ``cpu/bfloat16/sdpa/cuda``).
+A producer on another device kind (a GPU) makes the rows ``cpu/DTYPE/ATTENTION/cuda``: the
+halves are generated there and verified here, in two steps (``bench/gpu.sh`` runs the first):
+
+    python bench/calibrate.py --device cuda --dtypes bfloat16 --produce DIR    # on the GPU: both halves -> DIR
+    python bench/calibrate.py --dtypes bfloat16 --producer-rollouts DIR --producer-device cuda \
+        --out bench/results/calibrate-cuda.json --add-to-table                  # here: the CPU verifies them
+
+``--add-to-table`` adds (or replaces) only the profiles this run measured and leaves every
+other row of the table as it was, byte for byte; ``--write-table`` writes the run's profiles
+alone. ``--check-models`` verifies a few more models' validation halves (the 0.5B shape, too
+slow on this CPU for 5,000 verdicts) with the tolerances the others set: measured, not tabled.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import sys
 import time
 from collections import defaultdict
@@ -91,8 +101,24 @@ STATS = ("commitment_misses", "commitment_comparisons", "commitment_miss_rate", 
 SHORT_MODEL_ROLLOUTS = {"base": 8}
 
 
+#: Loaded models by (name, dtype, device): a 0.5B preset's seeded init takes about a minute of
+#: CPU, and the producer variations would pay it for each. The attention kernel is set on the
+#: shared network at each use, as load_model sets it on a preset (transformers reads it at
+#: every forward).
+_loaded: dict[tuple[str, str, str], vrl.Model] = {}
+
+
+def model_for(name: str, dtype: str, attention: str, device: str = "cpu") -> vrl.Model:
+    key = (name, dtype, device)
+    if key not in _loaded:
+        _loaded[key] = vrl.load_model(name, dtype=dtype, attention=attention, device=device)
+    model = _loaded[key]
+    model.network.config._attn_implementation = attention
+    return model
+
+
 def honest(model_name: str, dtype: str, split: str, rollouts: int, new_tokens: int,
-           kernels: tuple[str, ...] = ("sdpa", "eager")) -> list[vrl.Rollout]:
+           kernels: tuple[str, ...] = ("sdpa", "eager"), device: str = "cpu") -> list[vrl.Rollout]:
     """Honest rollouts of one half, made under every producer variation in turn whose
     attention kernel is one of ``kernels``."""
     rollouts *= SHORT_MODEL_ROLLOUTS.get(model_name, 1)
@@ -102,7 +128,7 @@ def honest(model_name: str, dtype: str, split: str, rollouts: int, new_tokens: i
     producers = [p for p in PRODUCERS if p[0] in kernels]
     for attention, batch, threads in producers:
         torch.set_num_threads(threads)
-        model = vrl.load_model(model_name, dtype=dtype, attention=attention)
+        model = model_for(model_name, dtype, attention, device)
         seed = hashlib.sha256(f"calibrate/{split}/{model_name}/{dtype}/{attention}/{batch}".encode()).digest()
         made += [r for group in vrl.iter_generate(model, tasks, key, round_seed=seed,
                                                   groups=max(1, rollouts // 4 // len(producers)),
@@ -208,16 +234,88 @@ def scores(verdict: vrl.Verdict) -> dict:
     return {s: float(verdict.scores.get(s, 0.0)) for s in STATS}
 
 
+def halves_file(directory: Path, model_name: str, dtype: str, split: str) -> Path:
+    """Where ``--produce`` writes one half and ``--producer-rollouts`` reads it."""
+    return Path(directory) / f"{model_name}-{dtype}-{split}.vrl"
+
+
+def produce(args) -> dict:
+    """Only the producer's side: both halves of every model and dtype, generated on
+    ``--device`` under every producer variation, written to ``--produce``; nothing verified."""
+    out = Path(args.produce)
+    out.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for dtype in args.dtypes:
+        for model_name in [*args.models, *args.check_models]:
+            rollouts = args.check_rollouts if model_name in args.check_models else args.rollouts
+            for split in ("calibration", "validation"):
+                started = time.monotonic()
+                records = honest(model_name, dtype, split, rollouts, args.new_tokens, device=args.device)
+                path = halves_file(out, model_name, dtype, split)
+                vrl.write_rollouts(path, records)
+                made[path.name] = {"rollouts": len(records), "seconds": time.monotonic() - started,
+                                   "tokens": sum(len(r.completion_tokens) for r in records),
+                                   "model_hash": records[0].model_hash.hex() if records else None}
+                console.log(f"{path}: {len(records)} honest rollouts in {time.monotonic() - started:.0f} s")
+    return made
+
+
+def load_halves(args, model_name: str, dtype: str) -> dict:
+    halves = {}
+    for split in ("calibration", "validation"):
+        halves[model_name, split] = list(vrl.read_rollouts(halves_file(args.producer_rollouts, model_name, dtype,
+                                                                       split)))
+    return halves
+
+
+def check(records, model, tolerances, limit: int = 0) -> dict:
+    """A checked model's validation half, verified with a profile's tolerances: its rejections,
+    and the worst of every statistic. With ``limit``, only that many whole groups, spread evenly over
+    the half (so over its producer variations), under the last verifier variation alone: the
+    0.5B shape's prefill takes seconds a token on this CPU."""
+    if limit:  # whole groups (verify() refuses a group with records missing), spread over the half
+        groups: dict[tuple[bytes, int], list] = defaultdict(list)
+        for r in records:
+            groups[r.round_seed, r.group_index].append(r)
+        chosen = list(groups.values())
+        chosen = [chosen[i * len(chosen) // limit] for i in range(min(limit, len(chosen)))]
+        records = [r for g in chosen for r in g]
+        batch, threads = VERIFIERS[-1]
+        torch.set_num_threads(threads)
+        judged = vrl.verify(records, model, batch_size=batch, tolerances=tolerances)
+        torch.set_num_threads(2)
+    else:
+        judged = verdicts(records, model, tolerances)
+    rows = [scores(v) for v in judged]
+    reasons: dict[str, int] = defaultdict(int)
+    for v in judged:
+        if not v.accepted:
+            reasons[v.reason.value] += 1
+    return {"verdicts": len(judged), "rejected": sum(reasons.values()), "reasons": dict(reasons),
+            "tokens": int(sum(v.race_evidence[0] for v in judged)),
+            "races_lost": int(sum(v.race_evidence[1] for v in judged)),
+            "worst": {s: max((r[s] for r in rows), default=0.0) for s in STATS}}
+
+
+#: Per profile, the --check-models results (calibrate() fills it; main() writes it).
+checks: dict[str, dict[str, dict]] = defaultdict(dict)
+
+
 def calibrate(args) -> dict:
     results = {}
+    device = torch.device(args.device).type
+    producer = args.producer_device if args.producer_rollouts else SAME
     for dtype in args.dtypes:
         def make(kernels: tuple[str, ...], dtype: str = dtype) -> dict:  # called within this iteration
             halves = {}
             for model_name in args.models:
+                if args.producer_rollouts:  # made elsewhere (--produce), under every producer variation
+                    halves |= load_halves(args, model_name, dtype)
+                    continue
                 for split in ("calibration", "validation"):
                     started = time.monotonic()
                     halves[model_name, split] = honest(model_name, dtype, split, args.rollouts, args.new_tokens,
-                                                       kernels)
+                                                       kernels, args.device)
                     console.log(f"{model_name} {dtype} {split} ({'/'.join(kernels)}): "
                                 f"{len(halves[model_name, split])} honest rollouts in "
                                 f"{time.monotonic() - started:.0f} s")
@@ -226,9 +324,10 @@ def calibrate(args) -> dict:
         shared = None if args.pin_kernel else make(("sdpa", "eager"))
         for attention in args.attention:
             halves = make((attention,)) if args.pin_kernel else shared
-            name = profile_name("cpu", dtype, attention, SAME)
+            name = profile_name(device, dtype, attention, producer)
             measured: dict[str, list[dict]] = defaultdict(list)
-            verifiers = {m: vrl.load_model(m, dtype=dtype, attention=attention) for m in args.models}
+            verifiers = {m: vrl.load_model(m, dtype=dtype, attention=attention, device=args.device)
+                         for m in args.models}
             for model_name, model in verifiers.items():
                 judged = verdicts(halves[model_name, "calibration"], model, MEASURE_ONLY)
                 measured[model_name] = [scores(v) for v in judged]
@@ -245,9 +344,10 @@ def calibrate(args) -> dict:
                         rejected += 1
                         reasons[v.reason.value] += 1
             results[name] = {
-                "device": "cpu", "dtype": dtype, "attention": attention, "producer": SAME,
+                "device": device, "dtype": dtype, "attention": attention,
+                "producer": SAME if producer == device else producer,
                 "tolerances": limits, "race_loss_rate": q0, "race_exact": exact,
-                "calibration": {"run": "bench/results/calibrate.json", "models": list(args.models),
+                "calibration": {"run": f"bench/results/{args.out.name}", "models": list(args.models),
                                 "verdicts": sum(len(r) for r in measured.values()),
                                 "tokens": int(sum(r["race_tokens"] for rs in measured.values() for r in rs)),
                                 "races_lost": int(sum(r["races_lost"] for rs in measured.values() for r in rs)),
@@ -258,11 +358,22 @@ def calibrate(args) -> dict:
                 "honest_flag": {m: honest_flags(e, q0) for m, e in evidence.items()},
             }
             console.log(f"{name}: {checked} validation verdicts, {rejected} rejected {dict(reasons)}; q0 {q0:.3g}")
+            del verifiers
+            for model_name in args.check_models:  # measured with this profile's tolerances, not tabled
+                started = time.monotonic()
+                model = model_for(model_name, dtype, attention, args.device)
+                records = (load_halves(args, model_name, dtype)[model_name, "validation"] if args.producer_rollouts
+                           else honest(model_name, dtype, "validation", args.check_rollouts, args.new_tokens,
+                                       device=args.device))
+                checks[name][model_name] = check(records, model, tolerances, args.check_limit)
+                console.log(f"{name} check {model_name}: {checks[name][model_name]} "
+                            f"({time.monotonic() - started:.0f} s)")
+                del model
     return results
 
 
 def show(results: dict) -> None:
-    table = Table(title="honest calibration per profile (CPU; producer: same device kind)")
+    table = Table(title="honest calibration per profile (device/dtype/attention/producer)")
     for column in ("profile", "verdicts (cal/val)", "rejected (val)", "miss p/closing", "mantissa", "race margin",
                    "logprob", "q0 (lost/tokens)"):
         table.add_column(column, justify="right")
@@ -275,6 +386,19 @@ def show(results: dict) -> None:
                       f"{t['race_margin']:.3g}", f"{t['logprob_error']:.3g}",
                       f"{row['race_loss_rate']:.2g} ({cal['races_lost']}/{cal['tokens']})")
     console.print(table)
+
+
+def add_to_table(results: dict) -> None:
+    """The table with this run's profiles added (or replaced): every other row is written back
+    as it was read, so its bytes do not change (json round-trips every value)."""
+    document = json.loads(SPEC_TABLE.read_text())
+    if document.get("format") != TABLE_FORMAT:
+        raise SystemExit(f"{SPEC_TABLE}: not a {TABLE_FORMAT} table")
+    # The spec's rows keep their order (the table's JSON is sorted by name): new ones go last.
+    rows = SPEC.read_text().partition(SPEC_MARKER)[2].partition("\n## ")[0]
+    shown = re.findall(r"^\| `([^`]+)` \|", rows, flags=re.MULTILINE)
+    order = [n for n in shown if n in document["profiles"]] + sorted(set(document["profiles"]) - set(shown))
+    write_table({**{n: document["profiles"][n] for n in order}, **results})
 
 
 def write_table(results: dict) -> None:
@@ -331,18 +455,46 @@ def main() -> None:
     # the kernel could use (specs/verification.md §6). Measured only: its file is
     # calibrate-pinned.json, and the table's profiles stay those of any producer kernel.
     parser.add_argument("--pin-kernel", action="store_true")
+    parser.add_argument("--device", default="cpu", help="where the producer and the verifier run (cpu, cuda)")
+    parser.add_argument("--produce", type=Path, help="only generate both halves on --device, into this folder")
+    parser.add_argument("--producer-rollouts", type=Path,
+                        help="verify the halves --produce wrote here instead of generating them")
+    parser.add_argument("--producer-device", default="cuda", help="the device kind that made --producer-rollouts")
+    parser.add_argument("--check-models", nargs="*", default=[],
+                        help="models whose validation half is only verified with the profile's tolerances")
+    parser.add_argument("--check-rollouts", type=int, default=16, help="rollouts a half of each --check-models")
+    parser.add_argument("--check-limit", type=int, default=0,
+                        help="verify only this many of each checked model's groups, at one verifier variation")
+    parser.add_argument("--add-from", type=Path, nargs="*", default=[],
+                        help="only add the profiles of these results files (this script's --out) to the table")
+    parser.add_argument("--add-to-table", action="store_true",
+                        help="add this run's profiles to the table, leaving its other rows as they are")
+    parser.add_argument("--out", type=Path, help="the results file (default: bench/results/calibrate.json)")
     args = parser.parse_args()
-    if args.pin_kernel and args.write_table:
+    if args.pin_kernel and (args.write_table or args.add_to_table):
         parser.error("--pin-kernel measures; the table's profiles allow any producer kernel (no --write-table)")
+    if args.produce and args.producer_rollouts:
+        parser.error("--produce makes the halves that --producer-rollouts reads: one or the other")
+    if args.add_from:
+        add_to_table({k: v for path in args.add_from for k, v in json.loads(path.read_text())["profiles"].items()})
+        return
+    if args.produce:
+        made = produce(args)
+        (args.produce / "produced.json").write_text(json.dumps(made, indent=1) + "\n")
+        return
+    args.out = args.out or RESULTS / ("calibrate-pinned.json" if args.pin_kernel else "calibrate.json")
     results = calibrate(args)
     show(results)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("calibrate-pinned.json" if args.pin_kernel else "calibrate.json")
-    out.write_text(json.dumps({"args": {k: v for k, v in vars(args).items()}, "profiles": results}, indent=1,
-                              default=str) + "\n")
-    console.print(f"wrote {out}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"args": {k: v for k, v in vars(args).items()}, "profiles": results}
+    if checks:
+        report["checks"] = checks
+    args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    console.print(f"wrote {args.out}")
     if args.write_table:
         write_table(results)
+    elif args.add_to_table:
+        add_to_table(results)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,13 @@ weights), float32, end to end.
     python bench/scale_model.py                   # everything -> bench/results/qwen0.5b.json
     python bench/scale_model.py --model qwen2.5-0.5b-2layer --new-tokens 16 --out /tmp/q.json  # a dry run
     python bench/scale_model.py --only grpo:adamw8bit   # one measurement, merged into --out
+    python bench/scale_model.py --device cuda --dtype bfloat16 --out bench/results/qwen0.5b-cuda.json  # a GPU
+
+On a GPU (``--device cuda``; bench/gpu.sh runs it on a lent one) generation and verification
+run in ``--dtype`` (bfloat16 there) with ``--attention`` (sdpa), every timing is taken between
+``torch.cuda.synchronize()`` calls, and each measurement also records its peak GPU memory
+(``torch.cuda.max_memory_allocated``); the step stays the protocol's float32 AdamW step
+(``grpo:adamw``), beside ``grpo:bf16-master``, and its replay is compared bit for bit.
 
 Measures, each in a process of its own so that its peak RSS (``getrusage`` ``ru_maxrss``) is
 its own and not the previous measurement's:
@@ -72,12 +79,25 @@ def available_bytes() -> int:
 # -- the measurements (each runs in a child process) -------------------------------------------
 
 
-def _load(args):
+def sync(args) -> None:
+    """Wait for the GPU's queued work, so that a timing ends when the work does."""
+    if args.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _load(args, dtype: str | None = None, *, build: bool = False):
+    """The model on ``args.device``; from ``--weights-cache`` (the preset's float32 weights,
+    saved there by the load part) unless ``build``: a 0.5B preset's seeded init takes about a
+    minute of CPU, paid once instead of in every measurement's process."""
     import vrl
 
+    spec = args.model if build or not args.weights_cache else args.weights_cache
     started = time.perf_counter()
-    model = vrl.load_model(args.model)
+    model = vrl.load_model(spec, dtype=dtype or args.dtype, attention=args.attention, device=args.device)
     model.model_hash  # noqa: B018 (part of loading: every node hashes what it loads)
+    sync(args)
     return model, time.perf_counter() - started
 
 
@@ -90,7 +110,14 @@ def _tasks(batch: int):
 
 
 def part_load(args) -> dict:
-    model, seconds = _load(args)
+    import vrl
+
+    model, seconds = _load(args, build=True)
+    cache = Path(args.weights_cache) if args.weights_cache else None
+    if cache and not cache.is_dir():  # the float32 weights, for the later measurements (untimed)
+        partial = cache.with_name(cache.name + ".partial")
+        vrl.load_model(args.model).save(partial)
+        partial.rename(cache)
     return {"seconds": seconds, "parameters": sum(p.numel() for p in model.network.parameters()),
             "model_hash": model.model_hash.hex()}
 
@@ -106,9 +133,11 @@ def part_generate(args, batch: int) -> dict:
     vrl.generate(model, _tasks(batch), key, round_seed=bytes(32), sampling=vrl.sampling_for(model, max_new_tokens=2),
                  groups=1, group_size=1)  # warm-up: first-call allocations and kernel choice
     stats = GenerationStats()
+    sync(args)
     started, cpu_started = time.perf_counter(), time.process_time()
     rollouts = vrl.generate(model, _tasks(batch), key, round_seed=bytes(32), sampling=sampling, groups=1,
                             group_size=batch, batch_size=batch, stats=stats)
+    sync(args)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     write_rollouts(Path(args.work) / f"group-{batch}.vrl", rollouts)
     return {"batch": batch, "tokens": stats.tokens, "seconds": seconds, "cpu_seconds": cpu_seconds,
@@ -141,12 +170,15 @@ def part_verify(args, batch: int) -> dict:
 
     model, _ = _load(args)
     rollouts = _group(args, batch)
+    vrl.verify(rollouts[:1], model, batch_size=1)  # warm-up, as generate's
+    sync(args)
     started, cpu_started = time.perf_counter(), time.process_time()
     verdicts = vrl.verify(rollouts, model, batch_size=batch)
+    sync(args)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     tokens = sum(len(r.completion_tokens) for r in rollouts)
     return {"batch": batch, "tokens": tokens, "seconds": seconds, "cpu_seconds": cpu_seconds,
-            "ms_per_token": 1000 * seconds / tokens,
+            "ms_per_token": 1000 * seconds / tokens, "model_hash": model.model_hash.hex(),
             "accepted": sum(v.accepted for v in verdicts), "records": len(verdicts)}
 
 
@@ -196,7 +228,7 @@ def optimizer_digest(network, optimizer) -> str:
     for name, parameter in sorted(network.named_parameters()):
         for slot, value in sorted(optimizer.state.get(parameter, {}).items()):
             digest.update(f"{name}.{slot}".encode())
-            digest.update(np.ascontiguousarray(value.detach().float().reshape(-1).numpy()).view(np.uint8).data)
+            digest.update(np.ascontiguousarray(value.detach().float().cpu().reshape(-1).numpy()).view(np.uint8).data)
     return digest.hexdigest()
 
 
@@ -208,7 +240,8 @@ def part_grpo(args, optimizer_name: str) -> dict:
 
     rollouts = _group(args)
     config = _step_config(rollouts)
-    model = vrl.load_model(args.model, dtype="bfloat16" if optimizer_name == "bf16-master" else "float32")
+    # The protocol's step trains float32 weights whatever the rollouts' dtype (specs/training.md).
+    model, _ = _load(args, "bfloat16" if optimizer_name == "bf16-master" else "float32")
     network = model.network.requires_grad_(True)
     if optimizer_name == "adamw-checkpointing":
         # transformers checkpoints only in training mode; Qwen2 has no dropout (attention_dropout
@@ -226,8 +259,10 @@ def part_grpo(args, optimizer_name: str) -> dict:
         optimizer = optimizer_for(network, config)
     before = optimizer_bytes(network, optimizer) if optimizer_name == "adamw" else b""
     rss_before = current_rss_bytes()
+    sync(args)
     started, cpu_started = time.perf_counter(), time.process_time()
     stats = grpo_step(network, optimizer, [rollouts], [1.0], config, 0, model.pad_token_id, rewards=[REWARDS])
+    sync(args)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     result = {"optimizer": optimizer_name, "seconds": seconds, "cpu_seconds": cpu_seconds,
               "peak_rss_bytes": peak_rss_bytes(), "rss_before_step_bytes": rss_before,
@@ -258,12 +293,14 @@ def part_replay(args) -> dict:
 
     rollouts = _group(args)
     config = _step_config(rollouts)
-    model = vrl.load_model(args.model)
+    model, _ = _load(args, "float32")
     parent = model.network
     before = (Path(args.work) / "optimizer-before.safetensors").read_bytes()
+    sync(args)
     started, cpu_started = time.perf_counter(), time.process_time()
     network, optimizer, stats = replay(parent, before, [rollouts], [1.0], config, 0, model.pad_token_id,
                                        rewards=[REWARDS])
+    sync(args)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     peak = peak_rss_bytes()
     network.zero_grad(set_to_none=True)
@@ -317,6 +354,11 @@ def run_part(args) -> dict:
     else:
         raise SystemExit(f"unknown part {args.part!r}")
     result.setdefault("peak_rss_bytes", peak_rss_bytes())
+    if args.device.startswith("cuda"):
+        import torch
+
+        result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated()
+        result["peak_gpu_reserved_bytes"] = torch.cuda.max_memory_reserved()
     return result
 
 
@@ -332,12 +374,15 @@ def child(args, part: str, *extra: str) -> dict:
         return {"skipped": f"needs {need} GiB available, MemAvailable was {free / GiB:.1f} GiB"}
     command = [sys.executable, __file__, "--part", part, "--model", args.model, "--new-tokens", str(args.new_tokens),
                "--work", args.work, "--threads", threads or str(args.threads),
-               "--step-tokens", str(args.step_tokens), *extra]
+               "--step-tokens", str(args.step_tokens), "--device", args.device, "--dtype", args.dtype,
+               "--attention", args.attention, "--weights-cache", args.weights_cache, *extra]
     print("running", part, *extra, f"(MemAvailable {free / GiB:.1f} GiB)", flush=True)
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     if done.returncode != 0:
-        return {"failed": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}",
-                "exit_code": done.returncode}
+        failed = {"failed": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}",
+                  "exit_code": done.returncode}
+        print("  ", json.dumps(failed), flush=True)
+        return failed
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print("  ", json.dumps(result), flush=True)
     return result
@@ -348,6 +393,10 @@ def child(args, part: str, *extra: str) -> dict:
 PARTS = ("load", "generate:1", "verify:1", "generate:8", "verify:8", "replay-memory", "replay-memory:at-once",
          *(f"grpo:{name}" for name in OPTIMIZERS), "grpo:adamw@1", "replay@1")
 # (A replay is named replay@T, the step it replays grpo:adamw@T; with --step-tokens N both get /N.)
+#: On a GPU: the thread count splits no GPU reduction, and the race replay's memory is the CPU's
+#: (measured above), so the step and its replay run once, at the default thread count.
+CUDA_PARTS = ("load", "generate:1", "verify:1", "generate:8", "verify:8", "grpo:adamw@2", "grpo:bf16-master",
+              "replay@2")
 
 
 def summary(results: dict) -> dict:
@@ -373,7 +422,23 @@ def summary(results: dict) -> dict:
     for name, result in results.items():
         if "peak_rss_bytes" in result:
             out[f"peak_rss_gib[{name}]"] = round(result["peak_rss_bytes"] / GiB, 2)
+        if "peak_gpu_bytes" in result:
+            out[f"peak_gpu_gib[{name}]"] = round(result["peak_gpu_bytes"] / GiB, 2)
     return out
+
+
+def machine_of(args) -> str | dict:
+    import torch
+
+    if not args.device.startswith("cuda"):
+        return (f"{os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}; "
+                "shared with other jobs while measured")
+    import transformers
+
+    properties = torch.cuda.get_device_properties(0)
+    return {"device": torch.cuda.get_device_name(0), "gpu_memory_bytes": properties.total_memory,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def main() -> None:
@@ -387,6 +452,11 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="run parts even when MemAvailable is below their need")
     parser.add_argument("--step-tokens", type=int, default=0,
                         help="cut the group's completions to this many tokens for grpo and replay (default: all)")
+    parser.add_argument("--device", default="cpu", help="where the network runs: cpu, cuda (sampler: the CPU)")
+    parser.add_argument("--dtype", default="float32", help="generation and verification dtype (the step: float32)")
+    parser.add_argument("--attention", default="sdpa", choices=("sdpa", "eager"))
+    parser.add_argument("--weights-cache", default="",
+                        help="a folder for the preset's float32 weights, built once by the load part (default: none)")
     parser.add_argument("--part", default="", help=argparse.SUPPRESS)  # a child's one measurement
     parser.add_argument("--replay-at-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -396,15 +466,16 @@ def main() -> None:
     if args.part:
         print(json.dumps(run_part(args)))
         return
-    args.work = args.work or str(Path(tempfile.gettempdir()) / f"vrl-scale-{args.model}-{args.new_tokens}")
+    suffix = "" if args.device == "cpu" else f"-{args.device}-{args.dtype}"
+    args.work = args.work or str(Path(tempfile.gettempdir()) / f"vrl-scale-{args.model}-{args.new_tokens}{suffix}")
     Path(args.work).mkdir(parents=True, exist_ok=True)
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
-    same = previous.get("args", {}).get("model") == args.model and previous.get("args", {}).get(
-        "new_tokens") == args.new_tokens
+    before = {"dtype": "float32", "device": "cpu", **previous.get("args", {})}  # files from before --device
+    same = all(before.get(k) == getattr(args, k) for k in ("model", "new_tokens", "dtype", "device"))
     results = dict(previous.get("results", {})) if same else {}
-    machine = (f"{os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}; "
-               "shared with other jobs while measured")
-    for part in args.only.split(",") if args.only else PARTS:
+    machine = machine_of(args)
+    default_parts = CUDA_PARTS if args.device.startswith("cuda") else PARTS
+    for part in args.only.split(",") if args.only else default_parts:
         stepped = args.step_tokens and part.startswith(("grpo", "replay@"))
         key = f"{part}/{args.step_tokens}" if stepped else part
         if part == "replay-memory:at-once":
@@ -413,7 +484,7 @@ def main() -> None:
             results[key] = child(args, part)
         # Written after every part: a long run stopped midway keeps what it measured.
         report = {"args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads,
-                           "dtype": "float32"},
+                           "dtype": args.dtype, "device": args.device, "attention": args.attention},
                   "machine": machine, "results": results, "summary": summary(results)}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

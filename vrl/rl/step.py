@@ -193,9 +193,12 @@ def load_optimizer_bytes(network: torch.nn.Module, optimizer: torch.optim.Optimi
     if partial:
         raise StepError(f"optimizer state: parameter {partial[0]!r} lacks some of {OPTIMIZER_SLOTS}")
     optimizer.state.clear()
+    # A fused (or capturable) optimizer keeps its step count on the parameter's device, as torch's
+    # own load_state_dict puts it; on a GPU the fused kernel reads it there. On a CPU both are the CPU.
+    on_device = any(g.get("fused") or g.get("capturable") for g in optimizer.param_groups)
     for name, slots in state.items():
         parameter = parameters[name]
-        optimizer.state[parameter] = {slot: (t if slot == "step" else t.to(parameter.device)).clone()
+        optimizer.state[parameter] = {slot: (t if slot == "step" and not on_device else t.to(parameter.device)).clone()
                                       for slot, t in slots.items()}
 
 

@@ -193,7 +193,8 @@ def bit_exact_platform(tag: str) -> bool:
     replay on an equal tag must be bit-exact (specs/training.md §4): a CPU at one thread. At
     two threads on this 2-core machine one training step computed twice in one process differed
     in 4 of 12 cases (up to 7.2e-6 relative drift), at one thread never (bench/replay.py,
-    bench/results/replay.json); a GPU's kernels were not measured here."""
+    bench/results/replay.json). On an H200 the replay of one 0.5B step was not bit-exact
+    either (bench/results/qwen0.5b-cuda.json)."""
     return "/cpu-" in tag and tag.endswith("/threads-1")
 
 
