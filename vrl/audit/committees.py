@@ -16,7 +16,7 @@ verifier is its signer, a manifest's trainer its signer.
 from __future__ import annotations
 
 from proofs import vrf
-from vrl.audit.checks import _reports, _view
+from vrl.audit.checks import reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
 from vrl.node import committee
@@ -24,6 +24,8 @@ from vrl.node.committee import Draw, WeightsTable
 from vrl.node.messages import RoundManifest, VerdictDraw
 
 CHECK = "committees"
+#: The codes a verdict's claim may be found under (:func:`_refusal` picks one; specs/audit.md §3).
+CLAIM_CODES = ("manifest_missing", "no_claim", "not_in_manifest", "not_eligible", "bad_proof", "not_drawn")
 _SEATS = {str(VerdictDraw.COMMITTEE): Draw.COMMITTEE, str(VerdictDraw.RECHECK): Draw.RECHECK}
 
 
@@ -43,14 +45,14 @@ def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
     for index in order:
         for round_, (manifest, _) in sorted(index.manifests.items()):
             if manifest.trainer != run.trainer:
-                findings.append(finding(CHECK, "foreign_manifest", Severity.WARNING,
+                findings.append(finding("committees", "foreign_manifest", Severity.WARNING,
                                         f"{index.node.store.path}: round {round_}'s manifest is signed by "
                                         f"{short(manifest.trainer)}, not the network's trainer", manifest.trainer,
                                         round=round_))
                 continue
             first = chosen.setdefault(round_, manifest)
             if first.to_bytes() != manifest.to_bytes():
-                findings.append(finding(CHECK, "manifest_equivocation", Severity.ERROR,
+                findings.append(finding("committees", "manifest_equivocation", Severity.ERROR,
                                         f"the trainer signed two different manifests of round {round_} "
                                         f"(roots {first.content.root.hex()[:12]} and "
                                         f"{manifest.content.root.hex()[:12]})", manifest.trainer,
@@ -91,7 +93,8 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
             if reason is None:
                 continue
             code, severity, why = reason
-            findings.append(finding(CHECK, code, severity, f"{short(v.verifier)}'s {v.outcome} on group "
+            assert code in CLAIM_CODES, code  # noqa: S101 (the codes the spec lists, made nowhere else)
+            findings.append(finding("committees", code, severity, f"{short(v.verifier)}'s {v.outcome} on group "
                                     f"{v.group.hex()[:16]} of round {v.policy_version} (draw {v.draw}) {why}",
                                     v.verifier if severity == Severity.ERROR else b"", verdict=v.id.hex(),
                                     group=v.group.hex(), round=v.policy_version, draw=v.draw,
@@ -152,8 +155,8 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
     index = trainer_store(run)
     if index is None:
         return
-    view = _view(run, run.trainer)
-    reports = _reports(index)
+    view = reputation_view(run, run.trainer)
+    reports = stored_reports(index)
     pending = next(reports, None)
     for round_, (stored, at) in sorted(index.manifests.items(), key=lambda item: item[1][1]):
         while pending is not None and pending[0] <= at:
@@ -168,7 +171,7 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
         differ = sorted(node for node in expected.keys() | signed.keys()
                         if abs(expected.get(node, 0) - signed.get(node, 0)) > 1)
         if differ:
-            findings.append(finding(CHECK, "weights_differ", Severity.WARNING,
+            findings.append(finding("committees", "weights_differ", Severity.WARNING,
                                     f"round {round_}'s signed weights table differs from the trainer's view replayed "
                                     f"from its store for {len(differ)} node(s), e.g. {short(differ[0])}: signed "
                                     f"{signed.get(differ[0], 0)}, replayed {expected.get(differ[0], 0)}",
@@ -185,7 +188,7 @@ def _trained_listed(run: Run, manifests: dict[int, RoundManifest], findings: lis
             head = run.groups.get(digest)
             if head is None or head.version not in manifests or digest in manifests[head.version].groups:
                 continue
-            findings.append(finding(CHECK, "trained_unlisted", Severity.ERROR,
+            findings.append(finding("committees", "trained_unlisted", Severity.ERROR,
                                     f"version {version}'s batch trains group {digest.hex()[:16]}, which round "
                                     f"{head.version}'s manifest does not list", announcement.trainer,
                                     version=version, group=digest.hex(), round=head.version))
