@@ -100,6 +100,11 @@ def test_a_members_claim_stands_and_every_bad_claim_is_found_against_its_signer(
             assert (f.code, f.severity, f.subject) == (code, Severity.ERROR, v.verifier.hex()), f
     assert by_verdict[ticket.id.hex()].code == "not_eligible"
     assert len(found) == len(cases)  # the trainer's own check (draw none) is no finding either
+    # The trainer's reveal of a plant its round's manifest does not list (planted after the round
+    # closed, or in a round never closed) claims no seat: no finding; any other signer's is.
+    reveal = SignedVerdict(TRAINER.node_id, fuzzing.KEY.node_id, unlisted, 9, 9, b"", 1.0, "hard_fail", ("planted",),
+                           b"\x05" * 32, "p", planted=True, draw=VerdictDraw.NONE).signed(TRAINER)
+    assert committee_findings(write(tmp_path / "p", A, manifests=[m], verdicts=[reveal])) == []
     # A recheck seat is drawn from its own alpha: the committee draw's proof does not stand for it.
     recheck_pi, recheck_member = seat(A, m, True, Draw.RECHECK)
     path = write(tmp_path / "r", A, manifests=[m], verdicts=[

@@ -89,6 +89,8 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
             seen.add(v.id)
             stats["claims"] += 1
             progress(CHECK, 1)
+            if v.verifier == run.trainer and v.planted:
+                continue  # the trainer's reveal of its own plant (network.md §5.3): no claim to a seat
             reason = _refusal(v, manifests.get(v.policy_version), anchors, betas, stats)
             if reason is None:
                 continue
