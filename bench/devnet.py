@@ -393,9 +393,15 @@ def committee_run(args) -> dict:
     """``--nodes`` (12) real nodes of the committee design with COMMITTEE_CHEATS; then the audit
     of the folder (``--sample`` of the re-executing checks; every committee re-derived)."""
     nodes = args.nodes
-    result = one_run(f"committee-{nodes}", nodes, COMMITTEE_CHEATS, args.rounds, args.deadline, args.port,
-                     work={"model": "base", "task": "arithmetic:digits=2,ops=+"},
-                     protocol={"verification": "committee", "plant_every": 2})
+    if args.reaudit is None:
+        result = one_run(f"committee-{nodes}", nodes, COMMITTEE_CHEATS, args.rounds, args.deadline, args.port,
+                         work={"model": "base", "task": "arithmetic:digits=2,ops=+"},
+                         protocol={"verification": "committee", "plant_every": 2})
+    else:  # the books of a finished run closed again (the audit changed): what its stores say
+        run = json.loads((RESULTS / "devnet-committee.json").read_text())[0]  # that run's own record
+        result = analyse(args.reaudit, nodes, COMMITTEE_CHEATS, run["seconds"])
+        result.update(name=run["name"], quarantined=run["quarantined"], directory=str(args.reaudit),
+                      reaudited_with=f"python bench/devnet.py committee --reaudit {args.reaudit}")
     directory = Path(result["directory"])
     cheats = {devnet_peer(directory, i).hex() for i in range(nodes - len(COMMITTEE_CHEATS), nodes)}
     names = {devnet_peer(directory, i).hex(): f"node-{i}" for i in range(nodes)}
@@ -471,6 +477,8 @@ def main() -> None:
                                          "private", "committee"])
     parser.add_argument("--nodes", type=int, default=12, help="committee: node processes")
     parser.add_argument("--sample", type=float, default=0.1, help="committee: the audit's re-executed share")
+    parser.add_argument("--reaudit", type=Path, default=None, help="committee: a finished run's folder, analysed "
+                                                                    "and audited again (no new run)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
