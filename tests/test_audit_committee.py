@@ -5,9 +5,13 @@ drawn again from the log. Each finding is made here from stores written as a nod
 from __future__ import annotations
 
 import hashlib
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import vrl.audit
 from proofs import vrf
@@ -157,3 +161,39 @@ def test_a_ticket_network_has_no_committees_to_check(tmp_path):
     with vrl.audit.open([path]) as audit:
         report = audit.run(checks=["committees"])
     assert not [f for f in report.findings if f.check == "committees"]
+
+
+@pytest.fixture(scope="module")
+def committee_store(tmp_path_factory) -> Path:
+    m = manifest()
+    pi, member = seat(A, m, True)
+    return write(tmp_path_factory.mktemp("committee"), TRAINER, manifests=[m, manifest(round_=1, weights=())],
+                 verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi),
+                           verdict(TRAINER, GROUPS[1], VerdictDraw.NONE)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=st.sampled_from(["manifests", "verdicts"]), row=st.integers(0, 1), column=st.integers(0, 7),
+       payload=st.one_of(st.binary(max_size=300), st.text(max_size=50), st.integers(-2**63, 2**63 - 1),
+                         st.floats(allow_nan=True), st.none()))
+def test_any_value_in_a_manifest_or_verdict_column_is_a_finding_or_an_audit_error(committee_store, tmp_path_factory,
+                                                                                   table, row, column, payload):
+    """Hostile bytes where the committees check reads: a finding or an AuditError naming the
+    store, never a traceback (specs/audit.md §1)."""
+    target = tmp_path_factory.mktemp("h") / "node.sqlite"
+    shutil.copy(committee_store, target)
+    with sqlite3.connect(target) as db:
+        columns = [info[1] for info in db.execute(f"PRAGMA table_info({table})")]
+        name = columns[column % len(columns)]
+        try:
+            db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT rowid FROM {table} ORDER BY rowid "
+                       f"LIMIT 1 OFFSET ?)", (payload, row))
+        except sqlite3.IntegrityError:
+            return  # the database itself refuses it
+    try:
+        with vrl.audit.open([target]) as audit:
+            report = audit.run(checks=["committees"])
+    except vrl.audit.AuditError as error:
+        assert str(target) in str(error)
+        return
+    assert all(isinstance(f, vrl.audit.Finding) for f in report.findings)
