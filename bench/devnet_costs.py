@@ -346,6 +346,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "devnet-costs.json")
     parser.add_argument("--append", action="store_true",
                         help="keep --out's other runs; a run of the same nodes, mode and design is replaced")
+    parser.add_argument("--simulate", action="store_true",
+                        help="after the runs, put the simulator beside each run of --nodes and --designs in --out "
+                             "(bench/simulate.py --compare, that run's design), under the run's 'simulator'")
+    parser.add_argument("--no-run", action="store_true", help="with --simulate: compare the runs --out holds")
+    parser.add_argument("--simulate-with", nargs="+", default=["", "--cores 2"],
+                        help="with --simulate: the simulator's options of each comparison ('--cores 2': the 2 "
+                             "cores the devnet's nodes share, processor sharing; '': a core per node)")
     args = parser.parse_args()
     ensure_base_model()
     result = {"settings": settings(args.nodes, args.rounds), "runs": []}
@@ -354,7 +361,7 @@ def main() -> None:
         result["settings"]["nodes"] = sorted(set(result["settings"]["nodes"]) | set(args.nodes))
         for run in result["runs"]:
             run.setdefault("design", "tickets")  # runs from before --designs were of the ticket design
-        result["runs"] = [r for r in result["runs"] if (r["nodes"], r["mode"], r["design"]) not in {
+        result["runs"] = [r for r in result["runs"] if args.no_run or (r["nodes"], r["mode"], r["design"]) not in {
             (n, m, d) for n in args.nodes for m in args.modes for d in args.designs}]
     result["settings"]["modes"] = {**result["settings"].get("modes", {}), **{mode: MODES[mode] for mode in args.modes}}
     result["settings"]["commands"] = [*result["settings"].get("commands", []),
@@ -362,7 +369,8 @@ def main() -> None:
     args.out.parent.mkdir(exist_ok=True)
     shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
              "blob_bytes_per_round", "messages_per_round")
-    plan = [(mode, n, design) for design in args.designs for mode in args.modes for n in args.nodes]
+    plan = [] if args.no_run else [(mode, n, design) for design in args.designs for mode in args.modes
+                                   for n in args.nodes]
     for i, (mode, n, design) in enumerate(plan):
         run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode, design)
         result["runs"].append(run)
@@ -373,7 +381,32 @@ def main() -> None:
         if "per_node" in run:
             console.print(f"N={n} {mode} {design}: " + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
                           + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
+    if args.simulate:
+        for run in result["runs"]:
+            if run["nodes"] in args.nodes and run.get("design", "tickets") in args.designs and "per_node" in run:
+                run["simulator"] = {options or "(one core per node)": simulated(result["settings"], run, options)
+                                    for options in args.simulate_with}
+                args.out.write_text(json.dumps(result, indent=1))
     console.print(f"wrote {args.out}")
+
+
+def simulated(settings: dict, run: dict, options: str = "") -> dict:
+    """bench/simulate.py --compare on this one run, with its design and ``options``: its rows."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as scratch:
+        one, out = Path(scratch) / "run.json", Path(scratch) / "compare.json"
+        one.write_text(json.dumps({"settings": settings, "runs": [run]}))
+        command = [sys.executable, str(Path(__file__).resolve().parent / "simulate.py"), "--compare", str(one),
+                   "--design", run.get("design", "tickets"), "--out", str(out), *options.split()]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0 or not out.exists():
+            return {"failure": (done.stderr or done.stdout)[-2000:]}
+        compared = json.loads(out.read_text())["runs"][0]
+    return {"command": f"python bench/simulate.py --compare <this run> --design {run.get('design', 'tickets')} "
+                       f"{options}".strip(),
+            "tolerance": 0.20, "rows": compared["rows"],
+            "within": sum(r["within"] for r in compared["rows"]), "of": len(compared["rows"])}
 
 
 if __name__ == "__main__":
