@@ -222,6 +222,8 @@ class Node:
                 self.log.critical("TRAINER FRAUD CONFIRMED: following none of its versions from this one on",
                                   trainer=trainer.hex()[:8], version=version, reasons=list(reasons),
                                   reporters=[r.hex()[:8] for r in reporters])
+            case _:  # an action a newer protocol added and this daemon does not carry out: never silent
+                self.log.error("action not carried out by this daemon", action=type(action).__name__)
 
     async def _publish(self, topic: str, data: bytes) -> None:
         """Own messages are stored first (acknowledged), then gossiped; delivery to ourselves
