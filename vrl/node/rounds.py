@@ -188,6 +188,12 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
                     and node.now - last >= node.config.verdict_wait)
         if not complete and node.now - node.round_started.get(version, node.now) < node.config.submission_window:
             continue
+        # Never closed empty (no worker's group yet): its groups, when they come, would be left
+        # out, no batch would follow, no version, no next round: the network would stall (seen
+        # on a 12-node devnet on 2 shared cores, where fetching a version's weights took workers
+        # longer than submission_window: bench/results/devnet-committee.json).
+        if all(d in node.planted for d in digests):
+            continue
         weights = {peer: standing.trust for peer, standing in node.reputation.standings(version).items()
                    if peer != node.me and standing.trust > 0 and not standing.quarantined}
         manifest = node.rounds.close(version, node.config.committee_size,
