@@ -10,7 +10,7 @@ that closes a round (:meth:`Rounds.close`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from proofs import vrf
@@ -18,6 +18,7 @@ from vrl.node import committee
 from vrl.node.committee import Draw
 from vrl.node.events import Action, Publish
 from vrl.node.messages import TOPIC_MANIFESTS, Outcome, RoundManifest, SignedVerdict, VerdictDraw
+from vrl.node.reputation import ReputationError, withheld_of
 from vrl.rollouts.keys import NodeKey
 
 #: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
@@ -64,16 +65,29 @@ class Rounds:
         return self.round_of.get(digest) == version
 
     def close(self, round_: int, committee_size: int, groups: Iterable[tuple[bytes, bytes]],
-              weights: Mapping[bytes, float], now: float) -> RoundManifest:
+              weights: Mapping[bytes, float], now: float,
+              rank: Callable[[bytes], Any] = lambda worker: worker) -> RoundManifest:
         """The trainer's manifest of round ``round_``: ``groups`` as (digest, subject), the
-        eligible verifiers' reporter weights (specs/committee.md §3.1); signed, and held."""
-        groups = sorted(set(groups))[:committee.MAX_MANIFEST_GROUPS]
-        counts: dict[bytes, int] = {}
-        for _, subject in groups:
-            counts[subject] = counts.get(subject, 0) + 1
-        workers = sorted(counts.items())[:committee.MAX_WORKER_ENTRIES]
-        kept = {subject for subject, _ in workers}
-        listed = tuple(sorted(d for d, subject in groups if subject in kept))
+        eligible verifiers' reporter weights (specs/committee.md §3.1); signed, and held.
+
+        Past the manifest's capacity whole workers are left out, lowest ``rank`` last (the
+        trainer ranks by score, so a flood of fresh keys cannot push an established worker
+        out), never some of a worker's groups: a worker cut short would look withholding
+        (specs/committee.md §7); one left out is absent, which costs it nothing."""
+        by_worker: dict[bytes, list[bytes]] = defaultdict(list)
+        for digest, subject in set(groups):
+            by_worker[subject].append(digest)
+        listed_digests: list[bytes] = []
+        workers: list[tuple[bytes, int]] = []
+        for subject in sorted(by_worker, key=rank):
+            digests = by_worker[subject]
+            if (len(workers) == committee.MAX_WORKER_ENTRIES
+                    or len(listed_digests) + len(digests) > committee.MAX_MANIFEST_GROUPS):
+                continue
+            workers.append((subject, len(digests)))
+            listed_digests += digests
+        workers.sort()
+        listed = tuple(sorted(listed_digests))
         eligible = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:committee.MAX_WEIGHT_ENTRIES]
         table = committee.WeightsTable.of(committee_size, dict(eligible))
         manifest = RoundManifest(self.key.node_id, round_, committee_size, table.entries, listed,
@@ -191,6 +205,23 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
         weights = {peer: standing.trust for peer, standing in node.reputation.standings(version).items()
                    if peer != node.me and standing.trust > 0 and not standing.quarantined}
         manifest = node.rounds.close(version, node.config.committee_size,
-                                     [(d, node.groups[d].subject) for d in digests], weights, node.now)
+                                     [(d, node.groups[d].subject) for d in digests], weights, node.now,
+                                     rank=lambda worker: (-node.standing(worker).score, worker))
+        note_withheld(node, manifest)
         actions.append(Publish(TOPIC_MANIFESTS, manifest.to_bytes()))
     return actions
+
+
+def note_withheld(node: NodeProtocol, manifest: RoundManifest) -> None:
+    """A held manifest's withheld slots feed the node's reputation view (specs/committee.md §7),
+    as every node that holds the manifest derives them. A manifest listing a worker with more
+    groups than a round holds is not this network's: it implies nothing (it is still held, for
+    the committees it fixes)."""
+    if not node.committee:
+        return
+    try:
+        records = withheld_of(manifest, node.config.groups_per_round)
+    except ReputationError:
+        return
+    for record in records:
+        node.reputation.add_withheld(record)

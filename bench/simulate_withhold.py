@@ -1,0 +1,81 @@
+"""Withholding and a flood of fresh keys in the committee design, simulated (issue 30 item 3;
+specs/committee.md §7): the real NodeProtocol state machines of vrl.harness.simulator.
+
+For each N it runs, with one seed, side by side:
+
+* ``honest``: no adversary (the baseline the flood's cost is measured against);
+* ``withhold``: 30% of the nodes submit only half of their assigned groups;
+* ``withhold+sybil``: the same, plus a flood: each round every sybil slot (10% of N) mints a
+  fresh key that submits a round of bad groups and hard-fails honest groups;
+* ``churn``: no adversary, 10% of the nodes leave for a round at each new version (honest
+  leavers must not be quarantined, nor charged as withholding).
+
+It reports withholders' standing and share of batches against honest workers', and the flood's
+cost per fresh key at an honest node: what the flood run cost beyond the withholding run with
+the same seed (checks, verify-seconds, bytes, protocol CPU), and what the flood's own messages
+cost a receiver (bytes, signature checks, refusals by reason), against the bound of
+specs/committee.md §7.
+
+    python bench/simulate_withhold.py --nodes 11,50 --rounds 6 --out bench/results/simulate-withhold.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vrl.harness.simulator import SimConfig, Simulation, parse_adversaries  # noqa: E402
+from vrl.harness.simulator.spec import sybil_slots  # noqa: E402
+
+RUNS = {"honest": ("", 0.0), "withhold": ("withhold:0.3", 0.0), "withhold+sybil": ("withhold:0.3,sybil:0.1", 0.0),
+        "churn": ("", 0.1)}
+# Per-node, per-round figures whose difference between the flood run and the withholding run
+# (same seed) is the flood's cost to an honest node.
+DELTAS = ("checks_per_round", "verify_seconds_per_round", "bytes_per_round", "bytes_per_round_without_blobs",
+          "messages_per_round", "protocol_cpu_seconds_per_round")
+KEPT = ("nodes", "design", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "per_node",
+        "honest_false_quarantines", "bad_groups_trained", "groups_lost", "honest_groups_published",
+        "withheld_groups", "withholding", "sybil", "sybil_cost_at_honest_nodes", "trained_by_kind",
+        "honest_verdicts_not_counted_by_trainer", "trainer_waiting_verdicts", "churn", "rounds_to_quarantine")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="11,50")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpu-limit", type=float, default=900.0, help="per run")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = {"command": "python " + " ".join(sys.argv), "machine": "2 cores shared with ~6 other jobs",
+           "design": "committee", "what": __doc__.split("\n\n")[0], "runs": {}}
+    for nodes in (int(n) for n in args.nodes.split(",")):
+        runs = {}
+        for name, (adversaries, churn) in RUNS.items():
+            config = SimConfig(nodes=nodes, rounds=args.rounds, adversaries=parse_adversaries(adversaries),
+                               seed=args.seed, design="committee", churn=churn)
+            started = time.perf_counter()
+            summary = Simulation(config).run(None, args.cpu_limit).summary
+            runs[name] = {k: summary[k] for k in KEPT if k in summary}
+            print(f"N={nodes} {name}: {time.perf_counter() - started:.0f} s wall ({summary['stopped']})",
+                  file=sys.stderr)
+        flood, base = runs["withhold+sybil"], runs["withhold"]
+        keys_per_round = sybil_slots(parse_adversaries(RUNS["withhold+sybil"][0]), nodes)  # one fresh key a slot
+        if flood.get("per_node") and base.get("per_node") and keys_per_round:
+            runs["flood_cost_per_key_per_honest_node"] = {
+                "keys_per_round": keys_per_round,
+                **{m: (flood["per_node"][m] - base["per_node"][m]) / keys_per_round for m in DELTAS}}
+        out["runs"][str(nodes)] = runs
+        text = json.dumps(out, indent=1, sort_keys=True, default=str)
+        if args.out:
+            args.out.write_text(text + "\n")
+    print(json.dumps(out, indent=1, sort_keys=True, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
