@@ -36,11 +36,48 @@ RUNS = {"honest": ("", 0.0), "withhold": ("withhold:0.3", 0.0), "withhold+sybil"
 # Per-node, per-round figures whose difference between the flood run and the withholding run
 # (same seed) is the flood's cost to an honest node.
 DELTAS = ("checks_per_round", "verify_seconds_per_round", "bytes_per_round", "bytes_per_round_without_blobs",
-          "messages_per_round", "protocol_cpu_seconds_per_round")
+          "messages_per_round", "protocol_cpu_seconds_per_round", "backfill_bytes", "blob_bytes")
 KEPT = ("nodes", "design", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "per_node",
         "honest_false_quarantines", "bad_groups_trained", "groups_lost", "honest_groups_published",
         "withheld_groups", "withholding", "sybil", "sybil_cost_at_honest_nodes", "trained_by_kind",
         "honest_verdicts_not_counted_by_trainer", "trainer_waiting_verdicts", "churn", "rounds_to_quarantine")
+
+
+def per_message_costs(repeat: int = 2000) -> dict:
+    """What one fresh key's verdict costs a receiver that holds the round's manifest (decode and
+    the claim's table lookup, specs/committee.md §4 steps 1-2), beside what an eligible one costs
+    on top (its Ed25519 signature, its VRF proof): microseconds, median of 5 runs of ``repeat``."""
+    import hashlib
+    import statistics
+    import timeit
+
+    from proofs import vrf
+    from vrl.node.committee import Draw
+    from vrl.node.messages import SignedVerdict
+    from vrl.node.rounds import Rounds
+    from vrl.rollouts.keys import NodeKey
+
+    trainer, member, stranger = (NodeKey.from_seed(hashlib.sha256(b"bench " + t).digest()) for t in (b"t", b"m", b"s"))
+    groups = [(hashlib.sha256(b"g%d" % i).digest(), hashlib.sha256(b"w%d" % (i // 4)).digest()) for i in range(400)]
+    rounds = Rounds(trainer, trainer.node_id)
+    # A table of 1,000 eligible verifiers: the lookup's cost at the N the design is for.
+    members = {hashlib.sha256(b"v%d" % i).digest(): 0.5 for i in range(999)} | {member.node_id: 1.0}
+    manifest = rounds.close(0, 13, groups, members, 0.0)
+    pi = vrf.prove(stranger.private_seed(), manifest.content.alpha(Draw.COMMITTEE))
+    verdict = SignedVerdict(verifier=stranger.node_id, subject=groups[0][1], group=manifest.groups[0], round=0,
+                            policy_version=0, ticket=b"", rate=1.0, outcome="hard_fail", reasons=("reward_mismatch",),
+                            digest=bytes(32), platform="bench", draw="committee", pi=pi).signed(stranger)
+    data = verdict.to_bytes()
+    assert rounds.refusal(verdict, frozenset()) == "not_eligible"
+
+    def us(fn) -> float:
+        return statistics.median(timeit.repeat(fn, number=repeat, repeat=5)) / repeat * 1e6
+
+    return {"verdict_bytes": len(data), "manifest_groups": len(manifest.groups),
+            "decode_us": us(lambda: SignedVerdict.from_bytes(data)),
+            "refusal_not_eligible_us": us(lambda: rounds.refusal(verdict, frozenset())),
+            "signature_check_us": us(lambda: verdict.signature_ok()),
+            "vrf_verify_us": us(lambda: vrf.verify(stranger.node_id, pi, manifest.content.alpha(Draw.COMMITTEE)))}
 
 
 def main() -> int:
@@ -52,7 +89,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = {"command": "python " + " ".join(sys.argv), "machine": "2 cores shared with ~6 other jobs",
-           "design": "committee", "what": __doc__.split("\n\n")[0], "runs": {}}
+           "design": "committee", "what": __doc__.split("\n\n")[0], "runs": {},
+           "per_message_costs": per_message_costs()}
+    print(f"per message: {out['per_message_costs']}", file=sys.stderr)
     for nodes in (int(n) for n in args.nodes.split(",")):
         runs = {}
         for name, (adversaries, churn) in RUNS.items():

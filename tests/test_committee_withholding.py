@@ -53,6 +53,16 @@ def test_a_worker_cut_short_pays_per_missing_slot_in_every_view_and_is_never_qua
     member.handle(P.ManifestReceived(manifest, 7.0))
     member.handle(P.ManifestReceived(manifest, 8.0))
     assert member.reputation.withheld() == expected
+    assert trainer.rounds.omitted[0] == {} and member.rounds.omitted[0] == {}
+    # A node that held all four of the worker's groups when the manifest came keeps what the
+    # manifest left out: evidence of framing it can show (specs/committee.md §7), not a proof.
+    witness = node(VERIFIERS[1], "verifier")
+    ready(witness)
+    for event in groups(4):
+        witness.handle(event)
+    witness.handle(P.ManifestReceived(manifest, 7.0))
+    assert witness.rounds.omitted[0] == {WORKER.node_id: 2}
+    assert witness.reputation.withheld() == expected  # the same record in every view, whatever it held
     floor = 2 * ReputationConfig().withheld_weight
     for view in (trainer, member):
         assert view.standing(WORKER.node_id).failures == floor  # no passes yet: the floor per slot

@@ -42,6 +42,15 @@ class Rounds:
         self.manifests: dict[int, RoundManifest] = {}
         self.received_at: dict[int, float] = {}
         self.round_of: dict[bytes, int] = {}  # group digest -> the round whose manifest lists it
+        # round -> {worker: its groups of the round this node held, unquarantined, when the
+        # manifest came, that the manifest leaves out}: evidence a trainer framed a worker as
+        # withholding (specs/committee.md §7), which this node can show but not prove.
+        self.omitted: dict[int, dict[bytes, int]] = {}
+        # round -> {verifier: weight} of its table: the claim's lookup (specs/committee.md §4 step
+        # 2) is one hash lookup, not a walk of up to 1,024 entries, since it is all a fresh key's
+        # verdict costs (§7); and (round, verifier) -> T_v, computed once.
+        self._eligible: dict[int, dict[bytes, int]] = {}
+        self._thresholds: dict[tuple[int, bytes], int] = {}
         self._mine: dict[tuple[int, Draw], tuple[bytes, bytes]] = {}  # (round, draw) -> (pi, beta)
         # (verifier, round, draw) -> (pi, beta) once verified: one VRF verification per verifier
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
@@ -54,6 +63,7 @@ class Rounds:
             return False
         self.manifests[manifest.round] = manifest
         self.received_at[manifest.round] = now
+        self._eligible[manifest.round] = dict(manifest.weights)
         for digest in manifest.groups:
             self.round_of.setdefault(digest, manifest.round)
         return True
@@ -95,6 +105,12 @@ class Rounds:
         self.add(manifest, now)
         return manifest
 
+    def threshold(self, round_: int, verifier: bytes) -> int:
+        """T_v of ``verifier`` in round ``round_``'s table (0 if not in it), computed once."""
+        if (round_, verifier) not in self._thresholds:
+            self._thresholds[round_, verifier] = self.manifests[round_].content.weights.threshold(verifier)
+        return self._thresholds[round_, verifier]
+
     # -- draws ------------------------------------------------------------------------------
     def own(self, round_: int, draw: Draw) -> tuple[bytes, bytes]:
         """This node's (pi, beta) for a round and draw: one VRF evaluation, kept."""
@@ -108,7 +124,7 @@ class Rounds:
         round_ = self.round_of.get(digest)
         if round_ is None:
             return None
-        threshold = self.manifests[round_].content.weights.threshold(self.key.node_id)
+        threshold = self.threshold(round_, self.key.node_id)
         if threshold == 0:
             return None
         pi, beta = self.own(round_, draw)
@@ -126,7 +142,7 @@ class Rounds:
         if verdict.draw == VerdictDraw.NONE:
             if verdict.verifier != self.trainer and verdict.verifier not in trusted:
                 return NO_CLAIM
-        elif verdict.draw == VerdictDraw.TICKET or manifest.content.weights.weight(verdict.verifier) == 0:
+        elif verdict.draw == VerdictDraw.TICKET or verdict.verifier not in self._eligible[manifest.round]:
             return "not_eligible"
         if self.round_of.get(verdict.group) != verdict.policy_version:
             return NOT_IN_MANIFEST
@@ -146,7 +162,7 @@ class Rounds:
             except vrf.VrfError:
                 return "bad_proof"
             self._verified[verdict.verifier, manifest.round, draw] = (verdict.pi, beta)
-        threshold = manifest.content.weights.threshold(verdict.verifier)
+        threshold = self.threshold(manifest.round, verdict.verifier)
         return None if committee.is_member(beta, verdict.group, threshold) else "not_drawn"
 
 
@@ -216,9 +232,17 @@ def note_withheld(node: NodeProtocol, manifest: RoundManifest) -> None:
     """A held manifest's withheld slots feed the node's reputation view (specs/committee.md §7),
     as every node that holds the manifest derives them. A manifest listing a worker with more
     groups than a round holds is not this network's: it implies nothing (it is still held, for
-    the committees it fixes)."""
+    the committees it fixes). What this node held of the round that the manifest leaves out is
+    kept in ``rounds.omitted``."""
     if not node.committee:
         return
+    omitted: dict[bytes, int] = defaultdict(int)
+    for digest in node._by_version.get(manifest.round, []):
+        subject = node.groups[digest].subject
+        if node.rounds.round_of.get(digest) != manifest.round and subject not in node.quarantined \
+                and digest not in node.planted:
+            omitted[subject] += 1
+    node.rounds.omitted[manifest.round] = dict(omitted)
     try:
         records = withheld_of(manifest, node.config.groups_per_round)
     except ReputationError:
