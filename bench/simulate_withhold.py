@@ -80,6 +80,34 @@ def per_message_costs(repeat: int = 2000) -> dict:
             "vrf_verify_us": us(lambda: vrf.verify(stranger.node_id, pi, manifest.content.alpha(Draw.COMMITTEE)))}
 
 
+class AdmissionPool:
+    """How many decided groups each of the trainer's admission draws chose from, and of which
+    kind (honest, withhold, ...): wraps vrl.node.protocol's ``admit`` for the run, measuring only."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        import vrl.node.protocol as protocol
+
+        self.protocol, self.admit, self.steps = protocol, protocol.admit, []
+        kinds = {n.key.node_id: n.kind or "honest" for n in simulation.nodes}
+
+        def counted(candidates, config, seed):
+            candidates = list(candidates)
+            batch = self.admit(candidates, config, seed)
+            kind = [kinds.get(c.node, "other") for c in candidates]
+            self.steps.append({"candidates": len(candidates), "batch": len(batch),
+                               "candidates_by_kind": {k: kind.count(k) for k in sorted(set(kind))},
+                               "batch_by_kind": {k: sum(kinds.get(c.node, "other") == k for c, _ in batch)
+                                                 for k in sorted(set(kind))}})
+            return batch
+
+        protocol.admit = counted
+
+    def close(self) -> dict:
+        self.protocol.admit = self.admit
+        full = sum(s["candidates"] <= s["batch"] for s in self.steps)
+        return {"steps": len(self.steps), "steps_with_no_choice": full, "per_step": self.steps}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="11,50")
@@ -88,8 +116,11 @@ def main() -> int:
     parser.add_argument("--cpu-limit", type=float, default=900.0, help="per run")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    out = {"command": "python " + " ".join(sys.argv), "machine": "2 cores shared with ~6 other jobs",
-           "design": "committee", "what": __doc__.split("\n\n")[0], "runs": {},
+    # Runs of other N already in --out are kept (a sweep may be run in parts); its commands listed.
+    earlier = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
+    out = {"commands": [*earlier.get("commands", [earlier["command"]] if "command" in earlier else []),
+                        "python " + " ".join(sys.argv)], "machine": "2 cores shared with ~6 other jobs",
+           "design": "committee", "what": __doc__.split("\n\n")[0], "runs": earlier.get("runs", {}),
            "per_message_costs": per_message_costs()}
     print(f"per message: {out['per_message_costs']}", file=sys.stderr)
     for nodes in (int(n) for n in args.nodes.split(",")):
@@ -98,8 +129,14 @@ def main() -> int:
             config = SimConfig(nodes=nodes, rounds=args.rounds, adversaries=parse_adversaries(adversaries),
                                seed=args.seed, design="committee", churn=churn)
             started = time.perf_counter()
-            summary = Simulation(config).run(None, args.cpu_limit).summary
+            simulation = Simulation(config)
+            pool = AdmissionPool(simulation)
+            try:
+                summary = simulation.run(None, args.cpu_limit).summary
+            finally:
+                drawn = pool.close()
             runs[name] = {k: summary[k] for k in KEPT if k in summary}
+            runs[name]["admission_pool"] = drawn
             print(f"N={nodes} {name}: {time.perf_counter() - started:.0f} s wall ({summary['stopped']})",
                   file=sys.stderr)
         flood, base = runs["withhold+sybil"], runs["withhold"]
