@@ -80,10 +80,10 @@ class Rounds:
         """The trainer's manifest of round ``round_``: ``groups`` as (digest, subject), the
         eligible verifiers' reporter weights (specs/committee.md §3.1); signed, and held.
 
-        Past the manifest's capacity whole workers are left out, lowest ``rank`` last (the
-        trainer ranks by score, so a flood of fresh keys cannot push an established worker
-        out), never some of a worker's groups: a worker cut short would look withholding
-        (specs/committee.md §7); one left out is absent, which costs it nothing."""
+        Workers are taken in ``rank`` order (the trainer's: highest score first, so a flood of
+        fresh keys cannot push an established worker out); past the manifest's capacity a
+        worker is left out whole, never cut short: a worker cut short would look withholding
+        (specs/committee.md §7.1), one left out is absent, which costs it nothing."""
         by_worker: dict[bytes, list[bytes]] = defaultdict(list)
         for digest, subject in set(groups):
             by_worker[subject].append(digest)
