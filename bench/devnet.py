@@ -9,6 +9,9 @@
     python bench/devnet.py zk           # base-micro, sampling proofs asked after every check, vs none:
                                         # latency, failures
     python bench/devnet.py private      # a private task set (trainer proves rewards) vs the same in the clear; a cheat
+    python bench/devnet.py committee    # 12 nodes, verification = "committee" (specs/committee.md), cheats;
+                                        # quarantines, bad groups trained, checks per round, the audit
+                                        # (every committee re-derived) -> bench/results/devnet-committee.json
 
 Every number comes from the nodes' own SQLite stores after the run (what was acknowledged),
 not from logs. Runs are bounded by a round count and a deadline and stop by themselves.
@@ -24,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -379,6 +383,75 @@ def private_runs(args) -> list[dict]:
     return results
 
 
+# The committee devnet's cheats (the last workers): one per kind of bad group a check finds;
+# two of eleven workers, 18% of the verifier weight at most, under the design point f* = 0.45
+# (specs/committee.md §5).
+COMMITTEE_CHEATS = ["fabricated-reward", "tampered-tokens"]
+
+
+def committee_run(args) -> dict:
+    """``--nodes`` (12) real nodes of the committee design with COMMITTEE_CHEATS; then the audit
+    of the folder (``--sample`` of the re-executing checks; every committee re-derived)."""
+    nodes = args.nodes
+    if args.reaudit is None:
+        result = one_run(f"committee-{nodes}", nodes, COMMITTEE_CHEATS, args.rounds, args.deadline, args.port,
+                         work={"model": "base", "task": "arithmetic:digits=2,ops=+"},
+                         protocol={"verification": "committee", "plant_every": 2})
+    else:  # the books of a finished run closed again (the audit changed): what its stores say
+        run = json.loads((RESULTS / "devnet-committee.json").read_text())[0]  # that run's own record
+        result = analyse(args.reaudit, nodes, COMMITTEE_CHEATS, run["seconds"])
+        result.update(name=run["name"], quarantined=run["quarantined"], directory=str(args.reaudit),
+                      reaudited_with=f"python bench/devnet.py committee --reaudit {args.reaudit}")
+    directory = Path(result["directory"])
+    cheats = {devnet_peer(directory, i).hex() for i in range(nodes - len(COMMITTEE_CHEATS), nodes)}
+    names = {devnet_peer(directory, i).hex(): f"node-{i}" for i in range(nodes)}
+    opened = stores(directory, nodes)
+    try:
+        trainer = opened[0]
+        manifests = trainer.manifests()
+        checks = {}  # per node: its own checked verdicts per round (the trainer's version span)
+        for i, store in enumerate(opened):
+            me = devnet_peer(directory, i)
+            own = [SignedVerdict.from_bytes(d) for (d,) in store._rows("SELECT data FROM verdicts WHERE verifier=?",
+                                                                       (me,))]
+            checks[f"node-{i}"] = {"checked": sum(v.checked for v in own),
+                                   "draws": dict(sorted(Counter(str(v.draw) for v in own).items()))}
+        quarantined_by = {f"node-{i}": sorted(names[row[0].hex()] for row in store.reputation()
+                                              if row[4] and row[0].hex() in names) for i, store in enumerate(opened)}
+    finally:
+        for store in opened:
+            store.close()
+    logs = {f"node-{i}": (directory / f"node-{i}" / "node.log").read_text(errors="replace") for i in range(nodes)}
+    failures = {"policy_fetch_failed": {n: log.count('"policy fetch failed"') for n, log in logs.items()
+                                        if '"policy fetch failed"' in log},
+                "step_fraud_reports": {n: log.count('"step reported as fraud"') for n, log in logs.items()
+                                       if '"step reported as fraud"' in log},
+                "trainer_fraud_confirmed": [n for n, log in logs.items() if "TRAINER FRAUD CONFIRMED" in log]}
+    started = time.monotonic()
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(sample=args.sample)
+    verdicts = report.verdicts_by_node()
+    audit = {"sample": args.sample, "seconds": round(time.monotonic() - started, 1),
+             "committees": report.stats.get("committees"),
+             "committee_findings": [f.to_json() for f in report.findings if f.check == "committees"],
+             "nodes": {names.get(n, n[:8]): {"verdict": info["verdict"], "errors": info["errors"],
+                                            "warnings": info["warnings"], "cheat": n in cheats}
+                       for n, info in verdicts.items() if n in names},
+             "honest_clean": all(info["verdict"] == "clean" for n, info in verdicts.items()
+                                 if n in names and n not in cheats),
+             "cheats_convicted": all(verdicts.get(n, {}).get("verdict") == "convicted" for n in cheats)}
+    result.update(cheats=sorted(names[c] for c in cheats), manifests=len(manifests),
+                  committee_size=manifests[-1].committee_size if manifests else None,
+                  eligible_per_round=[len(m.weights) for m in manifests],
+                  groups_per_manifest=[len(m.groups) for m in manifests], checks=checks,
+                  quarantined_by=quarantined_by, failures=failures, audit=audit,
+                  command=f"python bench/devnet.py committee --nodes {nodes} --rounds {args.rounds} "
+                          f"--deadline {args.deadline:g} --sample {args.sample:g}",
+                  machine="x86_64, 2 cores shared with other jobs; timings noisy, counts not")
+    console.print_json(json.dumps({k: v for k, v in result.items() if not k.endswith("_curve")}, default=str))
+    return result
+
+
 def plot_learning(results: list[dict], path: Path) -> None:
     """Expected held-out accuracy per policy version, honest runs against attacked ones."""
     import matplotlib
@@ -401,7 +474,11 @@ def plot_learning(results: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "poisoning", "learning", "faults", "trainers", "spoofing", "zk",
-                                         "private"])
+                                         "private", "committee"])
+    parser.add_argument("--nodes", type=int, default=12, help="committee: node processes")
+    parser.add_argument("--sample", type=float, default=0.1, help="committee: the audit's re-executed share")
+    parser.add_argument("--reaudit", type=Path, default=None, help="committee: a finished run's folder, analysed "
+                                                                    "and audited again (no new run)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--deadline", type=float, default=900)
     parser.add_argument("--port", type=int, default=25000)  # below the ephemeral range (32768+)
@@ -415,6 +492,8 @@ def main() -> None:
         results = zk_runs(args)
     if args.what == "private":
         results = private_runs(args)
+    if args.what == "committee":
+        results = [committee_run(args)]
     if args.what == "throughput":
         results.append(one_run("throughput", 5, [], args.rounds, args.deadline, args.port, protocol={"plant_every": 0},
                                **common))

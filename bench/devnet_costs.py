@@ -2,6 +2,7 @@
 
     python bench/devnet_costs.py                     # N = 5 and N = 12, 5 measured rounds each
     python bench/devnet_costs.py --nodes 5 --rounds 4
+    python bench/devnet_costs.py --nodes 12 --modes default --designs tickets committee --append
 
 Runs `vrl devnet`'s network (vrl.harness.devnet.plan: node 0 the trainer and a verifier, the
 others workers and verifiers, every node honest, each worker dialling the trainer and the
@@ -213,13 +214,16 @@ def admission_for(mode: str, nodes: int) -> dict:
     return {"batch_groups": ProtocolParams().groups_per_round * (nodes - 1)}
 
 
-def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "default") -> dict:
+def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "default",
+            design: str = "tickets") -> dict:
+    """``design``: ProtocolParams.verification, "tickets" (the default) or "committee"."""
     wait_for_memory(nodes)
-    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-costs-{mode}-{nodes}-"))
+    directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-costs-{design}-{mode}-{nodes}-"))
     last = WARMUP_VERSIONS + rounds
     admission = admission_for(mode, nodes)
     network = devnet.plan(directory, nodes, [], port, rounds=last, work=WORK,
-                          **({"admission": admission} if admission else {}))
+                          **({"admission": admission} if admission else {}),
+                          **({"protocol": {"verification": design}} if design != "tickets" else {}))
     console.print(f"[bold]{nodes} nodes, {mode}[/] {admission or ''}, versions {WARMUP_VERSIONS}..{last} "
                   f"measured -> {directory}")
     watch = devnet.Watch(network)
@@ -253,7 +257,7 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "de
                f"{len(reported)} step fraud reports against the trainer, reasons "
                f"{sorted({r for e in reported for r in e.get('reasons', [])})}; logs in {directory}")
         console.print(f"[red]{nodes} nodes, {mode}: {why}[/]")
-        return {"nodes": nodes, "mode": mode, "admission_overrides": admission, "rounds": rounds,
+        return {"nodes": nodes, "mode": mode, "design": design, "admission_overrides": admission, "rounds": rounds,
                 "failure": why, "versions_reached": sorted(snapshots), "directory": str(directory)}
     (t0, before), (t1, after) = snapshots[WARMUP_VERSIONS], snapshots[last]
     detail = [per_round(difference(a, b), rounds, "trainer" if i == 0 else "worker", n.name)
@@ -263,7 +267,7 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "de
     group_size = dataclasses.asdict(network[1].config)["work"]["group_size"]
     groups = sum(row["rollouts_per_round"] for row in workers) / group_size
     return {
-        "nodes": nodes, "mode": mode, "admission_overrides": admission, "rounds": rounds,
+        "nodes": nodes, "mode": mode, "design": design, "admission_overrides": admission, "rounds": rounds,
         "versions": [WARMUP_VERSIONS, last],
         # What the network did per round, beside what each node paid: on 2 shared cores the
         # workers may not keep up with the trainer's versions (then fewer groups per round).
@@ -337,25 +341,72 @@ def main() -> None:
                              "groups, one generation a round")
     parser.add_argument("--deadline", type=float, default=1500, help="seconds per run")
     parser.add_argument("--port", type=int, default=27300)  # below the ephemeral range (32768+)
+    parser.add_argument("--designs", nargs="+", choices=["tickets", "committee"], default=["tickets"],
+                        help="the verification design (ProtocolParams.verification) of each run")
     parser.add_argument("--out", type=Path, default=RESULTS / "devnet-costs.json")
+    parser.add_argument("--append", action="store_true",
+                        help="keep --out's other runs; a run of the same nodes, mode and design is replaced")
+    parser.add_argument("--simulate", action="store_true",
+                        help="after the runs, put the simulator beside each run of --nodes and --designs in --out "
+                             "(bench/simulate.py --compare, that run's design), under the run's 'simulator'")
+    parser.add_argument("--no-run", action="store_true", help="with --simulate: compare the runs --out holds")
+    parser.add_argument("--simulate-with", nargs="+", default=["", "--cores 2"],
+                        help="with --simulate: the simulator's options of each comparison ('--cores 2': the 2 "
+                             "cores the devnet's nodes share, processor sharing; '': a core per node)")
     args = parser.parse_args()
     ensure_base_model()
     result = {"settings": settings(args.nodes, args.rounds), "runs": []}
-    result["settings"]["modes"] = {mode: MODES[mode] for mode in args.modes}
+    if args.append and args.out.exists():
+        result = json.loads(args.out.read_text())
+        result["settings"]["nodes"] = sorted(set(result["settings"]["nodes"]) | set(args.nodes))
+        for run in result["runs"]:
+            run.setdefault("design", "tickets")  # runs from before --designs were of the ticket design
+        result["runs"] = [r for r in result["runs"] if args.no_run or (r["nodes"], r["mode"], r["design"]) not in {
+            (n, m, d) for n in args.nodes for m in args.modes for d in args.designs}]
+    result["settings"]["modes"] = {**result["settings"].get("modes", {}), **{mode: MODES[mode] for mode in args.modes}}
+    result["settings"]["commands"] = [*result["settings"].get("commands", []),
+                                      "python bench/devnet_costs.py " + " ".join(sys.argv[1:])]
     args.out.parent.mkdir(exist_ok=True)
     shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
              "blob_bytes_per_round", "messages_per_round")
-    for i, (mode, n) in enumerate((mode, n) for mode in args.modes for n in args.nodes):
-        run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode)
+    plan = [] if args.no_run else [(mode, n, design) for design in args.designs for mode in args.modes
+                                   for n in args.nodes]
+    for i, (mode, n, design) in enumerate(plan):
+        run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode, design)
         result["runs"].append(run)
         # [work] max_new_tokens 0 means "chosen from the task set when the model loads": the value chosen.
         result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in result["runs"]
                                                      if r.get("max_new_tokens")), None)
         args.out.write_text(json.dumps(result, indent=1))  # after every run: a later failure loses nothing
         if "per_node" in run:
-            console.print(f"N={n} {mode}: " + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
+            console.print(f"N={n} {mode} {design}: " + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
                           + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
+    if args.simulate:
+        for run in result["runs"]:
+            if run["nodes"] in args.nodes and run.get("design", "tickets") in args.designs and "per_node" in run:
+                run["simulator"] = {options or "(one core per node)": simulated(result["settings"], run, options)
+                                    for options in args.simulate_with}
+                args.out.write_text(json.dumps(result, indent=1))
     console.print(f"wrote {args.out}")
+
+
+def simulated(settings: dict, run: dict, options: str = "") -> dict:
+    """bench/simulate.py --compare on this one run, with its design and ``options``: its rows."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as scratch:
+        one, out = Path(scratch) / "run.json", Path(scratch) / "compare.json"
+        one.write_text(json.dumps({"settings": settings, "runs": [run]}))
+        command = [sys.executable, str(Path(__file__).resolve().parent / "simulate.py"), "--compare", str(one),
+                   "--design", run.get("design", "tickets"), "--out", str(out), *options.split()]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0 or not out.exists():
+            return {"failure": (done.stderr or done.stdout)[-2000:]}
+        compared = json.loads(out.read_text())["runs"][0]
+    return {"command": f"python bench/simulate.py --compare <this run> --design {run.get('design', 'tickets')} "
+                       f"{options}".strip(),
+            "tolerance": 0.20, "rows": compared["rows"],
+            "within": sum(r["within"] for r in compared["rows"]), "of": len(compared["rows"])}
 
 
 if __name__ == "__main__":

@@ -100,6 +100,21 @@ def test_the_trainer_closes_the_round_with_a_manifest_of_its_groups_and_the_elig
     assert late.group.digest not in trainer.groups
 
 
+def test_a_round_without_a_workers_group_stays_open_past_its_window_until_one_arrives():
+    """An empty manifest would leave the round's groups untrainable when they come, and with
+    no batch no version follows: the network would stall (vrl/node/rounds.py close_rounds)."""
+    trainer = node(TRAINER, "trainer", submission_window=5.0)
+    ready(trainer)
+
+    def closed(actions: list) -> bool:
+        return any(isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS for a in actions)
+
+    assert not closed(trainer.handle(P.Tick(60.0))) and 0 not in trainer.rounds.manifests
+    late = groups(1)[0]
+    assert closed(trainer.handle(P.GroupReceived(late.group, 61.0)))  # past the window: at once
+    assert trainer.rounds.manifests[0].groups == (late.group.digest,)
+
+
 def test_the_window_closes_after_submission_window_without_every_group():
     trainer = node(TRAINER, "trainer", submission_window=5.0)
     ready(trainer)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
+from vrl.node.messages import PolicyAnnouncement, RoundManifest, SignedVerdict, Submission, audit_ticket, topic_of
 from vrl.node.store import Store, StoreError
 from vrl.rollouts.keys import NodeKey
 
@@ -35,7 +35,7 @@ def test_writes_are_idempotent_and_replay_in_a_stable_order(tmp_path):
     kinds = [kind for kind, _, _ in store.replay()]
     assert kinds == ["policy"] + ["group"] * 3 + ["verdict"] * 3 + ["trained"]
     assert store.trained_versions()[0][1] == (groups[0].digest, groups[1].digest)
-    assert store.counts() == {"policies": 1, "groups": 3, "verdicts": 3, "steps": 0, "trained": 1}
+    assert store.counts() == {"policies": 1, "manifests": 0, "groups": 3, "verdicts": 3, "steps": 0, "trained": 1}
     store.close()
 
 
@@ -158,7 +158,7 @@ def test_a_version_1_database_is_migrated_in_place_keeping_everything(tmp_path):
     old.commit()
     old.close()
     store = Store(path)
-    assert store.counts() == {"policies": 1, "groups": 1, "verdicts": 1, "steps": 0, "trained": 1}
+    assert store.counts() == {"policies": 1, "manifests": 0, "groups": 1, "verdicts": 1, "steps": 0, "trained": 1}
     assert store.policy(3) == policy and store.trained_versions() == [(3, (group.digest,), "{}")]
     assert [extra for kind, _, extra in store.replay() if kind == "group"] == [(b"w" * 32, 3, 2.0, False)]
     assert len(store.since(3, 1 << 20)[0]) == 3 and store.since(4, 1 << 20)[0] == []
@@ -209,3 +209,61 @@ def test_a_store_is_one_nodes_for_life(tmp_path):
             store.claim(NodeKey.from_seed(b"t" * 32).node_id)
     finally:
         store.close()
+
+
+def manifest(round_: int, groups: list[Submission], weights: tuple = ()) -> RoundManifest:
+    digests = tuple(sorted(g.digest for g in groups))
+    workers = ((b"w" * 32, len(digests)),) if digests else ()
+    return RoundManifest(KEY.node_id, round_, 3, weights, digests, workers).signed(KEY)
+
+
+def test_manifests_are_kept_one_per_round_and_replayed_before_groups_and_verdicts(tmp_path):
+    """specs/committee.md §3.3: the first manifest of a round is the one used; a restart must
+    see it before the groups and verdicts of its round (Store.replay's order), and a peer
+    catching up gets it on a backfill page before them too."""
+    store = Store(tmp_path / "n.sqlite")
+    groups = [Submission((bytes([i]),)) for i in range(3)]
+    first = manifest(5, groups, ((b"v" * 32, 65536),))
+    other = manifest(5, groups[:1])  # equivocation: a second manifest of round 5
+    for i, g in enumerate(groups):
+        store.put_group(g, b"w" * 32, 5, 1.0 + i)
+        store.put_verdict(verdict(g, 5), 2.0 + i)
+    assert store.put_manifest(first, 9.0) and not store.put_manifest(other, 10.0)
+    assert store.put_manifest(manifest(4, []), 11.0)
+    assert [m.round for m in store.manifests()] == [4, 5] and store.manifests()[1] == first
+    kinds = [kind for kind, _, _ in store.replay()]
+    assert kinds == ["manifest"] * 2 + ["group"] * 3 + ["verdict"] * 3
+    assert [extra for kind, _, extra in store.replay() if kind == "manifest"] == [(11.0,), (9.0,)]
+    assert store.has(topic_of(first.to_bytes()), first.to_bytes())
+    assert not store.has(topic_of(other.to_bytes()), other.to_bytes())
+    page, _ = store.since(5, 1 << 20)
+    assert [topic_of(m) for m in page] == ["vrl/manifests/1"] + ["vrl/groups/1"] * 3 + ["vrl/verdicts/2"] * 3
+    assert store.counts()["manifests"] == 2
+    store.close()
+    assert Store(tmp_path / "n.sqlite").manifests()[1] == first  # committed
+
+
+@pytest.mark.parametrize("old", ["2", "3"])
+def test_a_version_2_or_3_database_gains_the_manifests_table_in_place(tmp_path, old):
+    """Schema 4 adds the manifests table; an older store (made here by the current code, then
+    set back: the tables it lacks are created IF NOT EXISTS) opens, keeps everything, and takes
+    manifests."""
+    path = tmp_path / "n.sqlite"
+    store = Store(path)
+    group = Submission((b"g",))
+    store.put_group(group, b"w" * 32, 2, 1.0)
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE manifests")
+    if old == "2":
+        db.execute("DROP TABLE steps")
+    db.execute("UPDATE meta SET value=? WHERE key='schema'", (old,))
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.counts()["groups"] == 1 and store.counts()["manifests"] == 0
+    assert store.put_manifest(manifest(2, [group]), 3.0)
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("4",)
+    db.close()

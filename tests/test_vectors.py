@@ -188,7 +188,7 @@ def test_network_vectors():
         recomputed_digest,
         ticket_selected,
     )
-    from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
+    from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, Withheld, admit, compute
 
     vectors = load("network")
     key = NodeKey.from_seed(bytes.fromhex(vectors["private_key_seed"]))
@@ -226,6 +226,19 @@ def test_network_vectors():
         got = standings[bytes.fromhex(node)]
         assert got.quarantined is expected["quarantined"]
         for name in ("score", "check_rate", "trust"):
+            assert abs(getattr(got, name) - expected[name]) < 1e-9, (node, name)
+
+    case = vectors["reputation_withheld"]  # specs/reputation.md §4 rule 5, §5
+    reports = [Report(r["round"], bytes.fromhex(r["reporter"]), bytes.fromhex(r["subject"]), bytes.fromhex(r["group"]),
+                      r["outcome"]) for r in case["reports"]]
+    withheld = [Withheld(x["round"], bytes.fromhex(x["worker"]), x["listed"], x["missing"]) for x in case["withheld"]]
+    assert all(x.listed + x.missing == case["groups_per_round"] for x in withheld)
+    standings = compute(reports, frozenset(bytes.fromhex(p) for p in case["pretrusted"]), case["round"],
+                        ReputationConfig(), withheld)
+    for node, expected in case["standings"].items():
+        got = standings[bytes.fromhex(node)]
+        assert got.quarantined is expected["quarantined"]
+        for name in ("score", "passes", "failures"):
             assert abs(getattr(got, name) - expected[name]) < 1e-9, (node, name)
 
     case = vectors["admission"]

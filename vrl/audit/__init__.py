@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from vrl.audit.checks import check_batches, check_duplicates, check_planted, check_reputation, collect_latency
+from vrl.audit.committees import check_committees
 from vrl.audit.evaluation import check_evaluation, check_sampling
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Run, index_run
@@ -30,8 +31,8 @@ from vrl.audit.sources import AuditError, Inputs, open_inputs
 
 #: Every check, in the order they run (specs/audit.md §3). ``signatures`` always runs: it is
 #: the pass that reads the log. ``admission`` and ``quarantine`` are one pass over the batches.
-CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "admission", "quarantine", "groups", "steps",
-          "accuracy", "evaluation", "sampling")
+CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "committees", "admission", "quarantine", "groups",
+          "steps", "accuracy", "evaluation", "sampling")
 #: The checks that re-execute models, at ``sample``; the others read the whole log.
 REEXECUTING = ("groups", "steps", "accuracy")
 #: The default share of re-executed items: the verifiers' own step_audit_rate
@@ -97,6 +98,8 @@ class Audit:
                 check_duplicates(run, findings, tell, sample)
             elif name == "lazy_verifiers":
                 check_planted(run, findings, tell, sample)
+            elif name == "committees":
+                check_committees(run, findings, tell, sample)
             elif name in ("admission", "quarantine") and "batches" not in done:
                 done.add("batches")
                 check_batches(run, findings, tell, sample)

@@ -59,7 +59,7 @@ def sampled(key: bytes, share: float) -> bool:
 
 # -- reputation ------------------------------------------------------------------------------------
 
-def _view(run: Run, owner: bytes | None) -> Reputation:
+def reputation_view(run: Run, owner: bytes | None) -> Reputation:
     config = run.config
     anchors = {a for a in (owner, run.trainer) if a}
     if config is not None:
@@ -68,7 +68,7 @@ def _view(run: Run, owner: bytes | None) -> Reputation:
     return Reputation(frozenset(anchors))
 
 
-def _reports(index: StoreIndex, until: float = math.inf) -> Iterator[tuple[float, Report]]:
+def stored_reports(index: StoreIndex, until: float = math.inf) -> Iterator[tuple[float, Report]]:
     """``(received, report)`` for one store's verdicts received by ``until``, in that order:
     subject and round from the group the verdict names (vrl.node.reputation.report_of)."""
     for v in index.verdicts:
@@ -106,8 +106,8 @@ def check_reputation(run: Run, findings: list[Finding], progress: Progress, shar
                                      f"node.pem beside it), so its reputation snapshot is not compared", store=where))
             continue
         at = index.node.store.snapshot_at()
-        view = _view(run, owner)
-        for _, report in _reports(index, math.inf if at is None else at):
+        view = reputation_view(run, owner)
+        for _, report in stored_reports(index, math.inf if at is None else at):
             view.add(report)
         round_index = snapshot[0][1]
         standings = view.standings(round_index)
@@ -137,8 +137,8 @@ def trainer_index(run: Run) -> StoreIndex | None:
 def rounds_of_view(run: Run, index: StoreIndex, owner: bytes | None) -> Iterator[tuple[int, dict]]:
     """``(version, standings)`` for each round of the trainer's announcements, in ``owner``'s
     view as ``index``'s log rebuilds it: the verdicts received before that round's announcement."""
-    view = _view(run, owner)
-    reports = _reports(index)
+    view = reputation_view(run, owner)
+    reports = stored_reports(index)
     pending = next(reports, None)
     for version in run.policies:
         announced = index.announced_at.get(version, math.inf)

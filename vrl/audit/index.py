@@ -27,6 +27,7 @@ from vrl.node.messages import (
     Group,
     MessageError,
     PolicyAnnouncement,
+    RoundManifest,
     SignedVerdict,
     StepVerdict,
     Submission,
@@ -67,6 +68,8 @@ class VerdictHead:
     race_tokens: int = 0  # the sequential test's evidence (specs/verification.md §7)
     races_lost: int = 0
     drawn: bool = False  # its own ticket drew the check at its rate (vrl.node.protocol.drawn)
+    draw: str = "ticket"  # the claim it carries (specs/committee.md §4), and its VRF proof
+    pi: bytes = b""
 
 
 @dataclass
@@ -80,6 +83,8 @@ class StoreIndex:
     steps: list[StepVerdict] = field(default_factory=list)
     trained: dict[int, tuple[tuple[bytes, ...], dict]] = field(default_factory=dict)
     announced_at: dict[int, float] = field(default_factory=dict)  # when this node received each version
+    # Round manifests (the committee design) signed by their trainer: round -> (manifest, received).
+    manifests: dict[int, tuple[RoundManifest, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,6 +173,17 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 continue
             index.policies[a.version] = a
             index.announced_at[a.version] = received
+        for column, data, received in node.store.manifests():
+            checked["manifests"] += 1
+            m = _signed(RoundManifest.from_bytes, data, "round manifest", where, findings)
+            if m is None:
+                continue
+            if m.round != column:
+                findings.append(finding(check, "column_mismatch", Severity.ERROR,
+                                        f"{where}: the manifest of round {m.round} is stored as round {column}",
+                                        store=where, round=m.round))
+                continue
+            index.manifests[m.round] = (m, received)
         for digest, data, subject, version, planted, received in node.store.groups():
             checked["groups"] += 1
             progress("signatures", 1)
@@ -193,7 +209,7 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 continue
             index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
                                               v.planted, v.policy_version, v.round, received, v.id,
-                                              v.race_tokens, v.races_lost, drawn(v)))
+                                              v.race_tokens, v.races_lost, drawn(v), str(v.draw), v.pi))
         for data, _ in node.store.steps():
             checked["step verdicts"] += 1
             step = _signed(StepVerdict.from_bytes, data, "step verdict", where, findings)

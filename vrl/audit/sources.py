@@ -41,7 +41,8 @@ MAX_BLOB_BYTES = (4 << 30) + (64 << 20)
 _EXPECTED = {"policies": {"version", "data", "received"}, "groups": {"digest", "subject", "version", "data",
                                                                      "received", "planted"},
              "verdicts": {"grp", "verifier", "data", "received"}, "steps": {"data", "received"},
-             "trained": {"version", "groups", "metrics"}, "reputation": {"node", "round", "score", "quarantined"}}
+             "trained": {"version", "groups", "metrics"}, "reputation": {"node", "round", "score", "quarantined"},
+             "manifests": {"round", "data", "received"}}
 
 
 class AuditError(VrlError):
@@ -145,7 +146,7 @@ class StoreReader:
 
     def counts(self) -> dict[str, int]:
         return {table: self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
-                for table in ("policies", "groups", "verdicts", "steps", "trained")}
+                for table in ("policies", "manifests", "groups", "verdicts", "steps", "trained")}
 
     # -- the log, streamed ------------------------------------------------------------------------
     def policies(self) -> Iterator[tuple[int, bytes, float]]:
@@ -153,6 +154,12 @@ class StoreReader:
         for version, data, received in self._stream("policies", "version, data, received", "version",
                                                      ((bytes, 8), bytes, float)):
             yield _u64(version), data, received
+
+    def manifests(self) -> Iterator[tuple[int, bytes, float]]:
+        """``(round column, data, received)`` of the round manifests (specs/committee.md §3.3), by round."""
+        for round_, data, received in self._stream("manifests", "round, data, received", "round",
+                                                   ((bytes, 8), bytes, float)):
+            yield _u64(round_), data, received
 
     def group_headers(self) -> Iterator[tuple[bytes, bytes, int, float, bool]]:
         """``(digest, subject, version, received, planted)`` by arrival, without the records."""

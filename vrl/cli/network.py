@@ -63,6 +63,9 @@ def devnet(
     deadline: Annotated[float, typer.Option(help="Stop after this many seconds whatever happened.")] = 900.0,
     plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds "
                                                   "(0: never).")] = 2,
+    verification: Annotated[str, typer.Option(help="Which groups a verifier checks: tickets (every group at its "
+                                                   "producer's check rate) or committee (VRF committees of the "
+                                                   "trainer's round manifests, specs/committee.md).")] = "tickets",
     answers: Annotated[Path | None, typer.Option(help="Private tasks: --task is a public file of committed "
                                                     "references and this its answer key, which only the trainer "
                                                     "gets; it proves every trained record's reward.")] = None,
@@ -94,7 +97,8 @@ def devnet(
     directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))  # resolved once, by dn.plan
     try:
         summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err,
-                         work={"model": model, "task": task}, protocol={"plant_every": plant_every},
+                         work={"model": model, "task": task},
+                         protocol={"plant_every": plant_every, "verification": verification},
                          **({"zk": zk} if zk else {}))
     except ValueError as error:
         raise fail(str(error)) from None

@@ -173,6 +173,7 @@ def network_vectors() -> dict:
         Report(1, b, a, b"\x41" * 32, "pass")]
     standings = compute(reports, frozenset({a}), 2, ReputationConfig())
     candidates = [Candidate(bytes([g]) * 32, bytes([g % 3]) * 32, (0.9, 0.3, 0.6)[g % 3]) for g in range(12)]
+    withheld_case = _withheld_vectors(a, b)
     batch = admit(candidates, AdmissionConfig(batch_groups=6, node_cap=0.5, trusted_share=0.5), b"seed")
     return {
         "private_key_seed": hashlib.sha256(b"vrl test vector key").hexdigest(),
@@ -193,12 +194,34 @@ def network_vectors() -> dict:
                          "group": r.group.hex(), "outcome": r.outcome} for r in reports],
             "standings": {n.hex(): {"score": st.score, "check_rate": st.check_rate, "quarantined": st.quarantined,
                                     "trust": st.trust} for n, st in standings.items()}},
+        "reputation_withheld": withheld_case,
         "admission": {
             "config": {"batch_groups": 6, "node_cap": 0.5, "trusted_share": 0.5, "trusted_score": 0.5},
             "seed": b"seed".hex(),
             "candidates": [{"group": c.group.hex(), "node": c.node.hex(), "score": c.score} for c in candidates],
             "batch": [{"group": c.group.hex(), "weight": w} for c, w in batch]},
     }
+
+
+def _withheld_vectors(a: bytes, b: bytes) -> dict:
+    """Withheld records (specs/reputation.md §4 rule 5, §5; specs/committee.md §7.1): worker
+    0x05 listed with 2 of 4 groups in round 3, both passed (one by two reporters); worker 0x06
+    listed with 1 of 4 in round 4, with no pass (the floor w_withheld per slot)."""
+    from vrl.node.reputation import Report, ReputationConfig, Withheld, compute
+
+    w, v = bytes([5]) * 32, bytes([6]) * 32
+    reports = [Report(3, a, w, b"\x50" * 32, "pass"), Report(3, a, w, b"\x51" * 32, "pass"),
+               Report(3, b, w, b"\x50" * 32, "pass"), Report(2, a, b, b"\x52" * 32, "pass")]
+    withheld = [Withheld(3, w, 2, 2), Withheld(4, v, 1, 3)]
+    standings = compute(reports, frozenset({a}), 5, ReputationConfig(), withheld)
+    return {"pretrusted": [a.hex()], "round": 5, "groups_per_round": 4,
+            "reports": [{"round": r.round, "reporter": r.reporter.hex(), "subject": r.subject.hex(),
+                         "group": r.group.hex(), "outcome": r.outcome} for r in reports],
+            "withheld": [{"round": x.round, "worker": x.worker.hex(), "listed": x.listed, "missing": x.missing}
+                         for x in withheld],
+            "standings": {n.hex(): {"score": standings[n].score, "passes": standings[n].passes,
+                                    "failures": standings[n].failures, "quarantined": standings[n].quarantined}
+                          for n in (w, v)}}
 
 
 def _policy(key: NodeKey):

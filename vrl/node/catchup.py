@@ -17,6 +17,7 @@ from vrl.node.messages import (
     Group,
     MessageError,
     PolicyAnnouncement,
+    RoundManifest,
     SignedVerdict,
     StepVerdict,
     Submission,
@@ -94,6 +95,10 @@ def replay_store(store: Store, protocol: P.NodeProtocol) -> None:
             # The clock as it was when the policy arrived: its round started then, not at 0.
             protocol.handle(P.Tick(extra[0]), replaying=True)
             protocol.handle(P.PolicyAnnounced(announcement), replaying=True)
+        elif kind == "manifest":
+            # Before the groups and verdicts of its round (Store.replay's order): a restarted
+            # node draws its committees and checks others' claims from it again.
+            protocol.handle(P.ManifestReceived(RoundManifest.from_bytes(data), extra[0]), replaying=True)
         elif kind == "group":
             subject, version, received, planted = extra
             submission = Submission.from_bytes(data)

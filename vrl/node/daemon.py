@@ -32,10 +32,12 @@ from vrl.node.config import NodeConfig
 from vrl.node.groups import GroupCache
 from vrl.node.messages import (
     TOPIC_GROUPS,
+    TOPIC_MANIFESTS,
     TOPIC_POLICIES,
     TOPIC_STEPS,
     TOPIC_VERDICTS,
     PolicyAnnouncement,
+    RoundManifest,
     SignedVerdict,
     StepVerdict,
 )
@@ -166,6 +168,9 @@ class Node:
         elif message.topic == TOPIC_STEPS:
             # Stored by the protocol's PersistStep, once it names a known announcement.
             await self._feed(P.StepVerdictReceived(StepVerdict.from_bytes(message.data)))
+        elif message.topic == TOPIC_MANIFESTS:
+            # Stored by the protocol's PersistManifest: the trainer's, the first of its round.
+            await self._feed(P.ManifestReceived(RoundManifest.from_bytes(message.data), now))
 
     async def _feed(self, event: P.Event) -> None:
         # While an event's actions are being done (a Publish awaits the network), the
@@ -200,6 +205,10 @@ class Node:
             case P.Persist(verdict):
                 if self.store.put_verdict(verdict, time.time()):
                     self.metrics.verdicts.labels(verdict.outcome).inc()
+            case P.PersistManifest(manifest):
+                if self.store.put_manifest(manifest, time.time()):
+                    self.log.info("round manifest", round=manifest.round, groups=len(manifest.groups),
+                                  eligible=len(manifest.weights))
             case P.ReplayStep(announcement):
                 self._spawn(self._events(self.steps.replay(announcement)))
             case P.PersistStep(verdict):
@@ -213,6 +222,8 @@ class Node:
                 self.log.critical("TRAINER FRAUD CONFIRMED: following none of its versions from this one on",
                                   trainer=trainer.hex()[:8], version=version, reasons=list(reasons),
                                   reporters=[r.hex()[:8] for r in reporters])
+            case _:  # an action a newer protocol added and this daemon does not carry out: never silent
+                self.log.error("action not carried out by this daemon", action=type(action).__name__)
 
     async def _publish(self, topic: str, data: bytes) -> None:
         """Own messages are stored first (acknowledged), then gossiped; delivery to ourselves
@@ -230,6 +241,11 @@ class Node:
                 self.metrics.skipped.inc()
         elif topic == TOPIC_POLICIES:
             self.store.put_policy(PolicyAnnouncement.from_bytes(data), now)
+        elif topic == TOPIC_MANIFESTS:  # the trainer closing a round (specs/committee.md §3.4)
+            manifest = RoundManifest.from_bytes(data)
+            self.store.put_manifest(manifest, now)
+            self.log.info("round closed", round=manifest.round, groups=len(manifest.groups),
+                          eligible=len(manifest.weights))
         elif topic == TOPIC_STEPS:
             step = StepVerdict.from_bytes(data)
             self.store.put_step(step, now)
@@ -320,9 +336,17 @@ class Node:
     # -- life cycle ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         replay_store(self.store, self.protocol)
+        # The clock before anything is announced (the trainer's bootstrap announces version 0):
+        # a round starts at the time it is announced, not at 0, or the committee design's
+        # submission window (specs/committee.md §3.4) would close round 0 at the first tick,
+        # empty. Replaying: no actions, only the time.
+        self.protocol.handle(P.Tick(time.time()), replaying=True)
         self.log.info("replayed store", **self.store.counts(), version=self.protocol.version)
         self.pruner.reconcile(self.protocol.policies, self.protocol.version)  # a prune a crash cut short
-        for topic in (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_STEPS):
+        topics = (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_STEPS)
+        # The committee design's round manifests (specs/committee.md §3.3), before any verdict
+        # of their rounds can count; a ticket network has none.
+        for topic in topics + ((TOPIC_MANIFESTS,) if self.protocol.committee else ()):
             self.transport.subscribe(topic, self._on_message, self.validate)
         self.transport.set_handler(BACKFILL_PROTOCOL, self.catchup.serve)
         if self.config.zk.hidden_states:

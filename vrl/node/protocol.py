@@ -86,7 +86,7 @@ from vrl.node.reputation import (
     admit,
     report_of,
 )
-from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks
+from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
@@ -309,6 +309,7 @@ class NodeProtocol:
                 actions += self._received_verdict(verdict)
             case ManifestReceived(manifest, now):
                 if self.rounds.add(manifest, now):
+                    note_withheld(self, manifest)
                     actions.append(PersistManifest(manifest))
                     for verdict in [v for v in self._pending.values() if v.policy_version == manifest.round]:
                         del self._pending[verdict.id]

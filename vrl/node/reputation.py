@@ -30,6 +30,12 @@ normative text; the pieces are:
    no longer counts against the group's node: the re-check has shown it false.
 5. **Check rate** ``p = floor + (1-floor) (1-R)^gamma``, 1 for newcomers.
 6. **Admission** into a GRPO batch: see :func:`admit`.
+7. **Withheld slots** (the committee design, specs/committee.md §7): a worker listed in a round's
+   manifest with fewer than its ``groups_per_round`` groups pays, per missing slot, as much
+   failure evidence as one of its listed groups earned in passes (at least ``withheld_weight``),
+   so its ``a / (a + b)`` follows the share of its slots it submits. This lowers its score, and
+   with it its share of batches; it never quarantines and never moves a reporter weight
+   (:class:`Withheld`, :func:`withholding`).
 
 Each default's reason is beside it and in the tables of specs/reputation.md (§2, §5, §6).
 """
@@ -45,7 +51,9 @@ from dataclasses import dataclass, field
 from scipy.special import betaincinv
 
 from vrl.config import U63, bounded, check_fields
-from vrl.node.messages import MessageError, Outcome, SignedVerdict, Submission
+from vrl.errors import VrlError, shown
+from vrl.node.messages import MessageError, Outcome, RoundManifest, SignedVerdict, Submission
+from vrl.node.params import ProtocolParams
 from vrl.rollouts.sequential import RACE_LOSSES
 
 CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # what a check can say
@@ -91,9 +99,56 @@ class ReputationConfig:
     quarantine_reporters: int = field(default=2, metadata=bounded(1, U63))
     # their summed trust weight: e.g. one pre-trusted re-check
     quarantine_weight: float = field(default=1.0, metadata=bounded(0))
+    # w_withheld: the least failure evidence a withheld slot adds (specs/committee.md §7), one
+    # soft fail's; a slot weighs more when the worker's listed groups earned more in passes.
+    withheld_weight: float = field(default=1.0, metadata=bounded(0))
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+
+class ReputationError(VrlError, ValueError):
+    """A reputation input that breaks specs/reputation.md (a withholding record out of range)."""
+
+
+_U64 = 1 << 64
+
+
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """What one round manifest says of one worker (specs/committee.md §7): ``listed`` of its
+    groups are in manifest ``round`` and ``missing`` of its assigned slots are not. Implied by
+    the trainer's signed manifest, so anyone holding the manifest derives the same record."""
+
+    round: int
+    worker: bytes
+    listed: int  # 1 <= listed: a worker with no group listed is absent, not withholding
+    missing: int  # 1 <= missing: groups_per_round - listed
+
+    def __post_init__(self) -> None:
+        if type(self.round) is not int or not 0 <= self.round < _U64:
+            raise ReputationError(f"withheld: round must be a u64, got {shown(self.round)}")
+        if type(self.worker) is not bytes or len(self.worker) != 32:
+            raise ReputationError(f"withheld: worker must be a 32-byte node id, got {shown(self.worker)}")
+        for name in ("listed", "missing"):
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value < 1 << 32:
+                raise ReputationError(f"withheld: {name} must be an int in [1, 2^32), got {shown(value)}")
+
+
+def withheld_of(manifest: RoundManifest, groups_per_round: int) -> list[Withheld]:
+    """The withheld records a round manifest implies: one per listed worker with fewer than
+    ``groups_per_round`` groups in it (specs/committee.md §7). A manifest that lists a worker
+    with more groups than a round holds is refused whole (ReputationError): it is not the
+    network's."""
+    if type(groups_per_round) is not int or groups_per_round < 1:
+        raise ReputationError(f"withheld: groups_per_round must be a positive int, got {shown(groups_per_round)}")
+    over = [node.hex()[:16] for node, count in manifest.workers if count > groups_per_round]
+    if over:
+        raise ReputationError(f"manifest of round {manifest.round} lists more than {groups_per_round} groups "
+                              f"of {over[:4]}")
+    return [Withheld(manifest.round, node, count, groups_per_round - count)
+            for node, count in manifest.workers if count < groups_per_round]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +202,22 @@ class Reputation:
     config: ReputationConfig = field(default_factory=ReputationConfig)
     _reports: set[Report] = field(default_factory=set)
     _cache: tuple[int, int, dict[bytes, Standing]] | None = None
+    # (round, worker) -> its withheld record: one manifest per round, the first one held
+    _withheld: dict[tuple[int, bytes], Withheld] = field(default_factory=dict)
+
+    def add_withheld(self, record: Withheld) -> bool:
+        """Record what a round manifest says a worker withheld; False if that round's record of
+        the worker is already held (the first manifest of a round is the one used)."""
+        if not isinstance(record, Withheld):
+            raise ReputationError(f"add_withheld takes a Withheld record, got {shown(record)}")
+        if (record.round, record.worker) in self._withheld:
+            return False
+        self._withheld[record.round, record.worker] = record
+        self._cache = None
+        return True
+
+    def withheld(self) -> list[Withheld]:
+        return [self._withheld[k] for k in sorted(self._withheld)]
 
     def add(self, report: Report) -> bool:
         """Record a report; False if it was already known (reports are idempotent)."""
@@ -165,7 +236,7 @@ class Reputation:
     def standings(self, round_index: int) -> dict[bytes, Standing]:
         if self._cache is None or self._cache[:2] != (len(self._reports), round_index):
             self._cache = (len(self._reports), round_index, compute(self.reports(), self.pretrusted, round_index,
-                                                                    self.config))
+                                                                    self.config, self.withheld()))
         return self._cache[2]
 
     def _newcomer(self, node: bytes) -> Standing:
@@ -294,9 +365,32 @@ def _counts_against(report: Report, cleared: set[bytes], convicted: set[bytes]) 
     return report.group not in cleared
 
 
+def withholding(reports: list[Report], withheld: Iterable[Withheld], weight: Mapping[bytes, float], decay,
+                config: ReputationConfig) -> dict[bytes, float]:
+    """Each worker's failure evidence from its withheld slots (specs/committee.md §7): per record,
+    ``decay(round) * missing * max(withheld_weight, P / listed)``, ``P`` the summed weight of
+    the pass reports on the worker's groups of that round (by non-empty reporters). A missing
+    slot so weighs what a listed one earned, and over a round ``a / (a + b)`` is the share of
+    slots submitted. Separate from the score sums it feeds: withheld evidence is no report,
+    moves no reporter weight and quarantines no one."""
+    records = list(withheld)
+    if not records:
+        return {}
+    wanted = {(w.round, w.worker) for w in records}
+    earned: dict[tuple[int, bytes], float] = defaultdict(float)
+    for r in reports:
+        if r.outcome == Outcome.PASS and r.reporter and (r.round, r.subject) in wanted:
+            earned[r.round, r.subject] += weight.get(r.reporter, 0.0)
+    out: dict[bytes, float] = defaultdict(float)
+    for w in records:
+        out[w.worker] += decay(w.round) * w.missing * max(config.withheld_weight, earned[w.round, w.worker] / w.listed)
+    return out
+
+
 def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
-            config: ReputationConfig) -> dict[bytes, Standing]:
-    """Every node's :class:`Standing` as of ``round_index``, from the reports alone."""
+            config: ReputationConfig, withheld: Iterable[Withheld] = ()) -> dict[bytes, Standing]:
+    """Every node's :class:`Standing` as of ``round_index``, from the reports and the withheld
+    slots round manifests imply (item 7) alone."""
     if not pretrusted:
         raise ValueError("reputation needs at least one pre-trusted node (normally the node itself)")
     decay_rate = math.log(2) / config.half_life_rounds
@@ -329,6 +423,8 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
             failures[r.subject] += w * (config.soft_weight if r.outcome == Outcome.SOFT_FAIL else config.hard_weight)
         if r.reporter and weight.get(r.reporter, 0.0) >= COUNTING_WEIGHT:
             checked[r.subject].add(r.group)
+    for worker, evidence in withholding(reports, withheld, weight, decay, config).items():
+        failures[worker] += evidence
 
     standings = {}
     for node in sorted(set(weight) | set(passes) | set(failures)):
@@ -461,22 +557,31 @@ class Recomputed:
 
 
 def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes],
-              at_round: int | None = None) -> Recomputed:
+              at_round: int | None = None, groups_per_round: int = ProtocolParams.groups_per_round) -> Recomputed:
     """Reputation from a store's log (:meth:`vrl.node.store.Store.replay`, in the order it
     was written), trusting ``anchors``, as of ``at_round`` (default: the newest round a
-    verdict names). Who a verdict is about is its group's signer, never the verdict's word."""
+    verdict names). Who a verdict is about is its group's signer, never the verdict's word.
+    A round manifest (kind ``manifest``) signed by an anchor adds the withheld slots it implies
+    (specs/committee.md §7), the first one of its round only, as the protocol uses it."""
     view = Reputation(anchors)
     invalid = 0
     rounds = [0]
     groups: dict[bytes, tuple[bytes, int]] = {}  # digest -> (signer of its records, policy version)
+    manifests: set[int] = set()
     for kind, data, extra in log:
         try:
             if kind == "group":
                 groups[Submission.from_bytes(data).digest] = extra[:2]
+            if kind == "manifest":
+                manifest = RoundManifest.from_bytes(data)
+                if manifest.trainer in anchors and manifest.round not in manifests and manifest.valid():
+                    manifests.add(manifest.round)
+                    for record in withheld_of(manifest, groups_per_round):
+                        view.add_withheld(record)
             if kind != "verdict":
                 continue
             verdict = SignedVerdict.from_bytes(data)
-        except MessageError:  # the disk is trusted no more than the network was
+        except (MessageError, ReputationError):  # the disk is trusted no more than the network was
             invalid += kind == "verdict"
             continue
         report = report_of(verdict, *groups[verdict.group]) if verdict.group in groups else None

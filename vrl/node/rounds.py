@@ -10,7 +10,7 @@ that closes a round (:meth:`Rounds.close`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from proofs import vrf
@@ -18,6 +18,7 @@ from vrl.node import committee
 from vrl.node.committee import Draw
 from vrl.node.events import Action, Publish
 from vrl.node.messages import TOPIC_MANIFESTS, Outcome, RoundManifest, SignedVerdict, VerdictDraw
+from vrl.node.reputation import ReputationError, withheld_of
 from vrl.rollouts.keys import NodeKey
 
 #: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
@@ -41,6 +42,15 @@ class Rounds:
         self.manifests: dict[int, RoundManifest] = {}
         self.received_at: dict[int, float] = {}
         self.round_of: dict[bytes, int] = {}  # group digest -> the round whose manifest lists it
+        # round -> {worker: its groups of the round this node held, unquarantined, when the
+        # manifest came, that the manifest leaves out}: evidence a trainer framed a worker as
+        # withholding (specs/committee.md §7), which this node can show but not prove.
+        self.omitted: dict[int, dict[bytes, int]] = {}
+        # round -> {verifier: weight} of its table: the claim's lookup (specs/committee.md §4 step
+        # 2) is one hash lookup, not a walk of up to 1,024 entries, since it is all a fresh key's
+        # verdict costs (§7); and (round, verifier) -> T_v, computed once.
+        self._eligible: dict[int, dict[bytes, int]] = {}
+        self._thresholds: dict[tuple[int, bytes], int] = {}
         self._mine: dict[tuple[int, Draw], tuple[bytes, bytes]] = {}  # (round, draw) -> (pi, beta)
         # (verifier, round, draw) -> (pi, beta) once verified: one VRF verification per verifier
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
@@ -53,6 +63,7 @@ class Rounds:
             return False
         self.manifests[manifest.round] = manifest
         self.received_at[manifest.round] = now
+        self._eligible[manifest.round] = dict(manifest.weights)
         for digest in manifest.groups:
             self.round_of.setdefault(digest, manifest.round)
         return True
@@ -64,22 +75,41 @@ class Rounds:
         return self.round_of.get(digest) == version
 
     def close(self, round_: int, committee_size: int, groups: Iterable[tuple[bytes, bytes]],
-              weights: Mapping[bytes, float], now: float) -> RoundManifest:
+              weights: Mapping[bytes, float], now: float,
+              rank: Callable[[bytes], Any] = lambda worker: worker) -> RoundManifest:
         """The trainer's manifest of round ``round_``: ``groups`` as (digest, subject), the
-        eligible verifiers' reporter weights (specs/committee.md §3.1); signed, and held."""
-        groups = sorted(set(groups))[:committee.MAX_MANIFEST_GROUPS]
-        counts: dict[bytes, int] = {}
-        for _, subject in groups:
-            counts[subject] = counts.get(subject, 0) + 1
-        workers = sorted(counts.items())[:committee.MAX_WORKER_ENTRIES]
-        kept = {subject for subject, _ in workers}
-        listed = tuple(sorted(d for d, subject in groups if subject in kept))
+        eligible verifiers' reporter weights (specs/committee.md §3.1); signed, and held.
+
+        Workers are taken in ``rank`` order (the trainer's: highest score first, so a flood of
+        fresh keys cannot push an established worker out); past the manifest's capacity a
+        worker is left out whole, never cut short: a worker cut short would look withholding
+        (specs/committee.md §7.1), one left out is absent, which costs it nothing."""
+        by_worker: dict[bytes, list[bytes]] = defaultdict(list)
+        for digest, subject in set(groups):
+            by_worker[subject].append(digest)
+        listed_digests: list[bytes] = []
+        workers: list[tuple[bytes, int]] = []
+        for subject in sorted(by_worker, key=rank):
+            digests = by_worker[subject]
+            if (len(workers) == committee.MAX_WORKER_ENTRIES
+                    or len(listed_digests) + len(digests) > committee.MAX_MANIFEST_GROUPS):
+                continue
+            workers.append((subject, len(digests)))
+            listed_digests += digests
+        workers.sort()
+        listed = tuple(sorted(listed_digests))
         eligible = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:committee.MAX_WEIGHT_ENTRIES]
         table = committee.WeightsTable.of(committee_size, dict(eligible))
         manifest = RoundManifest(self.key.node_id, round_, committee_size, table.entries, listed,
                                  tuple(workers)).signed(self.key)
         self.add(manifest, now)
         return manifest
+
+    def threshold(self, round_: int, verifier: bytes) -> int:
+        """T_v of ``verifier`` in round ``round_``'s table (0 if not in it), computed once."""
+        if (round_, verifier) not in self._thresholds:
+            self._thresholds[round_, verifier] = self.manifests[round_].content.weights.threshold(verifier)
+        return self._thresholds[round_, verifier]
 
     # -- draws ------------------------------------------------------------------------------
     def own(self, round_: int, draw: Draw) -> tuple[bytes, bytes]:
@@ -94,7 +124,7 @@ class Rounds:
         round_ = self.round_of.get(digest)
         if round_ is None:
             return None
-        threshold = self.manifests[round_].content.weights.threshold(self.key.node_id)
+        threshold = self.threshold(round_, self.key.node_id)
         if threshold == 0:
             return None
         pi, beta = self.own(round_, draw)
@@ -112,7 +142,7 @@ class Rounds:
         if verdict.draw == VerdictDraw.NONE:
             if verdict.verifier != self.trainer and verdict.verifier not in trusted:
                 return NO_CLAIM
-        elif verdict.draw == VerdictDraw.TICKET or manifest.content.weights.weight(verdict.verifier) == 0:
+        elif verdict.draw == VerdictDraw.TICKET or verdict.verifier not in self._eligible[manifest.round]:
             return "not_eligible"
         if self.round_of.get(verdict.group) != verdict.policy_version:
             return NOT_IN_MANIFEST
@@ -132,7 +162,7 @@ class Rounds:
             except vrf.VrfError:
                 return "bad_proof"
             self._verified[verdict.verifier, manifest.round, draw] = (verdict.pi, beta)
-        threshold = manifest.content.weights.threshold(verdict.verifier)
+        threshold = self.threshold(manifest.round, verdict.verifier)
         return None if committee.is_member(beta, verdict.group, threshold) else "not_drawn"
 
 
@@ -188,9 +218,40 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
                     and node.now - last >= node.config.verdict_wait)
         if not complete and node.now - node.round_started.get(version, node.now) < node.config.submission_window:
             continue
+        # Never closed empty (no worker's group yet): its groups, when they come, would be left
+        # out, no batch would follow, no version, no next round: the network would stall (seen
+        # on a 12-node devnet on 2 shared cores, where fetching a version's weights took workers
+        # longer than submission_window: bench/results/devnet-committee.json).
+        if all(d in node.planted for d in digests):
+            continue
         weights = {peer: standing.trust for peer, standing in node.reputation.standings(version).items()
                    if peer != node.me and standing.trust > 0 and not standing.quarantined}
         manifest = node.rounds.close(version, node.config.committee_size,
-                                     [(d, node.groups[d].subject) for d in digests], weights, node.now)
+                                     [(d, node.groups[d].subject) for d in digests], weights, node.now,
+                                     rank=lambda worker: (-node.standing(worker).score, worker))
+        note_withheld(node, manifest)
         actions.append(Publish(TOPIC_MANIFESTS, manifest.to_bytes()))
     return actions
+
+
+def note_withheld(node: NodeProtocol, manifest: RoundManifest) -> None:
+    """A held manifest's withheld slots feed the node's reputation view (specs/committee.md §7),
+    as every node that holds the manifest derives them. A manifest listing a worker with more
+    groups than a round holds is not this network's: it implies nothing (it is still held, for
+    the committees it fixes). What this node held of the round that the manifest leaves out is
+    kept in ``rounds.omitted``."""
+    if not node.committee:
+        return
+    omitted: dict[bytes, int] = defaultdict(int)
+    for digest in node._by_version.get(manifest.round, []):
+        subject = node.groups[digest].subject
+        if node.rounds.round_of.get(digest) != manifest.round and subject not in node.quarantined \
+                and digest not in node.planted:
+            omitted[subject] += 1
+    node.rounds.omitted[manifest.round] = dict(omitted)
+    try:
+        records = withheld_of(manifest, node.config.groups_per_round)
+    except ReputationError:
+        return
+    for record in records:
+        node.reputation.add_withheld(record)

@@ -1,7 +1,7 @@
 """A node's durable state: SQLite in WAL mode, one file per node.
 
-What is stored is what the protocol was fed: policy announcements, submissions, verdicts,
-planted groups and training steps, as the bytes that arrived (signatures included), so the
+What is stored is what the protocol was fed: policy announcements, round manifests,
+submissions, verdicts, planted groups and training steps, as the bytes that arrived (signatures included), so the
 store is also an audit log. :meth:`Store.replay` yields them back as protocol events in an
 order the protocol's state does not depend on. A reputation table is a derived snapshot,
 rewritten each round for readers (``vrl inspect``-style tools, metrics), never read back.
@@ -24,10 +24,12 @@ from vrl.errors import VrlError
 from vrl.node.messages import (
     BACKFILL_MAX_MESSAGES,
     TOPIC_GROUPS,
+    TOPIC_MANIFESTS,
     TOPIC_STEPS,
     TOPIC_VERDICTS,
     MessageError,
     PolicyAnnouncement,
+    RoundManifest,
     SignedVerdict,
     StepVerdict,
     Submission,
@@ -38,7 +40,10 @@ from vrl.node.messages import (
 # sort as the numbers do. A version 1 database is migrated in place, in one transaction.
 # 3: step verdicts (specs/training.md §5) get a table of their own; a version 2 database
 # gains it in place (nothing else changed).
-SCHEMA_VERSION = 3
+# 4: round manifests (the committee design, specs/committee.md §3.3) get a table of their own,
+# one row per round (the first manifest accepted for it, as the protocol uses); a version 3
+# (or 2) database gains it in place, in the same one transaction as the schema number.
+SCHEMA_VERSION = 4
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS policies (
@@ -56,6 +61,8 @@ CREATE TABLE IF NOT EXISTS trained (
 CREATE TABLE IF NOT EXISTS steps (
     id BLOB PRIMARY KEY, version BLOB NOT NULL, verifier BLOB NOT NULL, outcome TEXT NOT NULL,
     data BLOB NOT NULL, received REAL NOT NULL, UNIQUE (version, verifier));
+CREATE TABLE IF NOT EXISTS manifests (
+    round BLOB PRIMARY KEY, trainer BLOB NOT NULL, data BLOB NOT NULL, received REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reputation (
     node BLOB PRIMARY KEY, round BLOB NOT NULL, score REAL NOT NULL, check_rate REAL NOT NULL,
     quarantined INTEGER NOT NULL, trust REAL NOT NULL, checked_groups INTEGER NOT NULL);
@@ -121,11 +128,10 @@ class Store:
             if found is None:
                 self._db.executescript(_TABLES + _INDEXES)
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif found[0] in ("1", "2"):
+            elif found[0] in ("1", "2", "3"):
                 if found[0] == "1":
                     self._migrate_from_1()
-                self._db.executescript(_TABLES + _INDEXES)  # 2 -> 3: the steps table
-                self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+                self._add_tables()  # 2 -> 3: the steps table; 3 -> 4: the manifests table
             elif found[0] != str(SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: schema version {found[0]}, this node knows {SCHEMA_VERSION}")
             self._db.executescript(_PRUNED)
@@ -154,6 +160,20 @@ class Store:
                              " data, received FROM old_verdicts")
             for table in ("verdicts", *_U64_COLUMNS):
                 self._db.execute(f"DROP TABLE old_{table}")
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _add_tables(self) -> None:
+        """Create the tables a newer schema added and record the new schema number, in one
+        transaction: a crash leaves the old schema (and the next open migrates again) or the new."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in (_TABLES + _INDEXES).split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
             self._db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
             self._db.execute("COMMIT")
         except BaseException:
@@ -210,6 +230,12 @@ class Store:
         # One step verdict per (version, verifier), never replaced: a step is judged once.
         return self._write("INSERT OR IGNORE INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
             verdict.id, u64(verdict.version), verdict.verifier, verdict.outcome, verdict.to_bytes(), received))
+
+    def put_manifest(self, manifest: RoundManifest, received: float) -> bool:
+        # One manifest per round, never replaced: the first accepted is the one every committee
+        # of the round is drawn from (specs/committee.md §3.3).
+        return self._write("INSERT OR IGNORE INTO manifests VALUES (?, ?, ?, ?)", (
+            u64(manifest.round), manifest.trainer, manifest.to_bytes(), received))
 
     def put_trained(self, version: int, groups: tuple[bytes, ...], metrics_json: str) -> bool:
         return self._write("INSERT OR IGNORE INTO trained VALUES (?, ?, ?)",
@@ -284,7 +310,13 @@ class Store:
             return bool(self._rows("SELECT 1 FROM verdicts WHERE id=?", (hashlib.sha256(data).digest(),)))
         if topic == TOPIC_STEPS:
             return bool(self._rows("SELECT 1 FROM steps WHERE id=?", (hashlib.sha256(data).digest(),)))
+        if topic == TOPIC_MANIFESTS:
+            return bool(self._rows("SELECT 1 FROM manifests WHERE data=?", (data,)))
         return bool(self._rows("SELECT 1 FROM policies WHERE data=?", (data,)))
+
+    def manifests(self) -> list[RoundManifest]:
+        """Every stored round manifest, by round."""
+        return [RoundManifest.from_bytes(data) for (data,) in self._rows("SELECT data FROM manifests ORDER BY round")]
 
     def group(self, digest: bytes) -> Submission | None:
         rows = self._rows("SELECT data FROM groups WHERE digest=?", (digest,))
@@ -296,7 +328,7 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         return {table: self._rows(f"SELECT count(*) FROM {table}")[0][0]  # noqa: S608 (fixed names)
-                for table in ("policies", "groups", "verdicts", "steps", "trained")}
+                for table in ("policies", "manifests", "groups", "verdicts", "steps", "trained")}
 
     def trained_versions(self) -> list[tuple[int, tuple[bytes, ...], str]]:
         return [(_from_u64(v), tuple(g[i:i + 32] for i in range(0, len(g), 32)), m)
@@ -309,10 +341,14 @@ class Store:
 
     def replay(self) -> Iterator[tuple[str, bytes, tuple]]:
         """Everything stored, as ``(kind, data, extra)``: policies by version (extra: received),
-        then groups by arrival (extra: subject, version, received, planted), then verdicts, then
-        step verdicts, then training steps."""
+        then round manifests by round (extra: received), then groups by arrival (extra: subject,
+        version, received, planted), then verdicts, then step verdicts, then training steps.
+        Manifests come before groups and verdicts: in the committee design a group of a closed
+        round counts only if listed, and a verdict's claim is checked against its manifest."""
         for data, received in self._rows("SELECT data, received FROM policies ORDER BY version"):
             yield "policy", data, (received,)
+        for data, received in self._rows("SELECT data, received FROM manifests ORDER BY round"):
+            yield "manifest", data, (received,)
         for data, subject, version, received, planted in self._rows(
                 "SELECT data, subject, version, received, planted FROM groups ORDER BY received, digest"):
             yield "group", data, (subject, _from_u64(version), received, bool(planted))
@@ -326,7 +362,8 @@ class Store:
     def since(self, round_index: int, limit_bytes: int, after: int = 0,
               limit_messages: int = BACKFILL_MAX_MESSAGES) -> tuple[list[bytes], int | None]:
         """Gossip messages of versions >= ``round_index`` for a peer catching up (backfill):
-        policies, groups and verdicts in a stable order, at most ``limit_bytes`` and
+        policies, round manifests, groups, verdicts and step verdicts in a stable order (a
+        manifest before the groups and verdicts its round's claims are checked against), at most ``limit_bytes`` and
         ``limit_messages`` of them from position ``after``; returns them and the next position,
         or None at the end.
 
@@ -334,15 +371,16 @@ class Store:
         BLOB; an offset past SQLite's signed range skips everything, as any past the end does.
         Only the keys are sorted; each message's bytes are read once it is known to fit, so a
         request costs one page's bytes in memory, however large the store."""
-        tables = ("policies", "groups", "verdicts", "steps")
+        tables = ("policies", "manifests", "groups", "verdicts", "steps")
         with self._lock:
             keys = self._db.execute(
                 "SELECT k, r FROM (SELECT 0 AS k, version AS o, blob AS t, rowid AS r FROM policies WHERE version >= ?"
-                " UNION ALL SELECT 1, version, digest, rowid FROM groups WHERE version >= ? AND planted = 0"
-                " UNION ALL SELECT 2, version, id, rowid FROM verdicts WHERE version >= ?"
-                " UNION ALL SELECT 3, version, id, rowid FROM steps WHERE version >= ?)"
+                " UNION ALL SELECT 1, round, trainer, rowid FROM manifests WHERE round >= ?"
+                " UNION ALL SELECT 2, version, digest, rowid FROM groups WHERE version >= ? AND planted = 0"
+                " UNION ALL SELECT 3, version, id, rowid FROM verdicts WHERE version >= ?"
+                " UNION ALL SELECT 4, version, id, rowid FROM steps WHERE version >= ?)"
                 " ORDER BY k, o, t LIMIT ? OFFSET ?",
-                (u64(round_index),) * 4 + (limit_messages + 1, min(after, _MAX_OFFSET))).fetchall()
+                (u64(round_index),) * 5 + (limit_messages + 1, min(after, _MAX_OFFSET))).fetchall()
             out, size = [], 0
             for kind, row in keys:
                 (data,), = self._db.execute(f"SELECT data FROM {tables[kind]} WHERE rowid=?", (row,))  # noqa: S608

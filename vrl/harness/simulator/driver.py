@@ -347,6 +347,8 @@ class Simulation:
                 node.prepaid.discard(msg)
             else:
                 self.metrics.received(node.index, msg.size)
+            if self.nodes[msg.origin].kind == "sybil" and not self.sybil_delivered(node, msg):
+                continue
             if not self.validate(node, msg):
                 continue
             copies = self.net.forwards(node.index, origin=False)
@@ -394,6 +396,15 @@ class Simulation:
         # A message kind a newer design added (a round manifest): what the validator asks of any
         # signed message, and that a trainer's message is the configured trainer's.
         return getattr(obj, "trainer", p.config.trainer) == p.config.trainer
+
+    def sybil_delivered(self, node: SimNode, msg: Msg) -> bool:
+        """Account what a flood's message costs an honest receiver (specs/committee.md §7), and
+        whether it goes on past the design's claim check: in the committee design a verdict is
+        refused (REJECT) or ignored (no manifest yet) by vrl.node.validation.Validator before its
+        signature, as here; a group's records are signature-checked as it is decoded."""
+        refusal = node.protocol.verdict_refusal(msg.obj) if msg.topic == TOPIC_VERDICTS else None
+        self.metrics.sybil_delivery(node, msg, refusal, self.config.group_size)
+        return refusal is None
 
     def backfill(self, node: SimNode) -> None:
         """What a node missed (offline, across a partition) comes by backfill, if still in its
@@ -505,10 +516,10 @@ class Simulation:
         checked, share = check_result(truth, action.group, node.kind, subject, self.records.tokens, self.q0,
                                       self.config.honest_reject, self.rng, node.key.node_id)
         seconds = share * self.records.tokens * self.cost.verify_ms_per_token / 1000
-        self.job(node, seconds, self._checked, node, checked, seconds)
+        self.job(node, seconds, self._checked, node, checked, seconds, truth is not None and truth.cheat == "sybil")
 
-    def _checked(self, node: SimNode, checked: E.Checked, seconds: float) -> None:
-        self.metrics.checked(node.index, seconds)
+    def _checked(self, node: SimNode, checked: E.Checked, seconds: float, sybil: bool = False) -> None:
+        self.metrics.checked(node.index, seconds, sybil)
         self.feed(node, checked)
 
     def _do_Plant(self, node: SimNode, action: E.Plant) -> None:
@@ -615,7 +626,11 @@ class Simulation:
     def flood(self, version: int) -> None:
         """Each sybil slot mints a fresh key: it submits a round's groups (bad) and hard-fails up
         to sybil_verdicts honest groups of the round."""
-        targets = self.version_groups.get(version, [])
+        # The round's honest groups and the one before (still fresh, max_staleness 2): at this
+        # moment the round's own are mostly still being generated, and in the committee design
+        # the older round's manifest is held, so both of §4's refusals are exercised.
+        targets = self.version_groups.get(version, []) + self.version_groups.get(version - 1, [])
+        committee = self.trainer.protocol.committee
         for node in self.nodes:
             if node.kind != "sybil":
                 continue
@@ -629,6 +644,6 @@ class Simulation:
                 if msg is not None:
                     self.metrics.sybil_message(msg)
             for group in self.rng.sample(targets, min(len(targets), self.config.sybil_verdicts)):
-                msg = self.publish(node.index, TOPIC_VERDICTS, sybil_verdict(key, group, version).to_bytes())
+                msg = self.publish(node.index, TOPIC_VERDICTS, sybil_verdict(key, group, version, committee).to_bytes())
                 if msg is not None:
                     self.metrics.sybil_message(msg)

@@ -22,6 +22,8 @@ from vrl.node.messages import Outcome
 
 from .spec import LAZY, SPOOFS, CostModel, SimConfig
 
+#: Claim refusals (specs/committee.md §4) that come after the verdict's signature was checked.
+SIGNED_REFUSALS = frozenset({"bad_signature", "bad_proof", "not_drawn"})
 COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
             "backfill_bytes", "protocol_cpu_seconds")
 
@@ -45,6 +47,10 @@ class Metrics:
     sybil_keys: int = 0
     sybil_bytes: int = 0
     sybil_messages: int = 0
+    # What the flood cost honest receivers (specs/committee.md §7): per delivery, bytes, the
+    # signature checks it reached, and which claim step refused it, if one did.
+    sybil_cost: Counter = field(default_factory=Counter)
+    checks_of_sybil_groups: list[int] = field(default_factory=list)  # the checker of each
     left: int = 0
     joined: int = 0
     partitioned: int = 0
@@ -90,7 +96,9 @@ class Metrics:
     def protocol_cpu(self, i: int, seconds: float) -> None:
         self.counters["protocol_cpu_seconds"][i] += seconds
 
-    def checked(self, i: int, seconds: float) -> None:
+    def checked(self, i: int, seconds: float, sybil: bool = False) -> None:
+        if sybil:
+            self.checks_of_sybil_groups.append(i)
         self.counters["checks"][i] += 1
         self.counters["verify_seconds"][i] += seconds
 
@@ -125,6 +133,21 @@ class Metrics:
     def sybil_message(self, msg) -> None:
         self.sybil_messages += 1
         self.sybil_bytes += msg.size
+
+    def sybil_delivery(self, node, msg, refusal: str | None, group_size: int) -> None:
+        if node.kind:
+            return  # an honest receiver's cost only
+        cost = self.sybil_cost
+        cost["deliveries"] += 1
+        cost["bytes"] += msg.size
+        if msg.topic == "vrl/groups/1" or hasattr(msg.obj, "rollouts"):
+            cost["group_deliveries"] += 1
+            cost["signature_checks"] += group_size  # one per record, as decode_group verifies them
+        else:
+            cost["verdict_deliveries"] += 1
+            if refusal is None or refusal in SIGNED_REFUSALS:
+                cost["signature_checks"] += 1
+            cost[f"verdicts_refused_{refusal or 'not'}"] += 1
 
     def round_ended(self, sim, version: int) -> None:
         self.snapshots[version] = (sim.now, {k: list(v) for k, v in self.counters.items()})
@@ -204,6 +227,8 @@ class Metrics:
             "trainer_waiting_verdicts": trainer.protocol.waiting_verdicts,
             "sybil": {"keys": self.sybil_keys, "messages": self.sybil_messages, "bytes_published": self.sybil_bytes,
                       "bytes_per_key_per_receiver": self.sybil_bytes / self.sybil_keys if self.sybil_keys else 0.0},
+            "sybil_cost_at_honest_nodes": self._sybil_cost(sim, honest),
+            "withholding": self._withholding(sim),
             "trainer_conviction": self._conviction(sim, honest),
             "churn": {"left": self.left, "joined": self.joined, "partitioned": self.partitioned,
                       "messages_past_backfill_window": self.lost_to_backfill},
@@ -238,6 +263,63 @@ class Metrics:
             for name in ("rounds_trainer", "rounds_median_honest"):
                 row[name.replace("rounds", "median_rounds")] = (statistics.median(row[name]) if row[name] else None)
         return dict(out)
+
+    def _sybil_cost(self, sim, honest: list) -> dict:
+        """A flood's cost per fresh key at each honest node (means over the honest nodes): what
+        specs/committee.md §7 bounds. ``state_*``: what the trainer keeps of the flood's keys."""
+        keys = self.sybil_keys
+        if not keys or not honest:
+            return {}
+        per = len(honest) * keys
+        trainer = sim.nodes[0].protocol
+        fresh = {n.key.node_id for n in sim.nodes if n.kind == "sybil"}  # (slots; the keys are minted per round)
+        honest_ids = {n.key.node_id for n in sim.nodes if n.protocol is not None}
+        stranger_verdicts = sum(1 for verdicts in trainer.verdicts.values() for v in verdicts
+                                if v not in honest_ids and v not in fresh)
+        stranger_groups = sum(1 for g in trainer.groups.values() if g.subject not in honest_ids)
+        sybil_checks = sum(1 for d in self.checks_of_sybil_groups)
+        listed = sum(c for m in trainer.rounds.manifests.values() for w, c in m.workers if w not in honest_ids)
+        out = {name: value / per for name, value in self.sybil_cost.items()}
+        out.update({
+            "keys": keys, "honest_nodes": len(honest),
+            "checks_per_key_network_wide": sybil_checks / keys,
+            "state_trainer_verdicts_per_key": stranger_verdicts / keys,
+            "state_trainer_groups_per_key": stranger_groups / keys,
+            "sybil_groups_listed_in_manifests_per_key": listed / keys,
+            "trainer_reports_by_strangers": sum(1 for r in trainer.reputation.reports()
+                                                if r.reporter and r.reporter not in honest_ids),
+        })
+        return out
+
+    def _withholding(self, sim) -> dict:
+        """Withholding workers against honest ones at the trainer (specs/committee.md §7): the
+        slots its manifests record as withheld, the score and failure evidence the trainer's view
+        gives each kind (median over its nodes), and groups trained per group submitted."""
+        trainer = sim.nodes[0].protocol
+        records = trainer.reputation.withheld()
+        kinds: dict[str, list] = defaultdict(list)
+        for node in sim.nodes[1:]:
+            if node.protocol is None or node.kind not in ("", "withhold"):
+                continue
+            standing = trainer.standing(node.key.node_id)
+            slots = sum(r.missing for r in records if r.worker == node.key.node_id)
+            kinds[node.kind or "honest"].append((standing.score, standing.failures, standing.passes, slots,
+                                                 standing.quarantined))
+        published = Counter()
+        for maker, _ in self.honest_groups.values():  # (withheld groups were never published)
+            if maker > 0 and sim.nodes[maker].kind in ("", "withhold"):
+                published[sim.nodes[maker].kind or "honest"] += 1
+        out = {"withheld_slots_in_manifests": sum(r.missing for r in records),
+               "manifests": len(trainer.rounds.manifests)}
+        for kind, rows in kinds.items():
+            trained = self.trained_by_kind.get(kind if kind != "honest" else "honest", 0)
+            out[kind] = {"nodes": len(rows), "median_score": statistics.median(r[0] for r in rows),
+                         "median_failures": statistics.median(r[1] for r in rows),
+                         "median_passes": statistics.median(r[2] for r in rows),
+                         "withheld_slots": sum(r[3] for r in rows), "quarantined": sum(r[4] for r in rows),
+                         "groups_published": published[kind], "groups_trained": trained,
+                         "trained_per_node": trained / len(rows)}
+        return out
 
     def _conviction(self, sim, honest: list) -> dict:
         cheat = sim.nodes[0].kind

@@ -1,0 +1,199 @@
+"""The audit's ``committees`` check (specs/audit.md §3, specs/committee.md): every committee
+drawn again from the log. Each finding is made here from stores written as a node writes them
+(vrl.node.store), each holding one kind of bad claim; a member's honest claim is no finding."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vrl.audit
+from proofs import vrf
+from tests import fuzzing
+from vrl.audit import Severity
+from vrl.node import committee
+from vrl.node.committee import Draw
+from vrl.node.messages import PolicyAnnouncement, RoundManifest, SignedVerdict, VerdictDraw, audit_ticket
+from vrl.node.store import Store
+from vrl.rollouts.keys import NodeKey
+
+TRAINER = NodeKey.from_seed(hashlib.sha256(b"audit committee trainer").digest())
+A, B, STRANGER = (NodeKey.from_seed(hashlib.sha256(b"audit committee %d" % i).digest()) for i in range(3))
+K = 1  # with A and B at full weight, each sits on a group's committee with probability 1/2
+GROUPS = tuple(sorted(hashlib.sha256(b"group %d" % i).digest() for i in range(16)))
+WEIGHTS = tuple(sorted(((A.node_id, 65536), (B.node_id, 65536))))
+
+
+def manifest(round_: int = 0, weights: tuple = WEIGHTS, groups: tuple = GROUPS) -> RoundManifest:
+    workers = ((fuzzing.KEY.node_id, len(groups)),) if groups else ()
+    return RoundManifest(TRAINER.node_id, round_, K, weights, groups, workers).signed(TRAINER)
+
+
+def seat(key: NodeKey, m: RoundManifest, member: bool, draw: Draw = Draw.COMMITTEE) -> tuple[bytes, bytes]:
+    """(pi, a group of ``m`` on whose committee ``key`` sits, or does not)."""
+    pi = vrf.prove(key.private_seed(), m.content.alpha(draw))
+    beta = vrf.proof_to_hash(pi)
+    threshold = m.content.weights.threshold(key.node_id)
+    return pi, next(d for d in m.groups if committee.is_member(beta, d, threshold) == member)
+
+
+def verdict(key: NodeKey, group: bytes, draw: VerdictDraw, pi: bytes = b"", outcome: str = "pass",
+            round_: int = 0) -> SignedVerdict:
+    """(A skip with a seat does not decode at all (vrl.node.messages): no finding needed.)"""
+    return SignedVerdict(key.node_id, fuzzing.KEY.node_id, group, round_, round_,
+                         audit_ticket(key, group) if draw == VerdictDraw.TICKET else b"", 1.0, outcome, (),
+                         b"" if outcome == "skipped" else b"\x05" * 32, "p", draw=draw, pi=pi).signed(key)
+
+
+def write(path: Path, owner: NodeKey, manifests=(), verdicts=(), groups=(), policies=()) -> Path:
+    store = Store(path / owner.node_id.hex()[:8] / "node.sqlite")
+    store.claim(owner.node_id)
+    store.put_policy(PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 5).signed(TRAINER), 1.0)
+    for a in policies:
+        store.put_policy(a, 2.0)
+    for m in manifests:
+        store.put_manifest(m, 3.0)
+    for g in groups:
+        store.put_group(g, fuzzing.KEY.node_id, 0, 4.0)
+    for i, v in enumerate(verdicts):
+        store.put_verdict(v, 5.0 + i)
+    store.close()
+    return store.path
+
+
+def committee_findings(*paths: Path) -> list:
+    with vrl.audit.open(list(paths)) as audit:
+        report = audit.run(checks=["committees"])
+    return [f for f in report.findings if f.check == "committees"]
+
+
+def test_a_members_claim_stands_and_every_bad_claim_is_found_against_its_signer(tmp_path):
+    m = manifest()
+    pi_a, member = seat(A, m, True)
+    _, not_member = seat(A, m, False)
+    pi_b, _ = seat(B, m, True)
+    forged = bytearray(pi_a)
+    forged[40] ^= 1
+    pi_stranger = vrf.prove(STRANGER.private_seed(), m.content.alpha(Draw.COMMITTEE))
+    unlisted = hashlib.sha256(b"not listed").digest()
+    cases = {  # code -> the verdict that must make it
+        None: verdict(A, member, VerdictDraw.COMMITTEE, pi_a),
+        "not_drawn": verdict(A, not_member, VerdictDraw.COMMITTEE, pi_a),
+        "bad_proof": verdict(B, member, VerdictDraw.COMMITTEE, bytes(forged)),
+        "not_eligible": verdict(STRANGER, member, VerdictDraw.COMMITTEE, pi_stranger),
+        "not_in_manifest": verdict(B, unlisted, VerdictDraw.COMMITTEE, pi_b),
+        "no_claim": verdict(A, next(d for d in GROUPS if d not in (member, not_member)), VerdictDraw.NONE),
+    }
+    # One verdict per (group, verifier) is stored (vrl.node.store): the others on other groups.
+    ticket = verdict(B, GROUPS[-1] if GROUPS[-1] != member else GROUPS[0], VerdictDraw.TICKET)
+    path = write(tmp_path, A, manifests=[m], verdicts=[*cases.values(), ticket,
+                                                       verdict(TRAINER, GROUPS[3], VerdictDraw.NONE)])
+    found = committee_findings(path)
+    by_verdict = {f.evidence["verdict"]: f for f in found}
+    assert cases[None].id.hex() not in by_verdict  # the member's claim stands
+    for code, v in cases.items():
+        if code is not None:
+            f = by_verdict.get(v.id.hex())
+            assert f is not None, (code, sorted(f.code for f in found))
+            assert (f.code, f.severity, f.subject) == (code, Severity.ERROR, v.verifier.hex()), f
+    assert by_verdict[ticket.id.hex()].code == "not_eligible"
+    assert len(found) == len(cases)  # the trainer's own check (draw none) is no finding either
+    # The trainer's reveal of a plant its round's manifest does not list (planted after the round
+    # closed, or in a round never closed) claims no seat: no finding; any other signer's is.
+    reveal = SignedVerdict(TRAINER.node_id, fuzzing.KEY.node_id, unlisted, 9, 9, b"", 1.0, "hard_fail", ("planted",),
+                           b"\x05" * 32, "p", planted=True, draw=VerdictDraw.NONE).signed(TRAINER)
+    assert committee_findings(write(tmp_path / "p", A, manifests=[m], verdicts=[reveal])) == []
+    # A recheck seat is drawn from its own alpha: the committee draw's proof does not stand for it.
+    recheck_pi, recheck_member = seat(A, m, True, Draw.RECHECK)
+    path = write(tmp_path / "r", A, manifests=[m], verdicts=[
+        verdict(A, recheck_member, VerdictDraw.RECHECK, recheck_pi), verdict(A, member, VerdictDraw.RECHECK, pi_a)])
+    assert [f.code for f in committee_findings(path)] == ["bad_proof"]
+
+
+def test_a_claim_without_its_manifest_is_a_warning_that_incriminates_no_one(tmp_path):
+    m = manifest()
+    pi, member = seat(A, m, True)
+    path = write(tmp_path, A, verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi)],
+                 manifests=[manifest(round_=1)])  # another round's: the run is a committee run
+    [f] = committee_findings(path)
+    assert (f.code, f.severity, f.subject) == ("manifest_missing", Severity.WARNING, "")
+
+
+def test_two_manifests_of_one_round_are_the_trainers_equivocation(tmp_path):
+    one = write(tmp_path / "a", A, manifests=[manifest()])
+    two = write(tmp_path / "b", B, manifests=[manifest(groups=GROUPS[:4])])
+    found = committee_findings(one, two)
+    assert [(f.code, f.severity, f.subject) for f in found] == [
+        ("manifest_equivocation", Severity.ERROR, TRAINER.node_id.hex())]
+
+
+@pytest.mark.parametrize("weights, differs", [((), False), (WEIGHTS, True)])
+def test_the_weights_table_is_rederived_from_the_trainers_store(tmp_path, weights, differs):
+    """No reports in the trainer's store: its view weighs no one, so the only table it can sign
+    is the empty one (specs/committee.md §3.1); a table naming A and B is not its view's."""
+    path = write(tmp_path, TRAINER, manifests=[manifest(weights=weights)])
+    found = committee_findings(path)
+    assert [(f.code, f.severity, f.subject) for f in found] == (
+        [("weights_differ", Severity.WARNING, TRAINER.node_id.hex())] if differs else [])
+    if differs:
+        assert found[0].evidence["signed"] == {A.node_id.hex(): 65536, B.node_id.hex(): 65536}
+
+
+def test_a_trained_group_its_rounds_manifest_does_not_list_is_found(tmp_path):
+    group = fuzzing.group()
+    announced = PolicyAnnouncement(TRAINER.node_id, 1, b"\x03" * 32, b"\x04" * 32, 5,
+                                   batch=((group.digest, 1.0),)).signed(TRAINER)
+    path = write(tmp_path, A, manifests=[manifest(weights=(), groups=GROUPS)], groups=[group], policies=[announced])
+    assert [(f.code, f.subject) for f in committee_findings(path)] == [("trained_unlisted", TRAINER.node_id.hex())]
+    listed = write(tmp_path / "ok", A, manifests=[manifest(weights=(), groups=tuple(sorted((*GROUPS, group.digest))))],
+                   groups=[group], policies=[announced])
+    assert committee_findings(listed) == []
+
+
+def test_a_ticket_network_has_no_committees_to_check(tmp_path):
+    path = write(tmp_path, A, verdicts=[verdict(A, GROUPS[0], VerdictDraw.TICKET)])
+    with vrl.audit.open([path]) as audit:
+        report = audit.run(checks=["committees"])
+    assert not [f for f in report.findings if f.check == "committees"]
+
+
+@pytest.fixture(scope="module")
+def committee_store(tmp_path_factory) -> Path:
+    m = manifest()
+    pi, member = seat(A, m, True)
+    return write(tmp_path_factory.mktemp("committee"), TRAINER, manifests=[m, manifest(round_=1, weights=())],
+                 verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi),
+                           verdict(TRAINER, GROUPS[1], VerdictDraw.NONE)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=st.sampled_from(["manifests", "verdicts"]), row=st.integers(0, 1), column=st.integers(0, 7),
+       payload=st.one_of(st.binary(max_size=300), st.text(max_size=50), st.integers(-2**63, 2**63 - 1),
+                         st.floats(allow_nan=True), st.none()))
+def test_any_value_in_a_manifest_or_verdict_column_is_a_finding_or_an_audit_error(committee_store, tmp_path_factory,
+                                                                                   table, row, column, payload):
+    """Hostile bytes where the committees check reads: a finding or an AuditError naming the
+    store, never a traceback (specs/audit.md §1)."""
+    target = tmp_path_factory.mktemp("h") / "node.sqlite"
+    shutil.copy(committee_store, target)
+    with sqlite3.connect(target) as db:
+        columns = [info[1] for info in db.execute(f"PRAGMA table_info({table})")]
+        name = columns[column % len(columns)]
+        try:
+            db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT rowid FROM {table} ORDER BY rowid "
+                       f"LIMIT 1 OFFSET ?)", (payload, row))
+        except sqlite3.IntegrityError:
+            return  # the database itself refuses it
+    try:
+        with vrl.audit.open([target]) as audit:
+            report = audit.run(checks=["committees"])
+    except vrl.audit.AuditError as error:
+        assert str(target) in str(error)
+        return
+    assert all(isinstance(f, vrl.audit.Finding) for f in report.findings)

@@ -1,0 +1,196 @@
+"""The ``committees`` check (specs/audit.md §3, specs/committee.md): every committee of the run
+drawn again from the log.
+
+For each round the trainer closed with a signed manifest it re-derives the manifest's root and
+both VRF inputs (``alpha``) from the manifest's own fields, and for every stored verdict of the
+round that claims a seat (``draw`` = ``committee`` or ``recheck``) it verifies the verifier's
+VRF proof over that ``alpha`` and recomputes membership against the manifest's signed weights
+table. It re-derives the weights table itself from the trainer's store (specs/committee.md §3.1:
+the trainer's reputation view over the reports it had stored when it closed the round) and
+flags a table that differs, and flags a trained group its round's manifest does not list.
+
+Who a finding incriminates is derived from signatures (specs/security.md §1): a verdict's
+verifier is its signer, a manifest's trainer its signer.
+"""
+
+from __future__ import annotations
+
+from proofs import vrf
+from vrl.audit.checks import reputation_view, stored_reports
+from vrl.audit.findings import Finding, Severity
+from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
+from vrl.node import committee
+from vrl.node.committee import Draw, WeightsTable
+from vrl.node.messages import RoundManifest, VerdictDraw
+
+CHECK = "committees"
+#: The codes a verdict's claim may be found under (:func:`_refusal` picks one; specs/audit.md §3).
+CLAIM_CODES = ("manifest_missing", "no_claim", "not_in_manifest", "not_eligible", "bad_proof", "not_drawn")
+_SEATS = {str(VerdictDraw.COMMITTEE): Draw.COMMITTEE, str(VerdictDraw.RECHECK): Draw.RECHECK}
+
+
+def committee_network(run: Run) -> bool:
+    """Whether the run used the committee design: its node.toml says so, or (no node.toml
+    among the inputs) some store holds a round manifest."""
+    if run.config is not None:
+        return run.config.protocol.verification == "committee"
+    return any(index.manifests for index in run.stores)
+
+
+def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
+    """The trainer's manifest of each round, across stores (its own store's first): one per
+    round, or a signed contradiction (``manifest_equivocation``); another signer's is a warning."""
+    order = sorted(run.stores, key=lambda index: index.node.owner != run.trainer)
+    chosen: dict[int, RoundManifest] = {}
+    for index in order:
+        for round_, (manifest, _) in sorted(index.manifests.items()):
+            if manifest.trainer != run.trainer:
+                findings.append(finding("committees", "foreign_manifest", Severity.WARNING,
+                                        f"{index.node.store.path}: round {round_}'s manifest is signed by "
+                                        f"{short(manifest.trainer)}, not the network's trainer", manifest.trainer,
+                                        round=round_))
+                continue
+            first = chosen.setdefault(round_, manifest)
+            if first.to_bytes() != manifest.to_bytes():
+                findings.append(finding("committees", "manifest_equivocation", Severity.ERROR,
+                                        f"the trainer signed two different manifests of round {round_} "
+                                        f"(roots {first.content.root.hex()[:12]} and "
+                                        f"{manifest.content.root.hex()[:12]})", manifest.trainer,
+                                        round=round_, roots=[first.content.root.hex(), manifest.content.root.hex()]))
+    return dict(sorted(chosen.items()))
+
+
+def check_committees(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+    """Every claim, every table, every trained group's listing (module docstring). ``share`` is
+    not used: the check reads the whole log (one VRF verification per verifier, round and draw)."""
+    if not committee_network(run):
+        run.stats[CHECK] = {"design": "tickets"}
+        return
+    manifests = manifests_of(run, findings)
+    stats = {"manifests": len(manifests), "claims": 0, "proofs_verified": 0, "tables_rederived": 0}
+    _claims(run, manifests, findings, stats, progress)
+    _tables(run, manifests, findings, stats)
+    _trained_listed(run, manifests, findings)
+    run.stats[CHECK] = stats
+
+
+def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict,
+            progress: Progress) -> None:
+    """Each distinct stored verdict of the committee design against its round's manifest, in
+    the order of specs/committee.md §4 (its steps 2 to 6; step 1, holding the manifest, is a
+    warning here: the audited stores may lack it)."""
+    anchors = {run.trainer} | ({bytes.fromhex(p) for p in run.config.pretrusted} if run.config else set())
+    betas: dict[tuple[bytes, int, Draw, bytes], bytes | None] = {}
+    seen: set[bytes] = set()
+    for index in run.stores:
+        for v in index.verdicts:
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            stats["claims"] += 1
+            progress(CHECK, 1)
+            if v.verifier == run.trainer and v.planted:
+                continue  # the trainer's reveal of its own plant (network.md §5.3): no claim to a seat
+            reason = _refusal(v, manifests.get(v.policy_version), anchors, betas, stats)
+            if reason is None:
+                continue
+            code, severity, why = reason
+            assert code in CLAIM_CODES, code  # noqa: S101 (the codes the spec lists, made nowhere else)
+            findings.append(finding("committees", code, severity, f"{short(v.verifier)}'s {v.outcome} on group "
+                                    f"{v.group.hex()[:16]} of round {v.policy_version} (draw {v.draw}) {why}",
+                                    v.verifier if severity == Severity.ERROR else b"", verdict=v.id.hex(),
+                                    group=v.group.hex(), round=v.policy_version, draw=v.draw,
+                                    store=str(index.node.store.path)))
+
+
+def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes],
+             betas: dict, stats: dict) -> tuple[str, Severity, str] | None:
+    if manifest is None:
+        return ("manifest_missing", Severity.WARNING,
+                "cannot be checked: no audited store holds its round's manifest")
+    if v.draw == str(VerdictDraw.NONE):
+        if v.verifier not in anchors:
+            return "no_claim", Severity.ERROR, "claims no seat, and its signer is neither the trainer nor an anchor"
+        return None if v.group in manifest.groups else (
+            "not_in_manifest", Severity.ERROR, "judges a group its round's manifest does not list")
+    if v.draw not in _SEATS:
+        return "not_eligible", Severity.ERROR, "carries an audit ticket in a committee network"
+    table = manifest.content.weights
+    if table.weight(v.verifier) == 0:
+        return "not_eligible", Severity.ERROR, "claims a seat, but its signer is not in the round's weights table"
+    if v.group not in manifest.groups:
+        return "not_in_manifest", Severity.ERROR, "judges a group its round's manifest does not list"
+    draw = _SEATS[v.draw]
+    key = (v.verifier, manifest.round, draw, v.pi)
+    if key not in betas:  # one VRF verification per (verifier, round, draw, proof)
+        stats["proofs_verified"] += 1
+        try:  # alpha re-derived here from the manifest's own fields (its root)
+            betas[key] = vrf.verify(v.verifier, v.pi, manifest.content.alpha(draw))
+        except vrf.VrfError:
+            betas[key] = None
+    beta = betas[key]
+    if beta is None:
+        return "bad_proof", Severity.ERROR, "carries a VRF proof that does not verify over the round's alpha"
+    if not committee.is_member(beta, v.group, table.threshold(v.verifier)):
+        return "not_drawn", Severity.ERROR, "claims a seat the verifier's VRF output does not give it"
+    return None
+
+
+def trainer_store(run: Run) -> StoreIndex | None:
+    """The trainer's own store, if among the inputs: what it knew when it closed each round."""
+    return next((s for s in run.stores if s.node.owner == run.trainer and run.trainer is not None), None)
+
+
+def expected_table(standings: dict, trainer: bytes | None, committee_size: int) -> WeightsTable:
+    """specs/committee.md §3.1: every node but the trainer, not quarantined, of weight > 0 in the
+    trainer's view; the heaviest MAX_WEIGHT_ENTRIES (ties by node id), quantized."""
+    weights = {peer: s.trust for peer, s in standings.items() if peer != trainer and s.trust > 0 and not s.quarantined}
+    eligible = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:committee.MAX_WEIGHT_ENTRIES]
+    return WeightsTable.of(committee_size, dict(eligible))
+
+
+def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict) -> None:
+    """Each manifest's weights table against the trainer's view replayed from its own store over
+    the reports it had stored when it stored the manifest (its own, stored as it was published).
+    A rebuild from arrival times, as the ``admission`` check's trust is: a difference is a
+    warning, and one quantum (2^-16) of weight is float summation order, not a choice."""
+    index = trainer_store(run)
+    if index is None:
+        return
+    view = reputation_view(run, run.trainer)
+    reports = stored_reports(index)
+    pending = next(reports, None)
+    for round_, (stored, at) in sorted(index.manifests.items(), key=lambda item: item[1][1]):
+        while pending is not None and pending[0] <= at:
+            view.add(pending[1])
+            pending = next(reports, None)
+        manifest = manifests.get(round_)
+        if manifest is None or manifest.to_bytes() != stored.to_bytes():
+            continue
+        stats["tables_rederived"] += 1
+        expected = dict(expected_table(view.standings(round_), run.trainer, manifest.committee_size).entries)
+        signed = dict(manifest.weights)
+        differ = sorted(node for node in expected.keys() | signed.keys()
+                        if abs(expected.get(node, 0) - signed.get(node, 0)) > 1)
+        if differ:
+            findings.append(finding("committees", "weights_differ", Severity.WARNING,
+                                    f"round {round_}'s signed weights table differs from the trainer's view replayed "
+                                    f"from its store for {len(differ)} node(s), e.g. {short(differ[0])}: signed "
+                                    f"{signed.get(differ[0], 0)}, replayed {expected.get(differ[0], 0)}",
+                                    run.trainer or b"", round=round_, nodes=[n.hex() for n in differ],
+                                    signed={n.hex(): signed.get(n, 0) for n in differ},
+                                    replayed={n.hex(): expected.get(n, 0) for n in differ}))
+
+
+def _trained_listed(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding]) -> None:
+    """A trained group must be listed in its round's manifest (specs/committee.md §1: a group
+    that arrived after its round closed is never trained)."""
+    for version, announcement in run.policies.items():
+        for digest in announcement.groups:
+            head = run.groups.get(digest)
+            if head is None or head.version not in manifests or digest in manifests[head.version].groups:
+                continue
+            findings.append(finding("committees", "trained_unlisted", Severity.ERROR,
+                                    f"version {version}'s batch trains group {digest.hex()[:16]}, which round "
+                                    f"{head.version}'s manifest does not list", announcement.trainer,
+                                    version=version, group=digest.hex(), round=head.version))
