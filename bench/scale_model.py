@@ -130,8 +130,13 @@ def _group(args, batch: int = 8) -> list:
     rollouts = list(read_rollouts(Path(args.work) / f"group-{batch}.vrl"))
     if args.step_tokens:
         n = args.step_tokens
-        rollouts = [dataclasses.replace(r, completion_tokens=r.completion_tokens[:n],
-                                        behaviour_logprobs=r.behaviour_logprobs[:n],
+        # Longer than generated: each completion's tokens (and their recorded logprobs) repeated
+        # to N. A step's time and memory follow the batch's shape, not its token values, so this
+        # measures a step on N-token completions without generating them (about 40 minutes of
+        # decoding at 0.5B on this shared machine); its loss and update are not a real run's.
+        reps = -(-n // min(len(r.completion_tokens) for r in rollouts))
+        rollouts = [dataclasses.replace(r, completion_tokens=(r.completion_tokens * reps)[:n],
+                                        behaviour_logprobs=(r.behaviour_logprobs * reps)[:n],
                                         sampling=dataclasses.replace(r.sampling, max_new_tokens=n)) for r in rollouts]
     return rollouts
 
@@ -386,7 +391,8 @@ def main() -> None:
     parser.add_argument("--work", default="", help="where the rollouts between parts are kept (default: beside --out)")
     parser.add_argument("--force", action="store_true", help="run parts even when MemAvailable is below their need")
     parser.add_argument("--step-tokens", type=int, default=0,
-                        help="cut the group's completions to this many tokens for grpo and replay (default: all)")
+                        help="cut the group's completions to this many tokens for grpo and replay, or repeat "
+                             "them to it (default: all)")
     parser.add_argument("--part", default="", help=argparse.SUPPRESS)  # a child's one measurement
     parser.add_argument("--replay-at-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

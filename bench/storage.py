@@ -227,11 +227,8 @@ def archive_run(directory: Path, args) -> dict:
     blobs = Blobs(folders[0] / "blobs", transport, trainer_key.node_id, log)
     keep = config.protocol.max_staleness + 1
     pruner = Pruner(config.storage, store, blobs.directory, blobs.pins, keep=keep, log=log)
-    kinds: dict[str, int] = {"weights": 0, "optimizer": 0, "delta": 0, "config": 0}
-    seen: set[bytes] = set()
-    step_seconds, rows, started_all = [], [], time.perf_counter()
+    rows, started_all = [], time.perf_counter()
     for version in range(args.versions + 1):
-        started = time.perf_counter()
         if version == 0:
             step = trainer.current()  # Training.bootstrap: version 0 announced as it is
         else:
@@ -260,15 +257,7 @@ def archive_run(directory: Path, args) -> dict:
         store.put_trained(version, tuple(d for d, _ in step.batch), json.dumps(
             {k: v for k, v in step.metrics.items() if isinstance(v, (int, float))}, sort_keys=True))
         policies[version] = announcement
-        for kind, digest, size in (("weights", announcement.blob, len(step.blob)),
-                                   ("optimizer", announcement.optimizer, len(step.optimizer)),
-                                   ("delta", announcement.delta, announcement.delta_size),
-                                   ("config", announcement.config, len(trainer.config_file))):
-            if digest and digest not in seen:
-                seen.add(digest)
-                kinds[kind] += size
         pruner.after(policies, version)
-        step_seconds.append(time.perf_counter() - started)
         if version % max(1, args.versions // 20) == 0 or version == args.versions:
             on_disk = blob_bytes(blobs.directory)
             rows.append({"version": version, "blob_bytes": on_disk, "seconds": time.perf_counter() - started_all})
@@ -276,21 +265,48 @@ def archive_run(directory: Path, args) -> dict:
                           f"{time.perf_counter() - started_all:.0f} s")
     store.close()
     worker_store.close()
-    made = time.perf_counter() - started_all
-    disk = {"blobs": blob_bytes(blobs.directory), "blob_files": sum(1 for _ in blobs.directory.iterdir()),
-            "by_kind": kinds, "stores": sum(p.stat().st_size for f in folders for p in f.glob("node.sqlite*")),
-            "trainer_checkpoints": folder_bytes(folders[0] / "trainer"), "folder": folder_bytes(directory)}
-    console.print(f"made {args.versions} versions in {made:.0f} s; blobs {disk['blobs'] / MiB:.0f} MiB; auditing")
-    audited = audit_folder(directory)
-    return {"model": args.model, "versions": args.versions, "tier": "archive", "keep": keep,
+    made = {"model": args.model, "tier": "archive", "keep": keep,
             "batch": {"groups": args.groups, "group_size": args.group_size, "max_new_tokens": work.max_new_tokens},
-            "disk_bytes": disk, "seconds": {"version_median": _median(step_seconds), "make_total": made},
-            "series": rows, "audit": audited}
+            **folder_figures(directory), "series": rows}
+    (directory / "made.json").write_text(json.dumps(made))
+    console.print(f"made {made['versions']} versions; blobs {made['disk_bytes']['blobs'] / MiB:.0f} MiB; auditing")
+    return {**made, "audit": audit_folder(directory)}
+
+
+def folder_figures(directory: Path) -> dict:
+    """What an archive run's folder holds, read from the folder itself (so a run stopped midway
+    is measured as it is): versions announced, blob bytes by kind (each distinct file once),
+    stores, checkpoints, and the time between announcements (the store's received times)."""
+    from vrl.audit.sources import StoreReader
+
+    node = directory / "node-0"
+    reader = StoreReader(node / "node.sqlite")
+    announcements = [(PolicyAnnouncement.from_bytes(data), received) for _, data, received in reader.policies()]
+    reader.close()
+    kinds: dict[str, int] = {"weights": 0, "optimizer": 0, "delta": 0, "config": 0}
+    seen: set[bytes] = set()
+    for a, _ in announcements:
+        for kind, digest in (("weights", a.blob), ("optimizer", a.optimizer), ("delta", a.delta),
+                             ("config", a.config)):
+            path = node / "blobs" / digest.hex()
+            if digest and digest not in seen and path.is_file():
+                seen.add(digest)
+                kinds[kind] += path.stat().st_size
+    times = [received for _, received in announcements]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    blobs = node / "blobs"
+    return {"versions": announcements[-1][0].version if announcements else 0,
+            "distinct_weights": len({a.blob for a, _ in announcements}),
+            "disk_bytes": {"blobs": blob_bytes(blobs), "blob_files": sum(1 for _ in blobs.iterdir()), "by_kind": kinds,
+                           "stores": sum(p.stat().st_size for p in directory.glob("node-*/node.sqlite*")),
+                           "trainer_checkpoints": folder_bytes(node / "trainer"), "folder": folder_bytes(directory)},
+            "seconds": {"version_median": _median(gaps), "make_total": times[-1] - times[0] if times else 0.0}}
 
 
 def audit_folder(directory: Path) -> dict:
     """The ``steps`` check at share 1 over a folder (what ``vrl audit DIR --all --check steps``
-    runs): how many steps replayed, from which inputs, in how long."""
+    runs): how many steps replayed, from which inputs, in how long. Its progress is written to
+    ``DIR/audit-progress.json`` as it goes, so a run stopped midway says how far it got."""
     import vrl.audit
 
     started = time.perf_counter()
@@ -299,6 +315,10 @@ def audit_folder(directory: Path) -> dict:
     def progress(check: str, n: int) -> None:
         if check == "steps":
             done[0] += n
+            if done[0] % 10 == 0:
+                elapsed = time.perf_counter() - started
+                (directory / "audit-progress.json").write_text(json.dumps(
+                    {"steps_replayed": done[0], "seconds": elapsed, "at": time.strftime("%H:%M:%S")}))
             if done[0] % 50 == 0:
                 console.print(f"audit: {done[0]} steps replayed, {time.perf_counter() - started:.0f} s")
 
@@ -362,8 +382,10 @@ def main() -> None:
     results: dict = {}
     try:
         if args.audit_only:
-            results["archive_run_audit"] = {**audit_folder(args.audit_only),
-                                            "command": " ".join(["python bench/storage.py", *sys.argv[1:]])}
+            made = args.audit_only / "made.json"
+            results["archive_run"] = {**(json.loads(made.read_text()) if made.exists() else {}),
+                                      **folder_figures(args.audit_only), "audit": audit_folder(args.audit_only),
+                                      "audit_command": " ".join(["python bench/storage.py", *sys.argv[1:]])}
         elif args.versions and args.tier == "archive":
             results["archive_run"] = archive_run(work / "archive", args)
             results["archive_run"]["command"] = " ".join(["python bench/storage.py", *sys.argv[1:]])
