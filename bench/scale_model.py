@@ -418,7 +418,9 @@ def main() -> None:
         else:
             results[key] = child(args, part)
         # Written after every part: a long run stopped midway keeps what it measured.
-        report = {"args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads,
+        # Other top-level keys a person added (notes, an earlier run's copied results) are kept.
+        report = {**(previous if same else {}),
+                  "args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads,
                            "dtype": "float32"},
                   "machine": machine, "results": results, "summary": summary(results)}
         args.out.parent.mkdir(parents=True, exist_ok=True)
