@@ -1,7 +1,7 @@
 """Peak memory of serializing a step's optimizer state and of the replay's comparison
 (:func:`vrl.rl.step.optimizer_bytes`, :func:`vrl.rl.step.compare`), as they are and as they
 were before (each tensor cloned before ``safetensors.save``; the replay's own file read back
-to compare), each in a process of its own so that its peak RSS is its own.
+to compare; each tensor's float64 distance computed whole, not in blocks), each in a process of its own so that its peak RSS is its own.
 
     python bench/optimizer_memory.py                                # the 2-layer 0.5B shape
     python bench/optimizer_memory.py --model qwen2.5-0.5b           # the full one (about 12 GiB)
@@ -44,6 +44,15 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
+def previous_drift(parent: dict, replayed: dict, claimed: dict) -> None:
+    """vrl.rl.step.relative_drift as it was: each tensor's float64 copies made whole."""
+    import torch
+
+    sum(float((claimed[k].double() - replayed[k].double()).pow(2).sum()) for k in replayed)
+    sum(float((replayed[k].double() - parent.get(k, torch.zeros_like(replayed[k])).double()).pow(2).sum())
+        for k in replayed)
+
+
 def measure(model_name: str, what: str) -> dict:
     import torch
     from safetensors.torch import load as load_tensors
@@ -81,8 +90,8 @@ def measure(model_name: str, what: str) -> dict:
         replayed_file = previous_bytes()
         claimed_moments, replayed_moments = load_tensors(claimed_file), load_tensors(replayed_file)
         before_moments = load_tensors(parent_file)
-        step.relative_drift(replayed_state, replayed_state, claimed)
-        step.relative_drift(before_moments, replayed_moments, claimed_moments)
+        previous_drift(replayed_state, replayed_state, claimed)
+        previous_drift(before_moments, replayed_moments, claimed_moments)
         data = replayed_file == claimed_file
     elif what == "compare:now":
         data = step.compare(network, parent_file, network, optimizer, claimed, claimed_file, {}).optimizer_hash

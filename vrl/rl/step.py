@@ -380,14 +380,34 @@ def replay(parent: torch.nn.Module, optimizer_state: bytes, groups: list[list[Ro
     return network.requires_grad_(False), optimizer, stats
 
 
+# Elements per float64 block of a distance: a tensor's float64 copies are made a block at a
+# time, not whole (the 0.5B shape's embedding is 136M parameters: 1.1 GB a float64 copy, three
+# at once before; bench/results/optimizer-memory.json).
+DISTANCE_BLOCK = 1 << 22
+
+
+def _squared_distance(a: torch.Tensor, b: torch.Tensor | None) -> float:
+    """``sum((a - b)^2)`` in float64 (``b`` None: zeros), a block at a time."""
+    a = a.detach().reshape(-1)
+    b = None if b is None else b.detach().reshape(-1)
+    total = 0.0
+    for start in range(0, a.numel(), DISTANCE_BLOCK):
+        block = a[start:start + DISTANCE_BLOCK].double()
+        if b is not None:
+            block -= b[start:start + DISTANCE_BLOCK].double()
+        total += float(block.pow_(2).sum())
+    return total
+
+
 def relative_drift(parent: dict[str, torch.Tensor], replayed: dict[str, torch.Tensor],
                    claimed: dict[str, torch.Tensor]) -> float:
     """``||claimed - replayed|| / ||replayed - parent||`` over all tensors together (float64
     sums). 0 when claimed is replayed; inf when the replay moved nothing and the claim did."""
-    if set(claimed) != set(replayed) or any(claimed[k].shape != replayed[k].shape for k in replayed):
+    if set(claimed) != set(replayed) or any(claimed[k].shape != replayed[k].shape or (
+            k in parent and parent[k].shape != replayed[k].shape) for k in replayed):
         return math.inf
-    off = sum(float((claimed[k].double() - replayed[k].double()).pow(2).sum()) for k in replayed)
-    step = sum(float((replayed[k].double() - parent.get(k, torch.zeros_like(replayed[k])).double()).pow(2).sum())
+    off = sum(_squared_distance(claimed[k], replayed[k]) for k in replayed)
+    step = sum(_squared_distance(replayed[k], parent[k]) if k in parent else _squared_distance(replayed[k], None)
                for k in replayed)
     if off == 0.0:
         return 0.0
