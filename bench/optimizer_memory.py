@@ -1,7 +1,8 @@
 """Peak memory of serializing a step's optimizer state and of the replay's comparison
 (:func:`vrl.rl.step.optimizer_bytes`, :func:`vrl.rl.step.compare`), as they are and as they
 were before (each tensor cloned before ``safetensors.save``; the replay's own file read back
-to compare; each tensor's float64 distance computed whole, not in blocks), each in a process of its own so that its peak RSS is its own.
+to compare; each tensor's float64 distance computed whole, not in blocks), each in a process
+of its own so that its peak RSS is its own.
 
     python bench/optimizer_memory.py                                # the 2-layer 0.5B shape
     python bench/optimizer_memory.py --model qwen2.5-0.5b           # the full one (about 12 GiB)
