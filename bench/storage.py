@@ -5,6 +5,10 @@ each published as a node's trainer publishes a version, pruned by the node's own
     python bench/storage.py --versions 20 --model tiny   # a quick one
     python bench/storage.py --audit-rounds 8             # also: a devnet whose trainer is the archive,
                                                          # audited whole (vrl audit --all)
+    python bench/storage.py --tier archive --versions 1000 --groups 2 --dir RUN   # part 1 as an archive's
+                                                         # node folder, then every step replayed
+    python bench/storage.py --audit-only RUN/archive --versions 0                 # audit such a folder
+                                                         # (one stopped midway too)
 
 Part 1 (the default tier). Each version is one real step of :class:`vrl.rl.train.Trainer`
 (generate, verify, GRPO update, checkpoint: ``vrl train``'s step), then what
