@@ -159,8 +159,13 @@ def _group(args, batch: int = 8) -> list:
     rollouts = list(read_rollouts(Path(args.work) / f"group-{batch}.vrl"))
     if args.step_tokens:
         n = args.step_tokens
-        rollouts = [dataclasses.replace(r, completion_tokens=r.completion_tokens[:n],
-                                        behaviour_logprobs=r.behaviour_logprobs[:n],
+        # Longer than generated: each completion's tokens (and their recorded logprobs) repeated
+        # to N. A step's time and memory follow the batch's shape, not its token values, so this
+        # measures a step on N-token completions without generating them (about 40 minutes of
+        # decoding at 0.5B on this shared machine); its loss and update are not a real run's.
+        reps = -(-n // min(len(r.completion_tokens) for r in rollouts))
+        rollouts = [dataclasses.replace(r, completion_tokens=(r.completion_tokens * reps)[:n],
+                                        behaviour_logprobs=(r.behaviour_logprobs * reps)[:n],
                                         sampling=dataclasses.replace(r.sampling, max_new_tokens=n)) for r in rollouts]
     return rollouts
 
@@ -451,7 +456,8 @@ def main() -> None:
     parser.add_argument("--work", default="", help="where the rollouts between parts are kept (default: beside --out)")
     parser.add_argument("--force", action="store_true", help="run parts even when MemAvailable is below their need")
     parser.add_argument("--step-tokens", type=int, default=0,
-                        help="cut the group's completions to this many tokens for grpo and replay (default: all)")
+                        help="cut the group's completions to this many tokens for grpo and replay, or repeat "
+                             "them to it (default: all)")
     parser.add_argument("--device", default="cpu", help="where the network runs: cpu, cuda (sampler: the CPU)")
     parser.add_argument("--dtype", default="float32", help="generation and verification dtype (the step: float32)")
     parser.add_argument("--attention", default="sdpa", choices=("sdpa", "eager"))
@@ -483,7 +489,9 @@ def main() -> None:
         else:
             results[key] = child(args, part)
         # Written after every part: a long run stopped midway keeps what it measured.
-        report = {"args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads,
+        # Other top-level keys a person added (notes, an earlier run's copied results) are kept.
+        report = {**(previous if same else {}),
+                  "args": {"model": args.model, "new_tokens": args.new_tokens, "threads": args.threads,
                            "dtype": args.dtype, "device": args.device, "attention": args.attention},
                   "machine": machine, "results": results, "summary": summary(results)}
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,10 @@ each published as a node's trainer publishes a version, pruned by the node's own
     python bench/storage.py --versions 20 --model tiny   # a quick one
     python bench/storage.py --audit-rounds 8             # also: a devnet whose trainer is the archive,
                                                          # audited whole (vrl audit --all)
+    python bench/storage.py --tier archive --versions 1000 --groups 2 --dir RUN   # part 1 as an archive's
+                                                         # node folder, then every step replayed
+    python bench/storage.py --audit-only RUN/archive --versions 0                 # audit such a folder
+                                                         # (one stopped midway too)
 
 Part 1 (the default tier). Each version is one real step of :class:`vrl.rl.train.Trainer`
 (generate, verify, GRPO update, checkpoint: ``vrl train``'s step), then what
@@ -158,6 +162,181 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
+def archive_run(directory: Path, args) -> dict:
+    """Part 1 on the archive tier: ``args.versions`` versions made by a node's own code paths,
+    left as a devnet folder that ``vrl audit DIR --all`` replays whole.
+
+    ``node-0`` is a trainer node's folder, as ``vrl node`` leaves it: its node.toml (archive
+    tier), node.pem, store and blobs. Each version is what the node's duties do: a worker's
+    round (:meth:`vrl.node.work.Work.generate`, signed by ``node-1``'s key, whose folder holds
+    its own store of its groups, as a worker keeps what it publishes) stored in the trainer's
+    store as the daemon stores a group it receives; the trainer's step on that batch
+    (:meth:`vrl.node.work.PolicyTrainer.step`); its weights delta against the parent
+    (:meth:`vrl.node.training.Training.delta_of`'s :func:`vrl.node.deltas.encode`); the
+    announcement as :meth:`vrl.node.training.Training.announce` signs and stores it; the
+    prune (:meth:`vrl.node.storage.Pruner.after`). No gossip, no verifiers, no admission: a
+    batch is the round's groups, so nothing here times the network. Then the audit
+    (:func:`vrl.audit.open`, the ``steps`` check at share 1, what ``vrl audit --all`` runs
+    for it) replays every step from the folder."""
+    from vrl.config import as_kwargs
+    from vrl.node import deltas, startup
+    from vrl.node.config import NodeConfig
+    from vrl.node.work import PolicyTrainer, Work, WorkConfig
+    from vrl.rollouts.keys import NodeKey
+    from vrl.rollouts.record import round_seed
+    from vrl.rollouts.verify import Expectations
+
+    if args.model == "base":
+        from vrl.rl.base_model import ensure_base_model
+
+        ensure_base_model()
+    folders = [directory / "node-0", directory / "node-1"]
+    keys = []
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "node.pem").exists():
+            NodeKey.generate().save(folder / "node.pem")
+        keys.append(NodeKey.load(folder / "node.pem"))
+    trainer_key, worker_key = keys
+    settings = dict(trainer=trainer_key.node_id.hex(), transport="loopback",
+                    work={"model": args.model, "task": args.task, "group_size": args.group_size,
+                          "max_new_tokens": args.max_new_tokens},
+                    protocol={"groups_per_round": args.groups, "last_version": args.versions},
+                    admission={"batch_groups": args.groups},
+                    # Held-out evaluation is not what this measures; a node evaluates at its eval_every.
+                    train={"eval_every": 10**9, "held_out": 8})
+    configs = [NodeConfig.from_dict(dict(data_dir=str(folders[0]), roles=("trainer", "verifier"),
+                                         storage={"tier": "archive"}, **settings)),
+               NodeConfig.from_dict(dict(data_dir=str(folders[1]), roles=("worker", "verifier"), **settings))]
+    for folder, config in zip(folders, configs):
+        (folder / "node.toml").write_text(config.to_toml(), encoding="utf-8")
+    config = configs[0]
+    log = structlog.get_logger("bench/storage")
+    tasks, _ = startup.open_tasks(config, log)
+    policies: dict[int, PolicyAnnouncement] = {}
+
+    def expectations(version: int) -> Expectations:
+        return Expectations(tasks=tasks, round_seed=round_seed(policies[version].model_hash, version),
+                            sampling=work.sampling, reward_spec=config.work.reward_spec)
+
+    work = Work(worker_key, WorkConfig(**as_kwargs(config.work), tasks=tasks,
+                                       groups_per_round=config.protocol.groups_per_round, hidden_states=False),
+                expectations)
+    trainer = PolicyTrainer(startup.train_config(config, work.max_new_tokens), folders[0] / "trainer", trainer_key,
+                            tasks=tasks)
+    store, worker_store = Store(folders[0] / "node.sqlite"), Store(folders[1] / "node.sqlite")
+    store.claim(trainer_key.node_id)
+    worker_store.claim(worker_key.node_id)
+    transport = LoopbackNetwork().transport(trainer_key.node_id)
+    blobs = Blobs(folders[0] / "blobs", transport, trainer_key.node_id, log)
+    keep = config.protocol.max_staleness + 1
+    pruner = Pruner(config.storage, store, blobs.directory, blobs.pins, keep=keep, log=log)
+    rows, started_all = [], time.perf_counter()
+    for version in range(args.versions + 1):
+        if version == 0:
+            step = trainer.current()  # Training.bootstrap: version 0 announced as it is
+        else:
+            groups = work.generate(version - 1)
+            now = time.time()
+            for group in groups:  # the worker keeps what it publishes; the trainer stores what it receives
+                worker_store.put_group(group.submission, group.subject, group.version, now)
+                store.put_group(group.submission, group.subject, group.version, now)
+            step, _ = trainer.step(groups, [1.0] * len(groups))
+        parent = policies.get(version - 1)
+        delta = None
+        if parent is not None and (blobs.directory / parent.blob.hex()).exists():
+            encoded = deltas.encode((blobs.directory / parent.blob.hex()).read_bytes(), step.blob)
+            delta = (encoded, parent.blob) if len(encoded) < len(step.blob) else None
+        shortcut = {} if delta is None else {"delta": blobs.keep(delta[0]), "delta_size": len(delta[0]),
+                                             "delta_parent": delta[1]}
+        announcement = PolicyAnnouncement(
+            trainer_key.node_id, version, step.model.model_hash, blobs.keep(step.blob), len(step.blob),
+            parent=parent.model_hash if parent is not None else b"", batch=step.batch,
+            config=blobs.keep(trainer.config_file), optimizer_before=step.optimizer_before,
+            optimizer=blobs.keep(step.optimizer), optimizer_size=len(step.optimizer),
+            platform=platform_tag(step.model), **shortcut).signed(trainer_key)
+        work.install(version, trainer.frozen_copy(step.model), keep)
+        store.put_policy(announcement, time.time())
+        worker_store.put_policy(announcement, time.time())
+        store.put_trained(version, tuple(d for d, _ in step.batch), json.dumps(
+            {k: v for k, v in step.metrics.items() if isinstance(v, (int, float))}, sort_keys=True))
+        policies[version] = announcement
+        pruner.after(policies, version)
+        if version % max(1, args.versions // 20) == 0 or version == args.versions:
+            on_disk = blob_bytes(blobs.directory)
+            rows.append({"version": version, "blob_bytes": on_disk, "seconds": time.perf_counter() - started_all})
+            console.print(f"archive version {version}: blobs {on_disk / MiB:.1f} MiB, "
+                          f"{time.perf_counter() - started_all:.0f} s")
+    store.close()
+    worker_store.close()
+    made = {"model": args.model, "tier": "archive", "keep": keep,
+            "batch": {"groups": args.groups, "group_size": args.group_size, "max_new_tokens": work.max_new_tokens},
+            **folder_figures(directory), "series": rows}
+    (directory / "made.json").write_text(json.dumps(made))
+    console.print(f"made {made['versions']} versions; blobs {made['disk_bytes']['blobs'] / MiB:.0f} MiB; auditing")
+    return {**made, "audit": audit_folder(directory)}
+
+
+def folder_figures(directory: Path) -> dict:
+    """What an archive run's folder holds, read from the folder itself (so a run stopped midway
+    is measured as it is): versions announced, blob bytes by kind (each distinct file once),
+    stores, checkpoints, and the time between announcements (the store's received times)."""
+    from vrl.audit.sources import StoreReader
+
+    node = directory / "node-0"
+    reader = StoreReader(node / "node.sqlite")
+    announcements = [(PolicyAnnouncement.from_bytes(data), received) for _, data, received in reader.policies()]
+    reader.close()
+    kinds: dict[str, int] = {"weights": 0, "optimizer": 0, "delta": 0, "config": 0}
+    seen: set[bytes] = set()
+    for a, _ in announcements:
+        for kind, digest in (("weights", a.blob), ("optimizer", a.optimizer), ("delta", a.delta),
+                             ("config", a.config)):
+            path = node / "blobs" / digest.hex()
+            if digest and digest not in seen and path.is_file():
+                seen.add(digest)
+                kinds[kind] += path.stat().st_size
+    times = [received for _, received in announcements]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    blobs = node / "blobs"
+    return {"versions": announcements[-1][0].version if announcements else 0,
+            "distinct_weights": len({a.blob for a, _ in announcements}),
+            "disk_bytes": {"blobs": blob_bytes(blobs), "blob_files": sum(1 for _ in blobs.iterdir()), "by_kind": kinds,
+                           "stores": sum(p.stat().st_size for p in directory.glob("node-*/node.sqlite*")),
+                           "trainer_checkpoints": folder_bytes(node / "trainer"), "folder": folder_bytes(directory)},
+            "seconds": {"version_median": _median(gaps), "make_total": times[-1] - times[0] if times else 0.0}}
+
+
+def audit_folder(directory: Path) -> dict:
+    """The ``steps`` check at share 1 over a folder (what ``vrl audit DIR --all --check steps``
+    runs): how many steps replayed, from which inputs, in how long. Its progress is written to
+    ``DIR/audit-progress.json`` as it goes, so a run stopped midway says how far it got."""
+    import vrl.audit
+
+    started = time.perf_counter()
+    done = [0]
+
+    def progress(check: str, n: int) -> None:
+        if check == "steps":
+            done[0] += n
+            if done[0] % 10 == 0:
+                elapsed = time.perf_counter() - started
+                (directory / "audit-progress.json").write_text(json.dumps(
+                    {"steps_replayed": done[0], "seconds": elapsed, "at": time.strftime("%H:%M:%S")}))
+            if done[0] % 50 == 0:
+                console.print(f"audit: {done[0]} steps replayed, {time.perf_counter() - started:.0f} s")
+
+    with vrl.audit.open([directory]) as audit:
+        report = audit.run(checks=["steps"], sample=1.0, progress=progress)
+    seconds = time.perf_counter() - started
+    series = report.series.get("steps", []) if isinstance(getattr(report, "series", None), dict) else []
+    replay = [row["seconds"] for row in series if not row.get("missing")]
+    return {"seconds": seconds, "steps": report.stats.get("steps", {}),
+            "replay_seconds_median": _median(replay), "exact": sum(1 for row in series if row.get("exact")),
+            "findings": sorted({f"{f.check}:{f.code}" for f in report.findings}),
+            "errors": [f.sentence for f in report.findings if f.severity >= vrl.audit.Severity.ERROR][:5]}
+
+
 def archive_audit(directory: Path, args) -> dict:
     """Part 2: a devnet whose trainer is the archive, audited whole; then its workers alone."""
     import vrl.audit
@@ -196,16 +375,28 @@ def main() -> None:
     parser.add_argument("--audit-model", default="base")
     parser.add_argument("--audit-deadline", type=float, default=900.0)
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--tier", choices=("default", "archive"), default="default",
+                        help="part 1's tier; archive: a node folder every step of which the audit replays")
+    parser.add_argument("--audit-only", type=Path, default=None,
+                        help="audit this folder of an earlier --tier archive run (kept with --dir) and stop")
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one, removed)")
     args = parser.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="vrl-storage-"))
     out_path = RESULTS / "storage.json"
     results: dict = {}
     try:
-        if args.versions:
+        if args.audit_only:
+            made = args.audit_only / "made.json"
+            results["archive_run"] = {**(json.loads(made.read_text()) if made.exists() else {}),
+                                      **folder_figures(args.audit_only), "audit": audit_folder(args.audit_only),
+                                      "audit_command": " ".join(["python bench/storage.py", *sys.argv[1:]])}
+        elif args.versions and args.tier == "archive":
+            results["archive_run"] = archive_run(work / "archive", args)
+            results["archive_run"]["command"] = " ".join(["python bench/storage.py", *sys.argv[1:]])
+        elif args.versions:
             results["default_tier"] = default_tier(work / "default", args)
             results["default_tier"]["command"] = " ".join(["python bench/storage.py", *sys.argv[1:]])
-        if args.audit_rounds:
+        if args.audit_rounds and not args.audit_only:
             results["archive_tier"] = archive_audit(work / "devnet", args)
             results["archive_tier"]["command"] = " ".join(["python bench/storage.py", *sys.argv[1:]])
     finally:

@@ -16,11 +16,26 @@ import structlog
 
 from p2p.blobs import BlobStore, fetch_blob
 from p2p.transport import Transport
+from vrl.errors import VrlError
 from vrl.rollouts.files import write_bytes_atomic
 
 MAX_WEIGHTS_BYTES = 2 << 30
 # An optimizer state file is AdamW's two moments: twice the weights, plus a step count each.
 MAX_OPTIMIZER_BYTES = 2 * MAX_WEIGHTS_BYTES + (64 << 20)
+
+
+class BlobWriteError(VrlError):
+    """A blob could not be written (a full disk, a read-only folder): the message names the
+    file and the reason. Nothing was replaced: the write goes to a temporary file that is
+    removed, so the folder holds what it held before (specs/storage.md §5)."""
+
+
+def _write(path: Path, blob: bytes, what: str) -> None:
+    try:
+        write_bytes_atomic(path, blob)
+    except OSError as error:
+        raise BlobWriteError(f"{path}: cannot store {what} ({len(blob)} bytes): {error.strerror or error}; "
+                             "nothing was replaced, and the blobs already there are as they were") from None
 
 
 class Blobs:
@@ -64,11 +79,12 @@ class Blobs:
         if blob is None:
             peers = sorted(self.transport.peers(), key=lambda p: p != self.trainer)
             blob = await fetch_blob(self.transport, peers, digest, max_size=max_size, timeout=60.0)
-            write_bytes_atomic(path, blob)
+            _write(path, blob, what)
         return blob
 
     def keep(self, blob: bytes) -> bytes:
-        """Store a blob this node made (weights, optimizer state, step config) and serve it."""
+        """Store a blob this node made (weights, optimizer state, step config) and serve it.
+        Raises :class:`BlobWriteError`, naming the file, when it cannot be written."""
         digest = hashlib.sha256(blob).digest()
-        write_bytes_atomic(self.directory / digest.hex(), blob)
+        _write(self.directory / digest.hex(), blob, "a blob")
         return digest

@@ -158,7 +158,12 @@ class Pruner:
             for step in self.steps(policies, latest):
                 result = step
         except (sqlite3.Error, OSError) as error:
-            self.log.warning("prune stopped; nothing needed was removed, the next version retries", error=str(error))
+            # A full disk: the journal's transaction fails before any file goes (SQLITE_FULL), or
+            # the folder's fsync fails after some did (ENOSPC), leaving an intent that the next
+            # prune, or the next start (reconcile), finishes. Either way no kept blob is touched.
+            self.log.warning("prune stopped; nothing needed was removed, the next version retries",
+                             folder=str(self.directory), store=str(self.store.path),
+                             error=str(error) or repr(error))
         return result
 
     def steps(self, policies: Mapping[int, PolicyAnnouncement], latest: int) -> Iterator[Pruned]:

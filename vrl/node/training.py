@@ -18,7 +18,7 @@ import structlog
 from proofs.zk import ZkError
 from vrl.node import deltas
 from vrl.node import protocol as P
-from vrl.node.blobs import MAX_OPTIMIZER_BYTES, Blobs
+from vrl.node.blobs import MAX_OPTIMIZER_BYTES, Blobs, BlobWriteError
 from vrl.node.groups import GroupCache
 from vrl.node.messages import Group, PolicyAnnouncement
 from vrl.node.metrics import NodeMetrics
@@ -67,7 +67,18 @@ class Training:
         # The parent is looked up here, on the event loop, where the protocol's state changes.
         parent = self.protocol.policies.get(self.trainer.version - 1)
         delta = await self.model_thread.run("delta", self.delta_of, parent, step.blob)
-        yield self.announce(step, delta)
+        try:
+            trained = self.announce(step, delta)
+        except BlobWriteError as error:
+            # A full disk (specs/storage.md §5). The step is in its checkpoint already
+            # (PolicyTrainer.step wrote it before returning), so nothing is lost: the next start
+            # announces it (bootstrap). Training on would make a version whose parent was never
+            # announced, so this trainer trains no more until the node restarts with room.
+            self.log.error("cannot store the new version's files: training stops; restart the node once the disk "
+                           "has room, and it announces this version from its checkpoint", version=self.trainer.version,
+                           error=str(error))
+            return
+        yield trained
         for group in groups:
             self.metrics.groups_trained.labels(group.subject.hex()[:8]).inc()
 

@@ -159,16 +159,24 @@ def optimizer_for(network: torch.nn.Module, config: StepConfig) -> torch.optim.A
                              weight_decay=config.weight_decay, fused=True)
 
 
-def optimizer_bytes(network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bytes:
-    """The optimizer's state as one safetensors file, each tensor named by its parameter and
-    slot: the same state gives the same bytes (safetensors sorts the names)."""
+def optimizer_tensors(network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer's state by ``parameter.slot``, float32 on the host: the live tensors
+    themselves where they are that already (no copy: at 0.5B parameters a copy is 4 GB)."""
     tensors = {}
     for name, parameter in network.named_parameters():
         for slot, value in optimizer.state.get(parameter, {}).items():
             if slot not in OPTIMIZER_SLOTS:
                 raise StepError(f"optimizer state has slot {slot!r}; a step's file holds only {OPTIMIZER_SLOTS}")
-            tensors[f"{name}.{slot}"] = value.detach().to(HOST, torch.float32).contiguous().clone()
-    return save_tensors(tensors)
+            tensors[f"{name}.{slot}"] = value.detach().to(HOST, torch.float32).contiguous()
+    return tensors
+
+
+def optimizer_bytes(network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> bytes:
+    """The optimizer's state as one safetensors file, each tensor named by its parameter and
+    slot: the same state gives the same bytes (safetensors sorts the names). Serialized from
+    the live tensors: the file is the one optimizer-sized copy made (bench/results/qwen0.5b.json
+    ``optimizer_bytes``: peak RSS before and after)."""
+    return save_tensors(optimizer_tensors(network, optimizer))
 
 
 def load_optimizer_bytes(network: torch.nn.Module, optimizer: torch.optim.Optimizer, data: bytes) -> None:
@@ -375,14 +383,34 @@ def replay(parent: torch.nn.Module, optimizer_state: bytes, groups: list[list[Ro
     return network.requires_grad_(False), optimizer, stats
 
 
+# Elements per float64 block of a distance: a tensor's float64 copies are made a block at a
+# time, not whole (the 0.5B shape's embedding is 136M parameters: 1.1 GB a float64 copy, three
+# at once before; bench/results/optimizer-memory.json).
+DISTANCE_BLOCK = 1 << 22
+
+
+def _squared_distance(a: torch.Tensor, b: torch.Tensor | None) -> float:
+    """``sum((a - b)^2)`` in float64 (``b`` None: zeros), a block at a time."""
+    a = a.detach().reshape(-1)
+    b = None if b is None else b.detach().reshape(-1)
+    total = 0.0
+    for start in range(0, a.numel(), DISTANCE_BLOCK):
+        block = a[start:start + DISTANCE_BLOCK].double()
+        if b is not None:
+            block -= b[start:start + DISTANCE_BLOCK].double()
+        total += float(block.pow_(2).sum())
+    return total
+
+
 def relative_drift(parent: dict[str, torch.Tensor], replayed: dict[str, torch.Tensor],
                    claimed: dict[str, torch.Tensor]) -> float:
     """``||claimed - replayed|| / ||replayed - parent||`` over all tensors together (float64
     sums). 0 when claimed is replayed; inf when the replay moved nothing and the claim did."""
-    if set(claimed) != set(replayed) or any(claimed[k].shape != replayed[k].shape for k in replayed):
+    if set(claimed) != set(replayed) or any(claimed[k].shape != replayed[k].shape or (
+            k in parent and parent[k].shape != replayed[k].shape) for k in replayed):
         return math.inf
-    off = sum(float((claimed[k].double() - replayed[k].double()).pow(2).sum()) for k in replayed)
-    step = sum(float((replayed[k].double() - parent.get(k, torch.zeros_like(replayed[k])).double()).pow(2).sum())
+    off = sum(_squared_distance(claimed[k], replayed[k]) for k in replayed)
+    step = sum(_squared_distance(replayed[k], parent[k]) if k in parent else _squared_distance(replayed[k], None)
                for k in replayed)
     if off == 0.0:
         return 0.0
@@ -400,7 +428,9 @@ def compare(parent: torch.nn.Module, parent_optimizer: bytes, network: torch.nn.
         claimed_moments = load_tensors(claimed_optimizer)
     except (SafetensorError, ValueError):
         claimed_moments = {}
-    replayed_moments = load_tensors(replayed_optimizer)
+    # The live state the file was just made from, not the file read back: the same float32
+    # values, and one optimizer-sized copy fewer.
+    replayed_moments = optimizer_tensors(network, optimizer)
     before = load_tensors(parent_optimizer) if parent_optimizer else {}
     weights_exact = set(claimed) == set(replayed_state) and all(
         torch.equal(claimed[k].detach().cpu(), v) for k, v in replayed_state.items())
