@@ -40,6 +40,7 @@ from vrl.node.events import (
     Checked,
     ConvictTrainer,
     Event,
+    FetchGroup,
     FetchPolicy,
     Generate,
     Generated,
@@ -56,6 +57,7 @@ from vrl.node.events import (
     Quarantine,
     Refused,
     ReplayStep,
+    Send,
     StepReplayed,
     StepStateMissing,
     StepVerdictReceived,
@@ -126,6 +128,13 @@ MAX_PENDING_VERDICTS = 4096
 # report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
 # times the verifiers per group of any devnet measured here, so honest newcomers still fit.
 MAX_STRANGER_VERDICTS_PER_GROUP = 16
+# The committee design re-evaluates reputation (EigenTrust over every report held) at most this
+# often within a round, besides at each new round (specs/committee.md §8): at N = 1,000 a
+# trainer holds ~50,000 new reports a round, and a recomputation per report made one round take
+# hours (bench/results/simulate-scale.json). 5 s is 20 of the daemon's ticks and a twelfth of
+# round_timeout: a confirmed cheat is quarantined at most 5 s later than at once, while its
+# failed groups are held back by their failures alone (specs/network.md §5.2).
+REPUTATION_EVERY_SECONDS = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +169,8 @@ def _flight_key(action: Action) -> tuple:
     match action:
         case FetchPolicy(a):
             return ("fetch", a.version)
+        case FetchGroup(digest, _):
+            return ("group", digest)
         case Check(group, _):
             return ("check", group)
         case Generate(version) | Plant(version) | Train(version, _):
@@ -236,6 +247,7 @@ class NodeProtocol:
         self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
+        self._evaluated: tuple[int, float, int] | None = None  # (round, clock, reports) of the last evaluation
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -267,6 +279,11 @@ class NodeProtocol:
         return role in self.config.roles
 
     def standing(self, node: bytes):
+        """A node's standing: recomputed from every report on each read in the ticket design; in
+        the committee design, the last evaluation's (specs/committee.md §8: reputation is
+        evaluated at batch boundaries, :meth:`_reputation_due`)."""
+        if self.committee:
+            return self.reputation.last_standing(node, self.version or 0)
         return self.reputation.standing(node, self.version or 0)
 
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
@@ -295,16 +312,7 @@ class NodeProtocol:
                 self.loaded.add(version)
                 self._in_flight.discard(("fetch", version))
             case GroupReceived(group, now):
-                digest = group.digest
-                if self.committee and self.rounds.listed(digest, group.version) is False:
-                    pass  # after its round's manifest: never checked or trained (specs/committee.md §1)
-                elif digest not in self.groups and self._slots.setdefault(
-                        (group.subject, group.version, group.index), digest) == digest:
-                    self.groups[digest] = _Group(group.subject, group.version, now)
-                    self._by_version[group.version].append(digest)
-                    if group.subject == self.me:
-                        self.generated.add(group.version)
-                    actions += self._release_pending(digest)
+                actions += self._accept_group(group, now)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
             case ManifestReceived(manifest, now):
@@ -316,7 +324,14 @@ class NodeProtocol:
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
-                actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
+                if self.committee and not self.has("trainer"):
+                    # Groups go to the trainer alone; members fetch them by digest (specs/network.md
+                    # §3.5). This node holds its own, as a publisher gets its gossip back.
+                    for g in groups:
+                        self._accept_group(g, self.now)
+                    actions += [Send(self.config.trainer, TOPIC_GROUPS, g.to_bytes()) for g in groups]
+                else:
+                    actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
@@ -344,11 +359,26 @@ class NodeProtocol:
                         self.groups[digest].trained = True
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
                 actions += self._reveal_plants(announcement.version - 1)
-        actions += self._quarantines()
+        actions += self._quarantines(replaying)
         actions += self.steps.convictions(self)
         if replaying:
             return []
         return actions + self.pending()
+
+    def _accept_group(self, group, now: float) -> list[Action]:
+        """Hold a received (or, in the committee design, own) group: the first of its slot."""
+        digest = group.digest
+        self._in_flight.discard(("group", digest))
+        if self.committee and self.rounds.listed(digest, group.version) is False:
+            return []  # after its round's manifest: never checked or trained (specs/committee.md §1)
+        if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
+                                                           digest) != digest:
+            return []
+        self.groups[digest] = _Group(group.subject, group.version, now)
+        self._by_version[group.version].append(digest)
+        if group.subject == self.me:
+            self.generated.add(group.version)
+        return self._release_pending(digest)
 
     def _announced(self, a: PolicyAnnouncement) -> None:
         if a.trainer == self.config.trainer and a.version not in self.policies and self.follows(a.version):
@@ -469,7 +499,7 @@ class NodeProtocol:
     def weighs(self, verdict: SignedVerdict) -> bool:
         """Whether a verdict's word counts: its verifier's weight reaches COUNTING_WEIGHT, or, in
         the committee design, it holds a seat its claim proved (specs/committee.md §3.1, §8)."""
-        return self.counts(verdict.verifier) or verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)
+        return verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK) or self.counts(verdict.verifier)
 
     def counts(self, verifier: bytes) -> bool:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
@@ -481,8 +511,12 @@ class NodeProtocol:
         if verdict.outcome != Outcome.PASS or verdict.verifier in self.reputation.pretrusted:
             return False
         if verdict.id not in self._audit_draws:
-            self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id),
-                                                            self.config.lazy_audit_rate)
+            # In the committee design each verifier passes ~k x groups_per_round groups a round:
+            # a rate divided by k keeps the audits of each at ~lazy_audit_rate x groups_per_round
+            # a round (one), so the trainer's audits grow with verifiers, not with k x G
+            # (specs/committee.md §8).
+            rate = self.config.lazy_audit_rate / (self.config.committee_size if self.committee else 1)
+            self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id), rate)
         return self._audit_draws[verdict.id]
 
     def race_test(self, subject: bytes) -> RaceTest:
@@ -527,6 +561,12 @@ class NodeProtocol:
             planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost, draw=draw,
             pi=pi).signed(self.key)
         self._verdict(verdict)
+        if self.committee and outcome == Outcome.PASS:
+            # A pass concerns only the trainer, which decides and admits (specs/network.md §3.5);
+            # a failure is gossiped: it calls a recheck committee no sender can name.
+            if self.has("trainer"):
+                return [Persist(verdict)]
+            return [Send(self.config.trainer, TOPIC_VERDICTS, verdict.to_bytes())]
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
     def _reveal_plants(self, version: int) -> list[Action]:
@@ -610,7 +650,22 @@ class NodeProtocol:
                 self.suspects[group.subject] = max(group.version, self.suspects.get(group.subject, group.version))
         return True
 
-    def _quarantines(self) -> list[Action]:
+    def _reputation_due(self) -> bool:
+        """The committee design evaluates reputation at batch boundaries (specs/committee.md §8):
+        the first time, when the round moved, and otherwise at most every
+        REPUTATION_EVERY_SECONDS, and only if a report came since."""
+        last = self._evaluated
+        if last is None or last[0] != (self.version or 0):
+            return True
+        return len(self.reputation) != last[2] and self.now - last[1] >= REPUTATION_EVERY_SECONDS
+
+    def _quarantines(self, replaying: bool = False) -> list[Action]:
+        if self.committee:
+            # Events absorbed in a batch (replaying) change no quarantine: the batch's next live
+            # event evaluates once for all of them.
+            if replaying or not self._reputation_due():
+                return []
+            self._evaluated = (self.version or 0, self.now, len(self.reputation))
         actions: list[Action] = []
         for node, standing in self.reputation.standings(self.version or 0).items():
             if standing.quarantined and node not in self.quarantined:

@@ -16,7 +16,7 @@ from typing import Any
 from proofs import vrf
 from vrl.node import committee
 from vrl.node.committee import Draw
-from vrl.node.events import Action, Publish
+from vrl.node.events import Action, FetchGroup, Publish
 from vrl.node.messages import TOPIC_MANIFESTS, Outcome, RoundManifest, SignedVerdict, VerdictDraw
 from vrl.rollouts.keys import NodeKey
 
@@ -45,6 +45,7 @@ class Rounds:
         # (verifier, round, draw) -> (pi, beta) once verified: one VRF verification per verifier
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
+        self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
 
     # -- manifests --------------------------------------------------------------------------
     def add(self, manifest: RoundManifest, now: float) -> bool:
@@ -100,6 +101,17 @@ class Rounds:
         pi, beta = self.own(round_, draw)
         return pi if committee.is_member(beta, digest, threshold) else None
 
+    def seats(self, round_: int, draw: Draw) -> frozenset[bytes]:
+        """The digests of manifest ``round_`` this node sits on the committee of (one hash per
+        listed group, once a round): what it fetches and checks (specs/network.md §3.5)."""
+        if (round_, draw) not in self._seats:
+            manifest = self.manifests[round_]
+            threshold = manifest.content.weights.threshold(self.key.node_id)
+            beta = self.own(round_, draw)[1] if threshold else b""
+            self._seats[round_, draw] = frozenset(
+                d for d in manifest.groups if threshold and committee.is_member(beta, d, threshold))
+        return self._seats[round_, draw]
+
     # -- claims of others -------------------------------------------------------------------
     def refusal(self, verdict: SignedVerdict, trusted: frozenset[bytes]) -> str | None:
         """Why a verdict's claim does not stand in the committee design (specs/committee.md §4),
@@ -140,12 +152,14 @@ class Rounds:
 
 
 def committee_checks(node: NodeProtocol) -> list[Action]:
-    """The committee design's checks (specs/committee.md §2, §8): a member checks its groups;
-    a counting failure or a suspect's group goes to the fresh recheck committee; the trainer
-    checks failures, suspects, its lazy-verifier audits and groups no counting verdict
-    reached within ``verdict_wait`` of the manifest (an empty or silent committee)."""
+    """The committee design's checks (specs/committee.md §2, §8): a member fetches and checks its
+    groups; a counting failure or a suspect's group goes to the fresh recheck committee; the
+    trainer checks failures, suspects, its lazy-verifier audits and groups no counting verdict
+    reached within ``submission_window`` of the manifest (an empty or silent committee)."""
     actions: list[Action] = []
     trainer = node.has("trainer")
+    if not trainer and node.has("verifier"):
+        actions += _fetches(node)
     for digest in node._fresh_groups():
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
@@ -157,14 +171,36 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
         if trainer:
             unchecked = not any(node.weighs(v) for v in others)
             if (failed or node.suspect(group.subject) or any(node._audits(v) for v in others)
-                    or (unchecked and node.now - node.rounds.received_at[round_] >= node.config.verdict_wait)):
+                    or (unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window)):
                 actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
         elif node.has("verifier"):
             seats = ([Draw.RECHECK] if failed or node.suspect(group.subject) else []) + [Draw.COMMITTEE]
             for seat in seats:
-                if (pi := node.rounds.draw(digest, seat)) is not None:
-                    actions += node._check(digest, group.version, VerdictDraw(str(seat)), pi)
+                if digest in node.rounds.seats(round_, seat):
+                    actions += node._check(digest, group.version, VerdictDraw(str(seat)),
+                                           node.rounds.own(round_, seat)[0])
                     break
+    return actions
+
+
+def _fetches(node: NodeProtocol) -> list[Action]:
+    """A member fetches by digest the groups it is drawn for and does not hold (specs/network.md
+    §3.5): its committee seats in each fresh round, and its recheck seats on groups a counting
+    failure names (that failure waits among the pending verdicts until its group is here)."""
+    actions: list[Action] = []
+    wanted: list[tuple[bytes, int]] = []
+    for round_ in sorted(node.rounds.manifests):
+        if node._fresh(round_) and round_ in node.loaded:
+            wanted += [(d, round_) for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE))]
+    for verdict in list(node._pending.values()):
+        round_ = node.rounds.round_of.get(verdict.group)
+        if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
+                and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
+                and verdict.group in node.rounds.seats(round_, Draw.RECHECK)):
+            wanted.append((verdict.group, round_))
+    for digest, round_ in wanted:
+        if digest not in node.groups:
+            actions += node._once(FetchGroup(digest, round_))
     return actions
 
 
