@@ -580,6 +580,16 @@ class BackfillRequest(Message):
     after: int = field(metadata=wire(Uint()))
 
 
+@message("group request")
+@dataclass(frozen=True)
+class GroupRequest(Message):
+    """``{"group": digest, "version": v}``: one group by its digest (specs/network.md §3.5, the
+    committee design); the answer is the group's gossip message bytes, which must hash to it."""
+
+    group: bytes = field(metadata=wire(Bin(32)))
+    version: int = field(metadata=wire(Uint()))  # the round whose manifest lists it
+
+
 @message("sampling request")
 @dataclass(frozen=True)
 class SamplingRequest(Message):

@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
+from vrl.node import rounds as routing
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -57,7 +58,6 @@ from vrl.node.events import (
     Quarantine,
     Refused,
     ReplayStep,
-    Send,
     StepReplayed,
     StepStateMissing,
     StepVerdictReceived,
@@ -128,13 +128,6 @@ MAX_PENDING_VERDICTS = 4096
 # report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
 # times the verifiers per group of any devnet measured here, so honest newcomers still fit.
 MAX_STRANGER_VERDICTS_PER_GROUP = 16
-# The committee design re-evaluates reputation (EigenTrust over every report held) at most this
-# often within a round, besides at each new round (specs/committee.md §8): at N = 1,000 a
-# trainer holds ~50,000 new reports a round, and a recomputation per report made one round take
-# hours (bench/results/simulate-scale.json). 5 s is 20 of the daemon's ticks and a twelfth of
-# round_timeout: a confirmed cheat is quarantined at most 5 s later than at once, while its
-# failed groups are held back by their failures alone (specs/network.md §5.2).
-REPUTATION_EVERY_SECONDS = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,7 +147,6 @@ class ProtocolConfig(ProtocolParams):
         if unknown or not self.roles:
             raise ConfigError(f"must be a non-empty subset of {ROLES}, got {sorted(self.roles)}", ("roles",),
                               type(self).__name__)
-
 
 
 @dataclass
@@ -247,7 +239,7 @@ class NodeProtocol:
         self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
-        self._evaluated: tuple[int, float, int] | None = None  # (round, clock, reports) of the last evaluation
+        self._evaluated, self.scans, self._fresh_cache = None, routing.Scans(), ((), [])  # see rounds.evaluate, Scans
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -279,12 +271,8 @@ class NodeProtocol:
         return role in self.config.roles
 
     def standing(self, node: bytes):
-        """A node's standing: recomputed from every report on each read in the ticket design; in
-        the committee design, the last evaluation's (specs/committee.md §8: reputation is
-        evaluated at batch boundaries, :meth:`_reputation_due`)."""
-        if self.committee:
-            return self.reputation.last_standing(node, self.version or 0)
-        return self.reputation.standing(node, self.version or 0)
+        """Recomputed on each read with tickets; with committees, the last evaluation's (§8)."""
+        return (self.reputation.last_standing if self.committee else self.reputation.standing)(node, self.version or 0)
 
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
     def group_version(self, digest: bytes) -> int | None:
@@ -304,7 +292,9 @@ class NodeProtocol:
             case Tick(now):
                 self.now = max(self.now, now)
             case Abandoned(action):
-                self._in_flight.discard(_flight_key(action))
+                self._in_flight.discard(key := _flight_key(action))
+                if key[:1] == ("check",):
+                    self.scans.touch(key[1])
                 actions += self.steps.handle(event, self)
             case PolicyAnnounced(a):
                 self._announced(a)
@@ -324,16 +314,11 @@ class NodeProtocol:
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
-                if self.committee and not self.has("trainer"):
-                    # Groups go to the trainer alone; members fetch them by digest (specs/network.md
-                    # §3.5). This node holds its own, as a publisher gets its gossip back.
-                    for g in groups:
-                        self._accept_group(g, self.now)
-                    actions += [Send(self.config.trainer, TOPIC_GROUPS, g.to_bytes()) for g in groups]
-                else:
-                    actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
+                actions += (routing.submit(self, groups) if self.committee and not self.has("trainer")
+                            else [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups])
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
+                self.scans.touch(group)
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
             case Refused(Checked(group, failed_reasons, digest, race_tokens, races_lost)):
                 self.refused.add(group)
@@ -357,6 +342,7 @@ class NodeProtocol:
                 for digest in used:
                     if digest in self.groups:
                         self.groups[digest].trained = True
+                        self.scans.touch(digest)
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
                 actions += self._reveal_plants(announcement.version - 1)
         actions += self._quarantines(replaying)
@@ -367,8 +353,7 @@ class NodeProtocol:
 
     def _accept_group(self, group, now: float) -> list[Action]:
         """Hold a received (or, in the committee design, own) group: the first of its slot."""
-        digest = group.digest
-        self._in_flight.discard(("group", digest))
+        self._in_flight.discard(("group", digest := group.digest))
         if self.committee and self.rounds.listed(digest, group.version) is False:
             return []  # after its round's manifest: never checked or trained (specs/committee.md §1)
         if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
@@ -376,6 +361,7 @@ class NodeProtocol:
             return []
         self.groups[digest] = _Group(group.subject, group.version, now)
         self._by_version[group.version].append(digest)
+        self.scans.touch(digest)
         if group.subject == self.me:
             self.generated.add(group.version)
         return self._release_pending(digest)
@@ -418,6 +404,8 @@ class NodeProtocol:
         if key in self._in_flight:
             return []
         self._in_flight.add(key)
+        if key[0] == "check":
+            self.scans.touch(key[1])
         return [action]
 
     def _versions_needed(self, version: int, replays: list[PolicyAnnouncement]) -> list[int]:
@@ -425,7 +413,7 @@ class NodeProtocol:
         version a fresh group may still use, and each step to replay with its parent."""
         needed = {version}
         if self.has("verifier") or self.has("trainer"):
-            needed |= {self.groups[d].version for d in self._fresh_groups() if self.groups[d].version in self.policies}
+            needed |= {v for v, digests in self._by_version.items() if digests and self._fresh(v)}
         needed |= {v for a in replays for v in (a.version - 1, a.version)}
         return sorted(v for v in needed if v in self.policies)
 
@@ -453,10 +441,12 @@ class NodeProtocol:
         return current is not None and current - self.config.max_staleness <= version <= current + 1
 
     def _fresh_groups(self) -> list[bytes]:
-        """Digests of the groups still usable, in arrival order: the only ones any rule acts
-        on, so the work per event grows with the versions seen, not with every group ever."""
-        fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
-        return sorted(fresh, key=lambda d: self.groups[d].arrived)
+        """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
+        key = (self.version, len(self.groups))  # groups are only ever added; freshness moves with the version
+        if self._fresh_cache[0] != key:
+            fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
+            self._fresh_cache = (key, sorted(fresh, key=lambda d: self.groups[d].arrived))
+        return list(self._fresh_cache[1])
 
     # -- verifying --------------------------------------------------------------------------
     def _checks(self) -> list[Action]:
@@ -511,10 +501,8 @@ class NodeProtocol:
         if verdict.outcome != Outcome.PASS or verdict.verifier in self.reputation.pretrusted:
             return False
         if verdict.id not in self._audit_draws:
-            # In the committee design each verifier passes ~k x groups_per_round groups a round:
-            # a rate divided by k keeps the audits of each at ~lazy_audit_rate x groups_per_round
-            # a round (one), so the trainer's audits grow with verifiers, not with k x G
-            # (specs/committee.md §8).
+            # Divided by k in the committee design: ~lazy_audit_rate x groups_per_round audits of
+            # each verifier a round, as with tickets, not k times more (specs/committee.md §8).
             rate = self.config.lazy_audit_rate / (self.config.committee_size if self.committee else 1)
             self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id), rate)
         return self._audit_draws[verdict.id]
@@ -561,12 +549,8 @@ class NodeProtocol:
             planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost, draw=draw,
             pi=pi).signed(self.key)
         self._verdict(verdict)
-        if self.committee and outcome == Outcome.PASS:
-            # A pass concerns only the trainer, which decides and admits (specs/network.md §3.5);
-            # a failure is gossiped: it calls a recheck committee no sender can name.
-            if self.has("trainer"):
-                return [Persist(verdict)]
-            return [Send(self.config.trainer, TOPIC_VERDICTS, verdict.to_bytes())]
+        if self.committee:
+            return routing.route_verdict(self, verdict)
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
     def _reveal_plants(self, version: int) -> list[Action]:
@@ -637,6 +621,7 @@ class NodeProtocol:
         if (earlier is not None and not _supersedes(verdict.outcome, earlier)) or not self.matches_group(verdict):
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
+        self.scans.touch(verdict.group)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(report)
@@ -650,22 +635,9 @@ class NodeProtocol:
                 self.suspects[group.subject] = max(group.version, self.suspects.get(group.subject, group.version))
         return True
 
-    def _reputation_due(self) -> bool:
-        """The committee design evaluates reputation at batch boundaries (specs/committee.md §8):
-        the first time, when the round moved, and otherwise at most every
-        REPUTATION_EVERY_SECONDS, and only if a report came since."""
-        last = self._evaluated
-        if last is None or last[0] != (self.version or 0):
-            return True
-        return len(self.reputation) != last[2] and self.now - last[1] >= REPUTATION_EVERY_SECONDS
-
     def _quarantines(self, replaying: bool = False) -> list[Action]:
-        if self.committee:
-            # Events absorbed in a batch (replaying) change no quarantine: the batch's next live
-            # event evaluates once for all of them.
-            if replaying or not self._reputation_due():
-                return []
-            self._evaluated = (self.version or 0, self.now, len(self.reputation))
+        if self.committee and not routing.evaluate(self, replaying):
+            return []
         actions: list[Action] = []
         for node, standing in self.reputation.standings(self.version or 0).items():
             if standing.quarantined and node not in self.quarantined:
@@ -706,7 +678,7 @@ class NodeProtocol:
         if self.config.last_version and version >= self.config.last_version:
             return []
         fresh = self._fresh_groups()
-        decisions = {d: self.decided(d) for d in fresh}
+        decisions = self.scans.decide(self, fresh) if self.committee else {d: self.decided(d) for d in fresh}
         ready = [d for d, ok in decisions.items() if ok]
         started = self.round_started.get(version, self.now)
         last_arrival = max((self.groups[d].arrived for d in fresh), default=started)
