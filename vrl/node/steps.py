@@ -219,6 +219,11 @@ class StepJudge:
         self.verdicts[version][self.me] = verdict
         if faults:
             self._frauds_found.add(version)
+        if not faults and getattr(ledger, "committee", False):
+            # No other node acts on a pass (only fraud reports make others replay or convict): in
+            # the committee design it is stored, not gossiped, or every node receives
+            # step_audit_rate x N of them a round (specs/network.md §3.5).
+            return [PersistStep(verdict)]
         return [Publish(TOPIC_STEPS, verdict.to_bytes())]
 
     def _received(self, verdict: StepVerdict, ledger: Ledger) -> list[Action]:
