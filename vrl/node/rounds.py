@@ -176,6 +176,11 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     trainer = node.has("trainer")
     if not trainer and node.has("verifier"):
         actions += _fetches(node)
+    # The trainer's audits and fallback checks wait while a batch's worth of its checks is under
+    # way (failure re-checks never wait): its one model thread must still train. At N = 1,000 the
+    # ~4,000 fallback checks of round 0, all asked at once, queued ~480 s ahead of the step
+    # (bench/simulate.py; specs/committee.md §8).
+    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
     for digest in node.scans.checks.candidates(node, _scan_key(node)):
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
@@ -186,9 +191,16 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                      for v in others)
         if trainer:
             unchecked = not any(node.weighs(v) for v in others)
-            if (failed or node.suspect(group.subject) or any(node._audits(v) for v in others)
-                    or (unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window)):
+            if failed or node.suspect(group.subject):
                 actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
+            elif any(node._audits(v) for v in others) or (
+                    unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window):
+                if room <= 0:
+                    node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
+                    continue
+                new = node._check(digest, group.version, VerdictDraw.NONE, b"")
+                room -= len(new)
+                actions += new
         elif node.has("verifier"):
             seats = ([Draw.RECHECK] if failed or node.suspect(group.subject) else []) + [Draw.COMMITTEE]
             for seat in seats:
