@@ -180,7 +180,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     # way (failure re-checks never wait): its one model thread must still train. At N = 1,000 the
     # ~4,000 fallback checks of round 0, all asked at once, queued ~480 s ahead of the step
     # (bench/simulate.py; specs/committee.md §8).
-    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
+    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check") if trainer else 0
     for digest in node.scans.checks.candidates(node, _scan_key(node)):
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
