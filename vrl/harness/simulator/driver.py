@@ -644,6 +644,8 @@ class Simulation:
         oldest = a.version - self.trainer.protocol.config.max_staleness - 2  # no fetch names an older group
         for digest in [d for d, m in self.group_msgs.items() if m.round < oldest]:
             del self.group_msgs[digest]
+        for version in [v for v in self.version_groups if v < a.version - 1]:  # the flood smears the newest only
+            del self.version_groups[version]
         c, v = self.config, a.version
         if c.partition is not None:
             start, end, share = c.partition
