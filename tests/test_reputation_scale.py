@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vrl.node.messages import Outcome
-from vrl.node.reputation import Report, Reputation, ReputationConfig, _eigentrust, compute
+from vrl.node.reputation import Report, Reputation, ReputationConfig, Withheld, _eigentrust, compute
 
 NODES = [bytes([i]) * 32 for i in range(1, 9)]
 OUTCOMES = [Outcome.PASS, Outcome.PASS, Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL]
@@ -88,3 +88,33 @@ def test_reports_kept_sorted_as_they_arrive_equal_a_sort_of_all(batches, round_i
         assert view.reports() == sorted(held, key=Report.sort_key)
         assert view.standings(round_index) == compute(sorted(held, key=Report.sort_key), frozenset({NODES[0]}),
                                                       round_index, ReputationConfig())
+
+
+withheld_strategy = st.lists(st.builds(Withheld, st.integers(0, 6), st.sampled_from(NODES), st.integers(1, 3),
+                                       st.integers(1, 3)), max_size=4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(reports_strategy, withheld_strategy), min_size=1, max_size=4), st.integers(0, 8))
+def test_withheld_records_between_reports_reach_the_standings(batches, round_index):
+    """A view that keeps the reports' evidence while only withheld records come (they move no
+    weight) still equals a computation from scratch after each batch of either, and a change
+    of either is new evidence for an evaluation at batch boundaries (``held``)."""
+    view = Reputation(frozenset({NODES[0]}))
+    held, records = set(), {}
+    for batch, withheld in batches:
+        for r in batch:
+            view.add(r)
+            if r.reporter != r.subject:
+                held.add(r)
+        before = view.held()
+        view.standings(round_index)  # the reports' evidence kept, then the records come
+        for w in withheld:
+            added = view.add_withheld(w)
+            assert added == ((w.round, w.worker) not in records)
+            records.setdefault((w.round, w.worker), w)
+        assert view.held() == len(held) + len(records) >= before
+        expected = compute(sorted(held, key=Report.sort_key), frozenset({NODES[0]}), round_index, ReputationConfig(),
+                           [records[k] for k in sorted(records)])
+        assert view.standings(round_index) == expected
+        assert view.last(round_index) == expected

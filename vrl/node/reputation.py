@@ -204,7 +204,9 @@ class Reputation:
     pretrusted: frozenset[bytes]
     config: ReputationConfig = field(default_factory=ReputationConfig)
     _reports: set[Report] = field(default_factory=set)
-    _cache: tuple[int, int, dict[bytes, Standing]] | None = None
+    # (reports, withheld records, round) -> standings; (reports, round) -> the reports' evidence
+    _cache: tuple[int, int, int, dict[bytes, Standing]] | None = None
+    _evidence: tuple[int, int, _Evidence] | None = None
     _last: dict[bytes, Standing] | None = None  # the last recomputation's, kept when reports are added
     # The reports in sort_key order, kept sorted as they come (a merge of two sorted runs per
     # recomputation, not a sort of every report): at N = 1,000 a trainer holds ~10^6 of them.
@@ -221,7 +223,6 @@ class Reputation:
         if (record.round, record.worker) in self._withheld:
             return False
         self._withheld[record.round, record.worker] = record
-        self._cache = None
         return True
 
     def withheld(self) -> list[Withheld]:
@@ -233,11 +234,15 @@ class Reputation:
             return False
         self._reports.add(report)
         self._new.append((report.sort_key(), report))
-        self._cache = None
         return True
 
     def __len__(self) -> int:
         return len(self._reports)
+
+    def held(self) -> int:
+        """Reports and withheld records held: both only grow, so a change of this count is new
+        evidence, which an evaluation at batch boundaries must take in (specs/committee.md §8)."""
+        return len(self._reports) + len(self._withheld)
 
     def reports(self) -> list[Report]:
         if self._new:
@@ -251,13 +256,18 @@ class Reputation:
         return self.standings(round_index).get(node) or self._newcomer(node)
 
     def standings(self, round_index: int) -> dict[bytes, Standing]:
-        """Every node's standing from every report held: :func:`compute`, recomputed whenever a
-        report was added or the round moved."""
-        if self._cache is None or self._cache[:2] != (len(self._reports), round_index):
-            self._cache = (len(self._reports), round_index, compute(self.reports(), self.pretrusted, round_index,
-                                                                    self.config, self.withheld()))
-            self._last = self._cache[2]
-        return self._cache[2]
+        """Every node's standing from every report and withheld record held: :func:`compute`,
+        recomputed whenever either was added or the round moved (only the sums when only
+        withheld records came: they move no reporter weight)."""
+        key = (len(self._reports), len(self._withheld), round_index)
+        if self._cache is None or self._cache[:3] != key:
+            reports = self.reports()
+            if self._evidence is None or self._evidence[:2] != (len(self._reports), round_index):
+                self._evidence = (len(self._reports), round_index,
+                                  _evidence(reports, self.pretrusted, round_index, self.config))
+            self._cache = (*key, _settle(self._evidence[2], reports, self.withheld(), self.config))
+            self._last = self._cache[3]
+        return self._cache[3]
 
     def last(self, round_index: int) -> dict[bytes, Standing]:
         """The standings of the last recomputation, whatever was added since (a node that
@@ -449,13 +459,36 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
             config: ReputationConfig, withheld: Iterable[Withheld] = ()) -> dict[bytes, Standing]:
     """Every node's :class:`Standing` as of ``round_index``, from the reports and the withheld
     slots round manifests imply (item 7) alone."""
-    if not pretrusted:
-        raise ValueError("reputation needs at least one pre-trusted node (normally the node itself)")
+    return _settle(_evidence(reports, pretrusted, round_index, config), reports, withheld, config)
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What the reports alone give (EigenTrust, confirmations, the sums): a view keeps it while
+    only withheld records come, which move no reporter weight (specs/committee.md §7.1)."""
+
+    round_index: int
+    pretrusted: frozenset[bytes]
+    weight: dict[bytes, float]
+    quarantined: set[bytes]
+    passes: dict[bytes, float]
+    failures: dict[bytes, float]
+    checked: dict[bytes, set[bytes]]
+
+
+def _decay(config: ReputationConfig, round_index: int):
     decay_rate = math.log(2) / config.half_life_rounds
 
     def decay(at: int) -> float:
         return math.exp(-decay_rate * max(round_index - at, 0))
+    return decay
 
+
+def _evidence(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
+              config: ReputationConfig) -> _Evidence:
+    if not pretrusted:
+        raise ValueError("reputation needs at least one pre-trusted node (normally the node itself)")
+    decay = _decay(config, round_index)
     weight = _eigentrust(reports, pretrusted, decay, config)
     confirmed = _confirmed(reports, pretrusted, weight, config)
     everything = reports + _derived(reports, pretrusted, confirmed)
@@ -481,8 +514,19 @@ def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: in
             failures[r.subject] += w * (config.soft_weight if r.outcome == Outcome.SOFT_FAIL else config.hard_weight)
         if r.reporter and weight.get(r.reporter, 0.0) >= COUNTING_WEIGHT:
             checked[r.subject].add(r.group)
-    for worker, evidence in withholding(reports, withheld, weight, decay, config).items():
-        failures[worker] += evidence
+    return _Evidence(round_index, pretrusted, weight, quarantined, dict(passes), dict(failures), dict(checked))
+
+
+def _settle(evidence: _Evidence, reports: list[Report], withheld: Iterable[Withheld],
+            config: ReputationConfig) -> dict[bytes, Standing]:
+    """The standings from the reports' evidence plus the withheld slots' failure evidence."""
+    pretrusted, weight, quarantined = evidence.pretrusted, evidence.weight, evidence.quarantined
+    passes = defaultdict(float, evidence.passes)
+    failures = defaultdict(float, evidence.failures)
+    checked = defaultdict(set, evidence.checked)
+    decay = _decay(config, evidence.round_index)
+    for worker, extra in withholding(reports, withheld, weight, decay, config).items():
+        failures[worker] += extra
 
     standings = {}
     for node in sorted(set(weight) | set(passes) | set(failures)):

@@ -294,6 +294,11 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
                                      [(d, node.groups[d].subject) for d in digests], weights, node.now,
                                      rank=lambda worker: (-node.standing(worker).score, worker))
         note_withheld(node, manifest)
+        # The trainer's evaluation at the close (specs/committee.md §8) includes the withheld
+        # records the manifest just implied: only the sums are redone (they move no weight);
+        # its next event takes the evaluation's quarantines (rounds.evaluate: the first time).
+        node.reputation.standings(version)
+        node._evaluated = None
         actions.append(Publish(TOPIC_MANIFESTS, manifest.to_bytes()))
     return actions
 
@@ -346,12 +351,14 @@ def route_verdict(node: NodeProtocol, verdict: SignedVerdict) -> list[Action]:
 def evaluate(node: NodeProtocol, replaying: bool) -> bool:
     """Whether to evaluate reputation (and quarantines) now: the first time, when the round moved,
     and otherwise at most every REPUTATION_EVERY_SECONDS, and only if a report came since. Events
-    absorbed in a batch (``replaying``) evaluate nothing: the batch's next live event does, once."""
+    absorbed in a batch (``replaying``) evaluate nothing: the batch's next live event does, once.
+    Evidence is reports and withheld records alike (a manifest's records lower a score as a
+    failure report does, specs/committee.md §7.1)."""
     last = node._evaluated
     if replaying or (last is not None and last[0] == (node.version or 0) and (
-            len(node.reputation) == last[2] or node.now - last[1] < REPUTATION_EVERY_SECONDS)):
+            node.reputation.held() == last[2] or node.now - last[1] < REPUTATION_EVERY_SECONDS)):
         return False
-    node._evaluated = (node.version or 0, node.now, len(node.reputation))
+    node._evaluated = (node.version or 0, node.now, node.reputation.held())
     return True
 
 
