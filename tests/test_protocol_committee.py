@@ -13,6 +13,7 @@ from tests.test_protocol import announcement, endorse, submission, verdict_from
 from tests.test_protocol import node as ticket_node
 from vrl.node import committee
 from vrl.node import protocol as P
+from vrl.node.events import Send
 from vrl.node.messages import (
     TOPIC_MANIFESTS,
     TOPIC_VERDICTS,
@@ -82,9 +83,18 @@ def seats(key: NodeKey, manifest: RoundManifest, draw: committee.Draw) -> set[by
 
 
 def checked(proto: P.NodeProtocol, digest: bytes, reasons: tuple[str, ...] = ()) -> SignedVerdict:
-    (publish,) = [a for a in proto.handle(P.Checked(digest, reasons, b"\x09" * 32)) if isinstance(a, P.Publish)]
-    assert publish.topic == TOPIC_VERDICTS
-    return SignedVerdict.from_bytes(publish.data)
+    """The verdict a check makes: a pass sent to the trainer alone, a failure gossiped
+    (specs/network.md §3.5)."""
+    actions = proto.handle(P.Checked(digest, reasons, b"\x09" * 32))
+    if proto.has("trainer") and not reasons:  # the trainer's own pass is stored, sent to no one
+        (persist,) = [a for a in actions if isinstance(a, P.Persist)]
+        return persist.verdict
+    (out,) = [a for a in actions if isinstance(a, P.Publish | Send)]
+    assert out.topic == TOPIC_VERDICTS
+    verdict = SignedVerdict.from_bytes(out.data)
+    assert isinstance(out, Send) == (verdict.outcome == "pass")
+    assert not isinstance(out, Send) or out.peer == proto.config.trainer
+    return verdict
 
 
 def test_the_trainer_closes_the_round_with_a_manifest_of_its_groups_and_the_eligible_weights():
@@ -260,10 +270,13 @@ def test_a_counting_failure_goes_to_the_fresh_recheck_committee_and_the_trainer(
     assert rechecked == expected >= 1  # these keys seat at least one fresh member
 
 
-def test_a_group_no_member_checked_falls_back_to_the_trainer_after_verdict_wait():
-    trainer, manifest, _ = round_zero(verdict_wait=4.0)
-    assert [a for a in trainer.handle(P.Tick(3.0)) if isinstance(a, P.Check)] == []
-    checks = {a.group for a in trainer.handle(P.Tick(10.0)) if isinstance(a, P.Check)}
+def test_a_group_no_member_checked_falls_back_to_the_trainer_after_submission_window():
+    """specs/committee.md §8: submission_window after the manifest (at 6.0 s here), not
+    verdict_wait: members need ~k x groups_per_round checks' time."""
+    trainer, manifest, _ = round_zero(verdict_wait=4.0, submission_window=20.0)
+    assert [a for a in trainer.handle(P.Tick(10.0)) if isinstance(a, P.Check)] == []
+    assert [a for a in trainer.handle(P.Tick(25.9)) if isinstance(a, P.Check)] == []
+    checks = {a.group for a in trainer.handle(P.Tick(26.0)) if isinstance(a, P.Check)}
     assert checks == set(manifest.groups)  # nobody reported: every group is the trainer's
     for digest in manifest.groups:
         assert trainer.decided(digest) is None
