@@ -83,7 +83,9 @@ def test_a_committee_network_stores_manifests_catches_the_cheat_and_restarts_fro
     # Every node stored the trainer's manifests (its own publish, or PersistManifest of gossip
     # and backfill): the same bytes for each round, the first of its round.
     held, _ = stored(tmp_path / "trainer")
-    assert len(held) >= 3 and all(m.trainer == TRAINER.node_id and m.valid() for m in held)
+    # At version 3 at least rounds 0 and 1 were closed (a batch holds listed groups only, of
+    # rounds within max_staleness): round 2's may still be open when the run stops.
+    assert len(held) >= 2 and all(m.trainer == TRAINER.node_id and m.valid() for m in held)
     for name in ("h0", "h1", "late"):
         manifests, _ = stored(tmp_path / name)
         rounds = {m.round: m for m in manifests}
