@@ -689,11 +689,8 @@ class NodeProtocol:
         timed_out = self.now - started >= self.config.round_timeout
         if not (enough or settled or timed_out) or len(ready) < self.config.min_batch_groups:
             return []
-        anchors = self.reputation.pretrusted
         candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score,
-                                verified=any(v.outcome == Outcome.PASS and v.verifier in anchors
-                                             for v in self.verdicts[d].values()))
-                      for d in sorted(ready)]
+                                verified=routing.verified(self, d)) for d in sorted(ready)]
         seed = hashlib.sha256(ADMISSION_DOMAIN + self.policies[version].model_hash).digest()
         batch = admit(candidates, self.config.admission, seed)
         if len(batch) < self.config.min_batch_groups:

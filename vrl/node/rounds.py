@@ -348,6 +348,17 @@ def route_verdict(node: NodeProtocol, verdict: SignedVerdict) -> list[Action]:
     return [Send(node.config.trainer, TOPIC_VERDICTS, verdict.to_bytes())]
 
 
+def verified(node: NodeProtocol, digest: bytes) -> bool:
+    """Whether a decided group counts as checked for admission's trusted share (specs/reputation.md
+    §6): a pass by a pre-trusted node; in the committee design also a pass by a member of its
+    committee (a seat its claim proved, committee.md §4), the design's check of every group, which
+    the anchors no longer make (committee.md §8 says why, and what trusted_share bounds then)."""
+    anchors = node.reputation.pretrusted
+    return any(v.outcome == Outcome.PASS and (v.verifier in anchors or (
+        node.committee and v.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)))
+        for v in node.verdicts[digest].values())
+
+
 def evaluate(node: NodeProtocol, replaying: bool) -> bool:
     """Whether to evaluate reputation (and quarantines) now: the first time, when the round moved,
     and otherwise at most every REPUTATION_EVERY_SECONDS, and only if a report came since. Events
