@@ -655,7 +655,7 @@ class Simulation:
         oldest = a.version - self.trainer.protocol.config.max_staleness - 2  # no fetch names an older group
         for digest in [d for d, m in self.group_msgs.items() if m.round < oldest]:
             del self.group_msgs[digest]
-        for version in [v for v in self.version_groups if v < a.version - 1]:  # the flood smears the newest only
+        for version in sorted(self.version_groups)[:-2]:  # the flood smears the two newest rounds held only
             del self.version_groups[version]
         c, v = self.config, a.version
         if c.partition is not None:
@@ -698,10 +698,12 @@ class Simulation:
     def flood(self, version: int) -> None:
         """Each sybil slot mints a fresh key: it submits a round's groups (bad) and hard-fails up
         to sybil_verdicts honest groups of the round."""
-        # The round's honest groups and the one before (still fresh, max_staleness 2): at this
-        # moment the round's own are mostly still being generated, and in the committee design
-        # the older round's manifest is held, so both of §4's refusals are exercised.
-        targets = self.version_groups.get(version, []) + self.version_groups.get(version - 1, [])
+        # The honest groups of the two newest rounds that have any (still fresh, max_staleness 2):
+        # at this moment the round's own are mostly still being generated, and in the committee
+        # design the older round's manifest is held, so both of §4's refusals are exercised. Not
+        # "this round and the one before": a trainer that steps twice on one round's groups
+        # leaves a version no worker generated for (seen at N = 8), and the flood smeared nothing.
+        targets = [g for v in sorted(self.version_groups)[-2:] for g in self.version_groups[v]]
         committee = self.trainer.protocol.committee
         for node in self.nodes:
             if node.kind != "sybil":
