@@ -53,7 +53,7 @@ def loop_eigentrust(reports, pretrusted, decay, config):
 reports_strategy = st.lists(st.builds(
     Report, st.integers(0, 6), st.sampled_from(NODES), st.sampled_from(NODES),
     st.integers(0, 20).map(lambda i: i.to_bytes(32, "big")), st.sampled_from(OUTCOMES),
-    node_level=st.booleans().map(lambda b: b and False)), max_size=80)
+    node_level=st.booleans()), max_size=80)
 
 
 @settings(max_examples=200, deadline=None)
