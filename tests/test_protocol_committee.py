@@ -13,6 +13,7 @@ from tests.test_protocol import announcement, endorse, submission, verdict_from
 from tests.test_protocol import node as ticket_node
 from vrl.node import committee
 from vrl.node import protocol as P
+from vrl.node import rounds as routing
 from vrl.node.events import Send
 from vrl.node.messages import (
     TOPIC_MANIFESTS,
@@ -21,9 +22,10 @@ from vrl.node.messages import (
     RoundManifest,
     SignedVerdict,
     Submission,
+    VerdictDraw,
     audit_ticket,
 )
-from vrl.node.reputation import AdmissionConfig
+from vrl.node.reputation import AdmissionConfig, Candidate, admit
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -340,3 +342,33 @@ def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_
     assert judged(TOPIC_MANIFESTS, impostor.to_bytes()) is Validation.IGNORE
     tampered = dataclasses.replace(manifest, committee_size=manifest.committee_size + 1)
     assert judged(TOPIC_MANIFESTS, tampered.to_bytes()) is Validation.REJECT
+
+
+def test_a_members_pass_makes_a_group_verified_for_the_trusted_share_where_no_anchor_checked_it():
+    """specs/committee.md §8: in the committee design the anchors no longer check most groups,
+    the committee does; a node whose only anchor is the trainer counts a member's pass as the
+    check that makes a group trusted, so a worker below trusted_score still fills a batch at the
+    default trusted_share (with the old reading the batch was empty and training stopped)."""
+    trainer, manifest, received = round_zero()
+    key = next(k for k in VERIFIERS if seats(k, manifest, committee.Draw.COMMITTEE))
+    member, _ = verifier(key, manifest, received)
+    digest = sorted(seats(key, manifest, committee.Draw.COMMITTEE))[0]
+    verdict = checked(member, digest)
+    view = node(VERIFIERS[-1] if key != VERIFIERS[-1] else VERIFIERS[0], "verifier",
+                pretrusted=frozenset({TRAINER.node_id}))
+    ready(view)
+    for event in received:
+        view.handle(event)
+    view.handle(P.ManifestReceived(manifest, 2.0))
+    view.handle(P.VerdictReceived(verdict))
+    assert verdict.verifier not in view.reputation.pretrusted and verdict.draw == VerdictDraw.COMMITTEE
+    assert view.verdicts[digest][verdict.verifier] == verdict
+    assert routing.verified(view, digest)
+    assert not any(routing.verified(view, d) for d in manifest.groups if d != digest)  # no pass, no check
+    score = view.standing(WORKER.node_id).score
+    config = AdmissionConfig(batch_groups=4, node_cap=1.0)  # the default trusted_share, 0.5
+    assert score < config.trusted_score
+    batch = admit([Candidate(d, WORKER.node_id, score, verified=routing.verified(view, d)) for d in manifest.groups],
+                  config, b"seed")
+    assert [c.group for c, _ in batch].count(digest) == 1  # the verified group is in; alone, the rest untrusted
+    assert admit([Candidate(d, WORKER.node_id, score) for d in manifest.groups], config, b"seed") == []
