@@ -698,11 +698,8 @@ class Simulation:
     def flood(self, version: int) -> None:
         """Each sybil slot mints a fresh key: it submits a round's groups (bad) and hard-fails up
         to sybil_verdicts honest groups of the round."""
-        # The honest groups of the two newest rounds that have any (still fresh, max_staleness 2):
-        # at this moment the round's own are mostly still being generated, and in the committee
-        # design the older round's manifest is held, so both of §4's refusals are exercised. Not
-        # "this round and the one before": a trainer that steps twice on one round's groups
-        # leaves a version no worker generated for (seen at N = 8), and the flood smeared nothing.
+        # The honest groups of the two newest rounds that have any (fresh, max_staleness 2; the older
+        # one's manifest held, so both of §4's refusals are exercised): a version may have none (N = 8).
         targets = [g for v in sorted(self.version_groups)[-2:] for g in self.version_groups[v]]
         committee = self.trainer.protocol.committee
         for node in self.nodes:
