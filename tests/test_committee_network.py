@@ -11,6 +11,7 @@ from collections import defaultdict
 from tests.test_protocol import announcement
 from vrl.node import messages as M
 from vrl.node import protocol as P
+from vrl.node.events import FetchGroup, Send
 from vrl.node.messages import (
     Group,
     PolicyAnnouncement,
@@ -63,6 +64,13 @@ class Bus:
             case P.Publish(M.TOPIC_POLICIES, data):
                 a = PolicyAnnouncement.from_bytes(data)
                 queue += [(n, P.PolicyAnnounced(a)) for n in self.nodes if n != sender]
+            case Send(peer, M.TOPIC_GROUPS, data):  # the committee design's routing (specs/network.md §3.5)
+                queue.append((peer, P.GroupReceived(self.groups[data], self.now)))
+            case Send(peer, M.TOPIC_VERDICTS, data):
+                queue.append((peer, P.VerdictReceived(SignedVerdict.from_bytes(data))))
+            case FetchGroup(digest, _):
+                found = [g for g in self.groups.values() if g.digest == digest]
+                queue += [(sender, P.GroupReceived(g, self.now)) for g in found]
             case P.FetchPolicy(a):
                 queue.append((sender, P.PolicyLoaded(a.version)))
             case P.Generate(version):

@@ -26,7 +26,7 @@ from tests.test_protocol_committee import (
 from vrl.node import protocol as P
 from vrl.node.messages import TOPIC_MANIFESTS, Group, RoundManifest, Submission
 from vrl.node.reputation import ReputationConfig, Withheld
-from vrl.node.rounds import Rounds
+from vrl.node.rounds import REPUTATION_EVERY_SECONDS, Rounds
 from vrl.rollouts.keys import NodeKey
 
 OTHER = NodeKey.from_seed(b"O" * 32)
@@ -63,6 +63,11 @@ def test_a_worker_cut_short_pays_per_missing_slot_in_every_view_and_is_never_qua
     witness.handle(P.ManifestReceived(manifest, 7.0))
     assert witness.rounds.omitted[0] == {WORKER.node_id: 2}
     assert witness.reputation.withheld() == expected  # the same record in every view, whatever it held
+    # Reputation is evaluated at batch boundaries (specs/committee.md §8): the trainer's
+    # evaluation at the close takes the records in; the member's next one, at most
+    # REPUTATION_EVERY_SECONDS after its last (at ready), does, as a record is evidence like a report.
+    assert member.standing(WORKER.node_id).failures == 0  # not evaluated since the manifest came
+    member.handle(P.Tick(7.0 + REPUTATION_EVERY_SECONDS))
     floor = 2 * ReputationConfig().withheld_weight
     for view in (trainer, member):
         assert view.standing(WORKER.node_id).failures == floor  # no passes yet: the floor per slot
@@ -80,6 +85,7 @@ def test_a_worker_cut_short_pays_per_missing_slot_in_every_view_and_is_never_qua
                     proto.handle(event)
                 proto.handle(P.ManifestReceived(manifest, 7.0))
                 trainer.handle(P.VerdictReceived(checked(proto, digest)))
+    trainer.handle(P.Tick(6.0 + 2 * REPUTATION_EVERY_SECONDS))  # its next evaluation, after the verdicts
     worker = trainer.standing(WORKER.node_id)
     assert worker.passes > 0 and worker.failures == max(floor, worker.passes)  # 2 of 2 listed, 2 missing
     assert not worker.quarantined

@@ -13,6 +13,8 @@ from tests.test_protocol import announcement, endorse, submission, verdict_from
 from tests.test_protocol import node as ticket_node
 from vrl.node import committee
 from vrl.node import protocol as P
+from vrl.node import rounds as routing
+from vrl.node.events import Send
 from vrl.node.messages import (
     TOPIC_MANIFESTS,
     TOPIC_VERDICTS,
@@ -20,9 +22,10 @@ from vrl.node.messages import (
     RoundManifest,
     SignedVerdict,
     Submission,
+    VerdictDraw,
     audit_ticket,
 )
-from vrl.node.reputation import AdmissionConfig
+from vrl.node.reputation import AdmissionConfig, Candidate, admit
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -82,9 +85,18 @@ def seats(key: NodeKey, manifest: RoundManifest, draw: committee.Draw) -> set[by
 
 
 def checked(proto: P.NodeProtocol, digest: bytes, reasons: tuple[str, ...] = ()) -> SignedVerdict:
-    (publish,) = [a for a in proto.handle(P.Checked(digest, reasons, b"\x09" * 32)) if isinstance(a, P.Publish)]
-    assert publish.topic == TOPIC_VERDICTS
-    return SignedVerdict.from_bytes(publish.data)
+    """The verdict a check makes: a pass sent to the trainer alone, a failure gossiped
+    (specs/network.md §3.5)."""
+    actions = proto.handle(P.Checked(digest, reasons, b"\x09" * 32))
+    if proto.has("trainer") and not reasons:  # the trainer's own pass is stored, sent to no one
+        (persist,) = [a for a in actions if isinstance(a, P.Persist)]
+        return persist.verdict
+    (out,) = [a for a in actions if isinstance(a, P.Publish | Send)]
+    assert out.topic == TOPIC_VERDICTS
+    verdict = SignedVerdict.from_bytes(out.data)
+    assert isinstance(out, Send) == (verdict.outcome == "pass")
+    assert not isinstance(out, Send) or out.peer == proto.config.trainer
+    return verdict
 
 
 def test_the_trainer_closes_the_round_with_a_manifest_of_its_groups_and_the_eligible_weights():
@@ -260,10 +272,13 @@ def test_a_counting_failure_goes_to_the_fresh_recheck_committee_and_the_trainer(
     assert rechecked == expected >= 1  # these keys seat at least one fresh member
 
 
-def test_a_group_no_member_checked_falls_back_to_the_trainer_after_verdict_wait():
-    trainer, manifest, _ = round_zero(verdict_wait=4.0)
-    assert [a for a in trainer.handle(P.Tick(3.0)) if isinstance(a, P.Check)] == []
-    checks = {a.group for a in trainer.handle(P.Tick(10.0)) if isinstance(a, P.Check)}
+def test_a_group_no_member_checked_falls_back_to_the_trainer_after_submission_window():
+    """specs/committee.md §8: submission_window after the manifest (at 6.0 s here), not
+    verdict_wait: members need ~k x groups_per_round checks' time."""
+    trainer, manifest, _ = round_zero(verdict_wait=4.0, submission_window=20.0)
+    assert [a for a in trainer.handle(P.Tick(10.0)) if isinstance(a, P.Check)] == []
+    assert [a for a in trainer.handle(P.Tick(25.9)) if isinstance(a, P.Check)] == []
+    checks = {a.group for a in trainer.handle(P.Tick(26.0)) if isinstance(a, P.Check)}
     assert checks == set(manifest.groups)  # nobody reported: every group is the trainer's
     for digest in manifest.groups:
         assert trainer.decided(digest) is None
@@ -327,3 +342,33 @@ def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_
     assert judged(TOPIC_MANIFESTS, impostor.to_bytes()) is Validation.IGNORE
     tampered = dataclasses.replace(manifest, committee_size=manifest.committee_size + 1)
     assert judged(TOPIC_MANIFESTS, tampered.to_bytes()) is Validation.REJECT
+
+
+def test_a_members_pass_makes_a_group_verified_for_the_trusted_share_where_no_anchor_checked_it():
+    """specs/committee.md §8: in the committee design the anchors no longer check most groups,
+    the committee does; a node whose only anchor is the trainer counts a member's pass as the
+    check that makes a group trusted, so a worker below trusted_score still fills a batch at the
+    default trusted_share (with the old reading the batch was empty and training stopped)."""
+    trainer, manifest, received = round_zero()
+    key = next(k for k in VERIFIERS if seats(k, manifest, committee.Draw.COMMITTEE))
+    member, _ = verifier(key, manifest, received)
+    digest = sorted(seats(key, manifest, committee.Draw.COMMITTEE))[0]
+    verdict = checked(member, digest)
+    view = node(VERIFIERS[-1] if key != VERIFIERS[-1] else VERIFIERS[0], "verifier",
+                pretrusted=frozenset({TRAINER.node_id}))
+    ready(view)
+    for event in received:
+        view.handle(event)
+    view.handle(P.ManifestReceived(manifest, 2.0))
+    view.handle(P.VerdictReceived(verdict))
+    assert verdict.verifier not in view.reputation.pretrusted and verdict.draw == VerdictDraw.COMMITTEE
+    assert view.verdicts[digest][verdict.verifier] == verdict
+    assert routing.verified(view, digest)
+    assert not any(routing.verified(view, d) for d in manifest.groups if d != digest)  # no pass, no check
+    score = view.standing(WORKER.node_id).score
+    config = AdmissionConfig(batch_groups=4, node_cap=1.0)  # the default trusted_share, 0.5
+    assert score < config.trusted_score
+    batch = admit([Candidate(d, WORKER.node_id, score, verified=routing.verified(view, d)) for d in manifest.groups],
+                  config, b"seed")
+    assert [c.group for c, _ in batch].count(digest) == 1  # the verified group is in; alone, the rest untrusted
+    assert admit([Candidate(d, WORKER.node_id, score) for d in manifest.groups], config, b"seed") == []

@@ -411,6 +411,9 @@ def _field_tables() -> list[tuple[str, str, list[dict[str, str]]]]:
     rows = table("network.md", "3.4", "field")
     found.append(("SamplingRequest", "network.md §3.4", [{"name": span(r["field"]), "type": r["type and range"],
                                                           "meaning": ""} for r in rows]))
+    rows = table("network.md", "3.5", "field")
+    found.append(("GroupRequest", "network.md §3.5", [{"name": span(r["field"]), "type": r["type and range"],
+                                                       "meaning": ""} for r in rows]))
     rows = table("network.md", "6. Policy distribution", "map")
     for side, name in [("request", "BackfillRequest"), ("page", "BackfillPage")]:
         found.append((name, f"network.md §6 {side}", [{"name": span(r["field"]), "type": r["type and range"],

@@ -24,6 +24,7 @@ from vrl.node.messages import (
     PolicyAnnouncement,
     SignedVerdict,
     StepVerdict,
+    VerdictDraw,
 )
 from vrl.node.reputation import AdmissionConfig, Report, Reputation, report_of
 from vrl.rollouts.profiles import profile_of_platform
@@ -308,6 +309,14 @@ def _race_losses(run: Run, findings: list[Finding]) -> None:
     run.stats.setdefault(check, {})["race_losses accusations"] = accusations
 
 
+def committee_network(run: Run) -> bool:
+    """Whether the run used the committee design: its node.toml says so, or (no node.toml
+    among the inputs) some store holds a round manifest."""
+    if run.config is not None:
+        return run.config.protocol.verification == "committee"
+    return any(index.manifests for index in run.stores)
+
+
 def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnnouncement, heads: list,
               admission: AdmissionConfig, staleness: int, standings: dict, verified: dict[bytes, float]) -> None:
     """A batch that is not full, while a group the trainer itself had passed a whole round
@@ -343,8 +352,9 @@ def _trusted_share(run: Run, findings: list[Finding], a: PolicyAnnouncement, hea
     """specs/reputation.md §6: untrusted groups fill at most ``(1 - trusted_share)`` of a batch,
     and at most ``trusted * (1 - share) / share`` of it. Trusted as the trainer's view, rebuilt
     from the log, stood when the batch was announced: a node's score reaching trusted_score,
-    or an anchor's pass on the group. A view rebuilt from arrival times is not the trainer's to
-    the verdict, so a breach is a warning."""
+    or an anchor's pass on the group, or in the committee design a member's pass (a ``committee``
+    or ``recheck`` claim, which check_committees judges; specs/committee.md §8). A view rebuilt
+    from arrival times is not the trainer's to the verdict, so a breach is a warning."""
     if admission.trusted_share <= 0:
         return
     trusted = sum(1 for d, _, h in heads if h is not None and (
@@ -378,9 +388,13 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
                 quarantined.setdefault(node, version)
     anchors = {run.trainer} | ({bytes.fromhex(p) for p in run.config.pretrusted} if run.config is not None else set())
     verified: dict[bytes, float] = {}  # group -> when an anchor's pass on it arrived (the trainer's view)
+    checked: dict[bytes, float] = {}  # ... or, in the committee design, a member's (the trusted share's)
+    seats = {str(VerdictDraw.COMMITTEE), str(VerdictDraw.RECHECK)} if committee_network(run) else set()
     for v in index.verdicts if index is not None else ():
         if v.outcome == Outcome.PASS and v.verifier in anchors:
             verified.setdefault(v.group, v.received)
+        if v.outcome == Outcome.PASS and (v.verifier in anchors or v.draw in seats):
+            checked[v.group] = min(v.received, checked.get(v.group, math.inf))
     # The trainer's own store is its own record of what it knew when; another store's arrival
     # times are only an approximation of the trainer's view.
     own_view = Severity.ERROR if index is not None and index.node.owner == run.trainer else Severity.WARNING
@@ -393,7 +407,7 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
         where = f"version {version}"
         heads = [(d, w, run.groups.get(d)) for d, w in a.batch]
         _trusted_share(run, findings, a, heads, admission, views.get(version, {}),
-                       {d for d, t in verified.items() if t <= index.announced_at.get(version, math.inf)})
+                       {d for d, t in checked.items() if t <= index.announced_at.get(version, math.inf)})
         if index is not None:
             _left_out(run, findings, index, a, heads, admission, staleness, views.get(version, {}), verified)
         if len(a.batch) > admission.batch_groups:

@@ -16,7 +16,7 @@ verifier is its signer, a manifest's trainer its signer.
 from __future__ import annotations
 
 from proofs import vrf
-from vrl.audit.checks import reputation_view, stored_reports
+from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
 from vrl.node import committee
@@ -27,14 +27,6 @@ CHECK = "committees"
 #: The codes a verdict's claim may be found under (:func:`_refusal` picks one; specs/audit.md §3).
 CLAIM_CODES = ("manifest_missing", "no_claim", "not_in_manifest", "not_eligible", "bad_proof", "not_drawn")
 _SEATS = {str(VerdictDraw.COMMITTEE): Draw.COMMITTEE, str(VerdictDraw.RECHECK): Draw.RECHECK}
-
-
-def committee_network(run: Run) -> bool:
-    """Whether the run used the committee design: its node.toml says so, or (no node.toml
-    among the inputs) some store holds a round manifest."""
-    if run.config is not None:
-        return run.config.protocol.verification == "committee"
-    return any(index.manifests for index in run.stores)
 
 
 def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:

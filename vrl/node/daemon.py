@@ -22,24 +22,30 @@ from collections.abc import AsyncIterator, Callable
 import structlog
 import torch
 
-from p2p.transport import Message, Transport, TransportError, message_id
+from p2p.transport import Message, Transport, TransportError, Validation, message_id
 from vrl.config import as_kwargs
 from vrl.node import deltas, startup
 from vrl.node import protocol as P
 from vrl.node.blobs import MAX_WEIGHTS_BYTES, Blobs
 from vrl.node.catchup import BACKFILL_PROTOCOL, Backfill, replay_store
 from vrl.node.config import NodeConfig
+from vrl.node.events import FetchGroup, Send
 from vrl.node.groups import GroupCache
 from vrl.node.messages import (
+    BACKFILL_MAX_MESSAGE_BYTES,
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
     TOPIC_POLICIES,
     TOPIC_STEPS,
     TOPIC_VERDICTS,
+    GroupRequest,
+    MessageError,
     PolicyAnnouncement,
     RoundManifest,
     SignedVerdict,
     StepVerdict,
+    Submission,
+    topic_of,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import SAMPLING_PROTOCOL, Proving, private_setup, sampling_setup
@@ -53,7 +59,19 @@ from vrl.rollouts.record import round_seed
 from vrl.rollouts.verify import Expectations, Reason
 from vrl.tasks import TaskList
 
-__all__ = ["BACKFILL_PROTOCOL", "SAMPLING_PROTOCOL", "Node"]
+__all__ = ["BACKFILL_PROTOCOL", "GROUP_PROTOCOL", "SAMPLING_PROTOCOL", "SEND_PROTOCOL", "Node"]
+
+# The committee design's routing (specs/network.md §3.5): a message sent to one node, and a
+# group fetched by its digest; and the topics a sent message may be of.
+SEND_PROTOCOL = "/vrl/send/1"
+GROUP_PROTOCOL = "/vrl/group/1"
+SENT_TOPICS = (TOPIC_GROUPS, TOPIC_VERDICTS)
+# A fetch by digest asks the trainer, then at most this many other peers (each at most
+# DIRECT_TIMEOUT_SECONDS): a group its trainer does not hold is rarely anywhere else than with
+# its producer; the protocol asks again at a later tick while the group is fresh.
+FETCH_PEERS = 4
+# A direct message or a fetch: the backfill's per-page wait (vrl.node.catchup), for one message.
+DIRECT_TIMEOUT_SECONDS = 10.0
 
 TICK_SECONDS = 0.25
 # Gossip is best effort (drops, partitions, a frozen peer, and py-libp2p silently dropping
@@ -190,6 +208,11 @@ class Node:
         match action:
             case P.Publish(topic, data):
                 await self._publish(topic, data)
+            case Send(peer, topic, data):
+                self._store_own(topic, data)  # acknowledged before it leaves, as a publish is
+                self._spawn(self._send(peer, topic, data))
+            case FetchGroup(digest, version):
+                self._spawn(self._fetch_group(digest, version))
             case P.FetchPolicy(announcement):
                 self._spawn(self._fetch_policy(announcement))
             case P.Generate(version):
@@ -230,6 +253,79 @@ class Node:
         comes back through :meth:`_on_message`, where storing again is a no-op."""
         if self._stopping:
             return
+        self._store_own(topic, data)
+        try:
+            await self.transport.publish(topic, data)
+        except TransportError as error:
+            self.log.warning("publish failed; peers will backfill it", topic=topic, error=str(error))
+
+    async def _send(self, peer: bytes, topic: str, data: bytes) -> None:
+        """A message to one node (specs/network.md §3.5), already stored: a failed send is left to
+        the receiver's backfill, which pages in this node's log."""
+        try:
+            await self.transport.request(peer, SEND_PROTOCOL, data, timeout=DIRECT_TIMEOUT_SECONDS)
+        except TransportError as error:
+            self.log.warning("send failed; the receiver will backfill it", topic=topic, peer=peer.hex()[:8],
+                             error=str(error))
+
+    async def _serve_send(self, peer: bytes, data: bytes) -> bytes:
+        """A message sent to this node: validated exactly as a gossiped one of its topic, then
+        handled; forwarded to no one. A message the validator rejects counts against its sender."""
+        topic = topic_of(data)
+        if topic not in SENT_TOPICS:
+            self.transport.penalize(peer)
+            raise MessageError("a sent message is a group or a verdict")
+        message = Message(topic, data, peer, message_id(topic, data))
+        verdict = self.validate(message)
+        if verdict is Validation.REJECT:
+            self.transport.penalize(peer)
+            raise MessageError("the sent message is invalid")
+        if verdict is Validation.ACCEPT:
+            await self._on_message(message)
+        return b""
+
+    async def _fetch_group(self, digest: bytes, version: int) -> None:
+        """A group by its digest (specs/network.md §3.5): the trainer first, then peers; its bytes
+        must hash to ``digest`` and pass the validator, else the peer is penalized and the next
+        asked. None had it: Abandoned, and the protocol asks again later."""
+        request = GroupRequest(digest, version).to_bytes()
+        trainer = bytes.fromhex(self.config.trainer)
+        connected = self.transport.peers()
+        others = sorted(p for p in connected if p != trainer)[:FETCH_PEERS]
+        for peer in ([trainer] if trainer in connected else []) + others:
+            try:
+                data = await self.transport.request(peer, GROUP_PROTOCOL, request, timeout=DIRECT_TIMEOUT_SECONDS,
+                                                    max_response=BACKFILL_MAX_MESSAGE_BYTES)
+                ours = Submission.from_bytes(data).digest == digest
+            except TransportError:
+                continue  # not there, or no answer: the next peer
+            except MessageError:
+                ours = False
+            message = Message(TOPIC_GROUPS, data, peer, message_id(TOPIC_GROUPS, data))
+            judged = self.validate(message) if ours else Validation.REJECT
+            if judged is Validation.REJECT:
+                self.transport.penalize(peer)  # an answer that is not the group asked for
+                continue
+            if judged is Validation.ACCEPT:
+                self.metrics.backfilled.labels(TOPIC_GROUPS).inc()
+                await self._on_message(message)
+                return
+        await self._feed(P.Abandoned(FetchGroup(digest, version)))
+
+    async def _serve_group(self, peer: bytes, data: bytes) -> bytes:
+        """A group this node holds, by digest; an error status if it holds none."""
+        try:
+            request = GroupRequest.from_bytes(data)
+        except MessageError:
+            self.transport.penalize(peer)
+            raise
+        submission = self.store.group(request.group)
+        if submission is None:
+            raise LookupError("not here")
+        return submission.to_bytes()
+
+    def _store_own(self, topic: str, data: bytes) -> None:
+        """Store one of this node's own messages before it leaves (acknowledged)."""
         now = time.time()
         if topic == TOPIC_GROUPS:
             group = self.groups.group_of(message_id(topic, data), data)
@@ -253,10 +349,6 @@ class Node:
             (self.log.error if step.reasons else self.log.info)(
                 "step judged", version=step.version, outcome=str(step.outcome), reasons=list(step.reasons),
                 drift=step.drift)
-        try:
-            await self.transport.publish(topic, data)
-        except TransportError as error:
-            self.log.warning("publish failed; peers will backfill it", topic=topic, error=str(error))
 
     async def _fetch_policy(self, announcement: PolicyAnnouncement) -> None:
         try:
@@ -349,6 +441,9 @@ class Node:
         for topic in topics + ((TOPIC_MANIFESTS,) if self.protocol.committee else ()):
             self.transport.subscribe(topic, self._on_message, self.validate)
         self.transport.set_handler(BACKFILL_PROTOCOL, self.catchup.serve)
+        if self.protocol.committee:  # specs/network.md §3.5
+            self.transport.set_handler(SEND_PROTOCOL, self._serve_send, max_request=BACKFILL_MAX_MESSAGE_BYTES)
+            self.transport.set_handler(GROUP_PROTOCOL, self._serve_group)
         if self.config.zk.hidden_states:
             self.transport.set_handler(SAMPLING_PROTOCOL, self.proving.serve_sampling)
         if self.config.metrics_port:

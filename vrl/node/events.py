@@ -124,6 +124,29 @@ class Publish:
 
 
 @dataclass(frozen=True)
+class Send:
+    """Deliver one message to one node, not by gossip (the committee design's routing,
+    specs/network.md §3.5): a worker's groups and a member's passes go to the trainer only.
+    The sender stores its own copy as it stores what it publishes; the receiver validates and
+    handles it as the same message arriving on ``topic``, and forwards it to no one."""
+
+    peer: bytes  # the receiver's node id
+    topic: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class FetchGroup:
+    """Fetch one group by its digest (specs/network.md §3.5): from the trainer, which holds
+    every group its manifests list, or any peer that holds it. The daemon checks that the bytes
+    hash to ``digest`` and feeds them as :class:`GroupReceived`, or :class:`Abandoned` if no
+    peer had them."""
+
+    digest: bytes
+    version: int
+
+
+@dataclass(frozen=True)
 class FetchPolicy:
     announcement: PolicyAnnouncement
 
@@ -192,5 +215,5 @@ class ConvictTrainer:
     reporters: tuple[bytes, ...]
 
 
-Action = (Publish | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist | ReplayStep | PersistStep
-          | ConvictTrainer | PersistManifest)
+Action = (Publish | Send | FetchGroup | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist
+          | ReplayStep | PersistStep | ConvictTrainer | PersistManifest)

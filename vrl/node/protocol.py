@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
+from vrl.node import rounds as routing
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -40,6 +41,7 @@ from vrl.node.events import (
     Checked,
     ConvictTrainer,
     Event,
+    FetchGroup,
     FetchPolicy,
     Generate,
     Generated,
@@ -147,7 +149,6 @@ class ProtocolConfig(ProtocolParams):
                               type(self).__name__)
 
 
-
 @dataclass
 class _Group:
     subject: bytes
@@ -160,6 +161,8 @@ def _flight_key(action: Action) -> tuple:
     match action:
         case FetchPolicy(a):
             return ("fetch", a.version)
+        case FetchGroup(digest, _):
+            return ("group", digest)
         case Check(group, _):
             return ("check", group)
         case Generate(version) | Plant(version) | Train(version, _):
@@ -236,6 +239,7 @@ class NodeProtocol:
         self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
+        self._evaluated, self.scans, self._fresh_cache = None, routing.Scans(), ((), [])  # see rounds.evaluate, Scans
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -267,7 +271,8 @@ class NodeProtocol:
         return role in self.config.roles
 
     def standing(self, node: bytes):
-        return self.reputation.standing(node, self.version or 0)
+        """Recomputed on each read with tickets; with committees, the last evaluation's (§8)."""
+        return (self.reputation.last_standing if self.committee else self.reputation.standing)(node, self.version or 0)
 
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
     def group_version(self, digest: bytes) -> int | None:
@@ -287,7 +292,9 @@ class NodeProtocol:
             case Tick(now):
                 self.now = max(self.now, now)
             case Abandoned(action):
-                self._in_flight.discard(_flight_key(action))
+                self._in_flight.discard(key := _flight_key(action))
+                if key[:1] == ("check",):
+                    self.scans.touch(key[1])
                 actions += self.steps.handle(event, self)
             case PolicyAnnounced(a):
                 self._announced(a)
@@ -295,16 +302,7 @@ class NodeProtocol:
                 self.loaded.add(version)
                 self._in_flight.discard(("fetch", version))
             case GroupReceived(group, now):
-                digest = group.digest
-                if self.committee and self.rounds.listed(digest, group.version) is False:
-                    pass  # after its round's manifest: never checked or trained (specs/committee.md §1)
-                elif digest not in self.groups and self._slots.setdefault(
-                        (group.subject, group.version, group.index), digest) == digest:
-                    self.groups[digest] = _Group(group.subject, group.version, now)
-                    self._by_version[group.version].append(digest)
-                    if group.subject == self.me:
-                        self.generated.add(group.version)
-                    actions += self._release_pending(digest)
+                actions += self._accept_group(group, now)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
             case ManifestReceived(manifest, now):
@@ -317,9 +315,11 @@ class NodeProtocol:
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
-                actions += [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
+                actions += (routing.submit(self, groups) if self.committee and not self.has("trainer")
+                            else [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups])
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
+                self.scans.touch(group)
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
             case Refused(Checked(group, failed_reasons, digest, race_tokens, races_lost)):
                 self.refused.add(group)
@@ -343,13 +343,29 @@ class NodeProtocol:
                 for digest in used:
                     if digest in self.groups:
                         self.groups[digest].trained = True
+                        self.scans.touch(digest)
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
                 actions += self._reveal_plants(announcement.version - 1)
-        actions += self._quarantines()
+        actions += self._quarantines(replaying)
         actions += self.steps.convictions(self)
         if replaying:
             return []
         return actions + self.pending()
+
+    def _accept_group(self, group, now: float) -> list[Action]:
+        """Hold a received (or, in the committee design, own) group: the first of its slot."""
+        self._in_flight.discard(("group", digest := group.digest))
+        if self.committee and self.rounds.listed(digest, group.version) is False:
+            return []  # after its round's manifest: never checked or trained (specs/committee.md §1)
+        if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
+                                                           digest) != digest:
+            return []
+        self.groups[digest] = _Group(group.subject, group.version, now)
+        self._by_version[group.version].append(digest)
+        self.scans.touch(digest)
+        if group.subject == self.me:
+            self.generated.add(group.version)
+        return self._release_pending(digest)
 
     def _announced(self, a: PolicyAnnouncement) -> None:
         if a.trainer == self.config.trainer and a.version not in self.policies and self.follows(a.version):
@@ -389,6 +405,8 @@ class NodeProtocol:
         if key in self._in_flight:
             return []
         self._in_flight.add(key)
+        if key[0] == "check":
+            self.scans.touch(key[1])
         return [action]
 
     def _versions_needed(self, version: int, replays: list[PolicyAnnouncement]) -> list[int]:
@@ -396,7 +414,7 @@ class NodeProtocol:
         version a fresh group may still use, and each step to replay with its parent."""
         needed = {version}
         if self.has("verifier") or self.has("trainer"):
-            needed |= {self.groups[d].version for d in self._fresh_groups() if self.groups[d].version in self.policies}
+            needed |= {v for v, digests in self._by_version.items() if digests and self._fresh(v)}
         needed |= {v for a in replays for v in (a.version - 1, a.version)}
         return sorted(v for v in needed if v in self.policies)
 
@@ -424,10 +442,12 @@ class NodeProtocol:
         return current is not None and current - self.config.max_staleness <= version <= current + 1
 
     def _fresh_groups(self) -> list[bytes]:
-        """Digests of the groups still usable, in arrival order: the only ones any rule acts
-        on, so the work per event grows with the versions seen, not with every group ever."""
-        fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
-        return sorted(fresh, key=lambda d: self.groups[d].arrived)
+        """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
+        key = (self.version, len(self.groups))  # groups are only ever added; freshness moves with the version
+        if self._fresh_cache[0] != key:
+            fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
+            self._fresh_cache = (key, sorted(fresh, key=lambda d: self.groups[d].arrived))
+        return list(self._fresh_cache[1])
 
     # -- verifying --------------------------------------------------------------------------
     def _checks(self) -> list[Action]:
@@ -470,7 +490,7 @@ class NodeProtocol:
     def weighs(self, verdict: SignedVerdict) -> bool:
         """Whether a verdict's word counts: its verifier's weight reaches COUNTING_WEIGHT, or, in
         the committee design, it holds a seat its claim proved (specs/committee.md §3.1, §8)."""
-        return self.counts(verdict.verifier) or verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)
+        return verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK) or self.counts(verdict.verifier)
 
     def counts(self, verifier: bytes) -> bool:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
@@ -482,8 +502,10 @@ class NodeProtocol:
         if verdict.outcome != Outcome.PASS or verdict.verifier in self.reputation.pretrusted:
             return False
         if verdict.id not in self._audit_draws:
-            self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id),
-                                                            self.config.lazy_audit_rate)
+            # Divided by k in the committee design: ~lazy_audit_rate x groups_per_round audits of
+            # each verifier a round, as with tickets, not k times more (specs/committee.md §8).
+            rate = self.config.lazy_audit_rate / (self.config.committee_size if self.committee else 1)
+            self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id), rate)
         return self._audit_draws[verdict.id]
 
     def race_test(self, subject: bytes) -> RaceTest:
@@ -528,6 +550,8 @@ class NodeProtocol:
             planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost, draw=draw,
             pi=pi).signed(self.key)
         self._verdict(verdict)
+        if self.committee:
+            return routing.route_verdict(self, verdict)
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
     def _reveal_plants(self, version: int) -> list[Action]:
@@ -598,6 +622,7 @@ class NodeProtocol:
         if (earlier is not None and not _supersedes(verdict.outcome, earlier)) or not self.matches_group(verdict):
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
+        self.scans.touch(verdict.group)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(report)
@@ -611,7 +636,9 @@ class NodeProtocol:
                 self.suspects[group.subject] = max(group.version, self.suspects.get(group.subject, group.version))
         return True
 
-    def _quarantines(self) -> list[Action]:
+    def _quarantines(self, replaying: bool = False) -> list[Action]:
+        if self.committee and not routing.evaluate(self, replaying):
+            return []
         actions: list[Action] = []
         for node, standing in self.reputation.standings(self.version or 0).items():
             if standing.quarantined and node not in self.quarantined:
@@ -652,7 +679,7 @@ class NodeProtocol:
         if self.config.last_version and version >= self.config.last_version:
             return []
         fresh = self._fresh_groups()
-        decisions = {d: self.decided(d) for d in fresh}
+        decisions = self.scans.decide(self, fresh) if self.committee else {d: self.decided(d) for d in fresh}
         ready = [d for d, ok in decisions.items() if ok]
         started = self.round_started.get(version, self.now)
         last_arrival = max((self.groups[d].arrived for d in fresh), default=started)
@@ -662,11 +689,8 @@ class NodeProtocol:
         timed_out = self.now - started >= self.config.round_timeout
         if not (enough or settled or timed_out) or len(ready) < self.config.min_batch_groups:
             return []
-        anchors = self.reputation.pretrusted
         candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score,
-                                verified=any(v.outcome == Outcome.PASS and v.verifier in anchors
-                                             for v in self.verdicts[d].values()))
-                      for d in sorted(ready)]
+                                verified=routing.verified(self, d)) for d in sorted(ready)]
         seed = hashlib.sha256(ADMISSION_DOMAIN + self.policies[version].model_hash).digest()
         batch = admit(candidates, self.config.admission, seed)
         if len(batch) < self.config.min_batch_groups:

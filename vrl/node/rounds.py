@@ -16,8 +16,16 @@ from typing import Any
 from proofs import vrf
 from vrl.node import committee
 from vrl.node.committee import Draw
-from vrl.node.events import Action, Publish
-from vrl.node.messages import TOPIC_MANIFESTS, Outcome, RoundManifest, SignedVerdict, VerdictDraw
+from vrl.node.events import Action, FetchGroup, Persist, Publish, Send
+from vrl.node.messages import (
+    TOPIC_GROUPS,
+    TOPIC_MANIFESTS,
+    TOPIC_VERDICTS,
+    Outcome,
+    RoundManifest,
+    SignedVerdict,
+    VerdictDraw,
+)
 from vrl.node.reputation import ReputationError, withheld_of
 from vrl.rollouts.keys import NodeKey
 
@@ -30,6 +38,14 @@ NO_MANIFEST = "no_manifest"  # not refused: it waits, bounded, for its round's m
 NOT_IN_MANIFEST = "not_in_manifest"
 NO_CLAIM = "no_claim"
 WRONG_DESIGN = "wrong_design"
+
+# The committee design re-evaluates reputation (EigenTrust over every report held) at most this
+# often within a round, besides at each new round (specs/committee.md §8): at N = 1,000 a
+# trainer holds ~50,000 new reports a round, and a recomputation per report made round 0 never
+# finish (bench/results/simulate-scale.json). 5 s is 20 of the daemon's ticks and a twelfth of
+# round_timeout: a confirmed cheat is quarantined at most 5 s later than at once, while its
+# failed groups are held back by their failures alone (specs/network.md §5.2).
+REPUTATION_EVERY_SECONDS = 5.0
 
 _PROVEN = {VerdictDraw.COMMITTEE: Draw.COMMITTEE, VerdictDraw.RECHECK: Draw.RECHECK}
 
@@ -55,6 +71,7 @@ class Rounds:
         # (verifier, round, draw) -> (pi, beta) once verified: one VRF verification per verifier
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
+        self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
 
     # -- manifests --------------------------------------------------------------------------
     def add(self, manifest: RoundManifest, now: float) -> bool:
@@ -130,6 +147,17 @@ class Rounds:
         pi, beta = self.own(round_, draw)
         return pi if committee.is_member(beta, digest, threshold) else None
 
+    def seats(self, round_: int, draw: Draw) -> frozenset[bytes]:
+        """The digests of manifest ``round_`` this node sits on the committee of (one hash per
+        listed group, once a round): what it fetches and checks (specs/network.md §3.5)."""
+        if (round_, draw) not in self._seats:
+            manifest = self.manifests[round_]
+            threshold = manifest.content.weights.threshold(self.key.node_id)
+            beta = self.own(round_, draw)[1] if threshold else b""
+            self._seats[round_, draw] = frozenset(
+                d for d in manifest.groups if threshold and committee.is_member(beta, d, threshold))
+        return self._seats[round_, draw]
+
     # -- claims of others -------------------------------------------------------------------
     def refusal(self, verdict: SignedVerdict, trusted: frozenset[bytes]) -> str | None:
         """Why a verdict's claim does not stand in the committee design (specs/committee.md §4),
@@ -170,13 +198,20 @@ class Rounds:
 
 
 def committee_checks(node: NodeProtocol) -> list[Action]:
-    """The committee design's checks (specs/committee.md §2, §8): a member checks its groups;
-    a counting failure or a suspect's group goes to the fresh recheck committee; the trainer
-    checks failures, suspects, its lazy-verifier audits and groups no counting verdict
-    reached within ``verdict_wait`` of the manifest (an empty or silent committee)."""
+    """The committee design's checks (specs/committee.md §2, §8): a member fetches and checks its
+    groups; a counting failure or a suspect's group goes to the fresh recheck committee; the
+    trainer checks failures, suspects, its lazy-verifier audits and groups no counting verdict
+    reached within ``submission_window`` of the manifest (an empty or silent committee)."""
     actions: list[Action] = []
     trainer = node.has("trainer")
-    for digest in node._fresh_groups():
+    if not trainer and node.has("verifier"):
+        actions += _fetches(node)
+    # The trainer's audits and fallback checks wait while a batch's worth of its checks is under
+    # way (failure re-checks never wait): its one model thread must still train. At N = 1,000 the
+    # ~4,000 fallback checks of round 0, all asked at once, queued ~480 s ahead of the step
+    # (bench/simulate.py; specs/committee.md §8).
+    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check") if trainer else 0
+    for digest in node.scans.checks.candidates(node, _scan_key(node)):
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
                 or group.version not in node.loaded or group.subject in node.quarantined):
@@ -186,15 +221,44 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                      for v in others)
         if trainer:
             unchecked = not any(node.weighs(v) for v in others)
-            if (failed or node.suspect(group.subject) or any(node._audits(v) for v in others)
-                    or (unchecked and node.now - node.rounds.received_at[round_] >= node.config.verdict_wait)):
+            if failed or node.suspect(group.subject):
                 actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
+            elif any(node._audits(v) for v in others) or (
+                    unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window):
+                if room <= 0:
+                    node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
+                    continue
+                new = node._check(digest, group.version, VerdictDraw.NONE, b"")
+                room -= len(new)
+                actions += new
         elif node.has("verifier"):
             seats = ([Draw.RECHECK] if failed or node.suspect(group.subject) else []) + [Draw.COMMITTEE]
             for seat in seats:
-                if (pi := node.rounds.draw(digest, seat)) is not None:
-                    actions += node._check(digest, group.version, VerdictDraw(str(seat)), pi)
+                if digest in node.rounds.seats(round_, seat):
+                    actions += node._check(digest, group.version, VerdictDraw(str(seat)),
+                                           node.rounds.own(round_, seat)[0])
                     break
+    return actions
+
+
+def _fetches(node: NodeProtocol) -> list[Action]:
+    """A member fetches by digest the groups it is drawn for and does not hold (specs/network.md
+    §3.5): its committee seats in each fresh round, and its recheck seats on groups a counting
+    failure names (that failure waits among the pending verdicts until its group is here)."""
+    actions: list[Action] = []
+    wanted: list[tuple[bytes, int]] = []
+    for round_ in sorted(node.rounds.manifests):
+        if node._fresh(round_) and round_ in node.loaded:
+            wanted += [(d, round_) for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE))]
+    for verdict in list(node._pending.values()):
+        round_ = node.rounds.round_of.get(verdict.group)
+        if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
+                and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
+                and verdict.group in node.rounds.seats(round_, Draw.RECHECK)):
+            wanted.append((verdict.group, round_))
+    for digest, round_ in wanted:
+        if digest not in node.groups:
+            actions += node._once(FetchGroup(digest, round_))
     return actions
 
 
@@ -230,6 +294,11 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
                                      [(d, node.groups[d].subject) for d in digests], weights, node.now,
                                      rank=lambda worker: (-node.standing(worker).score, worker))
         note_withheld(node, manifest)
+        # The trainer's evaluation at the close (specs/committee.md §8) includes the withheld
+        # records the manifest just implied: only the sums are redone (they move no weight);
+        # its next event takes the evaluation's quarantines (rounds.evaluate: the first time).
+        node.reputation.standings(version)
+        node._evaluated = None
         actions.append(Publish(TOPIC_MANIFESTS, manifest.to_bytes()))
     return actions
 
@@ -255,3 +324,104 @@ def note_withheld(node: NodeProtocol, manifest: RoundManifest) -> None:
         return
     for record in records:
         node.reputation.add_withheld(record)
+
+
+# -- routing (specs/network.md §3.5) and reputation's evaluation (specs/committee.md §8) --------
+
+
+def submit(node: NodeProtocol, groups) -> list[Action]:
+    """A worker's groups go to the trainer alone; members fetch them by digest. The worker holds
+    its own, as a publisher gets its gossip back."""
+    actions: list[Action] = []
+    for group in groups:
+        actions += node._accept_group(group, node.now)
+    return actions + [Send(node.config.trainer, TOPIC_GROUPS, g.to_bytes()) for g in groups]
+
+
+def route_verdict(node: NodeProtocol, verdict: SignedVerdict) -> list[Action]:
+    """A pass concerns only the trainer, which decides and admits: sent to it alone (its own
+    stored); a failure is gossiped, since it calls a recheck committee no sender can name."""
+    if verdict.outcome != Outcome.PASS:
+        return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
+    if node.has("trainer"):
+        return [Persist(verdict)]
+    return [Send(node.config.trainer, TOPIC_VERDICTS, verdict.to_bytes())]
+
+
+def verified(node: NodeProtocol, digest: bytes) -> bool:
+    """Whether a decided group counts as checked for admission's trusted share (specs/reputation.md
+    §6): a pass by a pre-trusted node; in the committee design also a pass by a member of its
+    committee (a seat its claim proved, committee.md §4), the design's check of every group, which
+    the anchors no longer make (committee.md §8 says why, and what trusted_share bounds then)."""
+    anchors = node.reputation.pretrusted
+    return any(v.outcome == Outcome.PASS and (v.verifier in anchors or (
+        node.committee and v.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)))
+        for v in node.verdicts[digest].values())
+
+
+def evaluate(node: NodeProtocol, replaying: bool) -> bool:
+    """Whether to evaluate reputation (and quarantines) now: the first time, when the round moved,
+    and otherwise at most every REPUTATION_EVERY_SECONDS, and only if a report came since. Events
+    absorbed in a batch (``replaying``) evaluate nothing: the batch's next live event does, once.
+    Evidence is reports and withheld records alike (a manifest's records lower a score as a
+    failure report does, specs/committee.md §7.1)."""
+    last = node._evaluated
+    if replaying or (last is not None and last[0] == (node.version or 0) and (
+            node.reputation.held() == last[2] or node.now - last[1] < REPUTATION_EVERY_SECONDS)):
+        return False
+    node._evaluated = (node.version or 0, node.now, node.reputation.held())
+    return True
+
+
+# -- passes over the fresh groups, incremental (the trainer holds ~12,000 at N = 1,000) ---------
+
+
+def _scan_key(node: NodeProtocol) -> tuple:
+    """Everything besides a group's own verdicts, arrival and check in flight that the rules over
+    fresh groups read (committee_checks, NodeProtocol.decided): while it is unchanged, only the
+    groups touched since the last pass can come out differently."""
+    deadlines = sum(1 for r, at in node.rounds.received_at.items()
+                    if node._fresh(r) and node.now - at >= node.config.submission_window)
+    return (node.version, len(node.loaded), len(node.rounds.manifests), len(node.quarantined), len(node.planted),
+            len(node.refused), tuple(sorted(node.suspects.items())), node._evaluated, deadlines,
+            tuple(sorted(v for v in node.policies if node._fresh(v))))
+
+
+class Scan:
+    """Which fresh groups one rule must look at again: all of them when the key moved, else those
+    touched (a verdict, an arrival, a check begun or ended, a step trained on) since its last pass.
+    The same answers as a pass over every fresh group, at the cost of the touched ones."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.dirty: set[bytes] = set()
+
+    def candidates(self, node: NodeProtocol, key: tuple) -> list[bytes]:
+        if key != self.key:
+            self.key, self.dirty = key, set()
+            return node._fresh_groups()
+        touched, self.dirty = self.dirty, set()
+        fresh = [d for d in touched if d in node.groups and node._fresh(node.groups[d].version)]
+        return sorted(fresh, key=lambda d: node.groups[d].arrived)
+
+
+class Scans:
+    """The committee design's incremental passes: the checks it asks for, and its decisions."""
+
+    def __init__(self) -> None:
+        self.checks, self.decisions = Scan(), Scan()
+        self.decided: dict[bytes, bool | None] = {}
+
+    def touch(self, digest: bytes) -> None:
+        self.checks.dirty.add(digest)
+        self.decisions.dirty.add(digest)
+
+    def decide(self, node: NodeProtocol, fresh: list[bytes]) -> dict[bytes, bool | None]:
+        """NodeProtocol.decided of each fresh group, recomputed for the touched ones only."""
+        key = _scan_key(node)
+        if key != self.decisions.key:
+            self.decided = {}
+        for digest in self.decisions.candidates(node, key):
+            self.decided[digest] = node.decided(digest)
+        return {d: self.decided[d] if d in self.decided else self.decided.setdefault(d, node.decided(d))
+                for d in fresh}

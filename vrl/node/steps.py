@@ -20,6 +20,7 @@ from vrl.node.events import (
     Action,
     ConvictTrainer,
     Event,
+    FetchGroup,
     PersistStep,
     Publish,
     ReplayStep,
@@ -168,7 +169,11 @@ class StepJudge:
             if faults:
                 actions += self._publish(version, faults, b"", 0.0, ledger)
             elif faults is not None and (self._drawn(a) or self._reported(version, ledger)):
-                if any(ledger.group_version(d) is None for d in a.groups):
+                if missing := [d for d in a.groups if ledger.group_version(d) is None]:
+                    if getattr(ledger, "committee", False):
+                        # Groups are fetched by digest in the committee design (specs/network.md §3.5).
+                        for d in missing:
+                            actions += ledger._once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
                     if ledger.now - ledger.round_started.get(version, ledger.now) >= self.step_wait:
                         actions += self._publish(version, (StepFault.UNAVAILABLE_GROUP,), b"", 0.0, ledger)
                 elif version in ledger.loaded and version - 1 in ledger.loaded and version not in self._replaying:
@@ -214,6 +219,11 @@ class StepJudge:
         self.verdicts[version][self.me] = verdict
         if faults:
             self._frauds_found.add(version)
+        if not faults and getattr(ledger, "committee", False):
+            # No other node acts on a pass (only fraud reports make others replay or convict): in
+            # the committee design it is stored, not gossiped, or every node receives
+            # step_audit_rate x N of them a round (specs/network.md §3.5).
+            return [PersistStep(verdict)]
         return [Publish(TOPIC_STEPS, verdict.to_bytes())]
 
     def _received(self, verdict: StepVerdict, ledger: Ledger) -> list[Action]:

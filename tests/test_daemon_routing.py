@@ -1,0 +1,81 @@
+"""The daemon's two request handlers of the committee design's routing (specs/network.md §3.5):
+`/vrl/send/1` and `/vrl/group/1` take any bytes from any peer and either answer or raise the
+error their table names, counting a malformed or invalid request against its sender and
+storing nothing it did not accept. On a real node (tiny model, loopback transport)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2p.loopback import LoopbackNetwork
+from tests.test_daemon_committee import COMMITTEE
+from tests.test_node import TRAINER, WORKERS, config
+from vrl.node.daemon import Node
+from vrl.node.messages import TOPIC_POLICIES, GroupRequest, MessageError, PolicyAnnouncement, topic_of
+from vrl.node.wire import schema_of
+from vrl.rollouts.keys import NodeKey
+
+STRANGER = NodeKey.from_seed(b"stranger".ljust(32, b"\0"))
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> Node:
+    data = Path(tmp_path_factory.mktemp("routing"))
+    base = config(data / "w0")
+    cfg = dataclasses.replace(base, protocol=dataclasses.replace(base.protocol, **COMMITTEE))
+    made = Node(cfg, LoopbackNetwork(seed=5).transport(WORKERS[0].private_seed()), WORKERS[0])
+    yield made
+    made.store.close()
+
+
+def held(node: Node) -> int:
+    return sum(1 for _ in node.store.replay())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=2048))
+def test_a_sent_message_of_any_bytes_is_handled_or_refused_as_a_message_error(node, data):
+    peer = NodeKey.generate().node_id  # a fresh sender each time: a banned one's score stops moving
+    before = held(node)
+    try:
+        assert asyncio.run(node._serve_send(peer, data)) == b""
+    except MessageError:
+        assert node.transport.score(peer) < 0  # counted against the sender
+    assert held(node) == before  # random bytes are never a valid group or verdict: nothing stored
+
+
+def test_a_sent_message_of_another_topic_is_refused_and_counted(node):
+    policy = msgpack.packb({"kind": schema_of(PolicyAnnouncement).name})  # a policy's kind: not sent
+    assert topic_of(policy) == TOPIC_POLICIES
+    score = node.transport.score(TRAINER.node_id)
+    with pytest.raises(MessageError):
+        asyncio.run(node._serve_send(TRAINER.node_id, policy))
+    assert node.transport.score(TRAINER.node_id) < score
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=512))
+def test_a_group_request_of_any_bytes_is_answered_or_refused_with_its_error(node, data):
+    peer = NodeKey.generate().node_id
+    try:
+        answer = asyncio.run(node._serve_group(peer, data))
+    except MessageError:
+        assert node.transport.score(peer) < 0  # a malformed request counts
+    except LookupError:
+        assert node.transport.score(peer) == 0  # a group it lacks: no fault of the peer
+    else:
+        raise AssertionError(f"answered {answer!r} though it holds no group")
+
+
+def test_a_well_formed_request_for_a_group_not_held_is_not_here_and_counts_nothing(node):
+    score = node.transport.score(STRANGER.node_id)
+    with pytest.raises(LookupError):
+        asyncio.run(node._serve_group(STRANGER.node_id, GroupRequest(b"\x07" * 32, 0).to_bytes()))
+    assert node.transport.score(STRANGER.node_id) == score

@@ -1,0 +1,123 @@
+"""The committee design's routing at scale (specs/network.md §3.5, specs/committee.md §8): members
+fetch exactly their seats by digest, a worker's groups and a member's passes go to the trainer
+alone, failures are gossiped, and the incremental passes over fresh groups (vrl.node.rounds.Scans)
+answer as a pass over every fresh group would."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.test_protocol_committee import TRAINER, VERIFIERS, WORKER, groups, node, ready, round_zero, seats
+from vrl.node import committee
+from vrl.node import protocol as P
+from vrl.node.events import FetchGroup, Send
+from vrl.node.messages import TOPIC_GROUPS, TOPIC_VERDICTS, Outcome, SignedVerdict
+
+
+def test_a_member_fetches_exactly_its_seats_by_digest_and_checks_them_once_they_arrive():
+    trainer, manifest, received = round_zero()
+    by_digest = {e.group.digest: e for e in received}
+    for key in VERIFIERS:
+        proto = node(key, "verifier")
+        ready(proto)
+        actions = proto.handle(P.ManifestReceived(manifest, 2.0))  # it holds no group: it asks for its seats
+        mine = seats(key, manifest, committee.Draw.COMMITTEE)
+        assert {a.digest for a in actions if isinstance(a, FetchGroup)} == mine
+        assert all(a.version == 0 for a in actions if isinstance(a, FetchGroup))
+        assert not [a for a in proto.handle(P.Tick(2.5)) if isinstance(a, FetchGroup)]  # asked once, in flight
+        for digest in mine:
+            checks = [a for a in proto.handle(by_digest[digest]) if isinstance(a, P.Check)]
+            assert [c.group for c in checks] == [digest]
+        # a fetch that failed is asked for again
+        if mine:
+            missing = sorted(mine)[0]
+            other = node(key, "verifier")
+            ready(other)
+            other.handle(P.ManifestReceived(manifest, 2.0))
+            again = other.handle(P.Abandoned(FetchGroup(missing, 0)))
+            assert FetchGroup(missing, 0) in again
+
+
+def test_a_worker_sends_its_groups_to_the_trainer_alone_and_holds_them():
+    worker = node(WORKER, "worker", "verifier")
+    ready(worker)
+    made = tuple(e.group for e in groups())
+    actions = worker.handle(P.Generated(0, made))
+    sent = [a for a in actions if isinstance(a, Send)]
+    assert [a.peer for a in sent] == [TRAINER.node_id] * 4 and {a.topic for a in sent} == {TOPIC_GROUPS}
+    assert not [a for a in actions if isinstance(a, P.Publish) and a.topic == TOPIC_GROUPS]
+    assert all(g.digest in worker.groups for g in made)
+
+
+def test_passes_go_to_the_trainer_and_failures_are_gossiped():
+    trainer, manifest, received = round_zero()
+    for key in VERIFIERS:
+        proto = node(key, "verifier")
+        ready(proto)
+        for event in received:
+            proto.handle(event)
+        proto.handle(P.ManifestReceived(manifest, 2.0))
+        for i, digest in enumerate(sorted(seats(key, manifest, committee.Draw.COMMITTEE))):
+            reasons = ("reward_mismatch",) if i % 2 else ()
+            out = [a for a in proto.handle(P.Checked(digest, reasons, b"\x09" * 32)) if hasattr(a, "topic")]
+            (message,) = out
+            verdict = SignedVerdict.from_bytes(message.data)
+            assert message.topic == TOPIC_VERDICTS
+            if verdict.outcome == Outcome.PASS:
+                assert isinstance(message, Send) and message.peer == TRAINER.node_id
+            else:
+                assert isinstance(message, P.Publish)
+
+
+events = st.lists(st.tuples(st.sampled_from(["pass", "fail", "tick", "checked", "abandon"]), st.integers(0, 5),
+                            st.integers(0, 3)), max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events)
+def test_incremental_decisions_and_checks_equal_a_pass_over_every_fresh_group(script):
+    """After any sequence of verdicts, checks, abandoned checks and ticks, the trainer's
+    incremental decisions equal NodeProtocol.decided over every fresh group, and the checks it
+    asks for are those a pass over every fresh group asks for."""
+    trainer, manifest, received = round_zero()
+    digests = sorted(manifest.groups)
+    verdicts: dict[tuple[int, int, str], SignedVerdict] = {}
+    for key in VERIFIERS:
+        proto = node(key, "verifier")
+        ready(proto)
+        for event in received:
+            proto.handle(event)
+        proto.handle(P.ManifestReceived(manifest, 2.0))
+        v = VERIFIERS.index(key)
+        for digest in seats(key, manifest, committee.Draw.COMMITTEE):
+            g = digests.index(digest)
+            for outcome, reasons in (("pass", ()), ("fail", ("reward_mismatch",))):
+                fresh = node(key, "verifier")
+                ready(fresh)
+                for event in received:
+                    fresh.handle(event)
+                fresh.handle(P.ManifestReceived(manifest, 2.0))
+                out = [a for a in fresh.handle(P.Checked(digest, reasons, b"\x09" * 32)) if hasattr(a, "data")]
+                verdicts[v, g, outcome] = SignedVerdict.from_bytes(out[0].data)
+    now = 6.0
+    for kind, v, g in script:
+        digest = digests[g]
+        if kind in ("pass", "fail") and (v, g, kind) in verdicts:
+            trainer.handle(P.VerdictReceived(verdicts[v, g, kind]))
+        elif kind == "tick":
+            now += 7.0 * (v + 1)
+            trainer.handle(P.Tick(now))
+        elif kind == "checked":
+            trainer.handle(P.Checked(digest, (), b"\x09" * 32))
+        elif kind == "abandon":
+            trainer.handle(P.Abandoned(P.Check(digest, 0)))
+        fresh = trainer._fresh_groups()
+        assert trainer.scans.decide(trainer, fresh) == {d: trainer.decided(d) for d in fresh}
+    # the checks asked for now: the incremental pass against a full one (same state, scans reset)
+    incremental = {a.group for a in trainer.pending() if isinstance(a, P.Check)}
+    flights = {k for k in trainer._in_flight if k[0] == "check"}
+    trainer._in_flight -= flights
+    trainer.scans.checks.key = None  # a full pass
+    full = {a.group for a in trainer.pending() if isinstance(a, P.Check)}
+    assert incremental | {k[1] for k in flights} >= full
