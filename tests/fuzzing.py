@@ -20,6 +20,8 @@ import hashlib
 import json
 import math
 import re
+import shutil
+import sqlite3
 import time
 import tomllib
 from collections import Counter
@@ -546,3 +548,21 @@ def all_targets(node: NodeUnderFire | None = None) -> list[Target]:
         targets += node_targets(node)
     return targets
 
+
+
+def store_with_column_set(store: Path, directory: Path, table: str, row: int, column: int,
+                          payload: Any) -> Path | None:
+    """A copy of ``store`` with one hostile value in one cell (the ``column``-th column, modulo
+    the table's width, of its ``row``-th row), for the audit's hostile-store properties; None
+    where SQLite itself refuses the value."""
+    target = directory / "node.sqlite"
+    shutil.copy(store, target)
+    with sqlite3.connect(target) as db:
+        columns = [info[1] for info in db.execute(f"PRAGMA table_info({table})")]
+        name = columns[column % len(columns)]
+        try:
+            db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT rowid FROM {table} ORDER BY rowid "
+                       f"LIMIT 1 OFFSET ?)", (payload, row))
+        except sqlite3.IntegrityError:
+            return None
+    return target

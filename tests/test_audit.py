@@ -23,6 +23,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import vrl.audit
+from tests import fuzzing
 from vrl.audit import AuditError, Severity
 from vrl.cli import app
 from vrl.harness import devnet
@@ -251,16 +252,9 @@ def small_store(run_dir, tmp_path_factory) -> Path:
                                                                st.one_of(st.floats(), st.text(), st.none())))))
 def test_any_value_in_any_column_is_a_finding_or_an_audit_error(small_store, tmp_path_factory, table, row, column,
                                                                  payload):
-    target = tmp_path_factory.mktemp("h") / "node.sqlite"
-    shutil.copy(small_store, target)
-    with sqlite3.connect(target) as db:
-        columns = [info[1] for info in db.execute(f"PRAGMA table_info({table})")]
-        name = columns[column % len(columns)]
-        try:
-            db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT rowid FROM {table} ORDER BY rowid "
-                       f"LIMIT 1 OFFSET ?)", (payload, row))
-        except sqlite3.IntegrityError:
-            return  # the database itself refuses it
+    target = fuzzing.store_with_column_set(small_store, tmp_path_factory.mktemp("h"), table, row, column, payload)
+    if target is None:
+        return  # the database itself refuses it
     try:
         with vrl.audit.open([target]) as audit:  # the store alone: its claims are read, no model re-runs
             report = audit.run(checks=[*LOG_CHECKS, "accuracy"])

@@ -5,8 +5,6 @@ drawn again from the log. Each finding is made here from stores written as a nod
 from __future__ import annotations
 
 import hashlib
-import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -180,16 +178,9 @@ def test_any_value_in_a_manifest_or_verdict_column_is_a_finding_or_an_audit_erro
                                                                                    table, row, column, payload):
     """Hostile bytes where the committees check reads: a finding or an AuditError naming the
     store, never a traceback (specs/audit.md §1)."""
-    target = tmp_path_factory.mktemp("h") / "node.sqlite"
-    shutil.copy(committee_store, target)
-    with sqlite3.connect(target) as db:
-        columns = [info[1] for info in db.execute(f"PRAGMA table_info({table})")]
-        name = columns[column % len(columns)]
-        try:
-            db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT rowid FROM {table} ORDER BY rowid "
-                       f"LIMIT 1 OFFSET ?)", (payload, row))
-        except sqlite3.IntegrityError:
-            return  # the database itself refuses it
+    target = fuzzing.store_with_column_set(committee_store, tmp_path_factory.mktemp("h"), table, row, column, payload)
+    if target is None:
+        return  # the database itself refuses it
     try:
         with vrl.audit.open([target]) as audit:
             report = audit.run(checks=["committees"])
