@@ -3,6 +3,8 @@
     python bench/devnet_costs.py                     # N = 5 and N = 12, 5 measured rounds each
     python bench/devnet_costs.py --nodes 5 --rounds 4
     python bench/devnet_costs.py --nodes 12 --modes default --designs tickets committee --append
+    python bench/devnet_costs.py --nodes 5 12 --modes paced --designs committee --append \
+        --set protocol.groups_per_round=2 protocol.submission_window=40 protocol.step_wait=120
 
 Runs `vrl devnet`'s network (vrl.harness.devnet.plan: node 0 the trainer and a verifier, the
 others workers and verifiers, every node honest, each worker dialling the trainer and the
@@ -78,6 +80,36 @@ IN_KINDS = (T.GOSSIP_IN, T.REQUEST_IN, T.RESPONSE_IN)
 OUT_KINDS = (T.GOSSIP_OUT, T.REQUEST_OUT, T.RESPONSE_OUT)
 
 
+def parse_sets(items: list[str]) -> dict[str, dict]:
+    """``table.key=value`` node.toml overrides (``protocol.groups_per_round=2``), the same for
+    every node: {table: {key: value}}, the value read as JSON (a number) or else kept as text."""
+    out: dict[str, dict] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        table, dot, key = name.partition(".")
+        if not sep or not dot or table not in ("protocol", "admission", "work", "reputation"):
+            raise SystemExit(f"--set {item!r}: write table.key=value, table one of protocol, admission, work, "
+                             "reputation")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        out.setdefault(table, {})[key] = value
+    return out
+
+
+def process_cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a node's process so far (/proc/PID/stat), 0 if it is gone:
+    beside the round's wall seconds, whether the devnet's nodes were starved of the 2 cores."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / __import__("os").sysconf("SC_CLK_TCK")
+
+
 def available_gib() -> float:
     with open("/proc/meminfo") as meminfo:
         for line in meminfo:
@@ -97,8 +129,8 @@ def wait_for_memory(nodes: int) -> None:
         time.sleep(15)
 
 
-def costs(metrics: dict) -> dict:
-    """One node's cumulative counters, from one scrape."""
+def costs(metrics: dict, pid: int | None = None) -> dict:
+    """One node's cumulative counters, from one scrape (and its process's CPU seconds)."""
     payload: dict[str, dict[str, list[float]]] = {}
     for (name, labels), value in metrics.items():
         if name in ("vrl_payload_bytes_total", "vrl_payload_messages_total"):
@@ -112,6 +144,9 @@ def costs(metrics: dict) -> dict:
             "generate_seconds": devnet.total(metrics, "vrl_work_seconds_total", kind="generate"),
             "generate_cpu_seconds": devnet.total(metrics, "vrl_work_cpu_seconds_total", kind="generate"),
             "rollouts_produced": devnet.total(metrics, "vrl_rollouts_produced_total"),
+            "process_cpu_seconds": process_cpu_seconds(pid),
+            # Steps replayed (or judged by the rules): each replay fetches two optimizer states.
+            "step_replays": devnet.total(metrics, "vrl_steps_replayed_total"),
             "payload": payload}
 
 
@@ -146,6 +181,8 @@ def per_round(window: dict, rounds: int, role: str, name: str) -> dict:
         "generate_seconds_per_round": window["generate_seconds"] / rounds,
         "generate_cpu_seconds_per_round": window["generate_cpu_seconds"] / rounds,
         "rollouts_per_round": window["rollouts_produced"] / rounds,
+        "process_cpu_seconds_per_round": window.get("process_cpu_seconds", 0.0) / rounds,
+        "step_replays_per_round": window.get("step_replays", 0.0) / rounds,
         "bytes_in_per_round": bytes_in / rounds,
         "bytes_out_per_round": bytes_out / rounds,
         "bytes_per_round": (bytes_in + bytes_out) / rounds,
@@ -185,11 +222,15 @@ def stored_shapes(directory: Path) -> dict:
     """From the trainer's store: the weights blob's size, the max_new_tokens the nodes chose
     ([work] max_new_tokens 0: from the task set), and the tokens per rollout the checks replay."""
     store = Store(directory / "node-0" / "node.sqlite")
-    weights, max_new, prompt, completion = None, None, [], []
+    weights, max_new, prompt, completion, optimizer, delta = None, None, [], [], [], []
     try:
         for kind, data, _ in store.replay():
-            if kind == "policy" and weights is None:
-                weights = PolicyAnnouncement.from_bytes(data).size
+            if kind == "policy":
+                a = PolicyAnnouncement.from_bytes(data)
+                weights = weights or a.size
+                if a.version:  # version 0 has no step, no delta
+                    optimizer.append(a.optimizer_size)
+                    delta.append(a.delta_size)
             elif kind == "group":
                 for rollout in Submission.from_bytes(data).rollouts():
                     max_new = rollout.sampling.max_new_tokens
@@ -198,11 +239,15 @@ def stored_shapes(directory: Path) -> dict:
     finally:
         store.close()
     return {"weights_bytes": weights, "max_new_tokens": max_new,
+            # A step's optimizer state (a replay fetches two) and the weights delta a node that
+            # holds the parent's file fetches instead of the file (specs/network.md §6.1): means.
+            "optimizer_bytes": round(statistics.fmean(optimizer)) if optimizer else None,
+            "delta_bytes": round(statistics.fmean(delta)) if delta else None,
             "mean_prompt_tokens": statistics.fmean(prompt) if prompt else None,
             "mean_completion_tokens": statistics.fmean(completion) if completion else None}
 
 
-def admission_for(mode: str, nodes: int) -> dict:
+def admission_for(mode: str, nodes: int, groups_per_round: int | None = None) -> dict:
     """The [admission] overrides of a mode: none for ``default`` (the node's devnet defaults,
     batches of 12 groups); for ``paced``, a batch of every worker's groups of a round
     (groups_per_round x workers), as the default's 12 is for `vrl devnet`'s 3 workers
@@ -211,19 +256,24 @@ def admission_for(mode: str, nodes: int) -> dict:
         return {}
     from vrl.node.params import ProtocolParams
 
-    return {"batch_groups": ProtocolParams().groups_per_round * (nodes - 1)}
+    return {"batch_groups": (groups_per_round or ProtocolParams().groups_per_round) * (nodes - 1)}
 
 
 def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "default",
-            design: str = "tickets") -> dict:
-    """``design``: ProtocolParams.verification, "tickets" (the default) or "committee"."""
+            design: str = "tickets", sets: dict | None = None) -> dict:
+    """``design``: ProtocolParams.verification, "tickets" (the default) or "committee";
+    ``sets``: node.toml overrides ({table: {key: value}}, :func:`parse_sets`) of every node."""
     wait_for_memory(nodes)
+    sets = sets or {}
     directory = Path(tempfile.mkdtemp(prefix=f"vrl-bench-costs-{design}-{mode}-{nodes}-"))
     last = WARMUP_VERSIONS + rounds
-    admission = admission_for(mode, nodes)
-    network = devnet.plan(directory, nodes, [], port, rounds=last, work=WORK,
+    admission = {**admission_for(mode, nodes, sets.get("protocol", {}).get("groups_per_round")),
+                 **sets.get("admission", {})}
+    protocol = {**({"verification": design} if design != "tickets" else {}), **sets.get("protocol", {})}
+    tables = {name: values for name, values in sets.items() if name not in ("protocol", "admission", "work")}
+    network = devnet.plan(directory, nodes, [], port, rounds=last, work={**WORK, **sets.get("work", {})},
                           **({"admission": admission} if admission else {}),
-                          **({"protocol": {"verification": design}} if design != "tickets" else {}))
+                          **({"protocol": protocol} if protocol else {}), **tables)
     console.print(f"[bold]{nodes} nodes, {mode}[/] {admission or ''}, versions {WARMUP_VERSIONS}..{last} "
                   f"measured -> {directory}")
     watch = devnet.Watch(network)
@@ -238,7 +288,8 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "de
             version = int(devnet.total(scraped[0], "vrl_policy_version")) if scraped[0] else 0
             for mark in (WARMUP_VERSIONS, last):
                 if version >= mark and mark not in snapshots and all(scraped):
-                    snapshots[mark] = (now - started, [costs(m) for m in scraped])
+                    snapshots[mark] = (now - started, [costs(m, n.process and n.process.pid)
+                                                       for m, n in zip(scraped, network)])
                     console.print(f"version {version} at {now - started:.0f} s: snapshot {mark}")
             if last in snapshots:
                 break
@@ -246,7 +297,7 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "de
             if failure is not None:
                 break
             time.sleep(POLL_SECONDS)
-        final = [costs(devnet.scrape(n.metrics_port)) for n in network]
+        final = [costs(devnet.scrape(n.metrics_port), n.process and n.process.pid) for n in network]
     finally:
         devnet.stop(network)
     seconds = time.monotonic() - started
@@ -258,22 +309,32 @@ def one_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "de
                f"{sorted({r for e in reported for r in e.get('reasons', [])})}; logs in {directory}")
         console.print(f"[red]{nodes} nodes, {mode}: {why}[/]")
         return {"nodes": nodes, "mode": mode, "design": design, "admission_overrides": admission, "rounds": rounds,
-                "failure": why, "versions_reached": sorted(snapshots), "directory": str(directory)}
+                "overrides": sets, "failure": why, "versions_reached": sorted(snapshots), "directory": str(directory)}
     (t0, before), (t1, after) = snapshots[WARMUP_VERSIONS], snapshots[last]
     detail = [per_round(difference(a, b), rounds, "trainer" if i == 0 else "worker", n.name)
               for i, (n, a, b) in enumerate(zip(network, after, before))]
     workers = detail[1:]
     shapes = stored_shapes(directory)
-    group_size = dataclasses.asdict(network[1].config)["work"]["group_size"]
+    config = dataclasses.asdict(network[1].config)
+    group_size = config["work"]["group_size"]
     groups = sum(row["rollouts_per_round"] for row in workers) / group_size
     return {
         "nodes": nodes, "mode": mode, "design": design, "admission_overrides": admission, "rounds": rounds,
+        # Every node.toml override of the run ({table: {key: value}}, --set): the simulator's
+        # comparison (bench/simulate.py --compare) runs with the same; "tables" is what the nodes had.
+        "overrides": sets,
+        "tables": {name: {k: v for k, v in config[name].items() if k != "last_version"}
+                   for name in ("work", "protocol", "reputation", "admission")},
         "versions": [WARMUP_VERSIONS, last],
         # What the network did per round, beside what each node paid: on 2 shared cores the
         # workers may not keep up with the trainer's versions (then fewer groups per round).
         "network": {"groups_published_per_round": groups,
-                    "groups_nominal_per_round": (nodes - 1) * dataclasses.asdict(
-                        network[1].config)["protocol"]["groups_per_round"],
+                    "groups_nominal_per_round": (nodes - 1) * config["protocol"]["groups_per_round"],
+                    # The nodes' CPU seconds a round, all processes together, and as a share of
+                    # the machine's cores (near 1: the devnet was CPU-bound).
+                    "process_cpu_seconds_per_round": sum(row["process_cpu_seconds_per_round"] for row in detail),
+                    "cpu_share_of_cores": sum(row["process_cpu_seconds_per_round"] for row in detail)
+                    / ((t1 - t0) / rounds) / (__import__("os").cpu_count() or 1),
                     "checks_per_round": sum(row["checks_per_round"] for row in detail),
                     "checks_per_group": (sum(row["checks_per_round"] for row in detail) / groups) if groups else None,
                     "weight_fetches_per_round": (sum(row["blob_bytes_in_per_round"] for row in workers)
@@ -343,6 +404,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=27300)  # below the ephemeral range (32768+)
     parser.add_argument("--designs", nargs="+", choices=["tickets", "committee"], default=["tickets"],
                         help="the verification design (ProtocolParams.verification) of each run")
+    parser.add_argument("--set", nargs="+", default=[], metavar="TABLE.KEY=VALUE", dest="sets",
+                        help="node.toml overrides of every node of every run (protocol.groups_per_round=2); "
+                             "recorded in each run, and the simulator's comparison uses them")
     parser.add_argument("--out", type=Path, default=RESULTS / "devnet-costs.json")
     parser.add_argument("--append", action="store_true",
                         help="keep --out's other runs; a run of the same nodes, mode and design is replaced")
@@ -361,18 +425,24 @@ def main() -> None:
         result["settings"]["nodes"] = sorted(set(result["settings"]["nodes"]) | set(args.nodes))
         for run in result["runs"]:
             run.setdefault("design", "tickets")  # runs from before --designs were of the ticket design
-        result["runs"] = [r for r in result["runs"] if args.no_run or (r["nodes"], r["mode"], r["design"]) not in {
-            (n, m, d) for n in args.nodes for m in args.modes for d in args.designs}]
+        # A run of the same nodes, mode, design and overrides is replaced; others are kept.
+        same = json.dumps(parse_sets(args.sets), sort_keys=True)
+        result["runs"] = [r for r in result["runs"] if args.no_run or (
+            r["nodes"], r["mode"], r["design"], json.dumps(r.get("overrides", {}), sort_keys=True)) not in {
+            (n, m, d, same) for n in args.nodes for m in args.modes for d in args.designs}]
     result["settings"]["modes"] = {**result["settings"].get("modes", {}), **{mode: MODES[mode] for mode in args.modes}}
     result["settings"]["commands"] = [*result["settings"].get("commands", []),
                                       "python bench/devnet_costs.py " + " ".join(sys.argv[1:])]
     args.out.parent.mkdir(exist_ok=True)
     shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
              "blob_bytes_per_round", "messages_per_round")
+    for run in result["runs"]:  # shapes a run from before they were read (its store still on this machine)
+        if "per_node" in run and run.get("delta_bytes") is None and Path(run["directory"], "node-0").exists():
+            run.update(stored_shapes(Path(run["directory"])))
     plan = [] if args.no_run else [(mode, n, design) for design in args.designs for mode in args.modes
                                    for n in args.nodes]
     for i, (mode, n, design) in enumerate(plan):
-        run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode, design)
+        run = one_run(n, args.rounds, args.deadline, args.port + 100 * i, mode, design, parse_sets(args.sets))
         result["runs"].append(run)
         # [work] max_new_tokens 0 means "chosen from the task set when the model loads": the value chosen.
         result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in result["runs"]

@@ -42,6 +42,7 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
                      seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
                      churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores,
+                     backfill=args.backfill or ("daemon" if args.compare else "gossip"),
                      **({"cost_file": args.cost} if args.cost else {}))
 
 
@@ -90,21 +91,50 @@ def show(summary: dict) -> None:
         console.print(f"[yellow]actions or topics this driver does not know: {summary['unhandled']}[/]")
 
 
+def run_settings(settings: dict, run_: dict) -> dict:
+    """SimConfig fields of one devnet run (bench/devnet_costs.py): its design, its node.toml
+    overrides ([protocol] and [admission], the paced mode's batch included), the group's shape
+    and the tokens its records carried (read from the trainer's store), and the weights' size."""
+    overrides = run_.get("overrides", {})
+    tables = run_.get("tables") or settings.get("tables", {})
+    protocol = {k: v for k, v in overrides.get("protocol", {}).items() if k != "verification"}
+    out = {"design": run_.get("design", "tickets"), "protocol": protocol,
+           "admission": dict(run_.get("admission_overrides") or {}),
+           "group_size": int(tables.get("work", {}).get("group_size") or settings.get("group_size") or 8)}
+    if run_.get("max_new_tokens"):
+        out["max_new_tokens"] = int(run_["max_new_tokens"])
+    if run_.get("mean_prompt_tokens"):
+        out["prompt_tokens"] = max(1, round(run_["mean_prompt_tokens"]))
+    if run_.get("mean_completion_tokens"):
+        out["completion_tokens"] = max(1, round(run_["mean_completion_tokens"]))
+    for name in ("weights_bytes", "optimizer_bytes", "delta_bytes"):
+        if run_.get(name):
+            out[name] = int(run_[name])
+    return out
+
+
 def compare(args: argparse.Namespace) -> dict:
-    """The simulator beside the real devnet (bench/devnet_costs.py's results) at each N it ran."""
+    """The simulator beside the real devnet (bench/devnet_costs.py's results) at each N it ran,
+    with each run's settings (:func:`run_settings`); runs that failed are skipped."""
     try:
         real = json.loads(Path(args.compare).read_text())
     except (OSError, ValueError) as error:
         raise SystemExit(f"{args.compare}: cannot read the devnet's costs ({error})") from None
     out = []
     for run_ in real.get("runs", []):
+        if "per_node" not in run_:
+            continue
         nodes, rounds = int(run_["nodes"]), int(run_["rounds"])
         settings = real.get("settings", {})
         config = config_from(args, nodes)
         config = dataclasses.replace(config, rounds=rounds, warmup=int(settings.get("warmup_versions", 1)),
-                                     weights_bytes=int(run_.get("weights_bytes") or config.weights_bytes))
+                                     **run_settings(settings, run_))
         sim = run(config, args.wall_limit, args.cpu_limit)
-        table = Table(title=f"N = {nodes}: simulator vs real devnet ({rounds} rounds)")
+        sim_seconds = (sim["per_round"] and sum(r["seconds"] for r in sim["per_round"][config.warmup:])
+                       / max(1, len(sim["per_round"][config.warmup:])))
+        table = Table(title=f"N = {nodes}, {config.design}, {run_.get('mode', '')}: simulator vs real devnet "
+                            f"({rounds} rounds; seconds a round: simulated {sim_seconds:.1f}, devnet "
+                            f"{run_.get('seconds_per_round', 0):.1f})")
         for column in ("metric", "who", "simulated", "devnet", "sim / real", f"within {TOLERANCE:.0%}"):
             table.add_column(column, justify="right")
         rows = []
@@ -121,8 +151,28 @@ def compare(args: argparse.Namespace) -> dict:
                              "ratio": ratio, "within": ok})
                 table.add_row(metric, who, f"{s:,.2f}", f"{r:,.2f}", f"{ratio:.2f}", "yes" if ok else "[red]no[/]")
         console.print(table)
-        out.append({"nodes": nodes, "rows": rows, "simulated": sim})
+        out.append({"nodes": nodes, "design": config.design, "mode": run_.get("mode"),
+                    "overrides": run_.get("overrides", {}), "admission": config.admission,
+                    "backfill_model": config.backfill,
+                    "seconds_per_round": {"simulated": sim_seconds, "devnet": run_.get("seconds_per_round")},
+                    "groups_per_round": {"simulated": _groups_per_round(sim, config),
+                                         "devnet": run_.get("network", {}).get("groups_published_per_round")},
+                    # Network-wide: each replay fetches two optimizer states (2 x ~1.9 x the
+                    # weights), a Bernoulli(step_audit_rate) draw per verifier and step on both sides.
+                    "step_replays_per_round": {
+                        "simulated": sim.get("per_node", {}).get("step_replays_per_round", 0.0) * nodes,
+                        "devnet": (sum(r.get("step_replays_per_round", 0.0) for r in run_.get("per_node_detail", []))
+                                   if any("step_replays_per_round" in r for r in run_.get("per_node_detail", []))
+                                   else None)},
+                    "rows": rows, "simulated": sim})
     return {"compare": str(args.compare), "tolerance": TOLERANCE, "runs": out}
+
+
+def _groups_per_round(sim: dict, config: SimConfig) -> float:
+    """Groups the workers published a measured round, network-wide (the devnet's
+    network.groups_published_per_round counts rollouts made / group_size)."""
+    measured = sim.get("rounds_measured") or 0
+    return sim.get("honest_groups_published", 0) / measured if measured else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
     parser.add_argument("--cores", type=int, default=0,
                         help="processors all nodes share, as a devnet on one machine (0: one each)")
+    parser.add_argument("--backfill", choices=("gossip", "daemon"), default=None,
+                        help="a backfill pass's cost: what the network gossiped (the committee design's target), "
+                             "or each peer's store paged whole as the daemon does (default: daemon with --compare, "
+                             "else gossip)")
     parser.add_argument("--cost", type=Path, default=None, help="bench/cost.py results (default small float32)")
     parser.add_argument("--wall-limit", type=float, default=None, help="stop after this many wall seconds")
     parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")

@@ -62,6 +62,7 @@ from .metrics import Metrics
 from .network import Network
 from .payloads import PLATFORM, Records, Truth, announcement, check_result, sybil_verdict
 from .spec import CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
+from .stores import REQUEST_BYTES, StoreLedger, daemon_pass, keep, keep_action
 
 # Seeds of the simulation's own keys (specs/README.md lists them as local tags): a node's, and a
 # planted group's throw-away producer's.
@@ -186,6 +187,7 @@ class Simulation:
         self.version_groups: dict[int, list[Group]] = {}  # honest groups published, for the sybils' smears
         self.trainer_version = -1
         self.group_msgs: dict[bytes, Msg] = {}  # every group made, for fetches by digest (pruned as rounds age)
+        self.ledger = StoreLedger() if c.backfill == "daemon" else None  # what each store holds (stores.py)
 
     # -- set-up ------------------------------------------------------------------------------------
     def _key(self, i: int) -> NodeKey:
@@ -213,7 +215,7 @@ class Simulation:
         process's wall-clock or CPU seconds (on a shared machine CPU is the fair measure)."""
         started, cpu_started = time.perf_counter(), time.process_time()
         self._limits = (started, cpu_started, wall_limit_s, cpu_limit_s)
-        self.feed(self.trainer, E.Trained(announcement(self.trainer_key, 0, (), self.config.weights_bytes), ()))
+        self.feed(self.trainer, E.Trained(self._announcement(self.trainer_key, 0, ()), ()))
         for node in self.nodes:
             if node.protocol is not None:
                 if node.index:
@@ -315,6 +317,7 @@ class Simulation:
         if msg is None:
             return None
         self.round_bytes[msg.round] = self.round_bytes.get(msg.round, 0) + msg.size
+        keep(self, origin, msg)
         copies = self.net.forwards(origin, origin=True)
         self.metrics.sent(origin, msg.size * copies, copies)
         arrivals = self.net.arrivals(origin, msg.size, self.now)
@@ -400,6 +403,7 @@ class Simulation:
                 fed = True
             else:
                 self.feed(node, event)
+            keep(self, node.index, msg)
         if fed:
             self.feed(node, E.Tick(self.now))
 
@@ -463,14 +467,16 @@ class Simulation:
         after=0), keeping what it lacks: each pass costs the whole window's bytes per peer, in
         pages of at most BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them. A peer's log is taken
         as everything gossiped in those rounds (what the network published)."""
-        if node.index not in self.net.offline and node.protocol.version is not None:
+        if node.index not in self.net.offline and node.protocol.version is not None and self.ledger is not None:
+            daemon_pass(self, node)
+        elif node.index not in self.net.offline and node.protocol.version is not None:
             since = max(node.protocol.version - 1, 0)
             window = sum(b for v, b in self.round_bytes.items() if v >= since)
             page = min(window, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
             pages = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
             for peer in self.net.links[node.index]:
                 if self.nodes[peer].protocol is not None and self.net.reachable(node.index, peer):
-                    self.metrics.backfilled(node.index, peer, page, pages)
+                    self.metrics.backfilled(node.index, peer, page, pages, pages * REQUEST_BYTES)
         self.at(self.now + BACKFILL_EVERY_SECONDS, self.backfill_pass, node)
 
     # -- actions ---------------------------------------------------------------------------------
@@ -497,7 +503,11 @@ class Simulation:
             self.metrics.unhandled["Send to an unknown peer" if msg else "Send undecodable"] += 1
             return
         msg.direct = True
+        keep(self, node.index, msg)
         self.send(node.index, peer, msg)
+        # /vrl/send/1's answer is empty: a message each way, no bytes (p2p.traffic counts it).
+        self.metrics.sent(peer, 0, 1)
+        self.metrics.received(node.index, 0)
         if action.topic == TOPIC_GROUPS:
             self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
             if node.kind == "" and node.index:
@@ -550,8 +560,11 @@ class Simulation:
         if server is None:
             self.at(self.now + 5.0, self.feed, node, E.Abandoned(action))
             return
-        self.metrics.blob(node.index, server, a.size)
-        seconds = self.config.latency_s + a.size / self.config.bandwidth_bps
+        # vrl.node.deltas.fetch_weights: the delta when the node holds the parent's file (it loaded
+        # the version before: a node keeps max_staleness + 1 versions' files), else the whole file.
+        size = a.delta_size if a.delta and a.version - 1 in node.protocol.loaded else a.size
+        self.metrics.blob(node.index, server, size)
+        seconds = self.config.latency_s + size / self.config.bandwidth_bps
         self.at(self.now + seconds, self.feed, node, E.PolicyLoaded(a.version))
 
     def _do_Generate(self, node: SimNode, action: E.Generate) -> None:
@@ -616,15 +629,20 @@ class Simulation:
 
     def _trained(self, node: SimNode, version: int, batch) -> None:
         self.metrics.trained(self, batch)
-        a = announcement(node.key, version + 1, tuple(batch), self.config.weights_bytes)
+        a = self._announcement(node.key, version + 1, tuple(batch))
         self.feed(node, E.Trained(a, tuple(d for d, _ in batch)))
 
     def _do_ReplayStep(self, node: SimNode, action: E.ReplayStep) -> None:
         a = action.announcement
         # The step's config, and the optimizer states before and after, fetched from the trainer.
         parent = self.trainer.protocol.policies.get(a.version - 1)
+        self.metrics.counters["step_replays"][node.index] += 1
         self.metrics.blob(node.index, 0, a.optimizer_size + (parent.optimizer_size if parent else 0) + 1024)
         self.job(node, self.cost.step_seconds, self._replayed, node, a)
+
+    def _announcement(self, key: NodeKey, version: int, batch: tuple) -> PolicyAnnouncement:
+        c = self.config
+        return announcement(key, version, batch, c.weights_bytes, c.optimizer_bytes, c.delta_bytes)
 
     def _replayed(self, node: SimNode, a: PolicyAnnouncement) -> None:
         cheat = self.trainer.kind
@@ -639,10 +657,13 @@ class Simulation:
         pass  # observed from the protocol's state (_observe)
 
     def _do_Persist(self, node: SimNode, action: E.Persist) -> None:
-        pass  # the store: nothing to simulate
+        keep_action(self, node.index, action)  # the store: what backfill pages (stores.py)
 
     def _do_PersistStep(self, node: SimNode, action: E.PersistStep) -> None:
-        pass
+        keep_action(self, node.index, action)
+
+    def _do_PersistManifest(self, node: SimNode, action) -> None:
+        keep_action(self, node.index, action)
 
     def _do_ConvictTrainer(self, node: SimNode, action: E.ConvictTrainer) -> None:
         pass  # observed from the protocol's state (_observe)
@@ -655,6 +676,8 @@ class Simulation:
         oldest = a.version - self.trainer.protocol.config.max_staleness - 2  # no fetch names an older group
         for digest in [d for d, m in self.group_msgs.items() if m.round < oldest]:
             del self.group_msgs[digest]
+        if self.ledger is not None:
+            self.ledger.prune(oldest)
         for version in sorted(self.version_groups)[:-2]:  # the flood smears the two newest rounds held only
             del self.version_groups[version]
         c, v = self.config, a.version

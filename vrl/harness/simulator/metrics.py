@@ -13,10 +13,14 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import msgpack
+
+from p2p.blobs import CHUNK_BYTES
 from vrl.node.config import TRAINER_ADVERSARIES
 from vrl.node.messages import Outcome
 
@@ -24,8 +28,11 @@ from .spec import LAZY, SPOOFS, CostModel, SimConfig
 
 #: Claim refusals (specs/committee.md §4) that come after the verdict's signature was checked.
 SIGNED_REFUSALS = frozenset({"bad_signature", "bad_proof", "not_drawn"})
+# A chunk's request body on /vrl/blob/1 (p2p.blobs.fetch_blob): msgpack [digest, index], 36
+# bytes (as the devnet's request_out of /vrl/blob/1 counts them, bench/results/devnet-costs.json).
+BLOB_REQUEST_BYTES = len(msgpack.packb([bytes(32), 0]))
 COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
-            "backfill_bytes", "protocol_cpu_seconds")
+            "backfill_bytes", "protocol_cpu_seconds", "step_replays")
 
 
 @dataclass
@@ -78,20 +85,31 @@ class Metrics:
         self.counters["messages_in"][i] += 1
 
     def blob(self, receiver: int, server: int, size: int) -> None:
-        """A request/response fetch: the response's bytes in for one, out for the other."""
-        for i, name in ((receiver, "bytes_in"), (server, "bytes_out")):
+        """A blob fetch (p2p.blobs): one request and one response per chunk of at most
+        CHUNK_BYTES; the responses' bytes in for one, out for the other, the requests' the
+        other way (the devnet's transport counts both, as /vrl/blob/1, p2p.traffic)."""
+        chunks = max(1, math.ceil(size / CHUNK_BYTES))
+        for i, name, other in ((receiver, "bytes_in", "bytes_out"), (server, "bytes_out", "bytes_in")):
             self.counters[name][i] += size
-            self.counters["blob_bytes"][i] += size
-        self.counters["messages_in"][receiver] += 1
-        self.counters["messages_out"][server] += 1
+            self.counters[other][i] += chunks * BLOB_REQUEST_BYTES
+            self.counters["blob_bytes"][i] += size + chunks * BLOB_REQUEST_BYTES
+        for i in (receiver, server):
+            self.counters["messages_in"][i] += chunks
+            self.counters["messages_out"][i] += chunks
 
-    def backfilled(self, requester: int, server: int, size: int, pages: int) -> None:
-        """One backfill pass of one peer: its pages in for one, out for the other."""
-        for i, name in ((requester, "bytes_in"), (server, "bytes_out")):
+    def backfilled(self, requester: int, server: int, size: int, pages: int, request_bytes: int = 0) -> None:
+        """One backfill pass of one peer: its pages in for one, out for the other; each page
+        asked by a request (``request_bytes`` in all), out for the one, in for the other: the
+        devnet's transport counts both bodies and both messages (p2p.traffic)."""
+        for i, name, other in ((requester, "bytes_in", "bytes_out"), (server, "bytes_out", "bytes_in")):
             self.counters[name][i] += size
-            self.counters["backfill_bytes"][i] += size
+            self.counters[other][i] += request_bytes
+            self.counters["backfill_bytes"][i] += size + request_bytes
         self.counters["messages_in"][requester] += pages
         self.counters["messages_out"][server] += pages
+        if request_bytes:
+            self.counters["messages_out"][requester] += pages
+            self.counters["messages_in"][server] += pages
 
     def protocol_cpu(self, i: int, seconds: float) -> None:
         self.counters["protocol_cpu_seconds"][i] += seconds
@@ -180,6 +198,7 @@ class Metrics:
                     "messages_per_round": out["messages_in"] + out["messages_out"],
                     "blob_bytes": out["blob_bytes"], "backfill_bytes": out["backfill_bytes"],
                     "protocol_cpu_seconds_per_round": out["protocol_cpu_seconds"],
+                    "step_replays_per_round": out["step_replays"],
                     "bytes_per_round_without_blobs": out["bytes_in"] + out["bytes_out"] - out["blob_bytes"]}
 
         rounds_table = []

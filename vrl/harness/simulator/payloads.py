@@ -85,15 +85,23 @@ class Records:
         return self.config.group_size * self.config.completion_tokens
 
 
-def announcement(trainer: NodeKey, version: int, batch: tuple[tuple[bytes, float], ...], weights_bytes: int
-                 ) -> PolicyAnnouncement:
+def blob_of(version: int) -> bytes:
+    return hashlib.sha256(b"blob" + model_hash(version)).digest()
+
+
+def announcement(trainer: NodeKey, version: int, batch: tuple[tuple[bytes, float], ...], weights_bytes: int,
+                 optimizer_bytes: int = 0, delta_bytes: int = 0) -> PolicyAnnouncement:
     """The trainer's announcement of ``version``, bound to its step as an honest trainer's is
-    (specs/training.md §3): parent, optimizer before and after, one step config for the run."""
+    (specs/training.md §3): parent, optimizer before and after (``optimizer_bytes``, 0: twice the
+    weights, Adam's two moments), one step config for the run; from version 1 a weights delta of
+    ``delta_bytes`` against the parent's file (specs/network.md §6.1) if that is nonzero."""
+    delta = ({"delta": hashlib.sha256(b"delta" + model_hash(version)).digest(), "delta_size": delta_bytes,
+              "delta_parent": blob_of(version - 1)} if version and 0 < delta_bytes < weights_bytes else {})
     return PolicyAnnouncement(
-        trainer.node_id, version, model_hash(version), hashlib.sha256(b"blob" + model_hash(version)).digest(),
+        trainer.node_id, version, model_hash(version), blob_of(version),
         weights_bytes, parent=model_hash(version - 1) if version else b"", batch=batch, config=STEP_CONFIG,
         optimizer_before=optimizer_hash(version - 1) if version else b"", optimizer=optimizer_hash(version),
-        optimizer_size=2 * weights_bytes, platform=PLATFORM).signed(trainer)
+        optimizer_size=optimizer_bytes or 2 * weights_bytes, platform=PLATFORM, **delta).signed(trainer)
 
 
 @dataclass(frozen=True)

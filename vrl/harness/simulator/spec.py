@@ -182,6 +182,11 @@ class SimConfig:
     commitment_bytes_per_token: float = 6.33
     # The base model's weights blob as the devnet announces it (bench/results/devnet-costs.json).
     weights_bytes: int = 13_654_264
+    # Its step's optimizer state (0: twice the weights) and the weights delta against the parent's
+    # file (0: none, the whole file each version). The devnet's base model: 26,266,288 and ~7.0 MB
+    # (the trainer's announcements, bench/results/devnet-costs.json optimizer_bytes, delta_bytes).
+    optimizer_bytes: int = 0
+    delta_bytes: int = 0
     cost_file: Path = RESULTS / "cost-small-float32.json"
     # A step of the base model, and a replay of it, 0.1-0.3 s (vrl.node.params: step_audit_rate's note)
     step_seconds: float = 0.3
@@ -200,6 +205,10 @@ class SimConfig:
     window_s: float = 0.25
     sybil_verdicts: int = 32  # groups each fresh sybil key hard-fails per round
     deadline_s: float = 3600.0  # simulated seconds after which the run stops, rounds done or not
+    # What a backfill pass costs (stores.py): "gossip", what the network gossiped in the window
+    # (specs/network.md §3.5's target in the committee design); "daemon", each peer's own store
+    # paged whole, groups and passes included, as vrl.node.catchup does today (the calibration's).
+    backfill: str = "gossip"
     protocol: dict = field(default_factory=dict)  # ProtocolParams overrides
     admission: dict = field(default_factory=dict)  # AdmissionConfig overrides (over NODE_OVERRIDES')
 
@@ -208,6 +217,8 @@ class SimConfig:
             raise SpecError(f"nodes: a network needs a trainer and a worker, got {self.nodes}")
         if self.rounds < 1:
             raise SpecError(f"rounds: at least 1, got {self.rounds}")
+        if self.backfill not in ("gossip", "daemon"):
+            raise SpecError(f"backfill: gossip or daemon, got {self.backfill!r}")
         if self.topology not in ("devnet", "random"):
             raise SpecError(f"topology: devnet or random, got {self.topology!r}")
         for name in ("loss", "churn", "honest_reject"):

@@ -1,0 +1,113 @@
+"""The simulator's model of what the daemon's transport carries, as the calibration against the
+real devnet counts it (bench/devnet_costs.py, issue 30): backfill passes that page each peer's
+store whole (SimConfig.backfill = "daemon", vrl.node.catchup), blob fetches in chunks, the empty
+answer of a direct send, and the devnet run's settings carried to the simulator."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from p2p.blobs import CHUNK_BYTES
+from vrl.harness.simulator import SimConfig, Simulation, SpecError
+from vrl.harness.simulator.metrics import BLOB_REQUEST_BYTES
+from vrl.harness.simulator.stores import PAGE_OVERHEAD_BYTES, StoreLedger, pages
+from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
+
+
+def run(**settings) -> Simulation:
+    sim = Simulation(SimConfig(**settings))
+    sim.run(cpu_limit_s=120)
+    return sim
+
+
+def test_a_store_counts_a_message_once_and_a_window_holds_the_versions_asked_for():
+    ledger = StoreLedger()
+    ledger.grow(2)
+    ledger.put(0, 3, b"a" * 100)
+    ledger.put(0, 3, b"a" * 100)  # stored again: a no-op, as vrl.node.store's
+    ledger.put(0, 4, b"b" * 50)
+    ledger.put(0, 1, b"c" * 7)
+    assert ledger.window(0, 3) == (150, 2)
+    assert ledger.window(0, 0) == (157, 3)
+    assert ledger.window(1, 0) == (0, 0)
+    ledger.prune(4)
+    assert ledger.window(0, 0) == (50, 1)
+
+
+def test_a_window_is_paged_as_the_store_pages_it():
+    assert pages(0, 0) == (1, PAGE_OVERHEAD_BYTES)  # an empty window is one empty page
+    count, size = pages(3 * BACKFILL_PAGE_BYTES - 10, 600)
+    assert count == 3 and size > 3 * BACKFILL_PAGE_BYTES - 10
+    count, size = pages(200 * BACKFILL_PAGE_BYTES, 40_000)  # at most BACKFILL_MAX_PAGES a peer
+    assert count == BACKFILL_MAX_PAGES and size < (BACKFILL_MAX_PAGES + 1) * BACKFILL_PAGE_BYTES
+
+
+def test_daemon_backfill_pages_groups_and_passes_and_brings_members_their_groups():
+    """In the committee design a worker's groups and a member's passes go to the trainer alone,
+    but the daemon's backfill pages every peer's store: the trainer's holds them all, so a pass
+    costs more than what was gossiped, and members get groups by backfill instead of a fetch."""
+    gossip = run(nodes=5, rounds=3, design="committee", backfill="gossip")
+    daemon = run(nodes=5, rounds=3, design="committee", backfill="daemon")
+    g, d = gossip.metrics.summary, daemon.metrics.summary
+    assert d["unhandled"] == {} and d["rounds_measured"] == 3 and d["honest_false_quarantines"] == 0
+    assert d["per_node"]["backfill_bytes"] > 2 * g["per_node"]["backfill_bytes"]
+    assert d["actions"].get("FetchGroup", 0) < g["actions"].get("FetchGroup", 0)
+    # The trainer's store holds every group it was sent: a worker's window from it has them.
+    trainer_store = daemon.ledger.window(0, 0)[0]
+    worker_store = daemon.ledger.window(1, 0)[0]
+    assert trainer_store > worker_store > 0
+
+
+def test_the_gossip_model_is_the_default_and_a_wrong_model_is_refused():
+    assert SimConfig().backfill == "gossip"
+    with pytest.raises(SpecError, match="backfill"):
+        SimConfig(backfill="everything")
+
+
+def test_a_blob_is_fetched_in_chunks_each_a_request_and_a_response():
+    sim = Simulation(SimConfig(nodes=3))
+    m = sim.metrics
+    size = 13 * CHUNK_BYTES + 5  # 14 chunks
+    m.blob(1, 0, size)
+    assert m.counters["messages_in"][1] == m.counters["messages_out"][1] == 14
+    assert m.counters["messages_in"][0] == m.counters["messages_out"][0] == 14
+    assert m.counters["bytes_in"][1] == size and m.counters["bytes_out"][1] == 14 * BLOB_REQUEST_BYTES
+    assert m.counters["blob_bytes"][0] == m.counters["blob_bytes"][1] == size + 14 * BLOB_REQUEST_BYTES
+
+
+def test_a_direct_send_is_answered_empty_a_message_each_way():
+    """/vrl/send/1 (specs/network.md §3.5): the sender's request and the receiver's empty answer."""
+    sim = run(nodes=4, rounds=2, design="committee")
+    sends = sim.metrics.actions.get("Send", 0)
+    assert sends > 0
+    trainer_in = sim.metrics.counters["messages_in"][0]
+    trainer_out = sim.metrics.counters["messages_out"][0]
+    assert trainer_out >= sends and trainer_in >= sends
+
+
+def _simulate_module():
+    path = Path(__file__).resolve().parent.parent / "bench" / "simulate.py"
+    spec = importlib.util.spec_from_file_location("bench_simulate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_devnet_runs_settings_travel_to_the_simulator():
+    """bench/simulate.py --compare runs each devnet run with its own design, [protocol] and
+    [admission] overrides, group shape and token counts."""
+    run_ = {"design": "committee", "overrides": {"protocol": {"groups_per_round": 2, "step_wait": 120,
+                                                              "verification": "committee"}},
+            "admission_overrides": {"batch_groups": 22}, "tables": {"work": {"group_size": 8}},
+            "max_new_tokens": 8, "mean_prompt_tokens": 5.8, "mean_completion_tokens": 3.4, "weights_bytes": 1000}
+    got = _simulate_module().run_settings({}, run_)
+    assert got == {"design": "committee", "protocol": {"groups_per_round": 2, "step_wait": 120},
+                   "admission": {"batch_groups": 22}, "group_size": 8, "max_new_tokens": 8, "prompt_tokens": 6,
+                   "completion_tokens": 3, "weights_bytes": 1000}
+    config = SimConfig(nodes=12, **got)
+    sim = Simulation(config)
+    assert sim.nodes[1].protocol.config.groups_per_round == 2
+    assert sim.admission.batch_groups == 22

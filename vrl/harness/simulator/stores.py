@@ -1,0 +1,158 @@
+"""What each simulated node's store holds, and what the daemon's backfill pages out of it
+(``SimConfig.backfill = "daemon"``): the calibration's model of vrl.node.catchup as it runs.
+
+The daemon (vrl.node.daemon.Node.run) starts a backfill pass every BACKFILL_EVERY_SECONDS;
+a pass asks every connected peer, page by page from the start (vrl.node.catchup.Backfill.pull:
+``after=0``), for every message of its store of versions ``>= since`` (``since`` = the
+node's version - 1): policies, round manifests, groups (not planted ones), verdicts and step
+verdicts (vrl.node.store.Store.since), at most BACKFILL_PAGE_BYTES and BACKFILL_MAX_MESSAGES a
+page, BACKFILL_MAX_PAGES pages a peer. Every byte of every page crosses the link whether the
+asker holds the message or not (it drops the known ones after they came). So a pass costs
+the peer's whole window, and what a peer's store holds matters: in the committee design the
+trainer holds every group and every pass (sent to it, specs/network.md §3.5), a worker its
+own, the groups it fetched, and what was gossiped.
+
+A node stores (vrl.node.daemon): what it publishes or sends (``_store_own``), every group and
+policy it accepts (``_on_message``), a received verdict once its group is known
+(``Persist``), a manifest and a step verdict once they count (``PersistManifest``,
+``PersistStep``), and its own verdicts and step verdicts that it stores without sending
+(``Persist``, ``PersistStep`` of its own). The simulator absorbs received groups and verdicts
+with ``replaying=True`` (no actions), so a received verdict is taken as stored when the
+receiver holds its group after it was handled; one whose group comes later is not counted
+(its bytes are a verdict's, ~500, against pages of groups).
+
+``"gossip"`` (the default, and specs/network.md §3.5's target for the committee design): a
+pass costs what the network gossiped in the window, the same from every peer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+
+from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
+from vrl.node.messages import BACKFILL_MAX_MESSAGES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, schema_of
+
+BACKFILL_MODELS = ("gossip", "daemon")
+# A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
+# message a bin header (3 bytes up to 64 KiB, 5 above: a group of the base model is ~6 KB).
+PAGE_OVERHEAD_BYTES = len(BackfillPage((), None).to_bytes())
+MESSAGE_OVERHEAD_BYTES = 3
+# A page request: {"since": u64, "after": u64} (vrl.node.messages.BackfillRequest), as a pass
+# asks for its pages (the first at after 0, small; later ones a position).
+REQUEST_BYTES = len(BackfillRequest(1, 1).to_bytes())
+
+
+class StoreLedger:
+    """Per node: bytes and messages stored per version, each message once, and the messages
+    themselves (what a pass hands a peer that lacks them)."""
+
+    def __init__(self) -> None:
+        self.held: list[dict[int, list[int]]] = []  # node -> version -> [bytes, messages]
+        self.keys: list[dict[int, dict[int, object]]] = []  # node -> version -> hash of the bytes -> Msg
+
+    def grow(self, nodes: int) -> None:
+        while len(self.held) < nodes:
+            self.held.append(defaultdict(lambda: [0, 0]))
+            self.keys.append(defaultdict(dict))
+
+    def has(self, node: int, version: int, data: bytes) -> bool:
+        return hash(data) in self.keys[node].get(version, ())
+
+    def put(self, node: int, version: int, data: bytes, msg: object = None) -> None:
+        """``node`` stores one message of ``version`` (again: a no-op, as the store's)."""
+        key = hash(data)
+        seen = self.keys[node][version]
+        if key in seen:
+            return
+        seen[key] = msg
+        slot = self.held[node][version]
+        slot[0] += len(data)
+        slot[1] += 1
+
+    def window(self, node: int, since: int) -> tuple[int, int]:
+        """Bytes and messages ``node``'s store holds of versions ``>= since``."""
+        size = count = 0
+        for version, (b, m) in self.held[node].items():
+            if version >= since:
+                size += b
+                count += m
+        return size, count
+
+    def prune(self, oldest: int) -> None:
+        """Forget versions below ``oldest``: no pass asks for them any more (the pruner drops them too)."""
+        for held, keys in zip(self.held, self.keys):
+            for version in [v for v in held if v < oldest]:
+                del held[version]
+                keys.pop(version, None)
+
+
+def pages(size: int, messages: int) -> tuple[int, int]:
+    """A peer's window of ``size`` bytes in ``messages`` messages, paged as Store.since pages it:
+    (pages, bytes of the pages) within BACKFILL_MAX_PAGES; an empty window is one empty page."""
+    if messages == 0:
+        return 1, PAGE_OVERHEAD_BYTES
+    count = max(math.ceil(size / BACKFILL_PAGE_BYTES), math.ceil(messages / BACKFILL_MAX_MESSAGES))
+    count = min(count, BACKFILL_MAX_PAGES)
+    share = min(1.0, count * BACKFILL_PAGE_BYTES / size) if size else 1.0
+    return count, round(share * (size + MESSAGE_OVERHEAD_BYTES * messages)) + count * PAGE_OVERHEAD_BYTES
+
+
+def keep(sim, node: int, msg) -> None:
+    """``node`` stored ``msg`` (its own, or one it accepted), as the daemon does: a received
+    verdict only if its group is held (Persist), any other message as it is accepted."""
+    ledger = sim.ledger
+    if ledger is None:
+        return
+    ledger.grow(node + 1)
+    if msg.topic == TOPIC_VERDICTS and msg.origin != node:
+        protocol = sim.nodes[node].protocol
+        if protocol is None or msg.obj.group not in protocol.groups:
+            return
+    ledger.put(node, msg.round, msg.data, msg)
+
+
+def keep_action(sim, node: int, action) -> None:
+    """A Persist, PersistStep or PersistManifest action: the store takes the message (a
+    received one again is a no-op; the node's own verdicts the design stores and does not send)."""
+    ledger = sim.ledger
+    if ledger is None:
+        return
+    ledger.grow(node + 1)
+    message = getattr(action, "verdict", None) or getattr(action, "manifest", None)
+    if message is None:
+        return
+    version = next(getattr(message, a) for a in ("policy_version", "version", "round") if hasattr(message, a))
+    data = message.to_bytes()
+    if not ledger.has(node, version, data):
+        from .driver import Msg  # (the driver imports this module)
+
+        topic = schema_of(type(message)).topic
+        ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
+
+
+def daemon_pass(sim, node) -> None:
+    """One backfill pass of ``node`` as the daemon runs it (vrl.node.catchup.Backfill.pull):
+    every connected peer's window, paged, each page a request and a response on both sides;
+    what the node's store lacks of it is handled as gossip (validated, never forwarded), after
+    the pages' transfer time. Its bytes are the pages' (prepaid: no delivery counted again)."""
+    ledger, net, me = sim.ledger, sim.net, node.index
+    since = max((node.protocol.version or 0) - 1, 0)
+    ledger.grow(len(sim.nodes))
+    for peer in sorted(net.links[me]):
+        if sim.nodes[peer].protocol is None or not net.reachable(me, peer):
+            continue
+        count, size = pages(*ledger.window(peer, since))
+        sim.metrics.backfilled(me, peer, size, count, count * REQUEST_BYTES)
+        when = sim.now + count * sim.config.latency_s + size / sim.config.bandwidth_bps
+        mine = ledger.keys[me]
+        for version, held in ledger.keys[peer].items():
+            if version < since:
+                continue
+            for key, msg in held.items():
+                if msg is None or key in mine.get(version, ()) or msg.origin == me:
+                    continue
+                copy = dataclasses.replace(msg, direct=True)  # handled, not forwarded
+                node.prepaid.add(copy)
+                sim.deliver(node, copy, when)
