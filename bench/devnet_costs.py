@@ -223,6 +223,7 @@ def stored_shapes(directory: Path) -> dict:
     ([work] max_new_tokens 0: from the task set), and the tokens per rollout the checks replay."""
     store = Store(directory / "node-0" / "node.sqlite")
     weights, max_new, prompt, completion, optimizer, delta = None, None, [], [], [], []
+    commitment, task_id = [], []
     try:
         for kind, data, _ in store.replay():
             if kind == "policy":
@@ -236,6 +237,8 @@ def stored_shapes(directory: Path) -> dict:
                     max_new = rollout.sampling.max_new_tokens
                     prompt.append(len(rollout.prompt_tokens))
                     completion.append(len(rollout.completion_tokens))
+                    commitment.append(len(rollout.commitment))
+                    task_id.append(len(rollout.task_id))
     finally:
         store.close()
     return {"weights_bytes": weights, "max_new_tokens": max_new,
@@ -243,6 +246,9 @@ def stored_shapes(directory: Path) -> dict:
             # holds the parent's file fetches instead of the file (specs/network.md §6.1): means.
             "optimizer_bytes": round(statistics.fmean(optimizer)) if optimizer else None,
             "delta_bytes": round(statistics.fmean(delta)) if delta else None,
+            # A record's commitment bytes and task id length (the record's shape, beside its tokens).
+            "mean_commitment_bytes": statistics.fmean(commitment) if commitment else None,
+            "mean_task_id_chars": statistics.fmean(task_id) if task_id else None,
             "mean_prompt_tokens": statistics.fmean(prompt) if prompt else None,
             "mean_completion_tokens": statistics.fmean(completion) if completion else None}
 
@@ -437,8 +443,9 @@ def main() -> None:
     shown = ("checks_per_round", "verify_seconds_per_round", "verify_cpu_seconds_per_round", "bytes_per_round",
              "blob_bytes_per_round", "messages_per_round")
     for run in result["runs"]:  # shapes a run from before they were read (its store still on this machine)
-        if "per_node" in run and run.get("delta_bytes") is None and Path(run["directory"], "node-0").exists():
+        if "per_node" in run and run.get("mean_commitment_bytes") is None and Path(run["directory"], "node-0").exists():
             run.update(stored_shapes(Path(run["directory"])))
+    args.out.write_text(json.dumps(result, indent=1))
     plan = [] if args.no_run else [(mode, n, design) for design in args.designs for mode in args.modes
                                    for n in args.nodes]
     for i, (mode, n, design) in enumerate(plan):

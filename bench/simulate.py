@@ -104,9 +104,13 @@ def run_settings(settings: dict, run_: dict) -> dict:
     if run_.get("max_new_tokens"):
         out["max_new_tokens"] = int(run_["max_new_tokens"])
     if run_.get("mean_prompt_tokens"):
-        out["prompt_tokens"] = max(1, round(run_["mean_prompt_tokens"]))
+        out["prompt_tokens"] = float(run_["mean_prompt_tokens"])
     if run_.get("mean_completion_tokens"):
-        out["completion_tokens"] = max(1, round(run_["mean_completion_tokens"]))
+        out["completion_tokens"] = float(run_["mean_completion_tokens"])
+    if run_.get("mean_commitment_bytes"):
+        out["commitment_bytes"] = round(run_["mean_commitment_bytes"])
+    if run_.get("mean_task_id_chars"):
+        out["task_id_chars"] = round(run_["mean_task_id_chars"])
     for name in ("weights_bytes", "optimizer_bytes", "delta_bytes"):
         if run_.get(name):
             out[name] = int(run_[name])

@@ -102,12 +102,49 @@ def test_a_devnet_runs_settings_travel_to_the_simulator():
     run_ = {"design": "committee", "overrides": {"protocol": {"groups_per_round": 2, "step_wait": 120,
                                                               "verification": "committee"}},
             "admission_overrides": {"batch_groups": 22}, "tables": {"work": {"group_size": 8}},
-            "max_new_tokens": 8, "mean_prompt_tokens": 5.8, "mean_completion_tokens": 3.4, "weights_bytes": 1000}
+            "max_new_tokens": 8, "mean_prompt_tokens": 5.8, "mean_completion_tokens": 3.4, "weights_bytes": 1000,
+            "optimizer_bytes": 1900, "delta_bytes": 500, "mean_commitment_bytes": 91.7, "mean_task_id_chars": 27.0}
     got = _simulate_module().run_settings({}, run_)
     assert got == {"design": "committee", "protocol": {"groups_per_round": 2, "step_wait": 120},
-                   "admission": {"batch_groups": 22}, "group_size": 8, "max_new_tokens": 8, "prompt_tokens": 6,
-                   "completion_tokens": 3, "weights_bytes": 1000}
+                   "admission": {"batch_groups": 22}, "group_size": 8, "max_new_tokens": 8, "prompt_tokens": 5.8,
+                   "completion_tokens": 3.4, "weights_bytes": 1000, "optimizer_bytes": 1900, "delta_bytes": 500,
+                   "commitment_bytes": 92, "task_id_chars": 27}
     config = SimConfig(nodes=12, **got)
     sim = Simulation(config)
     assert sim.nodes[1].protocol.config.groups_per_round == 2
     assert sim.admission.batch_groups == 22
+
+
+def test_a_node_that_holds_the_parent_fetches_the_delta_and_a_replay_two_optimizer_states():
+    """vrl.node.deltas.fetch_weights: the delta against the parent's file when the node holds it,
+    else the whole file; a step replay fetches the optimizer state before and after."""
+    weights, delta, optimizer = 4 * CHUNK_BYTES, CHUNK_BYTES, 3 * CHUNK_BYTES
+    whole = run(nodes=3, rounds=3, weights_bytes=weights, protocol={"step_audit_rate": 0.0})
+    deltas = run(nodes=3, rounds=3, weights_bytes=weights, delta_bytes=delta, optimizer_bytes=optimizer,
+                 protocol={"step_audit_rate": 0.0})
+    announcement = deltas.trainer.protocol.policies[2]
+    assert announcement.delta_size == delta and announcement.optimizer_size == optimizer
+    assert whole.trainer.protocol.policies[2].delta_size == 0
+    per_worker = {name: sim.metrics.summary["per_node_others"]["blob_bytes"] for name, sim in
+                  (("whole", whole), ("delta", deltas))}
+    # A worker loads every version: the whole file each round, or the delta (and its requests).
+    assert per_worker["whole"] == pytest.approx(weights, rel=0.01)
+    assert per_worker["delta"] == pytest.approx(delta, rel=0.01)
+    replays = run(nodes=3, rounds=3, weights_bytes=weights, delta_bytes=delta, optimizer_bytes=optimizer,
+                  protocol={"step_audit_rate": 1.0})
+    others = replays.metrics.summary["per_node_others"]
+    assert others["step_replays_per_round"] == pytest.approx(1.0)
+    assert others["blob_bytes"] == pytest.approx(delta + 2 * optimizer, rel=0.01)
+
+
+def test_records_take_the_devnets_shape_with_fractional_token_means():
+    """Whole token counts around a fractional mean, and the measured commitment and task id sizes."""
+    sim = Simulation(SimConfig(nodes=3, completion_tokens=3.5, prompt_tokens=5.75, commitment_bytes=92,
+                               task_id_chars=27))
+    groups = [sim.records.group(sim.nodes[1].key, 1, i) for i in range(40)]
+    rollouts = [r for g in groups for r in g.rollouts]
+    completion = [len(r.completion_tokens) for r in rollouts]
+    assert set(completion) == {3, 4} and 3.3 < sum(completion) / len(completion) < 3.7
+    assert {len(r.prompt_tokens) for r in rollouts} == {5, 6}
+    assert {len(r.commitment) for r in rollouts} == {92} and {len(r.task_id) for r in rollouts} == {27}
+    assert sim.records.tokens == 28  # a group's completion tokens, what a check is charged on

@@ -54,25 +54,33 @@ class Records:
 
     def __init__(self, config: SimConfig, rng: random.Random) -> None:
         self.config, self.rng = config, rng
-        self.sampling = SamplingParams(1.0, 0, 1.0, max(config.max_new_tokens, config.completion_tokens), (0,))
-        self.commitment_bytes = math.ceil(config.commitment_bytes_per_token * config.completion_tokens)
+        self.sampling = SamplingParams(1.0, 0, 1.0, max(config.max_new_tokens, math.ceil(config.completion_tokens)),
+                                       (0,))
+
+    def _whole(self, mean: float) -> int:
+        """A count whose mean is ``mean``: its floor, plus one at the fraction's rate (a whole
+        ``mean`` draws nothing, so runs of whole counts keep their random streams)."""
+        whole = math.floor(mean)
+        return whole + (self.rng.random() < mean - whole) if mean != whole else whole
 
     def group(self, key: NodeKey, version: int, index: int, reward: float | None = None) -> Group:
         c, rng = self.config, self.rng
         seed = round_seed(model_hash(version), version)
-        task = f"sim-{version}-{index}"
-        prompt = tuple(rng.randrange(1, 50_000) for _ in range(c.prompt_tokens))
+        task = f"sim-{version}-{index}".ljust(c.task_id_chars, "-")
+        prompt = tuple(rng.randrange(1, 50_000) for _ in range(self._whole(c.prompt_tokens)))
         rollouts = []
         for sample in range(c.group_size):
+            tokens = self._whole(c.completion_tokens)
+            commitment = c.commitment_bytes or math.ceil(c.commitment_bytes_per_token * tokens)
             rollouts.append(Rollout(
                 node_id=key.node_id, model_hash=model_hash(version), policy_version=version, round_seed=seed,
                 group_index=index, task_id=task, sample_index=sample, group_size=c.group_size,
                 prompt="What is 12 + 34? ", reference="46", prompt_tokens=prompt,
-                completion_tokens=tuple(rng.randrange(1, 50_000) for _ in range(c.completion_tokens)),
+                completion_tokens=tuple(rng.randrange(1, 50_000) for _ in range(tokens)),
                 finish_reason="length", sampling=self.sampling,
-                behaviour_logprobs=tuple(-rng.random() for _ in range(c.completion_tokens)),
+                behaviour_logprobs=tuple(-rng.random() for _ in range(tokens)),
                 reward=float(rng.random() < 0.5) if reward is None else reward, reward_spec=RewardSpec(),
-                commitment=rng.randbytes(self.commitment_bytes)).signed(key))
+                commitment=rng.randbytes(commitment)).signed(key))
         return Group.of(rollouts)
 
     def resigned(self, group: Group, key: NodeKey, index: int) -> Group:
@@ -82,7 +90,7 @@ class Records:
     @property
     def tokens(self) -> int:
         """Completion tokens of one group: what a check's and a generation's cost is charged on."""
-        return self.config.group_size * self.config.completion_tokens
+        return round(self.config.group_size * self.config.completion_tokens)
 
 
 def blob_of(version: int) -> bytes:

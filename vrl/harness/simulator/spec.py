@@ -175,11 +175,16 @@ class SimConfig:
     # arithmetic rollouts on the devnet average 5.8 prompt and 3.5 completion tokens, with
     # max_new_tokens 8 (bench/results/devnet-costs.json, read from the trainer's store).
     group_size: int = 8
-    prompt_tokens: int = 6
-    completion_tokens: int = 4
+    # Means (a record draws a whole count around them): a devnet run's, read from its store.
+    prompt_tokens: float = 6
+    completion_tokens: float = 4
     max_new_tokens: int = 8
     # 6.33 commitment bytes per token (bench/results/cost-small-float32.json)
     commitment_bytes_per_token: float = 6.33
+    # Or a record's commitment bytes, measured (0: by the rule above): the base model's ~3.4-token
+    # rollouts carry ~95 bytes, a fixed part the 256-token rows of the cost file amortize away.
+    commitment_bytes: int = 0
+    task_id_chars: int = 0  # a task id's length (0: "sim-<version>-<index>"); the devnet's are ~26 chars
     # The base model's weights blob as the devnet announces it (bench/results/devnet-costs.json).
     weights_bytes: int = 13_654_264
     # Its step's optimizer state (0: twice the weights) and the weights delta against the parent's
