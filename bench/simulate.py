@@ -125,8 +125,9 @@ def compare(args: argparse.Namespace) -> dict:
     except (OSError, ValueError) as error:
         raise SystemExit(f"{args.compare}: cannot read the devnet's costs ({error})") from None
     out = []
-    for run_ in real.get("runs", []):
-        if "per_node" not in run_:
+    chosen = {int(i) for i in args.runs.split(",")} if args.runs else None
+    for index, run_ in enumerate(real.get("runs", [])):
+        if "per_node" not in run_ or (chosen is not None and index not in chosen):
             continue
         nodes, rounds = int(run_["nodes"]), int(run_["rounds"])
         settings = real.get("settings", {})
@@ -155,7 +156,7 @@ def compare(args: argparse.Namespace) -> dict:
                              "ratio": ratio, "within": ok})
                 table.add_row(metric, who, f"{s:,.2f}", f"{r:,.2f}", f"{ratio:.2f}", "yes" if ok else "[red]no[/]")
         console.print(table)
-        out.append({"nodes": nodes, "design": config.design, "mode": run_.get("mode"),
+        out.append({"run": index, "nodes": nodes, "design": config.design, "mode": run_.get("mode"),
                     "overrides": run_.get("overrides", {}), "admission": config.admission,
                     "backfill_model": config.backfill,
                     "seconds_per_round": {"simulated": sim_seconds, "devnet": run_.get("seconds_per_round")},
@@ -169,7 +170,8 @@ def compare(args: argparse.Namespace) -> dict:
                                    if any("step_replays_per_round" in r for r in run_.get("per_node_detail", []))
                                    else None)},
                     "rows": rows, "simulated": sim})
-    return {"compare": str(args.compare), "tolerance": TOLERANCE, "runs": out}
+    return {"compare": str(args.compare), "runs_compared": sorted(chosen) if chosen is not None else "all",
+            "command": "python bench/simulate.py " + " ".join(sys.argv[1:]), "tolerance": TOLERANCE, "runs": out}
 
 
 def _groups_per_round(sim: dict, config: SimConfig) -> float:
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--compare", type=Path, default=None, help="bench/results/devnet-costs.json")
+    parser.add_argument("--runs", default="", help="with --compare: indices of the file's runs to compare, e.g. 5,6 "
+                                                    "(default: every run that finished)")
     parser.add_argument("--sweep", default="", help="node counts to run one after another, e.g. 10,100,1000")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
