@@ -25,6 +25,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
+from vrl.node.params import ProtocolParams  # noqa: E402
 
 console = Console(stderr=True)
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -38,10 +39,18 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
     if args.partition:
         start, end, share = args.partition.split(":")
         partition = (int(start), int(end), float(share))
-    return SimConfig(nodes=nodes or args.nodes, rounds=args.rounds, adversaries=parse_adversaries(args.adversaries),
+    nodes = nodes or args.nodes
+    admission = {}
+    if args.batch_groups == "round":
+        # A batch of every worker's round (devnet_costs.py's "paced" mode): the trainer steps on
+        # the round's decided groups, or at round_timeout, as a network of N workers would.
+        admission["batch_groups"] = ProtocolParams().groups_per_round * (nodes - 1)
+    elif args.batch_groups:
+        admission["batch_groups"] = int(args.batch_groups)
+    return SimConfig(nodes=nodes, rounds=args.rounds, adversaries=parse_adversaries(args.adversaries),
                      seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
-                     churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores,
+                     churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores, admission=admission,
                      backfill=args.backfill or ("daemon" if args.compare else "gossip"),
                      **({"cost_file": args.cost} if args.cost else {}))
 
@@ -196,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partition", default="", help="FROM:UNTIL:SHARE versions and share of nodes cut off")
     parser.add_argument("--churn", type=float, default=0.0, help="share of nodes that leave for a round per version")
     parser.add_argument("--joins", type=int, default=0, help="fresh honest nodes joining per version")
+    parser.add_argument("--batch-groups", default="",
+                        help="groups a step trains on: a number, or 'round' (every worker's round); "
+                             "default: node.toml's (vrl.node.config.NODE_OVERRIDES)")
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
     parser.add_argument("--cores", type=int, default=0,
                         help="processors all nodes share, as a devnet on one machine (0: one each)")

@@ -153,6 +153,9 @@ class Ledger:
     def pretrusted(self, node: bytes) -> bool:
         return False
 
+    def eligible_verifiers(self) -> int:
+        return 0
+
 
 def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_convicts_with_a_second_word():
     from vrl.node.messages import StepFault, StepOutcome, StepVerdict

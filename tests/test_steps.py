@@ -228,3 +228,44 @@ def test_a_node_replaying_its_log_reaches_the_same_conviction():
         restarted.handle(P.PolicyAnnounced(a), replaying=True)
     restarted.handle(P.StepVerdictReceived(mine), replaying=True)
     assert restarted.convicted == node.convicted and restarted.version == 1
+
+
+def test_the_rules_see_a_batch_group_and_the_trainers_fail_that_arrive_after_the_step():
+    """The step judge keeps each step's rule faults incrementally (vrl.node.steps._Rules): what
+    arrives after the announcement (a stale batch group, the trainer's own earlier fail) is
+    found as if it had been there first, and equals step_rule_faults over the same state."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    old, failed, fine = group(3, version=0), group(7, version=1), group(9, version=2)
+    own_fail = SignedVerdict(TRAINER.node_id, WORKER.node_id, failed.digest, 1, 1,
+                             audit_ticket(TRAINER, failed.digest), 1.0, Outcome.HARD_FAIL, ("reward_mismatch",),
+                             h("digest"), PLATFORM).signed(TRAINER)
+    announcements = chain(4, {3: (old, failed, fine)})
+    events = [P.GroupReceived(old, 0.0), P.GroupReceived(failed, 0.0), P.GroupReceived(fine, 0.0),
+              P.VerdictReceived(own_fail)]
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.permutations(range(len(events))), st.integers(0, len(events)))
+    def check(order, announced_after):
+        node = verifier(step_audit_rate=0.0, max_staleness=1)
+        feed(node, announcements[:3])
+        judged = []
+        for position, i in enumerate(order):
+            if position == announced_after:
+                feed(node, announcements[3:])
+            node.handle(events[i])
+            if 3 in node.policies:
+                a = node.policies[3]
+                fails = {d: v.round for d in a.groups if (v := node.verdicts.get(d, {}).get(TRAINER.node_id))
+                         and v.outcome == Outcome.HARD_FAIL}
+                versions = {d: node.groups[d].version for d in a.groups if d in node.groups}
+                want = P.step_rule_faults(a, node.policies[2], versions, fails, 1)
+                judged.append((node.steps._rule_faults(a, node), want))
+        if announced_after == len(events):
+            feed(node, announcements[3:])
+        a = node.policies[3]
+        assert all(got == want for got, want in judged)
+        assert node.steps._rule_faults(a, node) == (StepFault.REJECTED_GROUP, StepFault.STALE_GROUP)
+
+    check()

@@ -228,7 +228,8 @@ class NodeProtocol:
         # step events, which reads the rest of this state through the Ledger this class is.
         self.steps = StepJudge(key, platform, max_staleness=config.max_staleness,
                                step_audit_rate=config.step_audit_rate, step_wait=config.step_wait,
-                               stranger_cap=MAX_STRANGER_VERDICTS_PER_GROUP)
+                               stranger_cap=MAX_STRANGER_VERDICTS_PER_GROUP,
+                               step_committee=config.committee_size if config.verification == "committee" else 0)
         # The sequential test (specs/verification.md §7): per producer, the evidence of the
         # checks this node's own tickets drew; and the producers some verifier whose word counts
         # failed it on, whose every fresh group this node then checks.
@@ -279,6 +280,10 @@ class NodeProtocol:
         group = self.groups.get(digest)
         return None if group is None else group.version
 
+    def eligible_verifiers(self) -> int:
+        latest = max(self.rounds.manifests, default=None)
+        return len(self.rounds.manifests[latest].weights) if latest is not None else 0
+
     def trust(self, node: bytes) -> float:
         return self.standing(node).trust
 
@@ -294,7 +299,7 @@ class NodeProtocol:
             case Abandoned(action):
                 self._in_flight.discard(key := _flight_key(action))
                 if key[:1] == ("check",):
-                    self.scans.touch(key[1])
+                    self._touch(key[1])
                 actions += self.steps.handle(event, self)
             case PolicyAnnounced(a):
                 self._announced(a)
@@ -319,7 +324,7 @@ class NodeProtocol:
                             else [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups])
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
-                self.scans.touch(group)
+                self._touch(group)
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
             case Refused(Checked(group, failed_reasons, digest, race_tokens, races_lost)):
                 self.refused.add(group)
@@ -343,7 +348,7 @@ class NodeProtocol:
                 for digest in used:
                     if digest in self.groups:
                         self.groups[digest].trained = True
-                        self.scans.touch(digest)
+                        self._touch(digest)
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
                 actions += self._reveal_plants(announcement.version - 1)
         actions += self._quarantines(replaying)
@@ -362,7 +367,7 @@ class NodeProtocol:
             return []
         self.groups[digest] = _Group(group.subject, group.version, now)
         self._by_version[group.version].append(digest)
-        self.scans.touch(digest)
+        self._touch(digest)
         if group.subject == self.me:
             self.generated.add(group.version)
         return self._release_pending(digest)
@@ -400,13 +405,19 @@ class NodeProtocol:
             actions += self._maybe_train(version)
         return actions
 
+    def _touch(self, digest: bytes) -> None:
+        """A group's state moved: the passes that read it look at it again (routing.Scans, and
+        the step judge's rules over the batches that list it)."""
+        self.scans.touch(digest)
+        self.steps.touch(digest)
+
     def _once(self, action: Action) -> list[Action]:
         key = _flight_key(action)
         if key in self._in_flight:
             return []
         self._in_flight.add(key)
         if key[0] == "check":
-            self.scans.touch(key[1])
+            self._touch(key[1])
         return [action]
 
     def _versions_needed(self, version: int, replays: list[PolicyAnnouncement]) -> list[int]:
@@ -501,12 +512,14 @@ class NodeProtocol:
         draw of its own ticket over the verdict, so the verifier cannot know which."""
         if verdict.outcome != Outcome.PASS or verdict.verifier in self.reputation.pretrusted:
             return False
-        if verdict.id not in self._audit_draws:
+        # Drawn over the verdict's id, remembered by its signature: a valid signature names one
+        # verdict's bytes, and hashing them again for every pass was a fifth of the trainer's time.
+        if verdict.signature not in self._audit_draws:
             # Divided by k in the committee design: ~lazy_audit_rate x groups_per_round audits of
             # each verifier a round, as with tickets, not k times more (specs/committee.md §8).
             rate = self.config.lazy_audit_rate / (self.config.committee_size if self.committee else 1)
-            self._audit_draws[verdict.id] = ticket_selected(audit_ticket(self.key, verdict.id), rate)
-        return self._audit_draws[verdict.id]
+            self._audit_draws[verdict.signature] = ticket_selected(audit_ticket(self.key, verdict.id), rate)
+        return self._audit_draws[verdict.signature]
 
     def race_test(self, subject: bytes) -> RaceTest:
         """This node's sequential test of ``subject``, over the groups of it this node drew."""
@@ -622,7 +635,7 @@ class NodeProtocol:
         if (earlier is not None and not _supersedes(verdict.outcome, earlier)) or not self.matches_group(verdict):
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
-        self.scans.touch(verdict.group)
+        self._touch(verdict.group)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(report)

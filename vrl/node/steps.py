@@ -13,6 +13,7 @@ reputation) it reads through :class:`Ledger`, which the protocol is.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from vrl.node.events import (
@@ -58,6 +59,13 @@ def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, group_ve
     step that made ``a``, given its parent's announcement, the policy versions of the batch
     groups known (digest -> version) and the rounds of the trainer's own hard fails on them
     (digest -> the verdict's round)."""
+    faults = set(_announcement_faults(a, parent))
+    for digest in a.groups:
+        faults.update(_group_faults(a, group_versions.get(digest), trainer_fails.get(digest), max_staleness))
+    return tuple(sorted(faults))
+
+
+def _announcement_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement) -> set[str]:
     faults = set()
     if a.parent != parent.model_hash:
         faults.add(StepFault.WRONG_PARENT)
@@ -65,14 +73,36 @@ def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, group_ve
         faults.add(StepFault.WRONG_OPTIMIZER_BEFORE)
     if a.config != parent.config:  # a run's step config is fixed at version 0
         faults.add(StepFault.WRONG_CONFIG)
-    for digest in a.groups:
-        # The trainer's own hard fail, signed while an earlier version was current: it knew
-        # before this step's round began (a fail signed in that round may follow the step).
-        if trainer_fails.get(digest, a.version - 1) < a.version - 1:
-            faults.add(StepFault.REJECTED_GROUP)
-        if digest in group_versions and not 0 <= (a.version - 1) - group_versions[digest] <= max_staleness:
-            faults.add(StepFault.STALE_GROUP)
-    return tuple(sorted(faults))
+    return faults
+
+
+def _group_faults(a: PolicyAnnouncement, version: int | None, fail_round: int | None,
+                  max_staleness: int) -> tuple[str, ...]:
+    """One batch group's part of the rules, from its policy version and the round of the
+    trainer's own hard fail on it (each None when unknown)."""
+    faults = ()
+    # The trainer's own hard fail, signed while an earlier version was current: it knew
+    # before this step's round began (a fail signed in that round may follow the step).
+    if fail_round is not None and fail_round < a.version - 1:
+        faults += (StepFault.REJECTED_GROUP,)
+    if version is not None and not 0 <= (a.version - 1) - version <= max_staleness:
+        faults += (StepFault.STALE_GROUP,)
+    return faults
+
+
+@dataclass
+class _Rules:
+    """One step's rule faults, kept up to date incrementally: only the batch groups touched
+    since the last evaluation (a group arrived, a verdict on it came) are looked at again. The
+    result is :func:`step_rule_faults` over the same state; a group and a verdict are only ever
+    added to a node's state, so the per-group findings are recomputed, never forgotten."""
+
+    against: tuple[bytes, bytes]  # the signatures of the announcement and its parent
+    batch: tuple[bytes, ...]
+    base: frozenset[str]  # the faults of the announcement against its parent alone
+    dirty: set[bytes]
+    rejected: set[bytes] = field(default_factory=set)
+    stale: set[bytes] = field(default_factory=set)
 
 
 class Ledger(Protocol):
@@ -92,6 +122,10 @@ class Ledger(Protocol):
 
     def pretrusted(self, node: bytes) -> bool: ...
 
+    def eligible_verifiers(self) -> int:
+        """Verifiers a committee is drawn from (the latest manifest's weights table); 0 without one."""
+        ...
+
 
 class StepJudge:
     """One verifier's judgement of the trainer's steps. ``max_staleness``, ``step_audit_rate``
@@ -99,10 +133,10 @@ class StepJudge:
     verdicts of one version it takes from verifiers of weight 0."""
 
     def __init__(self, key: NodeKey, platform: str, *, max_staleness: int, step_audit_rate: float,
-                 step_wait: float, stranger_cap: int) -> None:
+                 step_wait: float, stranger_cap: int, step_committee: int = 0) -> None:
         self.key, self.me, self.platform = key, key.node_id, platform
         self.max_staleness, self.step_audit_rate, self.step_wait = max_staleness, step_audit_rate, step_wait
-        self.stranger_cap = stranger_cap
+        self.stranger_cap, self.step_committee = stranger_cap, step_committee
         # Step verdicts by version and verifier, this node's step-ticket draws, and the
         # conviction, once trainer fraud is confirmed.
         self.verdicts: dict[int, dict[bytes, StepVerdict]] = defaultdict(dict)
@@ -110,6 +144,16 @@ class StepJudge:
         self.convicted: ConvictTrainer | None = None
         self._frauds_found: set[int] = set()  # versions this node itself reported as fraud
         self._replaying: set[int] = set()  # versions whose ReplayStep is under way
+        # Incremental rule faults of the judgeable steps, and which of them each batch group is
+        # in: at N = 1,000 a batch holds ~4,000 groups, and a pass over every batch at each event
+        # was most of a simulated node's time (bench/simulate.py, cProfile).
+        self._rules: dict[int, _Rules] = {}
+        self._batch_of: dict[bytes, list[int]] = defaultdict(list)
+
+    def touch(self, digest: bytes) -> None:
+        """A group, or a verdict on it, came: the steps whose batch lists it are looked at again."""
+        for version in self._batch_of.get(digest, ()):
+            self._rules[version].dirty.add(digest)
 
     def follows(self, version: int) -> bool:
         """Whether this node still follows a version: every one before a convicted step."""
@@ -149,7 +193,7 @@ class StepJudge:
         for version in self._judgeable(ledger, current):
             a = ledger.policies[version]
             if (self.me not in self.verdicts[version] and self._rule_faults(a, ledger) == ()
-                    and (self._drawn(a) or self._reported(version, ledger))):
+                    and (self._drawn(a, ledger) or self._reported(version, ledger))):
                 out.append(a)
         return out
 
@@ -157,7 +201,21 @@ class StepJudge:
         """What the steps call for at round ``current``, asked once: the steps to replay (whose
         weights the node must hold: each and its parent), then the step verdicts the rules call
         for and the replays not already under way."""
+        self._forget(current)
         return self._to_replay(ledger, current), self._pending(ledger, current)
+
+    def _forget(self, current: int) -> None:
+        """Drop the rule states of steps no longer judgeable (:meth:`_judgeable`'s window)."""
+        for version in [v for v in self._rules if v < current - self.max_staleness + 1]:
+            self._forget_batch(version)
+
+    def _forget_batch(self, version: int) -> None:
+        for digest in self._rules.pop(version).batch:
+            versions = self._batch_of.get(digest)
+            if versions is not None and version in versions:
+                versions.remove(version)
+                if not versions:
+                    del self._batch_of[digest]
 
     def _pending(self, ledger: Ledger, current: int) -> list[Action]:
         actions: list[Action] = []
@@ -168,7 +226,7 @@ class StepJudge:
             faults = self._rule_faults(a, ledger)
             if faults:
                 actions += self._publish(version, faults, b"", 0.0, ledger)
-            elif faults is not None and (self._drawn(a) or self._reported(version, ledger)):
+            elif faults is not None and (self._drawn(a, ledger) or self._reported(version, ledger)):
                 if missing := [d for d in a.groups if ledger.group_version(d) is None]:
                     if getattr(ledger, "committee", False):
                         # Groups are fetched by digest in the committee design (specs/network.md §3.5).
@@ -187,17 +245,42 @@ class StepJudge:
         parent = ledger.policies.get(a.version - 1)
         if parent is None:
             return None
-        fails = {d: own.round for d in a.groups
-                 if (own := ledger.verdicts.get(d, {}).get(a.trainer)) is not None and own.outcome == Outcome.HARD_FAIL}
-        versions = {d: v for d in a.groups if (v := ledger.group_version(d)) is not None}
-        return step_rule_faults(a, parent, versions, fails, self.max_staleness)
+        rules = self._rules.get(a.version)
+        if rules is None or rules.against != (a.signature, parent.signature):
+            if rules is not None:
+                self._forget_batch(a.version)
+            batch = a.groups
+            rules = self._rules[a.version] = _Rules((a.signature, parent.signature), batch,
+                                                    frozenset(_announcement_faults(a, parent)), set(batch))
+            for digest in batch:
+                self._batch_of[digest].append(a.version)
+        for digest in rules.dirty:
+            own = ledger.verdicts.get(digest, {}).get(a.trainer)
+            one = _group_faults(a, ledger.group_version(digest),
+                                own.round if own is not None and own.outcome == Outcome.HARD_FAIL else None,
+                                self.max_staleness)
+            for found, fault in ((rules.rejected, StepFault.REJECTED_GROUP), (rules.stale, StepFault.STALE_GROUP)):
+                (found.add if fault in one else found.discard)(digest)
+        rules.dirty.clear()
+        faults = set(rules.base)
+        if rules.rejected:
+            faults.add(StepFault.REJECTED_GROUP)
+        if rules.stale:
+            faults.add(StepFault.STALE_GROUP)
+        return tuple(sorted(faults))
 
-    def _drawn(self, a: PolicyAnnouncement) -> bool:
+    def _drawn(self, a: PolicyAnnouncement, ledger: Ledger) -> bool:
         """This node's step ticket for the announcement: its own signature, drawn after the
-        step exists, so the trainer cannot know which verifiers will replay which steps."""
+        step exists, so the trainer cannot know which verifiers will replay which steps. With
+        committees (``step_committee`` > 0) the rate falls to ``step_committee`` over the
+        eligible verifiers: a step is replayed by ~k verifiers at any N, as a group is checked
+        (specs/committee.md §6), not by a quarter of the network."""
         if a.version not in self._draws:
+            rate, eligible = self.step_audit_rate, ledger.eligible_verifiers()
+            if self.step_committee and eligible:
+                rate = min(rate, self.step_committee / eligible)
             ticket = self.key.sign(STEP_TICKET_DOMAIN + a.id)
-            self._draws[a.version] = ticket_selected(ticket, self.step_audit_rate)
+            self._draws[a.version] = ticket_selected(ticket, rate)
         return self._draws[a.version]
 
     def _reported(self, version: int, ledger: Ledger) -> bool:

@@ -1,0 +1,227 @@
+"""What a simulated node's actions do (as vrl.node.daemon.Node._do carries them out), with the
+model's work charged in time by spec.CostModel instead of done: a mixin of
+:class:`vrl.harness.simulator.driver.Simulation`, whose state (the clock, the nodes, the
+network, the metrics) it acts on."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import typing
+
+from vrl.harness.adversary import CHEAT_FROM
+from vrl.node import events as E
+from vrl.node.messages import TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, Outcome, PolicyAnnouncement, StepFault
+from vrl.rollouts.keys import NodeKey
+
+from .payloads import Truth, announcement, check_result
+from .stores import keep, keep_action
+
+if typing.TYPE_CHECKING:
+    from .driver import SimNode
+
+# The seed of a planted group's throw-away producer (specs/README.md lists it among the local tags).
+CANARY_DOMAIN = b"vrl/sim/canary\x00"
+# Trainer cheats a verifier's replay finds, and what it reports (vrl.harness.adversary.CheatingTrainer):
+# weights no step made, or made by another step than announced; an inflated reward its proofs do not show.
+REPLAY_FAULTS = {
+    "trainer-fake-weights": (StepFault.WEIGHTS_MISMATCH,),
+    "trainer-learning-rate": (StepFault.WEIGHTS_MISMATCH, StepFault.OPTIMIZER_MISMATCH),
+    "trainer-drops-node": (StepFault.WEIGHTS_MISMATCH, StepFault.OPTIMIZER_MISMATCH),
+    "trainer-foreign-data": (StepFault.WEIGHTS_MISMATCH, StepFault.OPTIMIZER_MISMATCH),
+    "trainer-inflated-rewards": (StepFault.REWARD_UNPROVEN,),
+}
+# A group fetch's request: a digest (32 bytes) and a version (u64), msgpack-framed (specs/network.md §3.5).
+FETCH_REQUEST_BYTES = 48
+
+
+class Actions:
+    """``do(node, action)``: each action dispatched by its type's name to ``_do_<Name>``."""
+
+    def do(self, node: SimNode, action) -> None:
+        self.metrics.actions[type(action).__name__] += 1
+        handler = getattr(self, f"_do_{type(action).__name__}", None)
+        if handler is not None:
+            handler(node, action)
+        elif type(action).__name__.startswith("Persist"):
+            pass  # the store: nothing to simulate
+        elif hasattr(action, "topic") and hasattr(action, "data"):
+            self.publish_from(node, action.topic, action.data)
+        else:
+            self.metrics.unhandled[type(action).__name__] += 1
+
+    def _do_Publish(self, node: SimNode, action: E.Publish) -> None:
+        self.publish_from(node, action.topic, action.data)
+
+    def _do_Send(self, node: SimNode, action: E.Send) -> None:
+        """The committee design's direct message (specs/network.md §3.5): to the trainer."""
+        peer = self.metrics.index_of.get(action.peer)
+        msg = self.decode(node.index, action.topic, action.data)
+        if msg is None or peer is None:
+            self.metrics.unhandled["Send to an unknown peer" if msg else "Send undecodable"] += 1
+            return
+        msg.direct = True
+        keep(self, node.index, msg)
+        self.send(node.index, peer, msg)
+        # /vrl/send/1's answer is empty: a message each way, no bytes (p2p.traffic counts it).
+        self.metrics.sent(peer, 0, 1)
+        self.metrics.received(node.index, 0)
+        if action.topic == TOPIC_GROUPS:
+            self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
+            if node.kind == "" and node.index:
+                self.version_groups.setdefault(msg.obj.version, []).append(msg.obj)
+        elif action.topic == TOPIC_VERDICTS:
+            self.metrics.published_verdict(self, node, msg.obj)
+
+    def _do_FetchGroup(self, node: SimNode, action: E.FetchGroup) -> None:
+        """A group by digest (specs/network.md §3.5): the trainer answers if it holds it, else a
+        peer in reach that does (its producer does); the request is a digest and a version."""
+        self.metrics.sent(node.index, FETCH_REQUEST_BYTES, 1)
+        held = self.group_msgs.get(action.digest)
+        server = next((i for i in [0] + ([held.origin] if held else [])
+                       if held is not None and self.nodes[i].protocol is not None
+                       and action.digest in self.nodes[i].protocol.groups and self.net.reachable(node.index, i)),
+                      None)
+        if server is None:
+            self.at(self.now + 1.0, self.feed, node, E.Abandoned(action))
+            return
+        self.metrics.received(server, FETCH_REQUEST_BYTES)
+        answer = dataclasses.replace(held, origin=server, direct=True)
+        self.send(server, node.index, answer)
+
+    def publish_from(self, node: SimNode, topic: str, data: bytes) -> None:
+        msg = self.publish(node.index, topic, data)
+        if msg is None:
+            return
+        if topic == TOPIC_GROUPS:
+            self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
+            if node.kind == "" and node.index:
+                self.version_groups.setdefault(msg.obj.version, []).append(msg.obj)
+        elif topic == TOPIC_VERDICTS:
+            self.metrics.published_verdict(self, node, msg.obj)
+        elif topic == TOPIC_POLICIES and node.index == 0:
+            self.new_version(msg.obj)
+
+    def job(self, node: SimNode, seconds: float, fn, *args) -> None:
+        """One job on the node's model thread: it starts when the thread is free."""
+        start = max(self.now, node.busy_until)
+        node.busy_until = start + seconds * self.contention
+        self.at(node.busy_until, fn, *args)
+
+    def _do_FetchPolicy(self, node: SimNode, action: E.FetchPolicy) -> None:
+        a = action.announcement
+        # The trainer is asked first (vrl.node.blobs.Blobs.get); while it is out of reach, any peer
+        # in reach that holds the version.
+        server = 0 if self.net.reachable(node.index, 0) else next(
+            (n.index for n in self.nodes if n.protocol is not None and a.version in n.protocol.loaded
+             and self.net.reachable(node.index, n.index)), None)
+        if server is None:
+            self.at(self.now + 5.0, self.feed, node, E.Abandoned(action))
+            return
+        # vrl.node.deltas.fetch_weights: the delta when the node holds the parent's file (it loaded
+        # the version before: a node keeps max_staleness + 1 versions' files), else the whole file.
+        size = a.delta_size if a.delta and a.version - 1 in node.protocol.loaded else a.size
+        self.metrics.blob(node.index, server, size)
+        seconds = self.config.latency_s + size / self.config.bandwidth_bps
+        self.at(self.now + seconds, self.feed, node, E.PolicyLoaded(a.version))
+
+    def _do_Generate(self, node: SimNode, action: E.Generate) -> None:
+        per_round = node.protocol.config.groups_per_round
+        seconds = self.records.tokens * per_round * self.cost.generate_ms_per_token / 1000
+        self.job(node, seconds, self._generated, node, action.version, per_round)
+
+    def _generated(self, node: SimNode, version: int, count: int) -> None:
+        groups = []
+        for index in range(count):
+            if node.kind == "replay" and node.seen:
+                group = self.records.resigned(node.seen.pop(), node.key, index)
+            else:
+                group = self.records.group(node.key, version, index,
+                                           reward=1.0 if node.kind == "fabricated-reward" else None)
+            self.truth[group.digest] = Truth(node.index, node.kind)
+            groups.append(group)
+        if node.kind == "withhold":
+            # Submits the half it likes best (the rewarded ones first), holds the rest back.
+            groups = sorted(groups, key=lambda g: -sum(r.reward for r in g.rollouts))[:max(1, count // 2)]
+            self.metrics.withheld += count - len(groups)
+        for group in groups:
+            self._own[group.to_bytes()] = group
+        self.feed(node, E.Generated(version, tuple(groups)))
+
+    def _do_Check(self, node: SimNode, action: E.Check) -> None:
+        truth = self.truth.get(action.group)
+        subject = self.nodes[truth.maker].kind if truth is not None and truth.maker >= 0 else ""
+        checked, share = check_result(truth, action.group, node.kind, subject, self.records.tokens, self.q0,
+                                      self.config.honest_reject, self.rng, node.key.node_id)
+        seconds = share * self.records.tokens * self.cost.verify_ms_per_token / 1000
+        self.job(node, seconds, self._checked, node, checked, seconds, truth is not None and truth.cheat == "sybil")
+
+    def _checked(self, node: SimNode, checked: E.Checked, seconds: float, sybil: bool = False) -> None:
+        self.metrics.checked(node.index, seconds, sybil)
+        self.feed(node, checked)
+
+    def _do_Plant(self, node: SimNode, action: E.Plant) -> None:
+        canary = NodeKey.from_seed(hashlib.sha256(CANARY_DOMAIN + node.key.sign(
+            action.version.to_bytes(8, "big"))).digest())
+        group = self.records.group(canary, action.version, 0)
+        self.truth[group.digest] = Truth(-1, "planted")
+        seconds = self.records.tokens * self.cost.generate_ms_per_token / 1000
+        self._own[group.to_bytes()] = group
+        self.job(node, seconds, self.feed, node, E.Planted(group.submission, canary.node_id, action.version))
+
+    def _do_Train(self, node: SimNode, action: E.Train) -> None:
+        batch = action.batch
+        if node.kind == "trainer-rejected-group" and action.version >= CHEAT_FROM:
+            batch = (*batch, *self._failed_by_trainer(node, batch))
+        self.job(node, self.cost.step_seconds, self._trained, node, action.version, batch)
+
+    def _failed_by_trainer(self, node: SimNode, batch) -> tuple:
+        """vrl.harness.adversary.CheatingTrainer.with_failed_groups: fresh groups it failed itself
+        a round or more ago, two at most, listed in the batch."""
+        p, listed = node.protocol, {d for d, _ in batch}
+        failed = sorted(d for d, verdicts in p.verdicts.items()
+                        if (own := verdicts.get(p.me)) is not None and own.outcome == Outcome.HARD_FAIL
+                        and own.round < p.version and d in p.groups and d not in listed
+                        and 0 <= p.version - p.groups[d].version <= p.config.max_staleness)
+        return tuple((d, 1.0) for d in failed[:2])
+
+    def _trained(self, node: SimNode, version: int, batch) -> None:
+        self.metrics.trained(self, batch)
+        a = self._announcement(node.key, version + 1, tuple(batch))
+        self.feed(node, E.Trained(a, tuple(d for d, _ in batch)))
+
+    def _announcement(self, key: NodeKey, version: int, batch: tuple) -> PolicyAnnouncement:
+        c = self.config
+        return announcement(key, version, batch, c.weights_bytes, c.optimizer_bytes, c.delta_bytes)
+
+    def _do_ReplayStep(self, node: SimNode, action: E.ReplayStep) -> None:
+        a = action.announcement
+        # The step's config, and the optimizer states before and after, fetched from the trainer.
+        parent = self.trainer.protocol.policies.get(a.version - 1)
+        self.metrics.counters["step_replays"][node.index] += 1
+        self.metrics.blob(node.index, 0, a.optimizer_size + (parent.optimizer_size if parent else 0) + 1024)
+        self.job(node, self.cost.step_seconds, self._replayed, node, a)
+
+    def _replayed(self, node: SimNode, a: PolicyAnnouncement) -> None:
+        cheat = self.trainer.kind
+        faults = REPLAY_FAULTS.get(cheat, ()) if a.version > CHEAT_FROM else ()
+        replayed = a.model_hash if not faults else hashlib.sha256(b"replayed" + a.model_hash).digest()
+        self.feed(node, E.StepReplayed(a.version, tuple(str(f) for f in faults), replayed, 1.0 if faults else 0.0))
+
+    def _do_StepVerdict(self, node: SimNode, action) -> None:  # (not an action today; kept generic)
+        self.metrics.unhandled["StepVerdict"] += 1
+
+    def _do_Quarantine(self, node: SimNode, action: E.Quarantine) -> None:
+        pass  # observed from the protocol's state (_observe)
+
+    def _do_Persist(self, node: SimNode, action: E.Persist) -> None:
+        keep_action(self, node.index, action)  # the store: what backfill pages (stores.py)
+
+    def _do_PersistStep(self, node: SimNode, action: E.PersistStep) -> None:
+        keep_action(self, node.index, action)
+
+    def _do_PersistManifest(self, node: SimNode, action) -> None:
+        keep_action(self, node.index, action)
+
+    def _do_ConvictTrainer(self, node: SimNode, action: E.ConvictTrainer) -> None:
+        pass  # observed from the protocol's state (_observe)
