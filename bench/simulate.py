@@ -171,6 +171,10 @@ def compare(args: argparse.Namespace) -> dict:
                     "seconds_per_round": {"simulated": sim_seconds, "devnet": run_.get("seconds_per_round")},
                     "groups_per_round": {"simulated": _groups_per_round(sim, config),
                                          "devnet": run_.get("network", {}).get("groups_published_per_round")},
+                    # Mean node: a backfill pass runs every 5 s (a timer), so these grow with a round's seconds.
+                    "backfill_bytes_per_round": {
+                        "simulated": sim.get("per_node", {}).get("backfill_bytes"),
+                        "devnet": run_.get("per_node", {}).get("backfill_bytes_per_round")},
                     # Network-wide: each replay fetches two optimizer states (2 x ~1.9 x the
                     # weights), a Bernoulli(step_audit_rate) draw per verifier and step on both sides.
                     "step_replays_per_round": {
@@ -179,7 +183,8 @@ def compare(args: argparse.Namespace) -> dict:
                                    if any("step_replays_per_round" in r for r in run_.get("per_node_detail", []))
                                    else None)},
                     "rows": rows, "simulated": sim})
-    return {"compare": str(args.compare), "runs_compared": sorted(chosen) if chosen is not None else "all",
+    return {"compare": str(args.compare), "notes": args.note,
+            "runs_compared": sorted(chosen) if chosen is not None else "all",
             "command": "python bench/simulate.py " + " ".join(sys.argv[1:]), "tolerance": TOLERANCE, "runs": out}
 
 
@@ -222,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, default=None, help="bench/results/devnet-costs.json")
     parser.add_argument("--runs", default="", help="with --compare: indices of the file's runs to compare, e.g. 5,6 "
                                                     "(default: every run that finished)")
+    parser.add_argument("--note", default="", help="with --compare: a note kept in the output (what the runs show)")
     parser.add_argument("--sweep", default="", help="node counts to run one after another, e.g. 10,100,1000")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
