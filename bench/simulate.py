@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -185,7 +186,10 @@ def compare(args: argparse.Namespace) -> dict:
                     "rows": rows, "simulated": sim})
     return {"compare": str(args.compare), "notes": args.note,
             "runs_compared": sorted(chosen) if chosen is not None else "all",
-            "command": "python bench/simulate.py " + " ".join(sys.argv[1:]), "tolerance": TOLERANCE, "runs": out}
+            # Committee-design runs differ between processes unless Python's hash seed is fixed
+            # (some order follows a set of bytes): the seed this run had is part of its command.
+            "command": f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', '(random)')} python bench/simulate.py "
+                       + " ".join(sys.argv[1:]), "tolerance": TOLERANCE, "runs": out}
 
 
 def _groups_per_round(sim: dict, config: SimConfig) -> float:
