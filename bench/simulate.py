@@ -186,8 +186,8 @@ def compare(args: argparse.Namespace) -> dict:
                     "rows": rows, "simulated": sim})
     return {"compare": str(args.compare), "notes": args.note,
             "runs_compared": sorted(chosen) if chosen is not None else "all",
-            # Committee-design runs differ between processes unless Python's hash seed is fixed
-            # (some order follows a set of bytes): the seed this run had is part of its command.
+            # The hash seed is recorded: before vrl.node.rounds.Scan.candidates broke ties by digest,
+            # committee-design runs differed between processes (an order followed a set of bytes).
             "command": f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', '(random)')} python bench/simulate.py "
                        + " ".join(sys.argv[1:]), "tolerance": TOLERANCE, "runs": out}
 

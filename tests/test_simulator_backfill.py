@@ -148,3 +148,22 @@ def test_records_take_the_devnets_shape_with_fractional_token_means():
     assert {len(r.prompt_tokens) for r in rollouts} == {5, 6}
     assert {len(r.commitment) for r in rollouts} == {92} and {len(r.task_id) for r in rollouts} == {27}
     assert sim.records.tokens == 28  # a group's completion tokens, what a check is charged on
+
+
+def test_a_committee_run_is_the_same_whatever_pythons_hash_seed():
+    """The trainer's checks of groups that arrived at one moment (one inbox window) come in digest
+    order, not a set's (vrl.node.rounds.Scan.candidates): a simulation is reproducible across
+    processes. Before, two hash seeds gave different checks and bytes (bench/simulate.py --compare)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from vrl.harness.simulator import SimConfig, Simulation; "
+            "s = Simulation(SimConfig(nodes=5, rounds=2, design='committee', backfill='daemon')).run().summary; "
+            "print(json.dumps([s['per_node'][k] for k in ('checks_per_round', 'bytes_per_round', "
+            "'messages_per_round')] + [s['actions'].get('Check')]))")
+    root = Path(__file__).resolve().parent.parent
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
+                           cwd=root, env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}).stdout
+            for seed in ("0", "1", "2")}
+    assert len(outs) == 1, outs

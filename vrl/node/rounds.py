@@ -402,7 +402,7 @@ class Scan:
             return node._fresh_groups()
         touched, self.dirty = self.dirty, set()
         fresh = [d for d in touched if d in node.groups and node._fresh(node.groups[d].version)]
-        return sorted(fresh, key=lambda d: node.groups[d].arrived)
+        return sorted(fresh, key=lambda d: (node.groups[d].arrived, d))  # ties (one arrival time) by digest
 
 
 class Scans:
