@@ -72,6 +72,7 @@ class Rounds:
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
         self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
+        self.fetched: set[int] = set()  # rounds whose committee seats' groups are all held
 
     # -- manifests --------------------------------------------------------------------------
     def add(self, manifest: RoundManifest, now: float) -> bool:
@@ -248,8 +249,11 @@ def _fetches(node: NodeProtocol) -> list[Action]:
     actions: list[Action] = []
     wanted: list[tuple[bytes, int]] = []
     for round_ in sorted(node.rounds.manifests):
-        if node._fresh(round_) and round_ in node.loaded:
-            wanted += [(d, round_) for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE))]
+        if node._fresh(round_) and round_ in node.loaded and round_ not in node.rounds.fetched:
+            missing = [d for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE)) if d not in node.groups]
+            if not missing:
+                node.rounds.fetched.add(round_)  # groups are never dropped: nothing of it to fetch again
+            wanted += [(d, round_) for d in missing]
     for verdict in list(node._pending.values()):
         round_ = node.rounds.round_of.get(verdict.group)
         if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
