@@ -297,3 +297,21 @@ def test_in_a_ticket_network_only_an_anchors_pass_counts(tmp_path, seated, verif
                                                f'[protocol]\nverification = "{verification}"\n')
     share, _ = share_findings(path)
     assert share == ([(4, 0, TRAINER.node_id.hex())] if breach else [])
+
+
+@pytest.mark.parametrize("toml", [False, True])
+def test_a_store_without_its_node_toml_is_held_to_a_nodes_own_admission_defaults(tmp_path, toml):
+    """A node whose node.toml sets no [admission] takes ceil(0.34 x 12) = 5 groups of one node
+    (vrl.node.config.NODE_OVERRIDES); an audit of its bare store must not hold it to
+    AdmissionConfig's own 0.25 x 16 (vrl train's), a cap of 4: no node_cap, whether or not the
+    node.toml is among the inputs. The five are the trainer's own passes, so trusted."""
+    groups = CANDIDATES[:5]
+    path = write(tmp_path, TRAINER, groups=groups, verdicts=[verdict(TRAINER, g.digest, VerdictDraw.NONE)
+                                                             for g in groups], policies=[announce(groups)],
+                 announced=100.0)
+    if toml:
+        (path.parent / "node.toml").write_text(f'data_dir = "."\ntrainer = "{TRAINER.node_id.hex()}"\n')
+    with vrl.audit.open([path]) as audit:
+        report = audit.run(checks=["admission"])
+    assert [f.code for f in report.findings if f.check == "admission"] == []
+    assert report.stats["admission"]["node cap"] == 5
