@@ -17,7 +17,7 @@ from tests import fuzzing
 from vrl.audit import Severity
 from vrl.node import committee
 from vrl.node.committee import Draw
-from vrl.node.messages import PolicyAnnouncement, RoundManifest, SignedVerdict, VerdictDraw, audit_ticket
+from vrl.node.messages import PolicyAnnouncement, RoundManifest, SignedVerdict, Submission, VerdictDraw, audit_ticket
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 
@@ -49,12 +49,15 @@ def verdict(key: NodeKey, group: bytes, draw: VerdictDraw, pi: bytes = b"", outc
                          b"" if outcome == "skipped" else b"\x05" * 32, "p", draw=draw, pi=pi).signed(key)
 
 
-def write(path: Path, owner: NodeKey, manifests=(), verdicts=(), groups=(), policies=()) -> Path:
+def write(path: Path, owner: NodeKey, manifests=(), verdicts=(), groups=(), policies=(),
+          announced: float = 2.0) -> Path:
+    """A store as ``owner``'s node writes it: version 0 at 1.0, ``policies`` at ``announced``, the
+    manifests at 3.0, the groups at 4.0, and the i-th verdict at 5.0 + i."""
     store = Store(path / owner.node_id.hex()[:8] / "node.sqlite")
     store.claim(owner.node_id)
     store.put_policy(PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 5).signed(TRAINER), 1.0)
     for a in policies:
-        store.put_policy(a, 2.0)
+        store.put_policy(a, announced)
     for m in manifests:
         store.put_manifest(m, 3.0)
     for g in groups:
@@ -188,3 +191,127 @@ def test_any_value_in_a_manifest_or_verdict_column_is_a_finding_or_an_audit_erro
         assert str(target) in str(error)
         return
     assert all(isinstance(f, vrl.audit.Finding) for f in report.findings)
+
+
+# -- admission's trusted share in the committee design (specs/committee.md §8, reputation.md §6) ------
+#
+# Four groups of fuzzing.KEY, a node no anchor ever checked (score below trusted_score in every
+# view here), trained at version 1. At trusted_share 0.5 a batch may hold at most as many
+# untrusted groups as trusted ones, so the four are within it only if each counts as checked:
+# a pass before the announcement by an anchor, or in the committee design by a member of its
+# committee. The trainer's own store is audited, as the node wrote it.
+
+CANDIDATES = tuple(Submission.of([fuzzing.rollout(i, 2, group_index=g) for i in range(2)]) for g in range(16))
+
+
+@pytest.fixture(scope="module")
+def seated() -> tuple[RoundManifest, tuple[Submission, ...], tuple[SignedVerdict, ...]]:
+    """Round 0's manifest listing the candidates, four of them, and on each a member's pass whose
+    claim the manifest proves: the first from a recheck seat (so that the arrival-time test below
+    fails if a recheck pass does not count), the other three from committee seats."""
+    m = manifest(groups=tuple(sorted(g.digest for g in CANDIDATES)))
+    seats = []  # (draw, key, pi, beta, threshold)
+    for draw in (Draw.COMMITTEE, Draw.RECHECK):
+        for key in (A, B):
+            pi = vrf.prove(key.private_seed(), m.content.alpha(draw))
+            seats.append((draw, key, pi, vrf.proof_to_hash(pi), m.content.weights.threshold(key.node_id)))
+    chosen: list[tuple[Submission, SignedVerdict]] = []
+    for wanted, count in ((Draw.RECHECK, 1), (Draw.COMMITTEE, 3)):
+        for g in (g for g in CANDIDATES if g not in [c[0] for c in chosen]):
+            seat_ = next(((key, pi) for draw, key, pi, beta, threshold in seats
+                          if draw == wanted and committee.is_member(beta, g.digest, threshold)), None)
+            if seat_ is not None and count > 0:
+                chosen.append((g, verdict(seat_[0], g.digest, VerdictDraw(str(wanted)), seat_[1])))
+                count -= 1
+    assert len(chosen) == 4  # 16 groups, two verifiers each seated with probability 1/2: never short
+    return m, tuple(g for g, _ in chosen), tuple(v for _, v in chosen)
+
+
+KEYS = {A.node_id: A, B.node_id: B}
+
+
+def announce(groups) -> PolicyAnnouncement:
+    return PolicyAnnouncement(TRAINER.node_id, 1, b"\x03" * 32, b"\x04" * 32, 5,
+                              batch=tuple((d, 1.0) for d in sorted(g.digest for g in groups))).signed(TRAINER)
+
+
+def share_findings(path: Path) -> tuple[list, list]:
+    """(the trusted_share findings as (untrusted, allowed, subject), the committees check's errors)."""
+    with vrl.audit.open([path]) as audit:
+        report = audit.run(checks=["committees", "admission"])
+    return ([(f.evidence["untrusted"], f.evidence["allowed"], f.subject) for f in report.findings
+             if f.code == "trusted_share"],
+            [f for f in report.findings if f.check == "committees" and f.severity == Severity.ERROR])
+
+
+def test_members_passes_before_the_announcement_make_untrusted_groups_count_as_checked(tmp_path, seated):
+    m, groups, passes = seated
+    path = write(tmp_path, TRAINER, manifests=[m], groups=groups, verdicts=passes, policies=[announce(groups)],
+                 announced=100.0)
+    share, committee_errors = share_findings(path)
+    assert committee_errors == []  # every claim is a member's: the passes are the committee's own
+    assert {v.draw for v in passes} == {VerdictDraw.COMMITTEE, VerdictDraw.RECHECK}
+    assert share == []
+
+
+@pytest.mark.parametrize("on_time", range(5))
+def test_a_members_pass_counts_only_if_it_arrived_before_the_announcement(tmp_path, seated, on_time):
+    """The i-th pass arrives at 5.0 + i; the batch is announced between the ``on_time``-th and the
+    next. Trusted = on_time, untrusted = 4 - on_time, allowed = min(8, trusted): a breach below 2."""
+    m, groups, passes = seated
+    path = write(tmp_path, TRAINER, manifests=[m], groups=groups, verdicts=passes, policies=[announce(groups)],
+                 announced=4.5 + on_time)
+    share, committee_errors = share_findings(path)
+    assert committee_errors == []
+    assert share == ([(4 - on_time, on_time, TRAINER.node_id.hex())] if on_time < 2 else [])
+
+
+@pytest.mark.parametrize("passes", ["none", "ticket_draw"])
+def test_without_a_members_pass_the_untrusted_groups_breach_the_trusted_share(tmp_path, seated, passes):
+    """No verdicts at all; or the same verifiers' passes drawn by ticket, which claim no seat (the
+    committees check finds each not_eligible) and make no group checked."""
+    m, groups, seated_passes = seated
+    verdicts = [] if passes == "none" else [verdict(KEYS[v.verifier], v.group, VerdictDraw.TICKET)
+                                            for v in seated_passes]
+    path = write(tmp_path, TRAINER, manifests=[m], groups=groups, verdicts=verdicts, policies=[announce(groups)],
+                 announced=100.0)
+    share, committee_errors = share_findings(path)
+    assert share == [(4, 0, TRAINER.node_id.hex())]
+    assert [f.code for f in committee_errors] == ["not_eligible"] * len(verdicts)
+
+
+@pytest.mark.parametrize("verification, manifests, anchors, breach", [
+    ("committee", True, False, False),  # node.toml says committee: the members' passes count
+    ("tickets", True, False, True),  # node.toml says tickets: a stored manifest does not make it a committee run
+    (None, False, False, True),  # no node.toml, no manifest: a ticket network
+    ("tickets", True, True, False),  # an anchor's pass counts in either design (A and B configured pre-trusted)
+])
+def test_in_a_ticket_network_only_an_anchors_pass_counts(tmp_path, seated, verification, manifests, anchors, breach):
+    m, groups, passes = seated
+    path = write(tmp_path, TRAINER, manifests=[m] if manifests else [], groups=groups, verdicts=passes,
+                 policies=[announce(groups)], announced=100.0)
+    if verification is not None:
+        pretrusted = ", ".join(f'"{k.node_id.hex()}"' for k in ((A, B) if anchors else ()))
+        (path.parent / "node.toml").write_text(f'data_dir = "."\ntrainer = "{TRAINER.node_id.hex()}"\n'
+                                               f'pretrusted = [{pretrusted}]\n'
+                                               f'[protocol]\nverification = "{verification}"\n')
+    share, _ = share_findings(path)
+    assert share == ([(4, 0, TRAINER.node_id.hex())] if breach else [])
+
+
+@pytest.mark.parametrize("toml", [False, True])
+def test_a_store_without_its_node_toml_is_held_to_a_nodes_own_admission_defaults(tmp_path, toml):
+    """A node whose node.toml sets no [admission] takes ceil(0.34 x 12) = 5 groups of one node
+    (vrl.node.config.NODE_OVERRIDES); an audit of its bare store must not hold it to
+    AdmissionConfig's own 0.25 x 16 (vrl train's), a cap of 4: no node_cap, whether or not the
+    node.toml is among the inputs. The five are the trainer's own passes, so trusted."""
+    groups = CANDIDATES[:5]
+    path = write(tmp_path, TRAINER, groups=groups, verdicts=[verdict(TRAINER, g.digest, VerdictDraw.NONE)
+                                                             for g in groups], policies=[announce(groups)],
+                 announced=100.0)
+    if toml:
+        (path.parent / "node.toml").write_text(f'data_dir = "."\ntrainer = "{TRAINER.node_id.hex()}"\n')
+    with vrl.audit.open([path]) as audit:
+        report = audit.run(checks=["admission"])
+    assert [f.code for f in report.findings if f.check == "admission"] == []
+    assert report.stats["admission"]["node cap"] == 5

@@ -5,6 +5,7 @@ gossip validator's decisions (vrl.node.validation)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 import structlog
@@ -140,6 +141,7 @@ class Ledger:
     verdicts: dict = dataclasses.field(default_factory=dict)
     round_started: dict = dataclasses.field(default_factory=dict)
     counting: frozenset = frozenset()
+    eligible: int = 0
 
     def group_version(self, digest: bytes) -> int | None:
         return None
@@ -154,7 +156,7 @@ class Ledger:
         return False
 
     def eligible_verifiers(self) -> int:
-        return 0
+        return self.eligible
 
 
 def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_convicts_with_a_second_word():
@@ -178,3 +180,25 @@ def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_
     (conviction,) = judge.convictions(ledger)
     assert conviction.version == 1 and conviction.reporters == (VERIFIER.node_id, STRANGER.node_id)
     assert not judge.follows(1) and judge.follows(0)
+
+
+def test_with_committees_a_step_is_replayed_by_about_k_verifiers_whatever_the_network_size():
+    """specs/training.md §5: rate = min(step_audit_rate, k / m), m the eligible verifiers."""
+    from vrl.node.steps import StepJudge
+
+    announcements = [PolicyAnnouncement(TRAINER.node_id, v, hashlib.sha256(b"%d" % v).digest(), b"\x02" * 32,
+                                        10).signed(TRAINER) for v in range(600)]
+    verifiers = [NodeKey.from_seed(hashlib.sha256(b"replayer %d" % i).digest()) for i in range(4)]
+
+    def drawn(step_committee: int, eligible: int) -> float:
+        ledger = Ledger({}, eligible=eligible)
+        judges = [StepJudge(key, "test", max_staleness=2, step_audit_rate=0.25, step_wait=30.0, stranger_cap=16,
+                            step_committee=step_committee) for key in verifiers]
+        return sum(judge._drawn(a, ledger) for judge in judges for a in announcements) / (600 * len(judges))
+
+    # 2,400 draws each: a binomial's standard deviation is under 0.009 at these rates.
+    assert abs(drawn(0, 110) - 0.25) < 0.03  # tickets: a quarter of the network replays each step
+    assert abs(drawn(11, 110) - 0.10) < 0.03  # committees: 11 of 110, ~k a step
+    assert abs(drawn(11, 1000) - 0.011) < 0.008
+    assert abs(drawn(11, 20) - 0.25) < 0.03  # a small network keeps step_audit_rate
+    assert abs(drawn(11, 0) - 0.25) < 0.03  # no manifest yet

@@ -372,3 +372,20 @@ def test_a_members_pass_makes_a_group_verified_for_the_trusted_share_where_no_an
                   config, b"seed")
     assert [c.group for c, _ in batch].count(digest) == 1  # the verified group is in; alone, the rest untrusted
     assert admit([Candidate(d, WORKER.node_id, score) for d in manifest.groups], config, b"seed") == []
+
+
+def test_a_node_forgets_rounds_no_fresh_group_is_of_and_never_takes_their_manifests_again():
+    """vrl.node.rounds.Rounds.forget: a member held every manifest's digests forever; rounds below
+    version - max_staleness - 1 are dropped, and their manifests coming again (backfill) are not
+    held again, so their withheld records never count twice."""
+    _, manifest, received = round_zero()
+    member, _ = verifier(VERIFIERS[0], manifest, received)
+    assert 0 in member.rounds.manifests and member.rounds.round_of
+    withheld = len(member.reputation.withheld())
+    staleness = member.config.max_staleness
+    for version in range(1, staleness + 3):
+        ready(member, version)
+    assert member.rounds.manifests == {} and member.rounds.round_of == {} and member.rounds.floor == 1
+    assert member.rounds._seats == {} and member.rounds.received_at == {}
+    assert member.handle(P.ManifestReceived(manifest, 99.0)) == [] and 0 not in member.rounds.manifests
+    assert len(member.reputation.withheld()) == withheld

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import GroupHead, Progress, Run, StoreIndex, VerdictHead, file_records, finding, short
+from vrl.node.config import NODE_OVERRIDES
 from vrl.node.messages import (
     Outcome,
     PolicyAnnouncement,
@@ -26,6 +27,7 @@ from vrl.node.messages import (
     StepVerdict,
     VerdictDraw,
 )
+from vrl.node.params import ProtocolParams
 from vrl.node.reputation import AdmissionConfig, Report, Reputation, report_of
 from vrl.rollouts.profiles import profile_of_platform
 from vrl.rollouts.record import Rollout
@@ -376,8 +378,15 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
     §5): known groups only, no planted group, fresh groups, the per-node cap, weights of mean
     1, no group trained twice, and no group of a node quarantined a whole round before."""
     check = "admission"
-    admission = run.config.admission if run.config is not None else AdmissionConfig()
-    staleness = run.config.protocol.max_staleness if run.config is not None else 2
+    # Without a node.toml among the inputs, the settings a node runs when its node.toml sets
+    # none: NodeConfig's, which override AdmissionConfig's own (vrl train's) batch_groups and
+    # node_cap (vrl.node.config.NODE_OVERRIDES); AdmissionConfig() would hold a default node to
+    # a cap of 4 where it takes 5, and to 8 untrusted groups where it takes 6.
+    if run.config is not None:
+        admission, staleness = run.config.admission, run.config.protocol.max_staleness
+    else:
+        admission = AdmissionConfig(**NODE_OVERRIDES.get("admission", {}))
+        staleness = ProtocolParams(**NODE_OVERRIDES.get("protocol", {})).max_staleness
     cap = math.ceil(admission.node_cap * admission.batch_groups)
     index = trainer_index(run)
     views = dict(rounds_of_view(run, index, run.trainer)) if index is not None else {}

@@ -392,6 +392,9 @@ class NodeProtocol:
                 actions += self._once(FetchPolicy(self.policies[v]))
         if self.has("worker") and version in self.loaded and version not in self.generated:
             actions += self._once(Generate(version))
+        if self.committee:
+            # Rounds no fresh group belongs to, with one to spare (specs/committee.md §3.3).
+            self.rounds.forget(version - self.config.max_staleness - 1)
         if self.committee and self.has("trainer"):
             actions += close_rounds(self)
         if self.has("verifier") or self.has("trainer"):

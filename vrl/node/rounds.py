@@ -72,18 +72,45 @@ class Rounds:
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
         self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
+        self.fetched: set[int] = set()  # rounds whose committee seats' groups are all held
+        # Rounds below ``floor`` are forgotten (:meth:`forget`): their manifests come again in
+        # backfill and must not count twice. ``added`` counts manifests ever held (a pass's key).
+        self.floor, self.added = 0, 0
 
     # -- manifests --------------------------------------------------------------------------
     def add(self, manifest: RoundManifest, now: float) -> bool:
         """Hold a manifest: the configured trainer's, signed, the first one of its round."""
-        if manifest.trainer != self.trainer or manifest.round in self.manifests or not manifest.valid():
+        if (manifest.trainer != self.trainer or manifest.round in self.manifests or manifest.round < self.floor
+                or not manifest.valid()):
             return False
+        self.added += 1
         self.manifests[manifest.round] = manifest
         self.received_at[manifest.round] = now
         self._eligible[manifest.round] = dict(manifest.weights)
         for digest in manifest.groups:
             self.round_of.setdefault(digest, manifest.round)
         return True
+
+    def forget(self, floor: int) -> None:
+        """Drop every round below ``floor``: no group of it is fresh any more, so no check, claim
+        or fetch names it. A member holds each manifest's digests (128 KiB a round at N = 1,000);
+        kept forever, they were the simulator's largest growth, and a long-running node's."""
+        if floor <= self.floor:
+            return
+        for round_ in [r for r in self.manifests if r < floor]:
+            manifest = self.manifests.pop(round_)
+            for digest in manifest.groups:
+                if self.round_of.get(digest) == round_:
+                    del self.round_of[digest]
+            for table in (self.received_at, self.omitted, self._eligible):
+                table.pop(round_, None)
+            self.fetched.discard(round_)
+        for table in (self._thresholds, self._mine, self._seats):
+            for key in [k for k in table if k[0] < floor]:
+                del table[key]
+        for key in [k for k in self._verified if k[1] < floor]:
+            del self._verified[key]
+        self.floor = floor
 
     def listed(self, digest: bytes, version: int) -> bool | None:
         """Whether a group of ``version`` is in its round's manifest; None while there is none."""
@@ -248,8 +275,11 @@ def _fetches(node: NodeProtocol) -> list[Action]:
     actions: list[Action] = []
     wanted: list[tuple[bytes, int]] = []
     for round_ in sorted(node.rounds.manifests):
-        if node._fresh(round_) and round_ in node.loaded:
-            wanted += [(d, round_) for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE))]
+        if node._fresh(round_) and round_ in node.loaded and round_ not in node.rounds.fetched:
+            missing = [d for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE)) if d not in node.groups]
+            if not missing:
+                node.rounds.fetched.add(round_)  # groups are never dropped: nothing of it to fetch again
+            wanted += [(d, round_) for d in missing]
     for verdict in list(node._pending.values()):
         round_ = node.rounds.round_of.get(verdict.group)
         if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
@@ -382,7 +412,7 @@ def _scan_key(node: NodeProtocol) -> tuple:
     groups touched since the last pass can come out differently."""
     deadlines = sum(1 for r, at in node.rounds.received_at.items()
                     if node._fresh(r) and node.now - at >= node.config.submission_window)
-    return (node.version, len(node.loaded), len(node.rounds.manifests), len(node.quarantined), len(node.planted),
+    return (node.version, len(node.loaded), node.rounds.added, len(node.quarantined), len(node.planted),
             len(node.refused), tuple(sorted(node.suspects.items())), node._evaluated, deadlines,
             tuple(sorted(v for v in node.policies if node._fresh(v))))
 

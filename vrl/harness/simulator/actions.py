@@ -11,7 +11,15 @@ import typing
 
 from vrl.harness.adversary import CHEAT_FROM
 from vrl.node import events as E
-from vrl.node.messages import TOPIC_GROUPS, TOPIC_POLICIES, TOPIC_VERDICTS, Outcome, PolicyAnnouncement, StepFault
+from vrl.node.messages import (
+    TOPIC_GROUPS,
+    TOPIC_MANIFESTS,
+    TOPIC_POLICIES,
+    TOPIC_VERDICTS,
+    Outcome,
+    PolicyAnnouncement,
+    StepFault,
+)
 from vrl.rollouts.keys import NodeKey
 
 from .payloads import Truth, announcement, check_result
@@ -101,6 +109,8 @@ class Actions:
             self.metrics.published_verdict(self, node, msg.obj)
         elif topic == TOPIC_POLICIES and node.index == 0:
             self.new_version(msg.obj)
+        elif topic == TOPIC_MANIFESTS and node.index == 0:
+            self.metrics.manifests.append(tuple(msg.obj.workers))  # nodes forget old rounds (Rounds.forget)
 
     def job(self, node: SimNode, seconds: float, fn, *args) -> None:
         """One job on the node's model thread: it starts when the thread is free."""

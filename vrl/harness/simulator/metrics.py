@@ -65,6 +65,7 @@ class Metrics:
     stopped: str = ""
     cpu_seconds: float = 0.0
     summary: dict = field(default_factory=dict)
+    manifests: list = field(default_factory=list)  # each manifest the trainer published: its workers
 
     def __post_init__(self) -> None:
         self.counters = {name: [0.0] * len(self.nodes) for name in COUNTERS}
@@ -297,7 +298,7 @@ class Metrics:
                                 if v not in honest_ids and v not in fresh)
         stranger_groups = sum(1 for g in trainer.groups.values() if g.subject not in honest_ids)
         sybil_checks = sum(1 for d in self.checks_of_sybil_groups)
-        listed = sum(c for m in trainer.rounds.manifests.values() for w, c in m.workers if w not in honest_ids)
+        listed = sum(c for workers in self.manifests for w, c in workers if w not in honest_ids)
         out = {name: value / per for name, value in self.sybil_cost.items()}
         out.update({
             "keys": keys, "honest_nodes": len(honest),
@@ -329,7 +330,7 @@ class Metrics:
             if maker > 0 and sim.nodes[maker].kind in ("", "withhold"):
                 published[sim.nodes[maker].kind or "honest"] += 1
         out = {"withheld_slots_in_manifests": sum(r.missing for r in records),
-               "manifests": len(trainer.rounds.manifests)}
+               "manifests": len(self.manifests)}
         for kind, rows in kinds.items():
             trained = self.trained_by_kind.get(kind if kind != "honest" else "honest", 0)
             out[kind] = {"nodes": len(rows), "median_score": statistics.median(r[0] for r in rows),

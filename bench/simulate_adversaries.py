@@ -1,0 +1,105 @@
+"""Every adversary at 10%, 30% and 45% of the nodes, simulated (issue 30's "rounds to
+quarantine for every adversary"): the real NodeProtocol state machines of vrl.harness.simulator,
+one run per adversary family and share, each with the same seed and settings.
+
+Families (each run holds one; the devnet's content cheats share their family's nodes equally):
+
+* ``content``: the devnet's cheats on a group's content (quantized-model, other-model,
+  tampered-tokens, replay, spoof-int8), each a fifth of the share;
+* ``fabricated-reward``, ``collude`` (workers that fabricate rewards and, as verifiers, pass each
+  other's bad groups), ``lazy`` (verifiers that pass without checking), ``withhold`` (workers
+  that submit half their assigned groups), ``sybil`` (a flood of fresh keys each round).
+
+For each run: rounds from a cheater's first bad group to its quarantine by the trainer (median
+over the cheaters it quarantined, and how many), honest false quarantines (must be 0), bad
+groups trained (must be 0 below the bound f* of specs/committee.md §5), groups lost.
+
+    python bench/simulate_adversaries.py --nodes 100 --rounds 12 --batch-groups round \\
+        --out bench/results/simulate-adversaries-committee.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vrl.harness.simulator import SimConfig, Simulation, parse_adversaries  # noqa: E402
+from vrl.node.committee import EPSILON, F_STAR  # noqa: E402
+from vrl.node.params import ProtocolParams  # noqa: E402
+
+console = Console(stderr=True)
+CONTENT = ("quantized-model", "other-model", "tampered-tokens", "replay", "spoof-int8")
+FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybil")
+KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "simulated_seconds",
+        "rounds_to_quarantine", "honest_false_quarantines", "bad_groups_trained", "bad_groups_trained_by_kind",
+        "groups_lost", "honest_groups_published", "withheld_groups", "withholding", "sybil")
+
+
+def spec(family: str, share: float) -> str:
+    if family == "content":
+        return ",".join(f"{kind}:{share / len(CONTENT):.4f}" for kind in CONTENT)
+    return f"{family}:{share}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--design", default="committee")
+    parser.add_argument("--shares", default="0.1,0.3,0.45")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--batch-groups", default="round",
+                        help="groups a step trains on: a number, or 'round' (every worker's round)")
+    parser.add_argument("--cpu-limit", type=float, default=None, help="per run, CPU seconds")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    batch = (ProtocolParams().groups_per_round * (args.nodes - 1) if args.batch_groups == "round"
+             else int(args.batch_groups))
+    out = {"what": __doc__.split("\n\n")[0].replace("\n", " "),
+           "command": "python bench/simulate_adversaries.py " + " ".join(sys.argv[1:]),
+           "machine": f"{platform.machine()}, 2 cores shared with other jobs; cpu_seconds is the run's own",
+           "f_bound": f"specs/committee.md §5: f* = {F_STAR} of verifier weight, eps = {EPSILON}",
+           "settings": {"nodes": args.nodes, "rounds": args.rounds, "warmup": args.warmup, "design": args.design,
+                        "batch_groups": batch, "seed": args.seed},
+           "runs": {}}
+    table = Table(title=f"N = {args.nodes}, {args.design}: rounds from first bad group to the trainer's quarantine")
+    for column in ("adversary", "share", "cheaters", "quarantined", "median rounds", "false quarantines",
+                   "bad trained", "groups lost", "CPU s"):
+        table.add_column(column, justify="right")
+    for family in args.families.split(","):
+        for share in (float(s) for s in args.shares.split(",")):
+            config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=args.design,
+                               seed=args.seed, adversaries=parse_adversaries(spec(family, share)),
+                               admission={"batch_groups": batch})
+            started = time.perf_counter()
+            summary = Simulation(config).run(cpu_limit_s=args.cpu_limit).summary
+            run = {key: summary.get(key) for key in KEPT}
+            run["spec"] = spec(family, share)
+            out["runs"][f"{family}:{share}"] = run
+            quarantine = run["rounds_to_quarantine"] or {}
+            cheaters = sum(r["nodes"] for r in quarantine.values())
+            caught = sum(r["quarantined_by_trainer"] for r in quarantine.values())
+            medians = ", ".join(f"{k} {r['median_rounds_trainer']}" for k, r in quarantine.items())
+            table.add_row(family, f"{share:.0%}", str(cheaters), str(caught), medians or "-",
+                          str(run["honest_false_quarantines"]), str(run["bad_groups_trained"]),
+                          str(run["groups_lost"]), f"{run['cpu_seconds']:.0f}")
+            console.print(f"[dim]{family} {share:.0%}: {run['rounds_measured']} rounds, {run['stopped']}, "
+                          f"{time.perf_counter() - started:.0f} s wall[/]")
+            args.out.write_text(json.dumps(out, indent=1, sort_keys=True, default=str) + "\n")
+    console.print(table)
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
