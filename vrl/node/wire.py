@@ -439,8 +439,10 @@ def decode(cls: type[M], data: bytes) -> M:
             if older is None:
                 raise MessageError(f"{name}: unknown message version {shown(version)}")
             keys = older[0]
-    if wire.keys() != keys and not (schema.optional and schema.required <= wire.keys() <= keys):
-        unknown, missing = wire.keys() - keys, schema.required - wire.keys()
+    # (Only a request or response has optional fields, so ``keys`` is then the schema's.)
+    required = schema.required if schema.optional else keys
+    if wire.keys() != keys and not (schema.optional and required <= wire.keys() <= keys):
+        unknown, missing = wire.keys() - keys, required - wire.keys()
         raise MessageError(f"{name}: field {shown(sorted(unknown or missing)[0])} is "
                            f"{'unknown' if unknown else 'missing'}")
     try:
