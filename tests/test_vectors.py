@@ -483,3 +483,21 @@ def test_committee_vectors():
     for case in v["smallest_k"]:
         assert case["k"] == math.ceil(math.log(1 / case["eps"]) / (1 - case["f_star"]))
         assert committee.smallest_k(case["f_star"], case["eps"]) == case["k"]
+
+
+def test_backfill_vectors():
+    """specs/network.md §6: a request by position (no cursor key), a first request by cursor
+    (all zeros) and a page answering it, as maps of exactly those fields."""
+    from vrl.node.messages import BackfillPage, BackfillRequest, Submission
+
+    vectors = load("network")
+    case = vectors["backfill"]
+    assert msgpack.unpackb(bytes.fromhex(case["request"])) == {"since": case["since"], "after": 0}
+    assert BackfillRequest.from_bytes(bytes.fromhex(case["request"])) == BackfillRequest(case["since"], 0)
+    first = BackfillRequest.from_bytes(bytes.fromhex(case["request_cursor"]))
+    assert first == BackfillRequest(case["since"], 0, (0,) * 6) and first.to_bytes().hex() == case["request_cursor"]
+    page = BackfillPage.from_bytes(bytes.fromhex(case["page_cursor"]), 0, first.cursor)
+    assert page.cursor == tuple(case["cursor"]) and page.next == 1
+    assert page.messages == (bytes.fromhex(vectors["group"]["message"]),)
+    assert Submission.from_bytes(page.messages[0]).digest.hex() == vectors["group"]["digest"]
+    assert page.to_bytes().hex() == case["page_cursor"]
