@@ -26,6 +26,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
+from vrl.harness.simulator.stores import BACKFILL_MODELS  # noqa: E402
 from vrl.node.params import ProtocolParams  # noqa: E402
 
 console = Console(stderr=True)
@@ -220,10 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
     parser.add_argument("--cores", type=int, default=0,
                         help="processors all nodes share, as a devnet on one machine (0: one each)")
-    parser.add_argument("--backfill", choices=("gossip", "daemon"), default=None,
+    parser.add_argument("--backfill", choices=BACKFILL_MODELS, default=None,
                         help="a backfill pass's cost: what the network gossiped (the committee design's target), "
-                             "or each peer's store paged whole as the daemon does (default: daemon with --compare, "
-                             "else gossip)")
+                             "or each peer's store as the daemon pages it (default: daemon with --compare, else "
+                             "gossip); both by cursor (what a peer stored since the last pass of the round), "
+                             "'-full': every pass the whole window, as before cursors (specs/network.md §6)")
     parser.add_argument("--cost", type=Path, default=None, help="bench/cost.py results (default small float32)")
     parser.add_argument("--wall-limit", type=float, default=None, help="stop after this many wall seconds")
     parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")

@@ -381,10 +381,17 @@ def message_targets() -> list[Target]:
         Target("step config", StepConfig.from_bytes, (StepError,), lambda: [step_config_file()]),
         Target("optimizer state", load_optimizer_file, (StepError,), lambda: [optimizer_file()], structure="bytes"),
         Target("backfill request", request, (MessageError,),
-               lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 7).to_bytes()]),
+               lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 7).to_bytes(),
+                        BackfillRequest(3, 0, (0,) * 6).to_bytes(),  # with a cursor (specs/network.md §6)
+                        BackfillRequest(3, 9, (2**64 - 1, 1, 0, 2**63 - 1, 5, 7)).to_bytes()]),
         Target("backfill page", lambda data: BackfillPage.from_bytes(data, after=0), (MessageError,),
                lambda: [BackfillPage((verdict().to_bytes(), group().to_bytes()), 5).to_bytes(),
                         BackfillPage((), None).to_bytes()]),
+        # A page answering a cursor: it must carry one that does not go back (same generation).
+        Target("backfill page by cursor", lambda data: BackfillPage.from_bytes(data, 0, (9, 1, 2, 3, 4, 5)),
+               (MessageError,), lambda: [
+                   BackfillPage((verdict().to_bytes(),), 1, (9, 1, 2, 7, 4, 5)).to_bytes(),
+                   BackfillPage((), None, (2**64 - 1, 0, 0, 0, 0, 0)).to_bytes()]),
         Target("sampling request", SamplingRequest.from_bytes, (MessageError,),
                lambda: [SamplingRequest(bytes(32), bytes([7]) * 32, 4).to_bytes(),
                         SamplingRequest(bytes([1]) * 32, bytes(32), 64).to_bytes()]),

@@ -13,6 +13,7 @@ from vrl.node.messages import (
     VERDICT_VERSION,
     BackfillPage,
     BackfillRequest,
+    Cursor,
     MessageError,
     NodeCounts,
     PolicyAnnouncement,
@@ -75,6 +76,65 @@ def test_backfill_codecs_round_trip_across_the_u64_range():
             BackfillRequest.from_bytes(msgpack.packb(bad, use_bin_type=True))
 
 
+# -- backfill cursors (specs/network.md §6) -----------------------------------------------------------
+
+def test_a_request_without_a_cursor_is_the_map_it_always_was():
+    """An absent cursor keeps the old meaning and the old bytes: a node that does not send one
+    (or an older node) is answered by position, and a page without one is the old page."""
+    assert BackfillRequest(3, 5).to_bytes() == canonical_bytes({"since": 3, "after": 5})
+    assert BackfillRequest.from_bytes(msgpack.packb({"since": 3, "after": 5})) == BackfillRequest(3, 5, None)
+    assert BackfillPage((), None).to_bytes() == canonical_bytes({"messages": [], "next": None})
+    request = BackfillRequest(3, 5, (2**64 - 1, 0, 1, 2**63 - 1, 3, 4))
+    assert msgpack.unpackb(request.to_bytes())["cursor"] == [2**64 - 1, 0, 1, 2**63 - 1, 3, 4]
+    assert BackfillRequest.from_bytes(request.to_bytes()) == request
+
+
+HOSTILE_CURSORS = st.one_of(
+    st.lists(st.integers(0, 2**63 - 1), max_size=12).filter(lambda c: len(c) != 6),  # wrong length
+    st.tuples(st.integers(-(2**63), -1), st.integers(0, 5)).map(lambda p: [0] * p[1] + [p[0]] + [0] * (5 - p[1])),
+    st.tuples(st.integers(2**63, 2**64 - 1), st.integers(1, 5)).map(  # a watermark past SQLite's rowids
+        lambda p: [0] * p[1] + [p[0]] + [0] * (5 - p[1])),
+    st.lists(st.none() | st.booleans() | st.floats() | st.binary(max_size=8), min_size=6, max_size=6),
+    st.none(), st.binary(max_size=48), st.dictionaries(st.text(max_size=3), st.integers(0, 9), max_size=3))
+
+
+@settings(max_examples=200, derandomize=True, database=None)
+@given(cursor=HOSTILE_CURSORS, page=st.booleans())
+def test_a_hostile_cursor_is_a_message_error(cursor, page):
+    """A cursor of the wrong length, a negative or too large watermark, anything not a list of
+    ints (nil included: absent is how a map says none) is refused whole, in a request or a page."""
+    if page:
+        with pytest.raises(MessageError, match="backfill page: field 'cursor'"):
+            BackfillPage.from_bytes(msgpack.packb({"messages": [], "next": None, "cursor": cursor}), 0, (1,) * 6)
+    else:
+        with pytest.raises(MessageError, match="backfill request: field 'cursor'"):
+            BackfillRequest.from_bytes(msgpack.packb({"since": 0, "after": 0, "cursor": cursor}))
+
+
+@settings(max_examples=200, derandomize=True, database=None)
+@given(asked=st.tuples(*[st.integers(0, 2**63 - 1)] * 5), back=st.integers(0, 4), by=st.integers(1, 2**62),
+       other=st.integers(0, 2**64 - 1))
+def test_a_page_cursor_that_goes_back_is_refused_unless_the_generation_changed(asked, back, by, other):
+    """Within one generation a watermark only moves on; another generation starts anew (the
+    server's store was reset), and a page must carry a cursor exactly when the request did."""
+    request = (7, *asked)
+    answer = list(request)
+    answer[1 + back] -= by
+    data = BackfillPage((), None, tuple(answer)).to_bytes() if answer[1 + back] >= 0 else None
+    if data is not None:
+        with pytest.raises(MessageError, match="goes back"):
+            BackfillPage.from_bytes(data, 0, request)
+    forward = tuple(v + (i > 0) * (v < 2**63 - 1) for i, v in enumerate(request))
+    assert BackfillPage.from_bytes(BackfillPage((), None, forward).to_bytes(), 0, request).cursor == forward
+    if other != 7:
+        renewed = (other, 0, 0, 0, 0, 0)
+        assert BackfillPage.from_bytes(BackfillPage((), None, renewed).to_bytes(), 0, request).cursor == renewed
+    with pytest.raises(MessageError, match="cursor"):
+        BackfillPage.from_bytes(BackfillPage((), None).to_bytes(), 0, request)
+    with pytest.raises(MessageError, match="cursor"):
+        BackfillPage.from_bytes(BackfillPage((), None, forward).to_bytes(), 0)
+
+
 def test_topic_of_names_only_our_kinds():
     assert topic_of(VERDICT.to_bytes()) == "vrl/verdicts/2"
     for data in (b"", b"\xc1", msgpack.packb([1]), msgpack.packb({"kind": ["group"]}), msgpack.packb({"kind": 1})):
@@ -119,6 +179,8 @@ def valid_value(kind) -> st.SearchStrategy:
         case WeightedDigests():
             return st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.floats(0.0, 1e300)).map(list),
                             max_size=3, unique_by=lambda pair: pair[0])
+        case Cursor():
+            return st.tuples(st.integers(0, 2**64 - 1), *[st.integers(0, 2**63 - 1)] * 5).map(list)
     raise AssertionError(f"no strategy for {kind!r}")
 
 

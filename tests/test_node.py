@@ -355,7 +355,8 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
                                        audit_ticket(sybil, digest), 1.0, "hard_fail", ("reward_mismatch",),
                                        b"\x09" * 32, "p").signed(sybil).to_bytes()
                          for digest in (honest_group.digest, hashlib.sha256(b"unseen %d" % index).digest()))
-            answer = garbage[index % len(garbage)] if index % 2 else BackfillPage(lies, None).to_bytes()
+            # A well-formed page answers the client's cursor with one (specs/network.md §6).
+            answer = garbage[index % len(garbage)] if index % 2 else BackfillPage(lies, None, (1,) * 6).to_bytes()
 
             async def serve(peer: bytes, data: bytes, answer: bytes = answer) -> bytes:
                 return answer

@@ -355,6 +355,8 @@ def stated_type(cell: str, meaning: str) -> tuple:
     text = cell.split(":")[0].strip()  # "bin 32: the group's digest"
     if text.endswith("or nil at the end"):
         return ("nil or", stated_type(text.split(";")[0], meaning))
+    if text.endswith(", or absent"):  # an optional field of a request or response (network.md §6)
+        return ("absent or", stated_type(text.removesuffix(", or absent"), meaning))
     patterns = [
         (r"bin (\d+)(?: or (\d+))?", lambda m: ("bin", tuple(sorted(int(g) for g in m.groups() if g)))),
         (r"uint(?:,| in)? `([^`]+)`.*", lambda m: ("uint", *number_range(m.group(1)))),
@@ -365,6 +367,8 @@ def stated_type(cell: str, meaning: str) -> tuple:
         (r"bool", lambda m: ("bool",)),
         (r"list of at most (\d+) bin, each at most ([^(]+?)(?: \(.*)?", lambda m: ("bins", 0, int(m[1]), number(m[2]))),
         (r"list of at most (\d+) `\[bin 32, float64\]`", lambda m: ("pairs", int(m[1]))),
+        (r"list of (\d+) uint, the last (\d+) in `([^`]+)`",
+         lambda m: ("cursor", int(m[1]), int(m[2]), *number_range(m[3]))),
     ]
     for pattern, read in patterns:
         if match := re.fullmatch(pattern, text):
@@ -374,7 +378,7 @@ def stated_type(cell: str, meaning: str) -> tuple:
 
 def schema_type(kind) -> tuple:
     from vrl.node import wire
-    from vrl.node.messages import WeightedDigests
+    from vrl.node.messages import BACKFILL_CURSOR_TABLES, BACKFILL_WATERMARK_MAX, Cursor, WeightedDigests
 
     match kind:
         case wire.Bin(sizes=sizes):
@@ -397,6 +401,8 @@ def schema_type(kind) -> tuple:
             return ("nil or", schema_type(inner))
         case WeightedDigests(max_items=items):
             return ("pairs", items)
+        case Cursor():
+            return ("cursor", 1 + BACKFILL_CURSOR_TABLES, BACKFILL_CURSOR_TABLES, 0, BACKFILL_WATERMARK_MAX)
     raise AssertionError(f"a wire type the test does not describe: {kind!r}")
 
 
@@ -436,7 +442,8 @@ def test_message_field_tables_are_the_wire_schemas_both_ways(name, where, rows):
     assert set(stated) == set(schema.keys), f"specs/{where} lists other fields than {name} declares"
     for field in schema.fields:
         row = stated[field.name]
-        assert stated_type(row["type"], row["meaning"]) == schema_type(field.type), \
+        declared = ("absent or", schema_type(field.type)) if field.optional else schema_type(field.type)
+        assert stated_type(row["type"], row["meaning"]) == declared, \
             f"specs/{where}: {field.name} is {row['type']}, but {name} declares {field.type}"
     if schema.version is not None:
         assert spans(stated["kind"]["meaning"]) == [f'"{schema.name}"']

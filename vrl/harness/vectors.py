@@ -200,7 +200,20 @@ def network_vectors() -> dict:
             "seed": b"seed".hex(),
             "candidates": [{"group": c.group.hex(), "node": c.node.hex(), "score": c.score} for c in candidates],
             "batch": [{"group": c.group.hex(), "weight": w} for c, w in batch]},
+        "backfill": _backfill_vectors(submission),
     }
+
+
+def _backfill_vectors(submission) -> dict:
+    """specs/network.md §6: a request by position, a client's first request by cursor, and a
+    page answering it (the group's message, a cursor of generation 0x0123456789abcdef)."""
+    from vrl.node.messages import BackfillPage, BackfillRequest
+
+    cursor = (0x0123456789ABCDEF, 1, 0, 7, 2**63 - 1, 0)
+    return {"request": BackfillRequest(4, 0).to_bytes().hex(),
+            "request_cursor": BackfillRequest(4, 0, (0,) * 6).to_bytes().hex(),
+            "page_cursor": BackfillPage((submission.to_bytes(),), 1, cursor).to_bytes().hex(),
+            "since": 4, "cursor": list(cursor)}
 
 
 def _withheld_vectors(a: bytes, b: bytes) -> dict:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from proofs.vrf import PROOF_BYTES as VRF_PROOF_BYTES
+from vrl.errors import shown
 from vrl.node import committee
 from vrl.node.wire import (
     U64,
@@ -575,15 +576,41 @@ def topic_of(data: bytes) -> str | None:
 #: policy) would fit in 1 MiB, so servers stop a page at this count too (Store.since).
 BACKFILL_MAX_MESSAGES = 4096
 BACKFILL_MAX_MESSAGE_BYTES = 256 << 10
+#: A cursor (specs/network.md §6): the server's store generation, then one watermark per table
+#: in the order of kinds (policies, manifests, groups, verdicts, steps). A watermark is an SQLite
+#: rowid, which is at most 2^63 - 1 (https://sqlite.org/lang_createtable.html#rowid).
+BACKFILL_CURSOR_TABLES = 5
+BACKFILL_WATERMARK_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A backfill cursor on the wire: ``[generation, w_1, ..., w_5]``, the generation a u64 and
+    each watermark in ``[0, 2^63 - 1]``; decoded to a tuple of 6 ints."""
+
+    as_is: ClassVar[bool] = False
+
+    def decode(self, value: Any, name: str) -> tuple[int, ...]:
+        if (type(value) is not list or len(value) != 1 + BACKFILL_CURSOR_TABLES
+                or not all(type(v) is int for v in value) or not 0 <= value[0] <= U64
+                or not all(0 <= v <= BACKFILL_WATERMARK_MAX for v in value[1:])):
+            raise FieldError(name, f"expected a list of {1 + BACKFILL_CURSOR_TABLES} uints, a u64 then "
+                                   f"{BACKFILL_CURSOR_TABLES} in [0, 2^63 - 1], got {shown(value)}")
+        return tuple(value)
+
+    def encode(self, value: tuple[int, ...]) -> list[int]:
+        return list(value)
 
 
 @message("backfill request")
 @dataclass(frozen=True)
 class BackfillRequest(Message):
-    """``{"since": r, "after": n}``: messages of rounds >= ``since``, from position ``after``."""
+    """``{"since": r, "after": n}``: messages of rounds >= ``since``, from position ``after``;
+    with ``"cursor"``, those the server stored past the cursor (specs/network.md §6)."""
 
     since: int = field(metadata=wire(Uint()))
     after: int = field(metadata=wire(Uint()))
+    cursor: tuple[int, ...] | None = field(default=None, metadata=wire(Cursor(), optional=True))
 
 
 @message("group request")
@@ -612,15 +639,26 @@ class SamplingRequest(Message):
 @dataclass(frozen=True)
 class BackfillPage(Message):
     """``{"messages": [bin, ...], "next": n | nil}``: one page of a peer's log; ``next`` is
-    where the following page starts (always past the request's ``after``), nil at the end."""
+    where the following page starts (always past the request's ``after``), nil at the end;
+    ``cursor`` (exactly when the request had one) is where the next request starts."""
 
     messages: tuple[bytes, ...] = field(
         metadata=wire(Blobs(0, BACKFILL_MAX_MESSAGES, BACKFILL_MAX_MESSAGE_BYTES)))
     next: int | None = field(metadata=wire(Nullable(Uint())))
+    cursor: tuple[int, ...] | None = field(default=None, metadata=wire(Cursor(), optional=True))
 
     @classmethod
-    def from_bytes(cls, data: bytes, after: int) -> BackfillPage:  # type: ignore[override]
+    def from_bytes(cls, data: bytes, after: int,  # type: ignore[override]
+                   cursor: tuple[int, ...] | None = None) -> BackfillPage:
+        """The page answering a request from ``after`` with ``cursor`` (None: a request without one)."""
         page = decode(cls, data)
         if page.next is not None and page.next <= after:
             raise MessageError(f"backfill page: field 'next' must move past {after}, got {page.next}")
+        if (page.cursor is None) != (cursor is None):
+            raise MessageError(f"backfill page: field 'cursor' must be {'absent' if cursor is None else 'given'},"
+                               " as in the request")
+        # The same generation names the same positions: a watermark only moves on.
+        if page.cursor is not None and page.cursor[0] == cursor[0] and any(
+                new < old for new, old in zip(page.cursor[1:], cursor[1:], strict=True)):
+            raise MessageError(f"backfill page: field 'cursor' goes back from {list(cursor)} to {list(page.cursor)}")
         return page

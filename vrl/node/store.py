@@ -15,6 +15,7 @@ commit on process crash: https://sqlite.org/wal.html, https://sqlite.org/atomicc
 from __future__ import annotations
 
 import hashlib
+import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from vrl.errors import VrlError
 from vrl.node.messages import (
+    BACKFILL_CURSOR_TABLES,
     BACKFILL_MAX_MESSAGES,
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
@@ -108,6 +110,13 @@ OWNER_KEY = "node"
 SNAPSHOT_AT_KEY = "reputation_at"
 
 
+# The tables a backfill cursor has a watermark for, in the order of kinds (specs/network.md §6),
+# each with what a row must be to be served past ``since``.
+_SERVED = (("policies", "version >= ?"), ("manifests", "round >= ?"), ("groups", "version >= ? AND planted = 0"),
+           ("verdicts", "version >= ?"), ("steps", "version >= ?"))
+assert len(_SERVED) == BACKFILL_CURSOR_TABLES
+
+
 class StoreError(VrlError):
     """The database cannot be opened or was written by an incompatible version."""
 
@@ -138,6 +147,12 @@ class Store:
         except sqlite3.DatabaseError as error:
             raise StoreError(f"{self.path}: {error}") from error
         self._lock = threading.Lock()
+        # What a backfill cursor's watermarks (rowids) are relative to (specs/network.md §6):
+        # drawn at every open, since while the store was closed anything may have renumbered
+        # or reused rowids (a VACUUM, a restored copy, a wiped data_dir). No row of a served table
+        # is ever deleted while open; code that deletes one must draw a new generation. Nonzero,
+        # so that a client's first cursor (all zeros) never matches.
+        self.generation = 1 + secrets.randbelow((1 << 64) - 1)
 
     def _migrate_from_1(self) -> None:
         """Rewrite the u64 columns of a version 1 database as BLOBs: all or nothing."""
@@ -218,9 +233,11 @@ class Store:
 
     def put_verdict(self, verdict: SignedVerdict, received: float) -> bool:
         # One row per (group, verifier); a check replaces the verifier's own skip, never the
-        # reverse (specs/network.md §3.2).
+        # reverse (specs/network.md §3.2). The replacement takes the next rowid, past every
+        # backfill cursor's watermark (Store.page), so that peers that paged the skip get the check.
         return self._write("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                           " ON CONFLICT (grp, verifier) DO UPDATE SET id=excluded.id, outcome=excluded.outcome,"
+                           " ON CONFLICT (grp, verifier) DO UPDATE SET rowid=(SELECT max(rowid) + 1 FROM verdicts),"
+                           " id=excluded.id, outcome=excluded.outcome,"
                            " data=excluded.data, received=excluded.received"
                            " WHERE verdicts.outcome = 'skipped' AND excluded.outcome != 'skipped'", (
             verdict.id, verdict.group, verdict.verifier, verdict.subject, u64(verdict.policy_version), verdict.outcome,
@@ -389,3 +406,38 @@ class Store:
                 out.append(data)
                 size += len(data)
         return out, None
+
+    def page(self, round_index: int, cursor: tuple[int, ...], limit_bytes: int,
+             limit_messages: int = BACKFILL_MAX_MESSAGES) -> tuple[list[bytes], tuple[int, ...], bool]:
+        """A backfill page by cursor (specs/network.md §6): the messages of versions >=
+        ``round_index`` stored past ``cursor`` (``[generation, w_1 .. w_5]``, one rowid
+        watermark per table of :data:`_SERVED`), table by table in the order of kinds, each in
+        rowid (append) order, at most ``limit_bytes`` and ``limit_messages`` of them; returns
+        them, the cursor to ask with next, and whether the page reached the end.
+
+        A cursor of another generation, or with a watermark above its table's largest rowid (the
+        store was reset, or the cursor is not one of ours), is a full pass: every watermark 0. A
+        table the page got past takes its largest rowid as watermark (its rows not served were
+        of older versions or planted: never served for this ``round_index`` or a larger one).
+        Memory and time: one page's bytes, as :meth:`since`."""
+        out: list[bytes] = []
+        size = 0
+        with self._lock:
+            tops = [self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
+                    for table, _ in _SERVED]
+            marks = list(cursor[1:])
+            if cursor[0] != self.generation or any(m > top for m, top in zip(marks, tops, strict=True)):
+                marks = [0] * len(_SERVED)
+            for index, (table, served) in enumerate(_SERVED):
+                rows = self._db.execute(
+                    f"SELECT rowid, length(data) FROM {table} WHERE rowid > ? AND {served}"  # noqa: S608
+                    " ORDER BY rowid LIMIT ?", (marks[index], u64(round_index), limit_messages - len(out) + 1))
+                for row, length in rows.fetchall():
+                    if out and (size + length > limit_bytes or len(out) == limit_messages):
+                        return out, (self.generation, *marks), False
+                    (data,), = self._db.execute(f"SELECT data FROM {table} WHERE rowid=?", (row,))  # noqa: S608
+                    out.append(data)
+                    size += length
+                    marks[index] = row
+                marks[index] = tops[index]
+        return out, (self.generation, *marks), True

@@ -10,7 +10,10 @@ it is on the wire: its wire type with its bounds (:class:`Bin`, :class:`Uint`, :
 * a gossip message (a message with a version) is a canonical msgpack map (specs/network.md
   §3) of its fields and its ``kind`` and ``v``; decoding demands the one encoding there is,
   since its id and its signature cover the bytes;
-* a request or a response (no version) is a msgpack map of exactly its fields (§3.4, §6).
+* a request or a response (no version) is a msgpack map of exactly its fields (§3.4, §6),
+  less any optional field (``wire(..., optional=True)``) whose value is None: that one is
+  absent from the map rather than nil, so a field added later keeps older maps valid (§6's
+  ``cursor``).
 
 Decoding is strict: text keys, no unknown or missing field, every value of its exact wire
 type and within its bounds, then the rules between fields that a message states itself
@@ -253,10 +256,11 @@ class Nullable:
 # -- declaring a message -----------------------------------------------------------------------------
 
 
-def wire(wire_type: WireType, *, since: int = 1) -> dict:
+def wire(wire_type: WireType, *, since: int = 1, optional: bool = False) -> dict:
     """Field metadata: the field's wire type (with its bounds), and the message version that
-    added it (a request or response has no version: leave it 1)."""
-    return {"wire": (wire_type, since)}
+    added it (a request or response has no version: leave it 1). ``optional`` (a request's or
+    response's only, default None): the key may be absent, and is, when the value is None."""
+    return {"wire": (wire_type, since), "optional": optional}
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,7 @@ class WireField:
     type: WireType
     since: int
     default: Any = None  # the dataclass default: what a message older than ``since`` decodes to
+    optional: bool = False  # absent from the map when None (a request or response only)
 
 
 @dataclass(frozen=True)
@@ -286,6 +291,8 @@ class Schema:
     oldest: int | None = None
     keys: frozenset[str] = dataclasses.field(init=False)  # every key of the map, the envelope's too
     envelope: Mapping[str, Any] = dataclasses.field(init=False)  # {"kind": name, "v": version}, or {}
+    optional: tuple[tuple[str, Callable[[Any], Any]], ...] = dataclasses.field(init=False)  # (name, encode)
+    required: frozenset[str] = dataclasses.field(init=False)  # the keys every map has
     # The decoder's and the encoder's loops, bound once rather than looked up per message (the
     # node decodes every message it receives, bench/node_cpu.py): (name, decode) of each field
     # in declaration order, which is the constructor's; the names of the fields that are their own
@@ -301,17 +308,21 @@ class Schema:
 
     def __post_init__(self) -> None:
         names = frozenset(f.name for f in self.fields)
-        plain = tuple(f.name for f in self.fields if f.type.as_is)
+        # Optional fields are written apart (wire_map), so the other messages' loops stay as they were.
+        plain = tuple(f.name for f in self.fields if f.type.as_is and not f.optional)
         values = operator.attrgetter(*plain) if plain else (lambda value: ())
         envelope = {"kind": self.name, "v": self.version} if self.version is not None else {}
         set_ = object.__setattr__
         set_(self, "keys", names | envelope.keys())
         set_(self, "envelope", envelope)
+        set_(self, "optional", tuple((f.name, f.type.encode) for f in self.fields if f.optional))
+        set_(self, "required", self.keys - {f.name for f in self.fields if f.optional})
         set_(self, "readers", tuple((f.name, f.type.decode) for f in self.fields))
         set_(self, "plain", plain)
         # attrgetter of one name gives the value, not a 1-tuple
         set_(self, "read_plain", values if len(plain) != 1 else (lambda value: (values(value),)))
-        set_(self, "writers", tuple((f.name, f.type.encode) for f in self.fields if not f.type.as_is))
+        set_(self, "writers", tuple((f.name, f.type.encode) for f in self.fields
+                                    if not f.type.as_is and not f.optional))
         oldest = self.version if self.oldest is None else self.oldest
         set_(self, "older", {} if self.version is None else {
             w: (frozenset(f.name for f in self.fields if f.since <= w) | envelope.keys(),
@@ -369,8 +380,12 @@ def message(name: str, version: int | None = None, *, topic: str | None = None,
                 raise TypeError(f"{cls.__name__}.{spec.name}: a reserved name, or a version the message does not have")
             if oldest is not None and since > oldest and spec.default is dataclasses.MISSING:
                 raise TypeError(f"{cls.__name__}.{spec.name}: a field newer than the oldest version needs a default")
+            optional = spec.metadata.get("optional", False)
+            if optional and (version is not None or spec.default is not None):
+                raise TypeError(f"{cls.__name__}.{spec.name}: only a request's or response's field is optional,"
+                                " with the default None")
             fields.append(WireField(spec.name, wire_type, since,
-                                    None if spec.default is dataclasses.MISSING else spec.default))
+                                    None if spec.default is dataclasses.MISSING else spec.default, optional))
         cls._wire_schema = Schema(name, version, topic, tuple(fields), oldest)
         return cls
 
@@ -392,6 +407,9 @@ def wire_map(value: Message, omit: str | None = None) -> dict[str, Any]:
     wire.update(schema.envelope)
     for name, write in schema.writers:
         wire[name] = write(getattr(value, name))
+    for name, write in schema.optional:
+        if (field_value := getattr(value, name)) is not None:
+            wire[name] = write(field_value)
     if schema.newer and (at := schema.written_version(value)) != schema.version:
         for field in schema.newer:
             if field.since > at:
@@ -421,13 +439,19 @@ def decode(cls: type[M], data: bytes) -> M:
             if older is None:
                 raise MessageError(f"{name}: unknown message version {shown(version)}")
             keys = older[0]
-    if wire.keys() != keys:
-        unknown, missing = wire.keys() - keys, keys - wire.keys()
+    # (Only a request or response has optional fields, so ``keys`` is then the schema's.)
+    required = schema.required if schema.optional else keys
+    if wire.keys() != keys and not (schema.optional and required <= wire.keys() <= keys):
+        unknown, missing = wire.keys() - keys, required - wire.keys()
         raise MessageError(f"{name}: field {shown(sorted(unknown or missing)[0])} is "
                            f"{'unknown' if unknown else 'missing'}")
     try:
-        value = (cls(*[read(wire[key], key) for key, read in schema.readers]) if older is None else
-                 cls(*[default if read is None else read(wire[key], key) for key, read, default in older[1]]))
+        if older is not None:
+            value = cls(*[default if read is None else read(wire[key], key) for key, read, default in older[1]])
+        elif schema.optional:  # an absent optional field is None
+            value = cls(*[read(wire[key], key) if key in wire else None for key, read in schema.readers])
+        else:
+            value = cls(*[read(wire[key], key) for key, read in schema.readers])
         value._cross_check()
     except FieldError as error:
         raise MessageError(f"{name}: {error}") from None

@@ -35,7 +35,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from vrl.node import events as E
-from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
 from vrl.node.messages import (
@@ -60,7 +59,7 @@ from .metrics import Metrics
 from .network import Network
 from .payloads import PLATFORM, Records, Truth, sybil_verdict
 from .spec import CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
-from .stores import REQUEST_BYTES, StoreLedger, daemon_pass, keep
+from .stores import StoreLedger, daemon_pass, gossip_pass, keep
 
 # The seed of a simulated node's key (specs/README.md lists it among the local tags).
 NODE_KEY_DOMAIN = b"vrl/sim/node\x00"
@@ -177,7 +176,8 @@ class Simulation(Actions):
         self.version_groups: dict[int, list[Group]] = {}  # honest groups published, for the sybils' smears
         self.trainer_version = -1
         self.group_msgs: dict[bytes, Msg] = {}  # every group made, for fetches by digest (pruned as rounds age)
-        self.ledger = StoreLedger() if c.backfill == "daemon" else None  # what each store holds (stores.py)
+        self.ledger = StoreLedger() if c.backfill.startswith("daemon") else None  # what each store holds (stores.py)
+        self.backfill_marks: dict[int, tuple[int, int]] = {}  # the gossip model's cursors (stores.gossip_pass)
 
     # -- set-up ------------------------------------------------------------------------------------
     def _key(self, i: int) -> NodeKey:
@@ -453,20 +453,16 @@ class Simulation(Actions):
 
     def backfill_pass(self, node: SimNode) -> None:
         """vrl.node.daemon: every BACKFILL_EVERY_SECONDS a node pages through each connected
-        peer's log of rounds >= its version - 1 from the start (vrl.node.catchup.Backfill.pull:
-        after=0), keeping what it lacks: each pass costs the whole window's bytes per peer, in
-        pages of at most BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them. A peer's log is taken
-        as everything gossiped in those rounds (what the network published)."""
-        if node.index not in self.net.offline and node.protocol.version is not None and self.ledger is not None:
-            daemon_pass(self, node)
-        elif node.index not in self.net.offline and node.protocol.version is not None:
-            since = max(node.protocol.version - 1, 0)
-            window = sum(b for v, b in self.round_bytes.items() if v >= since)
-            page = min(window, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
-            pages = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
-            for peer in self.net.links[node.index]:
-                if self.nodes[peer].protocol is not None and self.net.reachable(node.index, peer):
-                    self.metrics.backfilled(node.index, peer, page, pages, pages * REQUEST_BYTES)
+        peer's log of rounds >= its version - 1 from its cursor on that peer (vrl.node.catchup.
+        Backfill.pull, specs/network.md §6), keeping what it lacks, in pages of at most
+        BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them (stores.py: a peer's log is its store, or
+        everything gossiped in those rounds; SimConfig.backfill)."""
+        if node.index not in self.net.offline and node.protocol.version is not None:
+            full = self.config.backfill.endswith("-full")
+            if self.ledger is not None:
+                daemon_pass(self, node, full)
+            else:
+                gossip_pass(self, node, full)
         self.at(self.now + BACKFILL_EVERY_SECONDS, self.backfill_pass, node)
 
     # -- rounds ----------------------------------------------------------------------------------

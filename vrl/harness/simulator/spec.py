@@ -211,8 +211,10 @@ class SimConfig:
     sybil_verdicts: int = 32  # groups each fresh sybil key hard-fails per round
     deadline_s: float = 3600.0  # simulated seconds after which the run stops, rounds done or not
     # What a backfill pass costs (stores.py): "gossip", what the network gossiped in the window
-    # (specs/network.md §3.5's target in the committee design); "daemon", each peer's own store
-    # paged whole, groups and passes included, as vrl.node.catchup does today (the calibration's).
+    # (specs/network.md §3.5's target in the committee design); "daemon", each peer's own store,
+    # groups and passes included, as vrl.node.catchup pages it (the calibration's). Both by cursor
+    # (specs/network.md §6: what the peer stored since the last pass of the round); "-full": every
+    # pass the whole window, as before cursors.
     backfill: str = "gossip"
     protocol: dict = field(default_factory=dict)  # ProtocolParams overrides
     admission: dict = field(default_factory=dict)  # AdmissionConfig overrides (over NODE_OVERRIDES')
@@ -222,8 +224,8 @@ class SimConfig:
             raise SpecError(f"nodes: a network needs a trainer and a worker, got {self.nodes}")
         if self.rounds < 1:
             raise SpecError(f"rounds: at least 1, got {self.rounds}")
-        if self.backfill not in ("gossip", "daemon"):
-            raise SpecError(f"backfill: gossip or daemon, got {self.backfill!r}")
+        if self.backfill not in ("gossip", "daemon", "gossip-full", "daemon-full"):
+            raise SpecError(f"backfill: gossip, daemon, gossip-full or daemon-full, got {self.backfill!r}")
         if self.topology not in ("devnet", "random"):
             raise SpecError(f"topology: devnet or random, got {self.topology!r}")
         for name in ("loss", "churn", "honest_reject"):

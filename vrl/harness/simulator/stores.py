@@ -23,25 +23,36 @@ receiver holds its group after it was handled; one whose group comes later is no
 
 ``"gossip"`` (the default, and specs/network.md §3.5's target for the committee design): a
 pass costs what the network gossiped in the window, the same from every peer.
+
+Both page by cursor (specs/network.md §6, vrl.node.catchup): a pass asks each peer only for what
+it stored since this node's last pass of the same ``since`` (the version - 1), and the first
+pass of a new ``since`` (a new round), or the first after a peer was unreachable, asks for the
+whole window. ``"gossip-full"`` and ``"daemon-full"`` are the models of the passes before
+cursors (every pass the whole window from each peer), kept to compare.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import defaultdict
 
 from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
 from vrl.node.messages import BACKFILL_MAX_MESSAGES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, schema_of
 
-BACKFILL_MODELS = ("gossip", "daemon")
+BACKFILL_MODELS = ("gossip", "daemon", "gossip-full", "daemon-full")
 # A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
 # message a bin header (3 bytes up to 64 KiB, 5 above: a group of the base model is ~6 KB).
 PAGE_OVERHEAD_BYTES = len(BackfillPage((), None).to_bytes())
 MESSAGE_OVERHEAD_BYTES = 3
-# A page request: {"since": u64, "after": u64} (vrl.node.messages.BackfillRequest), as a pass
-# asks for its pages (the first at after 0, small; later ones a position).
-REQUEST_BYTES = len(BackfillRequest(1, 1).to_bytes())
+# A page request: {"since": u64, "after": u64, "cursor": [6 u64]} (vrl.node.messages.BackfillRequest),
+# as a pass asks for its pages: a cursor of typical positions (a generation takes 9 bytes, a
+# watermark below 65,536 3), and a page answering one carries one too.
+CURSOR = (1 << 63, 1, 40, 4000, 4000, 1)
+REQUEST_BYTES = len(BackfillRequest(1, 1, CURSOR).to_bytes())
+FULL_REQUEST_BYTES = len(BackfillRequest(1, 1).to_bytes())  # a request by position (the "-full" models)
+CURSOR_BYTES = len(BackfillPage((), None, CURSOR).to_bytes()) - len(BackfillPage((), None).to_bytes())
 
 
 class StoreLedger:
@@ -51,6 +62,9 @@ class StoreLedger:
     def __init__(self) -> None:
         self.held: list[dict[int, list[int]]] = []  # node -> version -> [bytes, messages]
         self.keys: list[dict[int, dict[int, object]]] = []  # node -> version -> hash of the bytes -> Msg
+        # (asker, peer) -> (since, version -> (bytes, messages) of the peer's store paged so far):
+        # the asker's cursor on that peer (keys are in the order stored, as rowids are).
+        self.cursors: dict[tuple[int, int], tuple[int, dict[int, tuple[int, int]]]] = {}
 
     def grow(self, nodes: int) -> None:
         while len(self.held) < nodes:
@@ -88,6 +102,26 @@ class StoreLedger:
                 keys.pop(version, None)
 
 
+    def since_cursor(self, me: int, peer: int, since: int, full: bool = False) -> tuple[int, int, dict[int, int]]:
+        """What ``me``'s pass of ``since`` pages from ``peer`` and moves its cursor past: bytes,
+        messages, and per version the index of the first message not paged before."""
+        known = self.cursors.get((me, peer))
+        marks = known[1] if known is not None and known[0] == since and not full else {}
+        size = count = 0
+        start, now = {}, {}
+        for version, (b, m) in self.held[peer].items():
+            if version >= since:
+                old_b, old_m = marks.get(version, (0, 0))
+                size, count = size + b - old_b, count + m - old_m
+                start[version], now[version] = old_m, (b, m)
+        self.cursors[(me, peer)] = (since, now)
+        return size, count, start
+
+    def forget(self, me: int, peer: int) -> None:
+        """``me`` cannot reach ``peer``: vrl.node.catchup drops the cursor of a peer that left."""
+        self.cursors.pop((me, peer), None)
+
+
 def pages(size: int, messages: int) -> tuple[int, int]:
     """A peer's window of ``size`` bytes in ``messages`` messages, paged as Store.since pages it:
     (pages, bytes of the pages) within BACKFILL_MAX_PAGES; an empty window is one empty page."""
@@ -97,6 +131,23 @@ def pages(size: int, messages: int) -> tuple[int, int]:
     count = min(count, BACKFILL_MAX_PAGES)
     share = min(1.0, count * BACKFILL_PAGE_BYTES / size) if size else 1.0
     return count, round(share * (size + MESSAGE_OVERHEAD_BYTES * messages)) + count * PAGE_OVERHEAD_BYTES
+
+
+def gossip_pass(sim, node, full: bool) -> None:
+    """The ``"gossip"`` model's pass: from each reachable peer, what the network gossiped in the
+    window since this node's last pass of the same ``since`` (all of it when ``full``)."""
+    since = max(node.protocol.version - 1, 0)
+    window = sum(b for v, b in sim.round_bytes.items() if v >= since)
+    known = sim.backfill_marks.get(node.index)
+    new = window if full or known is None or known[0] != since else window - known[1]
+    sim.backfill_marks[node.index] = (since, window)
+    page = min(new, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
+    count = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
+    extra = 0 if full else count * CURSOR_BYTES
+    request = count * (FULL_REQUEST_BYTES if full else REQUEST_BYTES)
+    for peer in sim.net.links[node.index]:
+        if sim.nodes[peer].protocol is not None and sim.net.reachable(node.index, peer):
+            sim.metrics.backfilled(node.index, peer, page + extra, count, request)
 
 
 def keep(sim, node: int, msg) -> None:
@@ -132,25 +183,31 @@ def keep_action(sim, node: int, action) -> None:
         ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
 
 
-def daemon_pass(sim, node) -> None:
+def daemon_pass(sim, node, full: bool = False) -> None:
     """One backfill pass of ``node`` as the daemon runs it (vrl.node.catchup.Backfill.pull):
-    every connected peer's window, paged, each page a request and a response on both sides;
-    what the node's store lacks of it is handled as gossip (validated, never forwarded), after
-    the pages' transfer time. Its bytes are the pages' (prepaid: no delivery counted again)."""
+    every connected peer's window stored since the node's cursor on it (all of it when
+    ``full``, the passes before cursors), paged, each page a request and a response on both
+    sides; what the node's store lacks of it is handled as gossip (validated, never forwarded),
+    after the pages' transfer time. Its bytes are the pages' (prepaid: no delivery counted
+    again). A pass past BACKFILL_MAX_PAGES is taken as paged whole (a bound only the first
+    pass of a round at N = 1,000 could reach)."""
     ledger, net, me = sim.ledger, sim.net, node.index
     since = max((node.protocol.version or 0) - 1, 0)
     ledger.grow(len(sim.nodes))
     for peer in sorted(net.links[me]):
         if sim.nodes[peer].protocol is None or not net.reachable(me, peer):
+            ledger.forget(me, peer)
             continue
-        count, size = pages(*ledger.window(peer, since))
-        sim.metrics.backfilled(me, peer, size, count, count * REQUEST_BYTES)
+        size, messages, start = ledger.since_cursor(me, peer, since, full)
+        count, size = pages(size, messages)
+        size += 0 if full else count * CURSOR_BYTES
+        sim.metrics.backfilled(me, peer, size, count, count * (FULL_REQUEST_BYTES if full else REQUEST_BYTES))
         when = sim.now + count * sim.config.latency_s + size / sim.config.bandwidth_bps
         mine = ledger.keys[me]
         for version, held in ledger.keys[peer].items():
             if version < since:
                 continue
-            for key, msg in held.items():
+            for key, msg in itertools.islice(held.items(), start[version], None):
                 if msg is None or key in mine.get(version, ()) or msg.origin == me:
                     continue
                 copy = dataclasses.replace(msg, direct=True)  # handled, not forwarded
