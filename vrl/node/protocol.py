@@ -393,7 +393,8 @@ class NodeProtocol:
         if self.has("worker") and version in self.loaded and version not in self.generated:
             actions += self._once(Generate(version))
         if self.committee:
-            # Rounds no fresh group belongs to, with one to spare (specs/committee.md §3.3).
+            # Rounds no fresh group belongs to, with one to spare (Rounds.forget; specs/security.md,
+            # disk and memory growth).
             self.rounds.forget(version - self.config.max_staleness - 1)
         if self.committee and self.has("trainer"):
             actions += close_rounds(self)
