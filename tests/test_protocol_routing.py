@@ -8,7 +8,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_protocol_committee import TRAINER, VERIFIERS, WORKER, groups, node, ready, round_zero, seats
+from tests.test_protocol_committee import (
+    TRAINER,
+    VERIFIERS,
+    WORKER,
+    groups,
+    node,
+    ready,
+    round_zero,
+    seats,
+    verifier,
+)
 from vrl.node import committee
 from vrl.node import protocol as P
 from vrl.node.events import FetchGroup, Send
@@ -53,11 +63,7 @@ def test_a_worker_sends_its_groups_to_the_trainer_alone_and_holds_them():
 def test_passes_go_to_the_trainer_and_failures_are_gossiped():
     trainer, manifest, received = round_zero()
     for key in VERIFIERS:
-        proto = node(key, "verifier")
-        ready(proto)
-        for event in received:
-            proto.handle(event)
-        proto.handle(P.ManifestReceived(manifest, 2.0))
+        proto, _ = verifier(key, manifest, received)
         for i, digest in enumerate(sorted(seats(key, manifest, committee.Draw.COMMITTEE))):
             reasons = ("reward_mismatch",) if i % 2 else ()
             out = [a for a in proto.handle(P.Checked(digest, reasons, b"\x09" * 32)) if hasattr(a, "topic")]
@@ -84,11 +90,7 @@ def test_incremental_decisions_and_checks_equal_a_pass_over_every_fresh_group(sc
     digests = sorted(manifest.groups)
     verdicts: dict[tuple[int, int, str], SignedVerdict] = {}
     for key in VERIFIERS:
-        proto = node(key, "verifier")
-        ready(proto)
-        for event in received:
-            proto.handle(event)
-        proto.handle(P.ManifestReceived(manifest, 2.0))
+        proto, _ = verifier(key, manifest, received)
         v = VERIFIERS.index(key)
         for digest in seats(key, manifest, committee.Draw.COMMITTEE):
             g = digests.index(digest)
