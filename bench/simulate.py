@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
 from vrl.harness.simulator.stores import BACKFILL_MODELS  # noqa: E402
 from vrl.node.params import ProtocolParams  # noqa: E402
@@ -34,6 +35,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # What the calibration compares (SCALE_DESIGN.md): the goal is agreement within 20%.
 COMPARED = ("checks_per_round", "bytes_per_round", "bytes_per_round_without_blobs", "messages_per_round")
 TOLERANCE = 0.20
+
+
+def batch_groups_arg(text: str) -> str:
+    """--batch-groups: 'round', or a whole number of groups from 1 (argparse names the flag on error)."""
+    if text in ("", "round") or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"'round' or a whole number of groups >= 1, got {text!r}")
 
 
 def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig:
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partition", default="", help="FROM:UNTIL:SHARE versions and share of nodes cut off")
     parser.add_argument("--churn", type=float, default=0.0, help="share of nodes that leave for a round per version")
     parser.add_argument("--joins", type=int, default=0, help="fresh honest nodes joining per version")
-    parser.add_argument("--batch-groups", default="",
+    parser.add_argument("--batch-groups", default="", type=batch_groups_arg,
                         help="groups a step trains on: a number, or 'round' (every worker's round); "
                              "default: node.toml's (vrl.node.config.NODE_OVERRIDES)")
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
@@ -248,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = run(config_from(args), args.wall_limit, args.cpu_limit)
             show(result)
-    except SpecError as error:
+    except (SpecError, ConfigError) as error:  # a setting out of its range names itself
         console.print(f"[red]{error}[/]")
         return 2
     text = json.dumps(result, indent=1, sort_keys=True, default=str)

@@ -31,7 +31,10 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from vrl.harness.simulator import SimConfig, Simulation, parse_adversaries  # noqa: E402
+from simulate import batch_groups_arg  # noqa: E402
+
+from vrl.config import ConfigError  # noqa: E402
+from vrl.harness.simulator import SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
 from vrl.node.committee import EPSILON, F_STAR  # noqa: E402
 from vrl.node.params import ProtocolParams  # noqa: E402
 
@@ -57,7 +60,7 @@ def main() -> int:
     parser.add_argument("--design", default="committee")
     parser.add_argument("--shares", default="0.1,0.3,0.45")
     parser.add_argument("--families", default=",".join(FAMILIES))
-    parser.add_argument("--batch-groups", default="round",
+    parser.add_argument("--batch-groups", default="round", type=batch_groups_arg,
                         help="groups a step trains on: a number, or 'round' (every worker's round)")
     parser.add_argument("--cpu-limit", type=float, default=None, help="per run, CPU seconds")
     parser.add_argument("--seed", type=int, default=0)
@@ -101,5 +104,13 @@ def main() -> int:
     return 0
 
 
+def run() -> int:
+    try:
+        return main()
+    except (SpecError, ConfigError) as error:  # a setting out of its range names itself
+        console.print(f"[red]{error}[/]")
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
