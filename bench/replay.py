@@ -11,7 +11,7 @@ steps on one-digit sums, built here into a temporary directory); ``base`` is the
 model (``vrl build-base-model``), used only if it is already built. Each chain takes ``--steps``
 consecutive steps from it, every step on a fresh batch sampled from its parent the way a
 devnet's round makes one: 3 workers x 4 groups of 8 (``vrl devnet``'s batch of 12), each group
-weighted by ``score / mean(score)`` as ``vrl.node.reputation.admit`` weights it, with the node
+weighted by ``score / mean(score)`` as ``vrl.node.admission.admit`` weights it, with the node
 trainer's step config (``NodeConfig``'s ``[train]``, ``[work]``, ``[grpo]``: learning rate 2e-5, 5 warmup
 steps, clip 1, temperature 1, 8 new tokens).
 
@@ -175,7 +175,7 @@ class Case:
 
 
 def admission_weights(scores: list[float]) -> list[float]:
-    """``score / mean(score)`` over the batch: vrl.node.reputation.admit's weights."""
+    """``score / mean(score)`` over the batch: vrl.node.admission.admit's weights."""
     mean = sum(scores) / len(scores)
     return [s / mean for s in scores]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -62,7 +63,15 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
                      churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores, admission=admission,
                      backfill=args.backfill or ("daemon" if args.compare else "gossip"),
-                     **({"cost_file": args.cost} if args.cost else {}))
+                     **({"cost_file": args.cost} if args.cost else {}), **tokens_from(args.completion_tokens))
+
+
+def tokens_from(completion_tokens: float | None) -> dict:
+    """SimConfig's token settings for ``--completion-tokens``: that mean, and room for twice it."""
+    if completion_tokens is None:
+        return {}
+    return {"completion_tokens": completion_tokens,
+            "max_new_tokens": max(SimConfig.max_new_tokens, math.ceil(2 * completion_tokens))}
 
 
 def run(config: SimConfig, wall_limit: float | None, cpu_limit: float | None = None) -> dict:
@@ -226,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-groups", default="", type=batch_groups_arg,
                         help="groups a step trains on: a number, or 'round' (every worker's round); "
                              "default: node.toml's (vrl.node.config.NODE_OVERRIDES)")
+    parser.add_argument("--completion-tokens", type=float, default=None,
+                        help="mean completion tokens a record (default: the devnet's base model's, 4)")
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
     parser.add_argument("--cores", type=int, default=0,
                         help="processors all nodes share, as a devnet on one machine (0: one each)")

@@ -8,7 +8,9 @@ Families (each run holds one; the devnet's content cheats share their family's n
   tampered-tokens, replay, spoof-int8), each a fifth of the share;
 * ``fabricated-reward``, ``collude`` (workers that fabricate rewards and, as verifiers, pass each
   other's bad groups), ``lazy`` (verifiers that pass without checking), ``withhold`` (workers
-  that submit half their assigned groups), ``sybil`` (a flood of fresh keys each round).
+  that submit half their assigned groups), ``sybil`` (a flood of fresh keys each round);
+* ``spoof``: spoof-int8 at the whole share, the cheat only the sequential tests see; how fast
+  they see it is the spoofer's token count (``--completion-tokens``, specs/verification.md §7.1).
 
 For each run: rounds from a cheater's first bad group to its quarantine by the trainer (median
 over the cheaters it quarantined, and how many), honest false quarantines (must be 0), bad
@@ -16,22 +18,28 @@ groups trained (must be 0 below the bound f* of specs/committee.md §5), groups 
 
     python bench/simulate_adversaries.py --nodes 100 --rounds 12 --batch-groups round \\
         --out bench/results/simulate-adversaries-committee.json
+    python bench/simulate_adversaries.py --nodes 100 --rounds 30 --families spoof --jobs 2 \\
+        --out bench/results/simulate-adversaries-spoof.json
+
+Runs are independent: ``--jobs J`` runs J at once, one process each.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from simulate import batch_groups_arg  # noqa: E402
+from simulate import batch_groups_arg, tokens_from  # noqa: E402
 
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
@@ -40,7 +48,7 @@ from vrl.node.params import ProtocolParams  # noqa: E402
 
 console = Console(stderr=True)
 CONTENT = ("quantized-model", "other-model", "tampered-tokens", "replay", "spoof-int8")
-FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybil")
+FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybil", "spoof")
 KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "simulated_seconds",
         "rounds_to_quarantine", "honest_false_quarantines", "bad_groups_trained", "bad_groups_trained_by_kind",
         "groups_lost", "honest_groups_published", "withheld_groups", "withholding", "sybil")
@@ -49,7 +57,16 @@ KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "wall_second
 def spec(family: str, share: float) -> str:
     if family == "content":
         return ",".join(f"{kind}:{share / len(CONTENT):.4f}" for kind in CONTENT)
+    if family == "spoof":
+        return f"spoof-int8:{share}"
     return f"{family}:{share}"
+
+
+def simulate(config: SimConfig, cpu_limit: float | None) -> tuple[dict, float]:
+    """One run (in a worker process under --jobs): its kept summary and its wall seconds."""
+    started = time.perf_counter()
+    summary = Simulation(config).run(cpu_limit_s=cpu_limit).summary
+    return {key: summary.get(key) for key in KEPT}, time.perf_counter() - started
 
 
 def main() -> int:
@@ -64,29 +81,34 @@ def main() -> int:
                         help="groups a step trains on: a number, or 'round' (every worker's round)")
     parser.add_argument("--cpu-limit", type=float, default=None, help="per run, CPU seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--completion-tokens", type=float, default=None,
+                        help="mean completion tokens a record (default: the devnet's base model's, 4)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, one process each")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     batch = (ProtocolParams().groups_per_round * (args.nodes - 1) if args.batch_groups == "round"
              else int(args.batch_groups))
     out = {"what": __doc__.split("\n\n")[0].replace("\n", " "),
            "command": "python bench/simulate_adversaries.py " + " ".join(sys.argv[1:]),
-           "machine": f"{platform.machine()}, 2 cores shared with other jobs; cpu_seconds is the run's own",
+           "machine": f"{platform.machine()}, {os.cpu_count()} cores, {args.jobs} runs at once; cpu_seconds is each "
+                      "run's own",
            "f_bound": f"specs/committee.md §5: f* = {F_STAR} of verifier weight, eps = {EPSILON}",
            "settings": {"nodes": args.nodes, "rounds": args.rounds, "warmup": args.warmup, "design": args.design,
-                        "batch_groups": batch, "seed": args.seed},
+                        "batch_groups": batch, "seed": args.seed, "completion_tokens": args.completion_tokens
+                        or SimConfig.completion_tokens},
            "runs": {}}
     table = Table(title=f"N = {args.nodes}, {args.design}: rounds from first bad group to the trainer's quarantine")
     for column in ("adversary", "share", "cheaters", "quarantined", "median rounds", "false quarantines",
                    "bad trained", "groups lost", "CPU s"):
         table.add_column(column, justify="right")
-    for family in args.families.split(","):
-        for share in (float(s) for s in args.shares.split(",")):
-            config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=args.design,
-                               seed=args.seed, adversaries=parse_adversaries(spec(family, share)),
-                               admission={"batch_groups": batch})
-            started = time.perf_counter()
-            summary = Simulation(config).run(cpu_limit_s=args.cpu_limit).summary
-            run = {key: summary.get(key) for key in KEPT}
+    runs = [(family, share, SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=args.design,
+                                      seed=args.seed, adversaries=parse_adversaries(spec(family, share)),
+                                      admission={"batch_groups": batch}, **tokens_from(args.completion_tokens)))
+            for family in args.families.split(",") for share in (float(s) for s in args.shares.split(","))]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(simulate, config, args.cpu_limit) for _, _, config in runs]
+        for (family, share, _), future in zip(runs, futures):
+            run, wall = future.result()
             run["spec"] = spec(family, share)
             out["runs"][f"{family}:{share}"] = run
             quarantine = run["rounds_to_quarantine"] or {}
@@ -97,7 +119,7 @@ def main() -> int:
                           str(run["honest_false_quarantines"]), str(run["bad_groups_trained"]),
                           str(run["groups_lost"]), f"{run['cpu_seconds']:.0f}")
             console.print(f"[dim]{family} {share:.0%}: {run['rounds_measured']} rounds, {run['stopped']}, "
-                          f"{time.perf_counter() - started:.0f} s wall[/]")
+                          f"{wall:.0f} s wall[/]")
             args.out.write_text(json.dumps(out, indent=1, sort_keys=True, default=str) + "\n")
     console.print(table)
     console.print(f"wrote {args.out}")

@@ -11,6 +11,7 @@ from collections import defaultdict
 from tests.test_protocol import announcement
 from vrl.node import messages as M
 from vrl.node import protocol as P
+from vrl.node.admission import AdmissionConfig
 from vrl.node.events import FetchGroup, Send
 from vrl.node.messages import (
     Group,
@@ -19,7 +20,6 @@ from vrl.node.messages import (
     SignedVerdict,
     Submission,
 )
-from vrl.node.reputation import AdmissionConfig
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)

@@ -25,9 +25,10 @@ from typer.testing import CliRunner
 
 from vrl.cli import app
 from vrl.errors import MAX_SHOWN, VrlError, shown
+from vrl.node.admission import AdmissionConfig
 from vrl.node.config import NODE_OVERRIDES, ConfigError, NodeConfig
 from vrl.node.protocol import ProtocolConfig, ProtocolParams
-from vrl.node.reputation import AdmissionConfig, ReputationConfig
+from vrl.node.reputation import ReputationConfig
 from vrl.node.work import WorkConfig
 from vrl.rl.config import GRPOConfig, LearnerConfig, TrainConfig
 from vrl.rollouts.config import GenerationConfig

@@ -14,6 +14,7 @@ from tests.test_protocol import node as ticket_node
 from vrl.node import committee
 from vrl.node import protocol as P
 from vrl.node import rounds as routing
+from vrl.node.admission import AdmissionConfig, Candidate, admit
 from vrl.node.events import Send
 from vrl.node.messages import (
     TOPIC_MANIFESTS,
@@ -25,7 +26,6 @@ from vrl.node.messages import (
     VerdictDraw,
     audit_ticket,
 )
-from vrl.node.reputation import AdmissionConfig, Candidate, admit
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)

@@ -10,14 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import betaincinv
 
+from vrl.node.admission import AdmissionConfig, Candidate, admit
 from vrl.node.messages import Outcome
 from vrl.node.reputation import (
-    AdmissionConfig,
-    Candidate,
     Report,
     Reputation,
     ReputationConfig,
-    admit,
     compute,
 )
 

@@ -11,16 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vrl.node.admission import AdmissionConfig, Candidate, admit
 from vrl.node.messages import Outcome, RoundManifest
 from vrl.node.reputation import (
-    AdmissionConfig,
-    Candidate,
     Report,
     Reputation,
     ReputationConfig,
     ReputationError,
     Withheld,
-    admit,
     compute,
     recompute,
     withheld_of,

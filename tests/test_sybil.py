@@ -13,8 +13,9 @@ import hashlib
 import pytest
 
 from vrl.node import protocol as P
+from vrl.node.admission import AdmissionConfig
 from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
-from vrl.node.reputation import AdmissionConfig, Report, Reputation, ReputationConfig
+from vrl.node.reputation import Report, Reputation, ReputationConfig
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)

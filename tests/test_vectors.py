@@ -180,6 +180,7 @@ def test_reward_identities_written_out():
 
 
 def test_network_vectors():
+    from vrl.node.admission import AdmissionConfig, Candidate, admit
     from vrl.node.messages import (
         PolicyAnnouncement,
         SignedVerdict,
@@ -188,7 +189,7 @@ def test_network_vectors():
         recomputed_digest,
         ticket_selected,
     )
-    from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, Withheld, admit, compute
+    from vrl.node.reputation import Report, ReputationConfig, Withheld, compute
 
     vectors = load("network")
     key = NodeKey.from_seed(bytes.fromhex(vectors["private_key_seed"]))

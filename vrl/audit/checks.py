@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import GroupHead, Progress, Run, StoreIndex, VerdictHead, file_records, finding, short
+from vrl.node.admission import AdmissionConfig
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.messages import (
     Outcome,
@@ -28,7 +29,7 @@ from vrl.node.messages import (
     VerdictDraw,
 )
 from vrl.node.params import ProtocolParams
-from vrl.node.reputation import AdmissionConfig, Report, Reputation, report_of
+from vrl.node.reputation import Report, Reputation, report_of
 from vrl.rollouts.profiles import profile_of_platform
 from vrl.rollouts.record import Rollout
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest, threshold
@@ -325,7 +326,7 @@ def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnn
     before (so it was decided and trusted: vrl.node.protocol.NodeProtocol.decided, Candidate.
     trusted), fresh, of a node under the cap with a score above 0, and failed by no one, was
     never trained at all: admission takes every such group when the batch has room
-    (vrl.node.reputation.admit), so the trainer left it out."""
+    (vrl.node.admission.admit), so the trainer left it out."""
     if len(heads) >= admission.batch_groups or a.version - 1 not in index.announced_at:
         return
     cap = math.ceil(admission.node_cap * admission.batch_groups)

@@ -151,6 +151,7 @@ def _skipping_groups(node: bytes, count: int) -> list[int]:
 def network_vectors() -> dict:
     """Group digest, audit ticket and draw, recomputed digest, a verdict, a policy
     announcement (specs/network.md); a reputation and an admission case (specs/reputation.md)."""
+    from vrl.node.admission import AdmissionConfig, Candidate, admit
     from vrl.node.messages import (
         SignedVerdict,
         Submission,
@@ -158,7 +159,7 @@ def network_vectors() -> dict:
         recomputed_digest,
         ticket_selected,
     )
-    from vrl.node.reputation import AdmissionConfig, Candidate, Report, ReputationConfig, admit, compute
+    from vrl.node.reputation import Report, ReputationConfig, compute
 
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     submission = Submission((b"record-0", b"record-1"))

@@ -44,8 +44,9 @@ from vrl.config import (
     reading,
     to_toml,
 )
+from vrl.node.admission import AdmissionConfig
 from vrl.node.params import ROLES, ProtocolParams
-from vrl.node.reputation import AdmissionConfig, ReputationConfig
+from vrl.node.reputation import ReputationConfig
 from vrl.node.storage import StorageConfig
 from vrl.rl.config import GRPOConfig, LearnerConfig
 from vrl.rollouts.config import GenerationConfig

@@ -22,7 +22,7 @@ One round, in order (``specs/network.md`` §Rounds):
 4. a hard fail is re-checked by every other verifier and the trainer before anyone is
    quarantined; the trainer also re-checks a share of other verifiers' passes (lazy
    verifiers) and may plant known-bad groups;
-5. the trainer admits decided groups by reputation (:func:`vrl.node.reputation.admit`), runs a
+5. the trainer admits decided groups by reputation (:func:`vrl.node.admission.admit`), runs a
    GRPO step with the admission weights, and announces version ``r + 1``.
 """
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
 from vrl.node import rounds as routing
+from vrl.node.admission import AdmissionConfig, Candidate, admit
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -81,11 +82,8 @@ from vrl.node.messages import (
 from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import (
     COUNTING_WEIGHT,
-    AdmissionConfig,
-    Candidate,
     Reputation,
     ReputationConfig,
-    admit,
     report_of,
 )
 from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld

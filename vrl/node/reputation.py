@@ -22,14 +22,17 @@ normative text; the pieces are:
    is a group a pre-trusted node *planted* (made bad on purpose to test verifiers): its maker
    knows. The same rule applied to a node rather than a group convicts on *node-level*
    reports, the hard fails whose reporter's sequential test rejected the node's sampling
-   (specs/verification.md §7); until it does they weigh nothing in the node's score.
+   (specs/verification.md §7); until it does they weigh nothing in the node's score. The
+   committee design adds the *pooled* test (:mod:`vrl.node.pooling`, §7.1 there): every
+   member's drawn race evidence on the node's groups in one test, a loss counting only where a
+   pre-trusted check of the same group found it too.
 4. **Verifiers are judged too**: a reporter that passed a group later confirmed bad, or whose
    recomputed commitment digest differs from a pre-trusted reporter's on the same platform,
    did not check (a *lazy verifier*: hard fail and quarantine). A reject that a pre-trusted re-check
    contradicts is a soft fail of its reporter (honest drift is possible; lies add up), and it
    no longer counts against the group's node: the re-check has shown it false.
 5. **Check rate** ``p = floor + (1-floor) (1-R)^gamma``, 1 for newcomers.
-6. **Admission** into a GRPO batch: see :func:`admit`.
+6. **Admission** into a GRPO batch, by these scores: :mod:`vrl.node.admission`.
 7. **Withheld slots** (the committee design, specs/committee.md §7): a worker listed in a round's
    manifest with fewer than its ``groups_per_round`` groups pays, per missing slot, as much
    failure evidence as one of its listed groups earned in passes (at least ``withheld_weight``),
@@ -43,7 +46,6 @@ Each default's reason is beside it and in the tables of specs/reputation.md (§2
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -55,8 +57,9 @@ from scipy.special import betaincinv
 
 from vrl.config import U63, bounded, check_fields
 from vrl.errors import VrlError, shown
-from vrl.node.messages import MessageError, Outcome, RoundManifest, SignedVerdict, Submission
+from vrl.node.messages import MessageError, Outcome, RoundManifest, SignedVerdict, Submission, VerdictDraw
 from vrl.node.params import ProtocolParams
+from vrl.node.pooling import pooled_convictions
 from vrl.rollouts.sequential import RACE_LOSSES
 
 CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # what a check can say
@@ -66,8 +69,6 @@ CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # wha
 #: (specs/network.md §5.2). Half a pre-trusted node's weight: a reporter trust reaches only
 #: through honest nodes' checks, never a fresh identity (weight 0, §7).
 COUNTING_WEIGHT = 0.5
-# Each candidate's admission key is a hash of the round's seed and its group (specs/reputation.md §6).
-ADMIT_DOMAIN = b"vrl/admit/v1\x00"
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,11 @@ class Report:
     # specs/verification.md §7): a finding about the node's sampling, which the group's own
     # records need not show, so a pass of the group does not contradict it.
     node_level: bool = False
+    # The check's race evidence (specs/verification.md §7), and whether its committee seat drew
+    # it (no one chose the group): what the pooled test of item 3 reads (vrl.node.pooling).
+    race_tokens: int = 0
+    races_lost: int = 0
+    drawn: bool = False
 
     def __post_init__(self) -> None:
         if self.outcome not in CHECKED:
@@ -177,7 +183,7 @@ class Report:
 
     def sort_key(self) -> tuple:
         return (self.round, self.reporter, self.subject, self.group, self.outcome, self.digest, self.platform,
-                self.planted, self.node_level)
+                self.planted, self.node_level, self.race_tokens, self.races_lost, self.drawn)
 
 
 @dataclass(frozen=True)
@@ -316,7 +322,7 @@ def _derived(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
                 continue
             same_platform = [a for a in anchors if a.platform == report.platform and a.digest and report.digest]
-            if any(a.digest != report.digest for a in same_platform):
+            if any(_evidence_of(a) != _evidence_of(report) for a in same_platform):
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
             elif (report.outcome == Outcome.HARD_FAIL and group not in confirmed and not report.node_level
                   and any(a.outcome == Outcome.PASS for a in anchors)):
@@ -324,6 +330,12 @@ def _derived(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set
             elif same_platform:
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.PASS))
     return derived
+
+
+def _evidence_of(report: Report) -> tuple[bytes, int, int]:
+    """What two checks of one group on one platform recompute bit for bit: the commitment digest
+    and the race evidence (specs/verification.md §7); a difference is a report not checked."""
+    return report.digest, report.race_tokens, report.races_lost
 
 
 def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, config: ReputationConfig
@@ -497,7 +509,8 @@ def _evidence(reports: list[Report], pretrusted: frozenset[bytes], round_index: 
     # confirmed fact (a planted or doubly-confirmed bad group, or a pre-trusted digest).
     quarantined = {r.subject for r in reports if r.group in confirmed}
     quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == Outcome.HARD_FAIL}
-    sequential = _sequentially_convicted(reports, pretrusted, weight, config)
+    sequential = _sequentially_convicted(reports, pretrusted, weight, config) | pooled_convictions(
+        reports, pretrusted, weight)
     quarantined |= sequential
 
     cleared = _cleared(reports, pretrusted, confirmed)
@@ -546,90 +559,6 @@ def _settle(evidence: _Evidence, reports: list[Report], withheld: Iterable[Withh
     return standings
 
 
-# -- admission into a GRPO batch -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AdmissionConfig:
-    """How a GRPO batch is drawn (specs/reputation.md §6): a node's ``[admission]`` table."""
-
-    # groups per GRPO step, as vrl train's groups_per_step (vrl.rl.config.TrainConfig). A step
-    # holds its batch in memory; 2^16 groups is far past any batch measured here.
-    batch_groups: int = field(default=16, metadata=bounded(1, 2**16))
-    # no node supplies more than a quarter of a batch, so a full batch draws on at least four
-    # nodes (specs/reputation.md §6)
-    node_cap: float = field(default=0.25, metadata=bounded(0, 1, open_low=True))
-    # at least half from trusted nodes: SAPO's 4/4 mix beat 2/6 (arXiv 2509.08721 §5.2)
-    trusted_share: float = field(default=0.5, metadata=bounded(0, 1))
-    # a score this high counts as trusted (scores are in [0, 1])
-    trusted_score: float = field(default=0.5, metadata=bounded(0, 1))
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    group: bytes  # group digest
-    node: bytes
-    score: float
-    verified: bool = False  # a pre-trusted node checked this very group and it passed
-
-    def trusted(self, config: AdmissionConfig) -> bool:
-        """Trusted rollouts: from a trusted node, or checked by a trusted node. Without the
-        second, a new network where nobody has a record yet could never fill its trusted share."""
-        return self.verified or self.score >= config.trusted_score
-
-
-def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes) -> list[tuple[Candidate, float]]:
-    """Choose a batch and each group's loss weight.
-
-    * Groups are drawn without replacement with probability proportional to their node's
-      score (Efraimidis & Spirakis 2006: key ``u ** (1/score)``, ``u`` from a hash of the
-      seed and group), so admission grows with reputation and a score of 0 is never drawn.
-    * A node fills at most ``ceil(node_cap * batch_groups)`` slots.
-    * Untrusted groups fill at most ``(1 - trusted_share)`` of the batch; when trusted groups
-      run short the batch shrinks rather than dilutes. A group is trusted when its node's
-      score reaches ``trusted_score`` or a pre-trusted node checked and passed it.
-    * Weights are ``score / mean(score)`` over the batch: mean 1, so the learning rate and the
-      token-mean denominator are unchanged (specs/reputation.md §6); a weight is never negative.
-    """
-    def key(c: Candidate) -> float:
-        u = (int.from_bytes(hashlib.sha256(ADMIT_DOMAIN + seed + c.group).digest()[:8], "big") + 1) / (2**64 + 1)
-        return u ** (1.0 / c.score)
-
-    ranked = sorted((c for c in candidates if c.score > 0), key=lambda c: (-key(c), c.group))
-    per_node_cap = math.ceil(config.node_cap * config.batch_groups)
-    untrusted_cap = math.floor((1 - config.trusted_share) * config.batch_groups)
-    taken: dict[bytes, int] = defaultdict(int)
-    batch: list[Candidate] = []
-    for c in ranked:
-        if len(batch) == config.batch_groups:
-            break
-        if taken[c.node] >= per_node_cap or (not c.trusted(config) and sum(
-                not x.trusted(config) for x in batch) >= untrusted_cap):
-            continue
-        taken[c.node] += 1
-        batch.append(c)
-    if config.trusted_share > 0:
-        # When trusted groups ran short, drop the last-drawn untrusted ones until
-        # untrusted <= trusted * (1 - share) / share: the batch shrinks rather than dilutes.
-        n_trusted = sum(c.trusted(config) for c in batch)
-        allowed = math.floor(n_trusted * (1 - config.trusted_share) / config.trusted_share + 1e-9)
-        kept, seen = [], 0
-        for c in batch:
-            if not c.trusted(config):
-                seen += 1
-                if seen > allowed:
-                    continue
-            kept.append(c)
-        batch = kept
-    if not batch:
-        return []
-    mean = sum(c.score for c in batch) / len(batch)
-    return [(c, c.score / mean) for c in batch]
-
-
 def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | None:
     """What a verdict about a group of ``subject`` (its records' signer) at policy ``version``
     says to reputation; None for a skip, or when the verdict's own subject or version is not
@@ -638,7 +567,9 @@ def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | 
         return None
     return Report(version, verdict.verifier, subject, verdict.group, verdict.outcome, verdict.digest,
                   verdict.platform, verdict.planted,
-                  node_level=verdict.outcome == Outcome.HARD_FAIL and RACE_LOSSES in verdict.reasons)
+                  node_level=verdict.outcome == Outcome.HARD_FAIL and RACE_LOSSES in verdict.reasons,
+                  race_tokens=verdict.race_tokens, races_lost=verdict.races_lost,
+                  drawn=verdict.draw == VerdictDraw.COMMITTEE and verdict.checked)
 
 
 @dataclass(frozen=True)

@@ -227,8 +227,9 @@ class Rounds:
 def committee_checks(node: NodeProtocol) -> list[Action]:
     """The committee design's checks (specs/committee.md §2, §8): a member fetches and checks its
     groups; a counting failure or a suspect's group goes to the fresh recheck committee; the
-    trainer checks failures, suspects, its lazy-verifier audits and groups no counting verdict
-    reached within ``submission_window`` of the manifest (an empty or silent committee)."""
+    trainer checks failures, suspects, its lazy-verifier audits, groups a member states lost races
+    on, and groups no counting verdict reached within ``submission_window`` of the manifest (an
+    empty or silent committee)."""
     actions: list[Action] = []
     trainer = node.has("trainer")
     if not trainer and node.has("verifier"):
@@ -250,7 +251,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
             unchecked = not any(node.weighs(v) for v in others)
             if failed or node.suspect(group.subject):
                 actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
-            elif any(node._audits(v) for v in others) or (
+            elif any(node._audits(v) or _states_losses(v) for v in others) or (
                     unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window):
                 if room <= 0:
                     node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
@@ -266,6 +267,13 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                                            node.rounds.own(round_, seat)[0])
                     break
     return actions
+
+
+def _states_losses(verdict: SignedVerdict) -> bool:
+    """Whether a member's drawn check states lost races: the trainer checks the group too, so
+    that the pooled test may count them (vrl.node.pooling: a loss counts once a pre-trusted
+    check found it). Under the same wait as its audits: a liar's claims delay, never stop, a step."""
+    return verdict.races_lost > 0 and verdict.draw == VerdictDraw.COMMITTEE
 
 
 def _fetches(node: NodeProtocol) -> list[Action]:

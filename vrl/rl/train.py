@@ -276,7 +276,7 @@ class Trainer:
                forward: PolicyForward | None = None, informative: list[bool] | None = None,
                rewards: list[list[float]] | None = None) -> dict:
         """One GRPO step on whole groups (:func:`vrl.rl.step.grpo_step`); ``weights`` (one per
-        group, >= 0; e.g. the node's admission weights from :func:`vrl.node.reputation.admit`)
+        group, >= 0; e.g. the node's admission weights from :func:`vrl.node.admission.admit`)
         scale each group's advantages. ``forward``, a :func:`policy_forward` of the current
         weights that covers every informative group, saves running the policy again;
         ``informative``, the groups' :func:`~vrl.rl.grpo.informative_groups` when the caller has

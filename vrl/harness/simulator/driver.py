@@ -35,6 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from vrl.node import events as E
+from vrl.node.admission import AdmissionConfig
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
 from vrl.node.messages import (
@@ -51,14 +52,13 @@ from vrl.node.messages import (
 )
 from vrl.node.params import ProtocolParams
 from vrl.node.protocol import NodeProtocol, ProtocolConfig
-from vrl.node.reputation import AdmissionConfig
 from vrl.rollouts.keys import NodeKey
 
 from .actions import Actions
 from .metrics import Metrics
 from .network import Network
-from .payloads import PLATFORM, Records, Truth, sybil_verdict
-from .spec import CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
+from .payloads import Records, Truth, sybil_verdict
+from .spec import PLATFORM, CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
 from .stores import StoreLedger, daemon_pass, gossip_pass, keep
 
 # The seed of a simulated node's key (specs/README.md lists it among the local tags).

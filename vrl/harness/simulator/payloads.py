@@ -24,11 +24,8 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec
 
-from .spec import BAD_REASONS, LAZY, SPOOF_LOSS_FACTOR, SPOOFS, SimConfig
+from .spec import BAD_REASONS, LAZY, PLATFORM, SPOOF_LOSS_FACTOR, SPOOFS, SimConfig
 
-#: Every simulated node runs the same software on the same kind of machine: one platform, so
-#: verifiers' recomputed digests compare (specs/reputation.md §4).
-PLATFORM = "sim/cpu/float32"
 _DIGEST = b"vrl/sim/recomputed\x00"
 _MODEL = b"vrl/sim/model\x00"
 _OPTIMIZER = b"vrl/sim/optimizer\x00"
@@ -140,8 +137,10 @@ def check_result(truth: Truth | None, digest: bytes, verifier_kind: str, subject
         return Checked(digest, BAD_REASONS[cheat], honest_digest(digest), tokens, 0), 1.0
     lost = 0
     if cheat in SPOOFS:
-        rate = min(0.5, SPOOF_LOSS_FACTOR * q0)
-        lost = sum(rng.random() < rate for _ in range(tokens))
+        # Which races a group's tokens lose is a function of the group and the platform, the
+        # same for every verifier of it (specs/verification.md §7): drawn from the digest.
+        rate, races = min(0.5, SPOOF_LOSS_FACTOR * q0), random.Random(digest)
+        lost = sum(races.random() < rate for _ in range(tokens))
     reasons = ("logprob_mismatch",) if honest_reject and rng.random() < honest_reject else ()
     return Checked(digest, reasons, honest_digest(digest), tokens, lost), 1.0
 

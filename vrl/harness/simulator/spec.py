@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vrl.errors import VrlError
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES
+from vrl.rollouts.profiles import profile_of_platform
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
 
@@ -149,13 +150,19 @@ class CostModel:
         return cls(verify, generate, step_seconds, str(path))
 
 
-def honest_race_loss(profile: str = "cpu/float32/sdpa/same") -> float:
-    """The honest q0 of a verifier profile (the protocol's race_loss_rate: an upper confidence
-    bound), from the calibration table the package ships (vrl/rollouts/tolerances.json). The
-    base model runs float32 on these CPUs. Honest tokens are simulated as losing no race: the
-    calibration saw 0 lost in its honest tokens (bench/results/calibrate.json, races_lost)."""
-    table = json.loads((Path(__file__).resolve().parents[2] / "rollouts" / "tolerances.json").read_text())
-    return float(table["profiles"][profile]["race_loss_rate"])
+#: Every simulated node runs the same software on the same kind of machine: one platform, so
+#: verifiers' recomputed digests and race counts compare (specs/reputation.md §4). A tag as
+#: vrl.rollouts.model.platform_tag writes it on the devnet's machines (its profile is the base
+#: model's, cpu/float32/sdpa; its bytes are those of the devnet's verdicts).
+PLATFORM = "torch-2.13.0+cpu/cpu-AVX512/float32/sdpa/threads-1"
+
+
+def honest_race_loss() -> float:
+    """The honest q0 of the simulated platform's profile (the protocol's race_loss_rate: an upper
+    confidence bound), from the calibration table the package ships. Honest tokens are simulated
+    as losing no race: the calibration saw 0 lost in its honest tokens
+    (bench/results/calibrate.json, races_lost)."""
+    return profile_of_platform(PLATFORM).race_loss_rate
 
 
 @dataclass(frozen=True)
