@@ -37,6 +37,12 @@ MAX_PROTOCOL_NAME_BYTES = 256
 """Longest request protocol name; ours are ~15 bytes. It bounds what a server reads before it
 knows whether it has a handler."""
 
+GOSSIP_DEGREE, GOSSIP_DEGREE_LOW, GOSSIP_DEGREE_HIGH = 6, 4, 12
+"""GossipSub mesh degree D / D_low / D_high: the spec's defaults (libp2p/specs
+pubsub/gossipsub/gossipsub-v1.0.md, "Parameters"; v1.1 extends v1.0 and leaves them). Here, not
+in :mod:`p2p.libp2p_transport`, so that the simulator's mesh (vrl.harness.simulator) reads them
+without importing libp2p."""
+
 MAX_ERROR_DETAIL_BYTES = 256
 """Longest error text in an error response: enough for an exception's type name, too short to
 be a channel for anything else."""

@@ -136,11 +136,10 @@ log = _common.log
 
 REQUEST_PROTOCOL = TProtocol("/vrl/req/1.0.0")
 
-# GossipSub mesh degree D / D_low / D_high: the spec's defaults (libp2p/specs
-# pubsub/gossipsub/gossipsub-v1.0.md, "Parameters"; v1.1 extends v1.0 and leaves them).
-# meshsub/1.1 only: the version specs/network.md §7 requires, and the one tests/ and
-# bench/network.py run; all our peers speak it.
-GOSSIP_DEGREE, GOSSIP_DEGREE_LOW, GOSSIP_DEGREE_HIGH = 6, 4, 12
+# GossipSub's mesh degrees: p2p._common's. meshsub/1.1 only: the version specs/network.md §7
+# requires, and the one tests/ and bench/network.py run; all our peers speak it.
+GOSSIP_DEGREE, GOSSIP_DEGREE_LOW, GOSSIP_DEGREE_HIGH = _common.GOSSIP_DEGREE, _common.GOSSIP_DEGREE_LOW, \
+    _common.GOSSIP_DEGREE_HIGH
 GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11,)
 # The spec's default heartbeat (same table). py-libp2p's is 120 s (libp2p/pubsub/gossipsub.py),
 # which leaves new peers out of the mesh that long: the mesh grafts peers at heartbeats (the

@@ -31,7 +31,7 @@ from collections import deque
 
 import numpy as np
 
-from p2p.libp2p_transport import GOSSIP_DEGREE, GOSSIP_DEGREE_HIGH
+from p2p._common import GOSSIP_DEGREE, GOSSIP_DEGREE_HIGH
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS
 
 
