@@ -45,6 +45,20 @@ def batch_groups_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"'round' or a whole number of groups >= 1, got {text!r}")
 
 
+def protocol_arg(text: str) -> tuple[str, float | int | str]:
+    """--protocol KEY=VALUE: a ProtocolParams field and a value of its default's type (argparse
+    names the flag on error; ProtocolConfig checks the range when the simulation starts)."""
+    key, _, value = text.partition("=")
+    defaults = {f.name: f.default for f in dataclasses.fields(ProtocolParams)}
+    if key not in defaults or not value:
+        raise argparse.ArgumentTypeError(f"KEY=VALUE with KEY one of ProtocolParams' fields, got {text!r}")
+    kind = type(defaults[key])
+    try:
+        return key, kind(value) if kind in (int, float, str) else value
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{key}: not a {kind.__name__}: {value!r}") from None
+
+
 def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig:
     partition = None
     if args.partition:
@@ -62,6 +76,7 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
                      seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
                      churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores, admission=admission,
+                     protocol=dict(args.protocol),
                      backfill=args.backfill or ("daemon" if args.compare else "gossip"),
                      **({"cost_file": args.cost} if args.cost else {}), **tokens_from(args.completion_tokens))
 
@@ -237,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                              "default: node.toml's (vrl.node.config.NODE_OVERRIDES)")
     parser.add_argument("--completion-tokens", type=float, default=None,
                         help="mean completion tokens a record (default: the devnet's base model's, 4)")
+    parser.add_argument("--protocol", type=protocol_arg, action="append", default=[], metavar="KEY=VALUE",
+                        help="a protocol parameter (vrl.node.params.ProtocolParams), e.g. submission_window=120")
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
     parser.add_argument("--cores", type=int, default=0,
                         help="processors all nodes share, as a devnet on one machine (0: one each)")

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from simulate import batch_groups_arg, tokens_from  # noqa: E402
+from simulate import batch_groups_arg, protocol_arg, tokens_from  # noqa: E402
 
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
@@ -51,6 +51,7 @@ CONTENT = ("quantized-model", "other-model", "tampered-tokens", "replay", "spoof
 FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybil", "spoof")
 KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "simulated_seconds",
         "rounds_to_quarantine", "honest_false_quarantines", "bad_groups_trained", "bad_groups_trained_by_kind",
+        "trained_by_kind",
         "groups_lost", "honest_groups_published", "withheld_groups", "withholding", "sybil")
 
 
@@ -84,6 +85,8 @@ def main() -> int:
     parser.add_argument("--completion-tokens", type=float, default=None,
                         help="mean completion tokens a record (default: the devnet's base model's, 4)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, one process each")
+    parser.add_argument("--protocol", type=protocol_arg, action="append", default=[], metavar="KEY=VALUE",
+                        help="a protocol parameter (vrl.node.params.ProtocolParams), e.g. submission_window=120")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     batch = (ProtocolParams().groups_per_round * (args.nodes - 1) if args.batch_groups == "round"
@@ -95,7 +98,7 @@ def main() -> int:
            "f_bound": f"specs/committee.md §5: f* = {F_STAR} of verifier weight, eps = {EPSILON}",
            "settings": {"nodes": args.nodes, "rounds": args.rounds, "warmup": args.warmup, "design": args.design,
                         "batch_groups": batch, "seed": args.seed, "completion_tokens": args.completion_tokens
-                        or SimConfig.completion_tokens},
+                        or SimConfig.completion_tokens, "protocol": dict(args.protocol)},
            "runs": {}}
     table = Table(title=f"N = {args.nodes}, {args.design}: rounds from first bad group to the trainer's quarantine")
     for column in ("adversary", "share", "cheaters", "quarantined", "median rounds", "false quarantines",
@@ -103,7 +106,8 @@ def main() -> int:
         table.add_column(column, justify="right")
     runs = [(family, share, SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=args.design,
                                       seed=args.seed, adversaries=parse_adversaries(spec(family, share)),
-                                      admission={"batch_groups": batch}, **tokens_from(args.completion_tokens)))
+                                      admission={"batch_groups": batch}, protocol=dict(args.protocol),
+                                      **tokens_from(args.completion_tokens)))
             for family in args.families.split(",") for share in (float(s) for s in args.shares.split(","))]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(simulate, config, args.cpu_limit) for _, _, config in runs]
