@@ -166,6 +166,10 @@ def test_the_validator_says_which_refusals_wait_and_in_what_version(store, hones
     assert validate.waits(on_b) is None
     assert validate.waits(gossip(TOPIC_POLICIES, announcement.to_bytes())) is None
     assert validate.waits(gossip(TOPIC_VERDICTS, b"\x93not a verdict")) is None
+    from vrl.node.messages import Submission
+
+    undecodable = Submission((b"\x01\x02",))  # a record that does not decode
+    assert validate.waits(gossip(TOPIC_GROUPS, undecodable.to_bytes())) is None
 
 
 @dataclasses.dataclass
