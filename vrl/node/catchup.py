@@ -161,9 +161,10 @@ class Backfill:
         self.deferred_bytes += len(message.data)
         while len(self.deferred) > DEFERRED_MAX_MESSAGES or self.deferred_bytes > DEFERRED_MAX_BYTES:
             dropped = self._drop(next(iter(self.deferred)))
-            self.rewind.add(dropped.origin)
             self.dropped += 1
-            self.log.info("backfill re-offer full; peer paged whole next round", peer=dropped.origin.hex()[:8])
+            if dropped.origin not in self.rewind:  # (logged once a peer a round, not once a message)
+                self.rewind.add(dropped.origin)
+                self.log.info("backfill memory full; peer paged whole next round", peer=dropped.origin.hex()[:8])
 
     def _drop(self, msg_id: bytes) -> Message:
         message, _ = self.deferred.pop(msg_id)
