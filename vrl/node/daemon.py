@@ -423,6 +423,7 @@ class Node:
             await self._on_message(message)
             self.metrics.backfilled.labels(message.topic).inc()
             fed += 1
+        self.metrics.backfill_waiting.set(len(self.catchup.deferred))
         return fed
 
     # -- life cycle ----------------------------------------------------------------------------
