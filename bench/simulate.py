@@ -260,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backfill", choices=BACKFILL_MODELS, default=None,
                         help="a backfill pass's cost: what the network gossiped (the committee design's target), "
                              "or each peer's store as the daemon pages it (default: daemon with --compare, else "
-                             "gossip); both by cursor (what a peer stored since the last pass of the round), "
-                             "'-full': every pass the whole window, as before cursors (specs/network.md §6)")
+                             "gossip); both by cursor kept across rounds (what a peer stored since the last pass), "
+                             "'-round': the cursor kept within a round only (the first pass of each round pages the "
+                             "window whole), '-full': every pass the whole window, as before cursors "
+                             "(specs/network.md §6)")
     parser.add_argument("--cost", type=Path, default=None, help="bench/cost.py results (default small float32)")
     parser.add_argument("--wall-limit", type=float, default=None, help="stop after this many wall seconds")
     parser.add_argument("--cpu-limit", type=float, default=None, help="stop after this many CPU seconds")

@@ -505,6 +505,10 @@ class NodeUnderFire:
 
         message = Message(topic, data, b"\x09" * 32, message_id(topic, data))
         validation = self.node.validate(message)
+        # What backfill asks of a message it did not store (specs/network.md §6): a version or
+        # None, never an exception, whatever the bytes.
+        waits = self.node.validate.waits(message)
+        assert waits is None or isinstance(waits, int)
         if validation is Validation.ACCEPT:
             self.loop.run_until_complete(self._then_settle(self.node._on_message(message)))
         return validation

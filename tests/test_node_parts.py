@@ -16,6 +16,8 @@ from vrl.node.groups import GroupCache
 from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_POLICIES,
+    TOPIC_STEPS,
+    TOPIC_VERDICTS,
     Group,
     MessageError,
     PolicyAnnouncement,
@@ -129,6 +131,45 @@ def test_the_validator_accepts_ignores_and_rejects_by_what_the_protocol_knows(st
     # A quarantined producer's groups are ignored.
     protocol.quarantined.add(a.subject)
     assert validate(message) is Validation.IGNORE
+
+
+def test_the_validator_says_which_refusals_wait_and_in_what_version(store, honest):
+    """Validator.waits (specs/network.md §6: backfill offers such a message again): a group of
+    a version not announced here yet waits in its version; a verdict whose group is not here
+    waits; a step verdict of a version ahead waits; once what they waited for is here, or for a
+    refusal that holds for good, nothing waits."""
+    from tests.test_store_cursor import verdict
+    from vrl.node.messages import StepVerdict
+
+    a, b, _ = groups_of(honest)
+    protocol = P.NodeProtocol(VERIFIER, P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id),
+                              platform="test", race_loss_rate=1e-3)
+    validate = Validator(protocol, len(a.rollouts), GroupCache(store, structlog.get_logger()), NodeMetrics())
+    group = gossip(TOPIC_GROUPS, a.to_bytes())
+    assert validate(group) is Validation.IGNORE and validate.waits(group) == a.version  # no policy yet
+    announcement = PolicyAnnouncement(TRAINER.node_id, a.version, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
+    step = StepVerdict(verifier=STRANGER.node_id, trainer=TRAINER.node_id, version=a.version + 1,
+                       announcement=b"\x03" * 32, outcome="pass", reasons=(), replayed=b"", drift=0.0,
+                       platform="p").signed(STRANGER)
+    steps = gossip(TOPIC_STEPS, step.to_bytes())
+    assert validate.waits(steps) == a.version + 1  # its announcement is not here
+    protocol.handle(P.PolicyAnnounced(announcement))
+    assert validate(group) is Validation.ACCEPT and validate.waits(group) is None
+    assert validate.waits(steps) == a.version + 1  # still ahead of the node
+    following = PolicyAnnouncement(TRAINER.node_id, a.version + 1, b"\x04" * 32, b"\x05" * 32, 10).signed(TRAINER)
+    protocol.handle(P.PolicyAnnounced(following))
+    assert validate.waits(steps) is None  # its version is here: the step judge's refusal holds for good
+    # A verdict whose group is not here waits (the protocol parks it) until the group is.
+    on_b = gossip(TOPIC_VERDICTS, verdict(b.submission, b.version).to_bytes())
+    assert validate.waits(on_b) == b.version
+    protocol.handle(P.GroupReceived(b, 1.0))
+    assert validate.waits(on_b) is None
+    assert validate.waits(gossip(TOPIC_POLICIES, announcement.to_bytes())) is None
+    assert validate.waits(gossip(TOPIC_VERDICTS, b"\x93not a verdict")) is None
+    from vrl.node.messages import Submission
+
+    undecodable = Submission((b"\x01\x02",))  # a record that does not decode
+    assert validate.waits(gossip(TOPIC_GROUPS, undecodable.to_bytes())) is None
 
 
 @dataclasses.dataclass

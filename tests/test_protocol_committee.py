@@ -327,10 +327,19 @@ def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_
     def judged(topic: str, data: bytes) -> Validation:
         return validate(Message(topic, data, b"p" * 32, message_id(topic, data)))
 
+    def waits(topic: str, data: bytes) -> int | None:
+        return validate.waits(Message(topic, data, b"p" * 32, message_id(topic, data)))
+
     assert judged(TOPIC_VERDICTS, honest.to_bytes()) is Validation.IGNORE  # no manifest here yet
+    assert waits(TOPIC_VERDICTS, honest.to_bytes()) == honest.policy_version  # backfill offers it again
     assert judged(TOPIC_MANIFESTS, manifest.to_bytes()) is Validation.ACCEPT
     listener.handle(P.ManifestReceived(manifest, 2.0))
+    assert waits(TOPIC_MANIFESTS, manifest.to_bytes()) is None
     assert judged(TOPIC_VERDICTS, honest.to_bytes()) is Validation.ACCEPT
+    assert waits(TOPIC_VERDICTS, honest.to_bytes()) == honest.policy_version  # its group is not here yet
+    for event in received:
+        listener.handle(event)
+    assert waits(TOPIC_VERDICTS, honest.to_bytes()) is None
     forged = dataclasses.replace(honest, pi=bytes(80)).signed(key)
     undrawn = dataclasses.replace(honest, group=not_mine).signed(key)
     fresh = dataclasses.replace(honest, verifier=outsider.node_id).signed(outsider)

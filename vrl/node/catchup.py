@@ -34,19 +34,47 @@ BACKFILL_MAX_PAGES = 64  # bounded catch-up per peer; the rest arrives by gossip
 # The cursor a pass starts from when it has none for a peer: generation 0 is no store's, so the
 # peer answers from the start (specs/network.md §6).
 FIRST_CURSOR = (0,) * (1 + BACKFILL_CURSOR_TABLES)
+# Messages a pass brought that this node could not take yet (specs/network.md §6: a verdict before
+# its manifest or its group, a group or step verdict of a version not announced here yet), kept in
+# memory to be offered again: at most this many, and bytes. 4,096 is the protocol's own bound on
+# verdicts waiting for their group (vrl.node.protocol.MAX_PENDING_VERDICTS: a round of 32 nodes
+# that all work and verify); 16 MiB holds them (~450 bytes a verdict) with room for the groups of
+# a version a moment ahead (~6 KB each for the base model: 2,000 of them). Past either bound the
+# oldest goes, and the peer it came from is paged whole at the next round (Backfill.rewind).
+DEFERRED_MAX_MESSAGES = 4096
+DEFERRED_MAX_BYTES = 16 << 20
+
+
+def _never(message: Message) -> int | None:
+    return None
 
 
 class Backfill:
     """Serves pages of ``store`` to peers on :data:`BACKFILL_PROTOCOL`, and pages in what
-    they hold and this node lacks, each message judged by ``validate`` as gossip is."""
+    they hold and this node lacks, each message judged by ``validate`` as gossip is.
+
+    ``waits`` says of a message this node did not store once it was handled whether the reason
+    is temporary: the policy version it waits in, or None if it is refused for good
+    (vrl.node.validation.Validator.waits; the default: nothing waits)."""
 
     def __init__(self, transport: Transport, store: Store, validate: Callable[[Message], Validation],
-                 log: structlog.BoundLogger) -> None:
-        self.transport, self.store, self.validate, self.log = transport, store, validate, log
-        # Per peer: the ``since`` of its last pass and the cursor its last page gave, so that
-        # the next pass of the same ``since`` asks only for what the peer stored since. In
-        # memory only: a node that starts asks each peer for everything.
+                 log: structlog.BoundLogger, waits: Callable[[Message], int | None] = _never) -> None:
+        self.transport, self.store, self.validate, self.log, self.waits = transport, store, validate, log, waits
+        # Per peer: the ``since`` of the last pass that asked it and the cursor its last page gave.
+        # A pass of that ``since`` or a larger one (a later round) asks from there, so that every
+        # message the peer stores crosses the link once; a smaller ``since`` asks from the start.
+        # In memory only: a node that starts asks each peer for everything.
         self.cursors: dict[bytes, tuple[int, tuple[int, ...]]] = {}
+        # What a pass brought and this node could not take yet, by message id, oldest first (dicts
+        # keep order): (the message, the version it waits in). Offered again from here, not by
+        # paging the peer's window again (specs/network.md §6).
+        self.deferred: dict[bytes, tuple[Message, int]] = {}
+        self.deferred_bytes = 0
+        # Peers some message of which was dropped from ``deferred`` (its bounds): paged whole at
+        # the next pass of a new ``since``, as every round was before cursors were kept.
+        self.rewind: set[bytes] = set()
+        self.dropped = 0  # messages dropped from ``deferred`` for room, ever
+        self.since: int | None = None  # the last pass's
 
     async def serve(self, peer: bytes, data: bytes) -> bytes:
         """Answer one page; a malformed request counts against its sender (as an invalid gossip
@@ -71,16 +99,26 @@ class Backfill:
     async def pull(self, since: int) -> AsyncIterator[Message]:
         """What every connected peer holds of rounds ``>= since`` that this node has not
         stored, validated and ready to be handled as gossip. Known messages cost a hash, not a
-        validation. A peer asked with the same ``since`` before is asked from where its last
-        page left off (its cursor): a pass costs what it stored since. A new ``since`` (a new
-        round) starts from no cursor, so a message this node could not take yet when it came
-        (a verdict before its manifest, a group of a policy not yet here) is offered again."""
+        validation. Each peer is asked from where its last page left off (its cursor), across
+        rounds: a pass costs what the peer stored since. What this node could not take yet when
+        it came is offered again from memory (:attr:`deferred`): at each pass once its reason is
+        gone, and all of it at the first pass of a new ``since``, as the whole window paged again
+        at each round did before (specs/network.md §6)."""
+        new_round = since != self.since
+        self.since = since
+        async for message in self._reoffer(since, everything=new_round):
+            yield message
         peers = sorted(self.transport.peers())
         # Bounded by the peers connected: a peer that left and comes back is asked from the start.
         self.cursors = {peer: self.cursors[peer] for peer in peers if peer in self.cursors}
+        if new_round:
+            for peer in self.rewind:
+                self.cursors.pop(peer, None)
+            self.rewind.clear()
         for peer in peers:
             known = self.cursors.get(peer)
-            cursor = known[1] if known is not None and known[0] == since else FIRST_CURSOR
+            # A larger ``since`` serves a subset of a smaller one's rows, so a cursor holds for it.
+            cursor = known[1] if known is not None and known[0] <= since else FIRST_CURSOR
             after: int | None = 0
             for _ in range(BACKFILL_MAX_PAGES):
                 try:
@@ -98,13 +136,60 @@ class Backfill:
                     if topic is None or self.store.has(topic, data):
                         continue
                     message = Message(topic, data, peer, message_id(topic, data))
-                    if self.validate(message) is Validation.ACCEPT:
+                    judged = self.validate(message)
+                    if judged is Validation.ACCEPT:
                         yield message
+                    if judged is not Validation.REJECT:
+                        self._defer(message)
                 # Once the page's messages are handled: a pass cut short resumes after them.
                 cursor = page.cursor
                 self.cursors[peer] = (since, cursor)
                 if after is None:
                     break
+        # What the pages brought (a manifest, a group, a policy) may be what a deferred message waited for.
+        async for message in self._reoffer(since, everything=False):
+            yield message
+
+    def _defer(self, message: Message) -> None:
+        """Keep a handled message this node did not store, if its reason is temporary (``waits``)."""
+        if message.msg_id in self.deferred or self.store.has(message.topic, message.data):
+            return
+        version = self.waits(message)
+        if version is None:
+            return
+        self.deferred[message.msg_id] = (message, version)
+        self.deferred_bytes += len(message.data)
+        while len(self.deferred) > DEFERRED_MAX_MESSAGES or self.deferred_bytes > DEFERRED_MAX_BYTES:
+            dropped = self._drop(next(iter(self.deferred)))
+            self.dropped += 1
+            if dropped.origin not in self.rewind:  # (logged once a peer a round, not once a message)
+                self.rewind.add(dropped.origin)
+                self.log.info("backfill memory full; peer paged whole next round", peer=dropped.origin.hex()[:8])
+
+    def _drop(self, msg_id: bytes) -> Message:
+        message, _ = self.deferred.pop(msg_id)
+        self.deferred_bytes -= len(message.data)
+        return message
+
+    async def _reoffer(self, since: int, everything: bool) -> AsyncIterator[Message]:
+        """Offer the deferred messages again: those whose reason is gone, or, ``everything``, all
+        of them (a verdict the protocol's bounded buffer let go of waits there again). A message
+        of a version below ``since`` is dropped, as no peer pages it any more."""
+        for msg_id in list(self.deferred):
+            if msg_id not in self.deferred:  # dropped for room while an earlier one was handled
+                continue
+            message, version = self.deferred[msg_id]
+            if version < since or self.store.has(message.topic, message.data):
+                self._drop(msg_id)
+                continue
+            if not everything and self.waits(message) is not None:
+                continue
+            self._drop(msg_id)
+            judged = self.validate(message)
+            if judged is Validation.ACCEPT:
+                yield message
+            if judged is not Validation.REJECT:
+                self._defer(message)
 
 
 def replay_store(store: Store, protocol: P.NodeProtocol) -> None:

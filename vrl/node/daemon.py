@@ -129,7 +129,7 @@ class Node:
         self.model_thread = ModelThread(self.metrics)
         self.groups = GroupCache(self.store, self.log)
         self.validate = Validator(self.protocol, config.work.group_size, self.groups, self.metrics)
-        self.catchup = Backfill(transport, self.store, self.validate, self.log)
+        self.catchup = Backfill(transport, self.store, self.validate, self.log, waits=self.validate.waits)
         self.proving = Proving(config.zk, config.path, key, transport, self.work, self.groups, self.blobs,
                                self.model_thread, self.metrics, self.log, sampling=sampling, rewards=reward_proofs,
                                answer_key=self.answer_key)
@@ -423,6 +423,7 @@ class Node:
             await self._on_message(message)
             self.metrics.backfilled.labels(message.topic).inc()
             fed += 1
+        self.metrics.backfill_waiting.set(len(self.catchup.deferred))
         return fed
 
     # -- life cycle ----------------------------------------------------------------------------

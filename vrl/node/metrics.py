@@ -26,6 +26,8 @@ class NodeMetrics:
                                ["topic"], registry=r)
         self.backfilled = Counter("vrl_backfilled", "Messages gossip missed that backfill brought, by topic",
                                   ["topic"], registry=r)
+        self.backfill_waiting = Gauge("vrl_backfill_waiting", "Backfilled messages this node could not take yet, "
+                                      "kept to offer again (specs/network.md §6)", registry=r)
         self.reputation = Gauge("vrl_reputation", "Reputation score (Beta lower bound) per peer", ["peer"], registry=r)
         self.check_rate = Gauge("vrl_check_rate", "Spot-check rate applied per peer", ["peer"], registry=r)
         self.quarantined = Gauge("vrl_quarantined", "1 if the peer is quarantined", ["peer"], registry=r)

@@ -18,11 +18,13 @@ from vrl.node.messages import (
     RoundManifest,
     SignedVerdict,
     StepVerdict,
+    Submission,
     decode_group,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.protocol import NodeProtocol
 from vrl.node.rounds import NO_CLAIM, NO_MANIFEST
+from vrl.rollouts.record import RecordError, Rollout
 
 
 class Validator:
@@ -95,3 +97,31 @@ class Validator:
             self.metrics.invalid.labels(message.topic).inc()
             return Validation.REJECT
         return Validation.ACCEPT
+
+    def waits(self, message: Message) -> int | None:
+        """Of a message this node did not store once it was judged and handled: the policy version
+        it waits in if its reason is temporary, else None (specs/network.md §6: backfill offers it
+        again). Temporary: a verdict whose round's manifest (the committee design) or whose group
+        is not here yet (the protocol parks it, bounded: NodeProtocol._pending); a group or a step
+        verdict of a version not announced here yet (ignored above, or by the step judge). Every
+        other refusal holds for good: a duplicate slot, a quarantined producer, another trainer,
+        a full stranger quota, a claim or signature that fails. Cheap: no signature is checked."""
+        protocol = self.protocol
+        current = protocol.version
+        try:
+            if message.topic == TOPIC_VERDICTS:
+                verdict = SignedVerdict.from_bytes(message.data)
+                version = verdict.policy_version
+                if protocol.committee and version not in protocol.rounds.manifests:
+                    return version if version >= protocol.rounds.floor else None  # (below: forgotten)
+                return version if verdict.group not in protocol.groups else None
+            if message.topic == TOPIC_GROUPS:
+                version = Rollout.from_bytes(Submission.from_bytes(message.data).records[0]).policy_version
+                return version if current is None or version > current + 1 else None
+            if message.topic == TOPIC_STEPS:
+                version = StepVerdict.from_bytes(message.data).version
+                ahead = current is None or version > current
+                return version if ahead and version not in protocol.policies else None
+        except (MessageError, RecordError, IndexError):
+            return None
+        return None

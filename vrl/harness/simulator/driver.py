@@ -177,7 +177,7 @@ class Simulation(Actions):
         self.trainer_version = -1
         self.group_msgs: dict[bytes, Msg] = {}  # every group made, for fetches by digest (pruned as rounds age)
         self.ledger = StoreLedger() if c.backfill.startswith("daemon") else None  # what each store holds (stores.py)
-        self.backfill_marks: dict[int, tuple[int, int]] = {}  # the gossip model's cursors (stores.gossip_pass)
+        self.backfill_marks: dict[int, object] = {}  # per node, the backfill model's (stores.gossip_pass, daemon_pass)
 
     # -- set-up ------------------------------------------------------------------------------------
     def _key(self, i: int) -> NodeKey:
@@ -453,16 +453,16 @@ class Simulation(Actions):
 
     def backfill_pass(self, node: SimNode) -> None:
         """vrl.node.daemon: every BACKFILL_EVERY_SECONDS a node pages through each connected
-        peer's log of rounds >= its version - 1 from its cursor on that peer (vrl.node.catchup.
+        peer's log of rounds >= its version - 1 from its cursor on that peer, kept across rounds (vrl.node.catchup.
         Backfill.pull, specs/network.md §6), keeping what it lacks, in pages of at most
         BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them (stores.py: a peer's log is its store, or
         everything gossiped in those rounds; SimConfig.backfill)."""
         if node.index not in self.net.offline and node.protocol.version is not None:
-            full = self.config.backfill.endswith("-full")
+            full, per_round = self.config.backfill.endswith("-full"), self.config.backfill.endswith("-round")
             if self.ledger is not None:
-                daemon_pass(self, node, full)
+                daemon_pass(self, node, full, per_round)
             else:
-                gossip_pass(self, node, full)
+                gossip_pass(self, node, full, per_round)
         self.at(self.now + BACKFILL_EVERY_SECONDS, self.backfill_pass, node)
 
     # -- rounds ----------------------------------------------------------------------------------

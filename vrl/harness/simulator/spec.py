@@ -17,6 +17,8 @@ from vrl.errors import VrlError
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES
 from vrl.rollouts.profiles import profile_of_platform
 
+from .stores import BACKFILL_MODELS
+
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
 
 #: The simulator's own adversaries, beside every cheat the devnet has (vrl.node.config.ADVERSARIES):
@@ -220,8 +222,9 @@ class SimConfig:
     # What a backfill pass costs (stores.py): "gossip", what the network gossiped in the window
     # (specs/network.md §3.5's target in the committee design); "daemon", each peer's own store,
     # groups and passes included, as vrl.node.catchup pages it (the calibration's). Both by cursor
-    # (specs/network.md §6: what the peer stored since the last pass of the round); "-full": every
-    # pass the whole window, as before cursors.
+    # kept across rounds (specs/network.md §6: what the peer stored since the last pass); "-round":
+    # the cursor kept only within a round (the first pass of a round pages the window whole);
+    # "-full": every pass the whole window, as before cursors.
     backfill: str = "gossip"
     protocol: dict = field(default_factory=dict)  # ProtocolParams overrides
     admission: dict = field(default_factory=dict)  # AdmissionConfig overrides (over NODE_OVERRIDES')
@@ -231,8 +234,8 @@ class SimConfig:
             raise SpecError(f"nodes: a network needs a trainer and a worker, got {self.nodes}")
         if self.rounds < 1:
             raise SpecError(f"rounds: at least 1, got {self.rounds}")
-        if self.backfill not in ("gossip", "daemon", "gossip-full", "daemon-full"):
-            raise SpecError(f"backfill: gossip, daemon, gossip-full or daemon-full, got {self.backfill!r}")
+        if self.backfill not in BACKFILL_MODELS:
+            raise SpecError(f"backfill: one of {', '.join(BACKFILL_MODELS)}, got {self.backfill!r}")
         if self.topology not in ("devnet", "random"):
             raise SpecError(f"topology: devnet or random, got {self.topology!r}")
         for name in ("loss", "churn", "honest_reject"):

@@ -25,10 +25,15 @@ receiver holds its group after it was handled; one whose group comes later is no
 pass costs what the network gossiped in the window, the same from every peer.
 
 Both page by cursor (specs/network.md §6, vrl.node.catchup): a pass asks each peer only for what
-it stored since this node's last pass of the same ``since`` (the version - 1), and the first
-pass of a new ``since`` (a new round), or the first after a peer was unreachable, asks for the
-whole window. ``"gossip-full"`` and ``"daemon-full"`` are the models of the passes before
-cursors (every pass the whole window from each peer), kept to compare.
+it stored since this node's last pass, across rounds (the cursor is kept for a larger ``since``);
+the first pass after a peer was unreachable asks for the whole window. What a pass brought that
+the node could not take yet is offered again from the node's memory at the first pass of each
+round (Backfill.deferred: no bytes; the daemon also offers each one at the pass after its reason
+is gone, which this model leaves to the round's first pass, and its buffer's bound is not
+modelled). ``"gossip-round"`` and ``"daemon-round"`` are the models of the cursor kept only within
+a round (the first pass of each round pages the window whole, and so offers again what was not
+taken: vrl.node.catchup before the cursor was kept across rounds); ``"gossip-full"`` and
+``"daemon-full"`` of the passes before cursors (every pass the whole window), kept to compare.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from collections import defaultdict
 from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
 from vrl.node.messages import BACKFILL_MAX_MESSAGES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, schema_of
 
-BACKFILL_MODELS = ("gossip", "daemon", "gossip-full", "daemon-full")
+BACKFILL_MODELS = ("gossip", "daemon", "gossip-round", "daemon-round", "gossip-full", "daemon-full")
 # A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
 # message a bin header (3 bytes up to 64 KiB, 5 above: a group of the base model is ~6 KB).
 PAGE_OVERHEAD_BYTES = len(BackfillPage((), None).to_bytes())
@@ -63,7 +68,8 @@ class StoreLedger:
         self.held: list[dict[int, list[int]]] = []  # node -> version -> [bytes, messages]
         self.keys: list[dict[int, dict[int, object]]] = []  # node -> version -> hash of the bytes -> Msg
         # (asker, peer) -> (since, version -> (bytes, messages) of the peer's store paged so far):
-        # the asker's cursor on that peer (keys are in the order stored, as rowids are).
+        # the asker's cursor on that peer and the ``since`` it was last used for (keys are in the
+        # order stored, as rowids are).
         self.cursors: dict[tuple[int, int], tuple[int, dict[int, tuple[int, int]]]] = {}
 
     def grow(self, nodes: int) -> None:
@@ -102,11 +108,15 @@ class StoreLedger:
                 keys.pop(version, None)
 
 
-    def since_cursor(self, me: int, peer: int, since: int, full: bool = False) -> tuple[int, int, dict[int, int]]:
+    def since_cursor(self, me: int, peer: int, since: int, full: bool = False,
+                     per_round: bool = False) -> tuple[int, int, dict[int, int]]:
         """What ``me``'s pass of ``since`` pages from ``peer`` and moves its cursor past: bytes,
-        messages, and per version the index of the first message not paged before."""
+        messages, and per version the index of the first message not paged before. The cursor
+        holds for the same or a larger ``since`` (vrl.node.catchup), for the same one only when
+        ``per_round``; ``full``: every pass from no cursor."""
         known = self.cursors.get((me, peer))
-        marks = known[1] if known is not None and known[0] == since and not full else {}
+        holds = known is not None and not full and (known[0] == since if per_round else known[0] <= since)
+        marks = known[1] if holds else {}
         size = count = 0
         start, now = {}, {}
         for version, (b, m) in self.held[peer].items():
@@ -133,13 +143,16 @@ def pages(size: int, messages: int) -> tuple[int, int]:
     return count, round(share * (size + MESSAGE_OVERHEAD_BYTES * messages)) + count * PAGE_OVERHEAD_BYTES
 
 
-def gossip_pass(sim, node, full: bool) -> None:
+def gossip_pass(sim, node, full: bool, per_round: bool = False) -> None:
     """The ``"gossip"`` model's pass: from each reachable peer, what the network gossiped in the
-    window since this node's last pass of the same ``since`` (all of it when ``full``)."""
+    window since this node's last pass (of the same ``since`` when ``per_round``; all of it when
+    ``full``). ``sim.backfill_marks[node]``: (the last pass's since, version -> bytes paged)."""
     since = max(node.protocol.version - 1, 0)
-    window = sum(b for v, b in sim.round_bytes.items() if v >= since)
     known = sim.backfill_marks.get(node.index)
-    new = window if full or known is None or known[0] != since else window - known[1]
+    holds = known is not None and not full and (known[0] == since if per_round else known[0] <= since)
+    marks = known[1] if holds else {}
+    window = {v: b for v, b in sim.round_bytes.items() if v >= since}
+    new = sum(b - marks.get(v, 0) for v, b in window.items())
     sim.backfill_marks[node.index] = (since, window)
     page = min(new, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
     count = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
@@ -183,33 +196,46 @@ def keep_action(sim, node: int, action) -> None:
         ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
 
 
-def daemon_pass(sim, node, full: bool = False) -> None:
+def daemon_pass(sim, node, full: bool = False, per_round: bool = False) -> None:
     """One backfill pass of ``node`` as the daemon runs it (vrl.node.catchup.Backfill.pull):
     every connected peer's window stored since the node's cursor on it (all of it when
-    ``full``, the passes before cursors), paged, each page a request and a response on both
-    sides; what the node's store lacks of it is handled as gossip (validated, never forwarded),
-    after the pages' transfer time. Its bytes are the pages' (prepaid: no delivery counted
-    again). A pass past BACKFILL_MAX_PAGES is taken as paged whole (a bound only the first
-    pass of a round at N = 1,000 could reach)."""
+    ``full``, the passes before cursors; from no cursor at a new round when ``per_round``),
+    paged, each page a request and a response on both sides; what the node's store lacks of it
+    is handled as gossip (validated, never forwarded), after the pages' transfer time. Its bytes
+    are the pages' (prepaid: no delivery counted again). With the cursor kept across rounds, what
+    was paged before and is still not stored is offered again from memory at a new round, at no
+    cost in bytes (Backfill.deferred). A pass past BACKFILL_MAX_PAGES is taken as paged whole (a
+    bound only the first pass of a round at N = 1,000 could reach)."""
     ledger, net, me = sim.ledger, sim.net, node.index
     since = max((node.protocol.version or 0) - 1, 0)
+    new_round = sim.backfill_marks.get(me) != since
+    sim.backfill_marks[me] = since
+    remembered = not full and not per_round and new_round
     ledger.grow(len(sim.nodes))
+    mine = ledger.keys[me]
+    offered: set[int] = set()
     for peer in sorted(net.links[me]):
         if sim.nodes[peer].protocol is None or not net.reachable(me, peer):
             ledger.forget(me, peer)
             continue
-        size, messages, start = ledger.since_cursor(me, peer, since, full)
+        size, messages, start = ledger.since_cursor(me, peer, since, full, per_round)
         count, size = pages(size, messages)
         size += 0 if full else count * CURSOR_BYTES
         sim.metrics.backfilled(me, peer, size, count, count * (FULL_REQUEST_BYTES if full else REQUEST_BYTES))
         when = sim.now + count * sim.config.latency_s + size / sim.config.bandwidth_bps
-        mine = ledger.keys[me]
         for version, held in ledger.keys[peer].items():
             if version < since:
                 continue
-            for key, msg in itertools.islice(held.items(), start[version], None):
+            # Paged now: from the cursor on; and from memory, once, what earlier passes brought.
+            first = 0 if remembered else start[version]
+            for index, (key, msg) in enumerate(itertools.islice(held.items(), first, None), first):
                 if msg is None or key in mine.get(version, ()) or msg.origin == me:
                     continue
+                paged = index >= start[version]
+                if not paged:
+                    if key in offered:
+                        continue
+                    offered.add(key)
                 copy = dataclasses.replace(msg, direct=True)  # handled, not forwarded
                 node.prepaid.add(copy)
-                sim.deliver(node, copy, when)
+                sim.deliver(node, copy, when if paged else sim.now)
