@@ -90,6 +90,8 @@ from vrl.node.reputation import (
 )
 from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
+from vrl.node.tickets import ticket_checks
+from vrl.node.waiting import MAX_PENDING_VERDICTS, MAX_STRANGER_VERDICTS_PER_GROUP, WaitingVerdicts, room_for
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
 from vrl.rollouts.verify import Reason
@@ -116,19 +118,6 @@ ADMISSION_DOMAIN = b"vrl/admission/v1\x00"
 # reward or commitment: it only skews GRPO's importance ratio, which is truncated (GRPOConfig
 # is_cap). Every other rejection is a record that is not what the claimed model sampled.
 SOFT_REASONS = frozenset({Reason.LOGPROB_MISMATCH})
-# Verdicts that name a group this node has not seen wait for it (gossip does not keep order),
-# at most this many, oldest dropped first (specs/network.md §3.2). A round brings about
-# workers x groups_per_round x verifiers verdicts (the 4-node devnet: 3 x 4 x 4 = 48); 4096
-# covers a whole round of 32 nodes that all work and verify (32 x 4 x 32) arriving before
-# their groups, in ~2 MB (a verdict is ~450 bytes). A dropped one is not lost: backfill
-# brings it again once its group is known.
-MAX_PENDING_VERDICTS = 4096
-# Verdicts on one group from verifiers of weight 0 (strangers: specs/reputation.md §7) that a
-# node accepts; more are ignored, not stored. Such a verdict weighs nothing, but each one is a
-# report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
-# times the verifiers per group of any devnet measured here, so honest newcomers still fit.
-MAX_STRANGER_VERDICTS_PER_GROUP = 16
-
 
 @dataclass(frozen=True, kw_only=True)
 class ProtocolConfig(ProtocolParams):
@@ -218,8 +207,8 @@ class NodeProtocol:
         self.round_started: dict[int, float] = {}
         self._in_flight: set[tuple] = set()
         self._audit_draws: dict[bytes, bool] = {}
-        # Verdicts whose group has not arrived yet, by verdict id, oldest first (dicts keep order).
-        self._pending: dict[bytes, SignedVerdict] = {}
+        # Verdicts whose group (or round manifest) has not arrived yet (vrl.node.waiting).
+        self.waiting = WaitingVerdicts()
         # (subject, version, group index) -> the one group accepted in that slot. A second,
         # different group there (the same rollouts signed anew, or other samples) is ignored:
         # a round has one group per slot, and a copy must not be trained twice.
@@ -266,7 +255,7 @@ class NodeProtocol:
     @property
     def waiting_verdicts(self) -> int:
         """Verdicts held until their group arrives (at most MAX_PENDING_VERDICTS)."""
-        return len(self._pending)
+        return len(self.waiting)
 
     def has(self, role: str) -> bool:
         return role in self.config.roles
@@ -314,8 +303,7 @@ class NodeProtocol:
                 if self.rounds.add(manifest, now):
                     note_withheld(self, manifest)
                     actions.append(PersistManifest(manifest))
-                    for verdict in [v for v in self._pending.values() if v.policy_version == manifest.round]:
-                        del self._pending[verdict.id]
+                    for verdict in self.waiting.take_round(manifest.round):
                         actions += self._received_verdict(verdict)
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
@@ -399,7 +387,7 @@ class NodeProtocol:
         if self.committee and self.has("trainer"):
             actions += close_rounds(self)
         if self.has("verifier") or self.has("trainer"):
-            actions += committee_checks(self) if self.committee else self._checks()
+            actions += committee_checks(self) if self.committee else ticket_checks(self)
         if self.has("verifier"):
             actions += step_actions
         if self.has("trainer"):
@@ -438,12 +426,8 @@ class NodeProtocol:
         return current is not None and 0 <= current - version <= self.config.max_staleness
 
     def room_for(self, verdict: SignedVerdict) -> bool:
-        """Whether a verdict may be accepted: any from a verifier with weight, and at most
-        MAX_STRANGER_VERDICTS_PER_GROUP per group from verifiers of weight 0."""
-        if self.standing(verdict.verifier).trust > 0:
-            return True
-        strangers = sum(1 for v in self.verdicts.get(verdict.group, {}) if self.standing(v).trust == 0)
-        return strangers < MAX_STRANGER_VERDICTS_PER_GROUP
+        """Whether a verdict may be accepted: the cap on strangers' verdicts per group (vrl.node.waiting)."""
+        return room_for(verdict, self.verdicts.get(verdict.group, {}), self.trust)
 
     def slot_taken(self, subject: bytes, version: int, index: int, digest: bytes) -> bool:
         """Whether another group already holds this slot (specs/network.md §3.1)."""
@@ -465,37 +449,6 @@ class NodeProtocol:
         return list(self._fresh_cache[1])
 
     # -- verifying --------------------------------------------------------------------------
-    def _checks(self) -> list[Action]:
-        actions: list[Action] = []
-        for digest in self._fresh_groups():
-            group = self.groups[digest]
-            mine = self.verdicts[digest].get(self.me)
-            if (group.subject == self.me or digest in self.planted or (mine is not None and mine.checked)
-                    or group.version not in self.loaded or group.subject in self.quarantined):
-                continue  # (a quarantined node's groups are never trained: checking them is waste)
-            others = [v for verifier, v in self.verdicts[digest].items() if verifier != self.me]
-            # A failure is re-checked even over one's own skip (specs/network.md §5.1): by the
-            # trainer whoever reported it, since it decides what is trained; by other verifiers
-            # only when the reporter's word counts, so a stranger cannot make everyone check
-            # everything.
-            recheck = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
-                          and (self.has("trainer") or self.counts(v.verifier))
-                          for v in others)
-            audit = self.has("trainer") and any(self._audits(v) for v in others)
-            if recheck or audit:
-                actions += self._once(Check(digest, group.version))
-            elif self.suspect(group.subject) and (self.has("verifier") or self.has("trainer")):
-                # A producer a counting verifier's sequential test failed: every group of it is
-                # checked, so that this node's own test sees all of them, chosen by no one.
-                actions += self._once(Check(digest, group.version))
-            elif mine is None and self.has("verifier") and ("check", digest) not in self._in_flight:
-                rate = self.standing(group.subject).check_rate
-                if ticket_selected(audit_ticket(self.key, digest), rate):
-                    actions += self._once(Check(digest, group.version))
-                else:
-                    actions += self._publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
-        return actions
-
     def _check(self, digest: bytes, version: int, draw: VerdictDraw, pi: bytes) -> list[Action]:
         actions = self._once(Check(digest, version))
         if actions:
@@ -593,33 +546,11 @@ class NodeProtocol:
             return []
         if verdict.group in self.groups and refusal is None:
             return [Persist(verdict)] if self._verdict(verdict) else []
-        if verdict.id not in self._pending:
-            self._pending[verdict.id] = verdict
-            self._drop_stale_pending()
+        self.waiting.add(verdict, self.may_hold, lambda verifier: self.trust(verifier) == 0)
         return []
 
     def _release_pending(self, digest: bytes) -> list[Action]:
-        waiting = [v for v in self._pending.values() if v.group == digest]
-        actions: list[Action] = []
-        for verdict in waiting:
-            del self._pending[verdict.id]
-            if self._verdict(verdict):
-                actions.append(Persist(verdict))
-        return actions
-
-    def _drop_stale_pending(self) -> None:
-        """Bound the waiting verdicts: stale ones first, then the oldest (MAX_PENDING_VERDICTS)."""
-        if len(self._pending) <= MAX_PENDING_VERDICTS:
-            return
-        for key in [k for k, v in self._pending.items() if not self.may_hold(v.policy_version)]:
-            del self._pending[key]
-        # Then strangers' (weight 0) first, oldest first: a flood of fresh keys never pushes out
-        # a verdict of a verifier with weight (specs/committee.md §7).
-        strangers = [k for k, v in self._pending.items() if self.standing(v.verifier).trust == 0]
-        for key in strangers[:max(0, len(self._pending) - MAX_PENDING_VERDICTS)]:
-            del self._pending[key]
-        while len(self._pending) > MAX_PENDING_VERDICTS:
-            del self._pending[next(iter(self._pending))]
+        return [Persist(verdict) for verdict in self.waiting.take(digest) if self._verdict(verdict)]
 
     def matches_group(self, verdict: SignedVerdict) -> bool | None:
         """Whether a verdict's subject and version are those of the group it names: the signer

@@ -280,7 +280,7 @@ def _fetches(node: NodeProtocol) -> list[Action]:
             if not missing:
                 node.rounds.fetched.add(round_)  # groups are never dropped: nothing of it to fetch again
             wanted += [(d, round_) for d in missing]
-    for verdict in list(node._pending.values()):
+    for verdict in node.waiting:
         round_ = node.rounds.round_of.get(verdict.group)
         if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
                 and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
