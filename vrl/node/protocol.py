@@ -28,12 +28,13 @@ One round, in order (``specs/network.md`` §Rounds):
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
+from vrl.node import forgetting
 from vrl.node import rounds as routing
+from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -82,10 +83,8 @@ from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import (
     COUNTING_WEIGHT,
     AdmissionConfig,
-    Candidate,
     Reputation,
     ReputationConfig,
-    admit,
     report_of,
 )
 from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld
@@ -109,15 +108,12 @@ __all__ = [
     "drawn", "outcome_of", "report_of", "step_rule_faults",
 ]
 
-# A round's admission draw is seeded by its policy, which no worker knows before the round
-# (specs/reputation.md §6).
-ADMISSION_DOMAIN = b"vrl/admission/v1\x00"
-
 # Rejection codes that honest numerical drift can produce just over a threshold: soft fails
 # (specs/network.md §3.2). A behaviour logprob off by more than the tolerance changes no token,
 # reward or commitment: it only skews GRPO's importance ratio, which is truncated (GRPOConfig
 # is_cap). Every other rejection is a record that is not what the claimed model sampled.
 SOFT_REASONS = frozenset({Reason.LOGPROB_MISMATCH})
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProtocolConfig(ProtocolParams):
@@ -230,6 +226,9 @@ class NodeProtocol:
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
         self._evaluated, self.scans, self._fresh_cache = None, routing.Scans(), ((), [])  # see rounds.evaluate, Scans
+        # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
+        # digest -> version, and the trainer's own hard fail on it (digest -> its round).
+        self.group_floor, self.forgotten, self.forgotten_fails = 0, {}, {}
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -267,7 +266,13 @@ class NodeProtocol:
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
     def group_version(self, digest: bytes) -> int | None:
         group = self.groups.get(digest)
-        return None if group is None else group.version
+        return self.forgotten.get(digest) if group is None else group.version
+
+    def trainer_fail(self, digest: bytes, trainer: bytes) -> int | None:
+        own = self.verdicts.get(digest, {}).get(trainer)
+        if own is None:
+            return self.forgotten_fails.get(digest) if trainer == self.config.trainer else None
+        return own.round if own.outcome == Outcome.HARD_FAIL else None
 
     def eligible_verifiers(self) -> int:
         latest = max(self.rounds.manifests, default=None)
@@ -338,7 +343,7 @@ class NodeProtocol:
                         self.groups[digest].trained = True
                         self._touch(digest)
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
-                actions += self._reveal_plants(announcement.version - 1)
+                actions += reveal_plants(self, announcement.version - 1)
         actions += self._quarantines(replaying)
         actions += self.steps.convictions(self)
         if replaying:
@@ -348,8 +353,8 @@ class NodeProtocol:
     def _accept_group(self, group, now: float) -> list[Action]:
         """Hold a received (or, in the committee design, own) group: the first of its slot."""
         self._in_flight.discard(("group", digest := group.digest))
-        if self.committee and self.rounds.listed(digest, group.version) is False:
-            return []  # after its round's manifest: never checked or trained (specs/committee.md §1)
+        if (self.committee and self.rounds.listed(digest, group.version) is False) or group.version < self.group_floor:
+            return []  # after its round's manifest (specs/committee.md §1), or forgotten: never checked or trained
         if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
                                                            digest) != digest:
             return []
@@ -372,6 +377,7 @@ class NodeProtocol:
         version = self.version
         if version is None:
             return actions
+        self.forget(forgetting.group_floor(version, self.config.max_staleness))
         # The step judge's part (a verifier's), asked once: the steps it will replay, whose
         # weights are needed below, and its own actions, which keep their place further down.
         replays, step_actions = self.steps.pending(self, version) if self.has("verifier") else ([], [])
@@ -394,8 +400,12 @@ class NodeProtocol:
             if (self.config.plant_every and version % self.config.plant_every == 0
                     and version not in self.planted_rounds and version in self.loaded):
                 actions += self._once(Plant(version))
-            actions += self._maybe_train(version)
+            actions += maybe_train(self, version)
         return actions
+
+    def forget(self, floor: int) -> None:
+        """Forget the groups of versions below ``floor`` (vrl.node.forgetting)."""
+        forgetting.forget(self, floor)
 
     def _touch(self, digest: bytes) -> None:
         """A group's state moved: the passes that read it look at it again (routing.Scans, and
@@ -442,7 +452,8 @@ class NodeProtocol:
 
     def _fresh_groups(self) -> list[bytes]:
         """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
-        key = (self.version, len(self.groups))  # groups are only ever added; freshness moves with the version
+        # Groups are only added but when the floor moves (forgetting); freshness moves with the version.
+        key = (self.version, len(self.groups), self.group_floor)
         if self._fresh_cache[0] != key:
             fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
             self._fresh_cache = (key, sorted(fresh, key=lambda d: self.groups[d].arrived))
@@ -523,14 +534,6 @@ class NodeProtocol:
         if self.committee:
             return routing.route_verdict(self, verdict)
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
-
-    def _reveal_plants(self, version: int) -> list[Action]:
-        """After the round's batch is fixed, the trainer says which groups it planted."""
-        actions = []
-        for digest, planted_in in sorted(self.planted.items()):
-            if planted_in <= version and self.me not in self.verdicts[digest] and digest in self.groups:
-                actions += self._publish_verdict(digest, Outcome.HARD_FAIL, ("planted",), b"")
-        return actions
 
     # -- verdicts of others: the subject is derived from the group, never taken from the message
     def verdict_refusal(self, verdict: SignedVerdict) -> str | None:
@@ -617,30 +620,3 @@ class NodeProtocol:
         if self.committee:
             return None  # a member's pass or the trainer's own check decides (specs/committee.md §8)
         return self.now - group.arrived >= self.config.verdict_wait or None
-
-    def _maybe_train(self, version: int) -> list[Action]:
-        """Step when a full batch is decided; or when the round has settled (every fresh group
-        decided, one of this version among them, nothing new for ``verdict_wait``); or, with
-        whatever is decided, after ``round_timeout``."""
-        if version not in self.loaded or ("train", version) in self._in_flight:
-            return []
-        if self.config.last_version and version >= self.config.last_version:
-            return []
-        fresh = self._fresh_groups()
-        decisions = self.scans.decide(self, fresh) if self.committee else {d: self.decided(d) for d in fresh}
-        ready = [d for d, ok in decisions.items() if ok]
-        started = self.round_started.get(version, self.now)
-        last_arrival = max((self.groups[d].arrived for d in fresh), default=started)
-        enough = len(ready) >= self.config.admission.batch_groups
-        settled = (None not in decisions.values() and any(self.groups[d].version == version for d in ready)
-                   and self.now - last_arrival >= self.config.verdict_wait)
-        timed_out = self.now - started >= self.config.round_timeout
-        if not (enough or settled or timed_out) or len(ready) < self.config.min_batch_groups:
-            return []
-        candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score,
-                                verified=routing.verified(self, d)) for d in sorted(ready)]
-        seed = hashlib.sha256(ADMISSION_DOMAIN + self.policies[version].model_hash).digest()
-        batch = admit(candidates, self.config.admission, seed)
-        if len(batch) < self.config.min_batch_groups:
-            return []
-        return self._once(Train(version, tuple((c.group, w) for c, w in batch)))

@@ -446,6 +446,12 @@ class Scans:
         self.checks.dirty.add(digest)
         self.decisions.dirty.add(digest)
 
+    def forget(self, digest: bytes) -> None:
+        """A group no longer held (vrl.node.forgetting): nothing of it is looked at again."""
+        self.checks.dirty.discard(digest)
+        self.decisions.dirty.discard(digest)
+        self.decided.pop(digest, None)
+
     def decide(self, node: NodeProtocol, fresh: list[bytes]) -> dict[bytes, bool | None]:
         """NodeProtocol.decided of each fresh group, recomputed for the touched ones only."""
         key = _scan_key(node)
