@@ -55,6 +55,11 @@ def test_forgetting_keeps_a_few_rounds_and_changes_nothing_of_the_run(monkeypatc
         assert all(g.version >= p.group_floor for g in p.groups.values())
         assert set(p.groups) | set(p.forgotten) == set(q.groups)
         assert all(q.groups[d].version == v for d, v in p.forgotten.items())
+    # Reports outlive their verdicts, compact: one copy of each verifier id and platform
+    # (forgetting.compact), whatever the verdicts decoded brought.
+    reports = on.trainer.protocol.reputation.reports()
+    assert len({id(r.reporter) for r in reports}) == len({r.reporter for r in reports}) < len(reports)
+    assert len({id(r.platform) for r in reports}) == len({r.platform for r in reports})
     # Bounded: the trainer holds at most the groups of the rounds from the floor to the next one
     # (groups_per_round from each other node a round); without forgetting it holds every round's.
     trainer_on, trainer_off = kept(on.trainer.protocol), kept(off.trainer.protocol)

@@ -12,9 +12,11 @@ fail on it, which its rejected-group rule reads.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from vrl.node.messages import Outcome
+from vrl.node.reputation import Report
 
 #: The protocol this part reads (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
 NodeProtocol = Any
@@ -59,3 +61,19 @@ def forget(node: NodeProtocol, floor: int) -> None:
             node._by_version[version] = kept
     for slot in [s for s in node._slots if s[1] < floor and node._slots[s] not in node.groups]:
         del node._slots[slot]
+
+
+def compact(node: NodeProtocol, report: Report, group: Any) -> Report:
+    """The same report (equal field by field), sharing one copy of its verifier id, platform,
+    group digest and recomputed digest with the reports already held: a report outlives its
+    verdict and group (the reputation keeps every one, specs/reputation.md §2), and each verdict
+    decoded brings its own copy of each, ~250 of a report's ~600 bytes (bench/protocol_memory.py).
+    The verifier ids and platforms are one per node and platform; the digests are the group's."""
+    shared = node.shared
+    reporter = shared.setdefault(report.reporter, report.reporter)
+    platform = shared.setdefault(report.platform, report.platform)
+    if report.digest and not group.recomputed:
+        group.recomputed = report.digest
+    digest = group.recomputed if report.digest == group.recomputed else report.digest
+    return dataclasses.replace(report, reporter=reporter, platform=platform, group=group.digest or report.group,
+                               digest=digest)

@@ -140,6 +140,8 @@ class _Group:
     version: int
     arrived: float
     trained: bool = False
+    digest: bytes = b""  # the one copy its reports share (forgetting.compact)
+    recomputed: bytes = b""  # the first recomputed commitment digest a report on it gave, shared alike
 
 
 def _flight_key(action: Action) -> tuple:
@@ -229,6 +231,7 @@ class NodeProtocol:
         # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
         # digest -> version, and the trainer's own hard fail on it (digest -> its round).
         self.group_floor, self.forgotten, self.forgotten_fails = 0, {}, {}
+        self.shared: dict = {}  # verifier ids and platforms, one copy each (forgetting.compact)
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -358,7 +361,7 @@ class NodeProtocol:
         if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
                                                            digest) != digest:
             return []
-        self.groups[digest] = _Group(group.subject, group.version, now)
+        self.groups[digest] = _Group(group.subject, group.version, now, digest=digest)
         self._by_version[group.version].append(digest)
         self._touch(digest)
         if group.subject == self.me:
@@ -576,7 +579,7 @@ class NodeProtocol:
         self._touch(verdict.group)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
-            self.reputation.add(report)
+            self.reputation.add(forgetting.compact(self, report, group))
             # Only a check its own ticket drew feeds this node's test: a re-check prompted by
             # someone's report is a group that someone chose, perhaps for its lost races, and
             # Ville's bound holds only for evidence no one selected (specs/verification.md §7).
