@@ -36,7 +36,7 @@ def rss_bytes() -> int:
 def kept(sim: Simulation) -> dict[str, int]:
     """What every protocol keeps, summed over the nodes: per group, per verdict, per report."""
     sizes = dict.fromkeys(("groups", "verdicts", "slots", "audit_draws", "forgotten", "reports",
-                           "waiting_verdicts", "policies"), 0)
+                           "waiting_verdicts", "policies", "step_verdicts"), 0)
     for node in sim.nodes:
         p = node.protocol
         if p is None:
@@ -49,6 +49,7 @@ def kept(sim: Simulation) -> dict[str, int]:
         sizes["reports"] += len(p.reputation)
         sizes["waiting_verdicts"] += p.waiting_verdicts
         sizes["policies"] += len(p.policies)
+        sizes["step_verdicts"] += sum(len(v) for v in p.step_verdicts.values())
     return sizes
 
 
