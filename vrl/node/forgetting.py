@@ -67,7 +67,7 @@ def compact(node: NodeProtocol, report: Report, group: Any) -> Report:
     """The same report (equal field by field), sharing one copy of its verifier id, platform,
     group digest and recomputed digest with the reports already held: a report outlives its
     verdict and group (the reputation keeps every one, specs/reputation.md §2), and each verdict
-    decoded brings its own copy of each, ~250 of a report's ~600 bytes (bench/protocol_memory.py).
+    decoded brings its own copy of each, ~250 of a report's ~600 bytes (bench/results/protocol-memory.json).
     The verifier ids and platforms are one per node and platform; the digests are the group's."""
     shared = node.shared
     reporter = shared.setdefault(report.reporter, report.reporter)
