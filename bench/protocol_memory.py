@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="add the run to this JSON file's 'runs'")
     args = parser.parse_args()
     if args.no_forget:
-        forgetting.forget = lambda node, floor: None
+        forgetting.forget = lambda node, version: None
     sim = Simulation(SimConfig(nodes=args.nodes, rounds=args.rounds, design=args.design, seed=args.seed))
     samples: list[dict] = []
     ended = sim.metrics.round_ended

@@ -21,7 +21,7 @@ S = ProtocolParams().max_staleness
 def run(monkeypatch: pytest.MonkeyPatch, forget: bool, design: str) -> Simulation:
     with monkeypatch.context() as patch:
         if not forget:
-            patch.setattr(forgetting, "forget", lambda node, floor: None)
+            patch.setattr(forgetting, "forget", lambda node, version: None)
         sim = Simulation(SimConfig(nodes=NODES, rounds=ROUNDS, design=design, seed=5,
                                    adversaries=parse_adversaries("fabricated-reward:0.2")))
         sim.run(cpu_limit_s=240)

@@ -32,11 +32,12 @@ def group_floor(version: int, max_staleness: int) -> int:
     return version - 2 * max_staleness - 1
 
 
-def forget(node: NodeProtocol, floor: int) -> None:
-    """Drop the groups of versions below ``floor`` with their verdicts, their slots, their check
-    draws and the trainer's lazy-audit draws of their verdicts; a group whose check is under
-    way is kept until the floor next moves. A group below the floor is never taken again
-    (:meth:`NodeProtocol._accept_group`), so no verdict on it counts again."""
+def forget(node: NodeProtocol, version: int) -> None:
+    """At round ``version``, drop the groups below :func:`group_floor` with their verdicts, their
+    slots, their check draws and the trainer's lazy-audit draws of their verdicts; a group whose
+    check is under way is kept until the floor next moves. A group below the floor is never taken
+    again (:meth:`NodeProtocol._accept_group`), so no verdict on it counts again."""
+    floor = group_floor(version, node.config.max_staleness)
     if floor <= node.group_floor:
         return
     node.group_floor = floor

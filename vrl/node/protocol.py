@@ -380,7 +380,7 @@ class NodeProtocol:
         version = self.version
         if version is None:
             return actions
-        self.forget(forgetting.group_floor(version, self.config.max_staleness))
+        self.forget(version)
         # The step judge's part (a verifier's), asked once: the steps it will replay, whose
         # weights are needed below, and its own actions, which keep their place further down.
         replays, step_actions = self.steps.pending(self, version) if self.has("verifier") else ([], [])
@@ -406,9 +406,9 @@ class NodeProtocol:
             actions += maybe_train(self, version)
         return actions
 
-    def forget(self, floor: int) -> None:
-        """Forget the groups of versions below ``floor`` (vrl.node.forgetting)."""
-        forgetting.forget(self, floor)
+    def forget(self, version: int) -> None:
+        """Forget what a node at round ``version`` no longer holds (vrl.node.forgetting)."""
+        forgetting.forget(self, version)
 
     def _touch(self, digest: bytes) -> None:
         """A group's state moved: the passes that read it look at it again (routing.Scans, and

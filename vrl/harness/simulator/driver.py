@@ -35,6 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from vrl.node import events as E
+from vrl.node import forgetting
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
 from vrl.node.messages import (
@@ -132,12 +133,13 @@ class TrainerProtocol(NodeProtocol):
         super().__init__(*args, **kwargs)
         self.counted_on_forgotten: dict[bytes, frozenset[bytes]] = {}
 
-    def forget(self, floor: int) -> None:
+    def forget(self, version: int) -> None:
+        floor = forgetting.group_floor(version, self.config.max_staleness)
         if floor <= self.group_floor:
             return
         before = {d: frozenset(self.verdicts.get(d, ())) for v, digests in self._by_version.items() if v < floor
                   for d in digests}
-        super().forget(floor)
+        super().forget(version)
         self.counted_on_forgotten.update((d, who) for d, who in before.items() if d not in self.groups)
 
     def counted(self, digest: bytes) -> frozenset[bytes] | dict | None:
