@@ -53,6 +53,40 @@ def kept(sim: Simulation) -> dict[str, int]:
     return sizes
 
 
+def deep_size(obj, seen: set[int]) -> int:
+    """Bytes of ``obj`` and all it refers to through containers and attributes, each object
+    counted once over every call that shares ``seen`` (what one view holds that an earlier part
+    does not)."""
+    total, stack = 0, [obj]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        if isinstance(o, dict):
+            stack += [*o.keys(), *o.values()]
+        elif isinstance(o, list | tuple | set | frozenset):
+            stack += list(o)
+        elif hasattr(o, "__dict__") and not isinstance(o, type):
+            stack.append(o.__dict__)
+        elif hasattr(o, "__slots__"):
+            stack += [getattr(o, name) for name in o.__slots__ if hasattr(o, name)]
+    return total
+
+
+def deep_sizes(p) -> dict[str, int]:
+    """One protocol's state by part, in KiB; the reports first, so what they share with the
+    verdicts and groups counts as theirs (they outlive both)."""
+    seen: set[int] = set()
+    parts = {"reports": (p.reputation._reports, p.reputation._ordered, p.reputation._new),
+             "verdicts": p.verdicts, "groups": (p.groups, p._by_version, p._slots),
+             "forgotten": (p.forgotten, p.forgotten_fails), "audit_draws": p._audit_draws,
+             "waiting": p.waiting._held, "policies": p.policies, "steps": p.steps.__dict__,
+             "rounds": p.rounds.__dict__, "scans": p.scans.__dict__}
+    return {name: deep_size(part, seen) // 1024 for name, part in parts.items()}
+
+
 def slope(points: list[tuple[int, float]]) -> float:
     """Least-squares slope of y over x."""
     n = len(points)
@@ -71,6 +105,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-forget", action="store_true",
                         help="switch vrl.node.forgetting off (the protocol before it)")
+    parser.add_argument("--deep", action="store_true",
+                        help="also the deep sizes by part of the trainer's, node 1's and the middle node's state")
     parser.add_argument("--out", type=Path, help="add the run to this JSON file's 'runs'")
     args = parser.parse_args()
     if args.no_forget:
@@ -104,6 +140,10 @@ def main() -> None:
                     "trainer_waiting_verdicts": summary["trainer_waiting_verdicts"],
                     "stopped": summary["stopped"]},
     }
+    if args.deep:
+        result["deep_kib"] = {str(i): {"reports_held": len(sim.nodes[i].protocol.reputation),
+                                       **deep_sizes(sim.nodes[i].protocol)}
+                              for i in (0, 1, args.nodes // 2)}
     if args.out:
         existing = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
         existing["runs"].append(result)
