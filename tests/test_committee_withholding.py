@@ -152,7 +152,7 @@ def test_a_flood_waiting_for_the_manifest_never_pushes_out_a_weighted_members_ve
     junk = dataclasses.replace(honest, verifier=stranger.node_id, signature=bytes(64), pi=bytes(80))
     for i in range(P.MAX_PENDING_VERDICTS + 100):
         view.handle(P.VerdictReceived(dataclasses.replace(junk, round=i)))
-    assert view.waiting_verdicts == P.MAX_PENDING_VERDICTS and honest.id in view._pending
+    assert view.waiting_verdicts == P.MAX_PENDING_VERDICTS and honest.id in view.waiting
     actions = view.handle(P.ManifestReceived(manifest, 3.0))
     assert P.Persist(honest) in actions and view.waiting_verdicts == 0
     assert set(view.verdicts[digest]) == {key.node_id}

@@ -104,9 +104,10 @@ def test_a_committee_network_stores_manifests_catches_the_cheat_and_restarts_fro
         replay_store(store, fresh)
     finally:
         store.close()
-    assert {d: set(v) for d, v in fresh.verdicts.items() if v} == {
-        d: set(v) for d, v in node.protocol.verdicts.items() if v}
-    # Its first live event forgets the rounds no fresh group is of, as the running node did
-    # (vrl.node.rounds.Rounds.forget): a replay is absorbed, and state upkeep runs with actions.
+    # Its first live event forgets the rounds no fresh group is of, and the groups below the floor
+    # (vrl.node.rounds.Rounds.forget, vrl.node.forgetting), as the running node did: a replay is
+    # absorbed, and state upkeep runs with actions.
     assert isinstance(fresh.handle(P.Tick(0.0)), list)
     assert fresh.rounds.manifests == node.protocol.rounds.manifests
+    assert {d: set(v) for d, v in fresh.verdicts.items() if v} == {
+        d: set(v) for d, v in node.protocol.verdicts.items() if v}

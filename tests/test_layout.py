@@ -186,3 +186,20 @@ def test_the_checks_see_the_violations_they_are_for(tmp_path, monkeypatch):
     # Exactly the two violators: the CLI's and the harness's own imports are allowed.
     assert rules.production_imports_of_the_harness() == ["vrl.client:1 imports vrl.harness",
                                                         "vrl.rl.cheat:2 imports vrl.harness.adversary"]
+
+
+# The rooms rule (issue 29; README, Layout): a module over this many lines holds more than one job.
+MAX_LINES = 700
+
+
+def files_over(limit: int, root: Path = ROOT) -> list[str]:
+    return sorted(f"{path.relative_to(root)}: {n}" for path in (root / "vrl").rglob("*.py")
+                  if (n := len(path.read_text(encoding="utf-8").splitlines())) > limit)
+
+
+def test_no_file_in_vrl_is_over_700_lines(tmp_path: Path) -> None:
+    assert files_over(MAX_LINES) == []
+    (tmp_path / "vrl").mkdir()
+    (tmp_path / "vrl" / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "vrl" / "small.py").write_text("x = 1\n" * MAX_LINES)
+    assert files_over(MAX_LINES, tmp_path) == ["vrl/big.py: 701"]  # the check can fail

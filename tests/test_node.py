@@ -102,13 +102,17 @@ def trained_groups(store_path: Path) -> list[bytes]:
         store.close()
 
 
-def failed_groups(store_path: Path) -> set[bytes]:
+def stored_verdicts(store_path: Path) -> list[SignedVerdict]:
+    """Every verdict a node stored: the protocol forgets old groups' verdicts (vrl.node.forgetting)."""
     store = Store(store_path)
     try:
-        verdicts = [SignedVerdict.from_bytes(d) for k, d, _ in store.replay() if k == "verdict"]
-        return {v.group for v in verdicts if v.outcome in ("hard_fail", "soft_fail")}
+        return [SignedVerdict.from_bytes(d) for k, d, _ in store.replay() if k == "verdict"]
     finally:
         store.close()
+
+
+def failed_groups(store_path: Path) -> set[bytes]:
+    return {v.group for v in stored_verdicts(store_path) if v.outcome in ("hard_fail", "soft_fail")}
 
 
 def test_honest_network_trains_on_verified_groups_from_every_worker(tmp_path):
@@ -160,8 +164,8 @@ def test_a_decode_spoofing_worker_is_caught_by_its_races_and_quarantined(tmp_pat
     nodes = asyncio.run(run_network(tmp_path, adversary=adversary, deadline=240.0, until=lambda nodes: (
         cheat in nodes["trainer"].protocol.quarantined and cheat in nodes["honest-0"].protocol.quarantined)))
     assert cheat in nodes["trainer"].protocol.quarantined
-    reasons = {r for verdicts in nodes["trainer"].protocol.verdicts.values() for v in verdicts.values()
-               if v.subject == cheat for r in v.reasons}
+    reasons = {r for v in stored_verdicts(tmp_path / "trainer" / "node.sqlite") if v.subject == cheat
+               for r in v.reasons}
     assert reasons & {"sampling_mismatch", "stop_not_sampled", "race_losses"}
     assert not {WORKERS[0].node_id, WORKERS[1].node_id} & nodes["trainer"].protocol.quarantined
     # Nothing any check failed was trained, the trainer's own pass included (specs/network.md §5.4).

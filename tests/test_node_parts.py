@@ -187,6 +187,9 @@ class Ledger:
     def group_version(self, digest: bytes) -> int | None:
         return None
 
+    def trainer_fail(self, digest: bytes, trainer: bytes) -> int | None:
+        return None
+
     def trust(self, node: bytes) -> float:
         return 1.0 if node in self.counting else 0.0
 

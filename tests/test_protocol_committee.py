@@ -238,7 +238,7 @@ def test_strangers_waiting_verdicts_never_push_out_a_verifier_with_weight():
     for i in range(P.MAX_PENDING_VERDICTS + 200):
         trainer.handle(P.VerdictReceived(verdict_from(stranger, submission(i), WORKER.node_id, "pass")))
     assert trainer.waiting_verdicts == P.MAX_PENDING_VERDICTS
-    assert all(v.id in trainer._pending for v in weighty)
+    assert all(v.id in trainer.waiting for v in weighty)
 
 
 def test_a_counting_failure_goes_to_the_fresh_recheck_committee_and_the_trainer():

@@ -142,6 +142,26 @@ def test_a_group_older_than_max_staleness_in_a_batch_is_fraud():
     assert [v.reasons for v in published_steps(actions)] == [(StepFault.STALE_GROUP,)]
 
 
+def test_a_long_forgotten_group_in_a_batch_is_still_stale_and_rejected_where_it_was_held():
+    """vrl.node.forgetting: a node forgets the groups below version - 2 max_staleness - 1 with
+    their verdicts, but keeps each one's version and the trainer's own hard fail on it, so the
+    step rules still find a forgotten group stale (and rejected), not missing (specs/training.md §5)."""
+    old = group(3, version=0)
+    own_fail = SignedVerdict(TRAINER.node_id, WORKER.node_id, old.digest, 0, 0, audit_ticket(TRAINER, old.digest),
+                             1.0, Outcome.HARD_FAIL, ("reward_mismatch",), h("digest"), PLATFORM).signed(TRAINER)
+    node = verifier(step_audit_rate=0.0, max_staleness=1)
+    feed(node, chain(1), (old,))
+    node.handle(P.VerdictReceived(own_fail))
+    node.handle(P.Checked(old.digest, ("reward_mismatch",), h("digest")))  # its own check ends: none under way
+    assert published_steps(feed(node, chain(7)[1:])) == []
+    assert old.digest not in node.groups and old.digest not in node.verdicts  # forgotten: version 0 < 6 - 3
+    assert node.forgotten[old.digest] == 0 and node.group_version(old.digest) == 0
+    assert node.handle(P.GroupReceived(old, 0.0)) == [] and old.digest not in node.groups  # never taken again
+    actions = feed(node, [chain(8, {7: (old,)})[7]])
+    assert [v.reasons for v in published_steps(actions)] == [(StepFault.REJECTED_GROUP, StepFault.STALE_GROUP)]
+    assert not [a for a in actions if isinstance(a, P.FetchGroup)]  # not looked for as a missing group
+
+
 def test_a_replay_mismatch_on_the_trainers_own_platform_convicts_alone():
     g = group(1)
     node = verifier(step_audit_rate=1.0)

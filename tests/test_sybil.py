@@ -114,9 +114,9 @@ def test_a_verdict_that_arrives_before_its_group_waits_then_counts_and_is_persis
     assert P.Persist(wrong_version) not in proto.handle(P.VerdictReceived(wrong_version))
 
 
-def test_verdicts_waiting_for_a_group_are_bounded(monkeypatch):
-    monkeypatch.setattr(P, "MAX_PENDING_VERDICTS", 64)
+def test_verdicts_waiting_for_a_group_are_bounded():
     proto = trainer_view()
+    proto.waiting.cap = 64
     for i in range(200):  # groups nobody will ever send
         proto.handle(P.VerdictReceived(verdict(SYBILS[i % 50], submission(1000 + i).digest, HONEST[0].node_id,
                                                 "hard_fail")))

@@ -28,13 +28,14 @@ One round, in order (``specs/network.md`` §Rounds):
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
+from vrl.node import forgetting
 from vrl.node import rounds as routing
-from vrl.node.admission import AdmissionConfig, Candidate, admit
+from vrl.node.admission import AdmissionConfig
+from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -88,6 +89,8 @@ from vrl.node.reputation import (
 )
 from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
+from vrl.node.tickets import ticket_checks
+from vrl.node.waiting import MAX_PENDING_VERDICTS, MAX_STRANGER_VERDICTS_PER_GROUP, WaitingVerdicts, room_for
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
 from vrl.rollouts.verify import Reason
@@ -105,27 +108,11 @@ __all__ = [
     "drawn", "outcome_of", "report_of", "step_rule_faults",
 ]
 
-# A round's admission draw is seeded by its policy, which no worker knows before the round
-# (specs/reputation.md §6).
-ADMISSION_DOMAIN = b"vrl/admission/v1\x00"
-
 # Rejection codes that honest numerical drift can produce just over a threshold: soft fails
 # (specs/network.md §3.2). A behaviour logprob off by more than the tolerance changes no token,
 # reward or commitment: it only skews GRPO's importance ratio, which is truncated (GRPOConfig
 # is_cap). Every other rejection is a record that is not what the claimed model sampled.
 SOFT_REASONS = frozenset({Reason.LOGPROB_MISMATCH})
-# Verdicts that name a group this node has not seen wait for it (gossip does not keep order),
-# at most this many, oldest dropped first (specs/network.md §3.2). A round brings about
-# workers x groups_per_round x verifiers verdicts (the 4-node devnet: 3 x 4 x 4 = 48); 4096
-# covers a whole round of 32 nodes that all work and verify (32 x 4 x 32) arriving before
-# their groups, in ~2 MB (a verdict is ~450 bytes). A dropped one is not lost: backfill
-# brings it again once its group is known.
-MAX_PENDING_VERDICTS = 4096
-# Verdicts on one group from verifiers of weight 0 (strangers: specs/reputation.md §7) that a
-# node accepts; more are ignored, not stored. Such a verdict weighs nothing, but each one is a
-# report that every reputation recomputation walks (20,000 reports: 1.7 s here). 16 is four
-# times the verifiers per group of any devnet measured here, so honest newcomers still fit.
-MAX_STRANGER_VERDICTS_PER_GROUP = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +140,8 @@ class _Group:
     version: int
     arrived: float
     trained: bool = False
+    digest: bytes = b""  # the one copy its reports share (forgetting.compact)
+    recomputed: bytes = b""  # the first recomputed commitment digest a report on it gave, shared alike
 
 
 def _flight_key(action: Action) -> tuple:
@@ -216,8 +205,8 @@ class NodeProtocol:
         self.round_started: dict[int, float] = {}
         self._in_flight: set[tuple] = set()
         self._audit_draws: dict[bytes, bool] = {}
-        # Verdicts whose group has not arrived yet, by verdict id, oldest first (dicts keep order).
-        self._pending: dict[bytes, SignedVerdict] = {}
+        # Verdicts whose group (or round manifest) has not arrived yet (vrl.node.waiting).
+        self.waiting = WaitingVerdicts()
         # (subject, version, group index) -> the one group accepted in that slot. A second,
         # different group there (the same rollouts signed anew, or other samples) is ignored:
         # a round has one group per slot, and a copy must not be trained twice.
@@ -239,6 +228,10 @@ class NodeProtocol:
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
         self._evaluated, self.scans, self._fresh_cache = None, routing.Scans(), ((), [])  # see rounds.evaluate, Scans
+        # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
+        # digest -> version, and the trainer's own hard fail on it (digest -> its round).
+        self.group_floor, self.forgotten, self.forgotten_fails = 0, {}, {}
+        self.shared: dict = {}  # verifier ids and platforms, one copy each (forgetting.compact)
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -264,7 +257,7 @@ class NodeProtocol:
     @property
     def waiting_verdicts(self) -> int:
         """Verdicts held until their group arrives (at most MAX_PENDING_VERDICTS)."""
-        return len(self._pending)
+        return len(self.waiting)
 
     def has(self, role: str) -> bool:
         return role in self.config.roles
@@ -276,7 +269,13 @@ class NodeProtocol:
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
     def group_version(self, digest: bytes) -> int | None:
         group = self.groups.get(digest)
-        return None if group is None else group.version
+        return self.forgotten.get(digest) if group is None else group.version
+
+    def trainer_fail(self, digest: bytes, trainer: bytes) -> int | None:
+        own = self.verdicts.get(digest, {}).get(trainer)
+        if own is None:
+            return self.forgotten_fails.get(digest) if trainer == self.config.trainer else None
+        return own.round if own.outcome == Outcome.HARD_FAIL else None
 
     def eligible_verifiers(self) -> int:
         latest = max(self.rounds.manifests, default=None)
@@ -312,8 +311,7 @@ class NodeProtocol:
                 if self.rounds.add(manifest, now):
                     note_withheld(self, manifest)
                     actions.append(PersistManifest(manifest))
-                    for verdict in [v for v in self._pending.values() if v.policy_version == manifest.round]:
-                        del self._pending[verdict.id]
+                    for verdict in self.waiting.take_round(manifest.round):
                         actions += self._received_verdict(verdict)
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
@@ -348,7 +346,7 @@ class NodeProtocol:
                         self.groups[digest].trained = True
                         self._touch(digest)
                 actions.append(Publish(TOPIC_POLICIES, announcement.to_bytes()))
-                actions += self._reveal_plants(announcement.version - 1)
+                actions += reveal_plants(self, announcement.version - 1)
         actions += self._quarantines(replaying)
         actions += self.steps.convictions(self)
         if replaying:
@@ -358,12 +356,12 @@ class NodeProtocol:
     def _accept_group(self, group, now: float) -> list[Action]:
         """Hold a received (or, in the committee design, own) group: the first of its slot."""
         self._in_flight.discard(("group", digest := group.digest))
-        if self.committee and self.rounds.listed(digest, group.version) is False:
-            return []  # after its round's manifest: never checked or trained (specs/committee.md §1)
+        if (self.committee and self.rounds.listed(digest, group.version) is False) or group.version < self.group_floor:
+            return []  # after its round's manifest (specs/committee.md §1), or forgotten: never checked or trained
         if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
                                                            digest) != digest:
             return []
-        self.groups[digest] = _Group(group.subject, group.version, now)
+        self.groups[digest] = _Group(group.subject, group.version, now, digest=digest)
         self._by_version[group.version].append(digest)
         self._touch(digest)
         if group.subject == self.me:
@@ -382,6 +380,7 @@ class NodeProtocol:
         version = self.version
         if version is None:
             return actions
+        self.forget(version)
         # The step judge's part (a verifier's), asked once: the steps it will replay, whose
         # weights are needed below, and its own actions, which keep their place further down.
         replays, step_actions = self.steps.pending(self, version) if self.has("verifier") else ([], [])
@@ -397,15 +396,19 @@ class NodeProtocol:
         if self.committee and self.has("trainer"):
             actions += close_rounds(self)
         if self.has("verifier") or self.has("trainer"):
-            actions += committee_checks(self) if self.committee else self._checks()
+            actions += committee_checks(self) if self.committee else ticket_checks(self)
         if self.has("verifier"):
             actions += step_actions
         if self.has("trainer"):
             if (self.config.plant_every and version % self.config.plant_every == 0
                     and version not in self.planted_rounds and version in self.loaded):
                 actions += self._once(Plant(version))
-            actions += self._maybe_train(version)
+            actions += maybe_train(self, version)
         return actions
+
+    def forget(self, version: int) -> None:
+        """Forget what a node at round ``version`` no longer holds (vrl.node.forgetting)."""
+        forgetting.forget(self, version)
 
     def _touch(self, digest: bytes) -> None:
         """A group's state moved: the passes that read it look at it again (routing.Scans, and
@@ -436,12 +439,8 @@ class NodeProtocol:
         return current is not None and 0 <= current - version <= self.config.max_staleness
 
     def room_for(self, verdict: SignedVerdict) -> bool:
-        """Whether a verdict may be accepted: any from a verifier with weight, and at most
-        MAX_STRANGER_VERDICTS_PER_GROUP per group from verifiers of weight 0."""
-        if self.standing(verdict.verifier).trust > 0:
-            return True
-        strangers = sum(1 for v in self.verdicts.get(verdict.group, {}) if self.standing(v).trust == 0)
-        return strangers < MAX_STRANGER_VERDICTS_PER_GROUP
+        """Whether a verdict may be accepted: the cap on strangers' verdicts per group (vrl.node.waiting)."""
+        return room_for(verdict, self.verdicts.get(verdict.group, {}), self.trust)
 
     def slot_taken(self, subject: bytes, version: int, index: int, digest: bytes) -> bool:
         """Whether another group already holds this slot (specs/network.md §3.1)."""
@@ -456,44 +455,14 @@ class NodeProtocol:
 
     def _fresh_groups(self) -> list[bytes]:
         """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
-        key = (self.version, len(self.groups))  # groups are only ever added; freshness moves with the version
+        # Groups are only added but when the floor moves (forgetting); freshness moves with the version.
+        key = (self.version, len(self.groups), self.group_floor)
         if self._fresh_cache[0] != key:
             fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
             self._fresh_cache = (key, sorted(fresh, key=lambda d: self.groups[d].arrived))
         return list(self._fresh_cache[1])
 
     # -- verifying --------------------------------------------------------------------------
-    def _checks(self) -> list[Action]:
-        actions: list[Action] = []
-        for digest in self._fresh_groups():
-            group = self.groups[digest]
-            mine = self.verdicts[digest].get(self.me)
-            if (group.subject == self.me or digest in self.planted or (mine is not None and mine.checked)
-                    or group.version not in self.loaded or group.subject in self.quarantined):
-                continue  # (a quarantined node's groups are never trained: checking them is waste)
-            others = [v for verifier, v in self.verdicts[digest].items() if verifier != self.me]
-            # A failure is re-checked even over one's own skip (specs/network.md §5.1): by the
-            # trainer whoever reported it, since it decides what is trained; by other verifiers
-            # only when the reporter's word counts, so a stranger cannot make everyone check
-            # everything.
-            recheck = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
-                          and (self.has("trainer") or self.counts(v.verifier))
-                          for v in others)
-            audit = self.has("trainer") and any(self._audits(v) for v in others)
-            if recheck or audit:
-                actions += self._once(Check(digest, group.version))
-            elif self.suspect(group.subject) and (self.has("verifier") or self.has("trainer")):
-                # A producer a counting verifier's sequential test failed: every group of it is
-                # checked, so that this node's own test sees all of them, chosen by no one.
-                actions += self._once(Check(digest, group.version))
-            elif mine is None and self.has("verifier") and ("check", digest) not in self._in_flight:
-                rate = self.standing(group.subject).check_rate
-                if ticket_selected(audit_ticket(self.key, digest), rate):
-                    actions += self._once(Check(digest, group.version))
-                else:
-                    actions += self._publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
-        return actions
-
     def _check(self, digest: bytes, version: int, draw: VerdictDraw, pi: bytes) -> list[Action]:
         actions = self._once(Check(digest, version))
         if actions:
@@ -569,14 +538,6 @@ class NodeProtocol:
             return routing.route_verdict(self, verdict)
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
-    def _reveal_plants(self, version: int) -> list[Action]:
-        """After the round's batch is fixed, the trainer says which groups it planted."""
-        actions = []
-        for digest, planted_in in sorted(self.planted.items()):
-            if planted_in <= version and self.me not in self.verdicts[digest] and digest in self.groups:
-                actions += self._publish_verdict(digest, Outcome.HARD_FAIL, ("planted",), b"")
-        return actions
-
     # -- verdicts of others: the subject is derived from the group, never taken from the message
     def verdict_refusal(self, verdict: SignedVerdict) -> str | None:
         """Why this network's design refuses a verdict's claim (specs/committee.md §4), or None;
@@ -591,33 +552,11 @@ class NodeProtocol:
             return []
         if verdict.group in self.groups and refusal is None:
             return [Persist(verdict)] if self._verdict(verdict) else []
-        if verdict.id not in self._pending:
-            self._pending[verdict.id] = verdict
-            self._drop_stale_pending()
+        self.waiting.add(verdict, self.may_hold, lambda verifier: self.trust(verifier) == 0)
         return []
 
     def _release_pending(self, digest: bytes) -> list[Action]:
-        waiting = [v for v in self._pending.values() if v.group == digest]
-        actions: list[Action] = []
-        for verdict in waiting:
-            del self._pending[verdict.id]
-            if self._verdict(verdict):
-                actions.append(Persist(verdict))
-        return actions
-
-    def _drop_stale_pending(self) -> None:
-        """Bound the waiting verdicts: stale ones first, then the oldest (MAX_PENDING_VERDICTS)."""
-        if len(self._pending) <= MAX_PENDING_VERDICTS:
-            return
-        for key in [k for k, v in self._pending.items() if not self.may_hold(v.policy_version)]:
-            del self._pending[key]
-        # Then strangers' (weight 0) first, oldest first: a flood of fresh keys never pushes out
-        # a verdict of a verifier with weight (specs/committee.md §7).
-        strangers = [k for k, v in self._pending.items() if self.standing(v.verifier).trust == 0]
-        for key in strangers[:max(0, len(self._pending) - MAX_PENDING_VERDICTS)]:
-            del self._pending[key]
-        while len(self._pending) > MAX_PENDING_VERDICTS:
-            del self._pending[next(iter(self._pending))]
+        return [Persist(verdict) for verdict in self.waiting.take(digest) if self._verdict(verdict)]
 
     def matches_group(self, verdict: SignedVerdict) -> bool | None:
         """Whether a verdict's subject and version are those of the group it names: the signer
@@ -640,7 +579,7 @@ class NodeProtocol:
         self._touch(verdict.group)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
-            self.reputation.add(report)
+            self.reputation.add(forgetting.compact(self, report, group))
             # Only a check its own ticket drew feeds this node's test: a re-check prompted by
             # someone's report is a group that someone chose, perhaps for its lost races, and
             # Ville's bound holds only for evidence no one selected (specs/verification.md §7).
@@ -684,30 +623,3 @@ class NodeProtocol:
         if self.committee:
             return None  # a member's pass or the trainer's own check decides (specs/committee.md §8)
         return self.now - group.arrived >= self.config.verdict_wait or None
-
-    def _maybe_train(self, version: int) -> list[Action]:
-        """Step when a full batch is decided; or when the round has settled (every fresh group
-        decided, one of this version among them, nothing new for ``verdict_wait``); or, with
-        whatever is decided, after ``round_timeout``."""
-        if version not in self.loaded or ("train", version) in self._in_flight:
-            return []
-        if self.config.last_version and version >= self.config.last_version:
-            return []
-        fresh = self._fresh_groups()
-        decisions = self.scans.decide(self, fresh) if self.committee else {d: self.decided(d) for d in fresh}
-        ready = [d for d, ok in decisions.items() if ok]
-        started = self.round_started.get(version, self.now)
-        last_arrival = max((self.groups[d].arrived for d in fresh), default=started)
-        enough = len(ready) >= self.config.admission.batch_groups
-        settled = (None not in decisions.values() and any(self.groups[d].version == version for d in ready)
-                   and self.now - last_arrival >= self.config.verdict_wait)
-        timed_out = self.now - started >= self.config.round_timeout
-        if not (enough or settled or timed_out) or len(ready) < self.config.min_batch_groups:
-            return []
-        candidates = [Candidate(d, self.groups[d].subject, self.standing(self.groups[d].subject).score,
-                                verified=routing.verified(self, d)) for d in sorted(ready)]
-        seed = hashlib.sha256(ADMISSION_DOMAIN + self.policies[version].model_hash).digest()
-        batch = admit(candidates, self.config.admission, seed)
-        if len(batch) < self.config.min_batch_groups:
-            return []
-        return self._once(Train(version, tuple((c.group, w) for c, w in batch)))

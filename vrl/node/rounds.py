@@ -288,7 +288,7 @@ def _fetches(node: NodeProtocol) -> list[Action]:
             if not missing:
                 node.rounds.fetched.add(round_)  # groups are never dropped: nothing of it to fetch again
             wanted += [(d, round_) for d in missing]
-    for verdict in list(node._pending.values()):
+    for verdict in node.waiting:
         round_ = node.rounds.round_of.get(verdict.group)
         if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
                 and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
@@ -453,6 +453,12 @@ class Scans:
     def touch(self, digest: bytes) -> None:
         self.checks.dirty.add(digest)
         self.decisions.dirty.add(digest)
+
+    def forget(self, digest: bytes) -> None:
+        """A group no longer held (vrl.node.forgetting): nothing of it is looked at again."""
+        self.checks.dirty.discard(digest)
+        self.decisions.dirty.discard(digest)
+        self.decided.pop(digest, None)
 
     def decide(self, node: NodeProtocol, fresh: list[bytes]) -> dict[bytes, bool | None]:
         """NodeProtocol.decided of each fresh group, recomputed for the touched ones only."""

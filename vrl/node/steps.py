@@ -32,9 +32,7 @@ from vrl.node.events import (
 from vrl.node.messages import (
     STEP_TICKET_DOMAIN,
     TOPIC_STEPS,
-    Outcome,
     PolicyAnnouncement,
-    SignedVerdict,
     StepFault,
     StepOutcome,
     StepVerdict,
@@ -94,8 +92,9 @@ def _group_faults(a: PolicyAnnouncement, version: int | None, fail_round: int | 
 class _Rules:
     """One step's rule faults, kept up to date incrementally: only the batch groups touched
     since the last evaluation (a group arrived, a verdict on it came) are looked at again. The
-    result is :func:`step_rule_faults` over the same state; a group and a verdict are only ever
-    added to a node's state, so the per-group findings are recomputed, never forgotten."""
+    result is :func:`step_rule_faults` over the same state; what a finding reads of a group (its
+    version, the trainer's own hard fail on it) is only ever added to a node's state, a forgotten
+    group's included (vrl.node.forgetting), so the per-group findings are recomputed, never dropped."""
 
     against: tuple[bytes, bytes]  # the signatures of the announcement and its parent
     batch: tuple[bytes, ...]
@@ -110,11 +109,16 @@ class Ledger(Protocol):
 
     policies: dict[int, PolicyAnnouncement]
     loaded: set[int]
-    verdicts: dict[bytes, dict[bytes, SignedVerdict]]
     round_started: dict[int, float]
     now: float
 
-    def group_version(self, digest: bytes) -> int | None: ...
+    def group_version(self, digest: bytes) -> int | None:
+        """The policy version of a group this node holds or held (None if it never did)."""
+        ...
+
+    def trainer_fail(self, digest: bytes, trainer: bytes) -> int | None:
+        """The round of ``trainer``'s own hard fail on a group this node holds or held, if any."""
+        ...
 
     def trust(self, node: bytes) -> float: ...
 
@@ -255,9 +259,7 @@ class StepJudge:
             for digest in batch:
                 self._batch_of[digest].append(a.version)
         for digest in rules.dirty:
-            own = ledger.verdicts.get(digest, {}).get(a.trainer)
-            one = _group_faults(a, ledger.group_version(digest),
-                                own.round if own is not None and own.outcome == Outcome.HARD_FAIL else None,
+            one = _group_faults(a, ledger.group_version(digest), ledger.trainer_fail(digest, a.trainer),
                                 self.max_staleness)
             for found, fault in ((rules.rejected, StepFault.REJECTED_GROUP), (rules.stale, StepFault.STALE_GROUP)):
                 (found.add if fault in one else found.discard)(digest)

@@ -88,7 +88,8 @@ class Actions:
         held = self.group_msgs.get(action.digest)
         server = next((i for i in [0] + ([held.origin] if held else [])
                        if held is not None and self.nodes[i].protocol is not None
-                       and action.digest in self.nodes[i].protocol.groups and self.net.reachable(node.index, i)),
+                       and self.nodes[i].protocol.group_version(action.digest) is not None  # held, or stored
+                       and self.net.reachable(node.index, i)),
                       None)
         if server is None:
             self.at(self.now + 1.0, self.feed, node, E.Abandoned(action))

@@ -35,6 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from vrl.node import events as E
+from vrl.node import forgetting
 from vrl.node.admission import AdmissionConfig
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
@@ -123,6 +124,31 @@ class SimNode:
     convicted_at: float | None = None
 
 
+class TrainerProtocol(NodeProtocol):
+    """The trainer's protocol, unchanged, that remembers for the run's metrics (groups lost,
+    honest verdicts not counted) who had verdicts counted on each group it forgets
+    (vrl.node.forgetting): the metrics read the whole run, the protocol keeps a few rounds."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.counted_on_forgotten: dict[bytes, frozenset[bytes]] = {}
+
+    def forget(self, version: int) -> None:
+        floor = forgetting.group_floor(version, self.config.max_staleness)
+        if floor <= self.group_floor:
+            return
+        before = {d: frozenset(self.verdicts.get(d, ())) for v, digests in self._by_version.items() if v < floor
+                  for d in digests}
+        super().forget(version)
+        self.counted_on_forgotten.update((d, who) for d, who in before.items() if d not in self.groups)
+
+    def counted(self, digest: bytes) -> frozenset[bytes] | dict | None:
+        """The verifiers whose verdicts on a group were counted (None: never held)."""
+        if digest in self.groups:
+            return self.verdicts.get(digest, {})
+        return self.counted_on_forgotten.get(digest)
+
+
 def design_field() -> dataclasses.Field | None:
     """The ProtocolParams field that selects the verification design: the str field whose
     default is "tickets" (today's design). None when this tree has only today's design."""
@@ -189,7 +215,7 @@ class Simulation(Actions):
         roles = frozenset({"trainer", "verifier"} if i == 0 else {"worker", "verifier"})
         config = ProtocolConfig(**self.params, roles=roles, trainer=self.trainer_key.node_id,
                                 admission=self.admission)
-        return SimNode(i, key, kind, NodeProtocol(key, config, PLATFORM, self.q0))
+        return SimNode(i, key, kind, (TrainerProtocol if i == 0 else NodeProtocol)(key, config, PLATFORM, self.q0))
 
     @property
     def trainer(self) -> SimNode:

@@ -213,12 +213,11 @@ class Metrics:
         honest_ids = {n.key.node_id for n in honest}
         false = {(o, s) for (o, s) in self.quarantined_at if s in honest_ids and sim.nodes[o].kind == ""}
         trainer = sim.nodes[0]
-        trainer_groups = trainer.protocol.groups
+        counted = trainer.protocol.counted  # held or forgotten, over the whole run (driver.TrainerProtocol)
         lost = [d for d, (maker, v) in self.honest_groups.items()
-                if d not in trainer_groups and start <= v < end
+                if counted(d) is None and start <= v < end
                 and sim.nodes[maker].key.node_id not in trainer.protocol.quarantined]
-        counted = trainer.protocol.verdicts
-        dropped = sum(1 for g, v in self.verdicts_of_honest if g in trainer_groups and v not in counted.get(g, {}))
+        dropped = sum(1 for g, v in self.verdicts_of_honest if (who := counted(g)) is not None and v not in who)
         self.summary = {
             "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,
             "rounds_measured": rounds, "versions": [start, end], "seed": c.seed,

@@ -172,7 +172,7 @@ def keep(sim, node: int, msg) -> None:
     ledger.grow(node + 1)
     if msg.topic == TOPIC_VERDICTS and msg.origin != node:
         protocol = sim.nodes[node].protocol
-        if protocol is None or msg.obj.group not in protocol.groups:
+        if protocol is None or protocol.group_version(msg.obj.group) is None:  # neither held nor forgotten
             return
     ledger.put(node, msg.round, msg.data, msg)
 
