@@ -7,8 +7,8 @@
 #
 #   OUT=/tmp/wide bash bench/simulate_wide.sh      # from the repository root
 #
-# Writes to $OUT: scale-1000.json (bench/simulate.py --json, committee design, batches of a
-# whole round), adversaries-1000-<family>.json (bench/simulate_adversaries.py, one family at
+# Writes to $OUT: scale-1000.json (bench/simulate.py --json, committee design, batches of
+# $BATCH), adversaries-1000-<family>.json (bench/simulate_adversaries.py, one family at
 # 10%, 30% and 45%), log.txt. A lent machine has no network: .whl/ (ignored by git, carried)
 # holds the wheels of what its image lacks, installed into /tmp/site. Fill it here first, at
 # the versions this checkout's environment has (its Python may differ from the device's 3.12):
@@ -35,6 +35,10 @@ mkdir -p "$OUT"
 ROOT=$(pwd)
 LIMIT=${LIMIT:-480}        # CPU seconds a simulation: the device tool's 600 s call, less start-up and headroom
 NODES=${NODES:-1000}
+# Groups a step trains on: 'round' (every worker's groups, ~170 CPU s a round at N = 1,000 here,
+# so about 3 rounds fit one call) or a number (the daemon's default, 12: 20 rounds of N = 1,000
+# in ~150 CPU s, rounds of a few seconds in which a verifier checks a few groups).
+BATCH=${BATCH:-round}
 FAMILIES=${FAMILIES:-content fabricated-reward collude lazy withhold}
 exec > >(tee -a "$OUT/log.txt") 2>&1
 
@@ -47,13 +51,13 @@ fi
 python3 -c "import os, platform; print(platform.processor() or platform.machine(), os.cpu_count(), 'cores')"
 python3 -c "import vrl.harness.simulator.driver" || exit 1
 
-python3 bench/simulate.py --nodes "$NODES" --warmup 3 --rounds 20 --design committee --batch-groups round \
+python3 bench/simulate.py --nodes "$NODES" --warmup 3 --rounds 20 --design committee --batch-groups "$BATCH" \
     --cpu-limit "$LIMIT" --json >"$OUT/scale-$NODES.json" 2>"$OUT/scale-$NODES.err" &
 pids=($!)
 for family in $FAMILIES; do
     # three shares a family, one process each
     python3 bench/simulate_adversaries.py --nodes "$NODES" --warmup 1 --rounds 12 --families "$family" \
-        --jobs 3 --cpu-limit "$LIMIT" --out "$OUT/adversaries-$NODES-$family.json" \
+        --batch-groups "$BATCH" --jobs 3 --cpu-limit "$LIMIT" --out "$OUT/adversaries-$NODES-$family.json" \
         >"$OUT/adversaries-$NODES-$family.log" 2>&1 &
     pids+=($!)
 done

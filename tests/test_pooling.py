@@ -3,6 +3,8 @@ race evidence pooled per producer, a loss counting only where a pre-trusted chec
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,6 +87,28 @@ def test_a_lone_liar_can_neither_shrink_a_groups_tokens_nor_add_losses():
     assert pooled_evidence(liar + checked, ANCHORS, WEIGHT)[HONEST] == Pooled(10 * (TOKENS + 2), 0, Q0)
 
 
+def test_pretrusted_checks_that_disagree_count_the_fewer_losses_so_picking_the_larger_frames_no_one():
+    """Two honest anchors' drift losses on one group are independent; the larger of the two is
+    no honest checker's own rate (it would frame an honest producer), the smaller is."""
+    other = b"\x02" * 32
+    anchors = frozenset({TRAINER, other})
+    reports = [report(TRAINER, HONEST, g, 3, drawn=False) for g in range(6)]
+    reports += [report(other, HONEST, g, 0) for g in range(6)]
+    reports += [report(MEMBERS[0], HONEST, g, 9) for g in range(6)]  # a liar states many
+    assert pooled_evidence(reports, anchors, WEIGHT)[HONEST].lost == 0
+    # One anchor's two reports on a group (a check that replaced an earlier one) are one opinion.
+    twice = [report(TRAINER, SPOOFER, 0, 4, drawn=False), report(TRAINER, SPOOFER, 0, 4, drawn=False,
+                                                                 outcome=Outcome.HARD_FAIL)]
+    assert pooled_evidence(twice + [report(MEMBERS[0], SPOOFER, 0, 0)], ANCHORS, WEIGHT)[SPOOFER].lost == 0
+
+
+def test_a_reporter_the_log_convicted_counts_for_nothing():
+    liar = MEMBERS[0]
+    reports = spoofed(4) + [report(liar, SPOOFER, 9, 0, tokens=2**40)]  # a dilution: tokens the group lacks
+    assert pooled_evidence(reports, ANCHORS, WEIGHT)[SPOOFER].tokens > 2**40
+    assert pooled_convictions(reports, ANCHORS, WEIGHT, excluded={liar}) == {SPOOFER}
+
+
 def test_two_pretrusted_checks_confirm_each_other():
     other = b"\x02" * 32
     reports = [report(TRAINER, SPOOFER, g, 1) for g in range(4)] + [report(other, SPOOFER, g, 1) for g in range(4)]
@@ -105,6 +129,18 @@ def test_reputation_quarantines_the_pooled_conviction_and_a_member_whose_race_co
     framed = [report(MEMBERS[0], HONEST, 0, 3), report(TRAINER, HONEST, 0, 0, drawn=False)]
     standings = compute(endorsed + framed, ANCHORS, 0, ReputationConfig())
     assert standings[MEMBERS[0]].quarantined and not standings[HONEST].quarantined
+
+
+def test_losses_no_pretrusted_check_found_cost_a_soft_fail_and_only_bit_exact_platforms_compare_counts():
+    endorsed = [report(TRAINER, m, 100 + i, 0, drawn=False) for i, m in enumerate(MEMBERS)]
+    drifting = "torch-2.13.0+cpu/cpu-AVX512/float32/sdpa/threads-2"  # two threads: not bit-exact
+    claim = dataclasses.replace(report(MEMBERS[0], HONEST, 0, 3), platform=drifting)
+    check = dataclasses.replace(report(TRAINER, HONEST, 0, 0, drawn=False), platform=drifting)
+    standings = compute(endorsed + [claim, check], ANCHORS, 0, ReputationConfig())
+    member = standings[MEMBERS[0]]
+    assert not member.quarantined and member.failures > 0  # a soft fail, not a check not made
+    fewer = dataclasses.replace(claim, races_lost=0)  # stating no more than the trainer found costs nothing
+    assert compute(endorsed + [fewer, check], ANCHORS, 0, ReputationConfig())[MEMBERS[0]].failures == 0
 
 
 reports_strategy = st.lists(st.builds(
@@ -135,7 +171,6 @@ def test_no_claims_by_members_convict_a_producer_the_trainer_found_no_loss_on(cl
     assert pooled_convictions(reports, ANCHORS, WEIGHT) == set()
 
 
-
 def test_the_trainer_checks_each_group_a_member_states_lost_races_on_so_the_losses_count():
     """The node protocol's side (vrl.node.rounds.committee_checks): a member's drawn pass that
     states lost races brings the trainer's own check of the group, and the losses both found
@@ -164,3 +199,28 @@ def test_the_trainer_checks_each_group_a_member_states_lost_races_on_so_the_loss
     weights = {v: 1.0 for v in view.pretrusted}
     evidence = pooled_evidence(view.reports(), view.pretrusted, weights)[WORKER.node_id]
     assert (evidence.tokens, evidence.lost) == (200 * len(seats), len(stating))
+
+
+def test_a_verdict_stating_more_races_than_its_group_has_tokens_is_refused():
+    """race_tokens is derivable from the group: a receiver that holds the group's records
+    refuses a verdict that replayed more races than they have completion tokens."""
+    from tests.fuzzing import rollout
+    from tests.test_protocol import TRAINER as T
+    from tests.test_protocol import VERIFIER, endorse, ready
+    from tests.test_protocol import node as ticket_node
+    from vrl.node.messages import Group, audit_ticket
+
+    trainer = ticket_node(T, "trainer")
+    ready(trainer)
+    endorse(trainer, VERIFIER)
+    group = Group.of([rollout(i, 2) for i in range(2)])  # 2 records of 2 completion tokens
+    trainer.handle(P.GroupReceived(group, 0.0))
+
+    def stating(tokens: int) -> SignedVerdict:
+        return SignedVerdict(VERIFIER.node_id, group.subject, group.digest, 0, 0, audit_ticket(VERIFIER, group.digest),
+                             1.0, Outcome.PASS, (), b"\x07" * 32, "test", race_tokens=tokens).signed(VERIFIER)
+
+    assert trainer.matches_group(stating(5)) is False
+    assert not any(isinstance(a, P.Persist) for a in trainer.handle(P.VerdictReceived(stating(5))))
+    assert trainer.matches_group(stating(4)) is True
+    assert P.Persist(stating(4)) in trainer.handle(P.VerdictReceived(stating(4)))

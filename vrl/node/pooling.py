@@ -16,26 +16,32 @@ the rest of reputation, so an auditor recomputes the same conviction):
 * ``G(P)``: ``P``'s groups with a committee-drawn check (``Report.drawn``) by a reporter of
   weight > 0. Which groups enter depends on draws, not on what the groups hold.
 * ``n_g``: the race tokens of a pre-trusted reporter's check of ``g`` when there is one, else
-  the largest any drawn reporter of weight > 0 states. Only a committee whose every member
-  lies can state fewer than the group has: the escape event of committee.md §5.
-* ``l_g``: the most races lost that two distinct reporters of ``g`` state, one of them
-  pre-trusted: ``min(A1, max(A2, M))``, ``A1 >= A2`` the two largest counts of pre-trusted
-  checks (of any draw), ``M`` the largest of the other drawn reporters of weight > 0; a missing
-  count is 0. A loss counts only when a member reported it and a pre-trusted check found it
-  too: reputation item 3's "two reporters, one of them pre-trusted", per loss. The trainer checks every group a member
-  states a lost race on (vrl.node.rounds.committee_checks), so a spoofer's losses get their
-  confirmation, and a made-up loss costs its reporter: on the trainer's platform, race counts
-  that differ from the trainer's are a check not made (reputation item 4).
+  the largest any drawn reporter of weight > 0 states. A receiver refuses a verdict stating
+  more races than the group has completion tokens (NodeProtocol.matches_group), so no
+  statement is larger than the group; only a committee whose every member lies can state
+  fewer: the escape event of committee.md §5.
+* ``l_g``: with two or more pre-trusted checks of ``g`` (of any draw), the fewest races lost any
+  of them states; with one, the smaller of its count and the most any other drawn reporter of
+  weight > 0 states; with none, 0. A loss counts only when two distinct reporters state it,
+  one of them pre-trusted: reputation item 3's rule, per loss. Reporters the log convicted of a
+  check not made (reputation item 4) count for nothing. The trainer checks every group a
+  member states a lost race on (vrl.node.rounds.committee_checks), so a spoofer's losses get
+  their confirmation; a statement of losses no pre-trusted check found costs its reporter a
+  soft fail, and, on a bit-exact platform the trainer shares, race counts that differ from the
+  trainer's are a check not made (reputation item 4).
 * ``q0``: the largest honest loss rate of the pre-trusted checks' platforms
   (vrl.rollouts.profiles.profile_of_platform): the losses counted are theirs.
 * ``P`` is convicted when ``ln E(sum n_g, sum l_g) >= ln(1/alpha)``, the e-value of
   vrl.rollouts.sequential with ``alpha = ALPHA``.
 
 Why an honest producer is convicted with probability at most ``alpha``: ``E`` grows with the
-losses and falls with the tokens. Every ``l_g`` is at most what a pre-trusted checker finds on
-``g``, and every ``n_g`` at least what ``g`` holds (the escape event aside), so the pooled value
-never exceeds that of the test a pre-trusted checker would run over all of ``G(P)`` itself, a
-set chosen by no one; Ville's inequality bounds that one by ``alpha`` (verification.md §7).
+losses and falls with the tokens. Every ``l_g`` is at most the count of the first pre-trusted
+checker of ``g`` in a fixed order (by node id), and every ``n_g`` at least the races ``g``'s
+checks replay (the escape event aside), so the pooled value never exceeds that of a test over
+all of ``G(P)``, a set chosen by no one, whose every count is one honest pre-trusted check's;
+Ville's inequality bounds that one by ``alpha`` (verification.md §7). It assumes ``q0`` bounds
+the honest loss rate of the producer's device as the checker sees it (a producer on another
+device kind than its profile's ``same`` can lose more: verification.md §6).
 """
 
 from __future__ import annotations
@@ -81,18 +87,23 @@ class Pooled:
 class _Group:
     """What the reports on one group say, for the pooled test."""
 
-    __slots__ = ("subject", "drawn", "anchor_tokens", "member_tokens", "a1", "a1_by", "a2", "m", "q0")
+    __slots__ = ("subject", "drawn", "anchor_tokens", "member_tokens", "anchors", "m", "q0")
 
     def __init__(self, subject: bytes) -> None:
         self.subject = subject
         self.drawn = False
         self.anchor_tokens = self.member_tokens = -1
-        self.a1 = self.a2 = self.m = 0  # the two largest pre-trusted loss counts, the largest other one
-        self.a1_by = b""  # whose a1 is: two reports of one reporter are one opinion
+        self.anchors: dict[bytes, int] = {}  # pre-trusted reporter -> the most races lost it states
+        self.m = 0  # the most any other drawn reporter of weight states
         self.q0 = 0.0
 
     def lost(self) -> int:
-        return min(self.a1, max(self.a2, self.m))
+        """Two pre-trusted checks: the fewer they agree on. One: no more than a member states too."""
+        if len(self.anchors) >= 2:
+            return min(self.anchors.values())
+        if self.anchors:
+            return min(next(iter(self.anchors.values())), self.m)
+        return 0
 
 
 @cache
@@ -100,14 +111,16 @@ def _honest_rate(platform: str) -> float:
     return profile_of_platform(platform).race_loss_rate
 
 
-def pooled_evidence(reports: Sequence[Report], pretrusted: frozenset[bytes],
-                    weight: Mapping[bytes, float]) -> dict[bytes, Pooled]:
+def pooled_evidence(reports: Sequence[Report], pretrusted: frozenset[bytes], weight: Mapping[bytes, float],
+                    excluded: frozenset[bytes] | set[bytes] = frozenset()) -> dict[bytes, Pooled]:
     """Each producer's pooled evidence, for the producers some report states a lost race of
-    (the others' ``l`` is 0 and their test cannot reject: they cost one pass over the reports)."""
+    (the others' ``l`` is 0 and their test cannot reject: they cost one pass over the reports).
+    ``excluded``: reporters the log convicted of a check not made (reputation item 4), whose
+    statements count for nothing, whatever weight they keep."""
     stated = {r.subject for r in reports if r.races_lost and r.reporter}
     groups: dict[bytes, _Group] = {}
     for r in reports:
-        if r.subject not in stated or not r.reporter:
+        if r.subject not in stated or not r.reporter or r.reporter in excluded:
             continue
         anchor = r.reporter in pretrusted
         counted = r.drawn and weight.get(r.reporter, 0.0) > 0
@@ -119,12 +132,7 @@ def pooled_evidence(reports: Sequence[Report], pretrusted: frozenset[bytes],
         g.drawn = g.drawn or counted
         if anchor:
             g.anchor_tokens = max(g.anchor_tokens, r.race_tokens)
-            if r.reporter == g.a1_by:
-                g.a1 = max(g.a1, r.races_lost)
-            elif r.races_lost > g.a1:
-                g.a1, g.a1_by, g.a2 = r.races_lost, r.reporter, g.a1
-            else:
-                g.a2 = max(g.a2, r.races_lost)
+            g.anchors[r.reporter] = max(g.anchors.get(r.reporter, 0), r.races_lost)
             g.q0 = max(g.q0, _honest_rate(r.platform))
         else:
             g.member_tokens = max(g.member_tokens, r.race_tokens)
@@ -142,7 +150,7 @@ def pooled_evidence(reports: Sequence[Report], pretrusted: frozenset[bytes],
 
 
 def pooled_convictions(reports: Sequence[Report], pretrusted: frozenset[bytes], weight: Mapping[bytes, float],
-                       alpha: float = ALPHA) -> set[bytes]:
+                       excluded: frozenset[bytes] | set[bytes] = frozenset(), alpha: float = ALPHA) -> set[bytes]:
     """The producers whose pooled test rejected their sampling (the module's rule)."""
-    return {subject for subject, pooled in pooled_evidence(reports, pretrusted, weight).items()
+    return {subject for subject, pooled in pooled_evidence(reports, pretrusted, weight, excluded).items()
             if pooled.rejected(alpha)}

@@ -141,6 +141,9 @@ class _Group:
     arrived: float
     trained: bool = False
     digest: bytes = b""  # the one copy its reports share (forgetting.compact)
+    # Its records' completion tokens, the most races a check replays (specs/verification.md §7);
+    # None for a group replayed from the store, whose records are not decoded again.
+    tokens: int | None = None
     recomputed: bytes = b""  # the first recomputed commitment digest a report on it gave, shared alike
 
 
@@ -361,7 +364,8 @@ class NodeProtocol:
         if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
                                                            digest) != digest:
             return []
-        self.groups[digest] = _Group(group.subject, group.version, now, digest=digest)
+        tokens = sum(len(r.completion_tokens) for r in group.rollouts) if group.rollouts else None
+        self.groups[digest] = _Group(group.subject, group.version, now, digest=digest, tokens=tokens)
         self._by_version[group.version].append(digest)
         self._touch(digest)
         if group.subject == self.me:
@@ -559,12 +563,14 @@ class NodeProtocol:
         return [Persist(verdict) for verdict in self.waiting.take(digest) if self._verdict(verdict)]
 
     def matches_group(self, verdict: SignedVerdict) -> bool | None:
-        """Whether a verdict's subject and version are those of the group it names: the signer
-        of the group's records and their policy version. None while the group is unknown."""
+        """Whether a verdict's subject and version are those of the group it names (the signer
+        of the group's records and their policy version), and it replayed no more races than
+        the group has tokens. None while the group is unknown."""
         group = self.groups.get(verdict.group)
         if group is None:
             return None
-        return (verdict.subject, verdict.policy_version) == (group.subject, group.version)
+        return ((verdict.subject, verdict.policy_version) == (group.subject, group.version)
+                and (group.tokens is None or verdict.race_tokens <= group.tokens))
 
     def _verdict(self, verdict: SignedVerdict) -> bool:
         """Count a verdict on a known group; False if it is a repeat or contradicts the group.

@@ -60,6 +60,7 @@ from vrl.errors import VrlError, shown
 from vrl.node.messages import MessageError, Outcome, RoundManifest, SignedVerdict, Submission, VerdictDraw
 from vrl.node.params import ProtocolParams
 from vrl.node.pooling import pooled_convictions
+from vrl.rollouts.model import bit_exact_platform
 from vrl.rollouts.sequential import RACE_LOSSES
 
 CHECKED = frozenset({Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL})  # what a check can say
@@ -322,20 +323,27 @@ def _derived(reports: list[Report], pretrusted: frozenset[bytes], confirmed: set
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
                 continue
             same_platform = [a for a in anchors if a.platform == report.platform and a.digest and report.digest]
-            if any(_evidence_of(a) != _evidence_of(report) for a in same_platform):
+            if any(a.digest != report.digest or _races_differ(a, report) for a in same_platform):
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.HARD_FAIL))
-            elif (report.outcome == Outcome.HARD_FAIL and group not in confirmed and not report.node_level
-                  and any(a.outcome == Outcome.PASS for a in anchors)):
+            elif ((report.outcome == Outcome.HARD_FAIL and group not in confirmed and not report.node_level
+                   and any(a.outcome == Outcome.PASS for a in anchors))
+                  or (report.drawn and anchors and report.races_lost > max(a.races_lost for a in anchors))):
+                # A contradicted accusation, or lost races no pre-trusted check found (each one
+                # asked the trainer for a check: vrl.node.rounds.committee_checks).
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.SOFT_FAIL))
             elif same_platform:
                 derived.append(Report(report.round, b"", report.reporter, group, Outcome.PASS))
     return derived
 
 
-def _evidence_of(report: Report) -> tuple[bytes, int, int]:
-    """What two checks of one group on one platform recompute bit for bit: the commitment digest
-    and the race evidence (specs/verification.md §7); a difference is a report not checked."""
-    return report.digest, report.race_tokens, report.races_lost
+def _races_differ(anchor: Report, report: Report) -> bool:
+    """Whether two passes of one group on one bit-exact platform (a CPU at one thread,
+    vrl.rollouts.model.bit_exact_platform) state other race evidence: every record of a pass
+    reached the race replay, which such a platform repeats bit for bit (specs/verification.md
+    §7), so a difference is a check not made. Elsewhere near-ties may flip with drift the
+    digest's values do not show, and a failed check replays only the records that got that far."""
+    return (anchor.outcome == report.outcome == Outcome.PASS and bit_exact_platform(anchor.platform)
+            and (anchor.race_tokens, anchor.races_lost) != (report.race_tokens, report.races_lost))
 
 
 def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, config: ReputationConfig
@@ -510,7 +518,7 @@ def _evidence(reports: list[Report], pretrusted: frozenset[bytes], round_index: 
     quarantined = {r.subject for r in reports if r.group in confirmed}
     quarantined |= {r.subject for r in everything if not r.reporter and r.outcome == Outcome.HARD_FAIL}
     sequential = _sequentially_convicted(reports, pretrusted, weight, config) | pooled_convictions(
-        reports, pretrusted, weight)
+        reports, pretrusted, weight, excluded=quarantined)
     quarantined |= sequential
 
     cleared = _cleared(reports, pretrusted, confirmed)

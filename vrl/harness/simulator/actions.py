@@ -162,7 +162,11 @@ class Actions:
     def _do_Check(self, node: SimNode, action: E.Check) -> None:
         truth = self.truth.get(action.group)
         subject = self.nodes[truth.maker].kind if truth is not None and truth.maker >= 0 else ""
-        checked, share = check_result(truth, action.group, node.kind, subject, self.records.tokens, self.q0,
+        held = self.group_msgs.get(action.group)
+        # The group's own completion tokens: a check replays each of them (specs/verification.md §7),
+        # and a receiver refuses a verdict stating more than the group has.
+        tokens = sum(len(r.completion_tokens) for r in held.obj.rollouts) if held is not None else self.records.tokens
+        checked, share = check_result(truth, action.group, node.kind, subject, tokens, self.q0,
                                       self.config.honest_reject, self.rng, node.key.node_id)
         seconds = share * self.records.tokens * self.cost.verify_ms_per_token / 1000
         self.job(node, seconds, self._checked, node, checked, seconds, truth is not None and truth.cheat == "sybil")
