@@ -45,6 +45,24 @@ def batch_groups_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"'round' or a whole number of groups >= 1, got {text!r}")
 
 
+def tokens_arg(text: str) -> float:
+    """--completion-tokens: a finite mean of at least 1 (argparse names the flag on error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 1 <= value <= 2**16):
+        raise argparse.ArgumentTypeError(f"a mean number of tokens in [1, 65536], got {text!r}")
+    return value
+
+
+def jobs_arg(text: str) -> int:
+    """--jobs: a whole number of processes from 1."""
+    if not (text.isdigit() and 1 <= int(text) <= 1024):
+        raise argparse.ArgumentTypeError(f"a whole number of processes in [1, 1024], got {text!r}")
+    return int(text)
+
+
 def protocol_arg(text: str) -> tuple[str, float | int | str]:
     """--protocol KEY=VALUE: a ProtocolParams field and a value of its default's type (argparse
     names the flag on error; ProtocolConfig checks the range when the simulation starts)."""
@@ -250,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-groups", default="", type=batch_groups_arg,
                         help="groups a step trains on: a number, or 'round' (every worker's round); "
                              "default: node.toml's (vrl.node.config.NODE_OVERRIDES)")
-    parser.add_argument("--completion-tokens", type=float, default=None,
+    parser.add_argument("--completion-tokens", type=tokens_arg, default=None,
                         help="mean completion tokens a record (default: the devnet's base model's, 4)")
     parser.add_argument("--protocol", type=protocol_arg, action="append", default=[], metavar="KEY=VALUE",
                         help="a protocol parameter (vrl.node.params.ProtocolParams), e.g. submission_window=120")

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from simulate import batch_groups_arg, protocol_arg, tokens_from  # noqa: E402
+from simulate import batch_groups_arg, jobs_arg, protocol_arg, tokens_arg, tokens_from  # noqa: E402
 
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
@@ -82,9 +82,9 @@ def main() -> int:
                         help="groups a step trains on: a number, or 'round' (every worker's round)")
     parser.add_argument("--cpu-limit", type=float, default=None, help="per run, CPU seconds")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--completion-tokens", type=float, default=None,
+    parser.add_argument("--completion-tokens", type=tokens_arg, default=None,
                         help="mean completion tokens a record (default: the devnet's base model's, 4)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once, one process each")
+    parser.add_argument("--jobs", type=jobs_arg, default=1, help="runs at once, one process each")
     parser.add_argument("--protocol", type=protocol_arg, action="append", default=[], metavar="KEY=VALUE",
                         help="a protocol parameter (vrl.node.params.ProtocolParams), e.g. submission_window=120")
     parser.add_argument("--out", type=Path, required=True)

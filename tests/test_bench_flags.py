@@ -1,0 +1,43 @@
+"""bench/simulate.py's flag parsers: any text is a valid value or a one-line argparse error
+naming the flag, never another exception (a user mistake is never a traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from simulate import batch_groups_arg, jobs_arg, protocol_arg, tokens_arg  # noqa: E402
+
+from vrl.node.params import ProtocolParams  # noqa: E402
+
+texts = st.one_of(st.text(max_size=40), st.sampled_from(
+    ["nan", "inf", "-1", "0", "1e999", "12", "round", "submission_window=nan", "submission_window=120",
+     "committee_size=abc", "=", "groups_per_round=", "verification=committee"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_every_flag_parser_gives_a_value_or_an_argparse_error(text):
+    for parse in (batch_groups_arg, jobs_arg, protocol_arg, tokens_arg):
+        try:
+            value = parse(text)
+        except argparse.ArgumentTypeError:
+            continue
+        if parse is tokens_arg:
+            assert math.isfinite(value) and 1 <= value <= 2**16
+        if parse is jobs_arg:
+            assert 1 <= value <= 1024
+        if parse is protocol_arg:
+            key, typed = value
+            assert isinstance(typed, type(getattr(ProtocolParams(), key)))
+
+
+def test_the_values_a_run_needs_parse():
+    assert tokens_arg("16") == 16.0 and jobs_arg("3") == 3 and batch_groups_arg("round") == "round"
+    assert protocol_arg("submission_window=120") == ("submission_window", 120.0)
