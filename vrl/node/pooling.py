@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import Protocol
 
 from vrl.rollouts.profiles import profile_of_platform
@@ -106,7 +106,7 @@ class _Group:
         return 0
 
 
-@cache
+@lru_cache(maxsize=64)  # only pre-trusted reporters' platforms reach it; a few in any network
 def _honest_rate(platform: str) -> float:
     return profile_of_platform(platform).race_loss_rate
 
