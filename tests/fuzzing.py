@@ -383,7 +383,9 @@ def message_targets() -> list[Target]:
         Target("backfill request", request, (MessageError,),
                lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 7).to_bytes(),
                         BackfillRequest(3, 0, (0,) * 6).to_bytes(),  # with a cursor (specs/network.md §6)
-                        BackfillRequest(3, 9, (2**64 - 1, 1, 0, 2**63 - 1, 5, 7)).to_bytes()]),
+                        BackfillRequest(3, 9, (2**64 - 1, 1, 0, 2**63 - 1, 5, 7)).to_bytes(),
+                        # naming what the client holds: a salt and short ids (§6 ``have``)
+                        BackfillRequest(3, 0, (5, 1, 2, 3, 4, 5), bytes(range(8)) + b"\x07" * 24).to_bytes()]),
         Target("backfill page", lambda data: BackfillPage.from_bytes(data, after=0), (MessageError,),
                lambda: [BackfillPage((verdict().to_bytes(), group().to_bytes()), 5).to_bytes(),
                         BackfillPage((), None).to_bytes()]),
@@ -544,7 +546,8 @@ def node_targets(node: NodeUnderFire) -> list[Target]:
     return [
         Target("gossip handler", lambda data: node.gossip(node.topic(data), data), (), seeds, check=node.nothing_lost),
         Target("backfill handler", node.serve_backfill, (MessageError,),
-               lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 2**64 - 1).to_bytes()],
+               lambda: [BackfillRequest(0, 0).to_bytes(), BackfillRequest(2**64 - 1, 2**64 - 1).to_bytes(),
+                        BackfillRequest(0, 0, (0,) * 6, b"\x01" * 8 + b"\x02" * 8 * 4096).to_bytes()],
                check=node.nothing_lost),
     ]
 

@@ -74,11 +74,12 @@ def test_a_second_pass_moves_only_the_new_messages_and_a_reset_peer_is_paged_who
         new = [put(server.store, kind, n, 0) for n in range(30, 33) for kind in (2, 3)]
         carried, taken = await a_pass(0)
         assert carried == taken == new[0::2] + new[1::2]  # only the new ones cross the link: groups, then verdicts
-        # The peer restarts: its store opens with a new generation, and is paged whole once.
+        # The peer restarts: its store opens with a new generation, and is paged whole once, less
+        # what the client took since its last pass began (named in ``have``: the new ones).
         server.store.close()
         server.store = Store(tmp_path / "server.sqlite")
         carried, taken = await a_pass(0)
-        assert sorted(carried) == sorted(first + new) and taken == []
+        assert sorted(carried) == sorted(first) and taken == []
         # Its data_dir is wiped: a fresh store of other messages, fewer rows than the cursor's
         # watermarks; the client gets every one of them.
         server.store.close()
@@ -94,8 +95,9 @@ def test_a_second_pass_moves_only_the_new_messages_and_a_reset_peer_is_paged_who
         assert carried == [] and taken == []
         late = put(server.store, 2, 200, 1)
         assert await a_pass(1) == ([late], [late])
-        # A smaller since than the cursor's starts from no cursor: rows of the versions between were skipped.
-        assert sorted((await a_pass(0))[0]) == sorted(other + [ahead, late])
+        # A smaller since than the cursor's starts from no cursor: rows of the versions between were
+        # skipped; less the one the client took in its last pass.
+        assert sorted((await a_pass(0))[0]) == sorted(other + [ahead])
         server.store.close()
         client_store.close()
 
@@ -288,3 +290,35 @@ def test_every_message_the_client_could_take_is_taken_exactly_once(ops, room):
             asyncio.run(asyncio.wait_for(scenario(Path(root)), 60))
     finally:
         catchup.DEFERRED_MAX_MESSAGES = original
+
+
+def test_a_committee_server_pages_groups_to_the_trainer_alone_knowing_it_by_its_connection(tmp_path):
+    """specs/network.md §3.5, §6: the trainer, known by the key its connection proved, pages every
+    group and pass (a send that failed reaches it so); any other peer only what the design
+    gossips."""
+    async def pages(trainer: bytes, name: str) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        network = LoopbackNetwork(seed=3)
+        server_transport, client_transport = (network.transport(k.private_seed()) for k in (SERVER, CLIENT))
+        for transport in (server_transport, client_transport):
+            await transport.start()
+        log = structlog.get_logger()
+        server = Backfill(server_transport, Store(tmp_path / f"{name}-server.sqlite"), lambda m: Validation.ACCEPT,
+                          log, trainer=trainer)
+        client_store = Store(tmp_path / f"{name}-client.sqlite")
+        client = Backfill(client_transport, client_store, lambda m: Validation.ACCEPT, log)
+        server_transport.set_handler(BACKFILL_PROTOCOL, server.serve)
+        await client_transport.connect(server_transport.addresses()[0])
+        groups = [put(server.store, 2, n, 0) for n in range(3)]
+        failures = [put(server.store, kind, 3, 0) for kind in (0, 1)]  # a policy, a manifest: gossiped in any design
+        taken = []
+        async for message in client.pull(0):
+            handle(client_store, message.topic, message.data)
+            taken.append(message.data)
+        for store in (server.store, client_store):
+            store.close()
+        return taken, groups, failures
+
+    taken, groups, gossiped = asyncio.run(pages(CLIENT.node_id, "trainer"))
+    assert sorted(taken) == sorted(groups + gossiped)
+    taken, groups, gossiped = asyncio.run(pages(SERVER.node_id, "member"))
+    assert sorted(taken) == sorted(gossiped)

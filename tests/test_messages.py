@@ -19,6 +19,7 @@ from vrl.node.messages import (
     PolicyAnnouncement,
     RoundManifest,
     SamplingRequest,
+    ShortIds,
     SignedVerdict,
     SortedDigests,
     Submission,
@@ -74,6 +75,20 @@ def test_backfill_codecs_round_trip_across_the_u64_range():
     for bad in [{"since": -2**63, "after": 0}, {"since": True, "after": 0}, {"since": 1}, b"x", {1: 2}]:
         with pytest.raises(MessageError, match="backfill request"):
             BackfillRequest.from_bytes(msgpack.packb(bad, use_bin_type=True))
+
+
+@pytest.mark.parametrize(("have", "why"), [
+    (b"s" * 8, "8 \\+ 8 k"), (b"s" * 15, "8 \\+ 8 k"), (b"s" * (8 + 8 * 4097), "8 \\+ 8 k"), ("x" * 16, "8 \\+ 8 k"),
+    (None, "only with a cursor")])
+def test_a_have_that_breaks_the_table_is_refused_whole(have, why):
+    """specs/network.md §6 ``have``: a salt and 1 to 4,096 short ids of 8 bytes, only with a cursor."""
+    request = {"since": 1, "after": 0, "cursor": [0] * 6, "have": have}
+    if have is None:
+        request = {"since": 1, "after": 0, "have": b"s" * 16}
+    with pytest.raises(MessageError, match=f"backfill request: field 'have'.*{why}"):
+        BackfillRequest.from_bytes(msgpack.packb(request, use_bin_type=True))
+    held = BackfillRequest(1, 0, (0,) * 6, b"s" * 8 + b"a" * 8 + b"b" * 8)
+    assert BackfillRequest.from_bytes(held.to_bytes()).held() == {b"a" * 8, b"b" * 8}
 
 
 # -- backfill cursors (specs/network.md §6) -----------------------------------------------------------
@@ -181,6 +196,8 @@ def valid_value(kind) -> st.SearchStrategy:
                             max_size=3, unique_by=lambda pair: pair[0])
         case Cursor():
             return st.tuples(st.integers(0, 2**64 - 1), *[st.integers(0, 2**63 - 1)] * 5).map(list)
+        case ShortIds():
+            return st.integers(1, 4).flatmap(lambda k: st.binary(min_size=8 + 8 * k, max_size=8 + 8 * k))
     raise AssertionError(f"no strategy for {kind!r}")
 
 

@@ -369,6 +369,8 @@ def stated_type(cell: str, meaning: str) -> tuple:
         (r"list of at most (\d+) `\[bin 32, float64\]`", lambda m: ("pairs", int(m[1]))),
         (r"list of (\d+) uint, the last (\d+) in `([^`]+)`",
          lambda m: ("cursor", int(m[1]), int(m[2]), *number_range(m[3]))),
+        (r"bin of `(\d+) \+ (\d+) k` bytes, `k` in `([^`]+)`", lambda m: ("short ids", int(m[1]), int(m[2]),
+                                                                      *number_range(m[3]))),
     ]
     for pattern, read in patterns:
         if match := re.fullmatch(pattern, text):
@@ -378,7 +380,14 @@ def stated_type(cell: str, meaning: str) -> tuple:
 
 def schema_type(kind) -> tuple:
     from vrl.node import wire
-    from vrl.node.messages import BACKFILL_CURSOR_TABLES, BACKFILL_WATERMARK_MAX, Cursor, WeightedDigests
+    from vrl.node.messages import (
+        BACKFILL_CURSOR_TABLES,
+        BACKFILL_WATERMARK_MAX,
+        SHORT_ID_BYTES,
+        Cursor,
+        ShortIds,
+        WeightedDigests,
+    )
 
     match kind:
         case wire.Bin(sizes=sizes):
@@ -403,6 +412,8 @@ def schema_type(kind) -> tuple:
             return ("pairs", items)
         case Cursor():
             return ("cursor", 1 + BACKFILL_CURSOR_TABLES, BACKFILL_CURSOR_TABLES, 0, BACKFILL_WATERMARK_MAX)
+        case ShortIds(max_items=items):
+            return ("short ids", SHORT_ID_BYTES, SHORT_ID_BYTES, 1, items)
     raise AssertionError(f"a wire type the test does not describe: {kind!r}")
 
 

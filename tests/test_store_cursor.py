@@ -3,6 +3,7 @@ the last one, in the order of kinds; a reset, reopened or foreign store answers 
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from vrl.node.messages import (
     Submission,
     audit_ticket,
     schema_of,
+    short_id,
     topic_of,
 )
 from vrl.node.store import Store
@@ -52,14 +54,15 @@ def put(store: Store, kind: int, n: int, version: int) -> bytes:
 
 
 def drain(store: Store, since: int, cursor: tuple, limit_bytes: int = 1 << 20,
-          honest: bool = True) -> tuple[list[bytes], tuple, int]:
+          honest: bool = True, held: frozenset = frozenset(), salt: bytes = b"") -> tuple[list[bytes], tuple, int]:
     """One pass: pages until the end; returns the messages, the last cursor and the page count.
     Each page is checked as an honest client checks it (unless the cursor is not ``honest``:
-    one its server never issued, whose full-pass answer goes back within the generation)."""
+    one its server never issued, whose full-pass answer goes back within the generation).
+    ``held``: the short ids under ``salt`` the client names (``have``)."""
     out, pages, after = [], 0, 0
     for _ in range(1000):
-        messages, following, done = store.page(since, cursor, limit_bytes)
-        page = BackfillPage(tuple(messages), None if done else after + len(messages), following)
+        messages, following, done, left_out = store.page(since, cursor, limit_bytes, held=held, salt=salt)
+        page = BackfillPage(tuple(messages), None if done else after + len(messages) + left_out, following)
         checked = BackfillPage.from_bytes(page.to_bytes(), after, cursor) if honest else page
         out += checked.messages
         pages += 1
@@ -129,7 +132,7 @@ def test_pages_stop_at_the_byte_and_message_limits_and_resume_by_cursor(tmp_path
     served, _, pages = drain(store, 0, FIRST_CURSOR, limit_bytes=2000)
     assert served == sorted(served, key=lambda m: KINDS.index(topic_of(m)))  # groups, then verdicts
     assert sorted(served) == sorted(everything) and pages > 5
-    messages, cursor, done = store.page(0, FIRST_CURSOR, 1 << 20, limit_messages=7)
+    messages, cursor, done, _ = store.page(0, FIRST_CURSOR, 1 << 20, limit_messages=7)
     assert len(messages) == 7 and not done and cursor[3] == 7 and cursor[4] == 0
     store.close()
 
@@ -155,7 +158,7 @@ def test_writes_between_pages_are_never_lost_nor_paged_twice(steps, since):
                 if step[2] >= since and data not in stored:
                     stored.append(data)
             else:
-                messages, following, _ = store.page(since, cursor, step[1])
+                messages, following, *_ = store.page(since, cursor, step[1])
                 assert [KINDS.index(topic_of(m)) for m in messages] == sorted(KINDS.index(topic_of(m))
                                                                               for m in messages)
                 served += messages
@@ -163,3 +166,79 @@ def test_writes_between_pages_are_never_lost_nor_paged_twice(steps, since):
         served += drain(store, since, cursor)[0]
         assert sorted(served) == sorted(stored) and len(served) == len(set(served))
         store.close()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(stored=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=30),
+       named=st.lists(st.booleans(), min_size=30, max_size=30),
+       junk=st.lists(st.binary(min_size=8, max_size=8), max_size=20), since=st.integers(0, 2),
+       limit_bytes=st.sampled_from([300, 1500, 1 << 20]), salt=st.binary(min_size=8, max_size=8))
+def test_a_pass_leaves_out_exactly_what_the_client_names(stored, named, junk, since, limit_bytes, salt):
+    """``have`` (specs/network.md §6): whatever the client names, held messages or short ids of
+    nothing stored, a pass by cursor pages every message of a version >= since it did not name,
+    each once, and none it named; every page but the last moves ``next`` on."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(Path(folder) / "n.sqlite")
+        messages = []
+        for n, (kind, version) in enumerate(stored):
+            data = put(store, kind, n, version)
+            if version >= since and data not in messages:
+                messages.append(data)
+        held = frozenset([short_id(salt, m) for m, name in zip(messages, named, strict=False) if name] + junk)
+        served = drain(store, since, FIRST_CURSOR, limit_bytes, held=held, salt=salt)[0]
+        assert sorted(served) == sorted(m for m in messages if short_id(salt, m) not in held)
+        assert len(served) == len(set(served))
+        store.close()
+
+
+def test_what_a_store_took_since_its_marks_is_named_newest_first(tmp_path):
+    """Store.held_since: the short ids of what the store took past its marks, of versions >=
+    since, at most ``limit``; the marks move to the tables' ends; nothing new names nothing."""
+    store = Store(tmp_path / "n.sqlite")
+    old = [put(store, 2, n, 0) for n in range(3)]
+    have, marks = store.held_since(0, None, b"s" * 8)
+    assert have[:8] == b"s" * 8 and {have[i:i + 8] for i in range(8, len(have), 8)} == {short_id(b"s" * 8, m)
+                                                                                    for m in old}
+    assert store.held_since(0, marks, b"s" * 8) == (b"", marks)
+    new = [put(store, 3, n, 1) for n in range(3, 6)] + [put(store, 2, 9, 0)]
+    have, after = store.held_since(1, marks, b"t" * 8)
+    assert [have[i:i + 8] for i in range(8, len(have), 8)] == [short_id(b"t" * 8, m) for m in reversed(new[:3])]
+    assert after[2] > marks[2] and after[3] > marks[3]
+    have, _ = store.held_since(0, None, b"t" * 8, limit=2)
+    assert len(have) == 8 + 2 * 8
+    store.close()
+
+
+def test_a_committee_server_pages_a_peer_other_than_the_trainer_only_what_the_design_gossips(tmp_path):
+    """specs/network.md §3.5, §6: no group, no member's pass, no step pass; failures, the
+    trainer's pass on a group a failure names, fraud step verdicts, policies and manifests. The
+    trainer itself gets everything (a send that failed reaches it so), by cursor and by position."""
+    from tests.fuzzing import step_verdict
+
+    trainer, member = NodeKey.from_seed(b"T" * 32), NodeKey.from_seed(b"M" * 32)
+
+    def by(key: NodeKey, group: Submission, outcome: str) -> SignedVerdict:
+        return dataclasses.replace(verdict(group, 1, outcome), verifier=key.node_id).signed(key)
+
+    store = Store(tmp_path / "n.sqlite")
+    g1, g2 = Submission((b"g1",)), Submission((b"g2",))
+    everything = [put(store, 0, 0, 1), put(store, 1, 1, 1)]
+    for group in (g1, g2):
+        store.put_group(group, b"w" * 32, 1, 2.0)
+        everything.append(group.to_bytes())
+    failure = by(member, g1, "hard_fail")
+    member_pass, recheck, fallback = by(member, g2, "pass"), by(trainer, g1, "pass"), by(trainer, g2, "pass")
+    for v in (failure, member_pass, recheck, fallback):
+        assert store.put_verdict(v, 3.0)
+    fraud = step_verdict("fraud")
+    step_pass = dataclasses.replace(step_verdict("pass"), verifier=member.node_id).signed(member)
+    store.put_step(fraud, 4.0)
+    store.put_step(step_pass, 4.0)
+    everything += [v.to_bytes() for v in (failure, member_pass, recheck, fallback, fraud, step_pass)]
+    gossiped = everything[:2] + [failure.to_bytes(), recheck.to_bytes(), fraud.to_bytes()]
+    page = store.page(1, FIRST_CURSOR, 1 << 20, trainer=trainer.node_id)
+    assert sorted(page.messages) == sorted(gossiped) and page.done
+    assert sorted(store.since(1, 1 << 20, trainer=trainer.node_id)[0]) == sorted(gossiped)
+    assert sorted(store.page(1, FIRST_CURSOR, 1 << 20).messages) == sorted(everything)
+    assert sorted(store.since(1, 1 << 20)[0]) == sorted(everything)
+    store.close()

@@ -502,3 +502,11 @@ def test_backfill_vectors():
     assert page.messages == (bytes.fromhex(vectors["group"]["message"]),)
     assert Submission.from_bytes(page.messages[0]).digest.hex() == vectors["group"]["digest"]
     assert page.to_bytes().hex() == case["page_cursor"]
+    # The next request names the group's message as held: the salt, then its short id,
+    # SHA-256(salt || message)[:8] (§6 ``have``).
+    have = msgpack.unpackb(bytes.fromhex(case["request_have"]))
+    assert have == {"since": case["since"], "after": 1, "cursor": case["cursor"],
+                    "have": bytes.fromhex(case["salt"] + case["short_id"])}
+    salt = bytes.fromhex(case["salt"])
+    assert hashlib.sha256(salt + page.messages[0]).digest()[:8].hex() == case["short_id"]
+    assert BackfillRequest.from_bytes(bytes.fromhex(case["request_have"])).held() == {bytes.fromhex(case["short_id"])}

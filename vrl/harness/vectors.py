@@ -206,14 +206,19 @@ def network_vectors() -> dict:
 
 
 def _backfill_vectors(submission) -> dict:
-    """specs/network.md §6: a request by position, a client's first request by cursor, and a
-    page answering it (the group's message, a cursor of generation 0x0123456789abcdef)."""
-    from vrl.node.messages import BackfillPage, BackfillRequest
+    """specs/network.md §6: a request by position, a client's first request by cursor, a page
+    answering it (the group's message, a cursor of generation 0x0123456789abcdef), and a
+    request by that cursor naming the group's message as held (``have``: salt 0x00..07)."""
+    from vrl.node.messages import BackfillPage, BackfillRequest, short_id
 
     cursor = (0x0123456789ABCDEF, 1, 0, 7, 2**63 - 1, 0)
+    salt = bytes(range(8))
+    held = short_id(salt, submission.to_bytes())
     return {"request": BackfillRequest(4, 0).to_bytes().hex(),
             "request_cursor": BackfillRequest(4, 0, (0,) * 6).to_bytes().hex(),
             "page_cursor": BackfillPage((submission.to_bytes(),), 1, cursor).to_bytes().hex(),
+            "request_have": BackfillRequest(4, 1, cursor, salt + held).to_bytes().hex(),
+            "salt": salt.hex(), "short_id": held.hex(),
             "since": 4, "cursor": list(cursor)}
 
 

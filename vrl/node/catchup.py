@@ -5,6 +5,7 @@ it pages in from its peers' stores by backfill (:class:`Backfill`, specs/network
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Callable
 
 import structlog
@@ -55,11 +56,15 @@ class Backfill:
 
     ``waits`` says of a message this node did not store once it was handled whether the reason
     is temporary: the policy version it waits in, or None if it is refused for good
-    (vrl.node.validation.Validator.waits; the default: nothing waits)."""
+    (vrl.node.validation.Validator.waits; the default: nothing waits). ``trainer``: the trainer's
+    id in a network of the committee design, whose backfill serves a peer other than the trainer
+    only what the design gossips (specs/network.md §3.5, §6); None (the ticket design): all."""
 
     def __init__(self, transport: Transport, store: Store, validate: Callable[[Message], Validation],
-                 log: structlog.BoundLogger, waits: Callable[[Message], int | None] = _never) -> None:
+                 log: structlog.BoundLogger, waits: Callable[[Message], int | None] = _never,
+                 trainer: bytes | None = None) -> None:
         self.transport, self.store, self.validate, self.log, self.waits = transport, store, validate, log, waits
+        self.trainer = trainer
         # Per peer: the ``since`` of the last pass that asked it and the cursor its last page gave.
         # A pass of that ``since`` or a larger one (a later round) asks from there, so that every
         # message the peer stores crosses the link once; a smaller ``since`` asks from the start.
@@ -75,6 +80,9 @@ class Backfill:
         self.rewind: set[bytes] = set()
         self.dropped = 0  # messages dropped from ``deferred`` for room, ever
         self.since: int | None = None  # the last pass's
+        # This node's own store's rowids when its last pass began: what it took since is named
+        # in the next pass's requests (``have``, specs/network.md §6). None: everything.
+        self.marks: tuple[int, ...] | None = None
 
     async def serve(self, peer: bytes, data: bytes) -> bytes:
         """Answer one page; a malformed request counts against its sender (as an invalid gossip
@@ -85,16 +93,19 @@ class Backfill:
             self.transport.penalize(peer)
             raise
         # Off the event loop: a page is a SQLite read of up to 1 MiB.
+        # The asker is known by its connection's key, not by anything it says (specs/security.md).
+        gossiped_only = self.trainer if self.trainer is not None and peer != self.trainer else None
         if request.cursor is None:  # by position, as before cursors (specs/network.md §6)
             messages, following = await asyncio.to_thread(self.store.since, request.since, BACKFILL_PAGE_BYTES,
-                                                          request.after)
+                                                          request.after, trainer=gossiped_only)
             return BackfillPage(tuple(messages), following).to_bytes()
-        messages, cursor, done = await asyncio.to_thread(self.store.page, request.since, request.cursor,
-                                                         BACKFILL_PAGE_BYTES)
-        # ``next`` counts the pass's messages (the cursor is the position); capped at the u64 range
-        # for a request whose ``after`` is near it (an honest pass counts at most 64 pages' worth).
-        following = None if done else min(request.after + len(messages), U64)
-        return BackfillPage(tuple(messages), following, cursor).to_bytes()
+        page = await asyncio.to_thread(self.store.page, request.since, request.cursor, BACKFILL_PAGE_BYTES,
+                                       held=request.held(), salt=request.salt, trainer=gossiped_only)
+        # ``next`` counts the pass's messages, served or left out as held (the cursor is the
+        # position); capped at the u64 range for a request whose ``after`` is near it (an honest
+        # pass counts at most 64 pages' worth).
+        following = None if page.done else min(request.after + len(page.messages) + page.left_out, U64)
+        return BackfillPage(tuple(page.messages), following, page.cursor).to_bytes()
 
     async def pull(self, since: int) -> AsyncIterator[Message]:
         """What every connected peer holds of rounds ``>= since`` that this node has not
@@ -108,6 +119,10 @@ class Backfill:
         self.since = since
         async for message in self._reoffer(since, everything=new_round):
             yield message
+        # What this node took since its last pass, named to every peer before the bodies cross
+        # (``have``): a message it received by gossip is not paged to it again. The first pass
+        # names everything it holds of the window (its store replayed at a start).
+        have, self.marks = await asyncio.to_thread(self.store.held_since, since, self.marks, secrets.token_bytes(8))
         peers = sorted(self.transport.peers())
         # Bounded by the peers connected: a peer that left and comes back is asked from the start.
         self.cursors = {peer: self.cursors[peer] for peer in peers if peer in self.cursors}
@@ -123,7 +138,7 @@ class Backfill:
             for _ in range(BACKFILL_MAX_PAGES):
                 try:
                     raw = await self.transport.request(peer, BACKFILL_PROTOCOL, BackfillRequest(
-                        since, after, cursor).to_bytes(), timeout=10.0)
+                        since, after, cursor, have or None).to_bytes(), timeout=10.0)
                     page = BackfillPage.from_bytes(raw, after, cursor)
                 except (TransportError, MessageError) as error:
                     if isinstance(error, MessageError):

@@ -20,10 +20,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from vrl.errors import VrlError
 from vrl.node.messages import (
     BACKFILL_CURSOR_TABLES,
+    BACKFILL_HAVE_MAX,
     BACKFILL_MAX_MESSAGES,
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
@@ -35,6 +37,7 @@ from vrl.node.messages import (
     SignedVerdict,
     StepVerdict,
     Submission,
+    short_id,
 )
 
 # 2: versions and rounds are u64 (specs/network.md §3), which SQLite's signed 64-bit INTEGER
@@ -115,6 +118,32 @@ SNAPSHOT_AT_KEY = "reputation_at"
 _SERVED = (("policies", "version >= ?"), ("manifests", "round >= ?"), ("groups", "version >= ? AND planted = 0"),
            ("verdicts", "version >= ?"), ("steps", "version >= ?"))
 assert len(_SERVED) == BACKFILL_CURSOR_TABLES
+# What a server pages to a peer other than the trainer in the committee design (specs/network.md
+# §3.5, §6): what that design gossips. No group (a member fetches its groups by digest), no pass
+# (it concerns the trainer alone) but the trainer's on a group a failure names (its re-check,
+# which clears the accusation in every view), no step pass. ``:trainer`` is the trainer's id.
+_GOSSIPED = {
+    "groups": "0",
+    "verdicts": "(outcome != 'pass' OR (verifier = :trainer AND grp IN"
+                " (SELECT grp FROM verdicts WHERE outcome != 'pass')))",
+    "steps": "outcome != 'pass'",
+}
+
+
+# What one backfill page may read of its store when the client names what it holds (``have``,
+# specs/network.md §6): the page's own bytes are at most 1 MiB (BACKFILL_PAGE_BYTES), and the
+# messages it leaves out are read to be hashed; 8 MiB is a page and seven pages' worth left
+# out, so a request costs its server a bounded read however many rows the client holds.
+BACKFILL_SCAN_BYTES = 8 << 20
+
+
+class Page(NamedTuple):
+    """A backfill page by cursor (:meth:`Store.page`)."""
+
+    messages: list[bytes]
+    cursor: tuple[int, ...]
+    done: bool
+    left_out: int  # rows past the cursor the client said it holds
 
 
 class StoreError(VrlError):
@@ -377,7 +406,8 @@ class Store:
             yield "trained", b"", (version, groups)
 
     def since(self, round_index: int, limit_bytes: int, after: int = 0,
-              limit_messages: int = BACKFILL_MAX_MESSAGES) -> tuple[list[bytes], int | None]:
+              limit_messages: int = BACKFILL_MAX_MESSAGES,
+              trainer: bytes | None = None) -> tuple[list[bytes], int | None]:
         """Gossip messages of versions >= ``round_index`` for a peer catching up (backfill):
         policies, round manifests, groups, verdicts and step verdicts in a stable order (a
         manifest before the groups and verdicts its round's claims are checked against), at most ``limit_bytes`` and
@@ -387,17 +417,25 @@ class Store:
         ``round_index`` and ``after`` are u64 from a peer's request: the version compares as a
         BLOB; an offset past SQLite's signed range skips everything, as any past the end does.
         Only the keys are sorted; each message's bytes are read once it is known to fit, so a
-        request costs one page's bytes in memory, however large the store."""
+        request costs one page's bytes in memory, however large the store. ``trainer``: as
+        :meth:`page`'s."""
         tables = ("policies", "manifests", "groups", "verdicts", "steps")
+
+        def only(table: str) -> str:
+            return f" AND {_GOSSIPED[table]}" if trainer is not None and table in _GOSSIPED else ""
+
         with self._lock:
             keys = self._db.execute(
-                "SELECT k, r FROM (SELECT 0 AS k, version AS o, blob AS t, rowid AS r FROM policies WHERE version >= ?"
-                " UNION ALL SELECT 1, round, trainer, rowid FROM manifests WHERE round >= ?"
-                " UNION ALL SELECT 2, version, digest, rowid FROM groups WHERE version >= ? AND planted = 0"
-                " UNION ALL SELECT 3, version, id, rowid FROM verdicts WHERE version >= ?"
-                " UNION ALL SELECT 4, version, id, rowid FROM steps WHERE version >= ?)"
-                " ORDER BY k, o, t LIMIT ? OFFSET ?",
-                (u64(round_index),) * 5 + (limit_messages + 1, min(after, _MAX_OFFSET))).fetchall()
+                "SELECT k, r FROM (SELECT 0 AS k, version AS o, blob AS t, rowid AS r FROM policies"
+                " WHERE version >= :since"
+                " UNION ALL SELECT 1, round, trainer, rowid FROM manifests WHERE round >= :since"
+                " UNION ALL SELECT 2, version, digest, rowid FROM groups WHERE version >= :since AND planted = 0"
+                f"{only('groups')}"
+                f" UNION ALL SELECT 3, version, id, rowid FROM verdicts WHERE version >= :since{only('verdicts')}"
+                f" UNION ALL SELECT 4, version, id, rowid FROM steps WHERE version >= :since{only('steps')})"
+                " ORDER BY k, o, t LIMIT :limit OFFSET :offset",  # noqa: S608
+                {"since": u64(round_index), "limit": limit_messages + 1, "offset": min(after, _MAX_OFFSET),
+                 "trainer": trainer}).fetchall()
             out, size = [], 0
             for kind, row in keys:
                 (data,), = self._db.execute(f"SELECT data FROM {tables[kind]} WHERE rowid=?", (row,))  # noqa: S608
@@ -407,21 +445,52 @@ class Store:
                 size += len(data)
         return out, None
 
+    def marks(self) -> tuple[int, ...]:
+        """The largest rowid of each table of :data:`_SERVED`: where :meth:`held_since` starts next."""
+        with self._lock:
+            return tuple(self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
+                         for table, _ in _SERVED)
+
+    def held_since(self, round_index: int, marks: tuple[int, ...] | None, salt: bytes,
+                   limit: int = BACKFILL_HAVE_MAX) -> tuple[bytes, tuple[int, ...]]:
+        """What a backfill client names before the bodies cross (``have``, specs/network.md §6):
+        ``salt`` and the short ids of the messages of versions >= ``round_index`` this store took
+        past ``marks`` (one rowid per table of :data:`_SERVED`; None: all of them), at most
+        ``limit`` (the first kinds first, the newest first within one); and the marks now. Empty
+        bytes when it took none. Memory and time: those rows, read once each."""
+        tops = self.marks()
+        since = marks if marks is not None and len(marks) == len(_SERVED) else (0,) * len(_SERVED)
+        ids: list[bytes] = []
+        with self._lock:
+            for (table, served), mark, top in zip(_SERVED, since, tops, strict=True):
+                if len(ids) == limit:
+                    break
+                rows = self._db.execute(
+                    f"SELECT data FROM {table} WHERE rowid > ? AND rowid <= ? AND {served}"  # noqa: S608
+                    " ORDER BY rowid DESC LIMIT ?", (mark, top, u64(round_index), limit - len(ids)))
+                ids += [short_id(salt, data) for (data,) in rows.fetchall()]
+        return (salt + b"".join(ids) if ids else b""), tops
+
     def page(self, round_index: int, cursor: tuple[int, ...], limit_bytes: int,
-             limit_messages: int = BACKFILL_MAX_MESSAGES) -> tuple[list[bytes], tuple[int, ...], bool]:
+             limit_messages: int = BACKFILL_MAX_MESSAGES, held: frozenset[bytes] = frozenset(),
+             salt: bytes = b"", trainer: bytes | None = None) -> Page:
         """A backfill page by cursor (specs/network.md §6): the messages of versions >=
         ``round_index`` stored past ``cursor`` (``[generation, w_1 .. w_5]``, one rowid
         watermark per table of :data:`_SERVED`), table by table in the order of kinds, each in
-        rowid (append) order, at most ``limit_bytes`` and ``limit_messages`` of them; returns
-        them, the cursor to ask with next, and whether the page reached the end.
+        rowid (append) order, at most ``limit_bytes`` and ``limit_messages`` of them, less those
+        whose short id under ``salt`` is in ``held`` (the client holds them: the request's
+        ``have``); returns them, the cursor to ask with next, whether the page reached the end,
+        and how many it left out. ``trainer``: the asker is not the trainer of a committee-design
+        network, whose id this is; only what that design gossips is served (:data:`_GOSSIPED`).
 
         A cursor of another generation, or with a watermark above its table's largest rowid (the
         store was reset, or the cursor is not one of ours), is a full pass: every watermark 0. A
         table the page got past takes its largest rowid as watermark (its rows not served were
-        of older versions or planted: never served for this ``round_index`` or a larger one).
-        Memory and time: one page's bytes, as :meth:`since`."""
+        of older versions or planted: never served for this ``round_index`` or a larger one, or
+        held by the client). Memory and time: one page's bytes, as :meth:`since`; with ``held``,
+        at most ``limit_messages`` rows and BACKFILL_SCAN_BYTES read, each hashed once."""
         out: list[bytes] = []
-        size = 0
+        size = read = scanned = 0
         with self._lock:
             tops = [self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
                     for table, _ in _SERVED]
@@ -429,15 +498,27 @@ class Store:
             if cursor[0] != self.generation or any(m > top for m, top in zip(marks, tops, strict=True)):
                 marks = [0] * len(_SERVED)
             for index, (table, served) in enumerate(_SERVED):
+                if trainer is not None and table in _GOSSIPED:
+                    served = f"{served.replace('?', ':since')} AND {_GOSSIPED[table]}"
+                    bound = {"since": u64(round_index), "trainer": trainer}
+                else:
+                    served, bound = served.replace("?", ":since"), {"since": u64(round_index)}
                 rows = self._db.execute(
-                    f"SELECT rowid, length(data) FROM {table} WHERE rowid > ? AND {served}"  # noqa: S608
-                    " ORDER BY rowid LIMIT ?", (marks[index], u64(round_index), limit_messages - len(out) + 1))
+                    f"SELECT rowid, length(data) FROM {table} WHERE rowid > :mark AND {served}"  # noqa: S608
+                    " ORDER BY rowid LIMIT :limit", {"mark": marks[index], "limit": limit_messages - scanned + 1,
+                                                     **bound})
                 for row, length in rows.fetchall():
-                    if out and (size + length > limit_bytes or len(out) == limit_messages):
-                        return out, (self.generation, *marks), False
+                    if scanned and (size + length > limit_bytes or read + length > BACKFILL_SCAN_BYTES
+                                    or scanned == limit_messages):
+                        return Page(out, (self.generation, *marks), False, scanned - len(out))
                     (data,), = self._db.execute(f"SELECT data FROM {table} WHERE rowid=?", (row,))  # noqa: S608
+                    scanned += 1
+                    marks[index] = row
+                    if held:
+                        read += length
+                        if short_id(salt, data) in held:
+                            continue
                     out.append(data)
                     size += length
-                    marks[index] = row
                 marks[index] = tops[index]
-        return out, (self.generation, *marks), True
+        return Page(out, (self.generation, *marks), True, scanned - len(out))

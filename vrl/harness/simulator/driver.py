@@ -119,6 +119,9 @@ class SimNode:
     missed: list[Msg] = field(default_factory=list)
     seen: deque = field(default_factory=lambda: deque(maxlen=16))  # the replay cheat's loot
     prepaid: set = field(default_factory=set)  # deliveries whose bytes a backfill page counted
+    # Gossip this node missed since its last backfill pass, bytes and messages: what the
+    # "gossip" model's pass pages it when it names what it holds (stores.gossip_pass).
+    lacked: list[int] = field(default_factory=lambda: [0, 0])
     cpu_until: float = 0.0  # when its event loop is free again (with SimConfig.cores)
     known_quarantined: int = 0
     convicted_at: float | None = None
@@ -180,6 +183,7 @@ class Simulation(Actions):
         # of 12, node_cap 0.34), as the calibration's devnet runs; config.admission overrides it.
         self.admission = AdmissionConfig(**{**NODE_OVERRIDES["admission"], **c.admission})
         self.round_bytes: dict[int, int] = {}  # gossip bytes published per round: what peers' stores hold
+        self.round_messages: dict[int, int] = {}  # and messages
         self.params = {**overrides, "last_version": self.last_version}
         kinds = assign(c.adversaries, c.nodes)
         self.sybils = sybil_slots(c.adversaries, c.nodes)
@@ -333,6 +337,7 @@ class Simulation(Actions):
         if msg is None:
             return None
         self.round_bytes[msg.round] = self.round_bytes.get(msg.round, 0) + msg.size
+        self.round_messages[msg.round] = self.round_messages.get(msg.round, 0) + 1
         keep(self, origin, msg)
         copies = self.net.forwards(origin, origin=True)
         self.metrics.sent(origin, msg.size * copies, copies)
@@ -347,11 +352,13 @@ class Simulation(Actions):
                 arrivals[j] = self.now
             if not self.net.reachable(origin, j):
                 node.missed.append(msg)
+                _lacks(node, msg)
                 continue
             when = float(arrivals[j])
             if self.net.missed():
                 when = self.net.backfill_at(when)
                 node.prepaid.add(msg)  # its bytes are in the backfill page that brings it
+                _lacks(node, msg)
             self.deliver(node, msg, when)
         return msg
 
@@ -392,6 +399,8 @@ class Simulation(Actions):
         msgs = node.slots.pop(slot, ())
         if node.index in self.net.offline:
             node.missed.extend(msgs)
+            for msg in msgs:
+                _lacks(node, msg)
             return
         fed = False
         for count, msg in enumerate(msgs):
@@ -484,11 +493,13 @@ class Simulation(Actions):
         BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them (stores.py: a peer's log is its store, or
         everything gossiped in those rounds; SimConfig.backfill)."""
         if node.index not in self.net.offline and node.protocol.version is not None:
-            full, per_round = self.config.backfill.endswith("-full"), self.config.backfill.endswith("-round")
+            model = self.config.backfill
+            full, per_round = model.endswith("-full"), model.endswith("-round")
+            have = "-" not in model  # "gossip", "daemon": the asker names what it holds
             if self.ledger is not None:
-                daemon_pass(self, node, full, per_round)
+                daemon_pass(self, node, full, per_round, have)
             else:
-                gossip_pass(self, node, full, per_round)
+                gossip_pass(self, node, full, per_round, have)
         self.at(self.now + BACKFILL_EVERY_SECONDS, self.backfill_pass, node)
 
     # -- rounds ----------------------------------------------------------------------------------
@@ -564,3 +575,9 @@ class Simulation(Actions):
                 msg = self.publish(node.index, TOPIC_VERDICTS, sybil_verdict(key, group, version, committee).to_bytes())
                 if msg is not None:
                     self.metrics.sybil_message(msg)
+
+
+def _lacks(node: SimNode, msg: Msg) -> None:
+    """``node`` missed a gossip delivery: its next pass cannot name it as held (stores.gossip_pass)."""
+    node.lacked[0] += msg.size
+    node.lacked[1] += 1

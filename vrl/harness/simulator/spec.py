@@ -220,11 +220,14 @@ class SimConfig:
     sybil_verdicts: int = 32  # groups each fresh sybil key hard-fails per round
     deadline_s: float = 3600.0  # simulated seconds after which the run stops, rounds done or not
     # What a backfill pass costs (stores.py): "gossip", what the network gossiped in the window
-    # (specs/network.md §3.5's target in the committee design); "daemon", each peer's own store,
-    # groups and passes included, as vrl.node.catchup pages it (the calibration's). Both by cursor
-    # kept across rounds (specs/network.md §6: what the peer stored since the last pass); "-round":
-    # the cursor kept only within a round (the first pass of a round pages the window whole);
-    # "-full": every pass the whole window, as before cursors.
+    # (specs/network.md §3.5); "daemon", each peer's own store as vrl.node.catchup pages it (the
+    # calibration's): to the trainer everything, to any other peer in the committee design what
+    # that design gossips. Both by cursor kept across rounds (specs/network.md §6: what the peer
+    # stored since the last pass), less what the asker names as held (``have``). "-cursor": the
+    # same without ``have``, and the daemon paging every peer its whole store, groups and passes
+    # included (the daemon before both); "-round": that with the cursor kept only within a round
+    # (the first pass of a round pages the window whole); "-full": every pass the whole window,
+    # as before cursors.
     backfill: str = "gossip"
     protocol: dict = field(default_factory=dict)  # ProtocolParams overrides
     admission: dict = field(default_factory=dict)  # AdmissionConfig overrides (over NODE_OVERRIDES')

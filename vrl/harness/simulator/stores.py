@@ -39,14 +39,28 @@ taken: vrl.node.catchup before the cursor was kept across rounds); ``"gossip-ful
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections import defaultdict
 
 from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
-from vrl.node.messages import BACKFILL_MAX_MESSAGES, TOPIC_VERDICTS, BackfillPage, BackfillRequest, schema_of
+from vrl.node.messages import (
+    BACKFILL_HAVE_MAX,
+    BACKFILL_MAX_MESSAGES,
+    SHORT_ID_BYTES,
+    TOPIC_GROUPS,
+    TOPIC_STEPS,
+    TOPIC_VERDICTS,
+    BackfillPage,
+    BackfillRequest,
+    Outcome,
+    StepOutcome,
+    schema_of,
+)
 
-BACKFILL_MODELS = ("gossip", "daemon", "gossip-round", "daemon-round", "gossip-full", "daemon-full")
+BACKFILL_MODELS = ("gossip", "daemon", "gossip-cursor", "daemon-cursor", "gossip-round", "daemon-round",
+                   "gossip-full", "daemon-full")
 # A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
 # message a bin header (3 bytes up to 64 KiB, 5 above: a group of the base model is ~6 KB).
 PAGE_OVERHEAD_BYTES = len(BackfillPage((), None).to_bytes())
@@ -60,6 +74,16 @@ FULL_REQUEST_BYTES = len(BackfillRequest(1, 1).to_bytes())  # a request by posit
 CURSOR_BYTES = len(BackfillPage((), None, CURSOR).to_bytes()) - len(BackfillPage((), None).to_bytes())
 
 
+def have_bytes(named: int) -> int:
+    """What ``have`` adds to a request naming ``named`` messages (none: the key is absent):
+    its key, a bin header, the salt and 8 bytes a short id (specs/network.md §6)."""
+    named = min(named, BACKFILL_HAVE_MAX)
+    if named == 0:
+        return 0
+    with_have = BackfillRequest(1, 1, CURSOR, bytes(SHORT_ID_BYTES * (1 + named)))
+    return len(with_have.to_bytes()) - REQUEST_BYTES
+
+
 class StoreLedger:
     """Per node: bytes and messages stored per version, each message once, and the messages
     themselves (what a pass hands a peer that lacks them)."""
@@ -71,11 +95,21 @@ class StoreLedger:
         # the asker's cursor on that peer and the ``since`` it was last used for (keys are in the
         # order stored, as rowids are).
         self.cursors: dict[tuple[int, int], tuple[int, dict[int, tuple[int, int]]]] = {}
+        # Per node: how many messages it stored, and when (that count) it stored each: what it
+        # names as held since its last pass (``have``, daemon_pass); and the groups a failure it
+        # stored names (the trainer's pass on one is served to all, Store._GOSSIPED).
+        self.stored: list[int] = []
+        self.order: list[dict[int, int]] = []
+        self.failed: list[set[bytes]] = []
+        self.have_marks: dict[int, int] = {}  # node -> its count when its last pass began
 
     def grow(self, nodes: int) -> None:
         while len(self.held) < nodes:
             self.held.append(defaultdict(lambda: [0, 0]))
             self.keys.append(defaultdict(dict))
+            self.stored.append(0)
+            self.order.append({})
+            self.failed.append(set())
 
     def has(self, node: int, version: int, data: bytes) -> bool:
         return hash(data) in self.keys[node].get(version, ())
@@ -90,6 +124,24 @@ class StoreLedger:
         slot = self.held[node][version]
         slot[0] += len(data)
         slot[1] += 1
+        self.order[node][key] = self.stored[node]
+        self.stored[node] += 1
+        verdict = getattr(msg, "obj", None) if getattr(msg, "topic", None) == TOPIC_VERDICTS else None
+        if verdict is not None and verdict.outcome != Outcome.PASS:
+            self.failed[node].add(verdict.group)
+
+    def named(self, node: int, since: int) -> frozenset[int]:
+        """What ``node``'s pass names as held (vrl.node.catchup: Store.held_since): the messages
+        of versions >= ``since`` it stored since its last pass began (all, at its first), at most
+        BACKFILL_HAVE_MAX, the newest; and the pass's start is remembered."""
+        mark = self.have_marks.get(node, 0)
+        self.have_marks[node] = self.stored[node]
+        order = self.order[node]
+        fresh = [(order[key], key) for version, keys in self.keys[node].items() if version >= since
+                 for key in keys if order[key] >= mark]
+        if len(fresh) > BACKFILL_HAVE_MAX:
+            fresh = sorted(fresh)[-BACKFILL_HAVE_MAX:]
+        return frozenset(key for _, key in fresh)
 
     def window(self, node: int, since: int) -> tuple[int, int]:
         """Bytes and messages ``node``'s store holds of versions ``>= since``."""
@@ -102,10 +154,11 @@ class StoreLedger:
 
     def prune(self, oldest: int) -> None:
         """Forget versions below ``oldest``: no pass asks for them any more (the pruner drops them too)."""
-        for held, keys in zip(self.held, self.keys):
+        for held, keys, order in zip(self.held, self.keys, self.order):
             for version in [v for v in held if v < oldest]:
                 del held[version]
-                keys.pop(version, None)
+                for key in keys.pop(version, {}):
+                    order.pop(key, None)
 
 
     def since_cursor(self, me: int, peer: int, since: int, full: bool = False,
@@ -143,21 +196,31 @@ def pages(size: int, messages: int) -> tuple[int, int]:
     return count, round(share * (size + MESSAGE_OVERHEAD_BYTES * messages)) + count * PAGE_OVERHEAD_BYTES
 
 
-def gossip_pass(sim, node, full: bool, per_round: bool = False) -> None:
+def gossip_pass(sim, node, full: bool, per_round: bool = False, have: bool = False) -> None:
     """The ``"gossip"`` model's pass: from each reachable peer, what the network gossiped in the
     window since this node's last pass (of the same ``since`` when ``per_round``; all of it when
-    ``full``). ``sim.backfill_marks[node]``: (the last pass's since, version -> bytes paged)."""
+    ``full``). ``sim.backfill_marks[node]``: (the last pass's since, version -> (bytes, messages)
+    gossiped by then). With ``have`` the node names what it received of that (every message it
+    did not miss: ``SimNode.lacked``), and a peer pages only what it missed; a node's first pass
+    names nothing (a fresh node holds nothing of the window). Messages stored by a peer after the
+    node's last pass that the node stored before it (a pass racing the gossip) are not modelled."""
     since = max(node.protocol.version - 1, 0)
     known = sim.backfill_marks.get(node.index)
     holds = known is not None and not full and (known[0] == since if per_round else known[0] <= since)
     marks = known[1] if holds else {}
-    window = {v: b for v, b in sim.round_bytes.items() if v >= since}
-    new = sum(b - marks.get(v, 0) for v, b in window.items())
+    window = {v: (b, sim.round_messages.get(v, 0)) for v, b in sim.round_bytes.items() if v >= since}
+    new = sum(b - marks.get(v, (0, 0))[0] for v, (b, _) in window.items())
+    new_messages = sum(m - marks.get(v, (0, 0))[1] for v, (_, m) in window.items())
     sim.backfill_marks[node.index] = (since, window)
+    lacked, node.lacked = node.lacked, [0, 0]
+    named = 0
+    if have and known is not None:
+        named = max(new_messages - lacked[1], 0)
+        new = min(new, lacked[0])
     page = min(new, BACKFILL_PAGE_BYTES * BACKFILL_MAX_PAGES)
     count = max(1, math.ceil(page / BACKFILL_PAGE_BYTES))
     extra = 0 if full else count * CURSOR_BYTES
-    request = count * (FULL_REQUEST_BYTES if full else REQUEST_BYTES)
+    request = count * ((FULL_REQUEST_BYTES if full else REQUEST_BYTES) + have_bytes(named))
     for peer in sim.net.links[node.index]:
         if sim.nodes[peer].protocol is not None and sim.net.reachable(node.index, peer):
             sim.metrics.backfilled(node.index, peer, page + extra, count, request)
@@ -196,7 +259,24 @@ def keep_action(sim, node: int, action) -> None:
         ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
 
 
-def daemon_pass(sim, node, full: bool = False, per_round: bool = False) -> None:
+def _served(key: int, msg, named: frozenset[int], gossiped_only: bool, trainer: bytes, failed: set[bytes]) -> bool:
+    """Whether a peer's store serves ``msg`` in a pass of daemon_pass: not if the asker named it
+    as held; to an asker other than the trainer in the committee design, only what the design
+    gossips (vrl.node.store._GOSSIPED)."""
+    if msg is None or key in named:
+        return False
+    if not gossiped_only:
+        return True
+    if msg.topic == TOPIC_GROUPS:
+        return False
+    if msg.topic == TOPIC_VERDICTS:
+        return msg.obj.outcome != Outcome.PASS or (msg.obj.verifier == trainer and msg.obj.group in failed)
+    if msg.topic == TOPIC_STEPS:
+        return msg.obj.outcome != StepOutcome.PASS
+    return True
+
+
+def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bool = False) -> None:
     """One backfill pass of ``node`` as the daemon runs it (vrl.node.catchup.Backfill.pull):
     every connected peer's window stored since the node's cursor on it (all of it when
     ``full``, the passes before cursors; from no cursor at a new round when ``per_round``),
@@ -205,7 +285,12 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False) -> None:
     are the pages' (prepaid: no delivery counted again). With the cursor kept across rounds, what
     was paged before and is still not stored is offered again from memory at a new round, at no
     cost in bytes (Backfill.deferred). A pass past BACKFILL_MAX_PAGES is taken as paged whole (a
-    bound only the first pass of a round at N = 1,000 could reach)."""
+    bound only the first pass of a round at N = 1,000 could reach).
+
+    With ``have`` (the daemon as it runs now): the node names what it stored since its last pass
+    began, and a peer leaves that out; in the committee design a peer pages a node other than
+    the trainer only what the design gossips (Store._GOSSIPED: no group, no pass but the trainer's
+    on a group a failure it stored names, no step pass)."""
     ledger, net, me = sim.ledger, sim.net, node.index
     since = max((node.protocol.version or 0) - 1, 0)
     new_round = sim.backfill_marks.get(me) != since
@@ -213,15 +298,29 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False) -> None:
     remembered = not full and not per_round and new_round
     ledger.grow(len(sim.nodes))
     mine = ledger.keys[me]
+    named = ledger.named(me, since) if have else frozenset()
+    trainer = sim.trainer.key.node_id
+    gossiped_only = have and node.protocol.committee and me != sim.trainer.index
     offered: set[int] = set()
     for peer in sorted(net.links[me]):
         if sim.nodes[peer].protocol is None or not net.reachable(me, peer):
             ledger.forget(me, peer)
             continue
         size, messages, start = ledger.since_cursor(me, peer, since, full, per_round)
+        failed = ledger.failed[peer]
+        served = functools.partial(_served, named=named, gossiped_only=gossiped_only, trainer=trainer,
+                                   failed=failed)
+        if have:  # counted message by message: what the peer leaves out
+            size = messages = 0
+            for version, held in ledger.keys[peer].items():
+                if version >= since:
+                    for key, msg in itertools.islice(held.items(), start[version], None):
+                        if served(key, msg):
+                            size, messages = size + len(msg.data), messages + 1
         count, size = pages(size, messages)
         size += 0 if full else count * CURSOR_BYTES
-        sim.metrics.backfilled(me, peer, size, count, count * (FULL_REQUEST_BYTES if full else REQUEST_BYTES))
+        request = count * ((FULL_REQUEST_BYTES if full else REQUEST_BYTES) + have_bytes(len(named)))
+        sim.metrics.backfilled(me, peer, size, count, request)
         when = sim.now + count * sim.config.latency_s + size / sim.config.bandwidth_bps
         for version, held in ledger.keys[peer].items():
             if version < since:
@@ -229,7 +328,7 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False) -> None:
             # Paged now: from the cursor on; and from memory, once, what earlier passes brought.
             first = 0 if remembered else start[version]
             for index, (key, msg) in enumerate(itertools.islice(held.items(), first, None), first):
-                if msg is None or key in mine.get(version, ()) or msg.origin == me:
+                if msg is None or key in mine.get(version, ()) or msg.origin == me or not served(key, msg):
                     continue
                 paged = index >= start[version]
                 if not paged:
