@@ -14,6 +14,7 @@ from p2p.transport import Message, Transport, TransportError, Validation, messag
 from vrl.node import protocol as P
 from vrl.node.messages import (
     BACKFILL_CURSOR_TABLES,
+    SHORT_ID_BYTES,
     BackfillPage,
     BackfillRequest,
     Group,
@@ -92,9 +93,9 @@ class Backfill:
         except MessageError:
             self.transport.penalize(peer)
             raise
-        # Off the event loop: a page is a SQLite read of up to 1 MiB.
         # The asker is known by its connection's key, not by anything it says (specs/security.md).
         gossiped_only = self.trainer if self.trainer is not None and peer != self.trainer else None
+        # Off the event loop: a page is a SQLite read of up to 1 MiB (8 MiB read with ``have``).
         if request.cursor is None:  # by position, as before cursors (specs/network.md §6)
             messages, following = await asyncio.to_thread(self.store.since, request.since, BACKFILL_PAGE_BYTES,
                                                           request.after, trainer=gossiped_only)
@@ -122,7 +123,8 @@ class Backfill:
         # What this node took since its last pass, named to every peer before the bodies cross
         # (``have``): a message it received by gossip is not paged to it again. The first pass
         # names everything it holds of the window (its store replayed at a start).
-        have, self.marks = await asyncio.to_thread(self.store.held_since, since, self.marks, secrets.token_bytes(8))
+        have, self.marks = await asyncio.to_thread(self.store.held_since, since, self.marks,
+                                                   secrets.token_bytes(SHORT_ID_BYTES))
         peers = sorted(self.transport.peers())
         # Bounded by the peers connected: a peer that left and comes back is asked from the start.
         self.cursors = {peer: self.cursors[peer] for peer in peers if peer in self.cursors}

@@ -457,18 +457,19 @@ class Store:
         ``salt`` and the short ids of the messages of versions >= ``round_index`` this store took
         past ``marks`` (one rowid per table of :data:`_SERVED`; None: all of them), at most
         ``limit`` (the first kinds first, the newest first within one); and the marks now. Empty
-        bytes when it took none. Memory and time: those rows, read once each."""
+        bytes when it took none. Memory: the ids and one row at a time; time: those rows, read
+        and hashed once each."""
         tops = self.marks()
-        since = marks if marks is not None and len(marks) == len(_SERVED) else (0,) * len(_SERVED)
+        start = marks if marks is not None and len(marks) == len(_SERVED) else (0,) * len(_SERVED)
         ids: list[bytes] = []
         with self._lock:
-            for (table, served), mark, top in zip(_SERVED, since, tops, strict=True):
+            for (table, served), mark, top in zip(_SERVED, start, tops, strict=True):
                 if len(ids) == limit:
                     break
                 rows = self._db.execute(
                     f"SELECT data FROM {table} WHERE rowid > ? AND rowid <= ? AND {served}"  # noqa: S608
                     " ORDER BY rowid DESC LIMIT ?", (mark, top, u64(round_index), limit - len(ids)))
-                ids += [short_id(salt, data) for (data,) in rows.fetchall()]
+                ids += [short_id(salt, data) for (data,) in rows]  # streamed: a row at a time
         return (salt + b"".join(ids) if ids else b""), tops
 
     def page(self, round_index: int, cursor: tuple[int, ...], limit_bytes: int,
