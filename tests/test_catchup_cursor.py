@@ -293,9 +293,9 @@ def test_every_message_the_client_could_take_is_taken_exactly_once(ops, room):
 
 
 def test_a_committee_server_pages_groups_to_the_trainer_alone_knowing_it_by_its_connection(tmp_path):
-    """specs/network.md §3.5, §6: the trainer, known by the key its connection proved, pages every
-    group and pass (a send that failed reaches it so); any other peer only what the design
-    gossips."""
+    """specs/network.md §3.5, §6: the trainer, known by the key its connection proved, is paged
+    the server's own groups (a send that failed reaches it so); any other peer only what the
+    design gossips."""
     async def pages(trainer: bytes, name: str) -> tuple[list[bytes], list[bytes], list[bytes]]:
         network = LoopbackNetwork(seed=3)
         server_transport, client_transport = (network.transport(k.private_seed()) for k in (SERVER, CLIENT))
@@ -303,12 +303,16 @@ def test_a_committee_server_pages_groups_to_the_trainer_alone_knowing_it_by_its_
             await transport.start()
         log = structlog.get_logger()
         server = Backfill(server_transport, Store(tmp_path / f"{name}-server.sqlite"), lambda m: Validation.ACCEPT,
-                          log, trainer=trainer)
+                          log, committee=(trainer, SERVER.node_id))
         client_store = Store(tmp_path / f"{name}-client.sqlite")
         client = Backfill(client_transport, client_store, lambda m: Validation.ACCEPT, log)
         server_transport.set_handler(BACKFILL_PROTOCOL, server.serve)
         await client_transport.connect(server_transport.addresses()[0])
-        groups = [put(server.store, 2, n, 0) for n in range(3)]
+        for n in range(3):  # groups the server fetched from others: no one's by backfill
+            put(server.store, 2, n, 0)
+        own = [Submission((b"own %d" % n,)) for n in range(2)]
+        for n, group in enumerate(own):
+            server.store.put_group(group, SERVER.node_id, 0, float(n))
         failures = [put(server.store, kind, 3, 0) for kind in (0, 1)]  # a policy, a manifest: gossiped in any design
         taken = []
         async for message in client.pull(0):
@@ -316,9 +320,9 @@ def test_a_committee_server_pages_groups_to_the_trainer_alone_knowing_it_by_its_
             taken.append(message.data)
         for store in (server.store, client_store):
             store.close()
-        return taken, groups, failures
+        return taken, [g.to_bytes() for g in own], failures
 
-    taken, groups, gossiped = asyncio.run(pages(CLIENT.node_id, "trainer"))
-    assert sorted(taken) == sorted(groups + gossiped)
-    taken, groups, gossiped = asyncio.run(pages(SERVER.node_id, "member"))
+    taken, own, gossiped = asyncio.run(pages(CLIENT.node_id, "trainer"))
+    assert sorted(taken) == sorted(own + gossiped)
+    taken, own, gossiped = asyncio.run(pages(SERVER.node_id, "member"))
     assert sorted(taken) == sorted(gossiped)

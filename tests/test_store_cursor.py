@@ -211,8 +211,9 @@ def test_what_a_store_took_since_its_marks_is_named_newest_first(tmp_path):
 
 def test_a_committee_server_pages_a_peer_other_than_the_trainer_only_what_the_design_gossips(tmp_path):
     """specs/network.md §3.5, §6: no group, no member's pass, no step pass; failures, the
-    trainer's pass on a group a failure names, fraud step verdicts, policies and manifests. The
-    trainer itself gets everything (a send that failed reaches it so), by cursor and by position."""
+    trainer's pass on a group a failure names, fraud step verdicts, policies and manifests; to
+    the trainer also what the server sent it. Outside the committee design, everything; by
+    cursor and by position alike."""
     from tests.fuzzing import step_verdict
 
     trainer, member = NodeKey.from_seed(b"T" * 32), NodeKey.from_seed(b"M" * 32)
@@ -223,8 +224,8 @@ def test_a_committee_server_pages_a_peer_other_than_the_trainer_only_what_the_de
     store = Store(tmp_path / "n.sqlite")
     g1, g2 = Submission((b"g1",)), Submission((b"g2",))
     everything = [put(store, 0, 0, 1), put(store, 1, 1, 1)]
-    for group in (g1, g2):
-        store.put_group(group, b"w" * 32, 1, 2.0)
+    for group, subject in ((g1, b"w" * 32), (g2, member.node_id)):
+        store.put_group(group, subject, 1, 2.0)
         everything.append(group.to_bytes())
     failure = by(member, g1, "hard_fail")
     member_pass, recheck, fallback = by(member, g2, "pass"), by(trainer, g1, "pass"), by(trainer, g2, "pass")
@@ -239,6 +240,12 @@ def test_a_committee_server_pages_a_peer_other_than_the_trainer_only_what_the_de
     page = store.page(1, FIRST_CURSOR, 1 << 20, trainer=trainer.node_id)
     assert sorted(page.messages) == sorted(gossiped) and page.done
     assert sorted(store.since(1, 1 << 20, trainer=trainer.node_id)[0]) == sorted(gossiped)
+    # The member's own store paged to the trainer: also what the member sent it, its group and
+    # its pass (a send that failed reaches the trainer so), and nothing it fetched or stored only.
+    sent = gossiped + [g2.to_bytes(), member_pass.to_bytes()]
+    page = store.page(1, FIRST_CURSOR, 1 << 20, trainer=trainer.node_id, sender=member.node_id)
+    assert sorted(page.messages) == sorted(sent)
+    assert sorted(store.since(1, 1 << 20, trainer=trainer.node_id, sender=member.node_id)[0]) == sorted(sent)
     assert sorted(store.page(1, FIRST_CURSOR, 1 << 20).messages) == sorted(everything)
     assert sorted(store.since(1, 1 << 20)[0]) == sorted(everything)
     store.close()

@@ -57,15 +57,16 @@ class Backfill:
 
     ``waits`` says of a message this node did not store once it was handled whether the reason
     is temporary: the policy version it waits in, or None if it is refused for good
-    (vrl.node.validation.Validator.waits; the default: nothing waits). ``trainer``: the trainer's
-    id in a network of the committee design, whose backfill serves a peer other than the trainer
-    only what the design gossips (specs/network.md §3.5, §6); None (the ticket design): all."""
+    (vrl.node.validation.Validator.waits; the default: nothing waits). ``committee``: in a network
+    of the committee design, the trainer's id and this node's, whose backfill serves what the
+    design gossips, and to the trainer what this node sent it (specs/network.md §3.5, §6); None
+    (the ticket design): everything."""
 
     def __init__(self, transport: Transport, store: Store, validate: Callable[[Message], Validation],
                  log: structlog.BoundLogger, waits: Callable[[Message], int | None] = _never,
-                 trainer: bytes | None = None) -> None:
+                 committee: tuple[bytes, bytes] | None = None) -> None:
         self.transport, self.store, self.validate, self.log, self.waits = transport, store, validate, log, waits
-        self.trainer = trainer
+        self.committee = committee
         # Per peer: the ``since`` of the last pass that asked it and the cursor its last page gave.
         # A pass of that ``since`` or a larger one (a later round) asks from there, so that every
         # message the peer stores crosses the link once; a smaller ``since`` asks from the start.
@@ -94,14 +95,15 @@ class Backfill:
             self.transport.penalize(peer)
             raise
         # The asker is known by its connection's key, not by anything it says (specs/security.md).
-        gossiped_only = self.trainer if self.trainer is not None and peer != self.trainer else None
+        served = {} if self.committee is None else {
+            "trainer": self.committee[0], **({"sender": self.committee[1]} if peer == self.committee[0] else {})}
         # Off the event loop: a page is a SQLite read of up to 1 MiB (8 MiB read with ``have``).
         if request.cursor is None:  # by position, as before cursors (specs/network.md §6)
             messages, following = await asyncio.to_thread(self.store.since, request.since, BACKFILL_PAGE_BYTES,
-                                                          request.after, trainer=gossiped_only)
+                                                          request.after, **served)
             return BackfillPage(tuple(messages), following).to_bytes()
         page = await asyncio.to_thread(self.store.page, request.since, request.cursor, BACKFILL_PAGE_BYTES,
-                                       held=request.held(), salt=request.salt, trainer=gossiped_only)
+                                       held=request.held(), salt=request.salt, **served)
         # ``next`` counts the pass's messages, served or left out as held (the cursor is the
         # position); capped at the u64 range for a request whose ``after`` is near it (an honest
         # pass counts at most 64 pages' worth).

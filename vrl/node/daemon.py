@@ -130,7 +130,8 @@ class Node:
         self.groups = GroupCache(self.store, self.log)
         self.validate = Validator(self.protocol, config.work.group_size, self.groups, self.metrics)
         self.catchup = Backfill(transport, self.store, self.validate, self.log, waits=self.validate.waits,
-                                trainer=bytes.fromhex(config.trainer) if self.protocol.committee else None)
+                                committee=(bytes.fromhex(config.trainer), key.node_id) if self.protocol.committee
+                                else None)
         self.proving = Proving(config.zk, config.path, key, transport, self.work, self.groups, self.blobs,
                                self.model_thread, self.metrics, self.log, sampling=sampling, rewards=reward_proofs,
                                answer_key=self.answer_key)

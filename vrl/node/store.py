@@ -118,16 +118,20 @@ SNAPSHOT_AT_KEY = "reputation_at"
 _SERVED = (("policies", "version >= ?"), ("manifests", "round >= ?"), ("groups", "version >= ? AND planted = 0"),
            ("verdicts", "version >= ?"), ("steps", "version >= ?"))
 assert len(_SERVED) == BACKFILL_CURSOR_TABLES
-# What a server pages to a peer other than the trainer in the committee design (specs/network.md
-# §3.5, §6): what that design gossips. No group (a member fetches its groups by digest), no pass
-# (it concerns the trainer alone) but the trainer's on a group a failure names (its re-check,
-# which clears the accusation in every view), no step pass. ``:trainer`` is the trainer's id.
+# What a server pages in the committee design (specs/network.md §3.5, §6): what that design
+# gossips, and to the trainer what the server itself sent it. No group but the server's own (a
+# member fetches its groups by digest; the trainer holds them, having served them), no pass but
+# the server's own to the trainer (it concerns the trainer alone) and the trainer's on a group a
+# failure names (its re-check, which clears the accusation in every view), no step pass.
+# ``:trainer`` is the trainer's id, ``:sender`` the server's own to the trainer, else nobody's.
 _GOSSIPED = {
-    "groups": "0",
-    "verdicts": "(outcome != 'pass' OR (verifier = :trainer AND grp IN"
+    "groups": "subject = :sender",
+    "verdicts": "(outcome != 'pass' OR verifier = :sender OR (verifier = :trainer AND grp IN"
                 " (SELECT grp FROM verdicts WHERE outcome != 'pass')))",
     "steps": "outcome != 'pass'",
 }
+# An id no node has (ids are 32 bytes): ``:sender`` when the asker is not the trainer.
+_NOBODY = b""
 
 
 # What one backfill page may read of its store when the client names what it holds (``have``,
@@ -406,8 +410,8 @@ class Store:
             yield "trained", b"", (version, groups)
 
     def since(self, round_index: int, limit_bytes: int, after: int = 0,
-              limit_messages: int = BACKFILL_MAX_MESSAGES,
-              trainer: bytes | None = None) -> tuple[list[bytes], int | None]:
+              limit_messages: int = BACKFILL_MAX_MESSAGES, trainer: bytes | None = None,
+              sender: bytes = _NOBODY) -> tuple[list[bytes], int | None]:
         """Gossip messages of versions >= ``round_index`` for a peer catching up (backfill):
         policies, round manifests, groups, verdicts and step verdicts in a stable order (a
         manifest before the groups and verdicts its round's claims are checked against), at most ``limit_bytes`` and
@@ -417,8 +421,8 @@ class Store:
         ``round_index`` and ``after`` are u64 from a peer's request: the version compares as a
         BLOB; an offset past SQLite's signed range skips everything, as any past the end does.
         Only the keys are sorted; each message's bytes are read once it is known to fit, so a
-        request costs one page's bytes in memory, however large the store. ``trainer``: as
-        :meth:`page`'s."""
+        request costs one page's bytes in memory, however large the store. ``trainer`` and
+        ``sender``: as :meth:`page`'s."""
         tables = ("policies", "manifests", "groups", "verdicts", "steps")
 
         def only(table: str) -> str:
@@ -435,7 +439,7 @@ class Store:
                 f" UNION ALL SELECT 4, version, id, rowid FROM steps WHERE version >= :since{only('steps')})"
                 " ORDER BY k, o, t LIMIT :limit OFFSET :offset",  # noqa: S608
                 {"since": u64(round_index), "limit": limit_messages + 1, "offset": min(after, _MAX_OFFSET),
-                 "trainer": trainer}).fetchall()
+                 "trainer": trainer, "sender": sender}).fetchall()
             out, size = [], 0
             for kind, row in keys:
                 (data,), = self._db.execute(f"SELECT data FROM {tables[kind]} WHERE rowid=?", (row,))  # noqa: S608
@@ -474,15 +478,16 @@ class Store:
 
     def page(self, round_index: int, cursor: tuple[int, ...], limit_bytes: int,
              limit_messages: int = BACKFILL_MAX_MESSAGES, held: frozenset[bytes] = frozenset(),
-             salt: bytes = b"", trainer: bytes | None = None) -> Page:
+             salt: bytes = b"", trainer: bytes | None = None, sender: bytes = _NOBODY) -> Page:
         """A backfill page by cursor (specs/network.md §6): the messages of versions >=
         ``round_index`` stored past ``cursor`` (``[generation, w_1 .. w_5]``, one rowid
         watermark per table of :data:`_SERVED`), table by table in the order of kinds, each in
         rowid (append) order, at most ``limit_bytes`` and ``limit_messages`` of them, less those
         whose short id under ``salt`` is in ``held`` (the client holds them: the request's
         ``have``); returns them, the cursor to ask with next, whether the page reached the end,
-        and how many it left out. ``trainer``: the asker is not the trainer of a committee-design
-        network, whose id this is; only what that design gossips is served (:data:`_GOSSIPED`).
+        and how many it left out. ``trainer``: the trainer's id in a committee-design network,
+        where only what that design gossips is served, and, to the trainer, what ``sender`` (this
+        store's node, given when the asker is the trainer) sent it (:data:`_GOSSIPED`).
 
         A cursor of another generation, or with a watermark above its table's largest rowid (the
         store was reset, or the cursor is not one of ours), is a full pass: every watermark 0. A
@@ -501,7 +506,7 @@ class Store:
             for index, (table, served) in enumerate(_SERVED):
                 if trainer is not None and table in _GOSSIPED:
                     served = f"{served.replace('?', ':since')} AND {_GOSSIPED[table]}"
-                    bound = {"since": u64(round_index), "trainer": trainer}
+                    bound = {"since": u64(round_index), "trainer": trainer, "sender": sender}
                 else:
                     served, bound = served.replace("?", ":since"), {"since": u64(round_index)}
                 rows = self._db.execute(

@@ -259,18 +259,21 @@ def keep_action(sim, node: int, action) -> None:
         ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
 
 
-def _served(key: int, msg, named: frozenset[int], gossiped_only: bool, trainer: bytes, failed: set[bytes]) -> bool:
+def _served(key: int, msg, named: frozenset[int], committee: bool, trainer: bytes, sender: bytes | None,
+            failed: set[bytes]) -> bool:
     """Whether a peer's store serves ``msg`` in a pass of daemon_pass: not if the asker named it
-    as held; to an asker other than the trainer in the committee design, only what the design
-    gossips (vrl.node.store._GOSSIPED)."""
+    as held; in the committee design (``committee``, with ``have``: the daemon as it runs now)
+    only what the design gossips, and to the trainer what the peer sent it (``sender``, the
+    peer's id when the asker is the trainer; vrl.node.store._GOSSIPED)."""
     if msg is None or key in named:
         return False
-    if not gossiped_only:
+    if not committee:
         return True
     if msg.topic == TOPIC_GROUPS:
-        return False
+        return msg.obj.subject == sender
     if msg.topic == TOPIC_VERDICTS:
-        return msg.obj.outcome != Outcome.PASS or (msg.obj.verifier == trainer and msg.obj.group in failed)
+        v = msg.obj
+        return v.outcome != Outcome.PASS or v.verifier == sender or (v.verifier == trainer and v.group in failed)
     if msg.topic == TOPIC_STEPS:
         return msg.obj.outcome != StepOutcome.PASS
     return True
@@ -288,9 +291,9 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bo
     bound only the first pass of a round at N = 1,000 could reach).
 
     With ``have`` (the daemon as it runs now): the node names what it stored since its last pass
-    began, and a peer leaves that out; in the committee design a peer pages a node other than
-    the trainer only what the design gossips (Store._GOSSIPED: no group, no pass but the trainer's
-    on a group a failure it stored names, no step pass)."""
+    began, and a peer leaves that out; in the committee design a peer pages what the design
+    gossips (Store._GOSSIPED: no group, no pass but the trainer's on a group a failure it stored
+    names, no step pass), and to the trainer what it sent it (its groups and passes)."""
     ledger, net, me = sim.ledger, sim.net, node.index
     since = max((node.protocol.version or 0) - 1, 0)
     new_round = sim.backfill_marks.get(me) != since
@@ -300,7 +303,7 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bo
     mine = ledger.keys[me]
     named = ledger.named(me, since) if have else frozenset()
     trainer = sim.trainer.key.node_id
-    gossiped_only = have and node.protocol.committee and me != sim.trainer.index
+    committee = have and node.protocol.committee
     offered: set[int] = set()
     for peer in sorted(net.links[me]):
         if sim.nodes[peer].protocol is None or not net.reachable(me, peer):
@@ -308,7 +311,8 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bo
             continue
         size, messages, start = ledger.since_cursor(me, peer, since, full, per_round)
         failed = ledger.failed[peer]
-        served = functools.partial(_served, named=named, gossiped_only=gossiped_only, trainer=trainer,
+        sender = sim.nodes[peer].key.node_id if me == sim.trainer.index else None
+        served = functools.partial(_served, named=named, committee=committee, trainer=trainer, sender=sender,
                                    failed=failed)
         if have:  # counted message by message: what the peer leaves out
             size = messages = 0
