@@ -3,7 +3,7 @@ races"; vrl/node/claims.py): members that check honestly but state every race lo
 committee seat they pass (the simulator's ``liar`` adversary), run side by side with the budget
 (``loss_claim_budget``, the default) and without it (0), the same seed and settings otherwise.
 
-    python bench/simulate_liar.py --nodes 100 --rounds 6 --shares 0.1 \\
+    python bench/simulate_liar.py --nodes 100 --rounds 6 --shares 0,0.1,0.3 \\
         --out bench/results/simulate-liar-budget.json
 
 Per run: the trainer's checks per round (mean over the measured rounds, and each round's), its
@@ -87,7 +87,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--shares", default="0.1", help="liars' shares of the nodes, comma-separated")
+    parser.add_argument("--shares", default="0,0.1", help="liars' shares of the nodes, comma-separated (0: none)")
     parser.add_argument("--budgets", default=f"{ProtocolParams.loss_claim_budget},0",
                         help="loss_claim_budget values to run side by side (0: no budget)")
     parser.add_argument("--batch-groups", default="round", type=batch_groups_arg,
@@ -112,7 +112,7 @@ def main() -> int:
     for share in (float(s) for s in args.shares.split(",")):
         for budget in (int(b) for b in args.budgets.split(",")):
             config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design="committee",
-                               seed=args.seed, adversaries=parse_adversaries(f"liar:{share}"),
+                               seed=args.seed, adversaries=parse_adversaries(f"liar:{share}" if share else ""),
                                admission={"batch_groups": batch},
                                protocol={**dict(args.protocol), "loss_claim_budget": budget})
             run = run_one(config)
