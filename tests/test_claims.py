@@ -185,3 +185,26 @@ def test_the_trainers_unconfirmed_checks_never_exceed_the_budget_per_claimant(bu
     # One claimant alone: its unconfirmed checks are at most the budget, whatever it stated.
     if len(claimants) == 1:
         assert len(asked) - confirmed <= budget
+
+
+def test_the_simulators_liars_state_every_race_lost_and_cost_the_trainer_fewer_checks_within_the_budget():
+    """The simulator's ``liar`` adversary (vrl.harness.simulator.payloads.liar_claim): its committee
+    passes reach the trainer stating every race lost, on a platform the trainer does not share bit
+    for bit (so it is not hard-failed at its first refuted claim); the budget cuts the trainer's checks."""
+    from vrl.harness.simulator import SimConfig, Simulation, parse_adversaries
+    from vrl.harness.simulator.payloads import LIAR_PLATFORM
+
+    def run(budget: int) -> tuple[float, list[SignedVerdict]]:
+        sim = Simulation(SimConfig(nodes=12, rounds=3, design="committee", adversaries=parse_adversaries("liar:0.2"),
+                                   admission={"batch_groups": 44}, protocol={"loss_claim_budget": budget}))
+        sim.run()
+        liars = {n.key.node_id for n in sim.nodes if n.kind == "liar"}
+        trainer = sim.nodes[0].protocol
+        lies = [v for held in trainer.verdicts.values() for v in held.values()
+                if v.verifier in liars and v.draw == VerdictDraw.COMMITTEE and v.outcome == Outcome.PASS]
+        return sim.metrics.counters["checks"][0], lies
+
+    bounded, lies = run(1)
+    assert lies and all(v.races_lost == v.race_tokens > 0 and v.platform == LIAR_PLATFORM for v in lies)
+    unbounded, _ = run(0)
+    assert bounded < unbounded
