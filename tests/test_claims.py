@@ -102,6 +102,16 @@ def test_confirmed_claims_spend_nothing_so_an_honest_member_gets_every_loss_conf
     assert evidence.lost == len(digests)
 
 
+def test_a_claim_that_waited_for_an_open_charge_is_checked_once_that_charge_is_confirmed():
+    member = busiest()
+    trainer = trainer_with(1)
+    first, second, *_ = sorted(passes()[member])
+    assert checks(trainer.handle(P.VerdictReceived(stating(member, first, 1)))) == [first]
+    assert checks(trainer.handle(P.VerdictReceived(stating(member, second, 1)))) == []  # waits: no room
+    # The trainer's check of the first group finds the loss: the charge is released, the second asks.
+    assert checks(trainer.handle(P.Checked(first, (), b"\x09" * 32, TOKENS, 1))) == [second]
+
+
 def test_a_group_is_charged_to_the_claimant_with_room_stating_the_fewest_losses():
     liar, *_ = sorted(passes(), key=lambda m: -len(passes()[m]))
     trainer = trainer_with(1)
