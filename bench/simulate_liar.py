@@ -82,13 +82,36 @@ def _trainer_checks_by_round(sim) -> list[float]:
     return [snapshots[b][1]["checks"][0] - snapshots[a][1]["checks"][0] for a, b in zip(versions, versions[1:])]
 
 
+def shares_arg(text: str) -> list[float]:
+    """``--shares``: comma-separated shares of the nodes in [0, 1) (0: a run with no liar)."""
+    try:
+        shares = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated numbers in [0, 1), got {text!r}") from None
+    if not all(0 <= share < 1 for share in shares):  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"each share must be in [0, 1), got {text!r}")
+    return shares
+
+
+def budgets_arg(text: str) -> list[int]:
+    """``--budgets``: comma-separated loss_claim_budget values (0: no budget)."""
+    try:
+        budgets = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated whole numbers, got {text!r}") from None
+    if not all(0 <= budget <= 2**16 for budget in budgets):
+        raise argparse.ArgumentTypeError(f"each budget must be in [0, 65536] (ProtocolParams), got {text!r}")
+    return budgets
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--shares", default="0,0.1", help="liars' shares of the nodes, comma-separated (0: none)")
-    parser.add_argument("--budgets", default=f"{ProtocolParams.loss_claim_budget},0",
+    parser.add_argument("--shares", default="0,0.1", type=shares_arg,
+                        help="liars' shares of the nodes, comma-separated (0: none)")
+    parser.add_argument("--budgets", default=f"{ProtocolParams.loss_claim_budget},0", type=budgets_arg,
                         help="loss_claim_budget values to run side by side (0: no budget)")
     parser.add_argument("--batch-groups", default="round", type=batch_groups_arg,
                         help="groups a step trains on: a number, or 'round' (every worker's round)")
@@ -109,8 +132,8 @@ def main() -> int:
     for column in ("liars", "budget", "trainer checks/round", "charged to liars", "liars quarantined",
                    "false quarantines", "CPU s"):
         table.add_column(column, justify="right")
-    for share in (float(s) for s in args.shares.split(",")):
-        for budget in (int(b) for b in args.budgets.split(",")):
+    for share in args.shares:
+        for budget in args.budgets:
             config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design="committee",
                                seed=args.seed, adversaries=parse_adversaries(f"liar:{share}" if share else ""),
                                admission={"batch_groups": batch},
