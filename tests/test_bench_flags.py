@@ -17,8 +17,8 @@ from simulate import batch_groups_arg, jobs_arg, protocol_arg, tokens_arg  # noq
 from vrl.node.params import ProtocolParams  # noqa: E402
 
 texts = st.one_of(st.text(max_size=40), st.sampled_from(
-    ["nan", "inf", "-1", "0", "1e999", "12", "round", "submission_window=nan", "submission_window=120",
-     "committee_size=abc", "=", "groups_per_round=", "verification=committee"]))
+    ["nan", "inf", "-1", "0", "1e999", "12", "round", "\u00b9", "\u0661", "submission_window=nan",
+     "submission_window=120", "committee_size=abc", "=", "groups_per_round=", "verification=committee"]))
 
 
 @settings(max_examples=300, deadline=None)
