@@ -40,7 +40,8 @@ TOLERANCE = 0.20
 
 def batch_groups_arg(text: str) -> str:
     """--batch-groups: 'round', or a whole number of groups from 1 (argparse names the flag on error)."""
-    if text in ("", "round") or (text.isdigit() and int(text) >= 1):
+    # isdigit() alone takes '¹' and other Unicode digits, which int() refuses (found by tests/test_bench_flags.py).
+    if text in ("", "round") or (text.isascii() and text.isdigit() and int(text) >= 1):
         return text
     raise argparse.ArgumentTypeError(f"'round' or a whole number of groups >= 1, got {text!r}")
 
@@ -58,7 +59,7 @@ def tokens_arg(text: str) -> float:
 
 def jobs_arg(text: str) -> int:
     """--jobs: a whole number of processes from 1."""
-    if not (text.isdigit() and 1 <= int(text) <= 1024):
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 1024):  # isdigit() alone takes '¹'
         raise argparse.ArgumentTypeError(f"a whole number of processes in [1, 1024], got {text!r}")
     return int(text)
 

@@ -17,8 +17,8 @@ from simulate import batch_groups_arg, jobs_arg, protocol_arg, tokens_arg  # noq
 from vrl.node.params import ProtocolParams  # noqa: E402
 
 texts = st.one_of(st.text(max_size=40), st.sampled_from(
-    ["nan", "inf", "-1", "0", "1e999", "12", "round", "submission_window=nan", "submission_window=120",
-     "committee_size=abc", "=", "groups_per_round=", "verification=committee"]))
+    ["nan", "inf", "-1", "0", "1e999", "12", "round", "\u00b9", "\u0661", "submission_window=nan",
+     "submission_window=120", "committee_size=abc", "=", "groups_per_round=", "verification=committee"]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -41,3 +41,22 @@ def test_every_flag_parser_gives_a_value_or_an_argparse_error(text):
 def test_the_values_a_run_needs_parse():
     assert tokens_arg("16") == 16.0 and jobs_arg("3") == 3 and batch_groups_arg("round") == "round"
     assert protocol_arg("submission_window=120") == ("submission_window", 120.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts)
+def test_the_liar_benchs_list_flags_give_a_list_or_an_argparse_error(text):
+    """bench/simulate_liar.py's --shares and --budgets."""
+    from simulate_liar import budgets_arg, shares_arg
+
+    for parse in (shares_arg, budgets_arg):
+        try:
+            values = parse(text)
+        except argparse.ArgumentTypeError:
+            continue
+        assert values
+        if parse is shares_arg:
+            assert all(0 <= v < 1 for v in values)
+        else:
+            assert all(isinstance(v, int) and 0 <= v <= 2**16 for v in values)
+    assert shares_arg("0,0.1") == [0.0, 0.1] and budgets_arg("8,0") == [8, 0]

@@ -69,6 +69,17 @@ class ProtocolParams:
     # and signs its manifest, if not every expected group came sooner (specs/committee.md §3.4):
     # a third of round_timeout, leaving two thirds for the committees' checks.
     submission_window: float = field(default=20.0, metadata=bounded(0, 86400))
+    # B: the trainer's loss confirmations a committee member may have open or unconfirmed per
+    # round before its claims of lost races ask for no more (vrl.node.claims; specs/committee.md
+    # §8). 8 is the lost races the pooled test needs to quarantine a spoofer losing 10 q0 of its
+    # races on the float32 CPU profile (ln E(2,500, 8) = 9.37 >= ln(1/alpha) = 9.21,
+    # vrl.rollouts.sequential; specs/verification.md §7.1), so one member's pending claims can
+    # carry a whole quarantine's confirmations at once. An honest member on another platform
+    # states a drift loss the trainer does not find on at most n q0 of a group (n race tokens):
+    # over its ~44 seats a round (specs/committee.md §6), 0.43 expected at the devnet's 32
+    # tokens a group, 1.7 at 128, so 8 leaves it room (Poisson tails 2e-8, 4e-4). A liar costs
+    # at most 8 checks a round, not its ~44 seats. 0: no budget (every claim asks; measurement).
+    loss_claim_budget: int = field(default=8, metadata=bounded(0, 2**16))
 
     def __post_init__(self) -> None:
         check_fields(self, ProtocolParams)  # a subclass's further fields are its own to check

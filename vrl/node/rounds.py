@@ -15,6 +15,7 @@ from typing import Any
 
 from proofs import vrf
 from vrl.node import committee
+from vrl.node.claims import LossClaims
 from vrl.node.committee import Draw
 from vrl.node.events import Action, FetchGroup, Persist, Publish, Send
 from vrl.node.messages import (
@@ -73,6 +74,7 @@ class Rounds:
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
         self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
         self.fetched: set[int] = set()  # rounds whose committee seats' groups are all held
+        self.claims = LossClaims()  # the trainer's loss confirmations charged to members (vrl.node.claims)
         # Rounds below ``floor`` are forgotten (:meth:`forget`): their manifests come again in
         # backfill and must not count twice. ``added`` counts manifests ever held (a pass's key).
         self.floor, self.added = 0, 0
@@ -110,6 +112,7 @@ class Rounds:
                 del table[key]
         for key in [k for k in self._verified if k[1] < floor]:
             del self._verified[key]
+        self.claims.forget(floor)
         self.floor = floor
 
     def listed(self, digest: bytes, version: int) -> bool | None:
@@ -228,8 +231,8 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     """The committee design's checks (specs/committee.md §2, §8): a member fetches and checks its
     groups; a counting failure or a suspect's group goes to the fresh recheck committee; the
     trainer checks failures, suspects, its lazy-verifier audits, groups a member states lost races
-    on, and groups no counting verdict reached within ``submission_window`` of the manifest (an
-    empty or silent committee)."""
+    on (within that member's budget, vrl.node.claims), and groups no counting verdict reached
+    within ``submission_window`` of the manifest (an empty or silent committee)."""
     actions: list[Action] = []
     trainer = node.has("trainer")
     if not trainer and node.has("verifier"):
@@ -239,6 +242,11 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     # ~4,000 fallback checks of round 0, all asked at once, queued ~480 s ahead of the step
     # (bench/simulate.py; specs/committee.md §8).
     room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check") if trainer else 0
+    budget = node.config.loss_claim_budget
+
+    def own(digest: bytes) -> SignedVerdict | None:  # the trainer's own verdict on a group, if any
+        return node.verdicts.get(digest, {}).get(node.me)
+
     for digest in node.scans.checks.candidates(node, _scan_key(node)):
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
@@ -251,12 +259,24 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
             unchecked = not any(node.weighs(v) for v in others)
             if failed or node.suspect(group.subject):
                 actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
-            elif any(node._audits(v) or _states_losses(v) for v in others) or (
-                    unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window):
+            else:
+                claim = None
+                if not (any(node._audits(v) for v in others) or (
+                        unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window)):
+                    claims = [v for v in others if _states_losses(v)]
+                    if not claims:
+                        continue
+                    claim = node.rounds.claims.pick(round_, claims, budget, own)
+                    if claim is None:  # every claimant's budget is spent (specs/committee.md §8)
+                        if node.rounds.claims.open(round_, claims, own):
+                            node.scans.checks.dirty.add(digest)  # a charge under way may be confirmed
+                        continue
                 if room <= 0:
                     node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
                     continue
                 new = node._check(digest, group.version, VerdictDraw.NONE, b"")
+                if new and claim is not None:
+                    node.rounds.claims.charge(round_, claim, budget)
                 room -= len(new)
                 actions += new
         elif node.has("verifier"):

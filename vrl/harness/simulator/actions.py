@@ -22,7 +22,7 @@ from vrl.node.messages import (
 )
 from vrl.rollouts.keys import NodeKey
 
-from .payloads import Truth, announcement, check_result
+from .payloads import Truth, announcement, check_result, liar_claim
 from .stores import keep, keep_action
 
 if typing.TYPE_CHECKING:
@@ -64,7 +64,10 @@ class Actions:
     def _do_Send(self, node: SimNode, action: E.Send) -> None:
         """The committee design's direct message (specs/network.md §3.5): to the trainer."""
         peer = self.metrics.index_of.get(action.peer)
-        msg = self.decode(node.index, action.topic, action.data)
+        data = action.data
+        if node.kind == "liar" and action.topic == TOPIC_VERDICTS:
+            data = liar_claim(data, node.key)  # passes go to the trainer alone: where the lie is told
+        msg = self.decode(node.index, action.topic, data)
         if msg is None or peer is None:
             self.metrics.unhandled["Send to an unknown peer" if msg else "Send undecodable"] += 1
             return

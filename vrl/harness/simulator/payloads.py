@@ -12,6 +12,7 @@ at the calibrated honest rate)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from proofs.sampling_params import SamplingParams
 from vrl.node.events import Checked
-from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, audit_ticket
+from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, VerdictDraw, audit_ticket
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec
@@ -143,6 +144,26 @@ def check_result(truth: Truth | None, digest: bytes, verifier_kind: str, subject
         lost = sum(races.random() < rate for _ in range(tokens))
     reasons = ("logprob_mismatch",) if honest_reject and rng.random() < honest_reject else ()
     return Checked(digest, reasons, honest_digest(digest), tokens, lost), 1.0
+
+
+#: The platform a liar's verdicts state: the simulated one at two threads, which is not bit-exact
+#: (specs/reputation.md §4 rule 2), so the trainer compares no race counts with it and a refuted
+#: claim is a soft fail, not a hard fail that quarantines the liar at its first one: the liar the
+#: budget on loss confirmations must bound round after round (specs/committee.md §8).
+LIAR_PLATFORM = PLATFORM.replace("threads-1", "threads-2")
+
+
+def liar_claim(data: bytes, key: NodeKey) -> bytes:
+    """A liar's verdict as it sends it (adversary ``liar``): a committee pass, made by an honest
+    check, re-signed stating every race it replayed lost, on :data:`LIAR_PLATFORM`. Its own
+    sequential test saw the honest counts, so its verdict stays a pass (a race_losses fail would
+    be a failure, re-checked by the trainer and the recheck committee whatever the budget:
+    specs/security.md). Any other verdict goes as it is."""
+    verdict = SignedVerdict.from_bytes(data)
+    if verdict.draw != VerdictDraw.COMMITTEE or verdict.outcome != Outcome.PASS or not verdict.race_tokens:
+        return data
+    return dataclasses.replace(verdict, races_lost=verdict.race_tokens, platform=LIAR_PLATFORM,
+                               signature=b"").signed(key).to_bytes()
 
 
 def sybil_verdict(key: NodeKey, group: Group, version: int, committee: bool = False) -> SignedVerdict:

@@ -28,6 +28,8 @@ SIM_ADVERSARIES = {
     "sybil": "a flood of fresh keys: each round every sybil slot mints a key that submits bad groups and "
              "hard-fails honest groups",
     "collude": "workers that submit bad groups (fabricated rewards) and, as verifiers, pass each other's",
+    "liar": "a verifier that checks honestly but, on every committee seat it passes, states every race lost "
+            "(races_lost = race_tokens), so that the trainer checks the group (specs/committee.md §8)",
 }
 #: Every adversary a spec may name: the devnet's cheats and the simulator's own.
 ALL_ADVERSARIES = {**ADVERSARIES, **SIM_ADVERSARIES}
