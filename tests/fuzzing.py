@@ -40,18 +40,16 @@ from vrl.node import deltas
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.deltas import DeltaError
 from vrl.node.messages import (
-    BackfillPage,
-    BackfillRequest,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
-    SamplingRequest,
     SignedVerdict,
     StepVerdict,
     Submission,
     audit_ticket,
     decode_group,
 )
+from vrl.node.requests import BackfillPage, BackfillRequest, SamplingRequest
 from vrl.rl.checkpoint import CheckpointError, parse_manifest
 from vrl.rl.step import StepConfig, StepError, load_optimizer_bytes, optimizer_bytes, optimizer_for
 from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, frame, records_from_bytes

@@ -19,7 +19,8 @@ from p2p.transport import Message, Validation
 from tests.test_store_cursor import put
 from vrl.node import catchup
 from vrl.node.catchup import BACKFILL_PROTOCOL, Backfill
-from vrl.node.messages import BackfillPage, BackfillRequest, Submission
+from vrl.node.messages import Submission
+from vrl.node.requests import BackfillPage, BackfillRequest
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 

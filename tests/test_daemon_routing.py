@@ -18,7 +18,8 @@ from p2p.loopback import LoopbackNetwork
 from tests.test_daemon_committee import COMMITTEE
 from tests.test_node import TRAINER, WORKERS, config
 from vrl.node.daemon import Node
-from vrl.node.messages import TOPIC_POLICIES, GroupRequest, MessageError, PolicyAnnouncement, topic_of
+from vrl.node.messages import TOPIC_POLICIES, MessageError, PolicyAnnouncement, topic_of
+from vrl.node.requests import GroupRequest
 from vrl.node.wire import schema_of
 from vrl.rollouts.keys import NodeKey
 

@@ -11,15 +11,10 @@ from vrl.node import wire
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
     VERDICT_VERSION,
-    BackfillPage,
-    BackfillRequest,
-    Cursor,
     MessageError,
     NodeCounts,
     PolicyAnnouncement,
     RoundManifest,
-    SamplingRequest,
-    ShortIds,
     SignedVerdict,
     SortedDigests,
     Submission,
@@ -28,6 +23,7 @@ from vrl.node.messages import (
     audit_ticket,
     topic_of,
 )
+from vrl.node.requests import BackfillPage, BackfillRequest, Cursor, SamplingRequest, ShortIds
 from vrl.rollouts.codec import canonical_bytes
 from vrl.rollouts.keys import NodeKey
 

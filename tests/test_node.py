@@ -334,7 +334,8 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
     import msgpack
 
     from vrl.node.daemon import BACKFILL_PROTOCOL
-    from vrl.node.messages import BackfillPage, PolicyAnnouncement, audit_ticket
+    from vrl.node.messages import PolicyAnnouncement, audit_ticket
+    from vrl.node.requests import BackfillPage
 
     async def attack() -> None:
         network = LoopbackNetwork(seed=3)

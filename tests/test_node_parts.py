@@ -21,10 +21,10 @@ from vrl.node.messages import (
     Group,
     MessageError,
     PolicyAnnouncement,
-    SamplingRequest,
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import Answers
+from vrl.node.requests import SamplingRequest
 from vrl.node.store import Store
 from vrl.node.validation import Validator
 from vrl.rollouts.keys import NodeKey

@@ -15,7 +15,8 @@ from test_node import drive
 from p2p.loopback import LoopbackNetwork
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
-from vrl.node.messages import MessageError, SamplingRequest, SignedVerdict
+from vrl.node.messages import MessageError, SignedVerdict
+from vrl.node.requests import SamplingRequest
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 

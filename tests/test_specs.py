@@ -380,14 +380,8 @@ def stated_type(cell: str, meaning: str) -> tuple:
 
 def schema_type(kind) -> tuple:
     from vrl.node import wire
-    from vrl.node.messages import (
-        BACKFILL_CURSOR_TABLES,
-        BACKFILL_WATERMARK_MAX,
-        SHORT_ID_BYTES,
-        Cursor,
-        ShortIds,
-        WeightedDigests,
-    )
+    from vrl.node.messages import WeightedDigests
+    from vrl.node.requests import BACKFILL_CURSOR_TABLES, BACKFILL_WATERMARK_MAX, SHORT_ID_BYTES, Cursor, ShortIds
 
     match kind:
         case wire.Bin(sizes=sizes):
@@ -446,9 +440,9 @@ def test_message_field_tables_are_the_wire_schemas_both_ways(name, where, rows):
     """Each field a table lists is one the message declares, of the type and within the bounds
     the table gives, and the table lists every field; ``kind`` and ``v`` are the message's, and
     ``v``'s note names the fields each version added."""
-    from vrl.node import messages, wire
+    from vrl.node import messages, requests, wire
 
-    schema = wire.schema_of(getattr(messages, name))
+    schema = wire.schema_of(getattr(messages, name, None) or getattr(requests, name))
     stated = {row["name"]: row for row in rows}
     assert set(stated) == set(schema.keys), f"specs/{where} lists other fields than {name} declares"
     for field in schema.fields:

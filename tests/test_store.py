@@ -180,7 +180,7 @@ def test_a_check_replaces_the_verifiers_own_skip_never_the_reverse(tmp_path):
 def test_an_honest_page_is_one_an_honest_client_accepts_however_small_the_messages(tmp_path):
     """5,000 policies (~240 bytes each) fit 1 MiB but not the client's 4,096-message cap: the
     server's page must stop at the count too, and paging must still reach every message."""
-    from vrl.node.messages import BACKFILL_MAX_MESSAGES, BackfillPage
+    from vrl.node.requests import BACKFILL_MAX_MESSAGES, BackfillPage
 
     store = Store(tmp_path / "n.sqlite")
     for version in range(5000):

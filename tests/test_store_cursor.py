@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from vrl.node.catchup import FIRST_CURSOR
 from vrl.node.messages import (
-    BackfillPage,
     PolicyAnnouncement,
     RoundManifest,
     SignedVerdict,
@@ -20,9 +19,9 @@ from vrl.node.messages import (
     Submission,
     audit_ticket,
     schema_of,
-    short_id,
     topic_of,
 )
+from vrl.node.requests import BackfillPage, short_id
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 

@@ -489,7 +489,8 @@ def test_committee_vectors():
 def test_backfill_vectors():
     """specs/network.md §6: a request by position (no cursor key), a first request by cursor
     (all zeros) and a page answering it, as maps of exactly those fields."""
-    from vrl.node.messages import BackfillPage, BackfillRequest, Submission
+    from vrl.node.messages import Submission
+    from vrl.node.requests import BackfillPage, BackfillRequest
 
     vectors = load("network")
     case = vectors["backfill"]

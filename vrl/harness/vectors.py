@@ -209,7 +209,7 @@ def _backfill_vectors(submission) -> dict:
     """specs/network.md §6: a request by position, a client's first request by cursor, a page
     answering it (the group's message, a cursor of generation 0x0123456789abcdef), and a
     request by that cursor naming the group's message as held (``have``: salt 0x00..07)."""
-    from vrl.node.messages import BackfillPage, BackfillRequest, short_id
+    from vrl.node.requests import BackfillPage, BackfillRequest, short_id
 
     cursor = (0x0123456789ABCDEF, 1, 0, 7, 2**63 - 1, 0)
     salt = bytes(range(8))

@@ -13,10 +13,6 @@ import structlog
 from p2p.transport import Message, Transport, TransportError, Validation, message_id
 from vrl.node import protocol as P
 from vrl.node.messages import (
-    BACKFILL_CURSOR_TABLES,
-    SHORT_ID_BYTES,
-    BackfillPage,
-    BackfillRequest,
     Group,
     MessageError,
     PolicyAnnouncement,
@@ -26,6 +22,7 @@ from vrl.node.messages import (
     Submission,
     topic_of,
 )
+from vrl.node.requests import BACKFILL_CURSOR_TABLES, SHORT_ID_BYTES, BackfillPage, BackfillRequest
 from vrl.node.store import Store, StoreError
 from vrl.node.wire import U64
 from vrl.rollouts.record import Rollout

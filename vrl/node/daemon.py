@@ -32,13 +32,11 @@ from vrl.node.config import NodeConfig
 from vrl.node.events import FetchGroup, Send
 from vrl.node.groups import GroupCache
 from vrl.node.messages import (
-    BACKFILL_MAX_MESSAGE_BYTES,
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
     TOPIC_POLICIES,
     TOPIC_STEPS,
     TOPIC_VERDICTS,
-    GroupRequest,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
@@ -49,6 +47,7 @@ from vrl.node.messages import (
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import SAMPLING_PROTOCOL, Proving, private_setup, sampling_setup
+from vrl.node.requests import BACKFILL_MAX_MESSAGE_BYTES, GroupRequest
 from vrl.node.storage import Pruner
 from vrl.node.store import Store
 from vrl.node.training import StepReplay, Training

@@ -33,8 +33,9 @@ from vrl.config import ConfigError
 from vrl.node.blobs import Blobs
 from vrl.node.config import NodeConfig, ZkConfig
 from vrl.node.groups import GroupCache
-from vrl.node.messages import Group, MessageError, SamplingRequest, StepFault, audit_ticket
+from vrl.node.messages import Group, MessageError, StepFault, audit_ticket
 from vrl.node.metrics import NodeMetrics
+from vrl.node.requests import SamplingRequest
 from vrl.node.work import ModelThread, Work
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model

@@ -24,9 +24,6 @@ from typing import NamedTuple
 
 from vrl.errors import VrlError
 from vrl.node.messages import (
-    BACKFILL_CURSOR_TABLES,
-    BACKFILL_HAVE_MAX,
-    BACKFILL_MAX_MESSAGES,
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
     TOPIC_STEPS,
@@ -37,8 +34,8 @@ from vrl.node.messages import (
     SignedVerdict,
     StepVerdict,
     Submission,
-    short_id,
 )
+from vrl.node.requests import BACKFILL_CURSOR_TABLES, BACKFILL_HAVE_MAX, BACKFILL_MAX_MESSAGES, short_id
 
 # 2: versions and rounds are u64 (specs/network.md §3), which SQLite's signed 64-bit INTEGER
 # cannot hold from 2^63 on; they are stored as 8-byte big-endian BLOBs, which compare and

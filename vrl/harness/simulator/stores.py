@@ -45,19 +45,8 @@ import math
 from collections import defaultdict
 
 from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
-from vrl.node.messages import (
-    BACKFILL_HAVE_MAX,
-    BACKFILL_MAX_MESSAGES,
-    SHORT_ID_BYTES,
-    TOPIC_GROUPS,
-    TOPIC_STEPS,
-    TOPIC_VERDICTS,
-    BackfillPage,
-    BackfillRequest,
-    Outcome,
-    StepOutcome,
-    schema_of,
-)
+from vrl.node.messages import TOPIC_GROUPS, TOPIC_STEPS, TOPIC_VERDICTS, Outcome, StepOutcome, schema_of
+from vrl.node.requests import BACKFILL_HAVE_MAX, BACKFILL_MAX_MESSAGES, SHORT_ID_BYTES, BackfillPage, BackfillRequest
 
 BACKFILL_MODELS = ("gossip", "daemon", "gossip-cursor", "daemon-cursor", "gossip-round", "daemon-round",
                    "gossip-full", "daemon-full")
@@ -65,7 +54,7 @@ BACKFILL_MODELS = ("gossip", "daemon", "gossip-cursor", "daemon-cursor", "gossip
 # message a bin header (3 bytes up to 64 KiB, 5 above: a group of the base model is ~6 KB).
 PAGE_OVERHEAD_BYTES = len(BackfillPage((), None).to_bytes())
 MESSAGE_OVERHEAD_BYTES = 3
-# A page request: {"since": u64, "after": u64, "cursor": [6 u64]} (vrl.node.messages.BackfillRequest),
+# A page request: {"since": u64, "after": u64, "cursor": [6 u64]} (vrl.node.requests.BackfillRequest),
 # as a pass asks for its pages: a cursor of typical positions (a generation takes 9 bytes, a
 # watermark below 65,536 3), and a page answering one carries one too.
 CURSOR = (1 << 63, 1, 40, 4000, 4000, 1)
