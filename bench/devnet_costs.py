@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -430,6 +431,9 @@ def main() -> None:
                         help="after the runs, put the simulator beside each run of --nodes and --designs in --out "
                              "(bench/simulate.py --compare, that run's design), under the run's 'simulator'")
     parser.add_argument("--no-run", action="store_true", help="with --simulate: compare the runs --out holds")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each measured run's directory (its nodes' stores, blobs and logs); a failed "
+                             "run's is always kept")
     parser.add_argument("--simulate-with", nargs="+", default=["", "--cores 2"],
                         help="with --simulate: the simulator's options of each comparison ('--cores 2': the 2 "
                              "cores the devnet's nodes share, processor sharing; '': a core per node)")
@@ -465,6 +469,10 @@ def main() -> None:
         result["settings"]["max_new_tokens"] = next((r["max_new_tokens"] for r in result["runs"]
                                                      if r.get("max_new_tokens")), None)
         args.out.write_text(json.dumps(result, indent=1))  # after every run: a later failure loses nothing
+        if "per_node" in run and not args.keep:
+            # A measured run's nodes' stores, blobs and logs (~0.5-0.8 GB at N = 5-12) are not kept
+            # unless asked: its numbers are in --out; a failed run keeps its logs for the why.
+            shutil.rmtree(run["directory"], ignore_errors=True)
         if "per_node" in run:
             console.print(f"N={n} {mode} {design}: " + ", ".join(f"{k} {run['per_node'][k]:,.2f}" for k in shown)
                           + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
