@@ -470,6 +470,18 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
 
 # -- step verdicts in the log ------------------------------------------------------------------------
 
+def quarantined_by_most(run: Run) -> set[bytes]:
+    """The nodes more than half of the stored reputation snapshots quarantine, the node's own
+    left out (a node never quarantines itself); empty when no store holds a snapshot. A majority,
+    not every view: in the committee design a view counts only the failures on groups its node
+    holds, so one view may lack the evidence the others hold (specs/audit.md §3)."""
+    views = [(index.node.owner, {node for node, _, _, q in rows if q})
+             for index in run.stores if (rows := index.node.store.snapshot())]
+    candidates = set().union(*(q for _, q in views)) if views else set()
+    return {n for n in candidates if 2 * sum(n in q for owner, q in views if owner != n)
+            > sum(owner != n for owner, _ in views)}
+
+
 def step_reports(run: Run) -> dict[int, dict[bytes, StepVerdict]]:
     """Every signed step verdict on the trainer's announcements, by version and verifier."""
     out: dict[int, dict[bytes, StepVerdict]] = defaultdict(dict)

@@ -21,6 +21,7 @@ from vrl.audit.checks import (
     ACCURACY_PROBLEMS_ACROSS_PLATFORMS,
     EXPECTED_ACCURACY_ACROSS_PLATFORMS,
     EXPECTED_ACCURACY_SAME_PLATFORM,
+    quarantined_by_most,
     sampled,
     step_reports,
     trainer_index,
@@ -270,14 +271,20 @@ def check_steps(run: Run, findings: list[Finding], progress: Progress, share: fl
     step that replays bit-exact, is a verifier that did not do what it signed."""
     check = "steps"
     reports = step_reports(run)
+    # Reports weigh by their reporter's trust: reports by verifiers most stored views quarantine
+    # (a cheat its peers stopped serving cannot fetch a batch's groups, and files
+    # unavailable_group) are worth knowing, not a warning against the trainer (specs/audit.md §3).
+    distrusted = quarantined_by_most(run)
     for version, by in sorted(reports.items()):
         frauds = {v: s for v, s in by.items() if s.outcome == StepOutcome.FRAUD}
         if frauds:
             reasons = sorted({r for s in frauds.values() for r in s.reasons})
-            findings.append(finding(check, "step_reported", Severity.WARNING,
+            severity = Severity.INFO if set(frauds) <= distrusted else Severity.WARNING
+            findings.append(finding(check, "step_reported", severity,
                                      f"version {version} was reported as fraud by {len(frauds)} verifier(s) "
-                                     f"({', '.join(short(v) for v in sorted(frauds))}): {', '.join(reasons)}",
-                                     run.trainer or b"", version=version, reasons=reasons))
+                                     f"({', '.join(short(v) for v in sorted(frauds))}): {', '.join(reasons)}"
+                                     + (" (each quarantined in most stored views)" if severity == Severity.INFO
+                                        else ""), run.trainer or b"", version=version, reasons=reasons))
     if len(run.policies) < 2 or _cannot(run, findings, check, models):
         run.stats[check] = {"steps": max(len(run.policies) - 1, 0), "replayed": 0}
         return
