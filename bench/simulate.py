@@ -46,6 +46,15 @@ def batch_groups_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"'round' or a whole number of groups >= 1, got {text!r}")
 
 
+def batch_size(batch_groups: str, nodes: int) -> int | None:
+    """The groups a step trains on for --batch-groups at ``nodes``: 'round' is every worker's round
+    (devnet_costs.py's "paced" mode: the trainer steps on the round's decided groups, or at
+    round_timeout, as a network of N workers would); '' is node.toml's default (None)."""
+    if batch_groups == "round":
+        return ProtocolParams().groups_per_round * (nodes - 1)
+    return int(batch_groups) if batch_groups else None
+
+
 def tokens_arg(text: str) -> float:
     """--completion-tokens: a finite mean of at least 1 (argparse names the flag on error)."""
     try:
@@ -84,13 +93,8 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
         start, end, share = args.partition.split(":")
         partition = (int(start), int(end), float(share))
     nodes = nodes or args.nodes
-    admission = {}
-    if args.batch_groups == "round":
-        # A batch of every worker's round (devnet_costs.py's "paced" mode): the trainer steps on
-        # the round's decided groups, or at round_timeout, as a network of N workers would.
-        admission["batch_groups"] = ProtocolParams().groups_per_round * (nodes - 1)
-    elif args.batch_groups:
-        admission["batch_groups"] = int(args.batch_groups)
+    batch = batch_size(args.batch_groups, nodes)
+    admission = {} if batch is None else {"batch_groups": batch}
     return SimConfig(nodes=nodes, rounds=args.rounds, adversaries=parse_adversaries(args.adversaries),
                      seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,

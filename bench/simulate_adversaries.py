@@ -39,12 +39,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from simulate import batch_groups_arg, jobs_arg, protocol_arg, tokens_arg, tokens_from  # noqa: E402
+from simulate import batch_groups_arg, batch_size, jobs_arg, protocol_arg, tokens_arg, tokens_from  # noqa: E402
 
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
 from vrl.node.committee import EPSILON, F_STAR  # noqa: E402
-from vrl.node.params import ProtocolParams  # noqa: E402
 
 console = Console(stderr=True)
 CONTENT = ("quantized-model", "other-model", "tampered-tokens", "replay", "spoof-int8")
@@ -89,8 +88,7 @@ def main() -> int:
                         help="a protocol parameter (vrl.node.params.ProtocolParams), e.g. submission_window=120")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    batch = (ProtocolParams().groups_per_round * (args.nodes - 1) if args.batch_groups == "round"
-             else int(args.batch_groups))
+    batch = batch_size(args.batch_groups, args.nodes)
     out = {"what": __doc__.split("\n\n")[0].replace("\n", " "),
            "command": "python bench/simulate_adversaries.py " + " ".join(sys.argv[1:]),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {args.jobs} runs at once; cpu_seconds is each "
@@ -106,7 +104,8 @@ def main() -> int:
         table.add_column(column, justify="right")
     runs = [(family, share, SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=args.design,
                                       seed=args.seed, adversaries=parse_adversaries(spec(family, share)),
-                                      admission={"batch_groups": batch}, protocol=dict(args.protocol),
+                                      admission={} if batch is None else {"batch_groups": batch},
+                                      protocol=dict(args.protocol),
                                       **tokens_from(args.completion_tokens)))
             for family in args.families.split(",") for share in (float(s) for s in args.shares.split(","))]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from simulate import batch_groups_arg, protocol_arg  # noqa: E402
+from simulate import batch_groups_arg, batch_size, protocol_arg  # noqa: E402
 
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
@@ -119,8 +119,7 @@ def main() -> int:
     parser.add_argument("--protocol", type=protocol_arg, action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    batch = (ProtocolParams().groups_per_round * (args.nodes - 1) if args.batch_groups == "round"
-             else int(args.batch_groups))
+    batch = batch_size(args.batch_groups, args.nodes)
     out = {"what": __doc__.split("\n\n")[0].replace("\n", " "),
            "command": "python bench/simulate_liar.py " + " ".join(sys.argv[1:]),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs; one run at a time",
@@ -136,7 +135,7 @@ def main() -> int:
         for budget in args.budgets:
             config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design="committee",
                                seed=args.seed, adversaries=parse_adversaries(f"liar:{share}" if share else ""),
-                               admission={"batch_groups": batch},
+                               admission={} if batch is None else {"batch_groups": batch},
                                protocol={**dict(args.protocol), "loss_claim_budget": budget})
             run = run_one(config)
             out["runs"][f"liar:{share}/budget:{budget}"] = run
