@@ -240,12 +240,19 @@ def test_the_trainers_own_pass_refuses_a_changed_group_and_the_rest_replays_bit_
     changed = Group.of([tampered(step.groups[victim].rollouts[0], parent.model, WORKER),
                         *step.groups[victim].rollouts[1:]])
     batch = [*step.groups[:victim], changed, *step.groups[victim + 1:]]
-    made, refused = trainer.step(batch, [1.0] * len(batch), screen=step.work.check)
+    # Admission's weights, mean 1 over the batch (specs/reputation.md §6), the changed group's the largest
+    raw = [2.0 if g is changed else 1.0 + 0.25 * (i % 3) for i, g in enumerate(batch)]
+    weights = [w * len(raw) / sum(raw) for w in raw]
+    made, refused = trainer.step(batch, weights, screen=step.work.check)
     assert list(refused) == [changed.digest]
     assert "sampling_mismatch" in refused[changed.digest].reasons
     assert refused[changed.digest].race_tokens > 0 and refused[changed.digest].races_lost >= 1
     kept = [g for g in batch if g is not changed]
     assert [d for d, _ in made.batch] == [g.digest for g in kept] and made.metrics["groups_refused"] == 1
+    # The weights kept are scaled back to mean 1 (the audit's "weights" rule), their ratios unchanged.
+    trained = [w for _, w in made.batch]
+    assert abs(sum(trained) / len(trained) - 1) < 1e-12
+    assert trained == pytest.approx([w * trained[0] / weights[0] for g, w in zip(batch, weights) if g is not changed])
     judged = judge_step(announce(trainer, made, step.parent), step.work.models[0], made.model, trainer.config_file,
                         parent.optimizer, made.optimizer, kept, step.work.skeleton)
     assert judged.same_platform and judged.faults == () and judged.replay.exact

@@ -344,6 +344,11 @@ class PolicyTrainer:
             forward = None
             if not groups:
                 return None, refused
+            # Weights average 1 over the batch trained (specs/reputation.md §6: the learning rate
+            # and the token-mean denominator unchanged), so the ones kept are scaled back to it;
+            # the audit holds every announced batch to that (vrl.audit.checks, "weights").
+            mean = sum(weights) / len(weights)
+            weights = [w / mean for w in weights]
         before = hashlib.sha256(self.optimizer_file()).digest()
         batch = tuple((g.digest, float(w)) for g, w in zip(groups, weights))
         metrics = self.update(groups, weights, forward=forward, rewards=rewards)
