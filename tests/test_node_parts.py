@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import random
 
 import pytest
 import structlog
@@ -246,3 +247,18 @@ def test_with_committees_a_step_is_replayed_by_about_k_verifiers_whatever_the_ne
     assert abs(drawn(11, 1000) - 0.011) < 0.008
     assert abs(drawn(11, 20) - 0.25) < 0.03  # a small network keeps step_audit_rate
     assert abs(drawn(11, 0) - 0.25) < 0.03  # no manifest yet
+
+
+def test_a_failed_policy_fetch_waits_longer_each_time_up_to_a_bound():
+    """vrl.node.daemon.retry_delay: full jitter below 0.5 s doubled per failure in a row, at most
+    30 s (AWS, "Exponential Backoff And Jitter"), for any count, however large."""
+    from vrl.node.daemon import FETCH_RETRY_FIRST_SECONDS, FETCH_RETRY_MAX_SECONDS, retry_delay
+
+    def ceiling(low: float, high: float) -> float:  # the draw at its top: the bound itself
+        assert low == 0.0
+        return high
+
+    bounds = [retry_delay(n, ceiling) for n in range(1, 12)]
+    assert bounds[0] == FETCH_RETRY_FIRST_SECONDS and bounds == sorted(bounds)
+    assert bounds[-1] == FETCH_RETRY_MAX_SECONDS == retry_delay(10**9, ceiling)
+    assert all(0.0 <= retry_delay(n, random.uniform) <= FETCH_RETRY_MAX_SECONDS for n in (1, 5, 60, 10**6))

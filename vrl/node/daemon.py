@@ -16,6 +16,7 @@ protocol and catches up on the rest by backfill from peers.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -73,6 +74,22 @@ FETCH_PEERS = 4
 DIRECT_TIMEOUT_SECONDS = 10.0
 
 TICK_SECONDS = 0.25
+# A failed policy fetch is asked again after a wait that doubles with each failure of that
+# version, from 0.5 s up to 30 s, drawn at random below it ("full jitter": AWS Architecture
+# Blog, "Exponential Backoff And Jitter", 2015), so that the nodes a trainer's outage failed
+# do not all ask again at once. Asked again every tick instead, a node of the 12-node committee
+# devnet failed 416 fetches in about a minute, each opening streams to its peers
+# (bench/results/devnet-committee.json).
+FETCH_RETRY_FIRST_SECONDS = 0.5
+FETCH_RETRY_MAX_SECONDS = 30.0
+
+
+def retry_delay(failures: int, draw: Callable[[float, float], float]) -> float:
+    """Seconds to wait before asking again after ``failures`` (>= 1) failed fetches in a row:
+    ``draw(0, min(FETCH_RETRY_MAX_SECONDS, FETCH_RETRY_FIRST_SECONDS x 2^(failures - 1)))``."""
+    ceiling = FETCH_RETRY_MAX_SECONDS if failures > 16 else min(
+        FETCH_RETRY_MAX_SECONDS, FETCH_RETRY_FIRST_SECONDS * 2 ** (failures - 1))
+    return draw(0.0, ceiling)
 # Gossip is best effort (drops, partitions, a frozen peer, and py-libp2p silently dropping
 # what a busy peer's full queue cannot take: measured here, one worker of five lost 36 of 80
 # groups to it in a 20-round devnet). Every this many seconds a node pages through every
@@ -128,6 +145,9 @@ class Node:
         self.model_thread = ModelThread(self.metrics)
         self.groups = GroupCache(self.store, self.log)
         self.validate = Validator(self.protocol, config.work.group_size, self.groups, self.metrics)
+        # Failed fetches in a row by policy version (retry_delay); versions no fresh group can use
+        # are dropped, so at most max_staleness + 2 entries.
+        self._fetch_failures: dict[int, int] = {}
         self.catchup = Backfill(transport, self.store, self.validate, self.log, waits=self.validate.waits,
                                 committee=(bytes.fromhex(config.trainer), key.node_id) if self.protocol.committee
                                 else None)
@@ -359,9 +379,17 @@ class Node:
             await self.model_thread.run("load", self.work.load, announcement, blob,
                                         self.config.protocol.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()
-            self.log.warning("policy fetch failed", version=announcement.version, error=repr(error))
+            oldest = announcement.version - self.config.protocol.max_staleness - 1
+            self._fetch_failures = {v: n for v, n in self._fetch_failures.items() if v >= oldest}
+            failures = self._fetch_failures[announcement.version] = self._fetch_failures.get(
+                announcement.version, 0) + 1
+            wait = retry_delay(failures, random.uniform)
+            self.log.warning("policy fetch failed", version=announcement.version, error=repr(error),
+                             failures=failures, retry_in=round(wait, 2))
+            await asyncio.sleep(wait)  # this fetch's task only: the node's loop goes on
             await self._feed(P.Abandoned(P.FetchPolicy(announcement)))
             return
+        self._fetch_failures.pop(announcement.version, None)
         self.metrics.policy_version.set(announcement.version)
         self.log.info("policy loaded", version=announcement.version, model_hash=announcement.model_hash.hex()[:16])
         await self._feed(P.PolicyLoaded(announcement.version))
