@@ -112,8 +112,9 @@ SNAPSHOT_AT_KEY = "reputation_at"
 
 # The tables a backfill cursor has a watermark for, in the order of kinds (specs/network.md §6),
 # each with what a row must be to be served past ``since``.
-_SERVED = (("policies", "version >= ?"), ("manifests", "round >= ?"), ("groups", "version >= ? AND planted = 0"),
-           ("verdicts", "version >= ?"), ("steps", "version >= ?"))
+_SERVED = (("policies", "version >= :since"), ("manifests", "round >= :since"),
+           ("groups", "version >= :since AND planted = 0"), ("verdicts", "version >= :since"),
+           ("steps", "version >= :since"))
 assert len(_SERVED) == BACKFILL_CURSOR_TABLES
 # What a server pages in the committee design (specs/network.md §3.5, §6): what that design
 # gossips, and to the trainer what the server itself sent it. No group but the server's own (a
@@ -449,8 +450,11 @@ class Store:
     def marks(self) -> tuple[int, ...]:
         """The largest rowid of each table of :data:`_SERVED`: where :meth:`held_since` starts next."""
         with self._lock:
-            return tuple(self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
-                         for table, _ in _SERVED)
+            return self._tops()
+
+    def _tops(self) -> tuple[int, ...]:  # (the lock held)
+        return tuple(self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
+                     for table, _ in _SERVED)
 
     def held_since(self, round_index: int, marks: tuple[int, ...] | None, salt: bytes,
                    limit: int = BACKFILL_HAVE_MAX) -> tuple[bytes, tuple[int, ...]]:
@@ -468,8 +472,9 @@ class Store:
                 if len(ids) == limit:
                     break
                 rows = self._db.execute(
-                    f"SELECT data FROM {table} WHERE rowid > ? AND rowid <= ? AND {served}"  # noqa: S608
-                    " ORDER BY rowid DESC LIMIT ?", (mark, top, u64(round_index), limit - len(ids)))
+                    f"SELECT data FROM {table} WHERE rowid > :mark AND rowid <= :top AND {served}"  # noqa: S608
+                    " ORDER BY rowid DESC LIMIT :limit",
+                    {"mark": mark, "top": top, "since": u64(round_index), "limit": limit - len(ids)})
                 ids += [short_id(salt, data) for (data,) in rows]  # streamed: a row at a time
         return (salt + b"".join(ids) if ids else b""), tops
 
@@ -495,21 +500,17 @@ class Store:
         out: list[bytes] = []
         size = read = scanned = 0
         with self._lock:
-            tops = [self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
-                    for table, _ in _SERVED]
+            tops = self._tops()
             marks = list(cursor[1:])
             if cursor[0] != self.generation or any(m > top for m, top in zip(marks, tops, strict=True)):
                 marks = [0] * len(_SERVED)
             for index, (table, served) in enumerate(_SERVED):
                 if trainer is not None and table in _GOSSIPED:
-                    served = f"{served.replace('?', ':since')} AND {_GOSSIPED[table]}"
-                    bound = {"since": u64(round_index), "trainer": trainer, "sender": sender}
-                else:
-                    served, bound = served.replace("?", ":since"), {"since": u64(round_index)}
+                    served = f"{served} AND {_GOSSIPED[table]}"
                 rows = self._db.execute(
                     f"SELECT rowid, length(data) FROM {table} WHERE rowid > :mark AND {served}"  # noqa: S608
                     " ORDER BY rowid LIMIT :limit", {"mark": marks[index], "limit": limit_messages - scanned + 1,
-                                                     **bound})
+                                                     "since": u64(round_index), "trainer": trainer, "sender": sender})
                 for row, length in rows.fetchall():
                     if scanned and (size + length > limit_bytes or read + length > BACKFILL_SCAN_BYTES
                                     or scanned == limit_messages):
