@@ -17,6 +17,7 @@ from vrl.node.messages import (
     audit_ticket,
 )
 from vrl.node.reputation import ReputationConfig
+from vrl.node.rounds import REPUTATION_EVERY_SECONDS
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -99,6 +100,7 @@ def test_a_trusted_node_is_spot_checked_and_skips_are_signed_and_provable():
         sub = submission(i)
         verifier.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, i), 0.0))
         verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
+    settle(verifier)
     assert verifier.standing(WORKER.node_id).check_rate < 0.2
     checked = skipped = 0
     for i in range(1000, 1100):
@@ -121,11 +123,18 @@ def test_a_skip_the_ticket_does_not_allow_is_invalid():
     assert not lying.valid()  # at rate 1 every ticket draws a check
 
 
+def settle(proto: P.NodeProtocol) -> list:
+    """Time enough passes for the node to evaluate reputation again (specs/reputation.md §2: at
+    most every REPUTATION_EVERY_SECONDS); returns the actions, its quarantines among them."""
+    return proto.handle(P.Tick(proto.now + REPUTATION_EVERY_SECONDS))
+
+
 def endorse(proto: P.NodeProtocol, key: NodeKey) -> None:
     """The node checks and passes one group of ``key``: its reports now carry some weight."""
     own = Submission((b"own work of " + key.node_id,))
     proto.handle(P.GroupReceived(held(own, key.node_id, 0, 0), 0.0))
     proto.handle(P.Checked(own.digest, (), b"\x05" * 32))
+    settle(proto)
 
 
 def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
@@ -139,7 +148,8 @@ def test_a_reported_fail_is_re_checked_before_quarantine_and_then_purged():
     assert [a for a in actions if isinstance(a, P.Check)] == [P.Check(bad.digest, 0)]
     assert trainer.decided(bad.digest) is None
     actions = trainer.handle(P.Checked(bad.digest, ("reward_mismatch",), b"\x08" * 32))
-    quarantines = [a for a in actions if isinstance(a, P.Quarantine)]
+    assert not [a for a in actions if isinstance(a, P.Quarantine)]  # at the next evaluation, not at once
+    quarantines = [a for a in settle(trainer) if isinstance(a, P.Quarantine)]
     assert quarantines == [P.Quarantine(CHEAT.node_id, tuple(sorted((bad.digest, other.digest))))]
     assert trainer.decided(other.digest) is False
 
@@ -175,8 +185,9 @@ def test_a_sequential_test_failure_makes_others_check_every_group_and_convicts_o
         quarantined += [a for a in actions if isinstance(a, P.Quarantine)]
         published += [SignedVerdict.from_bytes(a.data) for a in actions
                       if isinstance(a, P.Publish) and a.topic == TOPIC_VERDICTS]
-        if quarantined:
+        if published[-1].outcome == "hard_fail":
             break
+    quarantined += [a for a in settle(trainer) if isinstance(a, P.Quarantine)]
     assert published[0].outcome == "pass" and published[0].race_tokens == 300 and published[0].races_lost == 3
     assert published[-1].outcome == "hard_fail" and published[-1].reasons == ("race_losses",)
     assert trainer.race_test(CHEAT.node_id).rejected
@@ -206,6 +217,7 @@ def test_re_checks_that_others_prompted_add_no_evidence_to_the_sequential_test()
     for i, sub in enumerate(groups):
         trainer.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 400 + i), 0.0))
         actions = trainer.handle(P.VerdictReceived(verdict_from(CHEAT, sub, WORKER.node_id, "soft_fail")))
+        actions += settle(trainer)  # the reporter's weight, as of the next evaluation
         assert P.Check(sub.digest, 0) in actions
         actions = trainer.handle(P.Checked(sub.digest, (), b"\x08" * 32, race_tokens=12, races_lost=1))
         published += [SignedVerdict.from_bytes(a.data) for a in actions
@@ -225,6 +237,7 @@ def test_a_false_accusation_is_cleared_by_the_re_check_and_the_group_admitted():
     assert not any(isinstance(a, P.Quarantine) for a in actions)
     assert trainer.decided(sub.digest) is True
     assert [a for a in actions if isinstance(a, P.Train)] == [P.Train(0, ((sub.digest, 1.0),))]
+    settle(trainer)
     assert trainer.standing(VERIFIER.node_id).failures > 0
 
 
@@ -385,7 +398,8 @@ def test_a_quarantined_nodes_later_groups_cost_no_checks():
     trainer.handle(P.GroupReceived(held(bad, CHEAT.node_id, 0, 0), 0.0))
     trainer.handle(P.VerdictReceived(verdict_from(VERIFIER, bad, CHEAT.node_id, "hard_fail", b"\x08" * 32)))
     trainer.handle(P.Checked(bad.digest, ("reward_mismatch",), b"\x08" * 32))
+    settle(trainer)
     assert trainer.standing(CHEAT.node_id).quarantined
-    actions = trainer.handle(P.GroupReceived(held(submission(2), CHEAT.node_id, 0, 1), 1.0))
+    actions = trainer.handle(P.GroupReceived(held(submission(2), CHEAT.node_id, 0, 1), trainer.now))
     assert not [a for a in actions if isinstance(a, P.Check)]
 

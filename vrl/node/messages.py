@@ -270,7 +270,7 @@ class SignedVerdict(Signed):
         return (signature_valid(self.verifier, AUDIT_TICKET_DOMAIN + self.group, self.ticket)
                 and (self.checked or not ticket_selected(self.ticket, self.rate)))
 
-    @property
+    @functools.cached_property  # immutable: its bytes, hence its id, never change
     def id(self) -> bytes:
         return hashlib.sha256(self.to_bytes()).digest()
 
@@ -385,7 +385,7 @@ class PolicyAnnouncement(Signed):
                 raise FieldError("delta", "a delta names its hash, its parent file and a size under the weights "
                                           "file's, or none of them")
 
-    @property
+    @functools.cached_property  # encoding a batch of 4,096 groups took ~3 ms, asked ~17 times a round per node
     def id(self) -> bytes:
         """What a step verdict names: the SHA-256 of the announcement's bytes."""
         return hashlib.sha256(self.to_bytes()).digest()
@@ -453,7 +453,7 @@ class StepVerdict(Signed):
     def valid(self) -> bool:
         return self.signature_ok()
 
-    @property
+    @functools.cached_property  # immutable: its bytes, hence its id, never change
     def id(self) -> bytes:
         return hashlib.sha256(self.to_bytes()).digest()
 

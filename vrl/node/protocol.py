@@ -266,8 +266,8 @@ class NodeProtocol:
         return role in self.config.roles
 
     def standing(self, node: bytes):
-        """Recomputed on each read with tickets; with committees, the last evaluation's (§8)."""
-        return (self.reputation.last_standing if self.committee else self.reputation.standing)(node, self.version or 0)
+        """The last evaluation's (rounds.evaluate: at batch boundaries, specs/reputation.md §2)."""
+        return self.reputation.last_standing(node, self.version or 0)
 
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
     def group_version(self, digest: bytes) -> int | None:
@@ -597,7 +597,7 @@ class NodeProtocol:
         return True
 
     def _quarantines(self, replaying: bool = False) -> list[Action]:
-        if self.committee and not routing.evaluate(self, replaying):
+        if not routing.evaluate(self, replaying):
             return []
         actions: list[Action] = []
         for node, standing in self.reputation.standings(self.version or 0).items():

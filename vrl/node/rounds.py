@@ -40,12 +40,14 @@ NOT_IN_MANIFEST = "not_in_manifest"
 NO_CLAIM = "no_claim"
 WRONG_DESIGN = "wrong_design"
 
-# The committee design re-evaluates reputation (EigenTrust over every report held) at most this
-# often within a round, besides at each new round (specs/committee.md §8): at N = 1,000 a
-# trainer holds ~50,000 new reports a round, and a recomputation per report made round 0 never
-# finish (bench/results/simulate-scale.json). 5 s is 20 of the daemon's ticks and a twelfth of
-# round_timeout: a confirmed cheat is quarantined at most 5 s later than at once, while its
-# failed groups are held back by their failures alone (specs/network.md §5.2).
+# A node re-evaluates reputation (EigenTrust over every report held) at most this often within a
+# round, besides at each new round, in either design (specs/reputation.md §2, committee.md §8):
+# at N = 1,000 a committee trainer holds ~50,000 new reports a round, and a recomputation per
+# report made round 0 never finish (bench/results/simulate-scale.json); nor did the ticket
+# design's round 0 at N = 100 (bench/results/simulate-tickets-100-partial.json). 5 s is 20 of
+# the daemon's ticks and a twelfth of round_timeout: a confirmed cheat is quarantined at most
+# 5 s later than at once, while its failed groups are held back by their failures alone
+# (specs/network.md §5.2).
 REPUTATION_EVERY_SECONDS = 5.0
 
 _PROVEN = {VerdictDraw.COMMITTEE: Draw.COMMITTEE, VerdictDraw.RECHECK: Draw.RECHECK}
@@ -241,7 +243,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     # way (failure re-checks never wait): its one model thread must still train. At N = 1,000 the
     # ~4,000 fallback checks of round 0, all asked at once, queued ~480 s ahead of the step
     # (bench/simulate.py; specs/committee.md §8).
-    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check") if trainer else 0
+    room: int | None = None  # counted at its first use: most passes ask for no check
     budget = node.config.loss_claim_budget
 
     def own(digest: bytes) -> SignedVerdict | None:  # the trainer's own verdict on a group, if any
@@ -271,6 +273,8 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                         if node.rounds.claims.open(round_, claims, own):
                             node.scans.checks.dirty.add(digest)  # a charge under way may be confirmed
                         continue
+                if room is None:
+                    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
                 if room <= 0:
                     node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
                     continue
