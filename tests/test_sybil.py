@@ -12,6 +12,7 @@ import hashlib
 
 import pytest
 
+from tests.test_protocol import settle
 from vrl.node import protocol as P
 from vrl.node.admission import AdmissionConfig
 from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, Submission, audit_ticket
@@ -60,6 +61,7 @@ def endorse(proto: P.NodeProtocol, key: NodeKey) -> None:
     own = Submission((b"own work of " + key.node_id,))
     proto.handle(P.GroupReceived(held(own, key.node_id, 0, 0), 0.0))
     proto.handle(P.Checked(own.digest, (), b"\x05" * 32))
+    settle(proto)
 
 
 def confirm_bad(proto: P.NodeProtocol, group: Submission, subject: bytes) -> None:
@@ -68,6 +70,7 @@ def confirm_bad(proto: P.NodeProtocol, group: Submission, subject: bytes) -> Non
     proto.handle(P.GroupReceived(held(group, subject, 0, 101), 0.0))
     proto.handle(P.VerdictReceived(verdict(VERIFIER, group.digest, subject, "hard_fail", reasons=("reward_mismatch",))))
     proto.handle(P.Checked(group.digest, ("reward_mismatch",), b"\x08" * 32))
+    settle(proto)
 
 
 def test_a_fresh_identity_cannot_get_an_honest_node_quarantined_by_naming_it_as_subject():
@@ -212,6 +215,7 @@ def test_a_strangers_fail_on_a_group_the_trainer_skipped_is_re_checked_not_a_blo
         group = submission(10_000 + i)
         proto.handle(P.GroupReceived(held(group, worker, 0, i), 0.0))
         proto.handle(P.Checked(group.digest, (), b"\x05" * 32))
+    settle(proto)
     skipped = None
     for i in range(300, 400):
         group = submission(10_000 + i)

@@ -249,7 +249,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     def own(digest: bytes) -> SignedVerdict | None:  # the trainer's own verdict on a group, if any
         return node.verdicts.get(digest, {}).get(node.me)
 
-    for digest in node.scans.checks.candidates(node, _scan_key(node)):
+    for digest in node.scans.checks.candidates(node, scan_key(node)):
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
                 or group.version not in node.loaded or group.subject in node.quarantined):
@@ -438,7 +438,7 @@ def evaluate(node: NodeProtocol, replaying: bool) -> bool:
 # -- passes over the fresh groups, incremental (the trainer holds ~12,000 at N = 1,000) ---------
 
 
-def _scan_key(node: NodeProtocol) -> tuple:
+def scan_key(node: NodeProtocol) -> tuple:
     """Everything besides a group's own verdicts, arrival and check in flight that the rules over
     fresh groups read (committee_checks, NodeProtocol.decided): while it is unchanged, only the
     groups touched since the last pass can come out differently."""
@@ -468,7 +468,9 @@ class Scan:
 
 
 class Scans:
-    """The committee design's incremental passes: the checks it asks for, and its decisions."""
+    """Incremental passes: the checks a node asks for (both designs' rules, committee_checks and
+    vrl.node.tickets.ticket_checks), and the committee design's decisions (the ticket design's
+    depend on the clock, verdict_wait, so they are made over every fresh group)."""
 
     def __init__(self) -> None:
         self.checks, self.decisions = Scan(), Scan()
@@ -486,7 +488,7 @@ class Scans:
 
     def decide(self, node: NodeProtocol, fresh: list[bytes]) -> dict[bytes, bool | None]:
         """NodeProtocol.decided of each fresh group, recomputed for the touched ones only."""
-        key = _scan_key(node)
+        key = scan_key(node)
         if key != self.decisions.key:
             self.decided = {}
         for digest in self.decisions.candidates(node, key):

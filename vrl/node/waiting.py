@@ -33,7 +33,7 @@ def room_for(verdict: SignedVerdict, held: Iterable[bytes], trust: Callable[[byt
     """Whether a verdict may be accepted on a group whose verdicts are by ``held`` (verifier ids):
     any from a verifier with weight, and at most MAX_STRANGER_VERDICTS_PER_GROUP per group from
     verifiers of weight 0."""
-    if trust(verdict.verifier) > 0:
+    if len(held) < MAX_STRANGER_VERDICTS_PER_GROUP or trust(verdict.verifier) > 0:
         return True
     return sum(1 for v in held if trust(v) == 0) < MAX_STRANGER_VERDICTS_PER_GROUP
 
