@@ -11,7 +11,7 @@ drops when full is said at :meth:`WaitingVerdicts.add`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from vrl.node.messages import SignedVerdict
 
@@ -29,13 +29,18 @@ MAX_PENDING_VERDICTS = 4096
 MAX_STRANGER_VERDICTS_PER_GROUP = 16
 
 
-def room_for(verdict: SignedVerdict, held: Iterable[bytes], trust: Callable[[bytes], float]) -> bool:
+def room_for(verdict: SignedVerdict, held: Collection[bytes], trust: Callable[[bytes], float]) -> bool:
     """Whether a verdict may be accepted on a group whose verdicts are by ``held`` (verifier ids):
     any from a verifier with weight, and at most MAX_STRANGER_VERDICTS_PER_GROUP per group from
     verifiers of weight 0."""
     if len(held) < MAX_STRANGER_VERDICTS_PER_GROUP or trust(verdict.verifier) > 0:
         return True
-    return sum(1 for v in held if trust(v) == 0) < MAX_STRANGER_VERDICTS_PER_GROUP
+    strangers = 0
+    for verifier in held:  # stops at the cap: a group of the ticket design holds ~N verdicts
+        strangers += trust(verifier) == 0
+        if strangers >= MAX_STRANGER_VERDICTS_PER_GROUP:
+            return False
+    return True
 
 
 class WaitingVerdicts:
