@@ -8,6 +8,7 @@ N, each run's command, and the ratio of each per-node cost to the same design's 
 Each argument is COMMAND=PATH: the command that wrote the run, and the JSON it wrote (--out).
 ``--tickets-floor 100,1000`` adds, for N where the ticket design cannot be simulated here, the
 least it costs a node a round by its own rules (:func:`tickets_floor`), labelled as arithmetic.
+``--into`` adds runs to the file ``--out`` names instead of writing a new one.
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--note", default="")
     parser.add_argument("--tickets-floor", default="", help="node counts, e.g. 100,1000")
+    parser.add_argument("--into", action="store_true",
+                        help="add the runs to --out's table: a row of the same design and N is replaced, the "
+                             "rest kept, ratios recomputed")
     args = parser.parse_args()
-    table: dict[str, dict[str, dict]] = {}
+    earlier = json.loads(args.out.read_text()) if args.into else {}
+    table: dict[str, dict[str, dict]] = earlier.get("designs", {})
     for spec in args.runs:
         command, _, path = spec.rpartition("=")
         run = json.loads(Path(path).read_text())
@@ -92,8 +97,9 @@ def main() -> None:
                       "(specs/network.md §3.5); ratios are per_node_others against the design's smallest N",
               "machine": f"{platform.machine()}, 2 cores shared with ~5 other helpers (load 10-15): cpu_seconds "
                          "is this process's own; wall_seconds is not comparable",
-              "note": args.note, "designs": table,
-              "tickets_floor": {n: tickets_floor(int(n)) for n in args.tickets_floor.split(",") if n}}
+              "note": args.note or earlier.get("note", ""), "designs": table,
+              "tickets_floor": {**earlier.get("tickets_floor", {}),
+                                **{n: tickets_floor(int(n)) for n in args.tickets_floor.split(",") if n}}}
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
