@@ -139,6 +139,40 @@ def test_the_window_closes_after_submission_window_without_every_group():
     assert RoundManifest.from_bytes(manifests[0].data).content.withheld(4) == {WORKER.node_id: 2}
 
 
+def test_the_window_stays_open_past_submission_window_while_groups_arrive_but_not_past_the_grace():
+    """A worker slow to get the version's weights is not counted as withholding while its groups
+    still come (specs/committee.md §3.4); a trickle of groups cannot hold the window open past
+    submission_window + submission_grace."""
+    def closes(trainer: P.NodeProtocol, event) -> list:
+        return [RoundManifest.from_bytes(a.data) for a in trainer.handle(event)
+                if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
+
+    slow = groups(4, subject=VERIFIERS[0])
+    trainer = node(TRAINER, "trainer", submission_window=5.0, submission_grace=10.0)
+    ready(trainer)
+    for event in groups(4):
+        trainer.handle(event)  # at 1 s
+    assert not closes(trainer, P.Tick(4.0)) + closes(trainer, P.GroupReceived(slow[0].group, 4.0))
+    for at, late in ((5.5, slow[1]), (9.0, slow[2])):  # past the window (5 s), but groups still come
+        assert not closes(trainer, P.Tick(at)) + closes(trainer, P.GroupReceived(late.group, at))
+    (manifest,) = closes(trainer, P.Tick(13.1))  # none for verdict_wait (4 s): closed, the late ones listed
+    assert dict(manifest.workers) == {WORKER.node_id: 4, VERIFIERS[0].node_id: 3}
+
+    trainer = node(TRAINER, "trainer", submission_window=5.0, submission_grace=10.0)
+    ready(trainer)
+    trickle = groups(4) + groups(4, subject=VERIFIERS[0]) + groups(4, subject=VERIFIERS[1])
+    for i, event in enumerate(trickle):  # one group every 1.5 s from 1 s: never quiet for 4 s
+        at = 1.0 + 1.5 * i
+        found = closes(trainer, P.Tick(at)) + closes(trainer, P.GroupReceived(event.group, at))
+        if at < 15.0:
+            assert not found, at
+        else:
+            assert found and len(found[0].groups) == i  # closed at 5 + 10 s, the trickle or not
+            break
+    else:
+        raise AssertionError("the trickle ran out before the grace did")
+
+
 def test_members_check_exactly_their_seats_and_their_claims_are_accepted():
     trainer, manifest, received = round_zero()
     for key in VERIFIERS:

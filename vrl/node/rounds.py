@@ -332,7 +332,9 @@ def _fetches(node: NodeProtocol) -> list[Action]:
 def close_rounds(node: NodeProtocol) -> list[Action]:
     """The trainer closes each fresh round's submission window with its signed manifest
     (specs/committee.md §3.4): when every expected worker's groups are in, or after
-    ``submission_window``. Eligible: every other node of nonzero weight (specs/committee.md §3.1)."""
+    ``submission_window`` once no group arrived for ``verdict_wait``, or after
+    ``submission_window + submission_grace`` whatever arrives. Eligible: every other node of
+    nonzero weight (specs/committee.md §3.1)."""
     actions: list[Action] = []
     for version in sorted(v for v in node.policies if node._fresh(v) and v not in node.rounds.manifests):
         digests = [d for d in node._by_version.get(version, []) if node.groups[d].subject not in node.quarantined]
@@ -345,9 +347,11 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
         # Complete: every expected worker's groups are in, and none arrived for verdict_wait (a
         # worker not yet seen this round may still be on its way: quiet, not merely full).
         last = max((node.groups[d].arrived for d in digests), default=node.now)
-        complete = (bool(expected) and all(counts[s] >= node.config.groups_per_round for s in expected)
-                    and node.now - last >= node.config.verdict_wait)
-        if not complete and node.now - node.round_started.get(version, node.now) < node.config.submission_window:
+        quiet = node.now - last >= node.config.verdict_wait
+        complete = bool(expected) and all(counts[s] >= node.config.groups_per_round for s in expected) and quiet
+        open_for = node.now - node.round_started.get(version, node.now)
+        if not complete and (open_for < node.config.submission_window or (
+                not quiet and open_for < node.config.submission_window + node.config.submission_grace)):
             continue
         # Never closed empty (no worker's group yet): its groups, when they come, would be left
         # out, no batch would follow, no version, no next round: the network would stall (seen
