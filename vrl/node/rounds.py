@@ -449,8 +449,8 @@ def evaluate(node: NodeProtocol, replaying: bool) -> bool:
 
 def scan_key(node: NodeProtocol) -> tuple:
     """Everything besides a group's own verdicts, arrival and check in flight that the rules over
-    fresh groups read (committee_checks, NodeProtocol.decided): while it is unchanged, only the
-    groups touched since the last pass can come out differently."""
+    fresh groups read (committee_checks, ticket_checks, NodeProtocol.decided): while it is
+    unchanged, only the groups touched since the last pass can come out differently."""
     deadlines = sum(1 for r, at in node.rounds.received_at.items()
                     if node._fresh(r) and node.now - at >= node.config.submission_window)
     return (node.version, len(node.loaded), node.rounds.added, len(node.quarantined), len(node.planted),
