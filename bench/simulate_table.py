@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import sys
@@ -95,8 +96,8 @@ def main() -> None:
     result = {"what": "per node and per round, means over nodes and measured rounds (bench/simulate.py); "
                       "per_node_others excludes the trainer, whose load grows with N by design "
                       "(specs/network.md §3.5); ratios are per_node_others against the design's smallest N",
-              "machine": f"{platform.machine()}, 2 cores shared with ~5 other helpers (load 10-15): cpu_seconds "
-                         "is this process's own; wall_seconds is not comparable",
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with whatever else ran: "
+                         "cpu_seconds is each run's own; wall_seconds is not comparable",
               "note": args.note or earlier.get("note", ""), "designs": table,
               "tickets_floor": {**earlier.get("tickets_floor", {}),
                                 **{n: tickets_floor(int(n)) for n in args.tickets_floor.split(",") if n}}}
