@@ -277,6 +277,9 @@ class CheatingWork(Work):
         super().__init__(key, config, expectations)
         self.cheat = kind
         self.seen_groups: list[tuple[Rollout, ...]] = []  # the replay cheat's loot: others' groups
+        # Which policy versions a new group may still carry and be taken (node_for sets the
+        # node's own rule, NodeProtocol.takes_new_groups): the replayer copies only such loot.
+        self.takes: Callable[[int], bool] = lambda version: True
 
     def generate(self, version: int) -> list[Group]:
         model = self.models[version]
@@ -294,8 +297,19 @@ class CheatingWork(Work):
         elif self.cheat == "tampered-tokens":
             groups = [[tampered(g[0], model, self.key), *g[1:]] for g in groups]
         elif self.cheat == "replay":
-            groups = [[r.signed(self.key) for r in self.seen_groups.pop()] if self.seen_groups else g for g in groups]
+            groups = [self.replayed() or g for g in groups]
         return [Group.of(g) for g in groups]
+
+    def replayed(self) -> list[Rollout] | None:
+        """The freshest loot the network would still take, re-signed as one's own and taken out
+        of the loot; None when there is none. A record keeps its own policy version when
+        re-signed, so loot of a version the network no longer takes (too stale, or a round whose
+        manifest is out) would be dropped at every node unchecked: no gain to the replayer, and
+        no test of the defences."""
+        for i in range(len(self.seen_groups) - 1, -1, -1):
+            if self.takes(self.seen_groups[i][0].policy_version):
+                return [r.signed(self.key) for r in self.seen_groups.pop(i)]
+        return None
 
     def spoofed(self, model: Model, version: int) -> list[list[Rollout]]:
         """The round's groups as :meth:`~vrl.node.work.Work.sample` makes them, their tokens
@@ -417,6 +431,7 @@ def node_for(adversary: str):
                     overheard(group)
                 return group, new
             node.groups.arrived = spied
+            node.work.takes = node.protocol.takes_new_groups
         if adversary == "trainer-rejected-group":
             honest, cheat, protocol = node.training.train, node.trainer, node.protocol
 

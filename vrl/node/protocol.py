@@ -463,6 +463,12 @@ class NodeProtocol:
         current = self.version
         return current is not None and current - self.config.max_staleness <= version <= current + 1
 
+    def takes_new_groups(self, version: int) -> bool:
+        """Whether a group of ``version`` this node has not seen would still be taken: a version
+        it may hold and, in the committee design, a round whose manifest is not here yet (a
+        group the manifest leaves out is never checked or trained, specs/committee.md §1)."""
+        return self.may_hold(version) and not (self.committee and version in self.rounds.manifests)
+
     def _fresh_groups(self) -> list[bytes]:
         """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
         # Groups are only added but when the floor moves (forgetting); freshness moves with the version.

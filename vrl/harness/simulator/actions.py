@@ -16,6 +16,7 @@ from vrl.node.messages import (
     TOPIC_MANIFESTS,
     TOPIC_POLICIES,
     TOPIC_VERDICTS,
+    Group,
     Outcome,
     PolicyAnnouncement,
     StepFault,
@@ -147,12 +148,16 @@ class Actions:
     def _generated(self, node: SimNode, version: int, count: int) -> None:
         groups = []
         for index in range(count):
-            if node.kind == "replay" and node.seen:
-                group = self.records.resigned(node.seen.pop(), node.key, index)
+            loot = self._loot(node) if node.kind == "replay" else None
+            if loot is not None:
+                group = self.records.resigned(loot, node.key, index)
             else:
                 group = self.records.group(node.key, version, index,
                                            reward=1.0 if node.kind == "fabricated-reward" else None)
-            self.truth[group.digest] = Truth(node.index, node.kind)
+            # A replayer with no loot the network would take makes an honest group (as the
+            # devnet's does, vrl.harness.adversary.CheatingWork.replayed).
+            cheat = "" if node.kind == "replay" and loot is None else node.kind
+            self.truth[group.digest] = Truth(node.index, cheat)
             groups.append(group)
         if node.kind == "withhold":
             # Submits the half it likes best (the rewarded ones first), holds the rest back.
@@ -161,6 +166,17 @@ class Actions:
         for group in groups:
             self._own[group.to_bytes()] = group
         self.feed(node, E.Generated(version, tuple(groups)))
+
+    @staticmethod
+    def _loot(node: SimNode) -> Group | None:
+        """The replay cheat's freshest loot that the network would still take, taken out of its
+        loot (as vrl.harness.adversary.CheatingWork.replayed)."""
+        for i in range(len(node.seen) - 1, -1, -1):
+            if node.protocol.takes_new_groups(node.seen[i].version):
+                group = node.seen[i]
+                del node.seen[i]
+                return group
+        return None
 
     def _do_Check(self, node: SimNode, action: E.Check) -> None:
         truth = self.truth.get(action.group)
