@@ -47,6 +47,22 @@ def test_a_cheater_is_quarantined_and_no_honest_node_is_at_n_10():
     assert per_node["checks_per_round"] > 0 and per_node["bytes_per_round"] > per_node["blob_bytes"] > 0
 
 
+def test_a_replayer_copies_only_groups_the_network_still_takes():
+    """Gossiped groups give the ticket design's replayer fresh loot: it copies, and is caught.
+    In the committee design groups go to the trainer alone and a member fetches its seats only
+    once the manifest has closed their round, so a copy would be refused: the replayer has
+    nothing to copy and makes honest groups (specs/security.md, replay of another's group)."""
+    tickets = summary(nodes=6, rounds=4, adversaries=parse_adversaries("replay"))["rounds_to_quarantine"]["replay"]
+    assert tickets["cheated"] == tickets["quarantined_by_trainer"] == 1
+    sim = Simulation(SimConfig(nodes=8, rounds=4, design="committee", adversaries=parse_adversaries("replay")))
+    run = sim.run(cpu_limit_s=120).summary
+    replayer = next(node for node in sim.nodes if node.kind == "replay")
+    assert run["rounds_to_quarantine"]["replay"]["cheated"] == 0
+    assert all(truth.cheat == "" for truth in sim.truth.values() if truth.maker == replayer.index)
+    assert run["honest_false_quarantines"] == 0
+    assert replayer.seen, "it had loot (its seats), all of rounds already closed"
+
+
 def test_a_lazy_verifier_is_caught_by_its_digest():
     run = summary(nodes=6, rounds=3, adversaries=parse_adversaries("lazy"))
     row = run["rounds_to_quarantine"]["lazy"]

@@ -6,6 +6,9 @@
   once per receiving node) and sent (the origin's copies to its mesh peers, and every mesh
   forward), plus request/response payload bytes: blob fetches (weights, step state), reported
   apart too as ``blob_bytes``; messages likewise;
+* rounds to quarantine, per adversary kind: from a cheat's first bad group (or pass of one, or
+  lazy pass) to the trainer's quarantine of it and to the median honest view's; and
+  ``honest_views_missing``, the honest views that never quarantined a cheat the trainer did;
 * round: the interval between two of the trainer's policy announcements. Per-round figures are
   differences of the counters between the announcement of version ``warmup`` and the last one
   measured, divided by the rounds between them, then averaged over the nodes.
@@ -260,7 +263,8 @@ class Metrics:
 
     def _rounds_to_quarantine(self, sim, honest: list) -> dict:
         out: dict[str, dict] = defaultdict(lambda: {"nodes": 0, "cheated": 0, "quarantined_by_trainer": 0,
-                                                    "rounds_trainer": [], "rounds_median_honest": []})
+                                                    "rounds_trainer": [], "rounds_median_honest": [],
+                                                    "honest_views_missing": 0})
         for node in sim.nodes:
             if node.protocol is None or not node.kind or node.kind in TRAINER_ADVERSARIES:
                 continue
@@ -275,6 +279,8 @@ class Metrics:
                 row["quarantined_by_trainer"] += 1
                 row["rounds_trainer"].append(self.version_at(at_trainer) - first)
             views = sorted(self.quarantined_at.get((h.index, node.key.node_id), float("inf")) for h in honest)
+            if at_trainer is not None:  # honest views that never saw a cheat the trainer quarantined
+                row["honest_views_missing"] += sum(at == float("inf") for at in views)
             middle = views[len(views) // 2] if views else float("inf")
             if middle != float("inf"):
                 row["rounds_median_honest"].append(self.version_at(middle) - first)
