@@ -8,10 +8,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.test_protocol import settle
 from tests.test_protocol_committee import (
     TRAINER,
     VERIFIERS,
     WORKER,
+    checked,
     groups,
     node,
     ready,
@@ -23,6 +25,7 @@ from vrl.node import committee
 from vrl.node import protocol as P
 from vrl.node.events import FetchGroup, Send
 from vrl.node.messages import TOPIC_GROUPS, TOPIC_VERDICTS, Outcome, SignedVerdict
+from vrl.rollouts.keys import NodeKey
 
 
 def test_a_member_fetches_exactly_its_seats_by_digest_and_checks_them_once_they_arrive():
@@ -123,3 +126,31 @@ def test_incremental_decisions_and_checks_equal_a_pass_over_every_fresh_group(sc
     trainer.scans.checks.key = None  # a full pass
     full = {a.group for a in trainer.pending() if isinstance(a, P.Check)}
     assert incremental | {k[1] for k in flights} >= full
+
+
+def test_a_view_fetches_the_group_a_pre_trusted_failure_names_and_counts_it():
+    """A verdict counts only on a group its node holds; a node that sat on none of a cheat's
+    groups fetches the one the trainer's re-check failed, so its view counts the failure too
+    (specs/network.md §3.5). A stranger's failure makes it fetch nothing."""
+    trainer, manifest, received = round_zero()
+    digest = received[0].group.digest
+    late = trainer.handle(P.Tick(trainer.now + trainer.config.submission_window + 1))  # no member's verdict came
+    assert P.Check(digest, 0) in late
+    trainers = checked(trainer, digest, ("reward_mismatch",))
+    assert trainers.outcome == "hard_fail"
+    stranger = P.NodeProtocol(NodeKey.from_seed(b"S" * 32), trainer.config, platform="test", race_loss_rate=1e-3)
+    for key in VERIFIERS:
+        proto = node(key, "verifier")
+        ready(proto)
+        proto.handle(P.ManifestReceived(manifest, 2.0))
+        if digest in seats(key, manifest, committee.Draw.COMMITTEE) | seats(key, manifest, committee.Draw.RECHECK):
+            continue  # a member fetches it anyway
+        lie = SignedVerdict(**{**trainers.__dict__, "verifier": stranger.me, "signature": b""}).signed(stranger.key)
+        assert not [a for a in proto.handle(P.VerdictReceived(lie)) if isinstance(a, FetchGroup)]
+        actions = proto.handle(P.VerdictReceived(trainers))
+        assert FetchGroup(digest, 0) in actions
+        proto.handle(received[0])
+        settle(proto)
+        assert proto.standing(WORKER.node_id).failures > 0
+        return
+    raise AssertionError("every verifier sat on the group: no view to test (change the keys)")

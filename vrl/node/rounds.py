@@ -303,7 +303,11 @@ def _states_losses(verdict: SignedVerdict) -> bool:
 def _fetches(node: NodeProtocol) -> list[Action]:
     """A member fetches by digest the groups it is drawn for and does not hold (specs/network.md
     §3.5): its committee seats in each fresh round, and its recheck seats on groups a counting
-    failure names (that failure waits among the pending verdicts until its group is here)."""
+    failure names (that failure waits among the pending verdicts until its group is here). Any
+    verifier also fetches a group a pre-trusted node's failure names (the trainer's re-check is
+    what confirms fraud, reputation.md §3): a verdict counts only on a group its node holds, so
+    without it a view that sat on none of a cheat's groups never saw it quarantined (one honest
+    view of 11 on a 12-node devnet, bench/results/devnet-committee.json)."""
     actions: list[Action] = []
     wanted: list[tuple[bytes, int]] = []
     for round_ in sorted(node.rounds.manifests):
@@ -314,9 +318,10 @@ def _fetches(node: NodeProtocol) -> list[Action]:
             wanted += [(d, round_) for d in missing]
     for verdict in node.waiting:
         round_ = node.rounds.round_of.get(verdict.group)
-        if (round_ is not None and node._fresh(round_) and round_ in node.loaded and node.weighs(verdict)
+        if (round_ is not None and node._fresh(round_) and round_ in node.loaded
                 and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
-                and verdict.group in node.rounds.seats(round_, Draw.RECHECK)):
+                and (verdict.verifier in node.reputation.pretrusted
+                     or (node.weighs(verdict) and verdict.group in node.rounds.seats(round_, Draw.RECHECK)))):
             wanted.append((verdict.group, round_))
     for digest, round_ in wanted:
         if digest not in node.groups:
