@@ -1,6 +1,6 @@
 """The trainer's budget of loss confirmations per member (vrl/node/claims.py; specs/committee.md
 §8 "Lost races"): a member's claims of lost races ask for the trainer's check only while it has
-fewer than ``loss_claim_budget`` open or unconfirmed charges in the round."""
+fewer than ``loss_claim_budget`` open or unconfirmed charges over the rounds still kept."""
 
 from __future__ import annotations
 
@@ -145,6 +145,39 @@ def test_charges_are_forgotten_with_their_round():
     assert trainer.rounds.claims.held() == 1
     trainer.rounds.forget(1)
     assert trainer.rounds.claims.held() == 0
+
+
+def test_the_budget_spans_the_rounds_kept_so_a_liar_costs_it_once_per_window_not_each_round():
+    """Unconfirmed charges of one round leave a member no room in the next ones until their
+    round is forgotten (max_staleness + 2 rounds kept): a liar costs the trainer ``B`` checks per
+    window of kept rounds, not ``B`` a round."""
+    from vrl.node.claims import LossClaims
+
+    liar, other = sorted(passes())[:2]
+    found_none = {}  # digest -> the trainer's own verdict, stating no loss (a refuted claim)
+
+    def own(digest):
+        return found_none.get(digest)
+
+    def claim(member, round_, i, lost=TOKENS):
+        digest = bytes([round_, i]) * 16
+        return dataclasses.replace(next(iter(passes()[member].values())), group=digest, races_lost=lost)
+
+    refuted = stating(liar, sorted(passes()[liar])[0], 0)
+    claims, budget = LossClaims(), 2
+    for i in range(budget):
+        lie = claim(liar, 0, i)
+        assert claims.pick([lie], budget, own) == lie
+        claims.charge(0, lie, budget)
+        found_none[lie.group] = dataclasses.replace(refuted, group=lie.group)
+    for round_ in (1, 2, 3):  # rounds 0-3 kept: round 0's refuted charges leave no room
+        assert claims.pick([claim(liar, round_, 0)], budget, own) is None
+        honest = claim(other, round_, 0, lost=1)
+        assert claims.pick([claim(liar, round_, 0), honest], budget, own) == honest  # others unaffected
+    claims.forget(1)  # round 4 begins: round 0 is no longer kept
+    assert claims.held() == 0
+    lie = claim(liar, 4, 0)
+    assert claims.pick([lie], budget, own) == lie
 
 
 STEPS = st.lists(st.one_of(

@@ -6,15 +6,18 @@ group, so that the pooled test may count the losses both found (vrl.node.pooling
 check is *charged* to one member whose claim asked for it; a charge is released once the
 trainer's own verdict on the group states at least the races the member stated (a confirmed
 claim: the check found what the member found, and an honest member's statement would have
-asked for it too). A member's claims on the groups of one round ask for a check only while its
-charges of that round, open (the check under way) or unconfirmed (the check found fewer losses),
-number fewer than the budget ``B`` (``ProtocolParams.loss_claim_budget``). So a member costs
-the trainer at most ``B`` checks a round that find nothing it stated, however many seats it
-holds; past that, its claims ask for nothing (they counted for nothing in the pool until
-confirmed anyway), and the trainer still checks the group if another member's claim asks.
+asked for it too). A member's claims ask for a check only while its charges, open (the check
+under way) or unconfirmed (the check found fewer losses), number fewer than the budget ``B``
+(``ProtocolParams.loss_claim_budget``) over every round still kept: the rounds whose groups are
+fresh, ``max_staleness + 2`` of them (a charge is forgotten with its round's manifest). So a
+member costs the trainer at most ``B`` checks that find nothing it stated per ``max_staleness +
+2`` rounds (``B / 4`` a round at the defaults), however many seats it holds; past that, its
+claims ask for nothing (they counted for nothing in the pool until confirmed anyway), and the
+trainer still checks the group if another member's claim asks. The budget spanned one round
+until measured: then a liar cost ``B`` a round, round after round (specs/committee.md §8).
 
 A part of :class:`vrl.node.rounds.Rounds`, pure like it: no I/O, no clock. Its state is at most
-``B`` digests per member and round, forgotten with the round (:meth:`LossClaims.forget`).
+``B`` digests per member, forgotten with their round (:meth:`LossClaims.forget`).
 """
 
 from __future__ import annotations
@@ -28,47 +31,54 @@ Own = Callable[[bytes], SignedVerdict | None]
 
 
 class LossClaims:
-    """Per (round, member): the digests whose trainer check that member's claim asked for and
-    that are not confirmed yet, each with the races lost the member stated."""
+    """Per member, per round still kept: the digests whose trainer check that member's claim
+    asked for and that are not confirmed yet, each with the races lost the member stated."""
 
     def __init__(self) -> None:
-        self._charged: dict[tuple[int, bytes], dict[bytes, int]] = {}
+        self._charged: dict[bytes, dict[int, dict[bytes, int]]] = {}
 
-    def used(self, round_: int, member: bytes, own: Own) -> int:
-        """The member's open and unconfirmed charges in ``round_``, releasing the confirmed ones."""
-        charged = self._charged.get((round_, member))
-        if not charged:
+    def used(self, member: bytes, own: Own) -> int:
+        """The member's open and unconfirmed charges over the rounds kept, releasing the
+        confirmed ones."""
+        rounds = self._charged.get(member)
+        if not rounds:
             return 0
-        for digest in [d for d, stated in charged.items() if (v := own(d)) is not None and v.races_lost >= stated]:
-            del charged[digest]
-        return len(charged)
+        for charged in rounds.values():
+            for digest in [d for d, stated in charged.items() if (v := own(d)) is not None and v.races_lost >= stated]:
+                del charged[digest]
+        return sum(len(charged) for charged in rounds.values())
 
-    def pick(self, round_: int, claims: Sequence[SignedVerdict], budget: int, own: Own) -> SignedVerdict | None:
+    def pick(self, claims: Sequence[SignedVerdict], budget: int, own: Own) -> SignedVerdict | None:
         """The claim the trainer's check of a group is charged to: of the members with room, the
         one stating the fewest lost races (the likeliest to be confirmed, so released), ties by
         id; None when every claimant's budget is spent. ``budget`` 0: no budget, the first claim."""
         ordered = sorted(claims, key=lambda v: (v.races_lost, v.verifier))
         if not budget:
             return ordered[0] if ordered else None
-        return next((v for v in ordered if self.used(round_, v.verifier, own) < budget), None)
+        return next((v for v in ordered if self.used(v.verifier, own) < budget), None)
 
-    def open(self, round_: int, claims: Sequence[SignedVerdict], own: Own) -> bool:
-        """Whether a claimant has a charge of ``round_`` whose check is still under way: it may be
-        confirmed and free room, so a claim refused for want of it is looked at again."""
-        return any(own(d) is None for v in claims for d in self._charged.get((round_, v.verifier), ()))
+    def open(self, claims: Sequence[SignedVerdict], own: Own) -> bool:
+        """Whether a claimant has a charge whose check is still under way: it may be confirmed and
+        free room, so a claim refused for want of it is looked at again."""
+        return any(own(d) is None for v in claims for charged in self._charged.get(v.verifier, {}).values()
+                   for d in charged)
 
     def charge(self, round_: int, claim: SignedVerdict, budget: int) -> None:
-        """Charge the trainer's check of ``claim.group`` to ``claim.verifier`` (nothing is kept
-        without a budget)."""
+        """Charge the trainer's check of ``claim.group``, a group of ``round_``, to
+        ``claim.verifier`` (nothing is kept without a budget)."""
         if budget:
-            self._charged.setdefault((round_, claim.verifier), {})[claim.group] = claim.races_lost
+            self._charged.setdefault(claim.verifier, {}).setdefault(round_, {})[claim.group] = claim.races_lost
 
     def forget(self, floor: int) -> None:
         """Drop every round below ``floor`` (vrl.node.rounds.Rounds.forget): its groups are no
-        longer fresh, so no claim on them asks for a check."""
-        for key in [k for k in self._charged if k[0] < floor]:
-            del self._charged[key]
+        longer fresh, so no claim on them asks for a check, and its charges no longer count."""
+        for member in list(self._charged):
+            rounds = self._charged[member]
+            for round_ in [r for r in rounds if r < floor]:
+                del rounds[round_]
+            if not rounds:
+                del self._charged[member]
 
     def held(self) -> int:
-        """Digests held over every round and member: at most ``B`` per member and round."""
-        return sum(len(charged) for charged in self._charged.values())
+        """Digests held over every member and round: at most ``B`` per member."""
+        return sum(len(charged) for rounds in self._charged.values() for charged in rounds.values())

@@ -76,16 +76,18 @@ class ProtocolParams:
     # of them refused (bench/simulate.py, lazy 10% run). Half the window: the trainer waits at
     # most 30 s, so half of round_timeout is left for the committees' checks.
     submission_grace: float = field(default=10.0, metadata=bounded(0, 86400))
-    # B: the trainer's loss confirmations a committee member may have open or unconfirmed per
-    # round before its claims of lost races ask for no more (vrl.node.claims; specs/committee.md
+    # B: the trainer's loss confirmations a committee member may have open or unconfirmed over
+    # the rounds kept before its claims of lost races ask for no more (vrl.node.claims; specs/committee.md
     # §8). 8 is the lost races the pooled test needs to quarantine a spoofer losing 10 q0 of its
     # races on the float32 CPU profile (ln E(2,500, 8) = 9.37 >= ln(1/alpha) = 9.21,
     # vrl.rollouts.sequential; specs/verification.md §7.1), so one member's pending claims can
     # carry a whole quarantine's confirmations at once. An honest member on another platform
     # states a drift loss the trainer does not find on at most n q0 of a group (n race tokens):
     # over its ~44 seats a round (specs/committee.md §6), 0.43 expected at the devnet's 32
-    # tokens a group, 1.7 at 128, so 8 leaves it room (Poisson tails 2e-8, 4e-4). A liar costs
-    # at most 8 checks a round, not its ~44 seats. 0: no budget (every claim asks; measurement).
+    # tokens a group, 1.7 at 128; its charges live about two rounds (the budget spans the rounds
+    # kept), so 8 leaves it room (Poisson tails ~1e-5, 2e-2). A liar costs at most 8 checks per
+    # two rounds, not its ~44 seats a round (bench/results/simulate-liar-budget.json). 0: no
+    # budget (every claim asks; measurement).
     loss_claim_budget: int = field(default=8, metadata=bounded(0, 2**16))
 
     def __post_init__(self) -> None:

@@ -268,9 +268,9 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                     claims = [v for v in others if _states_losses(v)]
                     if not claims:
                         continue
-                    claim = node.rounds.claims.pick(round_, claims, budget, own)
+                    claim = node.rounds.claims.pick(claims, budget, own)
                     if claim is None:  # every claimant's budget is spent (specs/committee.md §8)
-                        if node.rounds.claims.open(round_, claims, own):
+                        if node.rounds.claims.open(claims, own):
                             node.scans.checks.dirty.add(digest)  # a charge under way may be confirmed
                         continue
                 if room is None:
