@@ -131,7 +131,8 @@ def test_incremental_decisions_and_checks_equal_a_pass_over_every_fresh_group(sc
 def test_a_view_fetches_the_group_a_pre_trusted_failure_names_and_counts_it():
     """A verdict counts only on a group its node holds; a node that sat on none of a cheat's
     groups fetches the one the trainer's re-check failed, so its view counts the failure too
-    (specs/network.md §3.5). A stranger's failure makes it fetch nothing."""
+    (specs/network.md §3.5). A stranger's failure makes it fetch nothing, and nor does a
+    pre-trusted failure of a producer its view has quarantined."""
     trainer, manifest, received = round_zero()
     digest = received[0].group.digest
     late = trainer.handle(P.Tick(trainer.now + trainer.config.submission_window + 1))  # no member's verdict came
@@ -152,5 +153,17 @@ def test_a_view_fetches_the_group_a_pre_trusted_failure_names_and_counts_it():
         proto.handle(received[0])
         settle(proto)
         assert proto.standing(WORKER.node_id).failures > 0
+        # A member's failure confirmed by the trainer's quarantines the producer in this view;
+        # then a further failure of it teaches nothing: no fetch.
+        member_key = next(k for k in VERIFIERS if digest in seats(k, manifest, committee.Draw.COMMITTEE))
+        member = node(member_key, "verifier")
+        ready(member)
+        member.handle(P.ManifestReceived(manifest, 2.0))
+        member.handle(received[0])
+        proto.handle(P.VerdictReceived(checked(member, digest, ("reward_mismatch",))))
+        settle(proto)
+        assert WORKER.node_id in proto.quarantined
+        second = checked(trainer, received[1].group.digest, ("reward_mismatch",))
+        assert not [a for a in proto.handle(P.VerdictReceived(second)) if isinstance(a, FetchGroup)]
         return
     raise AssertionError("every verifier sat on the group: no view to test (change the keys)")
