@@ -8,10 +8,11 @@ trainer's own verdict on the group states at least the races the member stated (
 claim: the check found what the member found, and an honest member's statement would have
 asked for it too). A member's claims ask for a check only while its charges, open (the check
 under way) or unconfirmed (the check found fewer losses), number fewer than the budget ``B``
-(``ProtocolParams.loss_claim_budget``) over every round still kept: the rounds whose groups are
-fresh, ``max_staleness + 2`` of them (a charge is forgotten with its round's manifest). So a
-member costs the trainer at most ``B`` checks that find nothing it stated per ``max_staleness +
-2`` rounds (``B / 4`` a round at the defaults), however many seats it holds; past that, its
+(``ProtocolParams.loss_claim_budget``) over every round still kept (a charge is forgotten with
+its round's manifest, ``max_staleness + 1`` rounds after that round). A charge is made about a
+round after its group's round, so it lives about two rounds: a member costs the trainer at most
+``B`` checks that find nothing it stated every second round (measured: 4 a liar a round at
+``B = 8``, bench/results/simulate-liar-budget.json), however many seats it holds; past that, its
 claims ask for nothing (they counted for nothing in the pool until confirmed anyway), and the
 trainer still checks the group if another member's claim asks. The budget spanned one round
 until measured: then a liar cost ``B`` a round, round after round (specs/committee.md §8).
