@@ -16,7 +16,8 @@ import copy
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from typing import TypeVar
 
 import numpy as np
 import structlog
@@ -267,6 +268,21 @@ def tokens_to_detection(rollouts: Iterable[Rollout], verdicts: Iterable[Verdict]
     return None
 
 
+T = TypeVar("T")
+
+
+def take_freshest(loot: MutableSequence[T], usable: Callable[[T], bool]) -> T | None:
+    """The replay cheat's pick: the last-received item of ``loot`` that ``usable`` accepts, taken
+    out of it; None when there is none. Shared by the devnet's replayer
+    (:meth:`CheatingWork.replayed`) and the simulator's (vrl.harness.simulator.actions)."""
+    for i in range(len(loot) - 1, -1, -1):
+        if usable(loot[i]):
+            item = loot[i]
+            del loot[i]
+            return item
+    return None
+
+
 class CheatingWork(Work):
     """A node that cheats as ``kind`` says (one of :data:`~vrl.node.config.ADVERSARIES`) and
     otherwise works as an honest node does."""
@@ -306,10 +322,8 @@ class CheatingWork(Work):
         re-signed, so loot of a version the network no longer takes (too stale, or a round whose
         manifest is out) would be dropped at every node unchecked: no gain to the replayer, and
         no test of the defences."""
-        for i in range(len(self.seen_groups) - 1, -1, -1):
-            if self.takes(self.seen_groups[i][0].policy_version):
-                return [r.signed(self.key) for r in self.seen_groups.pop(i)]
-        return None
+        rollouts = take_freshest(self.seen_groups, lambda loot: self.takes(loot[0].policy_version))
+        return None if rollouts is None else [r.signed(self.key) for r in rollouts]
 
     def spoofed(self, model: Model, version: int) -> list[list[Rollout]]:
         """The round's groups as :meth:`~vrl.node.work.Work.sample` makes them, their tokens

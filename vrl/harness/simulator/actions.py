@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import typing
 
-from vrl.harness.adversary import CHEAT_FROM
+from vrl.harness.adversary import CHEAT_FROM, take_freshest
 from vrl.node import events as E
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -171,12 +171,7 @@ class Actions:
     def _loot(node: SimNode) -> Group | None:
         """The replay cheat's freshest loot that the network would still take, taken out of its
         loot (as vrl.harness.adversary.CheatingWork.replayed)."""
-        for i in range(len(node.seen) - 1, -1, -1):
-            if node.protocol.takes_new_groups(node.seen[i].version):
-                group = node.seen[i]
-                del node.seen[i]
-                return group
-        return None
+        return take_freshest(node.seen, lambda group: node.protocol.takes_new_groups(group.version))
 
     def _do_Check(self, node: SimNode, action: E.Check) -> None:
         truth = self.truth.get(action.group)
