@@ -21,7 +21,7 @@ parameters and the base model, and reads every node's Prometheus endpoint:
   copy written to a peer including mesh forwards (``out``), request and response bodies on both
   sides; blobs (``/vrl/blob/1``, weights and step files) reported apart as well.
 
-A round is the interval between two policy announcements (SCALE_DESIGN.md's metric
+A round is the interval between two policy announcements (vrl/harness/simulator/metrics.py's metric
 definitions). Every node is scraped as soon as the trainer's ``vrl_policy_version`` reaches
 ``WARMUP_VERSIONS`` (the start-up's dials, first backfill and version 0 weights are behind us)
 and again when it reaches ``WARMUP_VERSIONS + rounds`` (each time the last scrape of every node

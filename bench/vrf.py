@@ -104,7 +104,7 @@ def main() -> None:
     rows = {name: {"us_median": statistics.median(times), "us_min": min(times), "us_max": max(times),
                    **({"vs": baselines[name], "ratio": ratio(name, baselines[name])} if name in baselines else {})}
             for name, times in runs.items()}
-    # The simulator's load (SCALE_DESIGN.md): about 20,000 proofs and as many verifications per run.
+    # The simulator's load (bench/simulate.py, N = 1,000): about 20,000 proofs and as many verifications a run.
     simulator_seconds = 20_000 * (rows["vrf.prove"]["us_median"] + rows["vrf.verify"]["us_median"]) / 1e6
     result = {
         "command": f"python bench/vrf.py --rounds {args.rounds} --calls {args.calls}",

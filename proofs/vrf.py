@@ -6,7 +6,7 @@ curve (section 5.4.1.1), RFC 8032-style nonces (section 5.4.2.2), ``cLen = 16``,
 always run by :func:`verify`. The key is an RFC 8032 Ed25519 key (section 5.1.5 of RFC 8032):
 a node's signing key is its VRF key, and its node id is its VRF public key.
 
-The API (SCALE_DESIGN.md): :func:`public_key`, :func:`prove`, :func:`proof_to_hash`,
+The API (specs/vrf.md): :func:`public_key`, :func:`prove`, :func:`proof_to_hash`,
 :func:`verify`; every one of them checks its inputs (types, lengths, canonical encodings,
 points on the curve, ``s < q``) and raises only :class:`VrfError`.
 

@@ -190,6 +190,40 @@ def test_members_check_exactly_their_seats_and_their_claims_are_accepted():
     assert sum(len(seats(k, manifest, committee.Draw.COMMITTEE)) for k in VERIFIERS) > 0
 
 
+def test_a_member_keeps_a_batch_of_checks_under_way_so_its_generation_is_not_queued_behind_its_seats():
+    """In the bootstrap rounds of N = 1,000 the first eligible nodes each sat on 1,200-2,000
+    groups; all asked at once, they queued ~85 s of checks ahead of the node's next generation on
+    its one model thread, and its groups came after their round had closed (specs/committee.md
+    §9). A member now asks for at most ``batch_groups`` checks at a time, the rest as those end."""
+    producers = [WORKER] + [NodeKey.from_seed(bytes([90 + i]) * 32) for i in range(2)]
+    received = [e for p in producers for e in groups(4, subject=p)]
+    trainer = node(TRAINER, "trainer", committee_size=len(VERIFIERS))  # p_v = 1: every member on every group
+    ready(trainer)
+    for event in received:
+        trainer.handle(event)
+    trainer.handle(P.Tick(30.0))
+    manifest = trainer.rounds.manifests[0]
+    assert len(manifest.groups) == 12
+
+    member = node(VERIFIERS[0], "verifier", "worker", admission=AdmissionConfig(batch_groups=3))
+    ready(member)
+    for event in received:
+        member.handle(event)
+    asked = [a.group for a in member.handle(P.ManifestReceived(manifest, 31.0)) if isinstance(a, P.Check)]
+    assert len(asked) == 3
+    # A new version is due while three checks are under way: its generation waits behind three.
+    member.handle(P.PolicyAnnounced(announcement(1)))
+    assert any(isinstance(a, P.Generate) for a in member.handle(P.PolicyLoaded(1)))
+    done: list[bytes] = []
+    while asked:  # bounded: each pass ends one check and asks for at most one more
+        digest = asked.pop(0)
+        done.append(digest)
+        actions = member.handle(P.Checked(digest, (), b"\x09" * 32))
+        asked += [a.group for a in actions if isinstance(a, P.Check)]
+        assert len(asked) <= 3
+    assert sorted(done) == sorted(manifest.groups)  # every seat checked in the end, each once
+
+
 def _member_and_verdict(manifest: RoundManifest, received: list) -> tuple[NodeKey, bytes, SignedVerdict, bytes]:
     """A verifier, a group it sits on, its verdict on it, and a group it does not sit on."""
     for key in VERIFIERS:

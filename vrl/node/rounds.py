@@ -239,10 +239,12 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     trainer = node.has("trainer")
     if not trainer and node.has("verifier"):
         actions += _fetches(node)
-    # The trainer's audits and fallback checks wait while a batch's worth of its checks is under
-    # way (failure re-checks never wait): its one model thread must still train. At N = 1,000 the
-    # ~4,000 fallback checks of round 0, all asked at once, queued ~480 s ahead of the step
-    # (bench/simulate.py; specs/committee.md §8).
+    # A node's checks wait while a batch's worth of them is under way (re-checks of failures never
+    # wait): its one model thread, first come first served, must still train or generate. At
+    # N = 1,000 the trainer's ~4,000 fallback checks of round 0, all asked at once, queued ~480 s
+    # ahead of its step; a member's 1,200-2,000 seats of the first bootstrap manifest, ~85 s
+    # ahead of its next generation, whose groups came after their round had closed
+    # (bench/simulate.py; specs/committee.md §8, §9).
     room: int | None = None  # counted at its first use: most passes ask for no check
     budget = node.config.loss_claim_budget
 
@@ -285,11 +287,19 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 actions += new
         elif node.has("verifier"):
             seats = ([Draw.RECHECK] if failed or node.suspect(group.subject) else []) + [Draw.COMMITTEE]
-            for seat in seats:
-                if digest in node.rounds.seats(round_, seat):
-                    actions += node._check(digest, group.version, VerdictDraw(str(seat)),
-                                           node.rounds.own(round_, seat)[0])
-                    break
+            seat = next((s for s in seats if digest in node.rounds.seats(round_, s)), None)
+            if seat is None:
+                continue
+            if seat is Draw.COMMITTEE:
+                if room is None:
+                    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
+                if room <= 0:
+                    node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
+                    continue
+            new = node._check(digest, group.version, VerdictDraw(str(seat)), node.rounds.own(round_, seat)[0])
+            if seat is Draw.COMMITTEE:
+                room -= len(new)
+            actions += new
     return actions
 
 

@@ -116,6 +116,7 @@ class Actions:
             self.new_version(msg.obj)
         elif topic == TOPIC_MANIFESTS and node.index == 0:
             self.metrics.manifests.append(tuple(msg.obj.workers))  # nodes forget old rounds (Rounds.forget)
+            self.metrics.closed_rounds.add(msg.obj.round)
 
     def job(self, node: SimNode, seconds: float, fn, *args) -> None:
         """One job on the node's model thread: it starts when the thread is free."""

@@ -1,4 +1,4 @@
-"""What a simulation measures, in the definitions the devnet calibration shares (SCALE_DESIGN.md):
+"""What a simulation measures, in the definitions the devnet calibration shares (bench/devnet_costs.py):
 
 * checks: Check actions a node carries out (one full verification of a group), per round;
 * verify-seconds: the model-thread time those checks were charged (spec.CostModel);
@@ -9,6 +9,10 @@
 * rounds to quarantine, per adversary kind: from a cheat's first bad group (or pass of one, or
   lazy pass) to the trainer's quarantine of it and to the median honest view's; and
   ``honest_views_missing``, the honest views that never quarantined a cheat the trainer did;
+* groups lost: honest groups of a measured round the trainer never held; groups pending apart,
+  those still open at the stop (their round not closed by a manifest, in the committee design,
+  or published after the trainer's last announcement): a run ends as the trainer announces
+  its last version, while the newest round's groups are on their way;
 * round: the interval between two of the trainer's policy announcements. Per-round figures are
   differences of the counters between the announcement of version ``warmup`` and the last one
   measured, divided by the rounds between them, then averaged over the nodes.
@@ -69,6 +73,8 @@ class Metrics:
     cpu_seconds: float = 0.0
     summary: dict = field(default_factory=dict)
     manifests: list = field(default_factory=list)  # each manifest the trainer published: its workers
+    closed_rounds: set[int] = field(default_factory=set)  # the rounds those manifests closed
+    published_at: dict[bytes, float] = field(default_factory=dict)  # honest group -> when
 
     def __post_init__(self) -> None:
         self.counters = {name: [0.0] * len(self.nodes) for name in COUNTERS}
@@ -129,6 +135,7 @@ class Metrics:
             self.first_bad.setdefault(node.index, now)
         elif node.kind in ("", "withhold", "lazy", "lazy-verifier") or node.kind in TRAINER_ADVERSARIES:
             self.honest_groups[group.digest] = (node.index, group.version)
+            self.published_at[group.digest] = now
 
     def published_verdict(self, sim, node, verdict) -> None:
         if not verdict.checked:
@@ -217,9 +224,13 @@ class Metrics:
         false = {(o, s) for (o, s) in self.quarantined_at if s in honest_ids and sim.nodes[o].kind == ""}
         trainer = sim.nodes[0]
         counted = trainer.protocol.counted  # held or forgotten, over the whole run (driver.TrainerProtocol)
-        lost = [d for d, (maker, v) in self.honest_groups.items()
-                if counted(d) is None and start <= v < end
-                and sim.nodes[maker].key.node_id not in trainer.protocol.quarantined]
+        last_announced = self.snapshots[end][0]
+        missing = [d for d, (maker, v) in self.honest_groups.items()
+                   if counted(d) is None and start <= v < end
+                   and sim.nodes[maker].key.node_id not in trainer.protocol.quarantined]
+        pending = {d for d in missing if self.published_at[d] >= last_announced
+                   or (c.design == "committee" and self.honest_groups[d][1] not in self.closed_rounds)}
+        lost = [d for d in missing if d not in pending]
         dropped = sum(1 for g, v in self.verdicts_of_honest if (who := counted(g)) is not None and v not in who)
         self.summary = {
             "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,
@@ -242,7 +253,7 @@ class Metrics:
             "bad_groups_trained": sum(self.trained_bad.values()),
             "bad_groups_trained_by_kind": dict(self.trained_bad),
             "trained_by_kind": dict(self.trained_by_kind),
-            "groups_lost": len(lost),
+            "groups_lost": len(lost), "groups_pending": len(pending),
             "honest_groups_published": sum(1 for _, v in self.honest_groups.values() if start <= v < end),
             "withheld_groups": self.withheld,
             "honest_verdicts_not_counted_by_trainer": dropped,
