@@ -61,6 +61,9 @@ def test_a_replayer_copies_only_groups_the_network_still_takes():
     assert all(truth.cheat == "" for truth in sim.truth.values() if truth.maker == replayer.index)
     assert run["honest_false_quarantines"] == 0
     assert replayer.seen, "it had loot (its seats), all of rounds already closed"
+    # Its groups are honest and trained, but not counted as an honest node's against their groups published.
+    trained_honest = run["withholding"]["honest"]["groups_trained"]
+    assert trained_honest == sim.metrics.trained_by_maker["honest"] < sim.metrics.trained_by_kind["honest"]
 
 
 def test_a_lazy_verifier_is_caught_by_its_digest():

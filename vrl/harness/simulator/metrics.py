@@ -54,7 +54,8 @@ class Metrics:
     first_bad: dict[int, float] = field(default_factory=dict)  # adversary node -> when it first cheated
     quarantined_at: dict[tuple[int, bytes], float] = field(default_factory=dict)  # (observer, subject) -> when
     trained_bad: Counter = field(default_factory=Counter)
-    trained_by_kind: Counter = field(default_factory=Counter)
+    trained_by_kind: Counter = field(default_factory=Counter)  # by the group's truth
+    trained_by_maker: Counter = field(default_factory=Counter)  # honest groups, by their maker's kind
     honest_groups: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # digest -> (maker, version)
     verdicts_of_honest: list[tuple[bytes, bytes]] = field(default_factory=list)  # (group, verifier) checked
     withheld: int = 0
@@ -152,6 +153,8 @@ class Metrics:
             truth = sim.truth.get(digest)
             kind = "" if truth is None else truth.cheat
             self.trained_by_kind[kind or "honest"] += 1
+            if (made := self.honest_groups.get(digest)) is not None:  # by its maker's kind, as published
+                self.trained_by_maker[sim.nodes[made[0]].kind or "honest"] += 1
             if truth is not None and truth.bad:
                 self.trained_bad[truth.cheat] += 1
 
@@ -348,7 +351,8 @@ class Metrics:
         out = {"withheld_slots_in_manifests": sum(r.missing for r in records),
                "manifests": len(self.manifests)}
         for kind, rows in kinds.items():
-            trained = self.trained_by_kind.get(kind if kind != "honest" else "honest", 0)
+            # Counted as published is: by the maker's kind (a replayer's honest groups are neither).
+            trained = self.trained_by_maker[kind]
             out[kind] = {"nodes": len(rows), "median_score": statistics.median(r[0] for r in rows),
                          "median_failures": statistics.median(r[1] for r in rows),
                          "median_passes": statistics.median(r[2] for r in rows),
