@@ -51,8 +51,8 @@ FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybi
 KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "simulated_seconds",
         "rounds_to_quarantine", "honest_false_quarantines", "bad_groups_trained", "bad_groups_trained_by_kind",
         "trained_by_kind",
-        "groups_lost", "groups_pending", "honest_groups_published", "withheld_groups", "withholding", "sybil",
-        "per_node_others")
+        "groups_lost", "groups_pending", "rounds_never_closed", "honest_groups_published", "withheld_groups",
+        "withholding", "sybil", "per_node_others")
 
 
 def spec(family: str, share: float) -> str:

@@ -561,9 +561,21 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     assert checks_counted() == 0
     assert node.protocol._once(check) == [check]  # asked for again
 
+    # A check that raises what nothing expected is left for later too: were it neither ended
+    # nor abandoned, it would hold a slot of the node's check queue for good (vrl.node.rounds).
+    def broken(*args):
+        raise RuntimeError("a bug on the model thread")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(node.work, "check", broken)
+        asyncio.run(node._check(group.digest, 0))
+    assert ("check", group.digest) not in node.protocol._in_flight
+    assert node.protocol.abandoned_checks[group.digest] == 2 and checks_counted() == 0
+    assert node.protocol._once(check) == [check]
+
     asyncio.run(node._check(group.digest, 0))  # the sandbox is back
     assert node.protocol.verdicts[group.digest][node.protocol.me].outcome == Outcome.PASS
-    assert checks_counted() == 1
+    assert checks_counted() == 1 and group.digest not in node.protocol.abandoned_checks
     node.store.close()
     worker.store.close()
 

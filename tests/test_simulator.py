@@ -139,3 +139,26 @@ def test_the_design_protocol_params_selects_runs_with_every_action_handled():
         run = summary(nodes=6, rounds=2, design=design, adversaries=parse_adversaries("fabricated-reward"))
         assert run["unhandled"] == {} and run["rounds_measured"] == 2, design
         assert run["honest_false_quarantines"] == 0 and run["bad_groups_trained"] == 0, design
+
+
+def test_groups_of_a_round_still_open_at_the_stop_are_pending_and_of_a_closed_one_lost():
+    """A run ends as the trainer announces its last version, while the newest rounds' groups
+    are on their way: those are pending, not lost. A group of a round the trainer closed, or
+    of one gone stale without a manifest, that it never held is lost (vrl/harness/simulator/metrics.py)."""
+    sim = Simulation(SimConfig(nodes=8, rounds=4, design="committee"))
+    run = sim.run(cpu_limit_s=120).summary
+    assert run["groups_lost"] == run["groups_pending"] == 0 and run["rounds_never_closed"] == []
+    start, end = run["versions"]
+    fresh_from = end - sim.nodes[0].protocol.config.max_staleness
+    closed = sorted(v for v in sim.metrics.closed_rounds if start <= v < fresh_from)
+    assert closed and end - 1 not in sim.metrics.closed_rounds  # the newest round is still open
+    stale_unclosed = next(v for v in range(start, fresh_from) if v not in sim.metrics.closed_rounds)
+    maker = next(n.index for n in sim.nodes if n.index and n.kind == "")
+    never_held = {bytes([i]) * 32: v for i, v in enumerate((closed[0], end - 1, end - 1, stale_unclosed))}
+    for digest, version in never_held.items():
+        sim.metrics.honest_groups[digest] = (maker, version)
+        sim.metrics.published_at[digest] = sim.now
+    sim.metrics.finish(sim, 1.0)
+    again = sim.metrics.summary
+    assert again["groups_pending"] == 2 and again["groups_lost"] == 2
+    assert again["rounds_never_closed"] == [stale_unclosed]

@@ -404,6 +404,18 @@ class Node:
         await self._feed(P.Generated(version, tuple(groups)))
 
     async def _check(self, digest: bytes, version: int) -> None:
+        """Check a group; whatever goes wrong, the protocol hears of it: a check that neither
+        ended nor was abandoned would hold one of its check queue's slots for good."""
+        try:
+            await self._check_group(digest, version)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            self.log.error("check could not run; left for later", group=digest.hex()[:12], error=repr(error))
+            if not self._stopping:
+                await self._feed(P.Abandoned(P.Check(digest, version)))
+
+    async def _check_group(self, digest: bytes, version: int) -> None:
         group = self.groups.body(digest)
         # A check that will ask its producer for proofs waits, a tick at a time, until the
         # producer is connected, before any prefill (specs/network.md §3.4).

@@ -57,6 +57,7 @@ def forget(node: NodeProtocol, version: int) -> None:
             for verdict in verdicts.values():
                 node._audit_draws.pop(verdict.signature, None)
             node._draws.pop(digest, None)
+            node.abandoned_checks.pop(digest, None)
             node.scans.forget(digest)
         if kept:
             node._by_version[version] = kept

@@ -28,7 +28,7 @@ One round, in order (``specs/network.md`` §Rounds):
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
@@ -208,6 +208,10 @@ class NodeProtocol:
         self.now = 0.0
         self.round_started: dict[int, float] = {}
         self._in_flight: set[tuple] = set()
+        # How often each group's check was abandoned (its producer out of reach, a reward not
+        # computable here): such a check is asked again behind the others waiting, so a few
+        # that cannot run do not hold every slot of the check queue (vrl.node.rounds).
+        self.abandoned_checks: Counter[bytes] = Counter()
         self._audit_draws: dict[bytes, bool] = {}
         # Verdicts whose group (or round manifest) has not arrived yet (vrl.node.waiting).
         self.waiting = WaitingVerdicts()
@@ -305,6 +309,7 @@ class NodeProtocol:
             case Abandoned(action):
                 self._in_flight.discard(key := _flight_key(action))
                 if key[:1] == ("check",):
+                    self.abandoned_checks[key[1]] += 1
                     self._touch(key[1])
                 actions += self.steps.handle(event, self)
             case PolicyAnnounced(a):
@@ -329,6 +334,7 @@ class NodeProtocol:
                             else [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups])
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
+                self.abandoned_checks.pop(group, None)
                 self._touch(group)
                 actions += self._checked(group, failed_reasons, digest, race_tokens, races_lost)
             case Refused(Checked(group, failed_reasons, digest, race_tokens, races_lost)):

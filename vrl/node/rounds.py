@@ -251,10 +251,14 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     def own(digest: bytes) -> SignedVerdict | None:  # the trainer's own verdict on a group, if any
         return node.verdicts.get(digest, {}).get(node.me)
 
-    for digest in node.scans.checks.candidates(node, scan_key(node)):
+    candidates = node.scans.checks.candidates(node, scan_key(node))
+    if node.abandoned_checks:  # a check that could not run is asked again behind those waiting
+        candidates.sort(key=lambda d: node.abandoned_checks.get(d, 0))  # stable: arrival order within
+    for digest in candidates:
         group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
         if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
-                or group.version not in node.loaded or group.subject in node.quarantined):
+                or group.version not in node.loaded or group.subject in node.quarantined
+                or ("check", digest) in node._in_flight):  # under way: its end touches it again
             continue
         others = [v for verifier, v in node.verdicts[digest].items() if verifier != node.me]
         failed = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) and (trainer or node.weighs(v))

@@ -10,9 +10,11 @@
   lazy pass) to the trainer's quarantine of it and to the median honest view's; and
   ``honest_views_missing``, the honest views that never quarantined a cheat the trainer did;
 * groups lost: honest groups of a measured round the trainer never held; groups pending apart,
-  those still open at the stop (their round not closed by a manifest, in the committee design,
-  or published after the trainer's last announcement): a run ends as the trainer announces
-  its last version, while the newest round's groups are on their way;
+  those still open at the stop (in the committee design, of a round not closed by a manifest
+  yet and still fresh; in the ticket design, published after the trainer's last announcement):
+  a run ends as the trainer announces its last version, while the newest rounds' groups are on
+  their way. ``rounds_never_closed``: measured rounds with honest groups, gone stale without a
+  manifest (their groups were never checked by a committee, nor trained);
 * round: the interval between two of the trainer's policy announcements. Per-round figures are
   differences of the counters between the announcement of version ``warmup`` and the last one
   measured, divided by the rounds between them, then averaged over the nodes.
@@ -231,9 +233,19 @@ class Metrics:
         missing = [d for d, (maker, v) in self.honest_groups.items()
                    if counted(d) is None and start <= v < end
                    and sim.nodes[maker].key.node_id not in trainer.protocol.quarantined]
-        pending = {d for d in missing if self.published_at[d] >= last_announced
-                   or (c.design == "committee" and self.honest_groups[d][1] not in self.closed_rounds)}
+        # Still open at the stop: in the committee design a round the trainer has not closed yet
+        # and could still close (fresh: within max_staleness of its version); in the ticket
+        # design, which closes no round, a group published after the last announcement.
+        fresh_from = end - trainer.protocol.config.max_staleness
+        if c.design == "committee":
+            pending = {d for d in missing
+                       if (v := self.honest_groups[d][1]) >= fresh_from and v not in self.closed_rounds}
+        else:
+            pending = {d for d in missing if self.published_at[d] >= last_announced}
         lost = [d for d in missing if d not in pending]
+        made = {v for _, v in self.honest_groups.values()}  # a version no worker generated for has no round to close
+        never_closed = (sorted((set(range(start, fresh_from)) & made) - self.closed_rounds)
+                        if c.design == "committee" else [])
         dropped = sum(1 for g, v in self.verdicts_of_honest if (who := counted(g)) is not None and v not in who)
         self.summary = {
             "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,
@@ -256,7 +268,7 @@ class Metrics:
             "bad_groups_trained": sum(self.trained_bad.values()),
             "bad_groups_trained_by_kind": dict(self.trained_bad),
             "trained_by_kind": dict(self.trained_by_kind),
-            "groups_lost": len(lost), "groups_pending": len(pending),
+            "groups_lost": len(lost), "groups_pending": len(pending), "rounds_never_closed": never_closed,
             "honest_groups_published": sum(1 for _, v in self.honest_groups.values() if start <= v < end),
             "withheld_groups": self.withheld,
             "honest_verdicts_not_counted_by_trainer": dropped,
