@@ -47,7 +47,7 @@ from vrl.node.committee import EPSILON, F_STAR  # noqa: E402
 
 console = Console(stderr=True)
 CONTENT = ("quantized-model", "other-model", "tampered-tokens", "replay", "spoof-int8")
-FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybil", "spoof")
+FAMILIES = ("content", "fabricated-reward", "collude", "lazy", "withhold", "sybil", "spoof", "accuse")
 KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "wall_seconds", "simulated_seconds",
         "rounds_to_quarantine", "honest_false_quarantines", "bad_groups_trained", "bad_groups_trained_by_kind",
         "trained_by_kind",

@@ -242,6 +242,29 @@ def _member_and_verdict(manifest: RoundManifest, received: list) -> tuple[NodeKe
     raise AssertionError("no verifier with seats each way")
 
 
+def test_the_trainer_re_checks_a_failure_that_comes_after_its_group_went_stale():
+    """Where batches are smaller than a round, members' checks end after their round has gone
+    stale. A failure then is still re-checked by the trainer while it holds the group and its
+    version's weights: only its pass clears the group and charges the accuser (vrl.node.rounds
+    late_rechecks); unchecked, a false accuser's late failures lowered honest scores for good."""
+    trainer, manifest, received = round_zero()
+    for key in VERIFIERS:
+        mine = sorted(seats(key, manifest, committee.Draw.COMMITTEE))
+        if mine:
+            member, _ = verifier(key, manifest, received)
+            accusation = checked(member, mine[0], ("reward_mismatch",))
+            break
+    for version in range(1, trainer.config.max_staleness + 2):
+        ready(trainer, version)
+    assert not trainer._fresh(0) and 0 in trainer.loaded
+    asked = [a for a in trainer.handle(P.VerdictReceived(accusation)) if isinstance(a, P.Check)]
+    assert asked == [P.Check(accusation.group, 0)]
+    assert trainer.rounds.late_failures == {accusation.group}
+    checked(trainer, accusation.group)  # its pass clears the group
+    assert not [a for a in trainer.handle(P.Tick(100.0)) if isinstance(a, P.Check)]
+    assert trainer.rounds.late_failures == set()
+
+
 def test_a_forged_proof_and_a_claim_for_a_group_one_was_not_drawn_for_are_refused_with_their_reason():
     trainer, manifest, received = round_zero()
     key, digest, honest, not_mine = _member_and_verdict(manifest, received)

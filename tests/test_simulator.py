@@ -162,3 +162,29 @@ def test_groups_of_a_round_still_open_at_the_stop_are_pending_and_of_a_closed_on
     again = sim.metrics.summary
     assert again["groups_pending"] == 2 and again["groups_lost"] == 2
     assert again["rounds_never_closed"] == [stale_unclosed]
+
+
+def test_false_accusers_cost_rechecks_and_their_scores_but_no_honest_node_or_group():
+    """The ``accuse`` adversary fails every honest group it is drawn for. Each failure is checked
+    again by a fresh committee and the trainer, whose pass clears the group and charges the
+    accuser a soft fail (specs/security.md, false accusation; specs/reputation.md §4 rule 3)."""
+    sim = Simulation(SimConfig(nodes=12, rounds=5, design="committee", adversaries=parse_adversaries("accuse:0.25")))
+    run = sim.run(cpu_limit_s=200).summary
+    assert run["stopped"] == "done" and run["unhandled"] == {}
+    assert run["honest_false_quarantines"] == 0 and run["bad_groups_trained"] == 0 and run["groups_lost"] == 0
+    row = run["rounds_to_quarantine"]["accuse"]
+    assert row["nodes"] == row["cheated"] == 3
+    trainer = sim.nodes[0].protocol
+    accusers = [trainer.standing(n.key.node_id) for n in sim.nodes if n.kind == "accuse"]
+    honest = [trainer.standing(n.key.node_id) for n in sim.nodes if n.index and n.kind == ""]
+    assert max(s.score for s in accusers) < min(s.score for s in honest)
+    assert all(s.failures > 0 for s in accusers)
+    assert run["withholding"]["honest"]["groups_trained"] > 0
+    # The trainer's pass cleared nearly every accusation, those that came once their group was
+    # stale too (vrl.node.rounds.late_rechecks): before, half stayed uncleared and honest
+    # workers' scores fell to 0.3.
+    passed = {v.group for v in trainer.reputation.reports() if v.reporter == trainer.me and v.outcome == "pass"}
+    honest_ids = {n.key.node_id for n in sim.nodes if n.index and n.kind == ""}
+    accusations = [r.group for r in trainer.reputation.reports() if r.subject in honest_ids and r.outcome != "pass"]
+    assert accusations and sum(g in passed for g in accusations) >= 0.95 * len(accusations)
+    assert min(s.score for s in honest) > 0.7

@@ -58,6 +58,7 @@ def forget(node: NodeProtocol, version: int) -> None:
                 node._audit_draws.pop(verdict.signature, None)
             node._draws.pop(digest, None)
             node.abandoned_checks.pop(digest, None)
+            node.rounds.late_failures.discard(digest)
             node.scans.forget(digest)
         if kept:
             node._by_version[version] = kept

@@ -601,6 +601,9 @@ class NodeProtocol:
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
         self._touch(verdict.group)
+        if (self.committee and self.has("trainer") and verdict.outcome != Outcome.PASS
+                and verdict.verifier != self.me and not self._fresh(group.version)):
+            self.rounds.late_failures.add(verdict.group)  # re-checked all the same (rounds.late_rechecks)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(forgetting.compact(self, report, group))

@@ -77,6 +77,9 @@ class Rounds:
         self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
         self.fetched: set[int] = set()  # rounds whose committee seats' groups are all held
         self.claims = LossClaims()  # the trainer's loss confirmations charged to members (vrl.node.claims)
+        # The trainer's: held groups no longer fresh on which a failure counted, checked again
+        # while it holds them and their version's weights (late_rechecks).
+        self.late_failures: set[bytes] = set()
         # Rounds below ``floor`` are forgotten (:meth:`forget`): their manifests come again in
         # backfill and must not count twice. ``added`` counts manifests ever held (a pass's key).
         self.floor, self.added = 0, 0
@@ -304,6 +307,25 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
             if seat is Draw.COMMITTEE:
                 room -= len(new)
             actions += new
+    if trainer and node.rounds.late_failures:
+        actions += late_rechecks(node)
+    return actions
+
+
+def late_rechecks(node: NodeProtocol) -> list[Action]:
+    """The trainer re-checks a failure that came once its group was no longer fresh, as it does
+    a fresh one: only its pass clears the group and charges the accuser (specs/reputation.md §4
+    rule 3, §5). Members' checks end after their round has gone stale where batches are smaller
+    than a round; unchecked, a false accuser's late failures lowered honest workers' scores for
+    good (12 nodes, 3 accusers: scores 0.3-0.6 against 0.8-0.9, bench/simulate.py)."""
+    actions: list[Action] = []
+    for digest in sorted(node.rounds.late_failures):
+        group = node.groups.get(digest)
+        if (group is None or node.me in node.verdicts.get(digest, {}) or group.version not in node.loaded
+                or group.subject in node.quarantined):
+            node.rounds.late_failures.discard(digest)  # checked, forgotten, moot, or its weights gone
+            continue
+        actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
     return actions
 
 

@@ -144,8 +144,9 @@ class Metrics:
         if not verdict.checked:
             return
         truth = sim.truth.get(verdict.group)
-        if node.kind in LAZY or (node.kind == "collude" and truth is not None and truth.cheat == "collude"
-                                 and verdict.outcome == Outcome.PASS):
+        if (node.kind in LAZY or (node.kind == "collude" and truth is not None and truth.cheat == "collude"
+                                  and verdict.outcome == Outcome.PASS)
+                or (node.kind == "accuse" and (truth is None or not truth.bad) and verdict.outcome != Outcome.PASS)):
             self.first_bad.setdefault(node.index, sim.now)
         if node.kind == "":
             self.verdicts_of_honest.append((verdict.group, verdict.verifier))

@@ -136,6 +136,9 @@ def check_result(truth: Truth | None, digest: bytes, verifier_kind: str, subject
         return Checked(digest, (), honest_digest(digest), tokens, 0), 1.0
     if cheat in BAD_REASONS:
         return Checked(digest, BAD_REASONS[cheat], honest_digest(digest), tokens, 0), 1.0
+    if verifier_kind == "accuse":
+        # It ran the prefill (its digest is the honest one) and fails the group all the same.
+        return Checked(digest, ("reward_mismatch",), honest_digest(digest), tokens, 0), 1.0
     lost = 0
     if cheat in SPOOFS:
         # Which races a group's tokens lose is a function of the group and the platform, the

@@ -30,6 +30,9 @@ SIM_ADVERSARIES = {
     "collude": "workers that submit bad groups (fabricated rewards) and, as verifiers, pass each other's",
     "liar": "a verifier that checks honestly but, on every committee seat it passes, states every race lost "
             "(races_lost = race_tokens), so that the trainer checks the group (specs/committee.md §8)",
+    "accuse": "a verifier that checks honestly, then reports every honest group it checks as failed (a reward "
+              "mismatch it made up): a false accuser, whose every failure the fresh recheck committee and the "
+              "trainer check again (specs/security.md, false accusation)",
 }
 #: Every adversary a spec may name: the devnet's cheats and the simulator's own.
 ALL_ADVERSARIES = {**ADVERSARIES, **SIM_ADVERSARIES}
