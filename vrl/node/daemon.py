@@ -411,7 +411,11 @@ class Node:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            self.log.error("check could not run; left for later", group=digest.hex()[:12], error=repr(error))
+            # Backed off as a failed fetch is: one that fails at once every time must not spin.
+            wait = retry_delay(self.protocol.abandoned_checks[digest] + 1, random.uniform)
+            self.log.error("check could not run; left for later", group=digest.hex()[:12], error=repr(error),
+                           retry_in=round(wait, 2))
+            await asyncio.sleep(wait)  # this check's task only: the node's loop goes on
             if not self._stopping:
                 await self._feed(P.Abandoned(P.Check(digest, version)))
 
