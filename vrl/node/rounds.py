@@ -283,7 +283,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                             node.scans.checks.dirty.add(digest)  # a charge under way may be confirmed
                         continue
                 if room is None:
-                    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
+                    room = _check_room(node)
                 if room <= 0:
                     node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
                     continue
@@ -299,7 +299,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 continue
             if seat is Draw.COMMITTEE:
                 if room is None:
-                    room = node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
+                    room = _check_room(node)
                 if room <= 0:
                     node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
                     continue
@@ -310,6 +310,11 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     if trainer and node.rounds.late_failures:
         actions += late_rechecks(node)
     return actions
+
+
+def _check_room(node: NodeProtocol) -> int:
+    """How many more checks that wait may be asked now: a batch's worth under way at most."""
+    return node.config.admission.batch_groups - sum(1 for key in node._in_flight if key[0] == "check")
 
 
 def late_rechecks(node: NodeProtocol) -> list[Action]:
