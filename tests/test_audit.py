@@ -293,7 +293,7 @@ def test_a_group_left_out_of_a_batch_with_room_is_found(run_dir, tmp_path):
         run = index_run(audit.inputs, lambda *_: None, [])
         index = trainer_index(run)
     passed = {v.group: v.received for v in index.verdicts if v.verifier == run.trainer and v.outcome == "pass"}
-    found = next(((v, d) for v, a in run.policies.items() for d in a.groups
+    found = next(((v, d) for v, batch in run.batches.items() for d, _ in batch
                   if v >= 2 and passed.get(d, float("inf")) <= index.announced_at[v - 1]), None)
     if found is None:  # timing: every batch took groups that arrived within their own round
         pytest.skip("this devnet's trainer trained no group it had passed a round before")
@@ -425,7 +425,7 @@ def test_a_step_that_trains_a_group_its_trainer_had_failed_is_fraud_however_it_r
 
         run = index_run(audit.inputs, lambda *_: None, [])
     version = 3  # honest (the trainer cheats from CHEAT_FROM + 1 = 4)
-    digest = run.policies[version].groups[0]
+    digest = run.batches[version][0][0]
     head = run.groups[digest]
     fail = SignedVerdict(verifier=trainer.node_id, subject=head.subject, group=digest, round=version - 2,
                          policy_version=head.version, ticket=audit_ticket(trainer, digest), rate=1.0,

@@ -11,6 +11,7 @@ from vrl.node import wire
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
     VERDICT_VERSION,
+    BatchFile,
     MessageError,
     NodeCounts,
     PolicyAnnouncement,
@@ -146,6 +147,40 @@ def test_a_page_cursor_that_goes_back_is_refused_unless_the_generation_changed(a
         BackfillPage.from_bytes(BackfillPage((), None, forward).to_bytes(), 0)
 
 
+@settings(max_examples=100, derandomize=True, database=None)
+@given(data=st.binary(max_size=200), size=st.integers(0, 3 << 20), named=st.booleans())
+def test_a_batch_file_is_the_announcements_batch_or_a_message_error(data, size, named):
+    """BatchFile.of (specs/network.md §3.3.1): hostile bytes, a wrong length, hash, trainer or
+    version are each a MessageError naming the batch; the one file it names decodes."""
+    import dataclasses
+    import hashlib
+
+    batch = ((b"\x07" * 32, 1.0), (b"\x08" * 32, 0.25))
+    file = BatchFile(KEY.node_id, 3, batch).to_bytes()
+    a = dataclasses.replace(POLICY, version=3, batch_file=hashlib.sha256(file).digest(), batch_size=len(file))
+    assert BatchFile.of(a, file) == batch
+    with pytest.raises(MessageError, match="batch"):
+        BatchFile.of(a, data)  # 200 bytes of noise never hash to the file's
+    other = dataclasses.replace(a, version=4) if named else dataclasses.replace(a, trainer=b"\x09" * 32)
+    with pytest.raises(MessageError, match="another trainer or version"):
+        BatchFile.of(other, file)
+    if size != len(file):
+        with pytest.raises(MessageError, match="not the one"):
+            BatchFile.of(dataclasses.replace(a, batch_size=size or 1), file)
+
+
+def test_an_announcement_names_its_batch_or_lists_it_never_both():
+    import dataclasses
+
+    with pytest.raises(MessageError, match="batch_file"):
+        PolicyAnnouncement.from_bytes(dataclasses.replace(
+            POLICY, batch=((b"\x07" * 32, 1.0),), batch_file=b"\x01" * 32, batch_size=10).to_bytes())
+    with pytest.raises(MessageError, match="batch_file"):
+        PolicyAnnouncement.from_bytes(dataclasses.replace(POLICY, batch_file=b"\x01" * 32).to_bytes())
+    named = dataclasses.replace(POLICY, batch_file=b"\x01" * 32, batch_size=10)
+    assert PolicyAnnouncement.from_bytes(named.to_bytes()).inline is None and POLICY.inline == ()
+
+
 def test_topic_of_names_only_our_kinds():
     assert topic_of(VERDICT.to_bytes()) == "vrl/verdicts/2"
     for data in (b"", b"\xc1", msgpack.packb([1]), msgpack.packb({"kind": ["group"]}), msgpack.packb({"kind": 1})):
@@ -154,6 +189,7 @@ def test_topic_of_names_only_our_kinds():
 
 # -- the generic decoder: any input decodes to what re-encodes to it, or is a MessageError ------------
 
+FILES = (BatchFile,)  # versioned canonical maps named by hash, not gossiped (specs/network.md §3.3.1)
 PLAIN = (BackfillRequest, SamplingRequest, BackfillPage)  # request/response maps: no envelope, not canonical
 ANY_VALUE = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=8)
@@ -217,6 +253,12 @@ def message_maps(draw: st.DrawFn, cls) -> tuple[bytes, bool]:
         fields["v"] = draw(st.sampled_from([at] * 4 + [schema.version + 1]))
     if cls is SignedVerdict and draw(st.integers(0, 3)):
         _consistent_claim(draw, fields, spoiled)
+    if cls is PolicyAnnouncement and not spoiled & {"batch", "batch_file", "batch_size"} and "batch_file" in fields:
+        # a batch listed or named by a file, never both (specs/network.md §3.3.1)
+        if draw(st.booleans()):
+            fields["batch"] = []
+        else:
+            fields["batch_file"], fields["batch_size"] = b"", 0
     if cls is RoundManifest and not spoiled & {"groups", "workers"} and draw(st.integers(0, 3)):
         # the workers' counts sum to the groups listed (specs/committee.md §3.3)
         fields["workers"] = [[b"\x01" * 32, len(fields["groups"])]] if fields["groups"] else []
@@ -252,7 +294,7 @@ def decoded_or_refused(cls, data: bytes, canonical: bool) -> object | None:
     return value
 
 
-@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + PLAIN, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + FILES + PLAIN, ids=lambda cls: cls.__name__)
 @settings(max_examples=150, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_the_generic_decoder_gives_what_re_encodes_to_its_input_or_a_message_error(cls, data):
@@ -261,7 +303,7 @@ def test_the_generic_decoder_gives_what_re_encodes_to_its_input_or_a_message_err
     decoded_or_refused(cls, packed, canonical)
 
 
-@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + PLAIN, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", GOSSIP_MESSAGES + FILES + PLAIN, ids=lambda cls: cls.__name__)
 def test_the_map_strategy_reaches_the_decoded_path(cls):
     """The property above is vacuous if no drawn map decodes: count those that do (10 to 73 in
     100, by message, with this seed)."""

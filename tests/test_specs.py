@@ -312,10 +312,11 @@ def test_message_fields_are_the_encoders_both_ways(heading, kind):
 
 def test_a_policy_without_a_delta_is_written_with_the_version_3_fields():
     """specs/network.md §3.3: the version 3 vector has every field of the table but the three
-    that version 4 added."""
+    that version 4 added and the two of version 5."""
     message = bytes.fromhex(json.loads((SPECS / "vectors" / "network.json").read_text())["policy"]["message"])
     stated = {span(row["Field"]) for row in table("network.md", "3.3", "Field")}
-    assert stated - {"delta", "delta_size", "delta_parent"} == set(msgpack.unpackb(message, raw=False))
+    newer = {"delta", "delta_size", "delta_parent", "batch_file", "batch_size"}
+    assert stated - newer == set(msgpack.unpackb(message, raw=False))
 
 
 # -- message schemas: the specs' field tables against vrl/node/wire.py's declarations ---------------
@@ -415,6 +416,7 @@ def _field_tables() -> list[tuple[str, str, list[dict[str, str]]]]:
     """(message class name, where, rows as {name, type, meaning}) of every field table of a message."""
     found = []
     for doc, heading, name in [("network.md", "3.2", "SignedVerdict"), ("network.md", "3.3", "PolicyAnnouncement"),
+                               ("network.md", "3.3.1", "BatchFile"),
                                ("training.md", "5. Step tickets", "StepVerdict")]:
         rows = table(doc, heading, "Field")
         found.append((name, f"{doc} §{heading}", [{"name": span(r["Field"]), "type": r["Type"], "meaning": r["Meaning"]}

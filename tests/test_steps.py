@@ -4,11 +4,13 @@ fraud is confirmed and what follows. No models here; tests/test_replay.py runs r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from vrl.node import protocol as P
 from vrl.node.messages import (
     TOPIC_STEPS,
+    BatchFile,
     Group,
     Outcome,
     PolicyAnnouncement,
@@ -277,10 +279,10 @@ def test_the_rules_see_a_batch_group_and_the_trainers_fail_that_arrive_after_the
             node.handle(events[i])
             if 3 in node.policies:
                 a = node.policies[3]
-                fails = {d: v.round for d in a.groups if (v := node.verdicts.get(d, {}).get(TRAINER.node_id))
+                fails = {d: v.round for d, _ in a.batch if (v := node.verdicts.get(d, {}).get(TRAINER.node_id))
                          and v.outcome == Outcome.HARD_FAIL}
-                versions = {d: node.groups[d].version for d in a.groups if d in node.groups}
-                want = P.step_rule_faults(a, node.policies[2], versions, fails, 1)
+                versions = {d: node.groups[d].version for d, _ in a.batch if d in node.groups}
+                want = P.step_rule_faults(a, node.policies[2], a.batch, versions, fails, 1)
                 judged.append((node.steps._rule_faults(a, node), want))
         if announced_after == len(events):
             feed(node, announcements[3:])
@@ -289,3 +291,69 @@ def test_the_rules_see_a_batch_group_and_the_trainers_fail_that_arrive_after_the
         assert node.steps._rule_faults(a, node) == (StepFault.REJECTED_GROUP, StepFault.STALE_GROUP)
 
     check()
+
+
+# -- a batch in a file (specs/network.md §3.3.1): fetched by the step's replayers only ---------------
+
+
+def in_file(a: PolicyAnnouncement) -> PolicyAnnouncement:
+    """``a`` as a committee network's trainer announces it: its batch in a batch file."""
+    file = BatchFile(a.trainer, a.version, a.batch).to_bytes()
+    return dataclasses.replace(a, batch=(), batch_file=hashlib.sha256(file).digest(),
+                               batch_size=len(file)).signed(TRAINER)
+
+
+def fetches(actions: list) -> list[int]:
+    return [a.announcement.version for a in actions if isinstance(a, P.FetchBatch)]
+
+
+def test_a_batch_in_a_file_is_fetched_by_a_replayer_alone_and_then_judged_as_if_listed():
+    g = group(1)
+    listed = chain(2, {1: (g,)})
+    named = [listed[0], in_file(listed[1])]
+    idle = verifier(step_audit_rate=0.0)
+    actions = feed(idle, named, (g,)) + idle.handle(P.Tick(100.0))
+    assert fetches(actions) == [] and published_steps(actions) == [] and idle.batch_of(1) is None
+    node = verifier(step_audit_rate=1.0)
+    actions = feed(node, named, (g,))
+    assert fetches(actions) == [1] and replays(actions) == []
+    assert fetches(node.handle(P.Tick(1.0))) == []  # one fetch under way at a time
+    actions = node.handle(P.BatchFetched(named[1], listed[1].batch))
+    assert replays(actions) == [1] and node.batch_of(1) == listed[1].batch
+    (verdict,) = published_steps(node.handle(P.StepReplayed(1, (), h("model-1"), 0.0)))
+    assert verdict.outcome == StepOutcome.PASS and verdict.announcement == named[1].id
+
+
+def test_a_stale_group_in_a_batch_file_is_fraud_found_by_the_replayer_once_it_has_the_file():
+    old = group(3, version=0)
+    listed = chain(4, {3: (old,)})
+    named = [*listed[:3], in_file(listed[3])]
+    node = verifier(step_audit_rate=1.0, max_staleness=1)
+    actions = feed(node, named, (old,))
+    assert fetches(actions) == [3] and not [v for v in published_steps(actions) if v.version == 3]
+    actions = node.handle(P.BatchFetched(named[3], listed[3].batch))
+    assert [v.reasons for v in published_steps(actions)] == [(StepFault.STALE_GROUP,)]
+    node.handle(P.Tick(1.0))
+    assert node.convicted is not None and node.convicted.version == 3  # self-evident
+
+
+def test_a_batch_file_that_is_no_batch_of_its_announcement_convicts_and_one_not_served_is_unavailable():
+    g = group(1)
+    listed = chain(2, {1: (g,)})
+    named = [listed[0], in_file(listed[1])]
+    node = verifier(step_audit_rate=1.0)
+    feed(node, named, (g,))
+    (verdict,) = published_steps(node.handle(P.BatchFetched(named[1], None)))
+    assert verdict.reasons == (StepFault.BAD_BATCH,) and node.convicted.version == 1  # self-evident
+    node = verifier(step_audit_rate=1.0, step_wait=30.0)
+    assert fetches(feed(node, named, (g,))) == [1]
+    # Asked again once abandoned: the daemon backs off before it reports Abandoned (Node._fetch_failed).
+    assert fetches(node.handle(P.Abandoned(P.FetchBatch(named[1])))) == [1]
+    assert fetches(node.handle(P.Tick(5.0))) == []
+    (verdict,) = published_steps(node.handle(P.Tick(31.0)))
+    assert verdict.reasons == (StepFault.UNAVAILABLE_STATE,) and node.convicted is None  # needs a second reporter
+    # A file fetched for another announcement of the version (an equivocation) is not taken.
+    other = dataclasses.replace(named[1], optimizer_size=101).signed(TRAINER)
+    node = verifier(step_audit_rate=1.0)
+    feed(node, named, (g,))
+    assert node.handle(P.BatchFetched(other, listed[1].batch)) == [] and node.batch_of(1) is None

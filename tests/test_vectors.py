@@ -182,6 +182,7 @@ def test_reward_identities_written_out():
 def test_network_vectors():
     from vrl.node.admission import AdmissionConfig, Candidate, admit
     from vrl.node.messages import (
+        BatchFile,
         PolicyAnnouncement,
         SignedVerdict,
         Submission,
@@ -217,6 +218,12 @@ def test_network_vectors():
     assert with_delta.signing_payload().hex() == vectors["policy_delta"]["signing_payload"]
     assert msgpack.unpackb(bytes.fromhex(vectors["policy_delta"]["message"]))["v"] == 4
     assert with_delta.delta and with_delta.delta_parent and with_delta.delta_size == 567
+    case = vectors["policy_batch_file"]  # the same step, its batch in a file (specs/network.md §3.3.1)
+    named = PolicyAnnouncement.from_bytes(bytes.fromhex(case["message"]))
+    assert named.valid() and named.id.hex() == case["id"] and named.signing_payload().hex() == case["signing_payload"]
+    assert msgpack.unpackb(bytes.fromhex(case["message"]))["v"] == 5 and named.batch == () and named.inline is None
+    assert BatchFile.of(named, bytes.fromhex(case["batch_file"])) == policy.batch
+    assert BatchFile(key.node_id, policy.version, policy.batch).to_bytes().hex() == case["batch_file"]
 
     case = vectors["reputation"]
     reports = [Report(r["round"], bytes.fromhex(r["reporter"]), bytes.fromhex(r["subject"]), bytes.fromhex(r["group"]),

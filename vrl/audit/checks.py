@@ -415,14 +415,16 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
             continue
         batches += 1
         where = f"version {version}"
-        heads = [(d, w, run.groups.get(d)) for d, w in a.batch]
+        if (batch := run.batches.get(version)) is None:
+            continue  # its batch file is in no folder (a finding of the index says so)
+        heads = [(d, w, run.groups.get(d)) for d, w in batch]
         _trusted_share(run, findings, a, heads, admission, views.get(version, {}),
                        {d for d, t in checked.items() if t <= index.announced_at.get(version, math.inf)})
         if index is not None:
             _left_out(run, findings, index, a, heads, admission, staleness, views.get(version, {}), verified)
-        if len(a.batch) > admission.batch_groups:
+        if len(batch) > admission.batch_groups:
             findings.append(finding(check, "batch_too_large", Severity.ERROR,
-                                     f"{where} trained {len(a.batch)} groups, more than batch_groups "
+                                     f"{where} trained {len(batch)} groups, more than batch_groups "
                                      f"{admission.batch_groups}", a.trainer, version=version))
         per_node = Counter(h.subject for _, _, h in heads if h is not None)
         for node, count in per_node.items():

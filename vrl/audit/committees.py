@@ -178,7 +178,7 @@ def _trained_listed(run: Run, manifests: dict[int, RoundManifest], findings: lis
     """A trained group must be listed in its round's manifest (specs/committee.md §1: a group
     that arrived after its round closed is never trained)."""
     for version, announcement in run.policies.items():
-        for digest in announcement.groups:
+        for digest, _ in run.batches.get(version, ()):
             head = run.groups.get(digest)
             if head is None or head.version not in manifests or digest in manifests[head.version].groups:
                 continue

@@ -24,6 +24,7 @@ from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
+    BatchFile,
     Group,
     MessageError,
     PolicyAnnouncement,
@@ -100,6 +101,10 @@ class Run:
     planted: set[bytes]  # groups the trainer planted (its store's column, or its "planted" verdict)
     canaries: set[bytes] = field(default_factory=set)  # the throw-away identities that signed them
     trained_groups: set[bytes] = field(default_factory=set)  # every group some announced batch lists
+    # Each announced step's batch: listed in its announcement, or from the batch file it names
+    # (specs/network.md §3.3.1) found in some node folder; a version whose file is absent or no
+    # batch of it is left out (a finding says which).
+    batches: dict[int, tuple[tuple[bytes, float], ...]] = field(default_factory=dict)
     rollout_records: int = 0
     series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
     stats: dict = field(default_factory=dict)  # per check: what it looked at
@@ -250,7 +255,8 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 run.planted.add(v.group)
     run.canaries = {run.groups[d].subject for d in run.planted if d in run.groups}
     _policies_and_equivocation(run, findings)
-    run.trained_groups = {d for a in run.policies.values() for d in a.groups}
+    _batches(run, findings)
+    run.trained_groups = {d for batch in run.batches.values() for d, _ in batch}
     _rollout_files(run, findings, checked)
     run.stats[check] = dict(checked)
     return run
@@ -289,6 +295,27 @@ def _policies_and_equivocation(run: Run, findings: list[Finding]) -> None:
                                          f"({first.id.hex()[:12]} and {a.id.hex()[:12]})", a.trainer,
                                          version=version, announcements=[first.id.hex(), a.id.hex()]))
     run.policies = dict(sorted(seen.items()))
+
+
+def _batches(run: Run, findings: list[Finding]) -> None:
+    """Every announced batch: inline, or the batch file the announcement names, from any node
+    folder that holds it (the trainer's does: it wrote it; a replayer's, which fetched it)."""
+    for version, a in run.policies.items():
+        if a.inline is not None:
+            run.batches[version] = a.inline
+            continue
+        data = run.inputs.blob(a.batch_file)
+        if data is None:
+            findings.append(finding("signatures", "batch_file_missing", Severity.WARNING,
+                                    f"version {version}'s batch file {a.batch_file.hex()[:16]} is in no node folder: "
+                                    "its batch is not audited", a.trainer, version=version))
+            continue
+        try:
+            run.batches[version] = BatchFile.of(a, data)
+        except MessageError as error:
+            findings.append(finding("signatures", "bad_batch", Severity.ERROR,
+                                    f"version {version}'s batch file is not its batch: {error}", a.trainer,
+                                    version=version))
 
 
 def file_records(path, findings: list[Finding]) -> Iterator[Rollout | RecordError]:

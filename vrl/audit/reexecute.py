@@ -142,8 +142,8 @@ def _candidates(run: Run, share: float) -> dict[bytes, set[str]]:
     is accused on a verifier's word without the auditor's own re-check; planted groups never
     (they are the trainer's canaries, bad on purpose)."""
     why: dict[bytes, set[str]] = defaultdict(set)
-    for a in run.policies.values():
-        for digest in a.groups:
+    for batch in run.batches.values():
+        for digest, _ in batch:
             if digest in run.groups and sampled(digest, share):
                 why[digest].add("admitted")
     failed: dict[bytes, list[bytes]] = defaultdict(list)
@@ -172,7 +172,7 @@ def check_groups(run: Run, findings: list[Finding], progress: Progress, share: f
     if not candidates or _cannot(run, findings, check, models):
         run.stats[check] = {"candidates": len(candidates), "re-verified": 0}
         return
-    trained_in = {d: a.version for a in run.policies.values() for d in a.groups}
+    trained_in = {d: version for version, batch in run.batches.items() for d, _ in batch}
     verdicts = defaultdict(list)
     for index in run.stores:
         for v in index.verdicts:

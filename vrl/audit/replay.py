@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vrl.node.messages import Group, PolicyAnnouncement, StepFault
+from vrl.node.messages import BatchFile, Group, MessageError, PolicyAnnouncement, StepFault
 from vrl.node.steps import step_rule_faults
 from vrl.node.storage import step_drawn
 from vrl.node.weights import WeightsError, from_blob
@@ -106,10 +106,20 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
             return None
         return data
 
-    groups = [group(d) for d in announcement.groups]
-    missing += [f"group {d.hex()[:16]}" for d, g in zip(announcement.groups, groups) if g is None]
+    batch = announcement.inline
+    if batch is None:  # the batch is in the file the announcement names (specs/network.md §3.3.1)
+        data = file(announcement.batch_file, f"batch file of version {announcement.version}")
+        if data is None:
+            return StepCheck(announcement.version, (), tuple(missing), False, False, 0.0, 0.0, 0.0)
+        try:
+            batch = BatchFile.of(announcement, data)
+        except MessageError:
+            return StepCheck(announcement.version, (StepFault.BAD_BATCH,), (), False, False, 0.0, 0.0, 0.0)
+    digests = [d for d, _ in batch]
+    groups = [group(d) for d in digests]
+    missing += [f"group {d.hex()[:16]}" for d, g in zip(digests, groups) if g is None]
     versions = {g.digest: g.version for g in groups if g is not None}
-    rules = step_rule_faults(announcement, parent, versions, dict(trainer_fails or {}), max_staleness)
+    rules = step_rule_faults(announcement, parent, batch, versions, dict(trainer_fails or {}), max_staleness)
     if rules:
         return StepCheck(announcement.version, rules, (), False, False, 0.0, 0.0, 0.0)
     weights = [file(a.blob, f"weights of version {a.version}") for a in (parent, announcement)]
@@ -132,7 +142,8 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
                                                     "give it with --srs, or --allow-dev-srs)",), False, False, 0.0,
                          0.0, 0.0)
     with threads_of(announcement.platform, parent_model):
-        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base, trained)
+        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base, trained,
+                            batch=batch)
     seconds = time.perf_counter() - started
     result = judged.replay
     faults = (*judged.faults, *(() if unproven is None else (StepFault.REWARD_UNPROVEN,)))

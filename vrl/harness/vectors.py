@@ -188,6 +188,7 @@ def network_vectors() -> dict:
         "policy": {"message": policy.to_bytes().hex(), "signing_payload": policy.signing_payload().hex(),
                    "id": policy.id.hex()},
         "policy_delta": _message_case(_policy_with_delta(key)),
+        "policy_batch_file": _policy_with_batch_file(key),
         "weights_delta": _weights_delta(),
         "reputation": {
             "pretrusted": [a.hex()], "round": 2,
@@ -266,6 +267,20 @@ def _policy_with_delta(key: NodeKey):
 
     h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
     return dataclasses.replace(_policy(key), delta=h(b"delta"), delta_size=567, delta_parent=h(b"blob-2")).signed(key)
+
+
+def _policy_with_batch_file(key: NodeKey) -> dict:
+    """The version 3 vector's step with its batch in a batch file: a version 5 message and the
+    file it names (specs/network.md §3.3.1)."""
+    import dataclasses
+
+    from vrl.node.messages import BatchFile
+
+    inline = _policy(key)
+    file = BatchFile(key.node_id, inline.version, inline.batch).to_bytes()
+    named = dataclasses.replace(inline, batch=(), batch_file=hashlib.sha256(file).digest(),
+                                batch_size=len(file)).signed(key)
+    return {**_message_case(named), "batch_file": file.hex()}
 
 
 def _weights_delta() -> dict:

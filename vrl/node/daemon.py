@@ -38,6 +38,7 @@ from vrl.node.messages import (
     TOPIC_POLICIES,
     TOPIC_STEPS,
     TOPIC_VERDICTS,
+    BatchFile,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
@@ -145,9 +146,10 @@ class Node:
         self.model_thread = ModelThread(self.metrics)
         self.groups = GroupCache(self.store, self.log)
         self.validate = Validator(self.protocol, config.work.group_size, self.groups, self.metrics)
-        # Failed fetches in a row by policy version (retry_delay); versions no fresh group can use
-        # are dropped, so at most max_staleness + 2 entries.
+        # Failed fetches in a row by policy version (retry_delay), of weights and of batch files;
+        # versions no fresh group can use are dropped, so at most max_staleness + 2 entries each.
         self._fetch_failures: dict[int, int] = {}
+        self._batch_failures: dict[int, int] = {}
         self.catchup = Backfill(transport, self.store, self.validate, self.log, waits=self.validate.waits,
                                 committee=(bytes.fromhex(config.trainer), key.node_id) if self.protocol.committee
                                 else None)
@@ -236,6 +238,8 @@ class Node:
                 self._spawn(self._fetch_group(digest, version))
             case P.FetchPolicy(announcement):
                 self._spawn(self._fetch_policy(announcement))
+            case P.FetchBatch(announcement):
+                self._spawn(self._fetch_batch(announcement))
             case P.Generate(version):
                 self._spawn(self._generate(version))
             case P.Check(group, version):
@@ -379,20 +383,45 @@ class Node:
             await self.model_thread.run("load", self.work.load, announcement, blob,
                                         self.config.protocol.max_staleness + 1)
         except Exception as error:  # a failed fetch is retried by the protocol's next pending()
-            oldest = announcement.version - self.config.protocol.max_staleness - 1
-            self._fetch_failures = {v: n for v, n in self._fetch_failures.items() if v >= oldest}
-            failures = self._fetch_failures[announcement.version] = self._fetch_failures.get(
-                announcement.version, 0) + 1
-            wait = retry_delay(failures, random.uniform)
-            self.log.warning("policy fetch failed", version=announcement.version, error=repr(error),
-                             failures=failures, retry_in=round(wait, 2))
-            await asyncio.sleep(wait)  # this fetch's task only: the node's loop goes on
-            await self._feed(P.Abandoned(P.FetchPolicy(announcement)))
+            await self._fetch_failed(self._fetch_failures, "policy", P.FetchPolicy(announcement), error)
             return
         self._fetch_failures.pop(announcement.version, None)
         self.metrics.policy_version.set(announcement.version)
         self.log.info("policy loaded", version=announcement.version, model_hash=announcement.model_hash.hex()[:16])
         await self._feed(P.PolicyLoaded(announcement.version))
+
+    async def _fetch_failed(self, failures: dict[int, int], what: str, action: P.Action, error: Exception) -> None:
+        """A fetch of ``action``'s version failed: reported Abandoned after retry_delay's
+        back-off for its failures in a row, so a fetch that fails at once does not spin."""
+        version = action.announcement.version
+        oldest = version - self.config.protocol.max_staleness - 1
+        for stale in [v for v in failures if v < oldest]:
+            del failures[stale]
+        failures[version] = failures.get(version, 0) + 1
+        wait = retry_delay(failures[version], random.uniform)
+        self.log.warning(f"{what} fetch failed", version=version, error=repr(error), failures=failures[version],
+                         retry_in=round(wait, 2))
+        await asyncio.sleep(wait)  # this fetch's task only: the node's loop goes on
+        await self._feed(P.Abandoned(action))
+
+    async def _fetch_batch(self, announcement: PolicyAnnouncement) -> None:
+        """The batch file a step's announcement names (specs/network.md §3.3.1), for judging
+        the step: hash-checked by the blob fetch, then decoded against the announcement. A file
+        that is no batch of it is the trainer's fault (BatchFetched with no batch)."""
+        try:
+            data = await self.blobs.get(announcement.batch_file, announcement.batch_size,
+                                        f"batch of version {announcement.version}")
+        except Exception as error:  # not served yet, or by no peer: asked again by the protocol
+            await self._fetch_failed(self._batch_failures, "batch file", P.FetchBatch(announcement), error)
+            return
+        self._batch_failures.pop(announcement.version, None)
+        try:
+            batch = BatchFile.of(announcement, data)
+        except MessageError as error:
+            batch = None
+            self.log.error("the batch file a policy names is not its batch", version=announcement.version,
+                           reason=str(error))
+        await self._feed(P.BatchFetched(announcement, batch))
 
     async def _generate(self, version: int) -> None:
         groups = await self.model_thread.run("generate", self.work.generate, version)

@@ -105,6 +105,15 @@ class StepStateMissing:
 
 
 @dataclass(frozen=True)
+class BatchFetched:
+    """The daemon fetched the batch file ``announcement`` names (:class:`FetchBatch`): its
+    ``batch``, or None when the file is not a batch of that announcement (trainer fraud anyone
+    can re-check, specs/training.md §5; the daemon logs why)."""
+    announcement: PolicyAnnouncement
+    batch: tuple[tuple[bytes, float], ...] | None
+
+
+@dataclass(frozen=True)
 class Abandoned:
     """The daemon could not carry out an action (e.g. no peer had the weights yet); the
     protocol will ask again when it is still due."""
@@ -112,7 +121,8 @@ class Abandoned:
 
 
 Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
-         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed | StepStateMissing | ManifestReceived)
+         | Refused | Planted | Trained | StepVerdictReceived | StepReplayed | StepStateMissing | ManifestReceived
+         | BatchFetched)
 
 
 # -- actions (carried out by the daemon) ---------------------------------------------------------
@@ -148,6 +158,12 @@ class FetchGroup:
 
 @dataclass(frozen=True)
 class FetchPolicy:
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
+class FetchBatch:
+    """Fetch the batch file ``announcement`` names (specs/network.md §3.3.1), for judging its step."""
     announcement: PolicyAnnouncement
 
 
@@ -215,5 +231,5 @@ class ConvictTrainer:
     reporters: tuple[bytes, ...]
 
 
-Action = (Publish | Send | FetchGroup | FetchPolicy | Generate | Check | Plant | Train | Quarantine | Persist
-          | ReplayStep | PersistStep | ConvictTrainer | PersistManifest)
+Action = (Publish | Send | FetchGroup | FetchPolicy | FetchBatch | Generate | Check | Plant | Train | Quarantine
+          | Persist | ReplayStep | PersistStep | ConvictTrainer | PersistManifest)

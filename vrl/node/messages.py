@@ -63,9 +63,12 @@ VERDICT_OLDEST = 2
 # 3: and the reward proofs of a private task set's step, proofs and proofs_size (specs/zk.md §11);
 # 4: and a weights delta against the parent's file, delta, delta_size and delta_parent (specs/network.md
 # §6.1). Version 3 is still read and written: an announcement without a delta is written as v3, the
-# bytes (and id and signature) it always had, so nodes that predate deltas still follow it.
-POLICY_VERSION = 4
+# bytes (and id and signature) it always had, so nodes that predate deltas still follow it;
+# 5: its batch in a file named by hash, batch_file and batch_size (specs/network.md §3.3.1), so that a
+# committee network's announcement does not grow with the number of workers.
+POLICY_VERSION = 5
 POLICY_OLDEST = 3
+BATCH_FILE_VERSION = 1
 TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/2"
 TOPIC_POLICIES = "vrl/policies/3"
@@ -295,6 +298,11 @@ class SignedVerdict(Signed):
 #: digest and a float64 weight pack to ~176 KiB, under the 256 KiB gossip cap (specs/network.md
 #: §7) with room for the rest. AdmissionConfig.batch_groups is bounded by it.
 MAX_BATCH_GROUPS = 4096
+#: A batch file (specs/network.md §3.3.1) lists at most 2^16 groups, 16 times the inline limit:
+#: 16,384 workers at groups_per_round = 4. Its bytes are bounded by that: 2^16 entries of a
+#: 32-byte digest and a float64 weight pack to ~2.9 MB, under 3 MiB with the rest.
+MAX_BATCH_FILE_GROUPS = 1 << 16
+MAX_BATCH_FILE_BYTES = 3 << 20
 #: An optimizer state file of 2^41 bytes is AdamW's two moments of a 256-billion-parameter
 #: float32 model: any real one fits; the fetch itself is bounded lower (MAX_WEIGHTS_BYTES x 2).
 MAX_OPTIMIZER_BYTES = 1 << 41
@@ -374,12 +382,17 @@ class PolicyAnnouncement(Signed):
     delta: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=4))
     delta_size: int = field(default=0, metadata=wire(Uint(0, MAX_WEIGHTS_FILE_BYTES), since=4))
     delta_parent: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=4))
+    batch_file: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=5))
+    batch_size: int = field(default=0, metadata=wire(Uint(0, MAX_BATCH_FILE_BYTES), since=5))
     signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
 
     def valid(self) -> bool:
         return self.signature_ok()
 
     def _cross_check(self) -> None:
+        if (self.batch_file or self.batch_size) and not (self.batch_file and self.batch_size and not self.batch):
+            raise FieldError("batch_file", "a batch in a file names its hash and its size, and the inline batch "
+                                           "is then empty")
         if self.delta or self.delta_size or self.delta_parent:
             if not (self.delta and self.delta_parent and 0 < self.delta_size < self.size):
                 raise FieldError("delta", "a delta names its hash, its parent file and a size under the weights "
@@ -391,8 +404,37 @@ class PolicyAnnouncement(Signed):
         return hashlib.sha256(self.to_bytes()).digest()
 
     @property
-    def groups(self) -> tuple[bytes, ...]:
-        return tuple(digest for digest, _ in self.batch)
+    def inline(self) -> tuple[tuple[bytes, float], ...] | None:
+        """The batch when the announcement lists it; None when it names a batch file instead
+        (:class:`BatchFile`, fetched by hash: specs/network.md §3.3.1)."""
+        return None if self.batch_file else self.batch
+
+
+@message("batch", BATCH_FILE_VERSION)
+@dataclass(frozen=True)
+class BatchFile(Message):
+    """A policy's batch in a file (specs/network.md §3.3.1): the groups of the step that made
+    ``version``, in the order trained, each with its admission weight. Not signed: the
+    announcement that names it binds its SHA-256. Content-addressed like the step's other
+    files, so that only the nodes that judge a step fetch it (specs/training.md §5)."""
+
+    trainer: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
+    version: int = field(metadata=wire(Uint(1, U64)))
+    batch: tuple[tuple[bytes, float], ...] = field(metadata=wire(WeightedDigests(MAX_BATCH_FILE_GROUPS)))
+
+    @classmethod
+    def of(cls, announcement: PolicyAnnouncement, data: bytes) -> tuple[tuple[bytes, float], ...]:
+        """The batch ``announcement`` names, from the file's bytes: they must hash to its
+        ``batch_file``, be ``batch_size`` long, and decode as the batch of its trainer and
+        version. Raises MessageError naming what is wrong."""
+        if len(data) != announcement.batch_size or hashlib.sha256(data).digest() != announcement.batch_file:
+            raise MessageError(f"batch: the file is not the one version {announcement.version} names "
+                               f"({len(data)} bytes, {announcement.batch_size} announced)")
+        file = cls.from_bytes(data)
+        if (file.trainer, file.version) != (announcement.trainer, announcement.version):
+            raise MessageError(f"batch: the file is version {file.version}'s of another trainer or version, "
+                               f"not version {announcement.version}'s")
+        return file.batch
 
 
 # -- step verdicts: a verifier's replay of one training step (specs/training.md §5) ------------
@@ -422,6 +464,7 @@ class StepFault(StrEnum):
     UNAVAILABLE_STATE = "unavailable_state"  # the step config or optimizer file is not served
     STALE_GROUP = "stale_group"  # a group too old for the step (max_staleness)
     REWARD_UNPROVEN = "reward_unproven"  # a private task's reward the step's proofs do not show (zk.md §11)
+    BAD_BATCH = "bad_batch"  # the batch file the announcement names is not a batch of it (network.md §3.3.1)
 
 
 @message("step", MESSAGE_VERSION, topic=TOPIC_STEPS)

@@ -39,10 +39,12 @@ from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
 from vrl.node.events import (
     Abandoned,
     Action,
+    BatchFetched,
     Check,
     Checked,
     ConvictTrainer,
     Event,
+    FetchBatch,
     FetchGroup,
     FetchPolicy,
     Generate,
@@ -100,12 +102,12 @@ from vrl.rollouts.verify import Reason
 # know it (protocol.Tick, ...).
 __all__ = [
     "ADMISSION_DOMAIN", "MAX_PENDING_VERDICTS", "MAX_STRANGER_VERDICTS_PER_GROUP", "ROLES", "SELF_EVIDENT_FAULTS",
-    "SOFT_REASONS", "Abandoned", "Action", "Check", "Checked", "ConvictTrainer", "Event", "FetchPolicy", "Generate",
-    "Generated", "GroupReceived", "ManifestReceived", "NodeProtocol", "Persist", "PersistManifest", "PersistStep",
-    "Plant", "Planted", "PolicyAnnounced",
-    "PolicyLoaded", "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused", "ReplayStep",
-    "StepReplayed", "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained", "VerdictReceived",
-    "drawn", "outcome_of", "report_of", "step_rule_faults",
+    "SOFT_REASONS", "Abandoned", "Action", "BatchFetched", "Check", "Checked", "ConvictTrainer", "Event",
+    "FetchBatch", "FetchPolicy", "Generate", "Generated", "GroupReceived", "ManifestReceived", "NodeProtocol",
+    "Persist", "PersistManifest", "PersistStep", "Plant", "Planted", "PolicyAnnounced", "PolicyLoaded",
+    "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused", "ReplayStep", "StepReplayed",
+    "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained", "VerdictReceived", "drawn", "outcome_of",
+    "report_of", "step_rule_faults",
 ]
 
 # Rejection codes that honest numerical drift can produce just over a threshold: soft fails
@@ -290,6 +292,12 @@ class NodeProtocol:
             return self.forgotten_fails.get(digest) if trainer == self.config.trainer else None
         return own.round if own.outcome == Outcome.HARD_FAIL else None
 
+    def batch_of(self, version: int):
+        """The batch of the step that made ``version``: listed in its announcement, or from the
+        batch file it names once fetched (vrl.node.steps); None while unknown."""
+        a = self.policies.get(version)
+        return None if a is None else self.steps.batch_of(a)
+
     def eligible_verifiers(self) -> int:
         latest = max(self.rounds.manifests, default=None)
         return len(self.rounds.manifests[latest].weights) if latest is not None else 0
@@ -350,7 +358,7 @@ class NodeProtocol:
                 # again at the next Tick. A fetch that fails at once (the trainer withholds the
                 # file, no peer has it) must not be retried in a loop until step_wait ends.
                 return [] if replaying else self.steps.handle(event, self)
-            case StepVerdictReceived() | StepReplayed():
+            case StepVerdictReceived() | StepReplayed() | BatchFetched():
                 actions += self.steps.handle(event, self)
             case Trained(announcement, used):
                 self._in_flight.discard(("train", announcement.version - 1))

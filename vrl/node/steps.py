@@ -19,8 +19,10 @@ from typing import Protocol
 from vrl.node.events import (
     Abandoned,
     Action,
+    BatchFetched,
     ConvictTrainer,
     Event,
+    FetchBatch,
     FetchGroup,
     PersistStep,
     Publish,
@@ -48,17 +50,20 @@ from vrl.rollouts.model import bit_exact_platform
 # which must be bit-exact. The rest (a replay on another platform, within a calibrated
 # tolerance; what the network did not deliver) needs a second reporter whose word counts.
 SELF_EVIDENT_FAULTS = frozenset({StepFault.WRONG_PARENT, StepFault.WRONG_OPTIMIZER_BEFORE, StepFault.WRONG_CONFIG,
-                                 StepFault.REJECTED_GROUP, StepFault.STALE_GROUP, StepFault.REWARD_UNPROVEN})
+                                 StepFault.REJECTED_GROUP, StepFault.STALE_GROUP, StepFault.REWARD_UNPROVEN,
+                                 StepFault.BAD_BATCH})
+
+Batch = tuple[tuple[bytes, float], ...]  # a step's groups in the order trained, each with its admission weight
 
 
-def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, group_versions: dict[bytes, int],
+def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, batch: Batch, group_versions: dict[bytes, int],
                      trainer_fails: dict[bytes, int], max_staleness: int) -> tuple[str, ...]:
     """The faults of specs/training.md §5's rules: what signed data alone shows wrong with the
-    step that made ``a``, given its parent's announcement, the policy versions of the batch
-    groups known (digest -> version) and the rounds of the trainer's own hard fails on them
-    (digest -> the verdict's round)."""
+    step that made ``a``, given its parent's announcement, its ``batch`` (inline or from its
+    batch file), the policy versions of the batch groups known (digest -> version) and the
+    rounds of the trainer's own hard fails on them (digest -> the verdict's round)."""
     faults = set(_announcement_faults(a, parent))
-    for digest in a.groups:
+    for digest, _ in batch:
         faults.update(_group_faults(a, group_versions.get(digest), trainer_fails.get(digest), max_staleness))
     return tuple(sorted(faults))
 
@@ -153,6 +158,19 @@ class StepJudge:
         # was most of a simulated node's time (bench/simulate.py, cProfile).
         self._rules: dict[int, _Rules] = {}
         self._batch_of: dict[bytes, list[int]] = defaultdict(list)
+        # The batches of judgeable steps whose announcements name a batch file (specs/network.md
+        # §3.3.1), fetched only when this node judges the step beyond its announcement: version ->
+        # (the announcement's id, the batch); and the versions whose FetchBatch is under way.
+        self._files: dict[int, tuple[bytes, Batch]] = {}
+        self._fetching: set[int] = set()
+
+    def batch_of(self, a: PolicyAnnouncement) -> Batch | None:
+        """The batch of the step that made ``a``: listed in it, or fetched from the batch file it
+        names; None while that file is not here."""
+        if a.inline is not None:
+            return a.inline
+        found = self._files.get(a.version)
+        return found[1] if found is not None and found[0] == a.id else None
 
     def touch(self, digest: bytes) -> None:
         """A group, or a verdict on it, came: the steps whose batch lists it are looked at again."""
@@ -181,6 +199,16 @@ class StepJudge:
                 return self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
             case Abandoned(ReplayStep(a)):
                 self._replaying.discard(a.version)
+            case Abandoned(FetchBatch(a)):
+                self._fetching.discard(a.version)
+            case BatchFetched(a, batch):
+                held = ledger.policies.get(a.version)
+                if held is None or held.id != a.id or a.inline is not None:
+                    return []  # not the announcement this node follows: its own fetch is still under way
+                self._fetching.discard(a.version)
+                if batch is None:  # the file the signed announcement binds is no batch of it
+                    return self._publish(a.version, (StepFault.BAD_BATCH,), b"", 0.0, ledger)
+                self._files[a.version] = (a.id, batch)
         return []
 
     # -- what is still to do ----------------------------------------------------------------
@@ -212,6 +240,8 @@ class StepJudge:
         """Drop the rule states of steps no longer judgeable (:meth:`_judgeable`'s window)."""
         for version in [v for v in self._rules if v < current - self.max_staleness + 1]:
             self._forget_batch(version)
+        for version in [v for v in self._files if v < current - self.max_staleness + 1]:
+            del self._files[version]
 
     def _forget_batch(self, version: int) -> None:
         for digest in self._rules.pop(version).batch:
@@ -231,7 +261,15 @@ class StepJudge:
             if faults:
                 actions += self._publish(version, faults, b"", 0.0, ledger)
             elif faults is not None and (self._drawn(a, ledger) or self._reported(version, ledger)):
-                if missing := [d for d in a.groups if ledger.group_version(d) is None]:
+                if (batch := self.batch_of(a)) is None:
+                    # Only a node that replays a step fetches its batch file (specs/training.md §5:
+                    # the rules over the batch are the step committee's in a committee network).
+                    if version not in self._fetching:
+                        self._fetching.add(version)
+                        actions.append(FetchBatch(a))
+                    if ledger.now - ledger.round_started.get(version, ledger.now) >= self.step_wait:
+                        actions += self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
+                elif missing := [d for d, _ in batch if ledger.group_version(d) is None]:
                     if getattr(ledger, "committee", False):
                         # Groups are fetched by digest in the committee design (specs/network.md §3.5).
                         for d in missing:
@@ -245,15 +283,18 @@ class StepJudge:
 
     def _rule_faults(self, a: PolicyAnnouncement, ledger: Ledger) -> tuple[str, ...] | None:
         """What signed data alone shows wrong with a step (:func:`step_rule_faults`); None
-        while its parent's announcement is unknown."""
+        while its parent's announcement is unknown; the announcement's own faults alone while its
+        batch file is not here."""
         parent = ledger.policies.get(a.version - 1)
         if parent is None:
             return None
+        if (found := self.batch_of(a)) is None:
+            return tuple(sorted(_announcement_faults(a, parent)))
         rules = self._rules.get(a.version)
         if rules is None or rules.against != (a.signature, parent.signature):
             if rules is not None:
                 self._forget_batch(a.version)
-            batch = a.groups
+            batch = tuple(digest for digest, _ in found)
             rules = self._rules[a.version] = _Rules((a.signature, parent.signature), batch,
                                                     frozenset(_announcement_faults(a, parent)), set(batch))
             for digest in batch:

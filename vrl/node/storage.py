@@ -74,10 +74,10 @@ class StorageConfig:
 
 def named(announcement: PolicyAnnouncement) -> set[bytes]:
     """The blobs an announcement names that its version itself made or uses: weights, its delta, step
-    config, optimizer state after the step, reward proofs (not ``optimizer_before``, its
-    parent's state)."""
+    config, optimizer state after the step, reward proofs, batch file (not ``optimizer_before``,
+    its parent's state)."""
     return {d for d in (announcement.blob, announcement.delta, announcement.config, announcement.optimizer,
-                        announcement.proofs) if d}
+                        announcement.proofs, announcement.batch_file) if d}
 
 
 def replay_needs(announcement: PolicyAnnouncement, parent: PolicyAnnouncement | None) -> set[bytes]:

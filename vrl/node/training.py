@@ -9,6 +9,7 @@ the protocol as it comes, and the duty goes on once the protocol has acted on it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from vrl.node import deltas
 from vrl.node import protocol as P
 from vrl.node.blobs import MAX_OPTIMIZER_BYTES, Blobs, BlobWriteError
 from vrl.node.groups import GroupCache
-from vrl.node.messages import Group, PolicyAnnouncement
+from vrl.node.messages import BatchFile, Group, PolicyAnnouncement
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import Proving
 from vrl.node.storage import replay_needs
@@ -127,9 +128,15 @@ class Training:
         parent = self.protocol.policies.get(version - 1)
         shortcut = {} if delta is None else {"delta": self.blobs.keep(delta[0]), "delta_size": len(delta[0]),
                                              "delta_parent": delta[1]}
+        if self.protocol.committee and step.batch:
+            # A committee network's batch goes in a file that only its step's replayers fetch
+            # (specs/network.md §3.3.1): listed inline, every node would receive 40 bytes a group.
+            file = BatchFile(self.key.node_id, version, step.batch).to_bytes()
+            shortcut |= {"batch_file": self.blobs.keep(file), "batch_size": len(file)}
         announcement = PolicyAnnouncement(
             self.key.node_id, version, step.model.model_hash, self.blobs.keep(step.blob), len(step.blob),
-            parent=parent.model_hash if parent is not None else b"", batch=step.batch,
+            parent=parent.model_hash if parent is not None else b"",
+            batch=() if "batch_file" in shortcut else step.batch,
             config=self.blobs.keep(self.trainer.config_file), optimizer_before=step.optimizer_before,
             optimizer=self.blobs.keep(step.optimizer), optimizer_size=len(step.optimizer),
             platform=platform_tag(step.model), proofs=step.proofs[0], proofs_size=step.proofs[1],
@@ -182,8 +189,9 @@ class StepReplay:
         reported as fraud by another) and report what it found."""
         version = announcement.version
         parent = self.protocol.policies.get(version - 1)
-        groups = [self.groups.body(digest) for digest in announcement.groups]
-        if (parent is None or any(g is None for g in groups) or version not in self.work.models
+        batch = self.protocol.batch_of(version)
+        groups = [self.groups.body(digest) for digest, _ in batch or ()]
+        if (parent is None or batch is None or any(g is None for g in groups) or version not in self.work.models
                 or version - 1 not in self.work.models):
             yield P.Abandoned(P.ReplayStep(announcement))
             return
@@ -216,8 +224,9 @@ class StepReplay:
             self.log.error("reward proofs cannot be checked here; the step is left unjudged", version=version,
                            error=str(error))
             return
-        faults, replayed, drift = await self.model_thread.run("replay", self.work.replay, announcement, config,
-                                                              before, after, groups, rewards)
+        replay = functools.partial(self.work.replay, batch=batch)
+        faults, replayed, drift = await self.model_thread.run("replay", replay, announcement, config, before, after,
+                                                              groups, rewards)
         faults = (*faults, *unproven)
         self.metrics.step_drift.set(drift)
         yield P.StepReplayed(version, faults, replayed, drift)

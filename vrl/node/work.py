@@ -206,12 +206,14 @@ class Work:
 
     # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
     def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,
-               optimizer_after: bytes, groups: list[Group],
-               rewards: list[list[float]] | None = None) -> tuple[tuple[str, ...], bytes, float]:
+               optimizer_after: bytes, groups: list[Group], rewards: list[list[float]] | None = None, *,
+               batch: tuple[tuple[bytes, float], ...] | None = None) -> tuple[tuple[str, ...], bytes, float]:
         """Replay the step that made ``announcement`` from the weights this node holds (its
-        parent's and its own): ``(StepFault codes, replayed model hash, drift)``."""
+        parent's and its own): ``(StepFault codes, replayed model hash, drift)``. ``batch``: the
+        step's batch when the announcement names a batch file (:func:`judge_step`)."""
         judged = judge_step(announcement, self.models[announcement.version - 1], self.models[announcement.version],
-                            config_file, optimizer_before, optimizer_after, groups, self.skeleton, rewards)
+                            config_file, optimizer_before, optimizer_after, groups, self.skeleton, rewards,
+                            batch=batch)
         return judged.faults, judged.model_hash, judged.drift
 
     # -- trainer ------------------------------------------------------------------------------
@@ -245,14 +247,18 @@ class JudgedStep:
 
 def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, config_file: bytes,
                optimizer_before: bytes, optimizer_after: bytes, groups: list[Group], base: Model,
-               rewards: list[list[float]] | None = None) -> JudgedStep:
+               rewards: list[list[float]] | None = None, *,
+               batch: tuple[tuple[bytes, float], ...] | None = None) -> JudgedStep:
     """Run the step that made ``announcement`` again from ``parent``'s weights,
     ``optimizer_before`` and the batch's ``groups`` (in batch order), and compare with the
     announced weights (``claimed``) and ``optimizer_after``. Bit-exact is required on the
     trainer's own platform, the tolerance elsewhere. ``base`` is the network's base model, the
     only reference policy a step config may name; ``rewards``, what the step trains on where
-    the records' own is not all (private tasks: vrl.zk.training_rewards). What a verifier's
-    replay and the audit's run."""
+    the records' own is not all (private tasks: vrl.zk.training_rewards); ``batch``, the batch
+    from the file the announcement names, if it names one (its admission weights scale the
+    groups). What a verifier's replay and the audit's run."""
+    if batch is None and (batch := announcement.inline) is None:
+        raise ValueError(f"version {announcement.version} names a batch file: replaying it needs the batch")
     same_platform = announcement.platform == platform_tag(parent) and bit_exact_platform(announcement.platform)
     try:
         config = StepConfig.from_bytes(config_file)
@@ -262,7 +268,7 @@ def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, 
         return JudgedStep((StepFault.WRONG_CONFIG,), None, same_platform)  # pi_ref must be the base model
     try:
         network, optimizer, stats = replay(
-            parent.network, optimizer_before, [list(g.rollouts) for g in groups], [w for _, w in announcement.batch],
+            parent.network, optimizer_before, [list(g.rollouts) for g in groups], [w for _, w in batch],
             config, announcement.version - 1, base.tokenizer.pad_token_id,
             reference=base.network if config.reference else None, rewards=rewards)
     except StepError:  # the optimizer file the parent announced does not fit the model

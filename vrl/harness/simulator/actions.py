@@ -16,6 +16,7 @@ from vrl.node.messages import (
     TOPIC_MANIFESTS,
     TOPIC_POLICIES,
     TOPIC_VERDICTS,
+    BatchFile,
     Group,
     Outcome,
     PolicyAnnouncement,
@@ -217,12 +218,28 @@ class Actions:
 
     def _trained(self, node: SimNode, version: int, batch) -> None:
         self.metrics.trained(self, batch)
-        a = self._announcement(node.key, version + 1, tuple(batch))
+        a = self._announcement(node.key, version + 1, tuple(batch), node.protocol.committee)
         self.feed(node, E.Trained(a, tuple(d for d, _ in batch)))
 
-    def _announcement(self, key: NodeKey, version: int, batch: tuple) -> PolicyAnnouncement:
+    def _announcement(self, key: NodeKey, version: int, batch: tuple, in_file: bool = False) -> PolicyAnnouncement:
+        """As vrl.node.training announces: a committee network's batch in a file it serves."""
         c = self.config
-        return announcement(key, version, batch, c.weights_bytes, c.optimizer_bytes, c.delta_bytes)
+        file = BatchFile(key.node_id, version, batch).to_bytes() if in_file and batch else b""
+        a = announcement(key, version, batch, c.weights_bytes, c.optimizer_bytes, c.delta_bytes, batch_file=file)
+        if file:
+            self.batch_files[a.batch_file] = file
+        return a
+
+    def _do_FetchBatch(self, node: SimNode, action: E.FetchBatch) -> None:
+        """A step's batch file (specs/network.md §3.3.1), from the trainer, which keeps it."""
+        a = action.announcement
+        file = self.batch_files.get(a.batch_file)
+        if file is None or not self.net.reachable(node.index, 0):
+            self.at(self.now + 5.0, self.feed, node, E.Abandoned(action))
+            return
+        self.metrics.blob(node.index, 0, len(file))
+        seconds = self.config.latency_s + len(file) / self.config.bandwidth_bps
+        self.at(self.now + seconds, self.feed, node, E.BatchFetched(a, BatchFile.of(a, file)))
 
     def _do_ReplayStep(self, node: SimNode, action: E.ReplayStep) -> None:
         a = action.announcement

@@ -206,6 +206,7 @@ class Simulation(Actions):
         self.version_groups: dict[int, list[Group]] = {}  # honest groups published, for the sybils' smears
         self.trainer_version = -1
         self.group_msgs: dict[bytes, Msg] = {}  # every group made, for fetches by digest (pruned as rounds age)
+        self.batch_files: dict[bytes, bytes] = {}  # the trainer's batch files by hash (vrl.node.training)
         self.ledger = StoreLedger() if c.backfill.startswith("daemon") else None  # what each store holds (stores.py)
         self.backfill_marks: dict[int, object] = {}  # per node, the backfill model's (stores.gossip_pass, daemon_pass)
 

@@ -96,16 +96,21 @@ def blob_of(version: int) -> bytes:
 
 
 def announcement(trainer: NodeKey, version: int, batch: tuple[tuple[bytes, float], ...], weights_bytes: int,
-                 optimizer_bytes: int = 0, delta_bytes: int = 0) -> PolicyAnnouncement:
+                 optimizer_bytes: int = 0, delta_bytes: int = 0, batch_file: bytes = b"") -> PolicyAnnouncement:
     """The trainer's announcement of ``version``, bound to its step as an honest trainer's is
     (specs/training.md §3): parent, optimizer before and after (``optimizer_bytes``, 0: twice the
     weights, Adam's two moments), one step config for the run; from version 1 a weights delta of
-    ``delta_bytes`` against the parent's file (specs/network.md §6.1) if that is nonzero."""
+    ``delta_bytes`` against the parent's file (specs/network.md §6.1) if that is nonzero. With
+    ``batch_file`` (the :func:`batch_file` of the batch: a committee network's trainer,
+    vrl.node.training) the announcement names it instead of listing the batch."""
     delta = ({"delta": hashlib.sha256(b"delta" + model_hash(version)).digest(), "delta_size": delta_bytes,
               "delta_parent": blob_of(version - 1)} if version and 0 < delta_bytes < weights_bytes else {})
+    named = ({"batch_file": hashlib.sha256(batch_file).digest(), "batch_size": len(batch_file)} if batch_file
+             else {})
     return PolicyAnnouncement(
         trainer.node_id, version, model_hash(version), blob_of(version),
-        weights_bytes, parent=model_hash(version - 1) if version else b"", batch=batch, config=STEP_CONFIG,
+        weights_bytes, parent=model_hash(version - 1) if version else b"", batch=() if named else batch,
+        config=STEP_CONFIG, **named,
         optimizer_before=optimizer_hash(version - 1) if version else b"", optimizer=optimizer_hash(version),
         optimizer_size=optimizer_bytes or 2 * weights_bytes, platform=PLATFORM, **delta).signed(trainer)
 
