@@ -580,6 +580,39 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     worker.store.close()
 
 
+def test_a_check_that_cannot_run_now_is_abandoned_after_a_back_off_not_at_once(tmp_path, monkeypatch):
+    """A check whose group body is not here (or whose weights are still loading, or whose
+    producer is out of reach) is reported abandoned after the back-off of a failed fetch for its
+    abandons in a row: reported at once, the protocol asked for it again at once, in a loop
+    while nothing else waited."""
+    from vrl.node import daemon
+    from vrl.node import protocol as P
+
+    node, worker = verifier_and_worker(tmp_path)
+    happened = []
+    feed = node._feed
+
+    async def sleep(seconds):
+        happened.append(("sleep", seconds))
+
+    async def recorded(event):
+        if isinstance(event, P.Abandoned):
+            happened.append(("abandoned", node.protocol.abandoned_checks[event.action.group]))
+        await feed(event)
+
+    monkeypatch.setattr(daemon.asyncio, "sleep", sleep)
+    monkeypatch.setattr(node, "_feed", recorded)
+    digest = b"\x01" * 32  # a seat whose group never came
+    assert node.protocol._once(P.Check(digest, 0)) == [P.Check(digest, 0)]
+    asyncio.run(node._check(digest, 0))  # (its abandon asks again at once: that task runs on too)
+    abandons = [i for i, (what, _) in enumerate(happened) if what == "abandoned"]
+    assert abandons and all(i > 0 and happened[i - 1][0] == "sleep" for i in abandons)
+    for i in abandons:  # each after a back-off whose ceiling doubles with the abandons before it
+        assert 0 <= happened[i - 1][1] <= daemon.FETCH_RETRY_FIRST_SECONDS * 2 ** happened[i][1]
+    node.store.close()
+    worker.store.close()
+
+
 def test_a_trainer_cheating_with_groups_it_failed_adds_them_to_the_batch_it_trains(tmp_path, monkeypatch):
     """The trainer-rejected-group cheat, wired by vrl.harness.adversary.node_for around an honest node:
     the batch its Training is asked to train is admission's, plus the fresh groups the trainer

@@ -440,29 +440,33 @@ class Node:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            # Backed off as a failed fetch is: one that fails at once every time must not spin.
-            wait = retry_delay(self.protocol.abandoned_checks[digest] + 1, random.uniform)
-            self.log.error("check could not run; left for later", group=digest.hex()[:12], error=repr(error),
-                           retry_in=round(wait, 2))
-            await asyncio.sleep(wait)  # this check's task only: the node's loop goes on
-            if not self._stopping:
-                await self._feed(P.Abandoned(P.Check(digest, version)))
+            self.log.error("check could not run; left for later", group=digest.hex()[:12], error=repr(error))
+            await self._later(digest, version)
+
+    async def _later(self, digest: bytes, version: int) -> None:
+        """A check that cannot run now is reported abandoned, and the protocol asks for it again,
+        after the back-off of a failed fetch for its abandons in a row: one that cannot run at
+        once every time (no body yet, weights still loading, its producer out of reach) would
+        otherwise be asked, abandoned and asked again in a loop while nothing else waits."""
+        await asyncio.sleep(retry_delay(self.protocol.abandoned_checks[digest] + 1, random.uniform))
+        if not self._stopping:  # (this check's task only sleeps: the node's loop goes on)
+            await self._feed(P.Abandoned(P.Check(digest, version)))
 
     async def _check_group(self, digest: bytes, version: int) -> None:
         group = self.groups.body(digest)
-        # A check that will ask its producer for proofs waits, a tick at a time, until the
-        # producer is connected, before any prefill (specs/network.md §3.4).
+        # A check that will ask its producer for proofs waits until the producer is connected,
+        # before any prefill (specs/network.md §3.4).
         unreached = (group is not None and self.config.zk.sampling_positions > 0
                      and group.subject not in self.transport.peers())
         if group is None or version not in self.work.models or unreached:
-            await self._feed(P.Abandoned(P.Check(digest, version)))
+            await self._later(digest, version)
             return
         result = await self.model_thread.run("check", self.work.check, group, version)
         reasons = result.reasons
         if not reasons and self.config.zk.sampling_positions:
             challenged = await self.proving.challenge(group, version)
             if challenged is None:  # not asked after all; the protocol asks for the check again
-                await self._feed(P.Abandoned(P.Check(digest, version)))
+                await self._later(digest, version)
                 return
             reasons = challenged
         if Reason.REWARD_UNKNOWN in reasons:
@@ -470,7 +474,7 @@ class Node:
             # full disk, no process to spare): its own limit, not the producer's fault. No
             # verdict; the protocol asks for the check again (specs/rewards.md §6).
             self.log.warning("reward not computable here; check left for later", group=digest.hex()[:12])
-            await self._feed(P.Abandoned(P.Check(digest, version)))
+            await self._later(digest, version)
             return
         outcome = P.outcome_of(reasons)
         self.metrics.checks.labels(outcome).inc()
