@@ -100,8 +100,8 @@ def main() -> int:
                         or SimConfig.completion_tokens, "protocol": dict(args.protocol)},
            "runs": {}}
     table = Table(title=f"N = {args.nodes}, {args.design}: rounds from first bad group to the trainer's quarantine")
-    for column in ("adversary", "share", "cheaters", "quarantined", "median rounds", "false quarantines",
-                   "bad trained", "groups lost", "CPU s"):
+    for column in ("adversary", "share", "cheaters", "quarantined", "median rounds", "weight at the end",
+                   "false quarantines", "bad trained", "groups lost", "CPU s"):
         table.add_column(column, justify="right")
     runs = [(family, share, SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=args.design,
                                       seed=args.seed, adversaries=parse_adversaries(spec(family, share)),
@@ -119,7 +119,9 @@ def main() -> int:
             cheaters = sum(r["nodes"] for r in quarantine.values())
             caught = sum(r["quarantined_by_trainer"] for r in quarantine.values())
             medians = ", ".join(f"{k} {r['median_rounds_trainer']}" for k, r in quarantine.items())
-            table.add_row(family, f"{share:.0%}", str(cheaters), str(caught), medians or "-",
+            # Their share of the last manifest's draw weight: the f of specs/committee.md §5.
+            weight = sum(r.get("weight_share", 0.0) for r in quarantine.values())
+            table.add_row(family, f"{share:.0%}", str(cheaters), str(caught), medians or "-", f"{weight:.2f}",
                           str(run["honest_false_quarantines"]), str(run["bad_groups_trained"]),
                           str(run["groups_lost"]), f"{run['cpu_seconds']:.0f}")
             console.print(f"[dim]{family} {share:.0%}: {run['rounds_measured']} rounds, {run['stopped']}, "

@@ -116,6 +116,29 @@ def test_weights_quantize_down_and_zero_is_left_out():
     assert committee.quantize_weight(1 / 3) == 21845
 
 
+def test_a_seat_weighs_trust_times_score_and_the_table_keeps_the_heaviest():
+    """specs/committee.md §3.1: a verifier's draw weight is its reporter weight times its score,
+    so a node whose accusations were contradicted (a low score) loses seats though trusted;
+    never the trainer, a quarantined node or one of weight 0; the heaviest MAX_WEIGHT_ENTRIES."""
+    from types import SimpleNamespace as S
+
+    trainer, honest, accuser, jailed = (k.node_id for k in KEYS[:4])
+    stranger = b"\x05" * 32
+    standings = {trainer: S(trust=1.0, score=1.0, quarantined=False),
+                 honest: S(trust=0.2, score=0.9, quarantined=False),
+                 accuser: S(trust=0.2, score=0.15, quarantined=False),
+                 jailed: S(trust=0.2, score=0.0, quarantined=True),
+                 stranger: S(trust=0.0, score=0.017, quarantined=False)}
+    weights = committee.seat_weights(standings, trainer)
+    assert weights == pytest.approx({honest: 0.18, accuser: 0.03})
+    table = WeightsTable.heaviest(11, weights)
+    assert table.weight(honest) == math.floor(0.18 * 65536) and table.weight(accuser) < table.weight(honest) / 5
+    many = {bytes([i // 256, i % 256]) * 16: (i + 1) / 4096 for i in range(committee.MAX_WEIGHT_ENTRIES + 10)}
+    kept = WeightsTable.heaviest(11, many)
+    assert len(kept.entries) == committee.MAX_WEIGHT_ENTRIES and min(w for _, w in kept.entries) == math.floor(
+        11 / 4096 * 65536)
+
+
 @pytest.mark.parametrize("entries", [
     ((b"\x01" * 32, 0),), ((b"\x01" * 32, 65537),), ((b"\x01" * 31, 1),), ((b"\x02" * 32, 1), (b"\x01" * 32, 1)),
     ((b"\x01" * 32, 1), (b"\x01" * 32, 2)), ((b"\x01" * 32, True),), [(b"\x01" * 32, 1)], ((b"\x01" * 32,),),

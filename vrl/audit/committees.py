@@ -134,11 +134,8 @@ def trainer_store(run: Run) -> StoreIndex | None:
 
 
 def expected_table(standings: dict, trainer: bytes | None, committee_size: int) -> WeightsTable:
-    """specs/committee.md §3.1: every node but the trainer, not quarantined, of weight > 0 in the
-    trainer's view; the heaviest MAX_WEIGHT_ENTRIES (ties by node id), quantized."""
-    weights = {peer: s.trust for peer, s in standings.items() if peer != trainer and s.trust > 0 and not s.quarantined}
-    eligible = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:committee.MAX_WEIGHT_ENTRIES]
-    return WeightsTable.of(committee_size, dict(eligible))
+    """specs/committee.md §3.1: the table the trainer's view implies."""
+    return WeightsTable.heaviest(committee_size, committee.seat_weights(standings, trainer or b""))
 
 
 def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict) -> None:

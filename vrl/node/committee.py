@@ -19,6 +19,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from proofs import vrf
 from vrl.errors import VrlError, shown
@@ -111,6 +112,26 @@ def exact_escape(honest_probabilities: Iterable[float]) -> float:
     return out
 
 
+class Standing(Protocol):
+    """What the draw weight reads of a node's standing (vrl.node.reputation.Standing)."""
+
+    trust: float
+    score: float
+    quarantined: bool
+
+
+def seat_weights(standings: Mapping[bytes, Standing], trainer: bytes) -> dict[bytes, float]:
+    """Each node's weight in the committee draw (specs/committee.md §3.1): its reporter weight
+    (EigenTrust, specs/reputation.md §2) times its score (§5), for every node but the trainer
+    that is not quarantined and weighs something. The score is what the log shows of the node,
+    its contradicted accusations and unfounded race claims included (reputation.md §4 rule 3),
+    so a verifier that accuses honest groups loses seats as it loses score; trust alone left a
+    false accuser 0.18-0.21 of weight, near an honest node's (bench/simulate_adversaries.py,
+    accuse)."""
+    return {peer: s.trust * s.score for peer, s in standings.items()
+            if peer != trainer and not s.quarantined and s.trust * s.score > 0}
+
+
 def quantize_weight(weight: float) -> int:
     """A reporter weight in [0, 1] as the table's integer: floor(weight x 2^16), at most 2^16."""
     if not (isinstance(weight, float | int) and 0 <= weight <= 1):
@@ -164,10 +185,17 @@ class WeightsTable:
 
     @classmethod
     def of(cls, committee_size: int, weights: Mapping[bytes, float]) -> WeightsTable:
-        """The table of reporter weights in [0, 1] (specs/reputation.md §2): every node whose
+        """The table of draw weights in [0, 1] (:func:`seat_weights`): every node whose
         quantized weight is at least 1, sorted. The caller chooses who is eligible."""
         entries = sorted((node, quantize_weight(w)) for node, w in weights.items())
         return cls(committee_size, tuple((node, w) for node, w in entries if w >= 1))
+
+    @classmethod
+    def heaviest(cls, committee_size: int, weights: Mapping[bytes, float]) -> WeightsTable:
+        """specs/committee.md §3.1: the table of the heaviest MAX_WEIGHT_ENTRIES draw weights
+        (ties by node id), quantized."""
+        return cls.of(committee_size, dict(sorted(weights.items(), key=lambda item: (-item[1], item[0]))
+                                           [:MAX_WEIGHT_ENTRIES]))
 
     @property
     def total(self) -> int:

@@ -130,7 +130,7 @@ class Rounds:
               weights: Mapping[bytes, float], now: float,
               rank: Callable[[bytes], Any] = lambda worker: worker) -> RoundManifest:
         """The trainer's manifest of round ``round_``: ``groups`` as (digest, subject), the
-        eligible verifiers' reporter weights (specs/committee.md §3.1); signed, and held.
+        eligible verifiers' draw weights (committee.seat_weights, specs/committee.md §3.1); signed, and held.
 
         Workers are taken in ``rank`` order (the trainer's: highest score first, so a flood of
         fresh keys cannot push an established worker out); past the manifest's capacity a
@@ -150,8 +150,7 @@ class Rounds:
             listed_digests += digests
         workers.sort()
         listed = tuple(sorted(listed_digests))
-        eligible = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:committee.MAX_WEIGHT_ENTRIES]
-        table = committee.WeightsTable.of(committee_size, dict(eligible))
+        table = committee.WeightsTable.heaviest(committee_size, weights)
         manifest = RoundManifest(self.key.node_id, round_, committee_size, table.entries, listed,
                                  tuple(workers)).signed(self.key)
         self.add(manifest, now)
@@ -402,8 +401,7 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
         # longer than submission_window: bench/results/devnet-committee.json).
         if all(d in node.planted for d in digests):
             continue
-        weights = {peer: standing.trust for peer, standing in node.reputation.standings(version).items()
-                   if peer != node.me and standing.trust > 0 and not standing.quarantined}
+        weights = committee.seat_weights(node.reputation.standings(version), node.me)
         manifest = node.rounds.close(version, node.config.committee_size,
                                      [(d, node.groups[d].subject) for d in digests], weights, node.now,
                                      rank=lambda worker: (-node.standing(worker).score, worker))
