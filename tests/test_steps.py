@@ -357,3 +357,18 @@ def test_a_batch_file_that_is_no_batch_of_its_announcement_convicts_and_one_not_
     node = verifier(step_audit_rate=1.0)
     feed(node, named, (g,))
     assert node.handle(P.BatchFetched(other, listed[1].batch)) == [] and node.batch_of(1) is None
+
+
+def test_a_batch_file_that_comes_late_leaves_its_groups_their_own_step_wait():
+    """unavailable_group counts step_wait from when the batch's digests were known (specs/training.md
+    §5): a replayer cannot fetch a group it cannot name."""
+    ghost = group(99)  # listed, served by nobody
+    listed = chain(2, {1: (ghost,)})
+    named = [listed[0], in_file(listed[1])]
+    node = verifier(step_audit_rate=1.0, step_wait=30.0)
+    assert fetches(feed(node, named)) == [1]
+    node.handle(P.Tick(25.0))
+    assert published_steps(node.handle(P.BatchFetched(named[1], listed[1].batch))) == []
+    assert published_steps(node.handle(P.Tick(31.0))) == []  # 30 s after the announcement, 6 after the file
+    (verdict,) = published_steps(node.handle(P.Tick(55.5)))
+    assert verdict.reasons == (StepFault.UNAVAILABLE_GROUP,) and node.convicted is None

@@ -162,6 +162,7 @@ class StepJudge:
         # §3.3.1), fetched only when this node judges the step beyond its announcement: version ->
         # (the announcement's id, the batch); and the versions whose FetchBatch is under way.
         self._files: dict[int, tuple[bytes, Batch]] = {}
+        self._batch_at: dict[int, float] = {}  # when each batch file came
         self._fetching: set[int] = set()
 
     def batch_of(self, a: PolicyAnnouncement) -> Batch | None:
@@ -209,6 +210,7 @@ class StepJudge:
                 if batch is None:  # the file the signed announcement binds is no batch of it
                     return self._publish(a.version, (StepFault.BAD_BATCH,), b"", 0.0, ledger)
                 self._files[a.version] = (a.id, batch)
+                self._batch_at[a.version] = ledger.now
         return []
 
     # -- what is still to do ----------------------------------------------------------------
@@ -242,6 +244,7 @@ class StepJudge:
             self._forget_batch(version)
         for version in [v for v in self._files if v < current - self.max_staleness + 1]:
             del self._files[version]
+            self._batch_at.pop(version, None)
 
     def _forget_batch(self, version: int) -> None:
         for digest in self._rules.pop(version).batch:
@@ -274,7 +277,10 @@ class StepJudge:
                         # Groups are fetched by digest in the committee design (specs/network.md §3.5).
                         for d in missing:
                             actions += ledger._once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
-                    if ledger.now - ledger.round_started.get(version, ledger.now) >= self.step_wait:
+                    # step_wait from when the batch was known: a batch file fetched late leaves its
+                    # groups their own step_wait (specs/training.md §5, unavailable_group).
+                    known = max(ledger.round_started.get(version, ledger.now), self._batch_at.get(version, 0.0))
+                    if ledger.now - known >= self.step_wait:
                         actions += self._publish(version, (StepFault.UNAVAILABLE_GROUP,), b"", 0.0, ledger)
                 elif version in ledger.loaded and version - 1 in ledger.loaded and version not in self._replaying:
                     self._replaying.add(version)
