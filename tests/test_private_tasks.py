@@ -353,7 +353,7 @@ def test_a_private_network_trains_on_proven_rewards_and_its_steps_replay_clean(p
     trainer = nodes["trainer"].protocol
     assert trainer.version is not None and trainer.version >= 1, "no version trained"
     first = trainer.policies[1]
-    batch = [r for d in first.groups for r in nodes["trainer"].groups.body(d).rollouts]
+    batch = [r for d, _ in first.batch for r in nodes["trainer"].groups.body(d).rollouts]
     decode = nodes["trainer"].work.skeleton.decode
     assert any(SPEC.given_form(decode(list(r.completion_tokens))) for r in batch), "no answer: nothing to prove"
     assert first.proofs and first.proofs_size, "records gave answers, and the step bound no proofs"
