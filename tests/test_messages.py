@@ -254,11 +254,15 @@ def message_maps(draw: st.DrawFn, cls) -> tuple[bytes, bool]:
     if cls is SignedVerdict and draw(st.integers(0, 3)):
         _consistent_claim(draw, fields, spoiled)
     if cls is PolicyAnnouncement and not spoiled & {"batch", "batch_file", "batch_size"} and "batch_file" in fields:
-        # a batch listed or named by a file, never both (specs/network.md §3.3.1)
-        if draw(st.booleans()):
-            fields["batch"] = []
-        else:
-            fields["batch_file"], fields["batch_size"] = b"", 0
+        # a version 5 map names a batch file, and then lists no batch (specs/network.md §3.3.1);
+        # one that names none is written as version 3 or 4, so as version 5 it is refused
+        fields["batch"], fields["batch_file"] = [], draw(st.binary(min_size=32, max_size=32))
+        fields["batch_size"] = draw(st.integers(1, 3 << 20))
+    delta = {"delta", "delta_size", "delta_parent", "size"}
+    if cls is PolicyAnnouncement and not spoiled & delta and "delta" in fields and fields["size"] > 1:
+        # a delta names its hash, its parent file and a size under the weights file's (§6.1)
+        fields["delta"], fields["delta_parent"] = (draw(st.binary(min_size=32, max_size=32)) for _ in range(2))
+        fields["delta_size"] = draw(st.integers(1, fields["size"] - 1))
     if cls is RoundManifest and not spoiled & {"groups", "workers"} and draw(st.integers(0, 3)):
         # the workers' counts sum to the groups listed (specs/committee.md §3.3)
         fields["workers"] = [[b"\x01" * 32, len(fields["groups"])]] if fields["groups"] else []
