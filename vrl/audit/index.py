@@ -24,6 +24,7 @@ from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
 from vrl.node.config import NodeConfig
 from vrl.node.messages import (
+    Batch,
     BatchFile,
     Group,
     MessageError,
@@ -104,7 +105,7 @@ class Run:
     # Each announced step's batch: listed in its announcement, or from the batch file it names
     # (specs/network.md §3.3.1) found in some node folder; a version whose file is absent or no
     # batch of it is left out (a finding says which).
-    batches: dict[int, tuple[tuple[bytes, float], ...]] = field(default_factory=dict)
+    batches: dict[int, Batch] = field(default_factory=dict)
     rollout_records: int = 0
     series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
     stats: dict = field(default_factory=dict)  # per check: what it looked at

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrl.node.messages import Group, PolicyAnnouncement, RoundManifest, SignedVerdict, StepVerdict, Submission
+from vrl.node.messages import Batch, Group, PolicyAnnouncement, RoundManifest, SignedVerdict, StepVerdict, Submission
 
 # -- events (fed in) ---------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ class BatchFetched:
     ``batch``, or None when the file is not a batch of that announcement (trainer fraud anyone
     can re-check, specs/training.md §5; the daemon logs why)."""
     announcement: PolicyAnnouncement
-    batch: tuple[tuple[bytes, float], ...] | None
+    batch: Batch | None
 
 
 @dataclass(frozen=True)

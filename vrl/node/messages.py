@@ -298,6 +298,8 @@ class SignedVerdict(Signed):
 #: digest and a float64 weight pack to ~176 KiB, under the 256 KiB gossip cap (specs/network.md
 #: §7) with room for the rest. AdmissionConfig.batch_groups is bounded by it.
 MAX_BATCH_GROUPS = 4096
+#: A step's batch: its groups' digests in the order trained, each with its admission weight.
+Batch = tuple[tuple[bytes, float], ...]
 #: A batch file (specs/network.md §3.3.1) lists at most 2^16 groups, 16 times the inline limit:
 #: 16,384 workers at groups_per_round = 4. Its bytes are bounded by that: 2^16 entries of a
 #: 32-byte digest and a float64 weight pack to ~2.9 MB, under 3 MiB with the rest.
@@ -321,7 +323,7 @@ class WeightedDigests:
     max_items: int
     as_is: ClassVar[bool] = False
 
-    def decode(self, value: Any, name: str) -> tuple[tuple[bytes, float], ...]:
+    def decode(self, value: Any, name: str) -> Batch:
         if type(value) is not list:
             raise FieldError(name, f"expected list, got {type(value).__name__}")
         if len(value) > self.max_items:
@@ -336,7 +338,7 @@ class WeightedDigests:
             raise FieldError(name, "a group is listed twice")
         return tuple(out)
 
-    def encode(self, value: tuple[tuple[bytes, float], ...]) -> list[list[Any]]:
+    def encode(self, value: Batch) -> list[list[Any]]:
         return [[digest, float(weight)] for digest, weight in value]
 
 
@@ -370,7 +372,7 @@ class PolicyAnnouncement(Signed):
     blob: bytes = field(metadata=wire(Bin(32)))
     size: int = field(metadata=wire(Uint(1, MAX_WEIGHTS_FILE_BYTES)))
     parent: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=2))
-    batch: tuple[tuple[bytes, float], ...] = field(
+    batch: Batch = field(
         default=(), metadata=wire(WeightedDigests(MAX_BATCH_GROUPS), since=2))
     config: bytes = field(default=bytes(32), metadata=wire(Bin(32), since=2))
     optimizer_before: bytes = field(default=b"", metadata=wire(Bin(0, 32), since=2))
@@ -404,7 +406,7 @@ class PolicyAnnouncement(Signed):
         return hashlib.sha256(self.to_bytes()).digest()
 
     @property
-    def inline(self) -> tuple[tuple[bytes, float], ...] | None:
+    def inline(self) -> Batch | None:
         """The batch when the announcement lists it; None when it names a batch file instead
         (:class:`BatchFile`, fetched by hash: specs/network.md §3.3.1)."""
         return None if self.batch_file else self.batch
@@ -420,10 +422,10 @@ class BatchFile(Message):
 
     trainer: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
     version: int = field(metadata=wire(Uint(1, U64)))
-    batch: tuple[tuple[bytes, float], ...] = field(metadata=wire(WeightedDigests(MAX_BATCH_FILE_GROUPS)))
+    batch: Batch = field(metadata=wire(WeightedDigests(MAX_BATCH_FILE_GROUPS)))
 
     @classmethod
-    def of(cls, announcement: PolicyAnnouncement, data: bytes) -> tuple[tuple[bytes, float], ...]:
+    def of(cls, announcement: PolicyAnnouncement, data: bytes) -> Batch:
         """The batch ``announcement`` names, from the file's bytes: they must hash to its
         ``batch_file``, be ``batch_size`` long, and decode as the batch of its trainer and
         version. Raises MessageError naming what is wrong."""

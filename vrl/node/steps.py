@@ -34,6 +34,7 @@ from vrl.node.events import (
 from vrl.node.messages import (
     STEP_TICKET_DOMAIN,
     TOPIC_STEPS,
+    Batch,
     PolicyAnnouncement,
     StepFault,
     StepOutcome,
@@ -53,7 +54,6 @@ SELF_EVIDENT_FAULTS = frozenset({StepFault.WRONG_PARENT, StepFault.WRONG_OPTIMIZ
                                  StepFault.REJECTED_GROUP, StepFault.STALE_GROUP, StepFault.REWARD_UNPROVEN,
                                  StepFault.BAD_BATCH})
 
-Batch = tuple[tuple[bytes, float], ...]  # a step's groups in the order trained, each with its admission weight
 
 
 def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, batch: Batch, group_versions: dict[bytes, int],

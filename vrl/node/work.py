@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from proofs.sampler import SamplingParams
-from vrl.node.messages import Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
+from vrl.node.messages import Batch, Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
 from vrl.node.weights import from_blob, to_blob
 from vrl.rl.export import load_model
 from vrl.rl.grpo import informative_groups
@@ -207,7 +207,7 @@ class Work:
     # -- replaying the trainer's steps (specs/training.md §4) ----------------------------------
     def replay(self, announcement: PolicyAnnouncement, config_file: bytes, optimizer_before: bytes,
                optimizer_after: bytes, groups: list[Group], rewards: list[list[float]] | None = None, *,
-               batch: tuple[tuple[bytes, float], ...] | None = None) -> tuple[tuple[str, ...], bytes, float]:
+               batch: Batch | None = None) -> tuple[tuple[str, ...], bytes, float]:
         """Replay the step that made ``announcement`` from the weights this node holds (its
         parent's and its own): ``(StepFault codes, replayed model hash, drift)``. ``batch``: the
         step's batch when the announcement names a batch file (:func:`judge_step`)."""
@@ -248,7 +248,7 @@ class JudgedStep:
 def judge_step(announcement: PolicyAnnouncement, parent: Model, claimed: Model, config_file: bytes,
                optimizer_before: bytes, optimizer_after: bytes, groups: list[Group], base: Model,
                rewards: list[list[float]] | None = None, *,
-               batch: tuple[tuple[bytes, float], ...] | None = None) -> JudgedStep:
+               batch: Batch | None = None) -> JudgedStep:
     """Run the step that made ``announcement`` again from ``parent``'s weights,
     ``optimizer_before`` and the batch's ``groups`` (in batch order), and compare with the
     announced weights (``claimed``) and ``optimizer_after``. Bit-exact is required on the
