@@ -470,6 +470,54 @@ def test_a_race_losses_accusation_its_signers_own_evidence_does_not_reach_is_fou
     assert accuse(40) == []
 
 
+def test_race_losses_evidence_is_read_in_the_order_its_signer_stored_it_not_as_others_received_it(run_dir, tmp_path):
+    """A 12-node devnet's trainer received a verifier's accusations in another order than the
+    verifier signed them, and the audit, reading the trainer's order, called an honest
+    verifier's first accusation unjustified. node-1 signs two race_losses fails on node-2's
+    groups in one round: A with 40 lost of 64, then B with 1 of 64. Every other store receives
+    B first. In node-1's order both are justified; without node-1's store only the round is
+    certain, and a same-round check counts as possibly earlier; a check of a later round never
+    does."""
+    node = ids(run_dir)
+    verifier = NodeKey.load(run_dir / "node-1" / "node.pem")
+    folders = sorted(p for p in run_dir.iterdir() if (p / "node.sqlite").is_file())
+
+    def accusations(tag: str, rounds: tuple[int, int]) -> Path:
+        directory = copy_of(run_dir, tmp_path / tag)
+        with sqlite3.connect(directory / "node-1" / "node.sqlite") as db:
+            rows = db.execute("SELECT grp, data FROM verdicts WHERE verifier = ? AND subject = ? AND outcome = 'pass' "
+                              "ORDER BY received LIMIT 2", (verifier.node_id, bytes.fromhex(node["node-2"]))).fetchall()
+        assert len(rows) == 2
+        signed = []
+        for (grp, data), lost, round_ in zip(rows, (40, 1), rounds, strict=True):
+            honest = SignedVerdict.from_bytes(data)
+            signed.append((grp, SignedVerdict(**{**honest.__dict__, "outcome": Outcome.HARD_FAIL, "round": round_,
+                                                 "reasons": ("race_losses",), "rate": 1.0, "race_tokens": 64,
+                                                 "races_lost": lost, "signature": b""}).signed(verifier)))
+        for folder in folders:
+            with sqlite3.connect(directory / folder.name / "node.sqlite") as db:
+                for order, (grp, accusation) in enumerate(signed):
+                    # node-1 stored A then B; every other store took B first.
+                    at = 1e9 + (order if folder.name == "node-1" else -order)
+                    db.execute("UPDATE verdicts SET data = ?, outcome = 'hard_fail', received = ? "
+                               "WHERE grp = ? AND verifier = ?", (accusation.to_bytes(), at, grp, verifier.node_id))
+        return directory
+
+    def unjustified(paths: list[Path]) -> list:
+        with vrl.audit.open(paths) as audit:
+            report = audit.run(checks=["lazy_verifiers"])
+        return [f for f in report.findings if f.code == "unjustified_race_losses"]
+
+    same_round = accusations("same", (7, 7))
+    assert unjustified([same_round]) == []
+    assert unjustified([same_round / f.name for f in folders if f.name != "node-1"]) == []
+    # B a round before A: B was signed first, on 1 lost of 64, whoever's store is read.
+    later = accusations("later", (8, 7))
+    (found,) = unjustified([later])
+    assert found.subject == node["node-1"] and found.evidence["accused"] == node["node-2"]
+    assert len(unjustified([later / f.name for f in folders if f.name != "node-1"])) == 1
+
+
 def test_a_policy_a_node_followed_is_exported_by_its_hash(run_dir, tmp_path):
     """`vrl export HASH --from DEVNET`: the announcement names the weights blob, the node's
     folder holds it, and its node.toml the architecture."""

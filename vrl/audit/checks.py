@@ -12,6 +12,8 @@ verifier is its signer, a step's trainer is the announcement's signer.
 
 from __future__ import annotations
 
+import bisect
+
 import hashlib
 import math
 from collections import Counter, defaultdict
@@ -279,15 +281,26 @@ def check_planted(run: Run, findings: list[Finding], progress: Progress, share: 
 def _race_losses(run: Run, findings: list[Finding]) -> None:
     """A ``race_losses`` fail must follow from its signer's own evidence: the races lost over
     the checks of the subject its own tickets drew, up to and including that verdict in the
-    order it signed them (round, then when it was stored), under the profile its platform tag
-    names, reach the sequential test's threshold (specs/verification.md §7; re-checks others
-    prompted are not evidence, as in vrl.node.protocol). Less is an accusation its own signed
-    verdicts do not support."""
+    order it signed them, under the profile its platform tag names, reach the sequential test's
+    threshold (specs/verification.md §7; re-checks others prompted are not evidence, as in
+    vrl.node.protocol). Less is an accusation its own signed verdicts do not support.
+
+    The order it signed them is its own store's (a node stores its verdict as it publishes
+    it). Another store's arrival order is not: a 12-node devnet's trainer received one
+    verifier's three accusations in another order than it signed them, and the audit called an
+    honest verifier's first one unjustified. Without the signer's store only the round is
+    certain (a verdict's round is the signer's version when it signed, never decreasing), so
+    every drawn check of the same round counts as possibly earlier: the audit errs toward the
+    accused verifier, never against it."""
     check = "lazy_verifiers"
     by_pair: dict[tuple[bytes, bytes], list[VerdictHead]] = defaultdict(list)
     seen = set()
+    signed_at: dict[bytes, float] = {}  # a verdict -> when its signer's own store took it
     for index in run.stores:
+        owner = index.node.owner
         for v in index.verdicts:
+            if v.verifier == owner:
+                signed_at[v.id] = v.received
             head = run.groups.get(v.group)
             if v.id in seen or head is None or v.outcome == Outcome.SKIPPED:
                 continue
@@ -295,11 +308,19 @@ def _race_losses(run: Run, findings: list[Finding]) -> None:
             by_pair[v.verifier, head.subject].append(v)
     accusations = 0
     for (verifier, subject), verdicts in sorted(by_pair.items()):
-        test = None
-        for v in sorted(verdicts, key=lambda v: (v.round, v.received, v.id)):
+        own = all(v.id in signed_at for v in verdicts)
+        order = sorted(verdicts, key=lambda v: (v.round, signed_at[v.id] if own else 0.0, v.id))
+        rounds = [v.round for v in order]
+        test, counted = None, 0  # the test over order[:counted]
+        for i, v in enumerate(order):
             test = test or RaceTest(profile_of_platform(v.platform).race_loss_rate)
-            if v.drawn:
-                test = test.add(v.race_tokens, v.races_lost)
+            # What it may have held when it signed v: everything before v in its own order, or
+            # without that order every check of v's round or earlier.
+            last = i + 1 if own else bisect.bisect_right(rounds, v.round)
+            for u in order[counted:last]:
+                if u.drawn:
+                    test = test.add(u.race_tokens, u.races_lost)
+            counted = max(counted, last)
             if RACE_LOSSES in v.reasons and v.outcome == Outcome.HARD_FAIL:
                 accusations += 1
                 if not test.rejected:
