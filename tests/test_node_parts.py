@@ -204,7 +204,7 @@ class Ledger:
         return self.eligible
 
 
-def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_convicts_with_a_second_word():
+def test_the_step_judge_calls_missing_step_state_fraud_only_step_wait_after_its_first_failed_fetch_and_convicts_with_a_second_word():
     from vrl.node.messages import StepFault, StepOutcome, StepVerdict
     from vrl.node.steps import StepJudge
 
@@ -213,7 +213,9 @@ def test_the_step_judge_calls_missing_step_state_fraud_only_after_step_wait_and_
     ledger = Ledger(policies, now=10.0, round_started={1: 0.0}, counting=frozenset({STRANGER.node_id}))
     judge = StepJudge(VERIFIER, "test", max_staleness=2, step_audit_rate=1.0, step_wait=30.0, stranger_cap=16)
     assert judge.handle(P.StepStateMissing(1), ledger) == []  # the trainer still has time to serve them
-    ledger.now = 30.0
+    ledger.now = 30.0  # step_wait after the announcement, but 20 s after this node first asked in vain
+    assert judge.handle(P.StepStateMissing(1), ledger) == []
+    ledger.now = 40.0
     (published,) = judge.handle(P.StepStateMissing(1), ledger)
     mine = StepVerdict.from_bytes(published.data)
     assert mine.outcome == StepOutcome.FRAUD and mine.reasons == (StepFault.UNAVAILABLE_STATE,)

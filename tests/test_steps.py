@@ -348,10 +348,24 @@ def test_a_batch_file_that_is_no_batch_of_its_announcement_convicts_and_one_not_
     node = verifier(step_audit_rate=1.0, step_wait=30.0)
     assert fetches(feed(node, named, (g,))) == [1]
     # Asked again once abandoned: the daemon backs off before it reports Abandoned (Node._fetch_failed).
+    node.handle(P.Tick(1.0))
     assert fetches(node.handle(P.Abandoned(P.FetchBatch(named[1])))) == [1]
     assert fetches(node.handle(P.Tick(5.0))) == []
-    (verdict,) = published_steps(node.handle(P.Tick(31.0)))
+    # step_wait after the announcement, but a fetch is under way and the first failure was at 1 s.
+    assert published_steps(node.handle(P.Tick(31.0))) == []
+    (verdict,) = published_steps(node.handle(P.Abandoned(P.FetchBatch(named[1]))))
     assert verdict.reasons == (StepFault.UNAVAILABLE_STATE,) and node.convicted is None  # needs a second reporter
+    # A node whose first try comes after step_wait (it was loading weights) gives the trainer
+    # step_wait from that try: one timed-out request is not fraud.
+    node = verifier(step_audit_rate=1.0, step_wait=30.0)
+    feed(node, named, (g,))
+    node.handle(P.Tick(40.0))
+    assert published_steps(node.handle(P.Abandoned(P.FetchBatch(named[1])))) == []
+    node.handle(P.Tick(69.0))
+    assert published_steps(node.handle(P.Abandoned(P.FetchBatch(named[1])))) == []
+    node.handle(P.Tick(70.0))
+    (verdict,) = published_steps(node.handle(P.Abandoned(P.FetchBatch(named[1]))))
+    assert verdict.reasons == (StepFault.UNAVAILABLE_STATE,)
     # A file fetched for another announcement of the version (an equivocation) is not taken.
     other = dataclasses.replace(named[1], optimizer_size=101).signed(TRAINER)
     node = verifier(step_audit_rate=1.0)
@@ -371,4 +385,24 @@ def test_a_batch_file_that_comes_late_leaves_its_groups_their_own_step_wait():
     assert published_steps(node.handle(P.BatchFetched(named[1], listed[1].batch))) == []
     assert published_steps(node.handle(P.Tick(31.0))) == []  # 30 s after the announcement, 6 after the file
     (verdict,) = published_steps(node.handle(P.Tick(55.5)))
+    assert verdict.reasons == (StepFault.UNAVAILABLE_GROUP,) and node.convicted is None
+
+
+def test_a_committee_replayer_calls_a_batch_group_unavailable_step_wait_after_its_first_failed_fetch():
+    """In a committee network a replayer fetches the batch's groups by digest (specs/network.md
+    §3.5); unavailable_group counts step_wait from its first fetch that failed, not from the
+    announcement: a devnet replayer busy loading weights for 30 s must not report the trainer
+    on its first try (specs/training.md §5)."""
+    ghost = group(99)  # listed, served by nobody
+    listed = chain(2, {1: (ghost,)})
+    named = [listed[0], in_file(listed[1])]
+    node = verifier(step_audit_rate=1.0, step_wait=30.0, verification="committee")
+    assert fetches(feed(node, named)) == [1]
+    actions = node.handle(P.BatchFetched(named[1], listed[1].batch))
+    actions += node.handle(P.Tick(1.0))
+    assert [a.digest for a in actions if isinstance(a, P.FetchGroup)] == [ghost.digest]
+    assert published_steps(node.handle(P.Tick(31.0))) == []  # 31 s after the file, but never asked in vain
+    node.handle(P.Abandoned(P.FetchGroup(ghost.digest, 0)))
+    assert published_steps(node.handle(P.Tick(60.0))) == []  # 29 s after the failed fetch
+    (verdict,) = published_steps(node.handle(P.Tick(61.5)))
     assert verdict.reasons == (StepFault.UNAVAILABLE_GROUP,) and node.convicted is None

@@ -164,6 +164,12 @@ class StepJudge:
         self._files: dict[int, tuple[bytes, Batch]] = {}
         self._batch_at: dict[int, float] = {}  # when each batch file came
         self._fetching: set[int] = set()
+        # When this node's first fetch of a step's state ("state": config, optimizer files, the
+        # batch file) or of a group its batch lists ("group") failed. Unavailability counts
+        # step_wait from there (specs/training.md §5): a 12-node devnet on 2 loaded cores reported
+        # its honest trainer after one chunk request timed out, its first try coming after
+        # step_wait had passed while it loaded weights.
+        self._unserved: dict[tuple[str, int], float] = {}
 
     def batch_of(self, a: PolicyAnnouncement) -> Batch | None:
         """The batch of the step that made ``a``: listed in it, or fetched from the batch file it
@@ -193,15 +199,20 @@ class StepJudge:
                 return self._publish(version, faults, replayed, drift, ledger)
             case StepStateMissing(version):
                 # The daemon could not get a step's config or optimizer files: fraud once the
-                # trainer has had ``step_wait`` seconds to serve them, else asked again later.
+                # trainer has had ``step_wait`` seconds since this node first asked in vain,
+                # else asked again later.
                 self._replaying.discard(version)
-                if ledger.now - ledger.round_started.get(version, ledger.now) < self.step_wait:
+                if not self._unserved_for(("state", version), ledger):
                     return []
                 return self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
             case Abandoned(ReplayStep(a)):
                 self._replaying.discard(a.version)
             case Abandoned(FetchBatch(a)):
                 self._fetching.discard(a.version)
+                self._unserved.setdefault(("state", a.version), ledger.now)
+            case Abandoned(FetchGroup(digest, _)):
+                for version in self._batch_of.get(digest, ()):
+                    self._unserved.setdefault(("group", version), ledger.now)
             case BatchFetched(a, batch):
                 held = ledger.policies.get(a.version)
                 if held is None or held.id != a.id or a.inline is not None:
@@ -212,6 +223,12 @@ class StepJudge:
                 self._files[a.version] = (a.id, batch)
                 self._batch_at[a.version] = ledger.now
         return []
+
+    def _unserved_for(self, what: tuple[str, int], ledger: Ledger) -> bool:
+        """Whether what this node fetches for a step has been asked for in vain for
+        ``step_wait`` seconds: its first failed fetch at least that long ago (the first
+        failure is recorded here when none was)."""
+        return ledger.now - self._unserved.setdefault(what, ledger.now) >= self.step_wait
 
     # -- what is still to do ----------------------------------------------------------------
     def _judgeable(self, ledger: Ledger, current: int) -> list[int]:
@@ -245,6 +262,8 @@ class StepJudge:
         for version in [v for v in self._files if v < current - self.max_staleness + 1]:
             del self._files[version]
             self._batch_at.pop(version, None)
+        for key in [k for k in self._unserved if k[1] < current - self.max_staleness + 1]:
+            del self._unserved[key]
 
     def _forget_batch(self, version: int) -> None:
         for digest in self._rules.pop(version).batch:
@@ -267,20 +286,28 @@ class StepJudge:
                 if (batch := self.batch_of(a)) is None:
                     # Only a node that replays a step fetches its batch file (specs/training.md §5:
                     # the rules over the batch are the step committee's in a committee network).
-                    if version not in self._fetching:
+                    # Unserved once its fetches have failed for step_wait, none under way now.
+                    first = self._unserved.get(("state", version))
+                    if (version not in self._fetching and first is not None
+                            and ledger.now - first >= self.step_wait):
+                        actions += self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
+                    elif version not in self._fetching:
                         self._fetching.add(version)
                         actions.append(FetchBatch(a))
-                    if ledger.now - ledger.round_started.get(version, ledger.now) >= self.step_wait:
-                        actions += self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
                 elif missing := [d for d, _ in batch if ledger.group_version(d) is None]:
                     if getattr(ledger, "committee", False):
                         # Groups are fetched by digest in the committee design (specs/network.md §3.5).
                         for d in missing:
                             actions += ledger._once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
-                    # step_wait from when the batch was known: a batch file fetched late leaves its
-                    # groups their own step_wait (specs/training.md §5, unavailable_group).
-                    known = max(ledger.round_started.get(version, ledger.now), self._batch_at.get(version, 0.0))
-                    if ledger.now - known >= self.step_wait:
+                        # step_wait from this node's first failed fetch of one of them.
+                        first = self._unserved.get(("group", version))
+                        due = first is not None and ledger.now - first >= self.step_wait
+                    else:
+                        # Gossip and backfill bring them (tickets): step_wait from when the batch
+                        # was known (specs/training.md §5, unavailable_group).
+                        known = max(ledger.round_started.get(version, ledger.now), self._batch_at.get(version, 0.0))
+                        due = ledger.now - known >= self.step_wait
+                    if due:
                         actions += self._publish(version, (StepFault.UNAVAILABLE_GROUP,), b"", 0.0, ledger)
                 elif version in ledger.loaded and version - 1 in ledger.loaded and version not in self._replaying:
                     self._replaying.add(version)
