@@ -80,3 +80,39 @@ def test_a_well_formed_request_for_a_group_not_held_is_not_here_and_counts_nothi
     with pytest.raises(LookupError):
         asyncio.run(node._serve_group(STRANGER.node_id, GroupRequest(b"\x07" * 32, 0).to_bytes()))
     assert node.transport.score(STRANGER.node_id) == score
+
+
+def test_a_fetch_by_digest_asks_the_trainer_then_peers_drawn_afresh_at_each_attempt(node, monkeypatch):
+    """specs/network.md §3.5: each attempt asks the trainer, then at most FETCH_PEERS other
+    peers drawn at random, so that attempts reach different holders. In node id order every
+    attempt asked the same lowest ids, and a replayer whose trainer was busy never reached the
+    peers that held the group."""
+    import random
+
+    from p2p.transport import TransportError
+    from vrl.node import daemon
+    from vrl.node import protocol as P
+
+    trainer = bytes.fromhex(node.config.trainer)
+    peers = [trainer] + [bytes([i]) * 32 for i in range(1, 11)]
+    asked: list[list[bytes]] = []
+    fed = []
+
+    async def request(peer, protocol, data, timeout, max_response):
+        assert protocol == daemon.GROUP_PROTOCOL and timeout == daemon.DIRECT_TIMEOUT_SECONDS
+        asked[-1].append(peer)
+        raise TransportError("not there")
+
+    async def feed(event):
+        fed.append(event)
+
+    monkeypatch.setattr(node.transport, "peers", lambda: list(peers))
+    monkeypatch.setattr(node.transport, "request", request)
+    monkeypatch.setattr(node, "_feed", feed)
+    random.seed(7)
+    for _ in range(6):
+        asked.append([])
+        asyncio.run(node._fetch_group(b"\x05" * 32, 0))
+    assert all(a[0] == trainer and len(a) == 1 + daemon.FETCH_PEERS and len(set(a)) == len(a) for a in asked)
+    assert len({p for a in asked for p in a[1:]}) > daemon.FETCH_PEERS  # not the same four every time
+    assert [type(e) for e in fed] == [P.Abandoned] * 6

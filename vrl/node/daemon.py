@@ -67,9 +67,13 @@ __all__ = ["BACKFILL_PROTOCOL", "GROUP_PROTOCOL", "SAMPLING_PROTOCOL", "SEND_PRO
 SEND_PROTOCOL = "/vrl/send/1"
 GROUP_PROTOCOL = "/vrl/group/1"
 SENT_TOPICS = (TOPIC_GROUPS, TOPIC_VERDICTS)
-# A fetch by digest asks the trainer, then at most this many other peers (each at most
-# DIRECT_TIMEOUT_SECONDS): a group its trainer does not hold is rarely anywhere else than with
-# its producer; the protocol asks again at a later tick while the group is fresh.
+# A fetch by digest asks the trainer, then at most this many other peers drawn at random for
+# each attempt (each at most DIRECT_TIMEOUT_SECONDS): a group its trainer does not hold is rarely
+# anywhere else than with its producer and its committee; the protocol asks again at a later
+# tick while the group is fresh, and a fresh draw then reaches other holders. In node id order,
+# as before, every attempt of every node asked the same lowest ids: while a loaded trainer
+# answered nothing (a 12-node devnet on 2 cores, bench/results/devnet-committee-loaded.json), a
+# replayer never reached the peers that held the group.
 FETCH_PEERS = 4
 # A direct message or a fetch: the backfill's per-page wait (vrl.node.catchup), for one message.
 DIRECT_TIMEOUT_SECONDS = 10.0
@@ -316,7 +320,8 @@ class Node:
         request = GroupRequest(digest, version).to_bytes()
         trainer = bytes.fromhex(self.config.trainer)
         connected = self.transport.peers()
-        others = sorted(p for p in connected if p != trainer)[:FETCH_PEERS]
+        others = [p for p in connected if p != trainer]
+        others = random.sample(others, min(FETCH_PEERS, len(others)))
         for peer in ([trainer] if trainer in connected else []) + others:
             try:
                 data = await self.transport.request(peer, GROUP_PROTOCOL, request, timeout=DIRECT_TIMEOUT_SECONDS,
