@@ -406,3 +406,19 @@ def test_a_committee_replayer_calls_a_batch_group_unavailable_step_wait_after_it
     assert published_steps(node.handle(P.Tick(60.0))) == []  # 29 s after the failed fetch
     (verdict,) = published_steps(node.handle(P.Tick(61.5)))
     assert verdict.reasons == (StepFault.UNAVAILABLE_GROUP,) and node.convicted is None
+
+
+def test_a_replayer_takes_a_batch_group_older_than_the_groups_it_receives():
+    """specs/network.md §3.1: a node receives groups of its last max_staleness versions, but a
+    step it still judges may list groups max_staleness + 1 versions older than the step. A
+    replayer at version 4 judging step 3, whose batch lists a group of version 0, takes that
+    group (and no other of version 0): refusing it made honest replayers of a 12-node devnet
+    report their trainer's steps unavailable_group while the trainer served the group."""
+    old, other = group(1, version=0), group(2, version=0)
+    node = verifier(step_audit_rate=1.0)
+    feed(node, chain(5, {3: (old,)}))
+    assert node.version == 4 and not node.may_hold(0)
+    assert node.takes_group(0, old.digest) and not node.takes_group(0, other.digest)
+    actions = node.handle(P.GroupReceived(old, 1.0))
+    assert node.group_version(old.digest) == 0
+    assert [a.announcement.version for a in actions if isinstance(a, P.ReplayStep)] == [3]  # its batch is whole

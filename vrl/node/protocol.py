@@ -477,6 +477,12 @@ class NodeProtocol:
         current = self.version
         return current is not None and current - self.config.max_staleness <= version <= current + 1
 
+    def takes_group(self, version: int, digest: bytes) -> bool:
+        """Whether a group of ``version`` is one to receive (specs/network.md §3.1): of a version
+        it may hold, or listed in the batch of a step this node may still judge, which reaches
+        further back (vrl.node.steps.StepJudge.lists)."""
+        return self.may_hold(version) or self.steps.lists(digest)
+
     def takes_new_groups(self, version: int) -> bool:
         """Whether a group of ``version`` this node has not seen would still be taken: a version
         it may hold and, in the committee design, a round whose manifest is not here yet (a

@@ -179,6 +179,12 @@ class StepJudge:
         found = self._files.get(a.version)
         return found[1] if found is not None and found[0] == a.id else None
 
+    def lists(self, digest: bytes) -> bool:
+        """Whether the batch of a step this node may still judge lists ``digest``: a group it
+        takes whatever its version (specs/network.md §3.1), since a step's batch reaches
+        ``max_staleness + 1`` versions behind the step (vrl.node.forgetting.group_floor)."""
+        return bool(self._batch_of.get(digest))
+
     def touch(self, digest: bytes) -> None:
         """A group, or a verdict on it, came: the steps whose batch lists it are looked at again."""
         for version in self._batch_of.get(digest, ()):

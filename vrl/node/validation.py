@@ -46,9 +46,13 @@ class Validator:
                 # groups of group_size samples per node, of a version still usable. A worker
                 # free to submit any index or size could keep the groups or samples it likes.
                 # Ignored, not rejected: a peer configured otherwise is not hostile.
+                # A group older than that is still taken when a step this node judges lists it:
+                # a replayer fetches the batch of a step made rounds before its own newest
+                # version (specs/training.md §5), and refusing those groups made it report an
+                # honest trainer's step unavailable_group (a 12-node devnet, 2026-11-28).
                 if (group.index >= protocol.config.groups_per_round
                         or len(group.rollouts) != self.group_size
-                        or not protocol.may_hold(group.version)
+                        or not protocol.takes_group(group.version, group.digest)
                         or protocol.slot_taken(group.subject, group.version, group.index, group.digest)
                         or (protocol.committee and protocol.rounds.listed(group.digest, group.version) is False)):
                     return Validation.IGNORE

@@ -450,7 +450,8 @@ class Simulation(Actions):
             return False
         if msg.topic == TOPIC_GROUPS:
             return not (obj.subject in p.quarantined or obj.index >= p.config.groups_per_round
-                        or len(obj.rollouts) != self.config.group_size or not p.may_hold(obj.version)
+                        or len(obj.rollouts) != self.config.group_size
+                        or not p.takes_group(obj.version, obj.digest)
                         or p.slot_taken(obj.subject, obj.version, obj.index, obj.digest))
         if msg.topic == TOPIC_VERDICTS:
             return p.matches_group(obj) is not False and p.room_for(obj)
