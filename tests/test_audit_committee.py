@@ -315,3 +315,45 @@ def test_a_store_without_its_node_toml_is_held_to_a_nodes_own_admission_defaults
         report = audit.run(checks=["admission"])
     assert [f.code for f in report.findings if f.check == "admission"] == []
     assert report.stats["admission"]["node cap"] == 5
+
+
+def test_the_weights_table_is_rederived_with_the_withheld_slots_of_earlier_manifests(tmp_path):
+    """specs/committee.md §3.1, §7.1: a seat weighs reporter weight times score, and the slots a
+    manifest shows a worker withheld lower its score from then on, at the trainer as in the
+    audit's replay. W earns the trainer's passes, manifest 0 lists 1 of its 4 slots, and the
+    trainer signs manifest 1 with the withheld slots counted: no finding. An audit that left
+    them out warned weights_differ on a 12-node devnet (W's 44,694 replayed, 34,808 signed)."""
+    from vrl.node.committee import WeightsTable, seat_weights
+    from vrl.node.reputation import Reputation, report_of, withheld_of
+
+    worker = fuzzing.KEY
+    groups = [Submission.of([fuzzing.rollout(i, 2, group_index=g) for i in range(2)]) for g in range(3)]
+    passes = [SignedVerdict(TRAINER.node_id, worker.node_id, g.digest, 0, 0, b"", 1.0, "pass", (), b"\x05" * 32,
+                            "p", draw=VerdictDraw.NONE).signed(TRAINER) for g in groups]
+    view = Reputation(frozenset({TRAINER.node_id}))
+    for v in passes:
+        view.add(report_of(v, worker.node_id, 0))
+
+    def signed(round_: int, group: Submission) -> RoundManifest:
+        table = WeightsTable.heaviest(K, seat_weights(view.standings(round_), TRAINER.node_id))
+        return RoundManifest(TRAINER.node_id, round_, K, table.entries, (group.digest,),
+                             ((worker.node_id, 1),)).signed(TRAINER)
+
+    first = signed(0, groups[0])
+    without = signed(1, groups[1])
+    for record in withheld_of(first, 4):  # ProtocolParams().groups_per_round: 3 slots withheld
+        view.add_withheld(record)
+    second = signed(1, groups[1])
+    assert abs(dict(second.weights)[worker.node_id] - dict(without.weights)[worker.node_id]) > 1  # they matter
+
+    store = Store(tmp_path / "trainer" / "node.sqlite")
+    store.claim(TRAINER.node_id)
+    store.put_policy(PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 5).signed(TRAINER), 1.0)
+    for i, (g, v) in enumerate(zip(groups, passes, strict=True)):
+        store.put_group(g, worker.node_id, 0, 1.5)
+        store.put_verdict(v, 2.0 + i / 10)
+    store.put_manifest(first, 3.0)
+    store.put_manifest(second, 4.0)
+    store.close()
+    # (Passes on groups 1 and 2 of round 0, which manifest 0 does not list, are not_in_manifest.)
+    assert "weights_differ" not in [f.code for f in committee_findings(store.path)]
