@@ -204,7 +204,7 @@ class Ledger:
         return self.eligible
 
 
-def test_the_step_judge_calls_missing_step_state_fraud_only_step_wait_after_its_first_failed_fetch_and_convicts_with_a_second_word():
+def test_the_step_judge_calls_missing_state_fraud_step_wait_after_its_first_failed_fetch_and_wants_a_second_word():
     from vrl.node.messages import StepFault, StepOutcome, StepVerdict
     from vrl.node.steps import StepJudge
 

@@ -13,7 +13,6 @@ verifier is its signer, a step's trainer is the announcement's signer.
 from __future__ import annotations
 
 import bisect
-
 import hashlib
 import math
 from collections import Counter, defaultdict
