@@ -208,6 +208,7 @@ class StepJudge:
                 # trainer has had ``step_wait`` seconds since this node first asked in vain,
                 # else asked again later.
                 self._replaying.discard(version)
+                self._unserved.setdefault(("state", version), ledger.now)
                 if not self._unserved_for(("state", version), ledger):
                     return []
                 return self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
@@ -232,9 +233,9 @@ class StepJudge:
 
     def _unserved_for(self, what: tuple[str, int], ledger: Ledger) -> bool:
         """Whether what this node fetches for a step has been asked for in vain for
-        ``step_wait`` seconds: its first failed fetch at least that long ago (the first
-        failure is recorded here when none was)."""
-        return ledger.now - self._unserved.setdefault(what, ledger.now) >= self.step_wait
+        ``step_wait`` seconds: its first failed fetch at least that long ago."""
+        first = self._unserved.get(what)
+        return first is not None and ledger.now - first >= self.step_wait
 
     # -- what is still to do ----------------------------------------------------------------
     def _judgeable(self, ledger: Ledger, current: int) -> list[int]:
@@ -293,9 +294,7 @@ class StepJudge:
                     # Only a node that replays a step fetches its batch file (specs/training.md §5:
                     # the rules over the batch are the step committee's in a committee network).
                     # Unserved once its fetches have failed for step_wait, none under way now.
-                    first = self._unserved.get(("state", version))
-                    if (version not in self._fetching and first is not None
-                            and ledger.now - first >= self.step_wait):
+                    if version not in self._fetching and self._unserved_for(("state", version), ledger):
                         actions += self._publish(version, (StepFault.UNAVAILABLE_STATE,), b"", 0.0, ledger)
                     elif version not in self._fetching:
                         self._fetching.add(version)
@@ -306,8 +305,7 @@ class StepJudge:
                         for d in missing:
                             actions += ledger._once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
                         # step_wait from this node's first failed fetch of one of them.
-                        first = self._unserved.get(("group", version))
-                        due = first is not None and ledger.now - first >= self.step_wait
+                        due = self._unserved_for(("group", version), ledger)
                     else:
                         # Gossip and backfill bring them (tickets): step_wait from when the batch
                         # was known (specs/training.md §5, unavailable_group).
