@@ -29,7 +29,6 @@ from vrl.node.messages import (
     StepVerdict,
     VerdictDraw,
 )
-from vrl.node.params import ProtocolParams
 from vrl.node.reputation import Report, Reputation, report_of
 from vrl.rollouts.profiles import profile_of_platform
 from vrl.rollouts.record import Rollout
@@ -403,11 +402,9 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
     # none: NodeConfig's, which override AdmissionConfig's own (vrl train's) batch_groups and
     # node_cap (vrl.node.config.NODE_OVERRIDES); AdmissionConfig() would hold a default node to
     # a cap of 4 where it takes 5, and to 8 untrusted groups where it takes 6.
-    if run.config is not None:
-        admission, staleness = run.config.admission, run.config.protocol.max_staleness
-    else:
-        admission = AdmissionConfig(**NODE_OVERRIDES.get("admission", {}))
-        staleness = ProtocolParams(**NODE_OVERRIDES.get("protocol", {})).max_staleness
+    admission = (run.config.admission if run.config is not None
+                 else AdmissionConfig(**NODE_OVERRIDES.get("admission", {})))
+    staleness = run.protocol.max_staleness
     cap = math.ceil(admission.node_cap * admission.batch_groups)
     index = trainer_index(run)
     views = dict(rounds_of_view(run, index, run.trainer)) if index is not None else {}

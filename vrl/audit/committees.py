@@ -22,7 +22,6 @@ from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, sho
 from vrl.node import committee
 from vrl.node.committee import Draw, WeightsTable
 from vrl.node.messages import RoundManifest, VerdictDraw
-from vrl.node.params import ProtocolParams
 from vrl.node.reputation import ReputationError, withheld_of
 
 CHECK = "committees"
@@ -152,7 +151,7 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
     if index is None:
         return
     view = reputation_view(run, run.trainer)
-    groups_per_round = (run.config.protocol if run.config is not None else ProtocolParams()).groups_per_round
+    groups_per_round = run.protocol.groups_per_round
     reports = stored_reports(index)
     pending = next(reports, None)
     for round_, (stored, at) in sorted(index.manifests.items(), key=lambda item: item[1][1]):

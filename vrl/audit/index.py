@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
-from vrl.node.config import NodeConfig
+from vrl.node.config import NODE_OVERRIDES, NodeConfig
 from vrl.node.messages import (
     Batch,
     BatchFile,
@@ -35,6 +35,7 @@ from vrl.node.messages import (
     Submission,
     decode_group,
 )
+from vrl.node.params import ProtocolParams
 from vrl.node.protocol import drawn
 from vrl.rollouts.files import RolloutFileError, iter_records
 from vrl.rollouts.record import RecordError, Rollout
@@ -109,6 +110,14 @@ class Run:
     rollout_records: int = 0
     series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
     stats: dict = field(default_factory=dict)  # per check: what it looked at
+
+    @property
+    def protocol(self) -> ProtocolParams:
+        """The network's [protocol] table: its node.toml's, or without one among the inputs what a
+        node runs when its node.toml sets none (vrl.node.config.NODE_OVERRIDES)."""
+        if self.config is not None:
+            return self.config.protocol
+        return ProtocolParams(**NODE_OVERRIDES.get("protocol", {}))
 
     def group_bytes(self, digest: bytes) -> bytes | None:
         """A group's bytes by digest from any store, hashed again: a row filed under a digest
