@@ -8,6 +8,7 @@ Why each is needed is in :mod:`p2p.libp2p_transport`'s docstring; the decisions 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,10 @@ from p2p.transport import PeerId
 
 log = _common.log
 
+# The topics the hello being written announces (PolicedPubsub._handle_new_peer): each trio
+# task runs in a context of its own, so concurrent registrations do not mix theirs.
+_HELLO_TOPICS: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("hello_topics", default=None)
+
 # Resetting a stream sends one frame; if even that blocks the connection is gone.
 RESET_TIMEOUT = 1.0
 
@@ -52,6 +57,10 @@ class PolicedPubsub(Pubsub):
       over ``max_inbound_rpc_size`` count against the peer that sent them, and none of them
       can stop the host (0.8.1 lets ``DecodeError`` out of ``stream_handler``, and out of
       ``push_msg`` for a message whose ``key`` does not parse: both stopped the host);
+    * a new peer hears of every subscription we change while it is being registered: 0.8.1
+      builds the hello (our topics) before the write that registers the peer, and a subscribe
+      or unsubscribe in between is announced to the registered peers only, so the new one never
+      learns of it, and never sends us that topic's messages (``_handle_new_peer``);
     * a banned peer's gossip streams are reset unread;
     * the gossip payload written to each peer (publishes, mesh forwards, IWANT answers) and
       every copy read from one are counted (``count(kind, topic, bytes)``, :mod:`p2p.traffic`):
@@ -72,6 +81,34 @@ class PolicedPubsub(Pubsub):
         self._penalize = penalize
         self._banned = banned
         self._validated: set[int] = set()  # id() of the messages push_msg took to validate_msg
+
+    def get_hello_packet(self) -> rpc_pb2.RPC:
+        hello = super().get_hello_packet()
+        _HELLO_TOPICS.set(frozenset(option.topicid for option in hello.subscriptions))
+        return hello
+
+    async def _handle_new_peer(self, peer_id: ID) -> None:
+        # py-libp2p writes the hello, a checkpoint, and only then lists the peer among those a
+        # subscribe announces to: a subscription changed in that gap reached no one. Seen under
+        # load (tests/test_transport.py's line a - b - c: a never learnt b's topic, so it sent
+        # b nothing, for good). So once the peer is listed, announce what changed since the
+        # hello. The hello is built in this task, so the context variable is this call's own.
+        token = _HELLO_TOPICS.set(None)
+        try:
+            await super()._handle_new_peer(peer_id)
+            announced = _HELLO_TOPICS.get()
+        finally:
+            _HELLO_TOPICS.reset(token)
+        queue = self.peer_queues.get(peer_id)
+        if announced is None or queue is None:  # no hello written: registered before, or failed
+            return
+        now = frozenset(self.topic_ids)
+        changes = [(topic, True) for topic in sorted(now - announced)]
+        changes += [(topic, False) for topic in sorted(announced - now)]
+        for topic, subscribe in changes:
+            packet, option = self._build_announce_rpc(topic, subscribe=subscribe)
+            # As a subscribe's own announcement is queued: a full queue retries later.
+            self._enqueue_or_retry_announce(peer_id, queue, packet, option)
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         for topic in publish_message.topicIDs:

@@ -16,6 +16,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.utils.varint import encode_uvarint
 
+from p2p.libp2p_hooks import libp2p_id
 from p2p.libp2p_transport import PACE_MAX_WAIT_SECONDS, REQUEST_PROTOCOL, Libp2pTransport, multiaddr_for
 from p2p.transport import PeerUnavailable, RequestTimeout, TransportError, TransportLimits
 
@@ -310,6 +312,83 @@ def silent_sockets(port: int, count: int) -> list[socket.socket]:
 
 def port_of(address: str) -> int:
     return int(multiaddr.Multiaddr(address).value_for_protocol("tcp"))
+
+
+def test_a_subscription_made_while_a_peer_is_being_registered_still_reaches_that_peer() -> None:
+    """py-libp2p writes its hello (our topics) to a new peer before it lists the peer among those
+    a subscribe announces to. Here b's hello to a is held until b has subscribed: that
+    subscription is in neither, and without PolicedPubsub's catch-up a never learns it and never
+    sends b the topic's messages (the flake tests/test_transport.py's line once showed in CI)."""
+    a, b = Libp2pTransport(seed("register-a")), Libp2pTransport(seed("register-b"))
+    hello_held, subscribed = threading.Event(), threading.Event()
+    received: list[bytes] = []
+
+    async def keep(message) -> None:
+        received.append(message.data)
+
+    async def ignore(message) -> None:
+        pass
+
+    def hold_hello_to(peer: ID) -> None:
+        """Wrap b's host so that its first pubsub stream to ``peer`` holds its first write (the
+        hello, already built) until ``subscribed`` is set. Installed on b's trio thread."""
+        host = b._host
+        open_stream = host.new_stream
+
+        async def new_stream(peer_id, protocols):
+            stream = await open_stream(peer_id, protocols)
+            if peer_id == peer and any("meshsub" in protocol for protocol in protocols) and not hello_held.is_set():
+                write = stream.write
+
+                async def held_write(data: bytes) -> None:
+                    hello_held.set()
+                    with trio.move_on_after(10):
+                        while not subscribed.is_set():
+                            await trio.sleep(0.01)
+                    stream.write = write
+                    await write(data)
+
+                stream.write = held_write
+            return stream
+
+        host.new_stream = new_stream
+
+    async def scenario() -> None:
+        a.subscribe("late", ignore)
+        await asyncio.gather(a.start(), b.start())
+        try:
+            await b._bridge.call(_sync_to_async(hold_hello_to), libp2p_id(a.peer_id))
+            await a.connect(b.addresses()[0])
+            for _ in range(1000):
+                if hello_held.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            assert hello_held.is_set(), "b never opened its pubsub stream to a"
+            b.subscribe("late", keep)
+            for _ in range(1000):  # the announcement skipped a (not yet listed) and b joined
+                if "late" in b._pubsub.router.mesh:
+                    break
+                await asyncio.sleep(0.01)
+            assert "late" in b._pubsub.router.mesh
+            subscribed.set()
+            for attempt in range(50):  # 10 s: heartbeats are 1 s
+                await a.publish("late", b"probe-%d" % attempt)
+                await asyncio.sleep(0.2)
+                if received:
+                    break
+            assert received, "a never sent b the topic b subscribed to while it was being registered"
+        finally:
+            subscribed.set()
+            await asyncio.gather(a.close(), b.close())
+
+    run(scenario)
+
+
+def _sync_to_async(fn):
+    async def call(*args):
+        return fn(*args)
+
+    return call
 
 
 def test_a_silent_tcp_connection_is_closed_at_the_handshake_deadline() -> None:
