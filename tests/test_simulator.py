@@ -141,6 +141,22 @@ def test_the_design_protocol_params_selects_runs_with_every_action_handled():
         assert run["honest_false_quarantines"] == 0 and run["bad_groups_trained"] == 0, design
 
 
+def test_bytes_by_kind_add_up_to_the_bytes_and_name_what_carried_them():
+    """Each byte in or out is counted once under the topic, direct send, fetch, blob or backfill
+    that carried it, so that what grows with N can be read off (specs/committee.md §9)."""
+    run = summary(nodes=6, rounds=2, design="committee", adversaries=parse_adversaries("fabricated-reward"))
+    for who in ("per_node", "per_node_trainer", "per_node_others"):
+        row = run[who]
+        kinds = row["bytes_by_kind"]
+        assert sum(kinds.values()) == pytest.approx(row["bytes_per_round"], rel=1e-9), who
+        assert kinds["blob"] == pytest.approx(row["blob_bytes"], rel=1e-9), who
+    kinds = run["per_node_others"]["bytes_by_kind"]
+    # Members fetch the groups they sit on by digest and send their verdicts to the trainer; the
+    # manifest and the policy announcements are gossip (specs/network.md §3.5).
+    assert {"fetch", "direct vrl/groups/1", "vrl/manifests/1", "vrl/policies/3"} <= set(kinds)
+    assert all(value > 0 for kind, value in kinds.items() if kind != "direct answer"), kinds
+
+
 def test_groups_of_a_round_still_open_at_the_stop_are_pending_and_of_a_closed_one_lost():
     """A run ends as the trainer announces its last version, while the newest rounds' groups
     are on their way: those are pending, not lost. A group of a round the trainer closed, or

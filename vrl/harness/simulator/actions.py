@@ -77,8 +77,8 @@ class Actions:
         keep(self, node.index, msg)
         self.send(node.index, peer, msg)
         # /vrl/send/1's answer is empty: a message each way, no bytes (p2p.traffic counts it).
-        self.metrics.sent(peer, 0, 1)
-        self.metrics.received(node.index, 0)
+        self.metrics.sent(peer, 0, 1, "direct answer")
+        self.metrics.received(node.index, 0, "direct answer")
         if action.topic == TOPIC_GROUPS:
             self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
             if node.kind == "" and node.index:
@@ -89,7 +89,7 @@ class Actions:
     def _do_FetchGroup(self, node: SimNode, action: E.FetchGroup) -> None:
         """A group by digest (specs/network.md §3.5): the trainer answers if it holds it, else a
         peer in reach that does (its producer does); the request is a digest and a version."""
-        self.metrics.sent(node.index, FETCH_REQUEST_BYTES, 1)
+        self.metrics.sent(node.index, FETCH_REQUEST_BYTES, 1, "fetch")
         held = self.group_msgs.get(action.digest)
         server = next((i for i in [0] + ([held.origin] if held else [])
                        if held is not None and self.nodes[i].protocol is not None
@@ -99,7 +99,7 @@ class Actions:
         if server is None:
             self.at(self.now + 1.0, self.feed, node, E.Abandoned(action))
             return
-        self.metrics.received(server, FETCH_REQUEST_BYTES)
+        self.metrics.received(server, FETCH_REQUEST_BYTES, "fetch")
         answer = dataclasses.replace(held, origin=server, direct=True)
         self.send(server, node.index, answer)
 

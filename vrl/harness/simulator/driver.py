@@ -341,7 +341,7 @@ class Simulation(Actions):
         self.round_messages[msg.round] = self.round_messages.get(msg.round, 0) + 1
         keep(self, origin, msg)
         copies = self.net.forwards(origin, origin=True)
-        self.metrics.sent(origin, msg.size * copies, copies)
+        self.metrics.sent(origin, msg.size * copies, copies, msg.topic)
         arrivals = self.net.arrivals(origin, msg.size, self.now)
         for j, node in enumerate(self.nodes):
             if node.protocol is None:
@@ -376,7 +376,7 @@ class Simulation(Actions):
 
     def send(self, origin: int, peer: int, msg: Msg) -> None:
         """One message to one node (a Send, a fetch's answer): one hop, counted once each side."""
-        self.metrics.sent(origin, msg.size, 1)
+        self.metrics.sent(origin, msg.size, 1, _kind(msg))
         node = self.nodes[peer]
         if node.protocol is None:
             return
@@ -410,14 +410,14 @@ class Simulation(Actions):
             if msg in node.prepaid:
                 node.prepaid.discard(msg)
             else:
-                self.metrics.received(node.index, msg.size)
+                self.metrics.received(node.index, msg.size, _kind(msg))
             if self.nodes[msg.origin].kind == "sybil" and not self.sybil_delivered(node, msg):
                 continue
             if not self.validate(node, msg):
                 continue
             copies = 0 if msg.direct else self.net.forwards(node.index, origin=False)
             if msg.origin != node.index and copies:
-                self.metrics.sent(node.index, msg.size * copies, copies)
+                self.metrics.sent(node.index, msg.size * copies, copies, msg.topic)
             event = self.event_of(msg)
             if event is None:
                 continue
@@ -577,6 +577,11 @@ class Simulation(Actions):
                 msg = self.publish(node.index, TOPIC_VERDICTS, sybil_verdict(key, group, version, committee).to_bytes())
                 if msg is not None:
                     self.metrics.sybil_message(msg)
+
+
+def _kind(msg: Msg) -> str:
+    """What carried a message, as Metrics.bytes_by_kind names it."""
+    return f"direct {msg.topic}" if msg.direct else msg.topic
 
 
 def _lacks(node: SimNode, msg: Msg) -> None:

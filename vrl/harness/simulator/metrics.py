@@ -5,7 +5,10 @@
 * bytes_in / bytes_out: application payload bytes of gossip messages received (each delivery
   once per receiving node) and sent (the origin's copies to its mesh peers, and every mesh
   forward), plus request/response payload bytes: blob fetches (weights, step state), reported
-  apart too as ``blob_bytes``; messages likewise;
+  apart too as ``blob_bytes``; messages likewise. ``bytes_by_kind`` splits bytes in and out by
+  what carried them: a gossip topic, ``direct <topic>`` (a direct send, or the answer to a
+  fetch by digest), ``fetch`` (those fetches' requests), ``blob`` and ``backfill``: what grows
+  with N is read there;
 * rounds to quarantine, per adversary kind: from a cheat's first bad group (or pass of one, or
   lazy pass) to the trainer's quarantine of it and to the median honest view's; and
   ``honest_views_missing``, the honest views that never quarantined a cheat the trainer did;
@@ -40,6 +43,7 @@ SIGNED_REFUSALS = frozenset({"bad_signature", "bad_proof", "not_drawn"})
 # A chunk's request body on /vrl/blob/1 (p2p.blobs.fetch_blob): msgpack [digest, index], 36
 # bytes (as the devnet's request_out of /vrl/blob/1 counts them, bench/results/devnet-costs.json).
 BLOB_REQUEST_BYTES = len(msgpack.packb([bytes(32), 0]))
+BY_KIND = "bytes:"  # the prefix of the counters of bytes by kind (Metrics.sent, received)
 COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
             "backfill_bytes", "protocol_cpu_seconds", "step_replays")
 
@@ -89,13 +93,23 @@ class Metrics:
         self.index_of[node.key.node_id] = node.index
 
     # -- counting --------------------------------------------------------------------------------
-    def sent(self, i: int, size: int, copies: int) -> None:
+    def sent(self, i: int, size: int, copies: int, kind: str) -> None:
         self.counters["bytes_out"][i] += size
         self.counters["messages_out"][i] += copies
+        self._by_kind(kind)[i] += size
 
-    def received(self, i: int, size: int) -> None:
+    def received(self, i: int, size: int, kind: str) -> None:
         self.counters["bytes_in"][i] += size
         self.counters["messages_in"][i] += 1
+        self._by_kind(kind)[i] += size
+
+    def _by_kind(self, kind: str) -> list[float]:
+        """The per-node bytes (in and out) of one kind: a counter made when the kind first comes."""
+        name = BY_KIND + kind
+        values = self.counters.get(name)
+        if values is None:
+            values = self.counters[name] = [0.0] * len(self.counters["bytes_in"])
+        return values
 
     def blob(self, receiver: int, server: int, size: int) -> None:
         """A blob fetch (p2p.blobs): one request and one response per chunk of at most
@@ -106,6 +120,7 @@ class Metrics:
             self.counters[name][i] += size
             self.counters[other][i] += chunks * BLOB_REQUEST_BYTES
             self.counters["blob_bytes"][i] += size + chunks * BLOB_REQUEST_BYTES
+            self._by_kind("blob")[i] += size + chunks * BLOB_REQUEST_BYTES
         for i in (receiver, server):
             self.counters["messages_in"][i] += chunks
             self.counters["messages_out"][i] += chunks
@@ -118,6 +133,7 @@ class Metrics:
             self.counters[name][i] += size
             self.counters[other][i] += request_bytes
             self.counters["backfill_bytes"][i] += size + request_bytes
+            self._by_kind("backfill")[i] += size + request_bytes
         self.counters["messages_in"][requester] += pages
         self.counters["messages_out"][server] += pages
         if request_bytes:
@@ -205,8 +221,9 @@ class Metrics:
                 return {}
             before, after = self.snapshots[start][1], self.snapshots[end][1]
             out = {}
-            for name in COUNTERS:
-                values = [(after[name][i] - (before[name][i] if i < len(before[name]) else 0.0)) / rounds
+            for name in (*COUNTERS, *(name for name in after if name.startswith(BY_KIND))):
+                earlier = before.get(name, ())
+                values = [(after[name][i] - (earlier[i] if i < len(earlier) else 0.0)) / rounds
                           for i in indices if i < len(after[name])]
                 out[name] = statistics.fmean(values)
             return {"checks_per_round": out["checks"], "verify_seconds_per_round": out["verify_seconds"],
@@ -216,7 +233,9 @@ class Metrics:
                     "blob_bytes": out["blob_bytes"], "backfill_bytes": out["backfill_bytes"],
                     "protocol_cpu_seconds_per_round": out["protocol_cpu_seconds"],
                     "step_replays_per_round": out["step_replays"],
-                    "bytes_per_round_without_blobs": out["bytes_in"] + out["bytes_out"] - out["blob_bytes"]}
+                    "bytes_per_round_without_blobs": out["bytes_in"] + out["bytes_out"] - out["blob_bytes"],
+                    "bytes_by_kind": {name.removeprefix(BY_KIND): value for name, value in sorted(out.items())
+                                      if name.startswith(BY_KIND)}}
 
         rounds_table = []
         for a, b in zip(versions, versions[1:]):
