@@ -107,6 +107,11 @@ class Msg:
     def size(self) -> int:
         return len(self.data)
 
+    @property
+    def kind(self) -> str:
+        """What carried it, as Metrics.bytes_by_kind names it."""
+        return f"direct {self.topic}" if self.direct else self.topic
+
 
 @dataclass(eq=False)
 class SimNode:
@@ -376,7 +381,7 @@ class Simulation(Actions):
 
     def send(self, origin: int, peer: int, msg: Msg) -> None:
         """One message to one node (a Send, a fetch's answer): one hop, counted once each side."""
-        self.metrics.sent(origin, msg.size, 1, _kind(msg))
+        self.metrics.sent(origin, msg.size, 1, msg.kind)
         node = self.nodes[peer]
         if node.protocol is None:
             return
@@ -410,7 +415,7 @@ class Simulation(Actions):
             if msg in node.prepaid:
                 node.prepaid.discard(msg)
             else:
-                self.metrics.received(node.index, msg.size, _kind(msg))
+                self.metrics.received(node.index, msg.size, msg.kind)
             if self.nodes[msg.origin].kind == "sybil" and not self.sybil_delivered(node, msg):
                 continue
             if not self.validate(node, msg):
@@ -577,11 +582,6 @@ class Simulation(Actions):
                 msg = self.publish(node.index, TOPIC_VERDICTS, sybil_verdict(key, group, version, committee).to_bytes())
                 if msg is not None:
                     self.metrics.sybil_message(msg)
-
-
-def _kind(msg: Msg) -> str:
-    """What carried a message, as Metrics.bytes_by_kind names it."""
-    return f"direct {msg.topic}" if msg.direct else msg.topic
 
 
 def _lacks(node: SimNode, msg: Msg) -> None:
