@@ -61,6 +61,8 @@ class PolicedPubsub(Pubsub):
       builds the hello (our topics) before the write that registers the peer, and a subscribe
       or unsubscribe in between is announced to the registered peers only, so the new one never
       learns of it, and never sends us that topic's messages (``_handle_new_peer``);
+    * a peer's subscriptions are forgotten when it disconnects, not when one of its streams
+      fails (``_forget_all_subscriptions``);
     * a banned peer's gossip streams are reset unread;
     * the gossip payload written to each peer (publishes, mesh forwards, IWANT answers) and
       every copy read from one are counted (``count(kind, topic, bytes)``, :mod:`p2p.traffic`):
@@ -109,6 +111,21 @@ class PolicedPubsub(Pubsub):
             packet, option = self._build_announce_rpc(topic, subscribe=subscribe)
             # As a subscribe's own announcement is queued: a full queue retries later.
             self._enqueue_or_retry_announce(peer_id, queue, packet, option)
+
+    def _forget_all_subscriptions(self, peer_id: ID) -> None:
+        # 0.8.1 forgets every topic of a peer whenever either of its two pubsub streams fails
+        # (``_handle_dead_peer``: a failed read, a failed write, an oversized frame) and, the peer
+        # still connected, opens a new stream to it with our hello. The peer says its topics only
+        # in its own hello, so unless its stream to us failed too it never says them again, and
+        # gossipsub sends it nothing on them for good. A write fails late: after two connections
+        # race and one closes, the peer re-opens its stream on the other at once, and our next
+        # write, on the closed one, wipes what its new hello just told us. Its subscriptions are
+        # the peer's state, not a stream's: forgotten once it has no connection left (the dead-peer
+        # channel calls here then). The transport never unsubscribes (p2p.transport has no such
+        # call), so a topic kept this way is never stale.
+        if self._peer_is_connected(peer_id):
+            return
+        super()._forget_all_subscriptions(peer_id)
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         for topic in publish_message.topicIDs:

@@ -29,6 +29,7 @@ from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
 from libp2p.crypto.secp256k1 import create_new_key_pair as create_secp256k1_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.network.stream.exceptions import StreamReset
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.pubsub.pb import rpc_pb2
@@ -379,6 +380,69 @@ def test_a_subscription_made_while_a_peer_is_being_registered_still_reaches_that
             assert received, "a never sent b the topic b subscribed to while it was being registered"
         finally:
             subscribed.set()
+            await asyncio.gather(a.close(), b.close())
+
+    run(scenario)
+
+
+def test_a_peer_keeps_its_topics_when_only_our_stream_to_it_fails() -> None:
+    """py-libp2p forgot every topic of a peer whenever one of the two pubsub streams with it
+    failed, and re-opened only ours (our hello, not the peer's). Here a's stream to b fails on
+    a's next write while b's stream to a is fine (as after two connections race and one closes:
+    b re-opens at once, a finds out at its next write): b never says its topics again, so a must
+    keep them, or a sends b nothing on them for good; and forget them once b has gone."""
+    a, b = Libp2pTransport(seed("dead-a")), Libp2pTransport(seed("dead-b"))
+    received: list[bytes] = []
+
+    async def keep(message) -> None:
+        received.append(message.data)
+
+    async def ignore(message) -> None:
+        pass
+
+    def break_stream_to(peer: ID):
+        """Make a's current pubsub stream to ``peer`` fail its next write; returns that stream.
+        Nothing crosses the network, so b's side of it stays open."""
+        stream = a._pubsub.peers[peer]
+
+        async def failing_write(data: bytes) -> None:
+            raise StreamReset("broken for the test")
+
+        stream.write = failing_write
+        return stream
+
+    async def publish_until_received(tag: bytes) -> bool:
+        received.clear()
+        for attempt in range(50):  # 10 s: heartbeats are 1 s
+            await a.publish("kept", tag + b"-%d" % attempt)
+            await asyncio.sleep(0.2)
+            if received:
+                return True
+        return False
+
+    async def scenario() -> None:
+        a.subscribe("kept", ignore)
+        b.subscribe("kept", keep)
+        await asyncio.gather(a.start(), b.start())
+        try:
+            await a.connect(b.addresses()[0])
+            assert await publish_until_received(b"before"), "a never reached b"
+            b_id = libp2p_id(b.peer_id)
+            broken = await a._bridge.call(_sync_to_async(break_stream_to), b_id)
+            for _ in range(100):  # a's next write fails; a opens a new stream to b
+                await a.publish("kept", b"breaks")
+                await asyncio.sleep(0.1)
+                if a._pubsub.peers.get(b_id) not in (None, broken):
+                    break
+            assert a._pubsub.peers.get(b_id) not in (None, broken), "a never re-opened its stream to b"
+            assert await publish_until_received(b"after"), "a forgot b's topic when its own stream to b failed"
+            await b.close()
+            for _ in range(100):  # and once b is gone, a forgets its topics
+                if b_id not in a._pubsub.peer_topics.get("kept", ()):
+                    break
+                await asyncio.sleep(0.1)
+            assert b_id not in a._pubsub.peer_topics.get("kept", ()), "a kept the topics of a peer gone"
+        finally:
             await asyncio.gather(a.close(), b.close())
 
     run(scenario)
