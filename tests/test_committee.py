@@ -280,3 +280,121 @@ def test_hostile_proofs_raise_only_committee_error(pi, group):
     manifest = _manifest()
     with pytest.raises(CommitteeError):
         claim(manifest.weights, KEYS[0].node_id, pi, manifest.alpha(Draw.COMMITTEE), group)
+
+
+# -- the paged manifest (specs/committee.md §10) ---------------------------------------------------
+
+
+def _paged() -> committee.PagedManifest:
+    return committee.PagedManifest(_manifest())
+
+
+def test_the_header_root_binds_every_field():
+    header = _paged().header
+    fields = [f for f in header.__dataclass_fields__]
+    changed = {"round": 4, "committee_size": 3, "groups": header.groups + 1, "weights": header.weights + 1,
+               "total_weight": header.total_weight + 1, "workers": header.workers + 1}
+    roots = {header.root}
+    for name in fields:
+        value = changed.get(name, hashlib.sha256(name.encode()).digest())
+        roots.add(committee.ManifestHeader(**{**{f: getattr(header, f) for f in fields}, name: value}).root)
+    assert len(roots) == len(fields) + 1
+
+
+def test_a_member_learns_its_seats_from_the_header_one_entry_and_their_multiproof():
+    paged = _paged()
+    header = paged.header
+    for key in KEYS[:3]:
+        weight_answer = committee.check_entries(header, paged.answer(committee.List.WEIGHTS, keys=[key.node_id]),
+                                                keys=[key.node_id])
+        j, leaf = weight_answer.found()[key.node_id]
+        w = int.from_bytes(leaf[32:], "big")
+        assert w == paged.content.weights.weight(key.node_id)
+        beta = vrf.proof_to_hash(vrf.prove(key.private_seed(), header.alpha(Draw.COMMITTEE)))
+        positions = committee.seats(beta, header.groups, header.threshold(w))
+        assert header.threshold(w) == paged.content.weights.threshold(key.node_id)
+        assert positions == tuple(i for i in range(len(GROUPS))
+                                  if committee.seat_value(beta, i) < header.threshold(w))
+        answer = committee.check_entries(header, paged.answer(committee.List.GROUPS, positions=positions),
+                                         positions=positions)
+        assert answer.leaves == tuple(GROUPS[i] for i in positions)
+        for i in positions:  # and each seat's claim stands alone
+            path = paged.trees[committee.List.GROUPS].prove([i])
+            weight_path = paged.trees[committee.List.WEIGHTS].prove([j])
+            assert committee.check_seat(header, key.node_id, (j, w), weight_path, i, GROUPS[i], path) == \
+                header.threshold(w)
+
+
+def test_a_stranger_a_wrong_weight_and_a_wrong_seat_are_refused_before_any_signature():
+    paged = _paged()
+    header, trees = paged.header, paged.trees
+    j = 0
+    node, w = paged.content.weights.entries[j]
+    weight_path, path = trees[committee.List.WEIGHTS].prove([j]), trees[committee.List.GROUPS].prove([5])
+    assert committee.check_seat(header, node, (j, w), weight_path, 5, GROUPS[5], path)
+    for verifier, weight in [(KEYS[3].node_id, (j, w)), (node, (j, w + 1)), (node, (j + 1, w)), (node, (j, 0))]:
+        with pytest.raises(CommitteeError) as caught:
+            committee.check_seat(header, verifier, weight, weight_path, 5, GROUPS[5], path)
+        assert caught.value.reason == "not_eligible"
+    for seat, group in [(6, GROUPS[5]), (5, GROUPS[6]), (len(GROUPS), GROUPS[5])]:
+        with pytest.raises(CommitteeError) as caught:
+            committee.check_seat(header, node, (j, w), weight_path, seat, group, path)
+        assert caught.value.reason == "not_in_manifest"
+
+
+def test_a_key_is_found_or_shown_absent_and_an_answer_hiding_a_listed_key_is_refused():
+    paged = _paged()
+    header = paged.header
+    low, high = b"\x00" * 32, b"\xff" * 32
+    middle = bytes(a ^ b for a, b in zip(GROUPS[10], b"\x00" * 31 + b"\x01", strict=True))
+    for key in (low, high, middle, GROUPS[0], GROUPS[-1], GROUPS[17]):
+        answer = paged.answer(committee.List.GROUPS, keys=[key])
+        committee.check_entries(header, answer, keys=[key])
+        assert (key in GROUPS) == (key in answer.found())
+    # A server hiding GROUPS[17]: its neighbours 16 and 18 are not adjacent, so they prove nothing.
+    tree = paged.trees[committee.List.GROUPS]
+    hiding = committee.Entries(header.round, committee.List.GROUPS, (16, 18), (GROUPS[16], GROUPS[18]),
+                               tree.prove([16, 18]))
+    with pytest.raises(CommitteeError, match="neither found nor shown absent"):
+        committee.check_entries(header, hiding, keys=[GROUPS[17]])
+    # Nor may it answer other positions than those asked, or another round's.
+    with pytest.raises(CommitteeError, match="not the positions asked"):
+        committee.check_entries(header, hiding, positions=[16, 17])
+    other = committee.Entries(header.round + 1, committee.List.GROUPS, (16,), (GROUPS[16],), tree.prove([16]))
+    with pytest.raises(CommitteeError, match="round"):
+        committee.check_entries(header, other, positions=[16])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-2, 2**33), st.one_of(st.sampled_from(list(committee.List)), st.text(max_size=8), st.none()),
+       st.lists(st.integers(-1, 45), max_size=4).map(tuple),
+       st.lists(st.binary(max_size=40), max_size=4).map(tuple), st.lists(st.binary(max_size=33), max_size=8).map(tuple))
+def test_hostile_entries_raise_only_committee_error(round_, which, positions, leaves, proof):
+    header = _paged().header
+    answer = committee.Entries(round_, which, positions, leaves, proof)
+    with pytest.raises(CommitteeError):
+        committee.check_entries(header, answer, positions=positions)
+    with pytest.raises(CommitteeError):
+        committee.check_entries(header, answer, keys=[GROUPS[3]])
+
+
+ANY = st.one_of(st.none(), st.integers(-2, 2**70), st.binary(max_size=40), st.text(max_size=3),
+                st.tuples(st.integers(-2, 2**33), st.integers(-2, 2**17)),
+                st.lists(st.binary(max_size=33), max_size=8).map(tuple))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY, ANY, ANY, ANY, ANY, ANY)
+def test_hostile_seat_claims_raise_only_committee_error(verifier, weight, weight_path, seat, group, path):
+    with pytest.raises(CommitteeError):
+        committee.check_seat(_paged().header, verifier, weight, weight_path, seat, group, path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ANY, min_size=9, max_size=9))
+def test_hostile_headers_raise_only_committee_error(fields):
+    try:
+        header = committee.ManifestHeader(*fields)
+    except CommitteeError:
+        return
+    assert header.root and header.threshold(1) >= 0  # whatever it accepted is well formed

@@ -493,6 +493,113 @@ def test_committee_vectors():
         assert committee.smallest_k(case["f_star"], case["eps"]) == case["k"]
 
 
+def _mth(leaves: list[bytes]) -> bytes:
+    """specs/merkle.md §1, written from the spec: RFC 9162's MTH."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return hashlib.sha256(b"\x00" + leaves[0]).digest()
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\x01" + _mth(leaves[:k]) + _mth(leaves[k:])).digest()
+
+
+def _multiproof(leaves: list[bytes], positions: list[int], lo: int = 0, hi: int | None = None) -> list[bytes]:
+    """specs/merkle.md §2's walk, written from the spec."""
+    hi = len(leaves) if hi is None else hi
+    inside = [i for i in positions if lo <= i < hi]
+    if not inside:
+        return [_mth(leaves[lo:hi])]
+    if hi - lo == 1:
+        return []
+    k = 1
+    while k * 2 < hi - lo:
+        k *= 2
+    return _multiproof(leaves, positions, lo, lo + k) + _multiproof(leaves, positions, lo + k, hi)
+
+
+def test_merkle_vectors():
+    """specs/merkle.md: roots and multiproofs from the spec's walk, then against proofs.merkle."""
+    from proofs import merkle
+
+    v = load("merkle")
+    leaves = [bytes.fromhex(x) for x in v["leaves"]]
+    assert [_mth(leaves[:n]).hex() for n in range(10)] == v["roots"]
+    assert _mth(leaves).hex() == v["root"]
+    tree = merkle.Tree(leaves)
+    for case in v["proofs"]:
+        proof = [bytes.fromhex(h) for h in case["proof"]]
+        assert _multiproof(leaves, case["positions"]) == proof
+        assert list(tree.prove(case["positions"])) == proof
+        merkle.verify(tree.root, len(leaves), case["positions"], [leaves[i] for i in case["positions"]], proof)
+    assert [case["proof"] for case in v["proofs"] if case["positions"] == list(range(13))] == [[]]
+
+
+def test_paged_manifest_vectors():
+    """specs/committee.md §10 from the spec's formulas alone, then against vrl.node.committee."""
+    from proofs import merkle
+    from vrl.node import committee
+
+    v, u32 = load("committee"), lambda x: x.to_bytes(4, "big")
+    p, h = v["paged"], v["paged"]["header"]
+    groups = [bytes.fromhex(d) for d in v["groups"]]
+    weights = [(bytes.fromhex(n), w) for n, w in v["weights"]]
+    workers = [(bytes.fromhex(n), c) for n, c in v["workers"]]
+    weight_leaves, worker_leaves = [n + u32(w) for n, w in weights], [n + u32(c) for n, c in workers]
+    roots = [_mth(groups), _mth(weight_leaves), _mth(worker_leaves)]
+    total = sum(w for _, w in weights)
+    assert h["groups"] == [len(groups), roots[0].hex()]
+    assert h["weights"] == [len(weights), total, roots[1].hex()]
+    assert h["workers"] == [len(workers), roots[2].hex()]
+    root = hashlib.sha256(b"vrl/manifest/v2\x00" + h["round"].to_bytes(8, "big") + u32(h["committee_size"])
+                          + u32(len(groups)) + roots[0] + u32(len(weights)) + total.to_bytes(8, "big") + roots[1]
+                          + u32(len(workers)) + roots[2]).digest()
+    assert root.hex() == p["manifest_root"]
+    alpha = b"vrl/committee/v1\x00" + h["round"].to_bytes(8, "big") + root
+    assert alpha.hex() == p["alpha_committee"]
+    header = committee.ManifestHeader(h["round"], h["committee_size"], len(groups), roots[0], len(weights), total,
+                                      roots[1], len(workers), roots[2])
+    assert header.root == root
+    sat = set()
+    for case in p["verifiers"]:
+        node = bytes.fromhex(case["node_id"])
+        j = [n for n, _ in weights].index(node)
+        w = weights[j][1]
+        entry = case["weights_entry"]
+        assert entry["positions"] == [j] and entry["leaves"] == [(node + u32(w)).hex()]
+        assert entry["proof"] == [x.hex() for x in _multiproof(weight_leaves, [j])]
+        threshold = min(1 << 64, h["committee_size"] * w * (1 << 64) // total)
+        assert threshold == case["threshold"]
+        beta = vrf.verify(node, bytes.fromhex(case["pi"]), alpha)
+        values = [int.from_bytes(hashlib.sha256(b"vrl/seat/v1\x00" + beta + u32(i)).digest()[:8], "big")
+                  for i in range(len(groups))]
+        assert values == case["seat_values"]
+        assert case["seats"] == [i for i, x in enumerate(values) if x < threshold]
+        assert list(committee.seats(beta, len(groups), threshold)) == case["seats"]
+        sat |= {x < threshold for x in values}
+        if case["seats"]:
+            seat = case["seat_entries"]
+            assert seat["leaves"] == [groups[i].hex() for i in case["seats"]]
+            assert seat["proof"] == [x.hex() for x in _multiproof(groups, case["seats"])]
+            answer = committee.Entries(h["round"], committee.List.GROUPS, tuple(seat["positions"]),
+                                       tuple(bytes.fromhex(x) for x in seat["leaves"]),
+                                       tuple(bytes.fromhex(x) for x in seat["proof"]))
+            committee.check_entries(header, answer, positions=case["seats"])
+            claim = case["claim"]
+            paths = [tuple(bytes.fromhex(x) for x in path) for path in claim["paths"]]
+            assert claim["weight"] == [j, w]
+            assert committee.check_seat(header, node, (j, w), paths[1], claim["seat"], groups[claim["seat"]],
+                                        paths[0]) == threshold
+    assert sat == {True, False}  # the vectors show both outcomes
+    absent = p["absent_key"]
+    key = bytes.fromhex(absent["key"])
+    at = sum(1 for d in groups if d < key)
+    assert absent["positions"] == [i for i in (at - 1, at) if 0 <= i < len(groups)]
+    merkle.verify(roots[0], len(groups), absent["positions"], [groups[i] for i in absent["positions"]],
+                  [bytes.fromhex(x) for x in absent["proof"]])
+
+
 def test_backfill_vectors():
     """specs/network.md §6: a request by position (no cursor key), a first request by cursor
     (all zeros) and a page answering it, as maps of exactly those fields."""

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from blake3 import blake3
 
-from proofs import commitment, prf, vrf
+from proofs import commitment, merkle, prf, vrf
 from proofs.sampler import SamplingParams, sample
 from vrl.node import committee
 from vrl.rollouts.keys import NodeKey
@@ -482,7 +482,7 @@ def committee_vectors() -> dict:
               for k in (4, 8, 13, 26) for f in (0.10, 0.30, 0.45)]
     smallest = [{"f_star": f, "eps": eps, "k": committee.smallest_k(f, eps)}
                 for f in (0.10, 0.30, 0.45) for eps in (1e-2, 1e-3, 1e-6)]
-    return {"round": manifest.round, "committee_size": table.committee_size,
+    return {"round": manifest.round, "committee_size": table.committee_size, "paged": _paged_vectors(manifest, keys),
             "weights_in": [[node.hex(), w] for node, w in sorted(weights.items())],
             "weights": [[node.hex(), w] for node, w in table.entries], "total": table.total,
             "weights_digest": table.digest().hex(), "groups": [d.hex() for d in groups],
@@ -493,13 +493,64 @@ def committee_vectors() -> dict:
             "bounds": bounds, "smallest_k": smallest}
 
 
+def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> dict:
+    """specs/committee.md §10 over the same content: the header and its root, each verifier's
+    weights entry by key, its seats by position and their entries, a claim's two paths, and a
+    key shown absent by its neighbours."""
+    paged = committee.PagedManifest(manifest)
+    header = paged.header
+
+    def entries(answer: committee.Entries) -> dict:
+        return {"positions": list(answer.positions), "leaves": [leaf.hex() for leaf in answer.leaves],
+                "proof": [h.hex() for h in answer.proof]}
+
+    verifiers = []
+    for key in keys:
+        found = paged.answer(committee.List.WEIGHTS, keys=[key.node_id])
+        j, leaf = found.found()[key.node_id]
+        w = int.from_bytes(leaf[32:], "big")
+        pi = vrf.prove(key.private_seed(), header.alpha(committee.Draw.COMMITTEE))
+        beta = vrf.proof_to_hash(pi)
+        positions = committee.seats(beta, header.groups, header.threshold(w))
+        case = {"node_id": key.node_id.hex(), "weights_entry": entries(found), "threshold": header.threshold(w),
+                "pi": pi.hex(), "seat_values": [committee.seat_value(beta, i) for i in range(header.groups)],
+                "seats": list(positions)}
+        if positions:
+            case["seat_entries"] = entries(paged.answer(committee.List.GROUPS, positions=positions))
+            case["claim"] = {"seat": positions[0], "weight": [j, w],
+                             "paths": [[h.hex() for h in paged.trees[committee.List.GROUPS].prove([positions[0]])],
+                                       [h.hex() for h in paged.trees[committee.List.WEIGHTS].prove([j])]]}
+        verifiers.append(case)
+    absent = hashlib.sha256(b"vrl committee vector absent group").digest()
+    return {"header": {"round": header.round, "committee_size": header.committee_size,
+                       "groups": [header.groups, header.groups_root.hex()],
+                       "weights": [header.weights, header.total_weight, header.weights_root.hex()],
+                       "workers": [header.workers, header.workers_root.hex()]},
+            "manifest_root": header.root.hex(), "alpha_committee": header.alpha(committee.Draw.COMMITTEE).hex(),
+            "verifiers": verifiers,
+            "absent_key": {"key": absent.hex(), **entries(paged.answer(committee.List.GROUPS, keys=[absent]))}}
+
+
+def merkle_vectors() -> dict:
+    """specs/merkle.md: roots of lists of 0 to 9 leaves, and multiproofs of position sets in a
+    tree of 13, the one-position case included."""
+    leaves = [hashlib.sha256(b"vrl merkle vector leaf %d" % i).digest()[: 1 + i % 32] for i in range(13)]
+    tree = merkle.Tree(leaves)
+    sets = [[0], [12], [5], [0, 12], [3, 4, 5], [1, 6, 7, 11], list(range(13))]
+    return {"leaves": [leaf.hex() for leaf in leaves],
+            "roots": [merkle.root(leaves[:n]).hex() for n in range(10)],
+            "root": tree.root.hex(),
+            "proofs": [{"positions": positions, "proof": [h.hex() for h in tree.prove(positions)]}
+                       for positions in sets]}
+
+
 def main() -> None:
     VECTORS.mkdir(parents=True, exist_ok=True)
     for name, make in [("sampler", sampler_vectors), ("commitment", commitment_vectors),
                        ("record", record_vectors), ("tasks", task_vectors), ("network", network_vectors),
                        ("training", training_vectors), ("model", model_vectors),
                        ("sequential", sequential_vectors), ("zk", zk_vectors), ("vrf", vrf_vectors),
-                       ("committee", committee_vectors)]:
+                       ("committee", committee_vectors), ("merkle", merkle_vectors)]:
         (VECTORS / f"{name}.json").write_text(json.dumps(make(), indent=1) + "\n")
         print(f"wrote specs/vectors/{name}.json")
 
