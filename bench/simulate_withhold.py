@@ -52,7 +52,7 @@ def per_message_costs(repeat: int = 2000) -> dict:
     import timeit
 
     from proofs import vrf
-    from vrl.node.committee import Draw
+    from vrl.node.committee import Draw, List
     from vrl.node.messages import SignedVerdict
     from vrl.node.rounds import Rounds
     from vrl.rollouts.keys import NodeKey
@@ -63,21 +63,26 @@ def per_message_costs(repeat: int = 2000) -> dict:
     # A table of 1,000 eligible verifiers: the lookup's cost at the N the design is for.
     members = {hashlib.sha256(b"v%d" % i).digest(): 0.5 for i in range(999)} | {member.node_id: 1.0}
     manifest = rounds.close(0, 13, groups, members, 0.0)
-    pi = vrf.prove(stranger.private_seed(), manifest.content.alpha(Draw.COMMITTEE))
-    verdict = SignedVerdict(verifier=stranger.node_id, subject=groups[0][1], group=manifest.groups[0], round=0,
+    lists = rounds.lists[0]
+    pi = vrf.prove(stranger.private_seed(), manifest.header.alpha(Draw.COMMITTEE))
+    # The stranger claims a real weights entry's place and path (the most a refusal hashes: the
+    # whole path, specs/committee.md §4 step 2), with its own key in the leaf.
+    verdict = SignedVerdict(verifier=stranger.node_id, subject=groups[0][1], group=lists.content.groups[0], round=0,
                             policy_version=0, ticket=b"", rate=1.0, outcome="hard_fail", reasons=("reward_mismatch",),
-                            digest=bytes(32), platform="bench", draw="committee", pi=pi).signed(stranger)
+                            digest=bytes(32), platform="bench", draw="committee", pi=pi, seat=0,
+                            seat_path=lists.trees[List.GROUPS].prove([0]), weight_at=0, weight=65536,
+                            weight_path=lists.trees[List.WEIGHTS].prove([0])).signed(stranger)
     data = verdict.to_bytes()
     assert rounds.refusal(verdict, frozenset()) == "not_eligible"
 
     def us(fn) -> float:
         return statistics.median(timeit.repeat(fn, number=repeat, repeat=5)) / repeat * 1e6
 
-    return {"verdict_bytes": len(data), "manifest_groups": len(manifest.groups),
+    return {"verdict_bytes": len(data), "manifest_groups": manifest.groups,
             "decode_us": us(lambda: SignedVerdict.from_bytes(data)),
             "refusal_not_eligible_us": us(lambda: rounds.refusal(verdict, frozenset())),
             "signature_check_us": us(lambda: verdict.signature_ok()),
-            "vrf_verify_us": us(lambda: vrf.verify(stranger.node_id, pi, manifest.content.alpha(Draw.COMMITTEE)))}
+            "vrf_verify_us": us(lambda: vrf.verify(stranger.node_id, pi, manifest.header.alpha(Draw.COMMITTEE)))}
 
 
 class AdmissionPool:

@@ -10,7 +10,7 @@ preimage that RFC 6962 section 2.1 closes).
 A proof covers any set of leaf positions at once (a *multiproof*; RFC 9162's audit path is the
 one-position case, in another order): the hashes of the largest subtrees that hold no proven
 position, in the order a left-to-right walk of the tree meets them (specs/merkle.md §2). A
-member that sits on 44 of 4,000 groups proves all of them with about 290 hashes instead of
+member that sits on 44 of 4,000 groups proves all of them with about 250 hashes instead of
 44 x 12, and one that sits on all of them with none.
 
 :class:`Tree` keeps every subtree's hash, so that the trainer answers each member's request in
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from proofs.errors import ProofsError
 
-__all__ = ["HASH_BYTES", "MAX_LEAF_BYTES", "MAX_SIZE", "MerkleError", "Tree", "leaf_hash", "proof_length",
+__all__ = ["HASH_BYTES", "MAX_LEAF_BYTES", "MAX_SIZE", "MerkleError", "Tree", "leaf_hash", "paths", "proof_length",
            "root", "verify"]
 
 HASH_BYTES = 32
@@ -166,6 +166,35 @@ def verify(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequ
     root is ``expected_root``; returns None, raises MerkleError (``bad_input``, ``bad_proof``
     or ``mismatch``). Work is one hash per leaf and per proof hash, plus one per inner node of
     the walk: at most len(indices) x 33 + len(proof)."""
+    _walk(expected_root, size, indices, leaves, proof)
+
+
+def paths(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequence[bytes],
+          proof: Sequence[bytes]) -> tuple[tuple[bytes, ...], ...]:
+    """Verify as :func:`verify`, then return each position's own one-position proof: every
+    sibling on its way to the root is a proof hash or a subtree the walk computed. What a member
+    that fetched its seats with one multiproof puts in each claim (specs/committee.md §4)."""
+    known = _walk(expected_root, size, indices, leaves, proof)
+    out = []
+    for i in indices:
+        path, lo, hi = [], 0, size
+        siblings = []
+        while hi - lo > 1:
+            mid = lo + _split(hi - lo)
+            if i < mid:
+                siblings.append((1, known[mid, hi]))  # right of i: listed after the deeper ones
+                hi = mid
+            else:
+                path.append(known[lo, mid])  # left of i: listed before the deeper ones
+                lo = mid
+        # Left-to-right: the left siblings top-down, then the right ones bottom-up.
+        out.append(tuple(path + [h for _, h in reversed(siblings)]))
+    return tuple(out)
+
+
+def _walk(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequence[bytes],
+          proof: Sequence[bytes]) -> dict[tuple[int, int], bytes]:
+    """The walk of :func:`verify`; returns the hash of every subtree it met, by (lo, hi)."""
     if type(expected_root) is not bytes or len(expected_root) != HASH_BYTES:
         raise MerkleError("bad_input", f"a root is {HASH_BYTES} bytes, got {_shown(expected_root)}")
     size, indices = _positions(size, indices)
@@ -183,20 +212,22 @@ def verify(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequ
                                        f"{proof_length(size, indices)} hashes, got {len(proof)}")
     hashes = [leaf_hash(leaf) for leaf in leaves]
     taken = iter(proof)
+    known: dict[tuple[int, int], bytes] = {}
     # Post-order walk, as Tree._hash: subtrees with no proven position take the next proof hash.
     stack, out = [(0, size, 0, len(indices), False)], []
     while stack:
         lo, hi, i0, i1, children_done = stack.pop()
         if i0 == i1:
-            out.append(next(taken))
+            out.append(known.setdefault((lo, hi), next(taken)))
         elif hi - lo == 1:
-            out.append(hashes[i0])
+            out.append(known.setdefault((lo, hi), hashes[i0]))
         elif children_done:
             right, left = out.pop(), out.pop()
-            out.append(_node(left, right))
+            out.append(known.setdefault((lo, hi), _node(left, right)))
         else:
             mid = lo + _split(hi - lo)
             j = bisect.bisect_left(indices, mid, i0, i1)
             stack += [(lo, hi, i0, i1, True), (mid, hi, j, i1, False), (lo, mid, i0, j, False)]
     if not hmac.compare_digest(out[0], expected_root):
         raise MerkleError("mismatch", f"these {len(indices)} leaves and the proof do not give the root")
+    return known

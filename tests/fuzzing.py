@@ -36,10 +36,11 @@ from hypothesis import strategies as st
 
 from proofs import vrf
 from proofs.sampler import SamplingParams
-from vrl.node import deltas
+from vrl.node import committee, deltas
 from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.deltas import DeltaError
 from vrl.node.messages import (
+    ManifestLists,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
@@ -49,7 +50,7 @@ from vrl.node.messages import (
     audit_ticket,
     decode_group,
 )
-from vrl.node.requests import BackfillPage, BackfillRequest, SamplingRequest
+from vrl.node.requests import BackfillPage, BackfillRequest, EntriesAnswer, EntriesRequest, SamplingRequest
 from vrl.rl.checkpoint import CheckpointError, parse_manifest
 from vrl.rl.step import StepConfig, StepError, load_optimizer_bytes, optimizer_bytes, optimizer_for
 from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, frame, records_from_bytes
@@ -78,6 +79,13 @@ def rollout(index: int = 0, size: int = 2, **changes: Any) -> Rollout:
         reward=1.0, reward_spec=RewardSpec(), commitment=b"\x01\x20\x03" + bytes(8))
     fields.update(changes)
     return Rollout(**fields).signed(KEY)
+
+
+def lists_example() -> committee.ManifestContent:
+    """A round's lists (specs/committee.md §3.1): three groups of two workers, two weights."""
+    table = committee.WeightsTable(13, tuple(sorted(((KEY.node_id, 65536), (TRAINER.node_id, 1)))))
+    return committee.ManifestContent(7, table, tuple(sorted(bytes([i]) * 32 for i in range(3))),
+                                     tuple(sorted(((KEY.node_id, 2), (TRAINER.node_id, 1)))))
 
 
 def group(size: int = 2) -> Submission:
@@ -368,12 +376,22 @@ def message_targets() -> list[Target]:
             policy(0).to_bytes(), policy(2**64 - 1).to_bytes(),
             dataclasses.replace(policy(3), delta=b"\x08" * 32, delta_size=99, delta_parent=b"\x09" * 32
                                 ).signed(TRAINER).to_bytes()]),
-        # specs/committee.md §3.3: a round of two workers' groups, and one with no group at all.
+        # specs/committee.md §3: a round of two workers' groups and two weights, and one of a
+        # single group and no weight; and the lists behind the first, as the trainer stores them.
         Target("round manifest", RoundManifest.from_bytes, (MessageError,), lambda: [
-            RoundManifest(TRAINER.node_id, 7, 13, ((KEY.node_id, 65536), (TRAINER.node_id, 1)),
-                          tuple(sorted(bytes([i]) * 32 for i in range(3))),
-                          ((KEY.node_id, 2), (TRAINER.node_id, 1))).signed(TRAINER).to_bytes(),
-            RoundManifest(TRAINER.node_id, 0, 1, (), (), ()).signed(TRAINER).to_bytes()]),
+            RoundManifest.of(TRAINER.node_id, committee.PagedManifest(lists_example()).header).signed(
+                TRAINER).to_bytes(),
+            RoundManifest(TRAINER.node_id, 0, 1, 1, b"\x01" * 32, 0, 0, b"\x02" * 32, 1, b"\x03" * 32).signed(
+                TRAINER).to_bytes()]),
+        Target("manifest lists", ManifestLists.from_bytes, (MessageError,),
+               lambda: [ManifestLists.of(lists_example()).to_bytes()]),
+        # specs/committee.md §3.5: by position and by key, and an answer with its multiproof.
+        Target("entries request", EntriesRequest.from_bytes, (MessageError,), lambda: [
+            EntriesRequest(7, committee.List.GROUPS, (0, 2), ()).to_bytes(),
+            EntriesRequest(7, committee.List.WEIGHTS, (), (KEY.node_id,)).to_bytes()]),
+        Target("entries", EntriesAnswer.from_bytes, (MessageError,), lambda: [
+            EntriesAnswer.of(committee.PagedManifest(lists_example()).answer(committee.List.GROUPS, (0, 2))
+                             ).to_bytes()]),
         Target("step verdict", StepVerdict.from_bytes, (MessageError,),
                lambda: [step_verdict("fraud").to_bytes(), step_verdict("pass").to_bytes()]),
         Target("step config", StepConfig.from_bytes, (StepError,), lambda: [step_config_file()]),

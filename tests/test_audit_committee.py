@@ -17,7 +17,15 @@ from tests import fuzzing
 from vrl.audit import Severity
 from vrl.node import committee
 from vrl.node.committee import Draw
-from vrl.node.messages import PolicyAnnouncement, RoundManifest, SignedVerdict, Submission, VerdictDraw, audit_ticket
+from vrl.node.messages import (
+    ManifestLists,
+    PolicyAnnouncement,
+    RoundManifest,
+    SignedVerdict,
+    Submission,
+    VerdictDraw,
+    audit_ticket,
+)
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 
@@ -28,25 +36,47 @@ GROUPS = tuple(sorted(hashlib.sha256(b"group %d" % i).digest() for i in range(16
 WEIGHTS = tuple(sorted(((A.node_id, 65536), (B.node_id, 65536))))
 
 
-def manifest(round_: int = 0, weights: tuple = WEIGHTS, groups: tuple = GROUPS) -> RoundManifest:
-    workers = ((fuzzing.KEY.node_id, len(groups)),) if groups else ()
-    return RoundManifest(TRAINER.node_id, round_, K, weights, groups, workers).signed(TRAINER)
+Manifest = tuple  # (the signed header, the lists behind it: committee.PagedManifest)
 
 
-def seat(key: NodeKey, m: RoundManifest, member: bool, draw: Draw = Draw.COMMITTEE) -> tuple[bytes, bytes]:
+def manifest(round_: int = 0, weights: tuple = WEIGHTS, groups: tuple = GROUPS) -> Manifest:
+    content = committee.ManifestContent(round_, committee.WeightsTable(K, weights), groups,
+                                        ((fuzzing.KEY.node_id, len(groups)),))
+    paged = committee.PagedManifest(content)
+    return RoundManifest.of(TRAINER.node_id, paged.header).signed(TRAINER), paged
+
+
+def claim(key: NodeKey, m: Manifest, group: bytes, draw: VerdictDraw) -> dict:
+    """The claim fields of ``key``'s verdict on ``group`` (specs/committee.md §4): its place and
+    path, and for a drawn check ``key``'s weights entry (A's, for a key not in the list)."""
+    paged = m[1]
+    at = paged.content.groups.index(group) if group in paged.content.groups else 0
+    fields = {"seat": at, "seat_path": paged.trees[committee.List.GROUPS].prove([at])}
+    if draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK):
+        nodes = [n for n, _ in paged.content.weights.entries]
+        j = nodes.index(key.node_id) if key.node_id in nodes else nodes.index(A.node_id)
+        fields.update(weight_at=j, weight=paged.content.weights.entries[j][1],
+                      weight_path=paged.trees[committee.List.WEIGHTS].prove([j]))
+    return fields
+
+
+def seat(key: NodeKey, m: Manifest, member: bool, draw: Draw = Draw.COMMITTEE) -> tuple[bytes, bytes]:
     """(pi, a group of ``m`` on whose committee ``key`` sits, or does not)."""
-    pi = vrf.prove(key.private_seed(), m.content.alpha(draw))
+    header, content = m[1].header, m[1].content
+    pi = vrf.prove(key.private_seed(), header.alpha(draw))
     beta = vrf.proof_to_hash(pi)
-    threshold = m.content.weights.threshold(key.node_id)
-    return pi, next(d for d in m.groups if committee.is_member(beta, d, threshold) == member)
+    threshold = header.threshold(content.weights.weight(key.node_id))
+    return pi, next(d for i, d in enumerate(content.groups) if (committee.seat_value(beta, i) < threshold) == member)
 
 
 def verdict(key: NodeKey, group: bytes, draw: VerdictDraw, pi: bytes = b"", outcome: str = "pass",
-            round_: int = 0) -> SignedVerdict:
-    """(A skip with a seat does not decode at all (vrl.node.messages): no finding needed.)"""
+            round_: int = 0, m: Manifest | None = None) -> SignedVerdict:
+    """(A skip with a seat does not decode at all (vrl.node.messages): no finding needed.) With
+    ``m``, the claim its round's lists give (:func:`claim`)."""
+    fields = claim(key, m, group, draw) if m is not None and draw != VerdictDraw.TICKET else {}
     return SignedVerdict(key.node_id, fuzzing.KEY.node_id, group, round_, round_,
                          audit_ticket(key, group) if draw == VerdictDraw.TICKET else b"", 1.0, outcome, (),
-                         b"" if outcome == "skipped" else b"\x05" * 32, "p", draw=draw, pi=pi).signed(key)
+                         b"" if outcome == "skipped" else b"\x05" * 32, "p", draw=draw, pi=pi, **fields).signed(key)
 
 
 def write(path: Path, owner: NodeKey, manifests=(), verdicts=(), groups=(), policies=(),
@@ -58,8 +88,8 @@ def write(path: Path, owner: NodeKey, manifests=(), verdicts=(), groups=(), poli
     store.put_policy(PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 5).signed(TRAINER), 1.0)
     for a in policies:
         store.put_policy(a, announced)
-    for m in manifests:
-        store.put_manifest(m, 3.0)
+    for header, paged in manifests:  # the lists behind each header are the trainer's alone
+        store.put_manifest(header, 3.0, ManifestLists.of(paged.content) if owner == TRAINER else None)
     for g in groups:
         store.put_group(g, fuzzing.KEY.node_id, 0, 4.0)
     for i, v in enumerate(verdicts):
@@ -81,20 +111,20 @@ def test_a_members_claim_stands_and_every_bad_claim_is_found_against_its_signer(
     pi_b, _ = seat(B, m, True)
     forged = bytearray(pi_a)
     forged[40] ^= 1
-    pi_stranger = vrf.prove(STRANGER.private_seed(), m.content.alpha(Draw.COMMITTEE))
+    pi_stranger = vrf.prove(STRANGER.private_seed(), m[1].header.alpha(Draw.COMMITTEE))
     unlisted = hashlib.sha256(b"not listed").digest()
     cases = {  # code -> the verdict that must make it
-        None: verdict(A, member, VerdictDraw.COMMITTEE, pi_a),
-        "not_drawn": verdict(A, not_member, VerdictDraw.COMMITTEE, pi_a),
-        "bad_proof": verdict(B, member, VerdictDraw.COMMITTEE, bytes(forged)),
-        "not_eligible": verdict(STRANGER, member, VerdictDraw.COMMITTEE, pi_stranger),
-        "not_in_manifest": verdict(B, unlisted, VerdictDraw.COMMITTEE, pi_b),
-        "no_claim": verdict(A, next(d for d in GROUPS if d not in (member, not_member)), VerdictDraw.NONE),
+        None: verdict(A, member, VerdictDraw.COMMITTEE, pi_a, m=m),
+        "not_drawn": verdict(A, not_member, VerdictDraw.COMMITTEE, pi_a, m=m),
+        "bad_proof": verdict(B, member, VerdictDraw.COMMITTEE, bytes(forged), m=m),
+        "not_eligible": verdict(STRANGER, member, VerdictDraw.COMMITTEE, pi_stranger, m=m),  # A's entry
+        "not_in_manifest": verdict(B, unlisted, VerdictDraw.COMMITTEE, pi_b, m=m),
+        "no_claim": verdict(A, next(d for d in GROUPS if d not in (member, not_member)), VerdictDraw.NONE, m=m),
     }
     # One verdict per (group, verifier) is stored (vrl.node.store): the others on other groups.
     ticket = verdict(B, GROUPS[-1] if GROUPS[-1] != member else GROUPS[0], VerdictDraw.TICKET)
     path = write(tmp_path, A, manifests=[m], verdicts=[*cases.values(), ticket,
-                                                       verdict(TRAINER, GROUPS[3], VerdictDraw.NONE)])
+                                                       verdict(TRAINER, GROUPS[3], VerdictDraw.NONE, m=m)])
     found = committee_findings(path)
     by_verdict = {f.evidence["verdict"]: f for f in found}
     assert cases[None].id.hex() not in by_verdict  # the member's claim stands
@@ -113,14 +143,15 @@ def test_a_members_claim_stands_and_every_bad_claim_is_found_against_its_signer(
     # A recheck seat is drawn from its own alpha: the committee draw's proof does not stand for it.
     recheck_pi, recheck_member = seat(A, m, True, Draw.RECHECK)
     path = write(tmp_path / "r", A, manifests=[m], verdicts=[
-        verdict(A, recheck_member, VerdictDraw.RECHECK, recheck_pi), verdict(A, member, VerdictDraw.RECHECK, pi_a)])
+        verdict(A, recheck_member, VerdictDraw.RECHECK, recheck_pi, m=m),
+        verdict(A, next(d for d in GROUPS if d != recheck_member), VerdictDraw.RECHECK, pi_a, m=m)])
     assert [f.code for f in committee_findings(path)] == ["bad_proof"]
 
 
 def test_a_claim_without_its_manifest_is_a_warning_that_incriminates_no_one(tmp_path):
     m = manifest()
     pi, member = seat(A, m, True)
-    path = write(tmp_path, A, verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi)],
+    path = write(tmp_path, A, verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi, m=m)],
                  manifests=[manifest(round_=1)])  # another round's: the run is a committee run
     [f] = committee_findings(path)
     assert (f.code, f.severity, f.subject) == ("manifest_missing", Severity.WARNING, "")
@@ -150,9 +181,12 @@ def test_a_trained_group_its_rounds_manifest_does_not_list_is_found(tmp_path):
     group = fuzzing.group()
     announced = PolicyAnnouncement(TRAINER.node_id, 1, b"\x03" * 32, b"\x04" * 32, 5,
                                    batch=((group.digest, 1.0),)).signed(TRAINER)
-    path = write(tmp_path, A, manifests=[manifest(weights=(), groups=GROUPS)], groups=[group], policies=[announced])
+    # Checked against the lists the trainer's store holds (the header alone lists nothing).
+    path = write(tmp_path, TRAINER, manifests=[manifest(weights=(), groups=GROUPS)], groups=[group],
+                 policies=[announced])
     assert [(f.code, f.subject) for f in committee_findings(path)] == [("trained_unlisted", TRAINER.node_id.hex())]
-    listed = write(tmp_path / "ok", A, manifests=[manifest(weights=(), groups=tuple(sorted((*GROUPS, group.digest))))],
+    listed = write(tmp_path / "ok", TRAINER, manifests=[manifest(weights=(), groups=tuple(sorted((*GROUPS,
+                                                                                                  group.digest))))],
                    groups=[group], policies=[announced])
     assert committee_findings(listed) == []
 
@@ -169,12 +203,13 @@ def committee_store(tmp_path_factory) -> Path:
     m = manifest()
     pi, member = seat(A, m, True)
     return write(tmp_path_factory.mktemp("committee"), TRAINER, manifests=[m, manifest(round_=1, weights=())],
-                 verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi),
-                           verdict(TRAINER, GROUPS[1], VerdictDraw.NONE)])
+                 verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi, m=m),
+                           verdict(TRAINER, GROUPS[1], VerdictDraw.NONE, m=m)])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(table=st.sampled_from(["manifests", "verdicts"]), row=st.integers(0, 1), column=st.integers(0, 7),
+@given(table=st.sampled_from(["manifests", "manifest_lists", "verdicts"]), row=st.integers(0, 1),
+       column=st.integers(0, 7),
        payload=st.one_of(st.binary(max_size=300), st.text(max_size=50), st.integers(-2**63, 2**63 - 1),
                          st.floats(allow_nan=True), st.none()))
 def test_any_value_in_a_manifest_or_verdict_column_is_a_finding_or_an_audit_error(committee_store, tmp_path_factory,
@@ -205,23 +240,25 @@ CANDIDATES = tuple(Submission.of([fuzzing.rollout(i, 2, group_index=g) for i in 
 
 
 @pytest.fixture(scope="module")
-def seated() -> tuple[RoundManifest, tuple[Submission, ...], tuple[SignedVerdict, ...]]:
+def seated() -> tuple[Manifest, tuple[Submission, ...], tuple[SignedVerdict, ...]]:
     """Round 0's manifest listing the candidates, four of them, and on each a member's pass whose
     claim the manifest proves: the first from a recheck seat (so that the arrival-time test below
     fails if a recheck pass does not count), the other three from committee seats."""
     m = manifest(groups=tuple(sorted(g.digest for g in CANDIDATES)))
     seats = []  # (draw, key, pi, beta, threshold)
+    header, content = m[1].header, m[1].content
     for draw in (Draw.COMMITTEE, Draw.RECHECK):
         for key in (A, B):
-            pi = vrf.prove(key.private_seed(), m.content.alpha(draw))
-            seats.append((draw, key, pi, vrf.proof_to_hash(pi), m.content.weights.threshold(key.node_id)))
+            pi = vrf.prove(key.private_seed(), header.alpha(draw))
+            seats.append((draw, key, pi, vrf.proof_to_hash(pi), header.threshold(content.weights.weight(key.node_id))))
     chosen: list[tuple[Submission, SignedVerdict]] = []
     for wanted, count in ((Draw.RECHECK, 1), (Draw.COMMITTEE, 3)):
         for g in (g for g in CANDIDATES if g not in [c[0] for c in chosen]):
+            at = content.groups.index(g.digest)
             seat_ = next(((key, pi) for draw, key, pi, beta, threshold in seats
-                          if draw == wanted and committee.is_member(beta, g.digest, threshold)), None)
+                          if draw == wanted and committee.seat_value(beta, at) < threshold), None)
             if seat_ is not None and count > 0:
-                chosen.append((g, verdict(seat_[0], g.digest, VerdictDraw(str(wanted)), seat_[1])))
+                chosen.append((g, verdict(seat_[0], g.digest, VerdictDraw(str(wanted)), seat_[1], m=m)))
                 count -= 1
     assert len(chosen) == 4  # 16 groups, two verifiers each seated with probability 1/2: never short
     return m, tuple(g for g, _ in chosen), tuple(v for _, v in chosen)
@@ -334,17 +371,19 @@ def test_the_weights_table_is_rederived_with_the_withheld_slots_of_earlier_manif
     for v in passes:
         view.add(report_of(v, worker.node_id, 0))
 
-    def signed(round_: int, group: Submission) -> RoundManifest:
+    def signed(round_: int, group: Submission) -> Manifest:
         table = WeightsTable.heaviest(K, seat_weights(view.standings(round_), TRAINER.node_id))
-        return RoundManifest(TRAINER.node_id, round_, K, table.entries, (group.digest,),
-                             ((worker.node_id, 1),)).signed(TRAINER)
+        paged = committee.PagedManifest(committee.ManifestContent(round_, table, (group.digest,),
+                                                                  ((worker.node_id, 1),)))
+        return RoundManifest.of(TRAINER.node_id, paged.header).signed(TRAINER), paged
 
     first = signed(0, groups[0])
     without = signed(1, groups[1])
-    for record in withheld_of(first, 4):  # ProtocolParams().groups_per_round: 3 slots withheld
+    for record in withheld_of(first[1].content, 4):  # ProtocolParams().groups_per_round: 3 slots withheld
         view.add_withheld(record)
     second = signed(1, groups[1])
-    assert abs(dict(second.weights)[worker.node_id] - dict(without.weights)[worker.node_id]) > 1  # they matter
+    weight = {m: dict(m[1].content.weights.entries)[worker.node_id] for m in (second, without)}
+    assert abs(weight[second] - weight[without]) > 1  # they matter
 
     store = Store(tmp_path / "trainer" / "node.sqlite")
     store.claim(TRAINER.node_id)
@@ -352,8 +391,8 @@ def test_the_weights_table_is_rederived_with_the_withheld_slots_of_earlier_manif
     for i, (g, v) in enumerate(zip(groups, passes, strict=True)):
         store.put_group(g, worker.node_id, 0, 1.5)
         store.put_verdict(v, 2.0 + i / 10)
-    store.put_manifest(first, 3.0)
-    store.put_manifest(second, 4.0)
+    store.put_manifest(first[0], 3.0, ManifestLists.of(first[1].content))
+    store.put_manifest(second[0], 4.0, ManifestLists.of(second[1].content))
     store.close()
     # (Passes on groups 1 and 2 of round 0, which manifest 0 does not list, are not_in_manifest.)
     assert "weights_differ" not in [f.code for f in committee_findings(store.path)]

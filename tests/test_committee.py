@@ -18,11 +18,9 @@ from vrl.node.committee import (
     Draw,
     ManifestContent,
     WeightsTable,
-    claim,
     escape_bound,
     exact_escape,
-    is_member,
-    member_value,
+    seat_value,
     smallest_k,
 )
 from vrl.rollouts.keys import NodeKey
@@ -71,15 +69,15 @@ def test_the_exact_escape_never_exceeds_the_bound(honest, adversary, k):
 
 
 def test_committee_sizes_have_mean_k_and_variance_at_most_k():
-    """E|C| = sum p_v = k (no p_v capped), Var|C| = sum p(1-p) <= k: checked on 2,000 groups
-    of a 200-verifier table drawn with fixed outputs (deterministic, not timing)."""
+    """E|C| = sum p_v = k (no p_v capped), Var|C| = sum p(1-p) <= k: checked on the 2,000
+    positions of a 200-verifier table drawn with fixed outputs (deterministic, not timing)."""
     rng = random.Random(30)
     table = WeightsTable(13, tuple(sorted((rng.randbytes(32), rng.randint(32768, 65536)) for _ in range(200))))
     assert sum(table.probability(node) for node, _ in table.entries) == pytest.approx(13, abs=1e-9)
     assert table.variance() <= 13
     betas = {node: rng.randbytes(64) for node, _ in table.entries}
-    sizes = [sum(is_member(betas[node], d, table.threshold(node)) for node, _ in table.entries)
-             for d in (rng.randbytes(32) for _ in range(2000))]
+    seats = {node: set(committee.seats(betas[node], 2000, table.threshold(node))) for node, _ in table.entries}
+    sizes = [sum(i in seats[node] for node, _ in table.entries) for i in range(2000)]
     mean = sum(sizes) / len(sizes)
     variance = sum((s - mean) ** 2 for s in sizes) / len(sizes)
     assert abs(mean - 13) < 0.5 and variance < 13 * 1.2
@@ -119,7 +117,7 @@ def test_weights_quantize_down_and_zero_is_left_out():
 def test_a_seat_weighs_trust_times_score_and_the_table_keeps_the_heaviest():
     """specs/committee.md §3.1: a verifier's draw weight is its reporter weight times its score,
     so a node whose accusations were contradicted (a low score) loses seats though trusted;
-    never the trainer, a quarantined node or one of weight 0; the heaviest MAX_WEIGHT_ENTRIES."""
+    never the trainer, a quarantined node or one of weight 0; the heaviest MAX_PAGED_ENTRIES."""
     from types import SimpleNamespace as S
 
     trainer, honest, accuser, jailed = (k.node_id for k in KEYS[:4])
@@ -133,10 +131,10 @@ def test_a_seat_weighs_trust_times_score_and_the_table_keeps_the_heaviest():
     assert weights == pytest.approx({honest: 0.18, accuser: 0.03})
     table = WeightsTable.heaviest(11, weights)
     assert table.weight(honest) == math.floor(0.18 * 65536) and table.weight(accuser) < table.weight(honest) / 5
-    many = {bytes([i // 256, i % 256]) * 16: (i + 1) / 4096 for i in range(committee.MAX_WEIGHT_ENTRIES + 10)}
+    cap = committee.MAX_PAGED_ENTRIES
+    many = {i.to_bytes(32, "big"): (i + 1) / (cap + 10) for i in range(cap + 10)}
     kept = WeightsTable.heaviest(11, many)
-    assert len(kept.entries) == committee.MAX_WEIGHT_ENTRIES and min(w for _, w in kept.entries) == math.floor(
-        11 / 4096 * 65536)
+    assert len(kept.entries) == cap and min(w for _, w in kept.entries) == math.floor(11 / (cap + 10) * 65536)
 
 
 @pytest.mark.parametrize("entries", [
@@ -171,10 +169,11 @@ def test_the_root_binds_every_part_of_the_manifest():
         ManifestContent(3, base.weights, base.groups[1:], ((KEYS[3].node_id, len(GROUPS) - 1),)),
         ManifestContent(3, base.weights, base.groups, ((KEYS[2].node_id, len(GROUPS)),)),
     ]
-    roots = {m.root for m in changed} | {base.root}
+    roots = {committee.PagedManifest(m).header.root for m in changed} | {committee.PagedManifest(base).header.root}
     assert len(roots) == len(changed) + 1
-    assert base.alpha(Draw.COMMITTEE) == b"vrl/committee/v1\x00" + (3).to_bytes(8, "big") + base.root
-    assert base.alpha(Draw.RECHECK) == b"vrl/recheck/v1\x00" + (3).to_bytes(8, "big") + base.root
+    header = committee.PagedManifest(base).header
+    assert header.alpha(Draw.COMMITTEE) == b"vrl/committee/v1\x00" + (3).to_bytes(8, "big") + header.root
+    assert header.alpha(Draw.RECHECK) == b"vrl/recheck/v1\x00" + (3).to_bytes(8, "big") + header.root
 
 
 def test_withheld_slots_are_counted_per_worker():
@@ -206,83 +205,33 @@ def test_hostile_manifests_raise_only_committee_error(round_, groups, workers):
         pass
 
 
-@given(st.one_of(st.binary(max_size=80), st.none(), st.integers()), st.one_of(st.binary(max_size=40), st.text()))
-def test_hostile_membership_inputs_raise_only_committee_error(beta, group):
+@given(st.one_of(st.binary(max_size=80), st.none(), st.integers()), st.one_of(st.integers(-3, 2**33), st.text()))
+def test_hostile_seat_inputs_raise_only_committee_error(beta, position):
     try:
-        member_value(beta, group)
+        seat_value(beta, position)
     except CommitteeError:
         pass
 
 
-# -- the claim a verdict carries ------------------------------------------------------------------
+# -- the draw ---------------------------------------------------------------------------------------
 
 
 def _draw(key: NodeKey, manifest: ManifestContent, draw: Draw = Draw.COMMITTEE) -> tuple[bytes, bytes]:
-    pi = vrf.prove(key.private_seed(), manifest.alpha(draw))
+    pi = vrf.prove(key.private_seed(), committee.PagedManifest(manifest).header.alpha(draw))
     return pi, vrf.proof_to_hash(pi)
 
 
-def test_a_members_claim_verifies_and_a_non_members_is_not_drawn():
-    manifest = _manifest()
-    key = KEYS[1]
-    pi, beta = _draw(key, manifest)
-    threshold = manifest.weights.threshold(key.node_id)
-    drawn = [d for d in GROUPS if is_member(beta, d, threshold)]
-    missed = [d for d in GROUPS if not is_member(beta, d, threshold)]
-    assert drawn and missed  # p_v = 2 x 0.5 / 2.25: some of 40 groups each way
-    for d in drawn:
-        assert claim(manifest.weights, key.node_id, pi, manifest.alpha(Draw.COMMITTEE), d) == beta
-        assert claim(manifest.weights, key.node_id, pi, manifest.alpha(Draw.COMMITTEE), d, beta=beta) == beta
-    for d in missed:
-        with pytest.raises(CommitteeError, match="not drawn") as caught:
-            claim(manifest.weights, key.node_id, pi, manifest.alpha(Draw.COMMITTEE), d)
-        assert caught.value.reason == "not_drawn"
-
-
-def test_a_forged_proof_is_refused_as_bad_proof():
-    manifest = _manifest()
-    key = KEYS[0]
-    pi, _ = _draw(key, manifest)
-    alpha = manifest.alpha(Draw.COMMITTEE)
-    forgeries = [pi[:i] + bytes([pi[i] ^ 1]) + pi[i + 1:] for i in (0, 40, 79)]
-    forgeries += [vrf.prove(KEYS[1].private_seed(), alpha),  # another key's proof
-                  _draw(key, manifest, Draw.RECHECK)[0],  # its own proof over the other input
-                  pi[:79], b""]
-    for forged in forgeries:
-        with pytest.raises(CommitteeError) as caught:
-            claim(manifest.weights, key.node_id, forged, alpha, GROUPS[0])
-        assert caught.value.reason == "bad_proof"
-
-
-def test_a_key_outside_the_table_is_refused_before_any_proof_is_checked():
-    manifest = _manifest()
-    stranger = KEYS[3]
-    pi, _ = _draw(stranger, manifest)
-    for proof in (pi, b"garbage"):  # not even parsed
-        with pytest.raises(CommitteeError) as caught:
-            claim(manifest.weights, stranger.node_id, proof, manifest.alpha(Draw.COMMITTEE), GROUPS[0])
-        assert caught.value.reason == "not_eligible"
-
-
 def test_the_recheck_committee_is_fresh():
-    """The same verifier's re-check output is another beta: its memberships differ from its first."""
+    """The same verifier's re-check output is another beta: its seats differ from its first."""
     manifest = _manifest()
     _, first = _draw(KEYS[0], manifest)
     _, again = _draw(KEYS[0], manifest, Draw.RECHECK)
     threshold = manifest.weights.threshold(KEYS[0].node_id)
     assert first != again
-    assert [is_member(first, d, threshold) for d in GROUPS] != [is_member(again, d, threshold) for d in GROUPS]
+    assert committee.seats(first, len(GROUPS), threshold) != committee.seats(again, len(GROUPS), threshold)
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.binary(min_size=0, max_size=100), st.sampled_from(GROUPS))
-def test_hostile_proofs_raise_only_committee_error(pi, group):
-    manifest = _manifest()
-    with pytest.raises(CommitteeError):
-        claim(manifest.weights, KEYS[0].node_id, pi, manifest.alpha(Draw.COMMITTEE), group)
-
-
-# -- the paged manifest (specs/committee.md §10) ---------------------------------------------------
+# -- the paged manifest (specs/committee.md §3, §4) ----------------------------------------------
 
 
 def _paged() -> committee.PagedManifest:
@@ -306,6 +255,7 @@ def test_a_member_learns_its_seats_from_the_header_one_entry_and_their_multiproo
     header = paged.header
     for key in KEYS[:3]:
         weight_answer = committee.check_entries(header, paged.answer(committee.List.WEIGHTS, keys=[key.node_id]),
+                                                committee.List.WEIGHTS,
                                                 keys=[key.node_id])
         j, leaf = weight_answer.found()[key.node_id]
         w = int.from_bytes(leaf[32:], "big")
@@ -315,7 +265,7 @@ def test_a_member_learns_its_seats_from_the_header_one_entry_and_their_multiproo
         assert header.threshold(w) == paged.content.weights.threshold(key.node_id)
         assert positions == tuple(i for i in range(len(GROUPS))
                                   if committee.seat_value(beta, i) < header.threshold(w))
-        answer = committee.check_entries(header, paged.answer(committee.List.GROUPS, positions=positions),
+        answer = committee.check_entries(header, paged.answer(committee.List.GROUPS, positions=positions), "groups",
                                          positions=positions)
         assert answer.leaves == tuple(GROUPS[i] for i in positions)
         for i in positions:  # and each seat's claim stands alone
@@ -349,20 +299,25 @@ def test_a_key_is_found_or_shown_absent_and_an_answer_hiding_a_listed_key_is_ref
     middle = bytes(a ^ b for a, b in zip(GROUPS[10], b"\x00" * 31 + b"\x01", strict=True))
     for key in (low, high, middle, GROUPS[0], GROUPS[-1], GROUPS[17]):
         answer = paged.answer(committee.List.GROUPS, keys=[key])
-        committee.check_entries(header, answer, keys=[key])
+        committee.check_entries(header, answer, "groups", keys=[key])
         assert (key in GROUPS) == (key in answer.found())
     # A server hiding GROUPS[17]: its neighbours 16 and 18 are not adjacent, so they prove nothing.
     tree = paged.trees[committee.List.GROUPS]
     hiding = committee.Entries(header.round, committee.List.GROUPS, (16, 18), (GROUPS[16], GROUPS[18]),
                                tree.prove([16, 18]))
     with pytest.raises(CommitteeError, match="neither found nor shown absent"):
-        committee.check_entries(header, hiding, keys=[GROUPS[17]])
+        committee.check_entries(header, hiding, "groups", keys=[GROUPS[17]])
     # Nor may it answer other positions than those asked, or another round's.
     with pytest.raises(CommitteeError, match="not the positions asked"):
-        committee.check_entries(header, hiding, positions=[16, 17])
+        committee.check_entries(header, hiding, "groups", positions=[16, 17])
     other = committee.Entries(header.round + 1, committee.List.GROUPS, (16,), (GROUPS[16],), tree.prove([16]))
     with pytest.raises(CommitteeError, match="round"):
-        committee.check_entries(header, other, positions=[16])
+        committee.check_entries(header, other, "groups", positions=[16])
+    # Nor another list's entries, proven as they are, for the one asked (a replay of what the
+    # trainer served someone else).
+    weights = paged.answer(committee.List.WEIGHTS, positions=[0, 1])
+    with pytest.raises(CommitteeError, match="to a request of"):
+        committee.check_entries(header, weights, "groups", positions=[0, 1])
 
 
 @settings(max_examples=300, deadline=None)
@@ -373,9 +328,9 @@ def test_hostile_entries_raise_only_committee_error(round_, which, positions, le
     header = _paged().header
     answer = committee.Entries(round_, which, positions, leaves, proof)
     with pytest.raises(CommitteeError):
-        committee.check_entries(header, answer, positions=positions)
+        committee.check_entries(header, answer, which, positions=positions)
     with pytest.raises(CommitteeError):
-        committee.check_entries(header, answer, keys=[GROUPS[3]])
+        committee.check_entries(header, answer, "groups", keys=[GROUPS[3]])
 
 
 ANY = st.one_of(st.none(), st.integers(-2, 2**70), st.binary(max_size=40), st.text(max_size=3),

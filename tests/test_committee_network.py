@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tests.test_protocol import announcement
+from vrl.node import committee
 from vrl.node import messages as M
 from vrl.node import protocol as P
 from vrl.node.admission import AdmissionConfig
@@ -20,6 +21,7 @@ from vrl.node.messages import (
     SignedVerdict,
     Submission,
 )
+from vrl.node.requests import EntriesAnswer, EntriesRequest
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -68,6 +70,10 @@ class Bus:
                 queue.append((peer, P.GroupReceived(self.groups[data], self.now)))
             case Send(peer, M.TOPIC_VERDICTS, data):
                 queue.append((peer, P.VerdictReceived(SignedVerdict.from_bytes(data))))
+            case P.FetchEntries(round_, which, positions, keys):  # specs/committee.md §3.5: the trainer answers
+                request = EntriesRequest(round_, committee.List(which), positions, keys)
+                answer = EntriesAnswer.of(self.trainer.rounds.answer(request))
+                queue.append((sender, P.EntriesReceived(action, answer)))
             case FetchGroup(digest, _):
                 found = [g for g in self.groups.values() if g.digest == digest]
                 queue += [(sender, P.GroupReceived(g, self.now)) for g in found]
@@ -120,7 +126,7 @@ def test_a_committee_network_quarantines_its_cheat_and_trains_no_bad_group():
     assert not trained_subjects & bus.bad
     # once reputation has made the workers eligible, the manifests draw committees of them
     late = [trainer.rounds.manifests[v] for v in range(2, 4) if v in trainer.rounds.manifests]
-    assert late and all(len(m.weights) >= len(bus.keys) - 1 for m in late)
+    assert late and all(m.weights >= len(bus.keys) - 1 for m in late)
 
 
 def test_a_verifiers_checks_per_round_are_about_k_times_groups_per_round():

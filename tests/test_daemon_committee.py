@@ -111,3 +111,17 @@ def test_a_committee_network_stores_manifests_catches_the_cheat_and_restarts_fro
     assert fresh.rounds.manifests == node.protocol.rounds.manifests
     assert {d: set(v) for d, v in fresh.verdicts.items() if v} == {
         d: set(v) for d, v in node.protocol.verdicts.items() if v}
+    # The trainer's store holds the lists behind each manifest it signed (specs/committee.md
+    # §3.6): a restarted trainer holds them again, proven against the headers, and serves them.
+    restarted = protocol_for(nodes["trainer"].config, TRAINER, nodes["trainer"].work)
+    store = Store(tmp_path / "trainer" / "node.sqlite")
+    try:
+        assert set(store.manifest_lists()) == {m.round for m in held}
+        replay_store(store, restarted)
+    finally:
+        store.close()
+    restarted.handle(P.Tick(0.0))
+    assert set(restarted.rounds.lists) == set(trainer.rounds.lists)
+    for round_, lists in trainer.rounds.lists.items():
+        assert restarted.rounds.lists[round_].header == lists.header
+    assert restarted.reputation.withheld() == trainer.reputation.withheld()

@@ -132,3 +132,17 @@ def test_bad_input_is_refused_before_anything_is_hashed():
         assert caught.value.reason == "bad_input", args
     with pytest.raises(MerkleError):
         merkle.Tree([b"x" * 65])
+
+
+@settings(max_examples=150, deadline=None)
+@given(trees_and_positions())
+def test_each_positions_own_proof_comes_out_of_a_multiproof(case):
+    """What a member puts in each claim (specs/committee.md §4) from the one multiproof of its
+    seats: every position's one-position proof, as the tree itself would give it."""
+    leaves, positions = case
+    tree = merkle.Tree(leaves)
+    paths = merkle.paths(tree.root, len(leaves), positions, [leaves[i] for i in positions], tree.prove(positions))
+    assert list(paths) == [tree.prove([i]) for i in positions]
+    with pytest.raises(MerkleError):
+        merkle.paths(hashlib.sha256(b"another root").digest(), len(leaves), positions,
+                     [leaves[i] for i in positions], tree.prove(positions))

@@ -12,19 +12,26 @@ from vrl.node.messages import (
     GOSSIP_MESSAGES,
     VERDICT_VERSION,
     BatchFile,
+    ManifestLists,
     MessageError,
-    NodeCounts,
     PolicyAnnouncement,
     RoundManifest,
     SignedVerdict,
-    SortedDigests,
     Submission,
     VerdictDraw,
     WeightedDigests,
     audit_ticket,
     topic_of,
 )
-from vrl.node.requests import BackfillPage, BackfillRequest, Cursor, SamplingRequest, ShortIds
+from vrl.node.requests import (
+    BackfillPage,
+    BackfillRequest,
+    Cursor,
+    EntriesAnswer,
+    EntriesRequest,
+    SamplingRequest,
+    ShortIds,
+)
 from vrl.rollouts.codec import canonical_bytes
 from vrl.rollouts.keys import NodeKey
 
@@ -189,8 +196,11 @@ def test_topic_of_names_only_our_kinds():
 
 # -- the generic decoder: any input decodes to what re-encodes to it, or is a MessageError ------------
 
-FILES = (BatchFile,)  # versioned canonical maps named by hash, not gossiped (specs/network.md §3.3.1)
-PLAIN = (BackfillRequest, SamplingRequest, BackfillPage)  # request/response maps: no envelope, not canonical
+# versioned canonical maps not gossiped: a batch file named by hash (specs/network.md §3.3.1), a
+# manifest's lists as the trainer stores them (specs/committee.md §3.1)
+FILES = (BatchFile, ManifestLists)
+# request/response maps: no envelope, not canonical
+PLAIN = (BackfillRequest, SamplingRequest, BackfillPage, EntriesRequest, EntriesAnswer)
 ANY_VALUE = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=8)
     | st.binary(max_size=40), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
@@ -218,11 +228,15 @@ def valid_value(kind) -> st.SearchStrategy:
             return st.lists(st.binary(max_size=64), min_size=low, max_size=min(high, 3))
         case wire.Nullable(inner=inner):
             return st.none() | valid_value(inner)
-        case NodeCounts(max_items=_, high=high):
-            return st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.integers(1, high)).map(list),
-                            max_size=3, unique_by=lambda pair: pair[0]).map(sorted)
-        case SortedDigests():
+        case wire.Listed(item="hash"):
+            return st.lists(st.binary(min_size=32, max_size=32), max_size=3)
+        case wire.Listed(item="key"):
             return st.lists(st.binary(min_size=32, max_size=32), max_size=3, unique=True).map(sorted)
+        case wire.Listed(item="position", high=high):
+            return st.lists(st.integers(0, min(high - 1, 50)), max_size=3, unique=True).map(sorted)
+        case wire.Listed(item="leaf", high=high):
+            return st.lists(st.sampled_from([32, high]).flatmap(lambda n: st.binary(min_size=n, max_size=n)),
+                            max_size=3)
         case WeightedDigests():
             return st.lists(st.tuples(st.binary(min_size=32, max_size=32), st.floats(0.0, 1e300)).map(list),
                             max_size=3, unique_by=lambda pair: pair[0])
@@ -263,9 +277,20 @@ def message_maps(draw: st.DrawFn, cls) -> tuple[bytes, bool]:
         # a delta names its hash, its parent file and a size under the weights file's (§6.1)
         fields["delta"], fields["delta_parent"] = (draw(st.binary(min_size=32, max_size=32)) for _ in range(2))
         fields["delta_size"] = draw(st.integers(1, fields["size"] - 1))
-    if cls is RoundManifest and not spoiled & {"groups", "workers"} and draw(st.integers(0, 3)):
-        # the workers' counts sum to the groups listed (specs/committee.md §3.3)
-        fields["workers"] = [[b"\x01" * 32, len(fields["groups"])]] if fields["groups"] else []
+    if cls is RoundManifest and not spoiled & {"groups", "workers", "weights", "total_weight"} \
+            and draw(st.integers(0, 3)):
+        # no more workers than groups, W the sum of m weights (specs/committee.md §3.1)
+        fields["workers"] = draw(st.integers(1, fields["groups"]))
+        fields["total_weight"] = draw(st.integers(fields["weights"], fields["weights"] * 65536))
+    if cls is ManifestLists and not spoiled & {"groups", "weights", "workers"} and draw(st.integers(0, 3)) != 3:
+        # sorted 36-byte entries, the workers' counts summing to the groups (specs/committee.md §3.1)
+        nodes = draw(st.lists(st.binary(min_size=32, max_size=32), max_size=3, unique=True).map(sorted))
+        fields["weights"] = [n + draw(st.integers(1, 65536)).to_bytes(4, "big") for n in nodes]
+        fields["workers"] = [b"\x01" * 32 + len(fields["groups"]).to_bytes(4, "big")] if fields["groups"] else []
+    if cls is EntriesRequest and not spoiled & {"positions", "keys"} and draw(st.integers(0, 3)):
+        fields[draw(st.sampled_from(["positions", "keys"]))] = []  # exactly one of them names entries
+    if cls is EntriesAnswer and not spoiled & {"positions", "leaves"} and draw(st.integers(0, 3)):
+        fields["leaves"] = [b"\x00" * 32 for _ in fields["positions"]]  # a leaf a position
     if not draw(st.integers(0, 9)):
         fields[draw(st.text(max_size=8))] = draw(ANY_VALUE)
     canonical = draw(st.integers(0, 3)) > 0
@@ -276,15 +301,28 @@ def _consistent_claim(draw: st.DrawFn, fields: dict, spoiled: set) -> None:
     """A verdict's draw, ticket, pi, outcome and version agree (specs/committee.md §4), unless
     spoiled: a ticket draw is written as version 2, without draw and pi."""
     claim = fields.get("draw")
-    if spoiled & {"draw", "ticket", "pi", "outcome"} or claim not in [str(d) for d in VerdictDraw]:
+    seat = {"seat", "seat_path", "weight_at", "weight", "weight_path"}
+    if spoiled & ({"draw", "ticket", "pi", "outcome"} | seat) or claim not in [str(d) for d in VerdictDraw]:
         return
+    proven = claim in ("committee", "recheck")
     fields["ticket"] = draw(st.binary(min_size=64, max_size=64)) if claim == "ticket" else b""
-    fields["pi"] = draw(st.binary(min_size=80, max_size=80)) if claim in ("committee", "recheck") else b""
+    fields["pi"] = draw(st.binary(min_size=80, max_size=80)) if proven else b""
     if claim != "ticket" and fields.get("outcome") == "skipped":
         fields["outcome"] = "pass"
-    if claim == "ticket" and fields.get("v") == VERDICT_VERSION:
-        fields["v"] = VERDICT_VERSION - 1
-        del fields["draw"], fields["pi"]
+    if "weight" in fields:  # version 4: a seat's weights entry with a drawn claim, none without
+        fields["weight"] = draw(st.integers(1, 65536)) if proven else 0
+        if not proven:
+            fields["weight_at"], fields["weight_path"] = 0, []
+        if claim == "ticket":
+            fields["seat"], fields["seat_path"] = 0, []
+    if claim == "ticket" and fields.get("v", 0) > 2:
+        fields["v"] = 2  # a ticket draw is written as version 2, without draw, pi or seat
+        for name in ("draw", "pi", *seat):
+            fields.pop(name, None)
+    elif fields.get("v") == VERDICT_VERSION and not proven and not fields["seat"] and not fields["seat_path"]:
+        fields["v"] = VERDICT_VERSION - 1  # nothing of version 4 in it: written as version 3
+        for name in seat:
+            del fields[name]
 
 
 def decoded_or_refused(cls, data: bytes, canonical: bool) -> object | None:

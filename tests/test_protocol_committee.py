@@ -26,6 +26,7 @@ from vrl.node.messages import (
     VerdictDraw,
     audit_ticket,
 )
+from vrl.node.requests import EntriesAnswer, EntriesRequest
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -68,20 +69,46 @@ def round_zero(**trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P
     return trainer, RoundManifest.from_bytes(announce.data), received
 
 
-def verifier(key: NodeKey, manifest: RoundManifest, received: list) -> tuple[P.NodeProtocol, list]:
+def lists(trainer: P.NodeProtocol, round_: int = 0) -> committee.ManifestContent:
+    """The lists behind the trainer's manifest of ``round_`` (specs/committee.md §3.1)."""
+    return trainer.rounds.lists[round_].content
+
+
+def served(proto: P.NodeProtocol, trainer: P.NodeProtocol, actions: list) -> list:
+    """``actions`` with each entries request answered by the trainer (specs/committee.md §3.5) and
+    fed back, as the daemon does, until none is left: what the answers led to, besides."""
+    out: list = []
+    for _ in range(100):  # bounded: each answer proves entries, asked once
+        fetches = [a for a in actions if isinstance(a, P.FetchEntries)]
+        out += [a for a in actions if not isinstance(a, P.FetchEntries)]
+        if not fetches:
+            return out
+        actions = []
+        for fetch in fetches:
+            request = EntriesRequest(fetch.round, committee.List(fetch.list), fetch.positions, fetch.keys)
+            answer = EntriesAnswer.of(trainer.rounds.answer(request))
+            actions += proto.handle(P.EntriesReceived(fetch, answer))
+    raise AssertionError("entries asked without end")
+
+
+def verifier(key: NodeKey, manifest: RoundManifest, received: list,
+             trainer: P.NodeProtocol) -> tuple[P.NodeProtocol, list]:
     proto = node(key, "verifier")
     ready(proto)
     for event in received:
         assert [a for a in proto.handle(event) if isinstance(a, P.Check)] == []  # no draw before the manifest
-    actions = proto.handle(P.ManifestReceived(manifest, 2.0))
+    actions = served(proto, trainer, proto.handle(P.ManifestReceived(manifest, 2.0)))
     return proto, actions
 
 
-def seats(key: NodeKey, manifest: RoundManifest, draw: committee.Draw) -> set[bytes]:
-    """The groups ``key`` sits on, from the spec's formulas alone."""
-    beta = vrf.proof_to_hash(vrf.prove(key.private_seed(), manifest.content.alpha(draw)))
-    threshold = manifest.content.weights.threshold(key.node_id)
-    return {d for d in manifest.groups if committee.is_member(beta, d, threshold)}
+def seats(key: NodeKey, trainer: P.NodeProtocol, draw: committee.Draw, round_: int = 0) -> set[bytes]:
+    """The groups ``key`` sits on, from the spec's formulas alone (specs/committee.md §2)."""
+    content = lists(trainer, round_)
+    header = committee.PagedManifest(content).header
+    beta = vrf.proof_to_hash(vrf.prove(key.private_seed(), header.alpha(draw)))
+    threshold = header.threshold(content.weights.weight(key.node_id))
+    return {content.groups[i] for i in range(header.groups)
+            if committee.seat_value(beta, i) < threshold}
 
 
 def checked(proto: P.NodeProtocol, digest: bytes, reasons: tuple[str, ...] = ()) -> SignedVerdict:
@@ -102,9 +129,10 @@ def checked(proto: P.NodeProtocol, digest: bytes, reasons: tuple[str, ...] = ())
 def test_the_trainer_closes_the_round_with_a_manifest_of_its_groups_and_the_eligible_weights():
     trainer, manifest, received = round_zero()
     assert manifest.valid() and manifest.trainer == TRAINER.node_id and manifest.round == 0
-    assert manifest.groups == tuple(sorted(e.group.digest for e in received))
-    assert manifest.workers == ((WORKER.node_id, 4),)
-    assert dict(manifest.weights) == {k: committee.WEIGHT_SCALE for k in ANCHORS}  # never the trainer
+    assert lists(trainer).groups == tuple(sorted(e.group.digest for e in received))
+    assert lists(trainer).workers == ((WORKER.node_id, 4),)
+    assert dict(lists(trainer).weights.entries) == {k: committee.WEIGHT_SCALE for k in ANCHORS}  # never the trainer
+    assert manifest.header == committee.PagedManifest(lists(trainer)).header  # the header commits the lists
     assert manifest.committee_size == K and trainer.rounds.manifests[0] == manifest
     # a group of the round that arrives after its manifest is never held, checked or trained
     late = groups(5)[4]
@@ -124,7 +152,7 @@ def test_a_round_without_a_workers_group_stays_open_past_its_window_until_one_ar
     assert not closed(trainer.handle(P.Tick(60.0))) and 0 not in trainer.rounds.manifests
     late = groups(1)[0]
     assert closed(trainer.handle(P.GroupReceived(late.group, 61.0)))  # past the window: at once
-    assert trainer.rounds.manifests[0].groups == (late.group.digest,)
+    assert lists(trainer).groups == (late.group.digest,)
 
 
 def test_the_window_closes_after_submission_window_without_every_group():
@@ -135,8 +163,8 @@ def test_the_window_closes_after_submission_window_without_every_group():
     trainer.handle(P.Tick(4.0))
     assert 0 not in trainer.rounds.manifests
     manifests = [a for a in trainer.handle(P.Tick(6.0)) if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
-    assert len(manifests) == 1 and RoundManifest.from_bytes(manifests[0].data).workers == ((WORKER.node_id, 2),)
-    assert RoundManifest.from_bytes(manifests[0].data).content.withheld(4) == {WORKER.node_id: 2}
+    assert len(manifests) == 1 and lists(trainer).workers == ((WORKER.node_id, 2),)
+    assert lists(trainer).withheld(4) == {WORKER.node_id: 2}
 
 
 def test_the_window_stays_open_past_submission_window_while_groups_arrive_but_not_past_the_grace():
@@ -144,7 +172,7 @@ def test_the_window_stays_open_past_submission_window_while_groups_arrive_but_no
     still come (specs/committee.md §3.4); a trickle of groups cannot hold the window open past
     submission_window + submission_grace."""
     def closes(trainer: P.NodeProtocol, event) -> list:
-        return [RoundManifest.from_bytes(a.data) for a in trainer.handle(event)
+        return [lists(trainer, RoundManifest.from_bytes(a.data).round) for a in trainer.handle(event)
                 if isinstance(a, P.Publish) and a.topic == TOPIC_MANIFESTS]
 
     slow = groups(4, subject=VERIFIERS[0])
@@ -176,8 +204,8 @@ def test_the_window_stays_open_past_submission_window_while_groups_arrive_but_no
 def test_members_check_exactly_their_seats_and_their_claims_are_accepted():
     trainer, manifest, received = round_zero()
     for key in VERIFIERS:
-        proto, actions = verifier(key, manifest, received)
-        mine = seats(key, manifest, committee.Draw.COMMITTEE)
+        proto, actions = verifier(key, manifest, received, trainer)
+        mine = seats(key, trainer, committee.Draw.COMMITTEE)
         assert {a.group for a in actions if isinstance(a, P.Check)} == mine
         assert isinstance(actions[0], P.PersistManifest)
         for digest in mine:
@@ -187,7 +215,7 @@ def test_members_check_exactly_their_seats_and_their_claims_are_accepted():
             assert trainer.verdict_refusal(verdict) is None
             assert P.Persist(verdict) in trainer.handle(P.VerdictReceived(verdict))
             assert trainer.decided(digest) is True  # a counting member's pass decides
-    assert sum(len(seats(k, manifest, committee.Draw.COMMITTEE)) for k in VERIFIERS) > 0
+    assert sum(len(seats(k, trainer, committee.Draw.COMMITTEE)) for k in VERIFIERS) > 0
 
 
 def test_a_member_keeps_a_batch_of_checks_under_way_so_its_generation_is_not_queued_behind_its_seats():
@@ -203,13 +231,14 @@ def test_a_member_keeps_a_batch_of_checks_under_way_so_its_generation_is_not_que
         trainer.handle(event)
     trainer.handle(P.Tick(30.0))
     manifest = trainer.rounds.manifests[0]
-    assert len(manifest.groups) == 12
+    assert len(lists(trainer).groups) == 12
 
     member = node(VERIFIERS[0], "verifier", "worker", admission=AdmissionConfig(batch_groups=3))
     ready(member)
     for event in received:
         member.handle(event)
-    asked = [a.group for a in member.handle(P.ManifestReceived(manifest, 31.0)) if isinstance(a, P.Check)]
+    asked = [a.group for a in served(member, trainer, member.handle(P.ManifestReceived(manifest, 31.0)))
+             if isinstance(a, P.Check)]
     assert len(asked) == 3
     # A new version is due while three checks are under way: its generation waits behind three.
     member.handle(P.PolicyAnnounced(announcement(1)))
@@ -227,16 +256,17 @@ def test_a_member_keeps_a_batch_of_checks_under_way_so_its_generation_is_not_que
         actions = member.handle(P.Checked(digest, (), b"\x09" * 32))
         asked += [a.group for a in actions if isinstance(a, P.Check)]
         assert len(asked) <= 3
-    assert sorted(done) == sorted(manifest.groups) and done[-1] == stuck  # every seat in the end, each once
+    assert sorted(done) == sorted(lists(trainer).groups) and done[-1] == stuck  # every seat in the end, each once
 
 
-def _member_and_verdict(manifest: RoundManifest, received: list) -> tuple[NodeKey, bytes, SignedVerdict, bytes]:
+def _member_and_verdict(trainer: P.NodeProtocol, manifest: RoundManifest,
+                        received: list) -> tuple[NodeKey, bytes, SignedVerdict, bytes]:
     """A verifier, a group it sits on, its verdict on it, and a group it does not sit on."""
     for key in VERIFIERS:
-        mine = seats(key, manifest, committee.Draw.COMMITTEE)
-        others = set(manifest.groups) - mine
+        mine = seats(key, trainer, committee.Draw.COMMITTEE)
+        others = set(lists(trainer).groups) - mine
         if mine and others:
-            proto, _ = verifier(key, manifest, received)
+            proto, _ = verifier(key, manifest, received, trainer)
             digest = sorted(mine)[0]
             return key, digest, checked(proto, digest), sorted(others)[0]
     raise AssertionError("no verifier with seats each way")
@@ -249,9 +279,9 @@ def test_the_trainer_re_checks_a_failure_that_comes_after_its_group_went_stale()
     late_rechecks); unchecked, a false accuser's late failures lowered honest scores for good."""
     trainer, manifest, received = round_zero()
     for key in VERIFIERS:
-        mine = sorted(seats(key, manifest, committee.Draw.COMMITTEE))
+        mine = sorted(seats(key, trainer, committee.Draw.COMMITTEE))
         if mine:
-            member, _ = verifier(key, manifest, received)
+            member, _ = verifier(key, manifest, received, trainer)
             accusation = checked(member, mine[0], ("reward_mismatch",))
             break
     for version in range(1, trainer.config.max_staleness + 2):
@@ -267,28 +297,35 @@ def test_the_trainer_re_checks_a_failure_that_comes_after_its_group_went_stale()
 
 def test_a_forged_proof_and_a_claim_for_a_group_one_was_not_drawn_for_are_refused_with_their_reason():
     trainer, manifest, received = round_zero()
-    key, digest, honest, not_mine = _member_and_verdict(manifest, received)
+    key, digest, honest, not_mine = _member_and_verdict(trainer, manifest, received)
     forged = dataclasses.replace(honest, pi=honest.pi[:-1] + bytes([honest.pi[-1] ^ 1])).signed(key)
     stolen = dataclasses.replace(honest, pi=vrf.prove(VERIFIERS[0 if key != VERIFIERS[0] else 1].private_seed(),
-                                                        manifest.content.alpha(committee.Draw.COMMITTEE))).signed(key)
-    other_round = dataclasses.replace(honest, pi=vrf.prove(key.private_seed(), manifest.content.alpha(
+                                                        manifest.header.alpha(committee.Draw.COMMITTEE))).signed(key)
+    other_round = dataclasses.replace(honest, pi=vrf.prove(key.private_seed(), manifest.header.alpha(
         committee.Draw.RECHECK))).signed(key)
-    undrawn = dataclasses.replace(honest, group=not_mine).signed(key)
+    # its true place and path, but a seat its output does not give it
+    place = lists(trainer).groups.index(not_mine)
+    undrawn = dataclasses.replace(honest, group=not_mine, seat=place, seat_path=trainer.rounds.lists[0].trees[
+        committee.List.GROUPS].prove([place])).signed(key)
+    moved = dataclasses.replace(honest, seat=place).signed(key)  # its own group, at another's place
+    junk_path = dataclasses.replace(honest, seat_path=(b"\x00" * 32,)).signed(key)  # the trainer holds the lists too
+    own_group = dataclasses.replace(honest, subject=key.node_id).signed(key)  # never a seat on its own group
     outsider = NodeKey.from_seed(b"x" * 32)
     fresh = dataclasses.replace(honest, verifier=outsider.node_id, pi=vrf.prove(
-        outsider.private_seed(), manifest.content.alpha(committee.Draw.COMMITTEE))).signed(outsider)
-    no_claim = dataclasses.replace(honest, draw="none", pi=b"").signed(key)
+        outsider.private_seed(), manifest.header.alpha(committee.Draw.COMMITTEE))).signed(outsider)
+    no_claim = dataclasses.replace(honest, draw="none", pi=b"", weight_at=0, weight=0, weight_path=()).signed(key)
     unlisted = dataclasses.replace(honest, group=b"\x00" * 32).signed(key)
     for verdict, reason in [(forged, "bad_proof"), (stolen, "bad_proof"), (other_round, "bad_proof"),
                             (undrawn, "not_drawn"), (fresh, "not_eligible"), (no_claim, None),
-                            (unlisted, "not_in_manifest")]:
+                            (unlisted, "not_in_manifest"), (moved, "not_in_manifest"),
+                            (junk_path, "not_in_manifest"), (own_group, "not_drawn")]:
         assert trainer.verdict_refusal(verdict) == reason, reason
     # a verifier that is not a pre-trusted anchor of the receiver may not claim a check without a draw
     outside_view = node(WORKER, "verifier", pretrusted=frozenset())
     ready(outside_view)
     outside_view.handle(P.ManifestReceived(manifest, 2.0))
     assert outside_view.verdict_refusal(no_claim) == "no_claim"
-    for verdict in (forged, stolen, other_round, undrawn, fresh, unlisted):
+    for verdict in (forged, stolen, other_round, undrawn, fresh, unlisted, moved, junk_path, own_group):
         assert not any(isinstance(a, P.Persist) for a in trainer.handle(P.VerdictReceived(verdict)))
         assert trainer.verdicts[verdict.group].get(verdict.verifier) is None  # nothing stored
     assert trainer.waiting_verdicts == 0
@@ -298,7 +335,7 @@ def test_a_forged_proof_and_a_claim_for_a_group_one_was_not_drawn_for_are_refuse
 
 def test_a_verdict_of_the_other_design_is_refused():
     trainer, manifest, received = round_zero()
-    _, _, honest, _ = _member_and_verdict(manifest, received)
+    _, _, honest, _ = _member_and_verdict(trainer, manifest, received)
     ticket_trainer = ticket_node(TRAINER, "trainer")
     assert ticket_trainer.verdict_refusal(honest) == "wrong_design"
     ticket = dataclasses.replace(honest, draw="ticket", pi=b"", ticket=audit_ticket(VERIFIERS[0], honest.group),
@@ -308,11 +345,11 @@ def test_a_verdict_of_the_other_design_is_refused():
 
 def test_a_flood_of_fresh_keys_is_refused_before_its_signatures_and_loses_nothing_accepted():
     trainer, manifest, received = round_zero()
-    key, digest, honest, _ = _member_and_verdict(manifest, received)
+    key, digest, honest, _ = _member_and_verdict(trainer, manifest, received)
     assert P.Persist(honest) in trainer.handle(P.VerdictReceived(honest))
     flood = [NodeKey.from_seed(b"f%07d" % i + bytes(24)) for i in range(300)]
     for i, stranger in enumerate(flood):
-        for d in manifest.groups:
+        for d in lists(trainer).groups:
             # unsigned even: refused on the table lookup, before any signature is checked
             junk = dataclasses.replace(honest, verifier=stranger.node_id, group=d, signature=bytes(64), round=i)
             assert trainer.verdict_refusal(junk) == "not_eligible"
@@ -340,8 +377,12 @@ def test_strangers_waiting_verdicts_never_push_out_a_verifier_with_weight():
 
 def test_a_counting_failure_goes_to_the_fresh_recheck_committee_and_the_trainer():
     trainer, manifest, received = round_zero()
-    key, digest, _, _ = _member_and_verdict(manifest, received)
-    proto, _ = verifier(key, manifest, received)
+    # a member and one of its seats that some other verifier's fresh committee holds
+    fresh_only = {o: seats(o, trainer, committee.Draw.RECHECK) - seats(o, trainer, committee.Draw.COMMITTEE)
+                  for o in VERIFIERS}
+    key, digest = next((k, d) for k in VERIFIERS for d in sorted(seats(k, trainer, committee.Draw.COMMITTEE))
+                       if any(d in fresh_only[o] for o in VERIFIERS if o != k))
+    proto, _ = verifier(key, manifest, received, trainer)
     accusation = checked(proto, digest, ("reward_mismatch",))
     assert accusation.outcome == "hard_fail" and accusation.draw == "committee"
     trainer_actions = trainer.handle(P.VerdictReceived(accusation))
@@ -352,9 +393,9 @@ def test_a_counting_failure_goes_to_the_fresh_recheck_committee_and_the_trainer(
     for other in VERIFIERS:
         if other == key:
             continue
-        proto, _ = verifier(other, manifest, received)
-        first = seats(other, manifest, committee.Draw.COMMITTEE)
-        fresh = seats(other, manifest, committee.Draw.RECHECK)
+        proto, _ = verifier(other, manifest, received, trainer)
+        first = seats(other, trainer, committee.Draw.COMMITTEE)
+        fresh = seats(other, trainer, committee.Draw.RECHECK)
         actions = proto.handle(P.VerdictReceived(accusation))
         checks = {a.group for a in actions if isinstance(a, P.Check)}
         if digest in first:
@@ -376,8 +417,8 @@ def test_a_group_no_member_checked_falls_back_to_the_trainer_after_submission_wi
     assert [a for a in trainer.handle(P.Tick(10.0)) if isinstance(a, P.Check)] == []
     assert [a for a in trainer.handle(P.Tick(25.9)) if isinstance(a, P.Check)] == []
     checks = {a.group for a in trainer.handle(P.Tick(26.0)) if isinstance(a, P.Check)}
-    assert checks == set(manifest.groups)  # nobody reported: every group is the trainer's
-    for digest in manifest.groups:
+    assert checks == set(lists(trainer).groups)  # nobody reported: every group is the trainer's
+    for digest in lists(trainer).groups:
         assert trainer.decided(digest) is None
         checked(trainer, digest)
         assert trainer.decided(digest) is True
@@ -416,7 +457,7 @@ def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_
     from vrl.node.validation import Validator
 
     trainer, manifest, received = round_zero()
-    key, _, honest, not_mine = _member_and_verdict(manifest, received)
+    key, _, honest, not_mine = _member_and_verdict(trainer, manifest, received)
     outsider = NodeKey.from_seed(b"y" * 32)
     listener = node(outsider, "verifier", pretrusted=frozenset())
     validate = Validator(listener, 1, GroupCache(Store(tmp_path / "s.sqlite"), structlog.get_logger()), NodeMetrics())
@@ -438,11 +479,15 @@ def test_the_gossip_validator_rejects_hostile_claims_and_ignores_what_it_cannot_
         listener.handle(event)
     assert waits(TOPIC_VERDICTS, honest.to_bytes()) is None
     forged = dataclasses.replace(honest, pi=bytes(80)).signed(key)
-    undrawn = dataclasses.replace(honest, group=not_mine).signed(key)
+    # its true place and path, but a seat its output does not give it
+    place = lists(trainer).groups.index(not_mine)
+    undrawn = dataclasses.replace(honest, group=not_mine, seat=place, seat_path=trainer.rounds.lists[0].trees[
+        committee.List.GROUPS].prove([place])).signed(key)
+    moved = dataclasses.replace(honest, seat=place).signed(key)  # its own group, at another's place
     fresh = dataclasses.replace(honest, verifier=outsider.node_id).signed(outsider)
-    for hostile in (forged, undrawn, fresh):
+    for hostile in (forged, undrawn, fresh, moved):
         assert judged(TOPIC_VERDICTS, hostile.to_bytes()) is Validation.REJECT
-    no_claim = dataclasses.replace(honest, draw="none", pi=b"").signed(key)
+    no_claim = dataclasses.replace(honest, draw="none", pi=b"", weight_at=0, weight=0, weight_path=()).signed(key)
     assert judged(TOPIC_VERDICTS, no_claim.to_bytes()) is Validation.IGNORE
     impostor = dataclasses.replace(manifest, trainer=outsider.node_id).signed(outsider)
     assert judged(TOPIC_MANIFESTS, impostor.to_bytes()) is Validation.IGNORE
@@ -456,9 +501,9 @@ def test_a_members_pass_makes_a_group_verified_for_the_trusted_share_where_no_an
     check that makes a group trusted, so a worker below trusted_score still fills a batch at the
     default trusted_share (with the old reading the batch was empty and training stopped)."""
     trainer, manifest, received = round_zero()
-    key = next(k for k in VERIFIERS if seats(k, manifest, committee.Draw.COMMITTEE))
-    member, _ = verifier(key, manifest, received)
-    digest = sorted(seats(key, manifest, committee.Draw.COMMITTEE))[0]
+    key = next(k for k in VERIFIERS if seats(k, trainer, committee.Draw.COMMITTEE))
+    member, _ = verifier(key, manifest, received, trainer)
+    digest = sorted(seats(key, trainer, committee.Draw.COMMITTEE))[0]
     verdict = checked(member, digest)
     view = node(VERIFIERS[-1] if key != VERIFIERS[-1] else VERIFIERS[0], "verifier",
                 pretrusted=frozenset({TRAINER.node_id}))
@@ -470,28 +515,54 @@ def test_a_members_pass_makes_a_group_verified_for_the_trusted_share_where_no_an
     assert verdict.verifier not in view.reputation.pretrusted and verdict.draw == VerdictDraw.COMMITTEE
     assert view.verdicts[digest][verdict.verifier] == verdict
     assert routing.verified(view, digest)
-    assert not any(routing.verified(view, d) for d in manifest.groups if d != digest)  # no pass, no check
+    assert not any(routing.verified(view, d) for d in lists(trainer).groups if d != digest)  # no pass, no check
     score = view.standing(WORKER.node_id).score
     config = AdmissionConfig(batch_groups=4, node_cap=1.0)  # the default trusted_share, 0.5
     assert score < config.trusted_score
-    batch = admit([Candidate(d, WORKER.node_id, score, verified=routing.verified(view, d)) for d in manifest.groups],
-                  config, b"seed")
+    batch = admit([Candidate(d, WORKER.node_id, score, verified=routing.verified(view, d))
+                   for d in lists(trainer).groups], config, b"seed")
     assert [c.group for c, _ in batch].count(digest) == 1  # the verified group is in; alone, the rest untrusted
-    assert admit([Candidate(d, WORKER.node_id, score) for d in manifest.groups], config, b"seed") == []
+    assert admit([Candidate(d, WORKER.node_id, score) for d in lists(trainer).groups], config, b"seed") == []
 
 
 def test_a_node_forgets_rounds_no_fresh_group_is_of_and_never_takes_their_manifests_again():
     """vrl.node.rounds.Rounds.forget: a member held every manifest's digests forever; rounds below
     version - max_staleness - 1 are dropped, and their manifests coming again (backfill) are not
     held again, so their withheld records never count twice."""
-    _, manifest, received = round_zero()
-    member, _ = verifier(VERIFIERS[0], manifest, received)
+    trainer, manifest, received = round_zero()
+    member, _ = verifier(VERIFIERS[0], manifest, received, trainer)
     assert 0 in member.rounds.manifests and member.rounds.round_of
     withheld = len(member.reputation.withheld())
     staleness = member.config.max_staleness
     for version in range(1, staleness + 3):
         ready(member, version)
     assert member.rounds.manifests == {} and member.rounds.round_of == {} and member.rounds.floor == 1
-    assert member.rounds._seats == {} and member.rounds.received_at == {}
+    assert member.rounds._positions == {} and member.rounds.places == {} and member.rounds.received_at == {}
     assert member.handle(P.ManifestReceived(manifest, 99.0)) == [] and 0 not in member.rounds.manifests
     assert len(member.reputation.withheld()) == withheld
+
+
+def test_an_entries_answer_its_header_does_not_prove_teaches_a_member_nothing_and_it_asks_again():
+    """specs/committee.md §3.5: a member takes its weights entry and its seats only from answers
+    the round's header proves; a forged one changes nothing, and the request is asked again."""
+    trainer, manifest, received = round_zero()
+    member = node(VERIFIERS[0], "verifier")
+    ready(member)
+    for event in received:
+        member.handle(event)
+    (ask,) = [a for a in member.handle(P.ManifestReceived(manifest, 2.0)) if isinstance(a, P.FetchEntries)]
+    assert (ask.list, ask.keys) == ("weights", (VERIFIERS[0].node_id,))
+    honest = trainer.rounds.answer(EntriesRequest(0, committee.List.WEIGHTS, (), ask.keys))
+    j = honest.positions[0]
+    other = dataclasses.replace(honest, leaves=(VERIFIERS[0].node_id + (1).to_bytes(4, "big"),))  # not its weight
+    # another list's entries, proven as they are (what the trainer served someone else, replayed)
+    elsewhere = trainer.rounds.answer(EntriesRequest(0, committee.List.GROUPS, (), ask.keys))
+    for forged in (other, dataclasses.replace(honest, proof=()), dataclasses.replace(honest, round=1), elsewhere):
+        actions = member.handle(P.EntriesReceived(ask, EntriesAnswer.of(forged)))
+        assert [a for a in actions if isinstance(a, P.Check)] == [] and 0 not in member.rounds.weight
+        assert member.rounds.omitted == {}  # its key is no group shown absent
+        assert [a for a in actions if isinstance(a, P.FetchEntries)] == [ask]  # asked again
+    actions = served(member, trainer, member.handle(P.EntriesReceived(ask, EntriesAnswer.of(honest))))
+    assert member.rounds.weight[0][:2] == (j, lists(trainer).weights.weight(VERIFIERS[0].node_id))
+    mine = seats(VERIFIERS[0], trainer, committee.Draw.COMMITTEE)
+    assert {a.group for a in actions if isinstance(a, P.Check)} == mine

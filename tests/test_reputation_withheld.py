@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vrl.node.admission import AdmissionConfig, Candidate, admit
-from vrl.node.messages import Outcome, RoundManifest
+from vrl.node.committee import ManifestContent, PagedManifest, WeightsTable
+from vrl.node.messages import ManifestLists, Outcome, RoundManifest
 from vrl.node.reputation import (
     Report,
     Reputation,
@@ -99,15 +100,21 @@ def test_an_absent_worker_pays_nothing_and_a_worker_with_no_passes_pays_the_floo
         compute(reports, pretrusted, 1, ReputationConfig())[FULL]
 
 
-def manifest(trainer: NodeKey, round_: int, workers: list[tuple[bytes, int]]) -> RoundManifest:
+def lists(round_: int, workers: list[tuple[bytes, int]]) -> ManifestContent:
+    """A round's lists (specs/committee.md §3.1): the workers' groups, one verifier's weight."""
     groups = tuple(sorted(digest(w, round_, i) for w, count in workers for i in range(count)))
-    return RoundManifest(trainer.node_id, round_, 3, ((VERIFIERS[0], 65536),), groups,
-                         tuple(sorted(workers))).signed(trainer)
+    return ManifestContent(round_, WeightsTable(3, ((VERIFIERS[0], 65536),)), groups, tuple(sorted(workers)))
+
+
+def manifest(trainer: NodeKey, round_: int, workers: list[tuple[bytes, int]]) -> tuple[bytes, bytes]:
+    """The signed header's bytes and the lists behind it, as the trainer's store holds them."""
+    content = lists(round_, workers)
+    header = RoundManifest.of(trainer.node_id, PagedManifest(content).header).signed(trainer)
+    return header.to_bytes(), ManifestLists.of(content).to_bytes()
 
 
 def test_a_manifest_implies_one_record_per_worker_cut_short_and_refuses_an_overfull_one():
-    trainer = NodeKey.from_seed(b"T" * 32)
-    m = manifest(trainer, 7, [(FULL, 4), (HALF, 1)])
+    m = lists(7, [(FULL, 4), (HALF, 1)])
     assert withheld_of(m, 4) == [Withheld(7, HALF, 1, 3)]
     assert withheld_of(m, 5) == [Withheld(7, FULL, 4, 1), Withheld(7, HALF, 1, 4)]
     with pytest.raises(ReputationError, match="more than 3 groups"):
@@ -116,10 +123,18 @@ def test_a_manifest_implies_one_record_per_worker_cut_short_and_refuses_an_overf
 
 def test_the_audit_recomputes_withheld_slots_from_the_manifests_in_the_log():
     trainer, stranger = NodeKey.from_seed(b"T" * 32), NodeKey.from_seed(b"S" * 32)
-    log = [("manifest", manifest(trainer, 0, [(HALF, 2)]).to_bytes(), (1.0,)),
-           ("manifest", manifest(trainer, 0, [(HALF, 1)]).to_bytes(), (2.0,)),  # a second one of round 0: unused
-           ("manifest", manifest(stranger, 1, [(HALF, 1)]).to_bytes(), (3.0,)),  # not an anchor's
-           ("manifest", b"\x81\xa1x\x01", (4.0,))]  # undecodable: skipped, as a bad verdict is
+    def row(key: NodeKey, round_: int, workers: list, at: float, lists_of: list | None = None) -> tuple:
+        header, behind = manifest(key, round_, workers)
+        if lists_of is not None:  # lists that are not those the header commits
+            behind = manifest(key, round_, lists_of)[1]
+        return ("manifest", header, (at, behind))
+
+    log = [row(trainer, 0, [(HALF, 2)], 1.0),
+           row(trainer, 0, [(HALF, 1)], 2.0),  # a second one of round 0: unused
+           row(stranger, 1, [(HALF, 1)], 3.0),  # not an anchor's
+           row(trainer, 2, [(HALF, 1)], 3.5, lists_of=[(HALF, 3)]),  # lists its header does not commit
+           ("manifest", manifest(trainer, 3, [(HALF, 1)])[0], (3.7, None)),  # no lists: nothing to derive
+           ("manifest", b"\x81\xa1x\x01", (4.0, None))]  # undecodable: skipped, as a bad verdict is
     found = recompute(log, frozenset({trainer.node_id}), at_round=0)
     assert found.standings[HALF].failures == pytest.approx(2 * ReputationConfig().withheld_weight)
     assert not found.standings[HALF].quarantined
@@ -147,8 +162,7 @@ def test_a_withheld_record_is_made_from_any_values_or_refused_with_reputation_er
 @given(counts=st.lists(st.integers(min_value=1, max_value=9), min_size=0, max_size=8),
        groups_per_round=st.one_of(st.integers(min_value=-1, max_value=9), st.floats(), st.none()))
 def test_withheld_of_any_manifest_counts_every_missing_slot_or_raises_reputation_error(counts, groups_per_round):
-    trainer = NodeKey.from_seed(b"T" * 32)
-    m = manifest(trainer, 1, [(bytes([0x40 + i]) * 32, c) for i, c in enumerate(counts)])
+    m = lists(1, [(bytes([0x40 + i]) * 32, c) for i, c in enumerate(counts)])
     try:
         records = withheld_of(m, groups_per_round)
     except ReputationError:

@@ -368,6 +368,7 @@ def stated_type(cell: str, meaning: str) -> tuple:
         (r"bool", lambda m: ("bool",)),
         (r"list of at most (\d+) bin, each at most ([^(]+?)(?: \(.*)?", lambda m: ("bins", 0, int(m[1]), number(m[2]))),
         (r"list of at most (\d+) `\[bin 32, float64\]`", lambda m: ("pairs", int(m[1]))),
+        (r"list of at most (\d+) bin 32", lambda m: ("hashes", int(m[1]))),
         (r"list of (\d+) uint, the last (\d+) in `([^`]+)`",
          lambda m: ("cursor", int(m[1]), int(m[2]), *number_range(m[3]))),
         (r"bin of `(\d+) \+ (\d+) k` bytes, `k` in `([^`]+)`", lambda m: ("short ids", int(m[1]), int(m[2]),
@@ -405,6 +406,8 @@ def schema_type(kind) -> tuple:
             return ("nil or", schema_type(inner))
         case WeightedDigests(max_items=items):
             return ("pairs", items)
+        case wire.Listed(item="hash", max_items=items):
+            return ("hashes", items)
         case Cursor():
             return ("cursor", 1 + BACKFILL_CURSOR_TABLES, BACKFILL_CURSOR_TABLES, 0, BACKFILL_WATERMARK_MAX)
         case ShortIds(max_items=items):

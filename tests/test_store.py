@@ -10,7 +10,16 @@ import time
 
 import pytest
 
-from vrl.node.messages import PolicyAnnouncement, RoundManifest, SignedVerdict, Submission, audit_ticket, topic_of
+from vrl.node.committee import ManifestContent, PagedManifest, WeightsTable
+from vrl.node.messages import (
+    ManifestLists,
+    PolicyAnnouncement,
+    RoundManifest,
+    SignedVerdict,
+    Submission,
+    audit_ticket,
+    topic_of,
+)
 from vrl.node.store import Store, StoreError
 from vrl.rollouts.keys import NodeKey
 
@@ -212,9 +221,12 @@ def test_a_store_is_one_nodes_for_life(tmp_path):
 
 
 def manifest(round_: int, groups: list[Submission], weights: tuple = ()) -> RoundManifest:
+    return RoundManifest.of(KEY.node_id, PagedManifest(lists(round_, groups, weights)).header).signed(KEY)
+
+
+def lists(round_: int, groups: list[Submission], weights: tuple = ()) -> ManifestContent:
     digests = tuple(sorted(g.digest for g in groups))
-    workers = ((b"w" * 32, len(digests)),) if digests else ()
-    return RoundManifest(KEY.node_id, round_, 3, weights, digests, workers).signed(KEY)
+    return ManifestContent(round_, WeightsTable(3, weights), digests, ((b"w" * 32, len(digests)),))
 
 
 def test_manifests_are_kept_one_per_round_and_replayed_before_groups_and_verdicts(tmp_path):
@@ -228,12 +240,15 @@ def test_manifests_are_kept_one_per_round_and_replayed_before_groups_and_verdict
     for i, g in enumerate(groups):
         store.put_group(g, b"w" * 32, 5, 1.0 + i)
         store.put_verdict(verdict(g, 5), 2.0 + i)
-    assert store.put_manifest(first, 9.0) and not store.put_manifest(other, 10.0)
-    assert store.put_manifest(manifest(4, []), 11.0)
+    assert store.put_manifest(first, 9.0, ManifestLists.of(lists(5, groups, ((b"v" * 32, 65536),))))
+    assert not store.put_manifest(other, 10.0)
+    assert store.put_manifest(manifest(4, groups[:1]), 11.0)
     assert [m.round for m in store.manifests()] == [4, 5] and store.manifests()[1] == first
     kinds = [kind for kind, _, _ in store.replay()]
     assert kinds == ["manifest"] * 2 + ["group"] * 3 + ["verdict"] * 3
-    assert [extra for kind, _, extra in store.replay() if kind == "manifest"] == [(11.0,), (9.0,)]
+    assert [extra for kind, _, extra in store.replay() if kind == "manifest"] == [
+        (11.0, None), (9.0, ManifestLists.of(lists(5, groups, ((b"v" * 32, 65536),))).to_bytes())]
+    assert list(store.manifest_lists()) == [5]  # the lists behind it, in the same transaction
     assert store.has(topic_of(first.to_bytes()), first.to_bytes())
     assert not store.has(topic_of(other.to_bytes()), other.to_bytes())
     page, _ = store.since(5, 1 << 20)
@@ -243,18 +258,20 @@ def test_manifests_are_kept_one_per_round_and_replayed_before_groups_and_verdict
     assert Store(tmp_path / "n.sqlite").manifests()[1] == first  # committed
 
 
-@pytest.mark.parametrize("old", ["2", "3"])
-def test_a_version_2_or_3_database_gains_the_manifests_table_in_place(tmp_path, old):
-    """Schema 4 adds the manifests table; an older store (made here by the current code, then
-    set back: the tables it lacks are created IF NOT EXISTS) opens, keeps everything, and takes
-    manifests."""
+@pytest.mark.parametrize("old", ["2", "3", "4"])
+def test_an_older_database_gains_the_manifests_tables_in_place(tmp_path, old):
+    """Schema 4 added the manifests table, 5 the manifest_lists table; an older store (made here
+    by the current code, then set back: the tables it lacks are created IF NOT EXISTS) opens,
+    keeps everything, and takes manifests and their lists."""
     path = tmp_path / "n.sqlite"
     store = Store(path)
     group = Submission((b"g",))
     store.put_group(group, b"w" * 32, 2, 1.0)
     store.close()
     db = sqlite3.connect(path)
-    db.execute("DROP TABLE manifests")
+    db.execute("DROP TABLE manifest_lists")
+    if old != "4":
+        db.execute("DROP TABLE manifests")
     if old == "2":
         db.execute("DROP TABLE steps")
     db.execute("UPDATE meta SET value=? WHERE key='schema'", (old,))
@@ -262,8 +279,9 @@ def test_a_version_2_or_3_database_gains_the_manifests_table_in_place(tmp_path, 
     db.close()
     store = Store(path)
     assert store.counts()["groups"] == 1 and store.counts()["manifests"] == 0
-    assert store.put_manifest(manifest(2, [group]), 3.0)
+    assert store.put_manifest(manifest(2, [group]), 3.0, ManifestLists.of(lists(2, [group])))
+    assert list(store.manifest_lists()) == [2]
     store.close()
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("4",)
+    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("5",)
     db.close()

@@ -40,7 +40,8 @@ def policy(version: int) -> PolicyAnnouncement:
 
 
 def manifest(version: int) -> RoundManifest:
-    return RoundManifest(KEY.node_id, version, 3, (), (), ()).signed(KEY)
+    """A round manifest's header (specs/committee.md §3.1): one group, no weights."""
+    return RoundManifest(KEY.node_id, version, 3, 1, b"\x01" * 32, 0, 0, b"\x02" * 32, 1, b"\x03" * 32).signed(KEY)
 
 
 def put(store: Store, kind: int, n: int, version: int) -> bytes:

@@ -444,52 +444,22 @@ def test_weights_delta_vector():
 
 
 def test_committee_vectors():
-    """specs/committee.md §2, §3, §5, §7 from the spec's formulas alone (hashlib, the VRF and
-    integers), then against vrl.node.committee."""
+    """specs/committee.md §3.1, §5, §7: the weights table, withholding and the bound, from the
+    spec's formulas alone, then against vrl.node.committee (§3.2 to §4: test_paged_manifest_vectors)."""
     from vrl.node import committee
 
     v = load("committee")
-    k, u32 = v["committee_size"], lambda x: x.to_bytes(4, "big")
     weights = [(bytes.fromhex(n), w) for n, w in v["weights"]]
     assert weights == sorted((bytes.fromhex(n), math.floor(w * 65536)) for n, w in v["weights_in"])
-    total = sum(w for _, w in weights)
-    assert total == v["total"]
-    wdigest = hashlib.sha256(b"vrl/weights/v1\x00" + u32(k) + u32(len(weights))
-                             + b"".join(n + u32(w) for n, w in weights)).digest()
-    assert wdigest.hex() == v["weights_digest"]
-    groups = [bytes.fromhex(d) for d in v["groups"]]
+    assert sum(w for _, w in weights) == v["total"]
     workers = [(bytes.fromhex(n), c) for n, c in v["workers"]]
-    root = hashlib.sha256(b"vrl/manifest/v1\x00" + v["round"].to_bytes(8, "big") + wdigest + u32(len(groups))
-                          + b"".join(groups) + u32(len(workers)) + b"".join(n + u32(c) for n, c in workers)).digest()
-    assert root.hex() == v["manifest_root"]
-    alphas = {"committee": b"vrl/committee/v1\x00" + v["round"].to_bytes(8, "big") + root,
-              "recheck": b"vrl/recheck/v1\x00" + v["round"].to_bytes(8, "big") + root}
-    assert alphas["committee"].hex() == v["alpha_committee"] and len(alphas["committee"]) == 57
-    assert alphas["recheck"].hex() == v["alpha_recheck"]
     assert v["withheld"] == [[n.hex(), v["groups_per_round"] - c] for n, c in workers if c < v["groups_per_round"]]
-    drawn_any = set()
-    for case in v["verifiers"]:
-        node, w = bytes.fromhex(case["node_id"]), dict(weights)[bytes.fromhex(case["node_id"])]
-        threshold = min(1 << 64, k * w * (1 << 64) // total)
-        assert threshold == case["threshold"]
-        for draw, alpha in alphas.items():
-            pi = vrf.prove(bytes.fromhex(case["private_key_seed"]), alpha)
-            assert pi.hex() == case[draw]["pi"]
-            beta = vrf.verify(node, pi, alpha)
-            assert beta.hex() == case[draw]["beta"]
-            values = [int.from_bytes(hashlib.sha256(b"vrl/member/v1\x00" + beta + d).digest()[:8], "big")
-                      for d in groups]
-            assert values == case[draw]["member_values"]
-            assert [x < threshold for x in values] == case[draw]["members"]
-            drawn_any |= {(draw, x < threshold) for x in values}
-    assert drawn_any == {(d, m) for d in alphas for m in (True, False)}  # the vectors show both outcomes
-    table = committee.WeightsTable(k, tuple(weights))
-    manifest = committee.ManifestContent(v["round"], table, tuple(groups), tuple(workers))
-    assert table.digest() == wdigest and manifest.root == root
+    table = committee.WeightsTable(v["committee_size"], tuple(weights))
+    assert table.total == v["total"]
     for case in v["bounds"]:
         assert math.exp(-case["k"] * (1 - case["f"])) == pytest.approx(case["escape_bound"], rel=1e-12)
+        assert committee.escape_bound(case["k"], case["f"]) == pytest.approx(case["escape_bound"], rel=1e-12)
     for case in v["smallest_k"]:
-        assert case["k"] == math.ceil(math.log(1 / case["eps"]) / (1 - case["f_star"]))
         assert committee.smallest_k(case["f_star"], case["eps"]) == case["k"]
 
 
@@ -537,12 +507,12 @@ def test_merkle_vectors():
 
 
 def test_paged_manifest_vectors():
-    """specs/committee.md §10 from the spec's formulas alone, then against vrl.node.committee."""
+    """specs/committee.md §2 to §4 from the spec's formulas alone, then against vrl.node.committee."""
     from proofs import merkle
     from vrl.node import committee
 
     v, u32 = load("committee"), lambda x: x.to_bytes(4, "big")
-    p, h = v["paged"], v["paged"]["header"]
+    p, h = v, v["header"]
     groups = [bytes.fromhex(d) for d in v["groups"]]
     weights = [(bytes.fromhex(n), w) for n, w in v["weights"]]
     workers = [(bytes.fromhex(n), c) for n, c in v["workers"]]
@@ -557,7 +527,9 @@ def test_paged_manifest_vectors():
                           + u32(len(workers)) + roots[2]).digest()
     assert root.hex() == p["manifest_root"]
     alpha = b"vrl/committee/v1\x00" + h["round"].to_bytes(8, "big") + root
-    assert alpha.hex() == p["alpha_committee"]
+    assert alpha.hex() == p["alpha_committee"] and len(alpha) == 57
+    recheck_alpha = b"vrl/recheck/v1\x00" + h["round"].to_bytes(8, "big") + root
+    assert recheck_alpha.hex() == p["alpha_recheck"]
     header = committee.ManifestHeader(h["round"], h["committee_size"], len(groups), roots[0], len(weights), total,
                                       roots[1], len(workers), roots[2])
     assert header.root == root
@@ -571,7 +543,10 @@ def test_paged_manifest_vectors():
         assert entry["proof"] == [x.hex() for x in _multiproof(weight_leaves, [j])]
         threshold = min(1 << 64, h["committee_size"] * w * (1 << 64) // total)
         assert threshold == case["threshold"]
+        assert vrf.prove(bytes.fromhex(case["private_key_seed"]), alpha).hex() == case["pi"]
         beta = vrf.verify(node, bytes.fromhex(case["pi"]), alpha)
+        assert beta.hex() == case["beta"]
+        assert vrf.verify(node, bytes.fromhex(case["recheck"]["pi"]), recheck_alpha).hex() == case["recheck"]["beta"]
         values = [int.from_bytes(hashlib.sha256(b"vrl/seat/v1\x00" + beta + u32(i)).digest()[:8], "big")
                   for i in range(len(groups))]
         assert values == case["seat_values"]
@@ -585,7 +560,7 @@ def test_paged_manifest_vectors():
             answer = committee.Entries(h["round"], committee.List.GROUPS, tuple(seat["positions"]),
                                        tuple(bytes.fromhex(x) for x in seat["leaves"]),
                                        tuple(bytes.fromhex(x) for x in seat["proof"]))
-            committee.check_entries(header, answer, positions=case["seats"])
+            committee.check_entries(header, answer, "groups", positions=case["seats"])
             claim = case["claim"]
             paths = [tuple(bytes.fromhex(x) for x in path) for path in claim["paths"]]
             assert claim["weight"] == [j, w]

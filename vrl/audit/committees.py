@@ -2,12 +2,13 @@
 drawn again from the log.
 
 For each round the trainer closed with a signed manifest it re-derives the manifest's root and
-both VRF inputs (``alpha``) from the manifest's own fields, and for every stored verdict of the
-round that claims a seat (``draw`` = ``committee`` or ``recheck``) it verifies the verifier's
-VRF proof over that ``alpha`` and recomputes membership against the manifest's signed weights
-table. It re-derives the weights table itself from the trainer's store (specs/committee.md §3.1:
-the trainer's reputation view over the reports it had stored when it closed the round) and
-flags a table that differs, and flags a trained group its round's manifest does not list.
+both VRF inputs (``alpha``) from the header's own fields, and for every stored verdict of the
+round checks its claim as a node does (specs/committee.md §4): the weights path of a seat, the
+groups path of its place, the VRF proof over that ``alpha``, and the seat value against the
+verifier's threshold. From the trainer's own store, which holds the lists behind each header,
+it re-derives the weights table (specs/committee.md §3.1: the trainer's reputation view over the
+reports it had stored when it closed the round) and flags a table that differs, and flags a
+trained group its round's lists do not hold.
 
 Who a finding incriminates is derived from signatures (specs/security.md §1): a verdict's
 verifier is its signer, a manifest's trainer its signer.
@@ -15,7 +16,7 @@ verifier is its signer, a manifest's trainer its signer.
 
 from __future__ import annotations
 
-from proofs import vrf
+from proofs import merkle, vrf
 from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
@@ -47,9 +48,9 @@ def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
             if first.to_bytes() != manifest.to_bytes():
                 findings.append(finding("committees", "manifest_equivocation", Severity.ERROR,
                                         f"the trainer signed two different manifests of round {round_} "
-                                        f"(roots {first.content.root.hex()[:12]} and "
-                                        f"{manifest.content.root.hex()[:12]})", manifest.trainer,
-                                        round=round_, roots=[first.content.root.hex(), manifest.content.root.hex()]))
+                                        f"(roots {first.header.root.hex()[:12]} and "
+                                        f"{manifest.header.root.hex()[:12]})", manifest.trainer,
+                                        round=round_, roots=[first.header.root.hex(), manifest.header.root.hex()]))
     return dict(sorted(chosen.items()))
 
 
@@ -85,6 +86,9 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
             if v.verifier == run.trainer and v.planted:
                 continue  # the trainer's reveal of its own plant (network.md §5.3): no claim to a seat
             reason = _refusal(v, manifests.get(v.policy_version), anchors, betas, stats)
+            head = run.groups.get(v.group)
+            if reason is None and v.draw in _SEATS and head is not None and head.subject == v.verifier:
+                reason = ("not_drawn", Severity.ERROR, "claims a seat on its signer's own group, never its seat")
             if reason is None:
                 continue
             code, severity, why = reason
@@ -101,30 +105,39 @@ def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes]
     if manifest is None:
         return ("manifest_missing", Severity.WARNING,
                 "cannot be checked: no audited store holds its round's manifest")
+    header = manifest.header
+    threshold = 0
     if v.draw == str(VerdictDraw.NONE):
         if v.verifier not in anchors:
             return "no_claim", Severity.ERROR, "claims no seat, and its signer is neither the trainer nor an anchor"
-        return None if v.group in manifest.groups else (
-            "not_in_manifest", Severity.ERROR, "judges a group its round's manifest does not list")
-    if v.draw not in _SEATS:
+    elif v.draw not in _SEATS:
         return "not_eligible", Severity.ERROR, "carries an audit ticket in a committee network"
-    table = manifest.content.weights
-    if table.weight(v.verifier) == 0:
-        return "not_eligible", Severity.ERROR, "claims a seat, but its signer is not in the round's weights table"
-    if v.group not in manifest.groups:
-        return "not_in_manifest", Severity.ERROR, "judges a group its round's manifest does not list"
+    else:
+        try:
+            merkle.verify(header.weights_root, header.weights, (v.weight_at,),
+                          (committee.entry_leaf(v.verifier, v.weight),), v.weight_path)
+        except (merkle.MerkleError, committee.CommitteeError):
+            return "not_eligible", Severity.ERROR, "claims a seat, but its weights path does not prove its signer " \
+                                                   "in the round's weights list"
+        threshold = header.threshold(v.weight)
+    try:
+        merkle.verify(header.groups_root, header.groups, (v.seat,), (v.group,), v.seat_path)
+    except merkle.MerkleError:
+        return "not_in_manifest", Severity.ERROR, "judges a group its path does not prove in its round's groups list"
+    if v.draw == str(VerdictDraw.NONE):
+        return None
     draw = _SEATS[v.draw]
     key = (v.verifier, manifest.round, draw, v.pi)
     if key not in betas:  # one VRF verification per (verifier, round, draw, proof)
         stats["proofs_verified"] += 1
-        try:  # alpha re-derived here from the manifest's own fields (its root)
-            betas[key] = vrf.verify(v.verifier, v.pi, manifest.content.alpha(draw))
+        try:  # alpha re-derived here from the header's own fields (its root)
+            betas[key] = vrf.verify(v.verifier, v.pi, header.alpha(draw))
         except vrf.VrfError:
             betas[key] = None
     beta = betas[key]
     if beta is None:
         return "bad_proof", Severity.ERROR, "carries a VRF proof that does not verify over the round's alpha"
-    if not committee.is_member(beta, v.group, table.threshold(v.verifier)):
+    if committee.seat_value(beta, v.seat) >= threshold:
         return "not_drawn", Severity.ERROR, "claims a seat the verifier's VRF output does not give it"
     return None
 
@@ -158,19 +171,19 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
         while pending is not None and pending[0] <= at:
             view.add(pending[1])
             pending = next(reports, None)
-        manifest = manifests.get(round_)
-        if manifest is None or manifest.to_bytes() != stored.to_bytes():
+        manifest, lists = manifests.get(round_), index.lists.get(round_)
+        if manifest is None or manifest.to_bytes() != stored.to_bytes() or lists is None:
             continue
         stats["tables_rederived"] += 1
         expected = dict(expected_table(view.standings(round_), run.trainer, manifest.committee_size).entries)
         # The withheld slots it implies count from here on, as the trainer noted them after
         # signing it (vrl.node.rounds.note_withheld): a seat weighs the score, which they lower.
         try:
-            for record in withheld_of(manifest, groups_per_round):
+            for record in withheld_of(lists, groups_per_round):
                 view.add_withheld(record)
         except ReputationError:
             pass  # it lists a worker with more groups than a round holds: it implies nothing, as at the trainer
-        signed = dict(manifest.weights)
+        signed = dict(lists.weights.entries)
         differ = sorted(node for node in expected.keys() | signed.keys()
                         if abs(expected.get(node, 0) - signed.get(node, 0)) > 1)
         if differ:
@@ -185,11 +198,14 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
 
 def _trained_listed(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding]) -> None:
     """A trained group must be listed in its round's manifest (specs/committee.md §1: a group
-    that arrived after its round closed is never trained)."""
+    that arrived after its round closed is never trained): checked against the lists the
+    trainer's store holds (each proven to give its signed header)."""
+    index = trainer_store(run)
+    listed = {round_: frozenset(lists.groups) for round_, lists in index.lists.items()} if index else {}
     for version, announcement in run.policies.items():
         for digest, _ in run.batches.get(version, ()):
             head = run.groups.get(digest)
-            if head is None or head.version not in manifests or digest in manifests[head.version].groups:
+            if head is None or head.version not in listed or digest in listed[head.version]:
                 continue
             findings.append(finding("committees", "trained_unlisted", Severity.ERROR,
                                     f"version {version}'s batch trains group {digest.hex()[:16]}, which round "

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
+from vrl.node.committee import CommitteeError, ManifestContent, PagedManifest
 from vrl.node.config import NODE_OVERRIDES, NodeConfig
 from vrl.node.messages import (
     Batch,
     BatchFile,
     Group,
+    ManifestLists,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
@@ -73,6 +75,11 @@ class VerdictHead:
     drawn: bool = False  # its own ticket drew the check at its rate (vrl.node.protocol.drawn)
     draw: str = "ticket"  # the claim it carries (specs/committee.md §4), and its VRF proof
     pi: bytes = b""
+    seat: int = 0  # its place in the round's groups list and its path; its weights entry and path
+    seat_path: tuple[bytes, ...] = ()
+    weight_at: int = 0
+    weight: int = 0
+    weight_path: tuple[bytes, ...] = ()
 
 
 @dataclass
@@ -88,6 +95,9 @@ class StoreIndex:
     announced_at: dict[int, float] = field(default_factory=dict)  # when this node received each version
     # Round manifests (the committee design) signed by their trainer: round -> (manifest, received).
     manifests: dict[int, tuple[RoundManifest, float]] = field(default_factory=dict)
+    # The lists behind them (the trainer's own store holds them): round -> its lists, each
+    # proven to give its manifest's header.
+    lists: dict[int, ManifestContent] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,6 +209,25 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                                         store=where, round=m.round))
                 continue
             index.manifests[m.round] = (m, received)
+        for column, data in node.store.manifest_lists():
+            try:
+                lists = ManifestLists.from_bytes(data)
+            except MessageError as error:
+                findings.append(finding(check, "undecodable", Severity.ERROR, f"{where}: the lists of round {column} "
+                                        f"do not decode: {error}", store=where, round=column))
+                continue
+            held = index.manifests.get(lists.round)
+            try:
+                header = PagedManifest(lists.content).header
+            except CommitteeError:  # lists no header can commit (no group at all)
+                header = None
+            if lists.round != column or held is None or header != held[0].header:
+                findings.append(finding(check, "lists_mismatch", Severity.ERROR,
+                                        f"{where}: the lists stored for round {column} are not those its signed "
+                                        f"manifest commits", held[0].trainer if held else b"", store=where,
+                                        round=column))
+                continue
+            index.lists[lists.round] = lists.content
         for digest, data, subject, version, planted, received in node.store.groups():
             checked["groups"] += 1
             progress("signatures", 1)
@@ -224,7 +253,8 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
                 continue
             index.verdicts.append(VerdictHead(v.verifier, v.group, str(v.outcome), v.reasons, v.digest, v.platform,
                                               v.planted, v.policy_version, v.round, received, v.id,
-                                              v.race_tokens, v.races_lost, drawn(v), str(v.draw), v.pi))
+                                              v.race_tokens, v.races_lost, drawn(v), str(v.draw), v.pi, v.seat,
+                                              v.seat_path, v.weight_at, v.weight, v.weight_path))
         for data, _ in node.store.steps():
             checked["step verdicts"] += 1
             step = _signed(StepVerdict.from_bytes, data, "step verdict", where, findings)

@@ -161,6 +161,15 @@ class StoreReader:
                                                    ((bytes, 8), bytes, float)):
             yield _u64(round_), data, received
 
+    def manifest_lists(self) -> Iterator[tuple[int, bytes]]:
+        """``(round column, data)`` of the lists behind the round manifests the trainer signed
+        (specs/committee.md §3.1; its own store holds them), by round; none in a store older
+        than schema 5."""
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='manifest_lists'").fetchone():
+            return
+        for round_, data in self._stream("manifest_lists", "round, data", "round", ((bytes, 8), bytes)):
+            yield _u64(round_), data
+
     def group_headers(self) -> Iterator[tuple[bytes, bytes, int, float, bool]]:
         """``(digest, subject, version, received, planted)`` by arrival, without the records."""
         for digest, subject, version, received, planted in self._stream(

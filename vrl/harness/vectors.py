@@ -458,39 +458,25 @@ def vrf_vectors() -> dict:
 
 
 def committee_vectors() -> dict:
-    """specs/committee.md: a weights table and its digest, a manifest and its root, both VRF
-    inputs, three verifiers' proofs, outputs and memberships for six groups, withholding, and
-    the escape bound and k for fixed (f*, eps)."""
+    """specs/committee.md: a weights table, a round's lists and their header, both VRF inputs,
+    three verifiers' weights entries, proofs, seat values, seats and claims, a key shown absent,
+    withholding, and the escape bound and k for fixed (f*, eps)."""
     keys = [NodeKey.from_seed(hashlib.sha256(b"vrl committee vector key %d" % i).digest()) for i in range(3)]
     weights = {key.node_id: w for key, w in zip(keys, (1.0, 0.75, 0.5), strict=True)}
     table = committee.WeightsTable.of(2, weights)
     groups = tuple(sorted(hashlib.sha256(b"vrl committee vector group %d" % i).digest() for i in range(6)))
     workers = tuple(sorted([(keys[0].node_id, 4), (keys[2].node_id, 2)]))
     manifest = committee.ManifestContent(7, table, groups, workers)
-    verifiers = []
-    for key in keys:
-        entry = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(),
-                 "threshold": table.threshold(key.node_id)}
-        for draw in committee.Draw:
-            pi = vrf.prove(key.private_seed(), manifest.alpha(draw))
-            beta = vrf.proof_to_hash(pi)
-            entry[str(draw)] = {"pi": pi.hex(), "beta": beta.hex(),
-                                "member_values": [committee.member_value(beta, d) for d in groups],
-                                "members": [committee.is_member(beta, d, table.threshold(key.node_id)) for d in groups]}
-        verifiers.append(entry)
     bounds = [{"k": k, "f": f, "escape_bound": committee.escape_bound(k, f)}
               for k in (4, 8, 13, 26) for f in (0.10, 0.30, 0.45)]
     smallest = [{"f_star": f, "eps": eps, "k": committee.smallest_k(f, eps)}
                 for f in (0.10, 0.30, 0.45) for eps in (1e-2, 1e-3, 1e-6)]
-    return {"round": manifest.round, "committee_size": table.committee_size, "paged": _paged_vectors(manifest, keys),
+    return {"round": manifest.round, "committee_size": table.committee_size,
             "weights_in": [[node.hex(), w] for node, w in sorted(weights.items())],
             "weights": [[node.hex(), w] for node, w in table.entries], "total": table.total,
-            "weights_digest": table.digest().hex(), "groups": [d.hex() for d in groups],
-            "workers": [[node.hex(), c] for node, c in workers], "groups_per_round": 4,
-            "withheld": [[node.hex(), n] for node, n in sorted(manifest.withheld(4).items())],
-            "manifest_root": manifest.root.hex(), "alpha_committee": manifest.alpha(committee.Draw.COMMITTEE).hex(),
-            "alpha_recheck": manifest.alpha(committee.Draw.RECHECK).hex(), "verifiers": verifiers,
-            "bounds": bounds, "smallest_k": smallest}
+            "groups": [d.hex() for d in groups], "workers": [[node.hex(), c] for node, c in workers],
+            "groups_per_round": 4, "withheld": [[node.hex(), n] for node, n in sorted(manifest.withheld(4).items())],
+            **_paged_vectors(manifest, keys), "bounds": bounds, "smallest_k": smallest}
 
 
 def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> dict:
@@ -512,9 +498,12 @@ def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> 
         pi = vrf.prove(key.private_seed(), header.alpha(committee.Draw.COMMITTEE))
         beta = vrf.proof_to_hash(pi)
         positions = committee.seats(beta, header.groups, header.threshold(w))
-        case = {"node_id": key.node_id.hex(), "weights_entry": entries(found), "threshold": header.threshold(w),
-                "pi": pi.hex(), "seat_values": [committee.seat_value(beta, i) for i in range(header.groups)],
+        case = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(),
+                "weights_entry": entries(found), "threshold": header.threshold(w), "pi": pi.hex(),
+                "beta": beta.hex(), "seat_values": [committee.seat_value(beta, i) for i in range(header.groups)],
                 "seats": list(positions)}
+        recheck = vrf.prove(key.private_seed(), header.alpha(committee.Draw.RECHECK))
+        case["recheck"] = {"pi": recheck.hex(), "beta": vrf.proof_to_hash(recheck).hex()}
         if positions:
             case["seat_entries"] = entries(paged.answer(committee.List.GROUPS, positions=positions))
             case["claim"] = {"seat": positions[0], "weight": [j, w],
@@ -527,7 +516,7 @@ def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> 
                        "weights": [header.weights, header.total_weight, header.weights_root.hex()],
                        "workers": [header.workers, header.workers_root.hex()]},
             "manifest_root": header.root.hex(), "alpha_committee": header.alpha(committee.Draw.COMMITTEE).hex(),
-            "verifiers": verifiers,
+            "alpha_recheck": header.alpha(committee.Draw.RECHECK).hex(), "verifiers": verifiers,
             "absent_key": {"key": absent.hex(), **entries(paged.answer(committee.List.GROUPS, keys=[absent]))}}
 
 

@@ -14,6 +14,7 @@ from p2p.transport import Message, Transport, TransportError, Validation, messag
 from vrl.node import protocol as P
 from vrl.node.messages import (
     Group,
+    ManifestLists,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
@@ -226,7 +227,15 @@ def replay_store(store: Store, protocol: P.NodeProtocol) -> None:
         elif kind == "manifest":
             # Before the groups and verdicts of its round (Store.replay's order): a restarted
             # node draws its committees and checks others' claims from it again.
-            protocol.handle(P.ManifestReceived(RoundManifest.from_bytes(data), extra[0]), replaying=True)
+            try:
+                manifest = RoundManifest.from_bytes(data)
+            except MessageError as error:
+                raise earlier_protocol("round manifest", error) from None
+            try:  # the trainer's own lists behind it; damaged ones leave it the header alone
+                lists = ManifestLists.from_bytes(extra[1]) if extra[1] is not None else None
+            except MessageError:
+                lists = None
+            protocol.handle(P.ManifestReceived(manifest, extra[0], lists), replaying=True)
         elif kind == "group":
             subject, version, received, planted = extra
             submission = Submission.from_bytes(data)

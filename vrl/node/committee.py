@@ -1,11 +1,12 @@
 """VRF committees: who checks which group of a round (specs/committee.md).
 
 Pure functions and frozen values, no I/O: the VRF input of a round (:func:`alpha`), the
-weights table every honest node takes from the trainer's signed round manifest
-(:class:`WeightsTable`), the manifest's content and root (:class:`ManifestContent`), the
-membership test of one verifier for one group (:func:`is_member`, :func:`claim`), the
-withholding count (:meth:`ManifestContent.withheld`) and the escape bound that sizes the
-committees (:func:`escape_bound`, :func:`smallest_k`).
+weights table the trainer commits into its signed round manifest (:class:`WeightsTable`), a
+round's lists (:class:`ManifestContent`) and what commits them (:class:`PagedManifest`, its
+:class:`ManifestHeader`), the draw by position (:func:`seat_value`, :func:`seats`), a member's
+check of the entries it fetched (:func:`check_entries`) and of a claim's paths
+(:func:`check_seat`), the withholding count (:meth:`ManifestContent.withheld`) and the escape
+bound that sizes the committees (:func:`escape_bound`, :func:`smallest_k`).
 
 Every integer that decides membership is exact (no float reaches a threshold), so two
 implementations agree bit for bit; the floats here only state the bound.
@@ -26,47 +27,36 @@ from proofs import merkle, vrf
 from vrl.errors import VrlError, shown
 
 __all__ = [
-    "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_DOMAIN", "MANIFEST_SIGNING_DOMAIN",
-    "MANIFEST_V2_DOMAIN", "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES",
-    "MAX_MANIFEST_GROUPS", "MAX_WEIGHT_ENTRIES", "MAX_WORKER_ENTRIES", "MEMBER_DOMAIN", "RECHECK_DOMAIN",
-    "SEAT_DOMAIN", "WEIGHTS_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw", "Entries", "List", "ManifestContent",
-    "ManifestHeader", "PagedManifest", "WeightsTable", "alpha", "check_entries", "check_seat", "claim",
-    "entry_leaf", "escape_bound", "exact_escape", "is_member", "member_value", "quantize_weight", "seat_value",
-    "seats", "smallest_k",
+    "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_SIGNING_DOMAIN", "MANIFEST_V2_DOMAIN",
+    "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES", "RECHECK_DOMAIN", "SEAT_DOMAIN",
+    "WEIGHT_SCALE", "CommitteeError", "Draw", "Entries", "List", "ManifestContent", "ManifestHeader",
+    "PagedManifest", "WeightsTable", "alpha", "check_entries", "check_seat", "entry_leaf", "escape_bound",
+    "exact_escape", "quantize_weight", "seat_value", "seats", "smallest_k",
 ]
 
 # Domain tags (specs/committee.md §2): each ends in the 0x00 separator of specs/README.md.
 COMMITTEE_DOMAIN = b"vrl/committee/v1\x00"
 RECHECK_DOMAIN = b"vrl/recheck/v1\x00"
-MEMBER_DOMAIN = b"vrl/member/v1\x00"
-WEIGHTS_DOMAIN = b"vrl/weights/v1\x00"
-MANIFEST_DOMAIN = b"vrl/manifest/v1\x00"
 #: What the trainer's signature over a manifest message covers (specs/committee.md §3.3).
 MANIFEST_SIGNING_DOMAIN = b"vrl/round-manifest/v1\x00"
-#: The paged manifest's root and its draw by position (specs/committee.md §10).
+#: The round manifest's root (specs/committee.md §3.2) and the draw by position (§2).
 MANIFEST_V2_DOMAIN = b"vrl/manifest/v2\x00"
 SEAT_DOMAIN = b"vrl/seat/v1\x00"
 
 #: A reporter weight (specs/reputation.md §2, in [0, 1]) is carried as an integer in
 #: [1, WEIGHT_SCALE]: 16 bits keep every threshold exact and a table entry small.
 WEIGHT_SCALE = 1 << 16
-#: The manifest is one gossip message of at most 256 KiB (specs/network.md §7): 4,096 group
-#: digests (139 KiB), 1,024 weights and 1,024 workers (about 40 KiB each) fit with room to
-#: spare (specs/committee.md §3). N = 1,000 nodes that all work and verify fit; past that a
-#: manifest must be paged (open, specs/committee.md §9).
-MAX_MANIFEST_GROUPS = 4096
-MAX_WEIGHT_ENTRIES = 1024
-MAX_WORKER_ENTRIES = 1024
-#: A paged manifest's lists (specs/committee.md §10.1): a member hashes every position of the
-#: groups list once a round (§10.2), 0.42 s of CPython at 2^18 positions on this project's 2-core
+#: A round manifest's lists (specs/committee.md §3.2): a member hashes every position of the
+#: groups list once a round (§2), 0.42 s of CPython at 2^18 positions on this project's 2-core
 #: machine; 65,536 workers at 4 groups. The sizes are u32 on the wire.
 MAX_PAGED_ENTRIES = 1 << 18
-#: Positions or keys in one ``entries`` request (§10.3): 1,024 keys are 34 KiB, under the 64 KiB
+#: Positions or keys in one ``entries`` request (§3.5): 1,024 keys are 34 KiB, under the 64 KiB
 #: request limit, and their answer (36-byte leaves and at most 18 hashes each) under the 2 MiB
 #: answer limit (specs/network.md §7).
 MAX_ENTRIES_PER_REQUEST = 1024
-#: k is a u32 on the wire; more members than the table could hold is never meaningful.
-MAX_COMMITTEE_SIZE = MAX_WEIGHT_ENTRIES
+#: k is a u32 on the wire; 1,024 members a group would be every verifier of all but the largest
+#: networks, and a verifier's work is k x groups_per_round checks a round (§6).
+MAX_COMMITTEE_SIZE = 1024
 
 #: The design point of specs/committee.md §5: an adversary holding up to F_STAR of the table's
 #: weight lets a bad group go unchecked by every honest member with probability at most
@@ -186,8 +176,8 @@ class WeightsTable:
         if type(self.committee_size) is not int or not 1 <= self.committee_size <= MAX_COMMITTEE_SIZE:
             raise CommitteeError("bad_size", f"committee size must be in [1, {MAX_COMMITTEE_SIZE}], "
                                              f"got {shown(self.committee_size)}")
-        if type(self.entries) is not tuple or len(self.entries) > MAX_WEIGHT_ENTRIES:
-            raise CommitteeError("too_many", f"a weights table holds at most {MAX_WEIGHT_ENTRIES} entries")
+        if type(self.entries) is not tuple or len(self.entries) > MAX_PAGED_ENTRIES:
+            raise CommitteeError("too_many", f"a weights table holds at most {MAX_PAGED_ENTRIES} entries")
         for entry in self.entries:
             if type(entry) is not tuple or len(entry) != 2:
                 raise CommitteeError("bad_entry", f"a weights entry is (node id, weight), got {shown(entry)}")
@@ -206,10 +196,10 @@ class WeightsTable:
 
     @classmethod
     def heaviest(cls, committee_size: int, weights: Mapping[bytes, float]) -> WeightsTable:
-        """specs/committee.md §3.1: the table of the heaviest MAX_WEIGHT_ENTRIES draw weights
+        """specs/committee.md §3.1: the table of the heaviest MAX_PAGED_ENTRIES draw weights
         (ties by node id), quantized."""
         return cls.of(committee_size, dict(sorted(weights.items(), key=lambda item: (-item[1], item[0]))
-                                           [:MAX_WEIGHT_ENTRIES]))
+                                           [:MAX_PAGED_ENTRIES]))
 
     @property
     def total(self) -> int:
@@ -239,13 +229,6 @@ class WeightsTable:
         """A member's expected checks in a round of ``groups`` groups: groups x p_v (§6)."""
         return groups * self.probability(node)
 
-    def digest(self) -> bytes:
-        """H("vrl/weights/v1" || 0x00 || u32be(k) || u32be(m) || node_1 || u32be(w_1) || ...)."""
-        h = hashlib.sha256(WEIGHTS_DOMAIN + _u32(self.committee_size) + _u32(len(self.entries)))
-        for node, w in self.entries:
-            h.update(node + _u32(w))
-        return h.digest()
-
 
 @dataclass(frozen=True, slots=True)
 class ManifestContent:
@@ -263,11 +246,11 @@ class ManifestContent:
             raise CommitteeError("bad_round", f"round must be a u64, got {shown(self.round)}")
         if not isinstance(self.weights, WeightsTable):
             raise CommitteeError("bad_entry", "weights must be a WeightsTable")
-        if type(self.groups) is not tuple or len(self.groups) > MAX_MANIFEST_GROUPS:
-            raise CommitteeError("too_many", f"a manifest lists at most {MAX_MANIFEST_GROUPS} groups")
+        if type(self.groups) is not tuple or len(self.groups) > MAX_PAGED_ENTRIES:
+            raise CommitteeError("too_many", f"a manifest lists at most {MAX_PAGED_ENTRIES} groups")
         _strictly_sorted([_node_id(d, "group") for d in self.groups], "groups")
-        if type(self.workers) is not tuple or len(self.workers) > MAX_WORKER_ENTRIES:
-            raise CommitteeError("too_many", f"a manifest lists at most {MAX_WORKER_ENTRIES} workers")
+        if type(self.workers) is not tuple or len(self.workers) > MAX_PAGED_ENTRIES:
+            raise CommitteeError("too_many", f"a manifest lists at most {MAX_PAGED_ENTRIES} workers")
         for entry in self.workers:
             if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not int or not 1 <= entry[1] < 1 << 32:
                 raise CommitteeError("bad_entry", f"a worker entry is (node id, 1 <= count < 2^32), got {shown(entry)}")
@@ -276,21 +259,6 @@ class ManifestContent:
         if sum(count for _, count in self.workers) != len(self.groups):
             raise CommitteeError("bad_entry", f"workers' counts sum to {sum(c for _, c in self.workers)}, "
                                               f"but {len(self.groups)} groups are listed")
-
-    @property
-    def root(self) -> bytes:
-        """manifest_root = H("vrl/manifest/v1" || 0x00 || u64be(round) || weights_digest ||
-        u32be(n) || d_1 || ... || d_n || u32be(q) || worker_1 || u32be(count_1) || ...)."""
-        h = hashlib.sha256(MANIFEST_DOMAIN + _u64(self.round) + self.weights.digest() + _u32(len(self.groups)))
-        for d in self.groups:
-            h.update(d)
-        h.update(_u32(len(self.workers)))
-        for node, count in self.workers:
-            h.update(node + _u32(count))
-        return h.digest()
-
-    def alpha(self, draw: Draw) -> bytes:
-        return alpha(draw, self.round, self.root)
 
     def withheld(self, groups_per_round: int) -> dict[bytes, int]:
         """Per listed worker, its assigned groups missing from the manifest (specs/committee.md §7)."""
@@ -312,43 +280,11 @@ def alpha(draw: Draw, round_: int, manifest_root: bytes) -> bytes:
     return domain + _u64(round_) + manifest_root
 
 
-def member_value(beta: bytes, group: bytes) -> int:
-    """u64be(H("vrl/member/v1" || 0x00 || beta || group)[0:8])."""
-    if type(beta) is not bytes or len(beta) != vrf.OUTPUT_BYTES:
-        raise CommitteeError("bad_proof", f"beta must be {vrf.OUTPUT_BYTES} bytes, got {shown(beta)}")
-    _node_id(group, "group")
-    return int.from_bytes(hashlib.sha256(MEMBER_DOMAIN + beta + group).digest()[:8], "big")
-
-
-def is_member(beta: bytes, group: bytes, threshold: int) -> bool:
-    """Whether the verifier whose round output is ``beta`` sits on ``group``'s committee."""
-    return member_value(beta, group) < threshold
-
-
-def claim(table: WeightsTable, verifier: bytes, pi: bytes, alpha_: bytes, group: bytes,
-          beta: bytes | None = None) -> bytes:
-    """Check a committee claim: ``verifier`` is eligible, ``pi`` proves its output over
-    ``alpha_``, and that output draws it for ``group``. Returns beta; raises CommitteeError
-    with reason ``not_eligible``, ``bad_proof`` or ``not_drawn``. A caller that verified this
-    (verifier, alpha) before passes its ``beta`` and only the hash runs (specs/committee.md §4)."""
-    threshold = table.threshold(verifier)
-    if threshold == 0:
-        raise CommitteeError("not_eligible", f"{shown(verifier)} is not in the round's weights table")
-    if beta is None:
-        try:
-            beta = vrf.verify(verifier, pi, alpha_)
-        except vrf.VrfError as e:
-            raise CommitteeError("bad_proof", f"the VRF proof of {verifier.hex()} does not verify: {e}") from None
-    if not is_member(beta, group, threshold):
-        raise CommitteeError("not_drawn", f"{verifier.hex()} was not drawn for group {shown(group)}")
-    return beta
-
-
-# -- the paged manifest (specs/committee.md §10) ------------------------------------------------
+# -- the paged manifest (specs/committee.md §3, §4) ----------------------------------------------
 
 
 class List(StrEnum):
-    """The three lists a paged manifest commits (specs/committee.md §10.1)."""
+    """The three lists a paged manifest commits (specs/committee.md §3.2)."""
 
     GROUPS = "groups"  # leaf: a group digest
     WEIGHTS = "weights"  # leaf: node || u32be(w)
@@ -377,7 +313,7 @@ def _count(value: object, what: str, low: int = 0) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ManifestHeader:
-    """What a paged manifest gossips (specs/committee.md §10.1): the round, k, and each list's
+    """What a paged manifest gossips (specs/committee.md §3.2, §3.3): the round, k, and each list's
     size and Merkle root, with the weights' sum W. Constant size whatever N."""
 
     round: int
@@ -435,7 +371,7 @@ class ManifestHeader:
 
 @dataclass(frozen=True, slots=True)
 class Entries:
-    """An ``entries`` answer (specs/committee.md §10.3): positions of one list, their leaves,
+    """An ``entries`` answer (specs/committee.md §3.5): positions of one list, their leaves,
     and the multiproof of them under that list's root."""
 
     round: int
@@ -451,7 +387,7 @@ class Entries:
 
 class PagedManifest:
     """The whole of a paged manifest: its lists and their trees, held by the trainer that signs
-    it and by an audit (specs/committee.md §10). Built from a round's content: the header, and
+    it and by an audit (specs/committee.md §3.6). Built from a round's content: the header, and
     the answer to any ``entries`` request."""
 
     def __init__(self, content: ManifestContent) -> None:
@@ -460,21 +396,29 @@ class PagedManifest:
         self.trees = {List.GROUPS: merkle.Tree(content.groups),
                       List.WEIGHTS: merkle.Tree([entry_leaf(node, w) for node, w in weights.entries]),
                       List.WORKERS: merkle.Tree([entry_leaf(node, c) for node, c in content.workers])}
+        self._leaf_keys: dict[List, list[bytes]] = {}
         self.header = ManifestHeader(content.round, weights.committee_size,
                                      len(content.groups), self.trees[List.GROUPS].root,
                                      len(weights.entries), weights.total, self.trees[List.WEIGHTS].root,
                                      len(content.workers), self.trees[List.WORKERS].root)
 
+    def _keys(self, which: List) -> list[bytes]:
+        """Each leaf's key (its first 32 bytes), computed once a list: a keys request is a
+        bisection, not a pass over up to 2^18 leaves (80 ms each, which any peer could ask for)."""
+        if which not in self._leaf_keys:
+            self._leaf_keys[which] = [leaf[:32] for leaf in self.trees[which].leaves]
+        return self._leaf_keys[which]
+
     def answer(self, which: List, positions: Iterable[int] = (), keys: Iterable[bytes] = ()) -> Entries:
         """The answer to an ``entries`` request: the positions asked, or for each key its
-        position or the adjacent ones bracketing it (§10.3)."""
+        position or the adjacent ones bracketing it (§3.5)."""
         tree, positions, keys = self.trees[List(which)], tuple(positions), tuple(keys)
         if bool(positions) == bool(keys):
             raise CommitteeError("bad_request", "an entries request names positions or keys, one of them")
         if len(positions) + len(keys) > MAX_ENTRIES_PER_REQUEST:
             raise CommitteeError("too_many", f"at most {MAX_ENTRIES_PER_REQUEST} positions or keys a request")
         if keys:
-            leaf_keys = [leaf[:32] for leaf in tree.leaves]
+            leaf_keys = self._keys(List(which))
             wanted: set[int] = set()
             for key in keys:
                 at = bisect.bisect_left(leaf_keys, _node_id(key, "key"))
@@ -492,17 +436,18 @@ class PagedManifest:
         return Entries(self.header.round, List(which), positions, tuple(tree.leaves[i] for i in positions), proof)
 
 
-def check_entries(header: ManifestHeader, answer: Entries, positions: Iterable[int] = (),
+def check_entries(header: ManifestHeader, answer: Entries, which: List | str, positions: Iterable[int] = (),
                   keys: Iterable[bytes] = ()) -> Entries:
-    """Accept an ``entries`` answer to a request for ``positions`` or ``keys`` of one list
-    (specs/committee.md §10.3): its multiproof holds under the header's root, its keys increase
-    with their positions, and it answers every position asked, or finds or brackets every key
-    asked. Returns it; raises CommitteeError ``bad_entries``."""
+    """Accept an ``entries`` answer to a request for ``positions`` or ``keys`` of the list
+    ``which`` (specs/committee.md §3.5): it is of that list and round, its multiproof holds
+    under the header's root of that list, its keys increase with their positions, and it
+    answers every position asked, or finds or brackets every key asked. Returns it; raises
+    CommitteeError ``bad_entries``."""
     if not isinstance(answer, Entries):
         raise CommitteeError("bad_entries", f"expected Entries, got {shown(answer)}")
     positions, keys = tuple(positions), tuple(keys)
-    if answer.list not in tuple(List):
-        raise CommitteeError("bad_entries", f"no list is named {shown(answer.list)}")
+    if answer.list not in tuple(List) or which not in tuple(List) or List(answer.list) != List(which):
+        raise CommitteeError("bad_entries", f"an answer of list {shown(answer.list)} to a request of {shown(which)}")
     which = List(answer.list)
     size = header.size(which)
     if type(answer.round) is not int or answer.round != header.round:
@@ -549,7 +494,7 @@ def seat_value(beta: bytes, position: int) -> int:
 
 def seats(beta: bytes, groups: int, threshold: int) -> tuple[int, ...]:
     """The positions of a groups list of ``groups`` entries that the verifier whose round output
-    is ``beta`` sits on (specs/committee.md §10.2): one hash a position."""
+    is ``beta`` sits on (specs/committee.md §2): one hash a position."""
     seat_value(beta, 0)  # checks beta once
     _count(groups, "groups")
     if threshold <= 0:
@@ -566,7 +511,7 @@ def seats(beta: bytes, groups: int, threshold: int) -> tuple[int, ...]:
 
 def check_seat(header: ManifestHeader, verifier: bytes, weight: tuple[int, int], weight_path: tuple[bytes, ...],
                seat: int, group: bytes, group_path: tuple[bytes, ...]) -> int:
-    """Steps 2 and 3 of a paged claim (specs/committee.md §10.4), before any signature: the
+    """Steps 2 and 3 of a claim (specs/committee.md §4), before any signature: the
     weights path proves ``verifier || u32be(w)`` at position ``j`` (``not_eligible``), and the
     groups path proves ``group`` at ``seat`` (``not_in_manifest``). Returns T_v."""
     _node_id(verifier, "verifier")

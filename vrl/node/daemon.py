@@ -25,12 +25,12 @@ import torch
 
 from p2p.transport import Message, Transport, TransportError, Validation, message_id
 from vrl.config import as_kwargs
-from vrl.node import deltas, startup
+from vrl.node import committee, deltas, startup
 from vrl.node import protocol as P
 from vrl.node.blobs import MAX_WEIGHTS_BYTES, Blobs
 from vrl.node.catchup import BACKFILL_PROTOCOL, Backfill, replay_store
 from vrl.node.config import NodeConfig
-from vrl.node.events import FetchGroup, Send
+from vrl.node.events import FetchEntries, FetchGroup, Send
 from vrl.node.groups import GroupCache
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -49,7 +49,7 @@ from vrl.node.messages import (
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.proving import SAMPLING_PROTOCOL, Proving, private_setup, sampling_setup
-from vrl.node.requests import BACKFILL_MAX_MESSAGE_BYTES, GroupRequest
+from vrl.node.requests import BACKFILL_MAX_MESSAGE_BYTES, EntriesAnswer, EntriesRequest, GroupRequest
 from vrl.node.storage import Pruner
 from vrl.node.store import Store
 from vrl.node.training import StepReplay, Training
@@ -60,12 +60,13 @@ from vrl.rollouts.record import round_seed
 from vrl.rollouts.verify import Expectations, Reason
 from vrl.tasks import TaskList
 
-__all__ = ["BACKFILL_PROTOCOL", "GROUP_PROTOCOL", "SAMPLING_PROTOCOL", "SEND_PROTOCOL", "Node"]
+__all__ = ["BACKFILL_PROTOCOL", "ENTRIES_PROTOCOL", "GROUP_PROTOCOL", "SAMPLING_PROTOCOL", "SEND_PROTOCOL", "Node"]
 
 # The committee design's routing (specs/network.md §3.5): a message sent to one node, and a
 # group fetched by its digest; and the topics a sent message may be of.
 SEND_PROTOCOL = "/vrl/send/1"
 GROUP_PROTOCOL = "/vrl/group/1"
+ENTRIES_PROTOCOL = "/vrl/entries/1"  # a paged manifest's entries (specs/committee.md §3.5)
 SENT_TOPICS = (TOPIC_GROUPS, TOPIC_VERDICTS)
 # A fetch by digest asks the trainer, then at most this many other peers drawn at random for
 # each attempt (each at most DIRECT_TIMEOUT_SECONDS): a group its trainer does not hold is rarely
@@ -257,10 +258,12 @@ class Node:
             case P.Persist(verdict):
                 if self.store.put_verdict(verdict, time.time()):
                     self.metrics.verdicts.labels(verdict.outcome).inc()
-            case P.PersistManifest(manifest):
-                if self.store.put_manifest(manifest, time.time()):
-                    self.log.info("round manifest", round=manifest.round, groups=len(manifest.groups),
-                                  eligible=len(manifest.weights))
+            case P.PersistManifest(manifest, lists):
+                if self.store.put_manifest(manifest, time.time(), lists):
+                    self.log.info("round manifest", round=manifest.round, groups=manifest.groups,
+                                  eligible=manifest.weights)
+            case FetchEntries():
+                self._spawn(self._fetch_entries(action))
             case P.ReplayStep(announcement):
                 self._spawn(self._events(self.steps.replay(announcement)))
             case P.PersistStep(verdict):
@@ -313,16 +316,20 @@ class Node:
             await self._on_message(message)
         return b""
 
+    def _direct_peers(self) -> list[bytes]:
+        """Whom a fetch asks, in order: the trainer (it holds every group it listed and every list
+        it signed), then at most FETCH_PEERS other connected peers drawn afresh each attempt."""
+        trainer = bytes.fromhex(self.config.trainer)
+        connected = self.transport.peers()
+        others = [p for p in connected if p != trainer]
+        return ([trainer] if trainer in connected else []) + random.sample(others, min(FETCH_PEERS, len(others)))
+
     async def _fetch_group(self, digest: bytes, version: int) -> None:
         """A group by its digest (specs/network.md §3.5): the trainer first, then peers; its bytes
         must hash to ``digest`` and pass the validator, else the peer is penalized and the next
         asked. None had it: Abandoned, and the protocol asks again later."""
         request = GroupRequest(digest, version).to_bytes()
-        trainer = bytes.fromhex(self.config.trainer)
-        connected = self.transport.peers()
-        others = [p for p in connected if p != trainer]
-        others = random.sample(others, min(FETCH_PEERS, len(others)))
-        for peer in ([trainer] if trainer in connected else []) + others:
+        for peer in self._direct_peers():
             try:
                 data = await self.transport.request(peer, GROUP_PROTOCOL, request, timeout=DIRECT_TIMEOUT_SECONDS,
                                                     max_response=BACKFILL_MAX_MESSAGE_BYTES)
@@ -341,6 +348,38 @@ class Node:
                 await self._on_message(message)
                 return
         await self._feed(P.Abandoned(FetchGroup(digest, version)))
+
+    async def _fetch_entries(self, action: FetchEntries) -> None:
+        """Entries of a round's lists (specs/committee.md §3.5): the trainer first, then peers.
+        An answer that does not decode, or that the round's header does not prove, counts
+        against its peer and the next is asked; none answered: Abandoned."""
+        request = EntriesRequest(action.round, committee.List(action.list), action.positions, action.keys).to_bytes()
+        manifest = self.protocol.rounds.manifests.get(action.round)
+        for peer in self._direct_peers() if manifest is not None else []:
+            try:
+                data = await self.transport.request(peer, ENTRIES_PROTOCOL, request, timeout=DIRECT_TIMEOUT_SECONDS)
+                answer = EntriesAnswer.from_bytes(data)
+                committee.check_entries(manifest.header, answer.entries, action.list, action.positions, action.keys)
+            except TransportError:
+                continue  # not there, or no answer: the next peer
+            except (MessageError, committee.CommitteeError):
+                self.transport.penalize(peer)  # an answer its round's header does not prove
+                continue
+            await self._feed(P.EntriesReceived(action, answer))
+            return
+        await self._feed(P.Abandoned(action))
+
+    async def _serve_entries(self, peer: bytes, data: bytes) -> bytes:
+        """Entries of a round's lists this node holds (the trainer's); an error status else."""
+        try:
+            request = EntriesRequest.from_bytes(data)
+        except MessageError:
+            self.transport.penalize(peer)
+            raise
+        try:
+            return EntriesAnswer.of(self.protocol.rounds.answer(request)).to_bytes()
+        except committee.CommitteeError as error:
+            raise LookupError(error.reason) from None
 
     async def _serve_group(self, peer: bytes, data: bytes) -> bytes:
         """A group this node holds, by digest; an error status if it holds none."""
@@ -369,9 +408,8 @@ class Node:
             self.store.put_policy(PolicyAnnouncement.from_bytes(data), now)
         elif topic == TOPIC_MANIFESTS:  # the trainer closing a round (specs/committee.md §3.4)
             manifest = RoundManifest.from_bytes(data)
-            self.store.put_manifest(manifest, now)
-            self.log.info("round closed", round=manifest.round, groups=len(manifest.groups),
-                          eligible=len(manifest.weights))
+            self.store.put_manifest(manifest, now)  # with its lists already (PersistManifest)
+            self.log.info("round closed", round=manifest.round, groups=manifest.groups, eligible=manifest.weights)
         elif topic == TOPIC_STEPS:
             step = StepVerdict.from_bytes(data)
             self.store.put_step(step, now)
@@ -528,6 +566,7 @@ class Node:
         if self.protocol.committee:  # specs/network.md §3.5
             self.transport.set_handler(SEND_PROTOCOL, self._serve_send, max_request=BACKFILL_MAX_MESSAGE_BYTES)
             self.transport.set_handler(GROUP_PROTOCOL, self._serve_group)
+            self.transport.set_handler(ENTRIES_PROTOCOL, self._serve_entries)
         if self.config.zk.hidden_states:
             self.transport.set_handler(SAMPLING_PROTOCOL, self.proving.serve_sampling)
         if self.config.metrics_port:

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrl.node.messages import Batch, Group, PolicyAnnouncement, RoundManifest, SignedVerdict, StepVerdict, Submission
+from vrl.node.messages import (
+    Batch,
+    Group,
+    ManifestLists,
+    PolicyAnnouncement,
+    RoundManifest,
+    SignedVerdict,
+    StepVerdict,
+    Submission,
+)
+from vrl.node.requests import EntriesAnswer
 
 # -- events (fed in) ---------------------------------------------------------------------------
 
@@ -42,9 +52,20 @@ class VerdictReceived:
 
 @dataclass(frozen=True)
 class ManifestReceived:
-    """A round manifest arrived (the committee design, specs/committee.md §3.3)."""
+    """A round manifest arrived (the committee design, specs/committee.md §3.3); ``lists``, the
+    lists behind it, only as the trainer replays its own from its store."""
     manifest: RoundManifest
     now: float
+    lists: ManifestLists | None = None
+
+
+@dataclass(frozen=True)
+class EntriesReceived:
+    """An ``entries`` answer (specs/committee.md §3.5) to this node's ``fetch``
+    (:class:`FetchEntries`), decoded; the protocol checks it against the request and the round's
+    header before it uses a leaf of it."""
+    fetch: FetchEntries
+    answer: EntriesAnswer
 
 
 @dataclass(frozen=True)
@@ -122,7 +143,7 @@ class Abandoned:
 
 Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | VerdictReceived | Generated | Checked
          | Refused | Planted | Trained | StepVerdictReceived | StepReplayed | StepStateMissing | ManifestReceived
-         | BatchFetched)
+         | BatchFetched | EntriesReceived)
 
 
 # -- actions (carried out by the daemon) ---------------------------------------------------------
@@ -203,10 +224,24 @@ class Persist:
 
 
 @dataclass(frozen=True)
+class FetchEntries:
+    """Ask for entries of one list of round ``round``'s paged manifest, by position or by key
+    (specs/committee.md §3.5): the trainer first, then peers. The daemon feeds the answer as
+    :class:`EntriesReceived`, or :class:`Abandoned` if no peer answered."""
+
+    round: int
+    list: str
+    positions: tuple[int, ...] = ()
+    keys: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True)
 class PersistManifest:
     """Store this received round manifest (the trainer's, the first of its round): a restarted
-    node's committees are drawn from it again (specs/committee.md §3)."""
+    node's committees are drawn from it again (specs/committee.md §3); the trainer stores the
+    lists behind its own (``lists``), which it serves and an audit reads."""
     manifest: RoundManifest
+    lists: ManifestLists | None = None
 
 
 @dataclass(frozen=True)
@@ -232,4 +267,4 @@ class ConvictTrainer:
 
 
 Action = (Publish | Send | FetchGroup | FetchPolicy | FetchBatch | Generate | Check | Plant | Train | Quarantine
-          | Persist | ReplayStep | PersistStep | ConvictTrainer | PersistManifest)
+          | Persist | ReplayStep | PersistStep | ConvictTrainer | PersistManifest | FetchEntries)

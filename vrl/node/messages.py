@@ -36,6 +36,7 @@ from vrl.node.wire import (
     Blobs,
     Choice,
     Flag,
+    Listed,
     Message,
     MessageError,
     Real,
@@ -57,8 +58,11 @@ MESSAGE_VERSION = 1
 # 2: a verdict carries the sequential test's evidence, race_tokens and races_lost (specs/network.md §3.2);
 # 3: and its committee claim, draw and pi (specs/committee.md §4). A verdict that needs nothing of
 # version 3 (a ticket draw) is still written and read as version 2 (vrl.node.wire: oldest).
-VERDICT_VERSION = 3
+VERDICT_VERSION = 4
 VERDICT_OLDEST = 2
+#: Hashes in a claim's Merkle path (specs/committee.md §4): a list of at most 2^32 - 1 entries
+#: (a u32 size) has at most 32 levels.
+MAX_PATH_HASHES = 32
 # 2: a policy announcement binds the training step that made it (specs/training.md §3);
 # 3: and the reward proofs of a private task set's step, proofs and proofs_size (specs/zk.md §11);
 # 4: and a weights delta against the parent's file, delta, delta_size and delta_parent (specs/network.md
@@ -73,6 +77,9 @@ TOPIC_GROUPS = "vrl/groups/1"
 TOPIC_VERDICTS = "vrl/verdicts/2"
 TOPIC_POLICIES = "vrl/policies/3"
 TOPIC_STEPS = "vrl/steps/1"
+#: The round manifest is a header since version 2 (specs/committee.md §3.3): version 1 listed
+#: every digest, weight and worker, and is no longer read.
+MANIFEST_VERSION = 2
 TOPIC_MANIFESTS = "vrl/manifests/1"  # the committee design only (specs/committee.md §3.3)
 
 GROUP_DOMAIN = b"vrl/group/v1\x00"
@@ -257,6 +264,14 @@ class SignedVerdict(Signed):
     # draw the VRF proof over the round manifest's input, checked by the receiver against it.
     draw: VerdictDraw = field(default=VerdictDraw.TICKET, metadata=wire(Choice(VerdictDraw), since=3))
     pi: bytes = field(default=b"", metadata=wire(Bin(0, VRF_PROOF_BYTES), since=3))
+    # The seat it claims in the paged manifest (specs/committee.md §4): the group's position in
+    # the round's groups list and its path, and the verifier's weights entry and its path; all
+    # zero and empty for a ticket draw, the weights entry too for a draw of none.
+    seat: int = field(default=0, metadata=wire(Uint(0, 2**32 - 1), since=4))
+    seat_path: tuple[bytes, ...] = field(default=(), metadata=wire(Listed("hash", MAX_PATH_HASHES), since=4))
+    weight_at: int = field(default=0, metadata=wire(Uint(0, 2**32 - 1), since=4))
+    weight: int = field(default=0, metadata=wire(Uint(0, committee.WEIGHT_SCALE), since=4))
+    weight_path: tuple[bytes, ...] = field(default=(), metadata=wire(Listed("hash", MAX_PATH_HASHES), since=4))
 
     @property
     def checked(self) -> bool:
@@ -290,6 +305,10 @@ class SignedVerdict(Signed):
             raise FieldError("pi", f"a {self.draw} draw carries {'a' if proven else 'no'} proof")
         if not ticket and self.outcome == Outcome.SKIPPED:
             raise FieldError("outcome", f"a {self.draw} draw is a check, never a skip (specs/committee.md §4)")
+        if ticket and (self.seat or self.seat_path or self.weight_at or self.weight or self.weight_path):
+            raise FieldError("seat", "a ticket draw claims no seat")
+        if (self.weight >= 1) != proven or (not proven and (self.weight_at or self.weight_path)):
+            raise FieldError("weight", f"a {self.draw} draw carries {'a' if proven else 'no'} weights entry")
 
 
 # -- policy announcements ----------------------------------------------------------------------
@@ -511,56 +530,13 @@ class StepVerdict(Signed):
 # -- round manifests (the committee design, specs/committee.md §3) ------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class NodeCounts:
-    """A list of at most ``max_items`` pairs ``[32-byte id, uint in [1, high]]``, strictly sorted
-    by id: a manifest's weights table or its workers (specs/committee.md §3.3)."""
-
-    max_items: int
-    high: int
-    as_is: ClassVar[bool] = False
-
-    def decode(self, value: Any, name: str) -> tuple[tuple[bytes, int], ...]:
-        if type(value) is not list or len(value) > self.max_items:
-            raise FieldError(name, f"expected a list of at most {self.max_items} entries")
-        out = []
-        for index, entry in enumerate(value):
-            if (type(entry) is not list or len(entry) != 2 or type(entry[0]) is not bytes or len(entry[0]) != 32
-                    or type(entry[1]) is not int or not 1 <= entry[1] <= self.high):
-                raise FieldError(f"{name}[{index}]", f"expected [a 32-byte node id, an integer in [1, {self.high}]]")
-            if out and out[-1][0] >= entry[0]:
-                raise FieldError(f"{name}[{index}]", "entries must be sorted by node id, none twice")
-            out.append((entry[0], entry[1]))
-        return tuple(out)
-
-    def encode(self, value: tuple[tuple[bytes, int], ...]) -> list[list[Any]]:
-        return [[node, count] for node, count in value]
-
-
-@dataclass(frozen=True, slots=True)
-class SortedDigests:
-    """A list of at most ``max_items`` 32-byte digests, strictly ascending."""
-
-    max_items: int
-    as_is: ClassVar[bool] = False
-
-    def decode(self, value: Any, name: str) -> tuple[bytes, ...]:
-        if (type(value) is not list or len(value) > self.max_items
-                or not all(type(d) is bytes and len(d) == 32 for d in value)):
-            raise FieldError(name, f"expected a list of at most {self.max_items} 32-byte digests")
-        if any(a >= b for a, b in zip(value, value[1:], strict=False)):
-            raise FieldError(name, "digests must be sorted, none twice")
-        return tuple(value)
-
-    def encode(self, value: tuple[bytes, ...]) -> list[bytes]:
-        return list(value)
-
-
-@message("manifest", MESSAGE_VERSION, topic=TOPIC_MANIFESTS)
+@message("manifest", MANIFEST_VERSION, topic=TOPIC_MANIFESTS)
 @dataclass(frozen=True)
 class RoundManifest(Signed):
-    """The trainer's signed round manifest (specs/committee.md §3.3): what round ``round``
-    holds, and who may be drawn to check it, with what weight."""
+    """The trainer's signed round manifest (specs/committee.md §3.3): the header of what round
+    ``round`` holds and who may be drawn to check it, each list behind its Merkle root; the
+    lists themselves are the trainer's (:class:`vrl.node.committee.PagedManifest`), and a member
+    fetches the entries it needs (``entries`` request, §3.5)."""
 
     _DOMAIN = committee.MANIFEST_SIGNING_DOMAIN
     _SIGNER = "trainer"
@@ -568,32 +544,74 @@ class RoundManifest(Signed):
     trainer: bytes = field(metadata=wire(Bin(NODE_ID_BYTES)))
     round: int = field(metadata=wire(Uint()))
     committee_size: int = field(metadata=wire(Uint(1, committee.MAX_COMMITTEE_SIZE)))
-    weights: tuple[tuple[bytes, int], ...] = field(
-        metadata=wire(NodeCounts(committee.MAX_WEIGHT_ENTRIES, committee.WEIGHT_SCALE)))
-    groups: tuple[bytes, ...] = field(metadata=wire(SortedDigests(committee.MAX_MANIFEST_GROUPS)))
-    workers: tuple[tuple[bytes, int], ...] = field(
-        metadata=wire(NodeCounts(committee.MAX_WORKER_ENTRIES, 2**32 - 1)))
+    groups: int = field(metadata=wire(Uint(1, committee.MAX_PAGED_ENTRIES)))
+    groups_root: bytes = field(metadata=wire(Bin(32)))
+    weights: int = field(metadata=wire(Uint(0, committee.MAX_PAGED_ENTRIES)))
+    total_weight: int = field(metadata=wire(Uint(0, committee.MAX_PAGED_ENTRIES * committee.WEIGHT_SCALE)))
+    weights_root: bytes = field(metadata=wire(Bin(32)))
+    workers: int = field(metadata=wire(Uint(1, committee.MAX_PAGED_ENTRIES)))
+    workers_root: bytes = field(metadata=wire(Bin(32)))
     signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
+
+    @classmethod
+    def of(cls, trainer: bytes, header: committee.ManifestHeader) -> RoundManifest:
+        return cls(trainer, header.round, header.committee_size, header.groups, header.groups_root, header.weights,
+                   header.total_weight, header.weights_root, header.workers, header.workers_root)
 
     def valid(self) -> bool:
         return self._valid
 
     @functools.cached_property
     def _valid(self) -> bool:
-        """Checked once per decoded manifest (immutable): re-encoding 4,096 digests and 1,024
-        weights to check the signature was 40% of a node's work at N = 1,000 (bench/simulate.py)."""
         return self.signature_ok()
 
     @functools.cached_property
-    def content(self) -> committee.ManifestContent:
+    def header(self) -> committee.ManifestHeader:
         """What the manifest fixes, and its root (specs/committee.md §3.2)."""
-        return committee.ManifestContent(self.round, committee.WeightsTable(self.committee_size, self.weights),
-                                         self.groups, self.workers)
+        return committee.ManifestHeader(self.round, self.committee_size, self.groups, self.groups_root, self.weights,
+                                        self.total_weight, self.weights_root, self.workers, self.workers_root)
 
     def _cross_check(self) -> None:
-        if sum(count for _, count in self.workers) != len(self.groups):
-            raise FieldError("workers", f"the workers' counts sum to {sum(c for _, c in self.workers)}, "
-                                        f"not the {len(self.groups)} groups listed")
+        try:
+            self.header  # noqa: B018 (the ranges between fields: workers <= groups, W within m weights)
+        except committee.CommitteeError as error:
+            raise FieldError("groups", str(error)) from None
+
+
+@message("manifest lists", 1)
+@dataclass(frozen=True)
+class ManifestLists(Message):
+    """The lists behind a round manifest's roots (specs/committee.md §3.1), as the trainer stores
+    them (specs/network.md §8): never gossiped; an audit reads them, and checks them against the
+    signed header's roots."""
+
+    round: int = field(metadata=wire(Uint()))
+    committee_size: int = field(metadata=wire(Uint(1, committee.MAX_COMMITTEE_SIZE)))
+    groups: tuple[bytes, ...] = field(metadata=wire(Listed("key", committee.MAX_PAGED_ENTRIES)))
+    weights: tuple[bytes, ...] = field(metadata=wire(Listed("leaf", committee.MAX_PAGED_ENTRIES, 36)))
+    workers: tuple[bytes, ...] = field(metadata=wire(Listed("leaf", committee.MAX_PAGED_ENTRIES, 36)))
+
+    @classmethod
+    def of(cls, content: committee.ManifestContent) -> ManifestLists:
+        return cls(content.round, content.weights.committee_size, content.groups,
+                   tuple(committee.entry_leaf(node, w) for node, w in content.weights.entries),
+                   tuple(committee.entry_leaf(node, c) for node, c in content.workers))
+
+    @functools.cached_property
+    def content(self) -> committee.ManifestContent:
+        def entries(leaves: tuple[bytes, ...]) -> tuple[tuple[bytes, int], ...]:
+            return tuple((leaf[:32], int.from_bytes(leaf[32:], "big")) for leaf in leaves)
+
+        return committee.ManifestContent(self.round, committee.WeightsTable(self.committee_size, entries(self.weights)),
+                                         self.groups, entries(self.workers))
+
+    def _cross_check(self) -> None:
+        if any(len(leaf) != 36 for leaf in self.weights + self.workers):
+            raise FieldError("weights", "a weights or workers leaf is a node id and a u32, 36 bytes")
+        try:
+            self.content  # noqa: B018 (sorted, in range, the workers' counts summing to the groups)
+        except committee.CommitteeError as error:
+            raise FieldError("groups", str(error)) from None
 
 
 GOSSIP_MESSAGES = (Submission, SignedVerdict, PolicyAnnouncement, StepVerdict, RoundManifest)

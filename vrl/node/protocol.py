@@ -32,10 +32,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
-from vrl.node import forgetting
+from vrl.node import committee, forgetting
 from vrl.node import rounds as routing
 from vrl.node.admission import AdmissionConfig
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
+from vrl.node.committee import CommitteeError
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -43,8 +44,10 @@ from vrl.node.events import (
     Check,
     Checked,
     ConvictTrainer,
+    EntriesReceived,
     Event,
     FetchBatch,
+    FetchEntries,
     FetchGroup,
     FetchPolicy,
     Generate,
@@ -103,7 +106,8 @@ from vrl.rollouts.verify import Reason
 __all__ = [
     "ADMISSION_DOMAIN", "MAX_PENDING_VERDICTS", "MAX_STRANGER_VERDICTS_PER_GROUP", "ROLES", "SELF_EVIDENT_FAULTS",
     "SOFT_REASONS", "Abandoned", "Action", "BatchFetched", "Check", "Checked", "ConvictTrainer", "Event",
-    "FetchBatch", "FetchPolicy", "Generate", "Generated", "GroupReceived", "ManifestReceived", "NodeProtocol",
+    "EntriesReceived", "FetchBatch", "FetchEntries", "FetchPolicy", "Generate", "Generated", "GroupReceived",
+    "ManifestReceived", "NodeProtocol",
     "Persist", "PersistManifest", "PersistStep", "Plant", "Planted", "PolicyAnnounced", "PolicyLoaded",
     "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused", "ReplayStep", "StepReplayed",
     "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained", "VerdictReceived", "drawn", "outcome_of",
@@ -155,11 +159,22 @@ def _flight_key(action: Action) -> tuple:
             return ("fetch", a.version)
         case FetchGroup(digest, _):
             return ("group", digest)
+        case FetchEntries(round_, which, positions, keys):
+            return ("entries", round_, which, positions, keys)
         case Check(group, _):
             return ("check", group)
         case Generate(version) | Plant(version) | Train(version, _):
             return (type(action).__name__.lower(), version)
     return ()
+
+
+def _paged(lists) -> committee.PagedManifest | None:
+    """The lists the trainer stored behind its manifest, as trees; None if no header can commit
+    them (a damaged store: the manifest is still held, for the committees it fixes)."""
+    try:
+        return committee.PagedManifest(lists.content)
+    except CommitteeError:
+        return None
 
 
 def drawn(verdict: SignedVerdict) -> bool:
@@ -300,7 +315,7 @@ class NodeProtocol:
 
     def eligible_verifiers(self) -> int:
         latest = max(self.rounds.manifests, default=None)
-        return len(self.rounds.manifests[latest].weights) if latest is not None else 0
+        return self.rounds.manifests[latest].weights if latest is not None else 0
 
     def trust(self, node: bytes) -> float:
         return self.standing(node).trust
@@ -329,12 +344,23 @@ class NodeProtocol:
                 actions += self._accept_group(group, now)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
-            case ManifestReceived(manifest, now):
+            case ManifestReceived(manifest, now, lists):
                 if self.rounds.add(manifest, now):
-                    note_withheld(self, manifest)
+                    if lists is not None and self.rounds.hold_lists(_paged(lists)):
+                        # The trainer's own, replayed from its store: every group of it is listed.
+                        self.rounds.learn_lists(self.rounds.lists[manifest.round])
+                        note_withheld(self, manifest)
                     actions.append(PersistManifest(manifest))
                     for verdict in self.waiting.take_round(manifest.round):
                         actions += self._received_verdict(verdict)
+            case EntriesReceived(fetch, answer):
+                self._in_flight.discard(_flight_key(fetch))
+                try:
+                    learnt = self.rounds.learn(fetch, answer)
+                except CommitteeError:
+                    learnt = []  # asked again at a later tick (the daemon blames the peer that sent it)
+                for digest in learnt:
+                    self._touch(digest)
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
@@ -421,6 +447,8 @@ class NodeProtocol:
             actions += close_rounds(self)
         if self.has("verifier") or self.has("trainer"):
             actions += committee_checks(self) if self.committee else ticket_checks(self)
+        elif self.committee and self.has("worker"):
+            actions += routing.own_listing(self)  # a worker's own groups (specs/committee.md §3.5)
         if self.has("verifier"):
             actions += step_actions
         if self.has("trainer"):
@@ -560,15 +588,24 @@ class NodeProtocol:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
         if group is None or (mine is not None and not _supersedes(outcome, mine)):
             return []
+        claim: dict = {}
         if not self.committee:
             draw, pi = VerdictDraw.TICKET, b""
+        else:
+            claim = self.rounds.claim(digest, draw)
+            if claim is None and not (draw == VerdictDraw.NONE and digest in self.planted):
+                return []  # a place or weight this node has not proven: no one could check it
+            # (The trainer's reveal of a plant its round's lists do not hold, planted after the
+            # round closed, claims no place: it is its own record; others refuse it, as the audit
+            # expects of such a reveal, specs/audit.md §3.)
+            claim = claim or {}
         verdict = SignedVerdict(
             verifier=self.me, subject=group.subject, group=digest, round=self.version or 0,
             policy_version=group.version, ticket=audit_ticket(self.key, digest) if not self.committee else b"",
             rate=self.standing(group.subject).check_rate if rate is None else rate, outcome=outcome,
             reasons=tuple(sorted(set(reasons))), digest=recomputed, platform=self.platform,
             planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost, draw=draw,
-            pi=pi).signed(self.key)
+            pi=pi, **claim).signed(self.key)
         self._verdict(verdict)
         if self.committee:
             return routing.route_verdict(self, verdict)

@@ -57,7 +57,16 @@ from scipy.special import betaincinv
 
 from vrl.config import U63, bounded, check_fields
 from vrl.errors import VrlError, shown
-from vrl.node.messages import MessageError, Outcome, RoundManifest, SignedVerdict, Submission, VerdictDraw
+from vrl.node.committee import CommitteeError, ManifestContent, PagedManifest
+from vrl.node.messages import (
+    ManifestLists,
+    MessageError,
+    Outcome,
+    RoundManifest,
+    SignedVerdict,
+    Submission,
+    VerdictDraw,
+)
 from vrl.node.params import ProtocolParams
 from vrl.node.pooling import pooled_convictions
 from vrl.rollouts.model import bit_exact_platform
@@ -141,8 +150,8 @@ class Withheld:
                 raise ReputationError(f"withheld: {name} must be an int in [1, 2^32), got {shown(value)}")
 
 
-def withheld_of(manifest: RoundManifest, groups_per_round: int) -> list[Withheld]:
-    """The withheld records a round manifest implies: one per listed worker with fewer than
+def withheld_of(manifest: ManifestContent, groups_per_round: int) -> list[Withheld]:
+    """The withheld records a round's lists imply: one per listed worker with fewer than
     ``groups_per_round`` groups in it (specs/committee.md §7). A manifest that lists a worker
     with more groups than a round holds is refused whole (ReputationError): it is not the
     network's."""
@@ -602,8 +611,9 @@ def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes]
     """Reputation from a store's log (:meth:`vrl.node.store.Store.replay`, in the order it
     was written), trusting ``anchors``, as of ``at_round`` (default: the newest round a
     verdict names). Who a verdict is about is its group's signer, never the verdict's word.
-    A round manifest (kind ``manifest``) signed by an anchor adds the withheld slots it implies
-    (specs/committee.md §7), the first one of its round only, as the protocol uses it."""
+    A round manifest (kind ``manifest``) signed by an anchor, with the lists behind it (the
+    trainer's store holds them), adds the withheld slots they imply (specs/committee.md §7), the
+    first one of its round only, as the protocol uses it."""
     view = Reputation(anchors)
     invalid = 0
     rounds = [0]
@@ -613,16 +623,18 @@ def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes]
         try:
             if kind == "group":
                 groups[Submission.from_bytes(data).digest] = extra[:2]
-            if kind == "manifest":
+            if kind == "manifest" and len(extra) > 1 and extra[1] is not None:
                 manifest = RoundManifest.from_bytes(data)
-                if manifest.trainer in anchors and manifest.round not in manifests and manifest.valid():
+                lists = ManifestLists.from_bytes(extra[1]).content
+                if (manifest.trainer in anchors and manifest.round not in manifests and manifest.valid()
+                        and PagedManifest(lists).header == manifest.header):
                     manifests.add(manifest.round)
-                    for record in withheld_of(manifest, groups_per_round):
+                    for record in withheld_of(lists, groups_per_round):
                         view.add_withheld(record)
             if kind != "verdict":
                 continue
             verdict = SignedVerdict.from_bytes(data)
-        except (MessageError, ReputationError):  # the disk is trusted no more than the network was
+        except (MessageError, ReputationError, CommitteeError):  # the disk is trusted no more than the network was
             invalid += kind == "verdict"
             continue
         report = report_of(verdict, *groups[verdict.group]) if verdict.group in groups else None

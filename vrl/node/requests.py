@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vrl.errors import shown
-from vrl.node.wire import U64, Bin, Blobs, Message, MessageError, Nullable, Uint, decode, message, wire
+from vrl.node import committee
+from vrl.node.wire import U64, Bin, Blobs, Choice, Listed, Message, MessageError, Nullable, Uint, decode, message, wire
 from vrl.rollouts.codec import FieldError
 
 # -- backfill: request/response between two peers (specs/network.md §6) ----------------------
@@ -117,6 +118,56 @@ class GroupRequest(Message):
 
     group: bytes = field(metadata=wire(Bin(32)))
     version: int = field(metadata=wire(Uint()))  # the round whose manifest lists it
+
+
+@message("entries request")
+@dataclass(frozen=True)
+class EntriesRequest(Message):
+    """``{"round": r, "list": ..., "positions": [...], "keys": [...]}``: entries of one list of a
+    paged round manifest, by position or by key, exactly one of them non-empty
+    (specs/committee.md §3.5)."""
+
+    round: int = field(metadata=wire(Uint()))
+    list: committee.List = field(metadata=wire(Choice(committee.List)))
+    positions: tuple[int, ...] = field(
+        metadata=wire(Listed("position", committee.MAX_ENTRIES_PER_REQUEST, committee.MAX_PAGED_ENTRIES)))
+    keys: tuple[bytes, ...] = field(metadata=wire(Listed("key", committee.MAX_ENTRIES_PER_REQUEST)))
+
+    def _cross_check(self) -> None:
+        if bool(self.positions) == bool(self.keys):
+            raise FieldError("positions", "an entries request names positions or keys, exactly one of them")
+
+
+#: Leaves in an entries answer: a key asked may be answered by two neighbours (§3.5).
+ENTRIES_MAX_LEAVES = 2 * committee.MAX_ENTRIES_PER_REQUEST
+
+
+@message("entries")
+@dataclass(frozen=True)
+class EntriesAnswer(Message):
+    """The answer to an :class:`EntriesRequest`: positions, their leaves, and the multiproof of
+    them under the list's root (specs/committee.md §3.5, specs/merkle.md §2)."""
+
+    round: int = field(metadata=wire(Uint()))
+    list: committee.List = field(metadata=wire(Choice(committee.List)))
+    positions: tuple[int, ...] = field(
+        metadata=wire(Listed("position", ENTRIES_MAX_LEAVES, committee.MAX_PAGED_ENTRIES)))
+    leaves: tuple[bytes, ...] = field(metadata=wire(Listed("leaf", ENTRIES_MAX_LEAVES, 36)))
+    # At most a leaf's path each: 18 hashes for 2^18 entries (specs/merkle.md §2).
+    proof: tuple[bytes, ...] = field(
+        metadata=wire(Listed("hash", ENTRIES_MAX_LEAVES * committee.MAX_PAGED_ENTRIES.bit_length())))
+
+    @classmethod
+    def of(cls, entries: committee.Entries) -> EntriesAnswer:
+        return cls(entries.round, entries.list, entries.positions, entries.leaves, entries.proof)
+
+    @property
+    def entries(self) -> committee.Entries:
+        return committee.Entries(self.round, self.list, self.positions, self.leaves, self.proof)
+
+    def _cross_check(self) -> None:
+        if len(self.leaves) != len(self.positions):
+            raise FieldError("leaves", f"{len(self.leaves)} leaves for {len(self.positions)} positions")
 
 
 @message("sampling request")

@@ -13,21 +13,23 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from proofs import vrf
+from proofs import merkle, vrf
 from vrl.node import committee
 from vrl.node.claims import LossClaims
 from vrl.node.committee import Draw
-from vrl.node.events import Action, FetchGroup, Persist, Publish, Send
+from vrl.node.events import Action, FetchEntries, FetchGroup, Persist, PersistManifest, Publish, Send
 from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
     TOPIC_VERDICTS,
+    ManifestLists,
     Outcome,
     RoundManifest,
     SignedVerdict,
     VerdictDraw,
 )
 from vrl.node.reputation import ReputationError, withheld_of
+from vrl.node.requests import EntriesAnswer, EntriesRequest
 from vrl.rollouts.keys import NodeKey
 
 #: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
@@ -54,27 +56,37 @@ _PROVEN = {VerdictDraw.COMMITTEE: Draw.COMMITTEE, VerdictDraw.RECHECK: Draw.RECH
 
 
 class Rounds:
-    """Manifests by round, and the VRF outputs this node computed or verified."""
+    """Manifests by round, what this node has proven of their lists, and the VRF outputs it
+    computed or verified (specs/committee.md §3, §4)."""
 
     def __init__(self, key: NodeKey, trainer: bytes) -> None:
         self.key, self.trainer = key, trainer
-        self.manifests: dict[int, RoundManifest] = {}
+        self.manifests: dict[int, RoundManifest] = {}  # the signed headers
+        self.lists: dict[int, committee.PagedManifest] = {}  # the trainer's: every list it signed
         self.received_at: dict[int, float] = {}
-        self.round_of: dict[bytes, int] = {}  # group digest -> the round whose manifest lists it
+        # group digest -> (round, position, path) of a listing this node proved: its own seats'
+        # entries, every accepted claim's path, and for the trainer every group it listed.
+        self.places: dict[bytes, tuple[int, int, tuple[bytes, ...]]] = {}
         # round -> {worker: its groups of the round this node held, unquarantined, when the
-        # manifest came, that the manifest leaves out}: evidence a trainer framed a worker as
-        # withholding (specs/committee.md §7), which this node can show but not prove.
+        # manifest came, that the manifest leaves out}: the trainer's, which holds the lists
+        # (specs/committee.md §7.1; a worker sees its own with a keys request, §3.5).
         self.omitted: dict[int, dict[bytes, int]] = {}
-        # round -> {verifier: weight} of its table: the claim's lookup (specs/committee.md §4 step
-        # 2) is one hash lookup, not a walk of up to 1,024 entries, since it is all a fresh key's
-        # verdict costs (§7); and (round, verifier) -> T_v, computed once.
-        self._eligible: dict[int, dict[bytes, int]] = {}
-        self._thresholds: dict[tuple[int, bytes], int] = {}
+        # round -> digests its groups list proves absent (a worker's own, asked by key, §3.5)
+        self.absent: dict[int, set[bytes]] = {}
+        # round -> this node's weights entry (position, w, path), or None when the list proves it
+        # absent; missing while not fetched.
+        self.weight: dict[int, tuple[int, int, tuple[bytes, ...]] | None] = {}
+        # (round, verifier, position, w, path) proven, -> T_v: a claim's weights path is hashed
+        # once a round per verifier, not once a verdict (specs/committee.md §4 step 2).
+        self._eligible: dict[tuple[int, bytes], tuple[tuple[int, int, tuple[bytes, ...]], int]] = {}
         self._mine: dict[tuple[int, Draw], tuple[bytes, bytes]] = {}  # (round, draw) -> (pi, beta)
         # (verifier, round, draw) -> (pi, beta) once verified: one VRF verification per verifier
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
-        self._seats: dict[tuple[int, Draw], frozenset[bytes]] = {}  # (round, draw) -> the digests drawn for
+        self._positions: dict[int, tuple[int, ...]] = {}  # round -> this node's committee seats
+        # round -> the positions of its groups list an entries answer proved to this node (by
+        # round: a digest a hostile trainer listed in two rounds has one place, two positions)
+        self._learnt: dict[int, set[int]] = {}
         self.fetched: set[int] = set()  # rounds whose committee seats' groups are all held
         self.claims = LossClaims()  # the trainer's loss confirmations charged to members (vrl.node.claims)
         # The trainer's: held groups no longer fresh on which a failure counted, checked again
@@ -93,26 +105,38 @@ class Rounds:
         self.added += 1
         self.manifests[manifest.round] = manifest
         self.received_at[manifest.round] = now
-        self._eligible[manifest.round] = dict(manifest.weights)
-        for digest in manifest.groups:
-            self.round_of.setdefault(digest, manifest.round)
         return True
+
+    def hold_lists(self, lists: committee.PagedManifest | None) -> bool:
+        """Hold the lists behind a held manifest (the trainer's own, replayed from its store):
+        only if they give its header."""
+        if lists is None:
+            return False
+        manifest = self.manifests.get(lists.header.round)
+        if manifest is None or manifest.header != lists.header:
+            return False
+        self.lists[lists.header.round] = lists
+        return True
+
+    @property
+    def round_of(self) -> _RoundOf:
+        """group digest -> the round whose manifest this node has proven lists it."""
+        return _RoundOf(self.places)
 
     def forget(self, floor: int) -> None:
         """Drop every round below ``floor``: no group of it is fresh any more, so no check, claim
-        or fetch names it. A member holds each manifest's digests (128 KiB a round at N = 1,000);
-        kept forever, they were the simulator's largest growth, and a long-running node's."""
+        or fetch names it."""
         if floor <= self.floor:
             return
         for round_ in [r for r in self.manifests if r < floor]:
-            manifest = self.manifests.pop(round_)
-            for digest in manifest.groups:
-                if self.round_of.get(digest) == round_:
-                    del self.round_of[digest]
-            for table in (self.received_at, self.omitted, self._eligible):
+            self.manifests.pop(round_)
+            for table in (self.received_at, self.omitted, self.lists, self.weight, self._positions, self.absent,
+                          self._learnt):
                 table.pop(round_, None)
             self.fetched.discard(round_)
-        for table in (self._thresholds, self._mine, self._seats):
+        for digest in [d for d, (r, _, _) in self.places.items() if r < floor]:
+            del self.places[digest]
+        for table in (self._eligible, self._mine):
             for key in [k for k in table if k[0] < floor]:
                 del table[key]
         for key in [k for k in self._verified if k[1] < floor]:
@@ -121,16 +145,22 @@ class Rounds:
         self.floor = floor
 
     def listed(self, digest: bytes, version: int) -> bool | None:
-        """Whether a group of ``version`` is in its round's manifest; None while there is none."""
+        """Whether a group of ``version`` is in its round's manifest: True once proven (or in the
+        lists this node holds), False when the lists say it is not, None while unknown (no
+        manifest yet, or a list this node has not seen)."""
         if version not in self.manifests:
             return None
-        return self.round_of.get(digest) == version
+        place = self.places.get(digest)
+        if place is not None:
+            return place[0] == version
+        return False if version in self.lists or digest in self.absent.get(version, ()) else None
 
     def close(self, round_: int, committee_size: int, groups: Iterable[tuple[bytes, bytes]],
               weights: Mapping[bytes, float], now: float,
               rank: Callable[[bytes], Any] = lambda worker: worker) -> RoundManifest:
         """The trainer's manifest of round ``round_``: ``groups`` as (digest, subject), the
-        eligible verifiers' draw weights (committee.seat_weights, specs/committee.md §3.1); signed, and held.
+        eligible verifiers' draw weights (committee.seat_weights, specs/committee.md §3.1); signed,
+        and held with its lists.
 
         Workers are taken in ``rank`` order (the trainer's: highest score first, so a flood of
         fresh keys cannot push an established worker out); past the manifest's capacity a
@@ -143,89 +173,227 @@ class Rounds:
         workers: list[tuple[bytes, int]] = []
         for subject in sorted(by_worker, key=rank):
             digests = by_worker[subject]
-            if (len(workers) == committee.MAX_WORKER_ENTRIES
-                    or len(listed_digests) + len(digests) > committee.MAX_MANIFEST_GROUPS):
+            if (len(workers) == committee.MAX_PAGED_ENTRIES
+                    or len(listed_digests) + len(digests) > committee.MAX_PAGED_ENTRIES):
                 continue
             workers.append((subject, len(digests)))
             listed_digests += digests
         workers.sort()
-        listed = tuple(sorted(listed_digests))
         table = committee.WeightsTable.heaviest(committee_size, weights)
-        manifest = RoundManifest(self.key.node_id, round_, committee_size, table.entries, listed,
-                                 tuple(workers)).signed(self.key)
+        lists = committee.PagedManifest(committee.ManifestContent(round_, table, tuple(sorted(listed_digests)),
+                                                                  tuple(workers)))
+        manifest = RoundManifest.of(self.key.node_id, lists.header).signed(self.key)
         self.add(manifest, now)
+        self.hold_lists(lists)
+        self.learn_lists(lists)
         return manifest
 
-    def threshold(self, round_: int, verifier: bytes) -> int:
-        """T_v of ``verifier`` in round ``round_``'s table (0 if not in it), computed once."""
-        if (round_, verifier) not in self._thresholds:
-            self._thresholds[round_, verifier] = self.manifests[round_].content.weights.threshold(verifier)
-        return self._thresholds[round_, verifier]
+    def learn_lists(self, lists: committee.PagedManifest) -> None:
+        """Every group of held lists is proven listed (the trainer's own): its place, with the
+        path put in its own verdicts' claims computed when a claim needs it."""
+        round_ = lists.header.round
+        for position, digest in enumerate(lists.content.groups):
+            self.places.setdefault(digest, (round_, position, None))  # type: ignore[arg-type]
+
+    # -- entries (specs/committee.md §3.5) ---------------------------------------------------
+    def answer(self, request: EntriesRequest) -> committee.Entries:
+        """The entries of a held list a peer asks for; CommitteeError if this node holds none."""
+        lists = self.lists.get(request.round)
+        if lists is None:
+            raise committee.CommitteeError("no_lists", f"this node holds no lists of round {request.round}")
+        return lists.answer(request.list, request.positions, request.keys)
+
+    def learn(self, fetch: FetchEntries, answer: EntriesAnswer) -> list[bytes]:
+        """Take an entries answer to this node's request ``fetch``: checked against the request
+        and the round's header (CommitteeError ``bad_entries`` if it does not hold). Returns the
+        digests it proved listed that were not known before."""
+        manifest = self.manifests.get(fetch.round)
+        if manifest is None:
+            return []
+        if answer.round != fetch.round:
+            raise committee.CommitteeError("bad_entries", f"an answer of round {answer.round} to round {fetch.round}")
+        entries = committee.check_entries(manifest.header, answer.entries, fetch.list, fetch.positions, fetch.keys)
+        which = committee.List(fetch.list)
+        header = manifest.header
+        if which is committee.List.WEIGHTS:
+            if self.key.node_id in fetch.keys:
+                found = entries.found().get(self.key.node_id)
+                if found is None:
+                    self.weight[fetch.round] = None
+                else:
+                    j, leaf = found
+                    paths = merkle.paths(header.weights_root, header.weights, entries.positions, entries.leaves,
+                                         entries.proof)
+                    self.weight[fetch.round] = (j, int.from_bytes(leaf[32:], "big"),
+                                                paths[entries.positions.index(j)])
+            return []
+        if which is not committee.List.GROUPS:
+            return []
+        paths = merkle.paths(header.groups_root, header.groups, entries.positions, entries.leaves, entries.proof)
+        self._learnt.setdefault(fetch.round, set()).update(entries.positions)
+        learnt = []
+        for position, digest, path in zip(entries.positions, entries.leaves, paths, strict=True):
+            if digest not in self.places:
+                self.places[digest] = (fetch.round, position, path)
+                learnt.append(digest)
+        if fetch.keys:  # a worker's own digests (§3.5): those shown absent are what the trainer left out
+            absent = self.absent.setdefault(fetch.round, set())
+            absent |= set(fetch.keys) - set(entries.leaves)
+            if absent:
+                self.omitted.setdefault(fetch.round, {})[self.key.node_id] = len(absent)
+        return learnt
+
+    def wanted(self, round_: int) -> tuple[str, tuple[int, ...], tuple[bytes, ...]] | None:
+        """The next entries request this member needs for its committee seats of ``round_``:
+        its own weights entry first, then its seats' digests (at most a request's worth);
+        None when it has them all, or sits on nothing."""
+        if round_ not in self.weight:
+            return (committee.List.WEIGHTS, (), (self.key.node_id,))
+        positions = self.positions(round_)
+        known = self._learnt.get(round_, set())
+        missing = tuple(i for i in positions if i not in known)
+        if not missing:
+            return None
+        return (committee.List.GROUPS, missing[:committee.MAX_ENTRIES_PER_REQUEST], ())
+
+
+    def positions(self, round_: int) -> tuple[int, ...]:
+        """This node's committee seats in round ``round_`` (positions, §3.2), once its weight is known."""
+        if round_ not in self._positions:
+            entry = self.weight.get(round_)
+            if entry is None:
+                return ()
+            header = self.manifests[round_].header
+            beta = self.own(round_, Draw.COMMITTEE)[1]
+            self._positions[round_] = committee.seats(beta, header.groups, header.threshold(entry[1]))
+        return self._positions[round_]
 
     # -- draws ------------------------------------------------------------------------------
     def own(self, round_: int, draw: Draw) -> tuple[bytes, bytes]:
         """This node's (pi, beta) for a round and draw: one VRF evaluation, kept."""
         if (round_, draw) not in self._mine:
-            pi = vrf.prove(self.key.private_seed(), self.manifests[round_].content.alpha(draw))
+            pi = vrf.prove(self.key.private_seed(), self.manifests[round_].header.alpha(draw))
             self._mine[round_, draw] = (pi, vrf.proof_to_hash(pi))
         return self._mine[round_, draw]
 
-    def draw(self, digest: bytes, draw: Draw) -> bytes | None:
-        """This node's proof if it sits on ``digest``'s committee of that draw, else None."""
-        round_ = self.round_of.get(digest)
-        if round_ is None:
-            return None
-        threshold = self.threshold(round_, self.key.node_id)
-        if threshold == 0:
-            return None
-        pi, beta = self.own(round_, draw)
-        return pi if committee.is_member(beta, digest, threshold) else None
+    def sits(self, digest: bytes, draw: Draw) -> bool:
+        """Whether this node sits on ``digest``'s committee of that draw: its place is proven, and
+        its seat value is under this node's threshold."""
+        place = self.places.get(digest)
+        if place is None or place[0] not in self.manifests:
+            return False
+        round_, position, _ = place
+        entry = self.weight.get(round_)
+        if entry is None:
+            return False
+        if draw is Draw.COMMITTEE:
+            return position in self.positions(round_)
+        threshold = self.manifests[round_].header.threshold(entry[1])
+        return committee.seat_value(self.own(round_, draw)[1], position) < threshold
 
-    def seats(self, round_: int, draw: Draw) -> frozenset[bytes]:
-        """The digests of manifest ``round_`` this node sits on the committee of (one hash per
-        listed group, once a round): what it fetches and checks (specs/network.md §3.5)."""
-        if (round_, draw) not in self._seats:
-            manifest = self.manifests[round_]
-            threshold = manifest.content.weights.threshold(self.key.node_id)
-            beta = self.own(round_, draw)[1] if threshold else b""
-            self._seats[round_, draw] = frozenset(
-                d for d in manifest.groups if threshold and committee.is_member(beta, d, threshold))
-        return self._seats[round_, draw]
+    def seats(self, round_: int) -> frozenset[bytes]:
+        """The digests of this node's committee seats in round ``round_`` it has learnt."""
+        positions = frozenset(self.positions(round_))
+        return frozenset(d for d, (r, p, _) in self.places.items() if r == round_ and p in positions)
+
+    def _place(self, digest: bytes) -> tuple[int, int, tuple[bytes, ...]]:
+        """A known place with its path: the trainer's own lists' paths are computed when first
+        needed (a claim, or a verdict's claim to compare with), then kept."""
+        round_, position, path = self.places[digest]
+        if path is None:
+            path = self.lists[round_].trees[committee.List.GROUPS].prove([position])
+            self.places[digest] = (round_, position, path)
+        return round_, position, path
+
+    def claim(self, digest: bytes, draw: VerdictDraw) -> dict[str, Any] | None:
+        """The claim a verdict of this node on ``digest`` carries (specs/committee.md §4): its
+        place and path, and for a drawn check its weights entry and path; None if unproven."""
+        place = self.places.get(digest)
+        if place is None:
+            return None
+        round_, position, path = self._place(digest)
+        fields: dict[str, Any] = {"seat": position, "seat_path": path}
+        if draw in _PROVEN:
+            entry = self.weight.get(round_)
+            if entry is None:
+                return None
+            fields.update(weight_at=entry[0], weight=entry[1], weight_path=entry[2])
+        return fields
 
     # -- claims of others -------------------------------------------------------------------
     def refusal(self, verdict: SignedVerdict, trusted: frozenset[bytes]) -> str | None:
         """Why a verdict's claim does not stand in the committee design (specs/committee.md §4),
         or None if it does; NO_MANIFEST while its round's manifest is not held. The cheap steps
-        (manifest, table, listing) come before any signature or VRF: a fresh key's verdict is
-        refused after two lookups."""
+        (manifest, weights path, groups path) come before any signature or VRF: a fresh key's
+        verdict is refused after a lookup and a path of about 18 hashes."""
         manifest = self.manifests.get(verdict.policy_version)
         if manifest is None:
             return NO_MANIFEST
+        header = manifest.header
+        threshold = 0
         if verdict.draw == VerdictDraw.NONE:
             if verdict.verifier != self.trainer and verdict.verifier not in trusted:
                 return NO_CLAIM
-        elif verdict.draw == VerdictDraw.TICKET or verdict.verifier not in self._eligible[manifest.round]:
+        elif verdict.draw == VerdictDraw.TICKET:
             return "not_eligible"
-        if self.round_of.get(verdict.group) != verdict.policy_version:
-            return NOT_IN_MANIFEST
+        else:
+            entry = (verdict.weight_at, verdict.weight, verdict.weight_path)
+            known = self._eligible.get((manifest.round, verdict.verifier))
+            if known is not None and known[0] == entry:
+                threshold = known[1]
+            else:
+                try:
+                    merkle.verify(header.weights_root, header.weights, (verdict.weight_at,),
+                                  (committee.entry_leaf(verdict.verifier, verdict.weight),), verdict.weight_path)
+                except (merkle.MerkleError, committee.CommitteeError):
+                    return "not_eligible"
+                threshold = header.threshold(verdict.weight)
+                self._eligible[manifest.round, verdict.verifier] = (entry, threshold)
+        place = self._place(verdict.group) if verdict.group in self.places else None
+        if place is None or place != (manifest.round, verdict.seat, verdict.seat_path):
+            try:
+                merkle.verify(header.groups_root, header.groups, (verdict.seat,), (verdict.group,), verdict.seat_path)
+            except merkle.MerkleError:
+                return NOT_IN_MANIFEST
         if verdict.outcome == Outcome.SKIPPED:
             return "skip_in_committee"
         if not verdict.signature_ok():
             return "bad_signature"
+        self.places.setdefault(verdict.group, (manifest.round, verdict.seat, verdict.seat_path))
         if verdict.draw == VerdictDraw.NONE:
             return None
+        if verdict.verifier == verdict.subject:  # never a member for its own group (§2); the
+            return "not_drawn"  # subject is the group's signer, checked once the group is known
         draw = _PROVEN[verdict.draw]
-        known = self._verified.get((verdict.verifier, manifest.round, draw))
-        if known is not None and known[0] == verdict.pi:
-            beta = known[1]
+        known_beta = self._verified.get((verdict.verifier, manifest.round, draw))
+        if known_beta is not None and known_beta[0] == verdict.pi:
+            beta = known_beta[1]
         else:
             try:
-                beta = vrf.verify(verdict.verifier, verdict.pi, manifest.content.alpha(draw))
+                beta = vrf.verify(verdict.verifier, verdict.pi, header.alpha(draw))
             except vrf.VrfError:
                 return "bad_proof"
             self._verified[verdict.verifier, manifest.round, draw] = (verdict.pi, beta)
-        threshold = self.threshold(manifest.round, verdict.verifier)
-        return None if committee.is_member(beta, verdict.group, threshold) else "not_drawn"
+        return None if committee.seat_value(beta, verdict.seat) < threshold else "not_drawn"
+
+
+class _RoundOf(Mapping):
+    """A read-only view of ``Rounds.places``: digest -> round."""
+
+    def __init__(self, places: dict[bytes, tuple[int, int, Any]]) -> None:
+        self._places = places
+
+    def __getitem__(self, digest: bytes) -> int:
+        return self._places[digest][0]
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._places
+
+    def __iter__(self):
+        return iter(self._places)
+
+    def __len__(self) -> int:
+        return len(self._places)
 
 
 # -- the protocol's committee rules (functions of its state, as vrl.node.steps reads the Ledger) --
@@ -241,6 +409,8 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     trainer = node.has("trainer")
     if not trainer and node.has("verifier"):
         actions += _fetches(node)
+    if not trainer and node.has("worker"):
+        actions += own_listing(node)
     # A node's checks wait while a batch's worth of them is under way (re-checks of failures never
     # wait): its one model thread, first come first served, must still train or generate. At
     # N = 1,000 the trainer's ~4,000 fallback checks of round 0, all asked at once, queued ~480 s
@@ -293,7 +463,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 actions += new
         elif node.has("verifier"):
             seats = ([Draw.RECHECK] if failed or node.suspect(group.subject) else []) + [Draw.COMMITTEE]
-            seat = next((s for s in seats if digest in node.rounds.seats(round_, s)), None)
+            seat = next((s for s in seats if node.rounds.sits(digest, s)), None)
             if seat is None:
                 continue
             if seat is Draw.COMMITTEE:
@@ -354,8 +524,12 @@ def _fetches(node: NodeProtocol) -> list[Action]:
     wanted: list[tuple[bytes, int]] = []
     for round_ in sorted(node.rounds.manifests):
         if node._fresh(round_) and round_ in node.loaded and round_ not in node.rounds.fetched:
-            missing = [d for d in sorted(node.rounds.seats(round_, Draw.COMMITTEE)) if d not in node.groups]
-            if not missing:
+            # First its weights entry, then its seats' digests (specs/committee.md §3.5).
+            entries = node.rounds.wanted(round_)
+            if entries is not None:
+                actions += node._once(FetchEntries(round_, str(entries[0]), entries[1], entries[2]))
+            missing = [d for d in sorted(node.rounds.seats(round_)) if d not in node.groups]
+            if entries is None and not missing:
                 node.rounds.fetched.add(round_)  # groups are never dropped: nothing of it to fetch again
             wanted += [(d, round_) for d in missing]
     for verdict in node.waiting:
@@ -363,11 +537,27 @@ def _fetches(node: NodeProtocol) -> list[Action]:
         if (round_ is not None and node._fresh(round_) and round_ in node.loaded
                 and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
                 and ((verdict.verifier in node.reputation.pretrusted and verdict.subject not in node.quarantined)
-                     or (node.weighs(verdict) and verdict.group in node.rounds.seats(round_, Draw.RECHECK)))):
+                     or (node.weighs(verdict) and node.rounds.sits(verdict.group, Draw.RECHECK)))):
             wanted.append((verdict.group, round_))
     for digest, round_ in wanted:
         if digest not in node.groups:
             actions += node._once(FetchGroup(digest, round_))
+    return actions
+
+
+def own_listing(node: NodeProtocol) -> list[Action]:
+    """A worker asks, by key, whether each of its own groups of a fresh round is in the round's
+    groups list (specs/committee.md §3.5): what the trainer left out is then its own evidence
+    (``rounds.omitted``), since the workers list that implies its withheld slots is behind a root."""
+    actions: list[Action] = []
+    for round_ in sorted(node.rounds.manifests):
+        if not node._fresh(round_):
+            continue
+        unknown = tuple(sorted(d for d in node._by_version.get(round_, ()) if node.groups[d].subject == node.me
+                               and d not in node.planted and node.rounds.listed(d, round_) is None))
+        if unknown:
+            keys = unknown[:committee.MAX_ENTRIES_PER_REQUEST]
+            actions += node._once(FetchEntries(round_, str(committee.List.GROUPS), (), keys))
     return actions
 
 
@@ -383,8 +573,8 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
         counts = defaultdict(int)
         for d in digests:
             counts[node.groups[d].subject] += 1
-        previous = node.rounds.manifests.get(version - 1)
-        expected = {s for s, _ in previous.workers} if previous else set()
+        previous = node.rounds.lists.get(version - 1)
+        expected = {s for s, _ in previous.content.workers} if previous else set()
         expected |= {node.groups[d].subject for d in digests if d not in node.planted}
         # Complete: every expected worker's groups are in, and none arrived for verdict_wait (a
         # worker not yet seen this round may still be on its way: quiet, not merely full).
@@ -406,6 +596,8 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
                                      [(d, node.groups[d].subject) for d in digests], weights, node.now,
                                      rank=lambda worker: (-node.standing(worker).score, worker))
         note_withheld(node, manifest)
+        # Stored with its lists, which it serves (entries) and an audit reads (network.md §8).
+        actions.append(PersistManifest(manifest, ManifestLists.of(node.rounds.lists[version].content)))
         # The trainer's evaluation at the close (specs/committee.md §8) includes the withheld
         # records the manifest just implied: only the sums are redone (they move no weight);
         # its next event takes the evaluation's quarantines (rounds.evaluate: the first time).
@@ -416,12 +608,13 @@ def close_rounds(node: NodeProtocol) -> list[Action]:
 
 
 def note_withheld(node: NodeProtocol, manifest: RoundManifest) -> None:
-    """A held manifest's withheld slots feed the node's reputation view (specs/committee.md §7),
-    as every node that holds the manifest derives them. A manifest listing a worker with more
-    groups than a round holds is not this network's: it implies nothing (it is still held, for
-    the committees it fixes). What this node held of the round that the manifest leaves out is
-    kept in ``rounds.omitted``."""
-    if not node.committee:
+    """The withheld slots of a round whose lists this node holds (the trainer's own) feed its
+    reputation view (specs/committee.md §7.1): the workers list is behind its root, so other
+    views do not see them (§3.6). A manifest listing a worker with more groups than a round
+    holds is not this network's: it implies nothing (it is still held, for the committees it
+    fixes). What this node held of the round that the lists leave out is kept in ``rounds.omitted``."""
+    lists = node.rounds.lists.get(manifest.round)
+    if not node.committee or lists is None:
         return
     omitted: dict[bytes, int] = defaultdict(int)
     for digest in node._by_version.get(manifest.round, []):
@@ -431,7 +624,7 @@ def note_withheld(node: NodeProtocol, manifest: RoundManifest) -> None:
             omitted[subject] += 1
     node.rounds.omitted[manifest.round] = dict(omitted)
     try:
-        records = withheld_of(manifest, node.config.groups_per_round)
+        records = withheld_of(lists.content, node.config.groups_per_round)
     except ReputationError:
         return
     for record in records:

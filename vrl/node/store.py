@@ -28,6 +28,7 @@ from vrl.node.messages import (
     TOPIC_MANIFESTS,
     TOPIC_STEPS,
     TOPIC_VERDICTS,
+    ManifestLists,
     MessageError,
     PolicyAnnouncement,
     RoundManifest,
@@ -45,7 +46,11 @@ from vrl.node.requests import BACKFILL_CURSOR_TABLES, BACKFILL_HAVE_MAX, BACKFIL
 # 4: round manifests (the committee design, specs/committee.md §3.3) get a table of their own,
 # one row per round (the first manifest accepted for it, as the protocol uses); a version 3
 # (or 2) database gains it in place, in the same one transaction as the schema number.
-SCHEMA_VERSION = 4
+# 5: the lists behind a paged round manifest (specs/committee.md §3.1), the trainer's own, get
+# a table of their own (``manifest_lists``), one row per round; a version 4 (or older) database
+# gains it in place. A manifest row of version 1 (every digest listed) is no longer read: the
+# node refuses to replay it (vrl.node.catchup), as any message of an earlier protocol.
+SCHEMA_VERSION = 5
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS policies (
@@ -65,6 +70,8 @@ CREATE TABLE IF NOT EXISTS steps (
     data BLOB NOT NULL, received REAL NOT NULL, UNIQUE (version, verifier));
 CREATE TABLE IF NOT EXISTS manifests (
     round BLOB PRIMARY KEY, trainer BLOB NOT NULL, data BLOB NOT NULL, received REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS manifest_lists (
+    round BLOB PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS reputation (
     node BLOB PRIMARY KEY, round BLOB NOT NULL, score REAL NOT NULL, check_rate REAL NOT NULL,
     quarantined INTEGER NOT NULL, trust REAL NOT NULL, checked_groups INTEGER NOT NULL);
@@ -168,10 +175,10 @@ class Store:
             if found is None:
                 self._db.executescript(_TABLES + _INDEXES)
                 self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif found[0] in ("1", "2", "3"):
+            elif found[0] in ("1", "2", "3", "4"):
                 if found[0] == "1":
                     self._migrate_from_1()
-                self._add_tables()  # 2 -> 3: the steps table; 3 -> 4: the manifests table
+                self._add_tables()  # 2 -> 3: steps; 3 -> 4: manifests; 4 -> 5: manifest_lists
             elif found[0] != str(SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: schema version {found[0]}, this node knows {SCHEMA_VERSION}")
             self._db.executescript(_PRUNED)
@@ -251,6 +258,20 @@ class Store:
             cursor = self._db.execute(sql, params)
             return cursor.rowcount > 0
 
+    def _write_all(self, statements: list[tuple[str, tuple]]) -> bool:
+        """Statements in one transaction; False when the first inserted nothing."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                first = self._db.execute(*statements[0]).rowcount > 0
+                for statement in statements[1:]:
+                    self._db.execute(*statement)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+            return first
+
     # -- writes (each is one transaction) ----------------------------------------------------
     def put_policy(self, announcement: PolicyAnnouncement, received: float) -> bool:
         return self._write("INSERT OR IGNORE INTO policies VALUES (?, ?, ?, ?, ?, ?)", (
@@ -279,11 +300,16 @@ class Store:
         return self._write("INSERT OR IGNORE INTO steps VALUES (?, ?, ?, ?, ?, ?)", (
             verdict.id, u64(verdict.version), verdict.verifier, verdict.outcome, verdict.to_bytes(), received))
 
-    def put_manifest(self, manifest: RoundManifest, received: float) -> bool:
+    def put_manifest(self, manifest: RoundManifest, received: float, lists: ManifestLists | None = None) -> bool:
         # One manifest per round, never replaced: the first accepted is the one every committee
-        # of the round is drawn from (specs/committee.md §3.3).
-        return self._write("INSERT OR IGNORE INTO manifests VALUES (?, ?, ?, ?)", (
-            u64(manifest.round), manifest.trainer, manifest.to_bytes(), received))
+        # of the round is drawn from (specs/committee.md §3.3). The trainer's lists behind it in
+        # the same transaction: a crash leaves both or neither.
+        statements = [("INSERT OR IGNORE INTO manifests VALUES (?, ?, ?, ?)",
+                       (u64(manifest.round), manifest.trainer, manifest.to_bytes(), received))]
+        if lists is not None:
+            statements.append(("INSERT OR IGNORE INTO manifest_lists VALUES (?, ?)",
+                               (u64(manifest.round), lists.to_bytes())))
+        return self._write_all(statements)
 
     def put_trained(self, version: int, groups: tuple[bytes, ...], metrics_json: str) -> bool:
         return self._write("INSERT OR IGNORE INTO trained VALUES (?, ?, ?)",
@@ -366,6 +392,11 @@ class Store:
         """Every stored round manifest, by round."""
         return [RoundManifest.from_bytes(data) for (data,) in self._rows("SELECT data FROM manifests ORDER BY round")]
 
+    def manifest_lists(self) -> dict[int, ManifestLists]:
+        """The lists behind the stored manifests that this node holds (the trainer's), by round."""
+        return {_from_u64(r): ManifestLists.from_bytes(data)
+                for r, data in self._rows("SELECT round, data FROM manifest_lists ORDER BY round")}
+
     def group(self, digest: bytes) -> Submission | None:
         rows = self._rows("SELECT data FROM groups WHERE digest=?", (digest,))
         return Submission.from_bytes(rows[0][0]) if rows else None
@@ -389,14 +420,17 @@ class Store:
 
     def replay(self) -> Iterator[tuple[str, bytes, tuple]]:
         """Everything stored, as ``(kind, data, extra)``: policies by version (extra: received),
-        then round manifests by round (extra: received), then groups by arrival (extra: subject,
-        version, received, planted), then verdicts, then step verdicts, then training steps.
+        then round manifests by round (extra: received, and the lists behind it or None), then
+        groups by arrival (extra: subject, version, received, planted), then verdicts, then step
+        verdicts, then training steps.
         Manifests come before groups and verdicts: in the committee design a group of a closed
         round counts only if listed, and a verdict's claim is checked against its manifest."""
         for data, received in self._rows("SELECT data, received FROM policies ORDER BY version"):
             yield "policy", data, (received,)
-        for data, received in self._rows("SELECT data, received FROM manifests ORDER BY round"):
-            yield "manifest", data, (received,)
+        for data, received, lists in self._rows(
+                "SELECT m.data, m.received, l.data FROM manifests m LEFT JOIN manifest_lists l ON l.round = m.round"
+                " ORDER BY m.round"):
+            yield "manifest", data, (received, lists)
         for data, subject, version, received, planted in self._rows(
                 "SELECT data, subject, version, received, planted FROM groups ORDER BY received, digest"):
             yield "group", data, (subject, _from_u64(version), received, bool(planted))

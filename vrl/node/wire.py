@@ -178,6 +178,38 @@ class Choice:
 
 
 @dataclass(frozen=True, slots=True)
+class Listed:
+    """A list of at most ``max_items`` values of one kind: 32-byte strings (``item`` "hash": a
+    Merkle path, specs/merkle.md; "key": strictly increasing), integers below ``high``
+    (``item`` "position": strictly increasing), or byte strings of at most ``high`` bytes
+    (``item`` "leaf"). Decoded to a tuple."""
+
+    item: str
+    max_items: int
+    high: int = 0
+
+    as_is: ClassVar[bool] = False
+
+    def decode(self, value: Any, name: str) -> tuple:
+        if type(value) is not list or len(value) > self.max_items:
+            raise FieldError(name, f"expected a list of at most {self.max_items} {self.item}s")
+        if self.item in ("hash", "key"):
+            ok = all(type(v) is bytes and len(v) == 32 for v in value)
+        elif self.item == "position":
+            ok = all(type(v) is int and 0 <= v < self.high for v in value)
+        else:
+            ok = all(type(v) is bytes and len(v) <= self.high for v in value)
+        if not ok:
+            raise FieldError(name, f"expected a list of {self.item}s ({shown(value)})")
+        if self.item in ("key", "position") and any(a >= b for a, b in zip(value, value[1:], strict=False)):
+            raise FieldError(name, f"{self.item}s must increase strictly")
+        return tuple(value)
+
+    def encode(self, value: tuple) -> list:
+        return list(value)
+
+
+@dataclass(frozen=True, slots=True)
 class Texts:
     """A list of at most ``max_items`` strings of at most ``max_chars`` characters each."""
 

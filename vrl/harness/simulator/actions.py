@@ -10,6 +10,7 @@ import hashlib
 import typing
 
 from vrl.harness.adversary import CHEAT_FROM, take_freshest
+from vrl.node import committee
 from vrl.node import events as E
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -22,6 +23,7 @@ from vrl.node.messages import (
     PolicyAnnouncement,
     StepFault,
 )
+from vrl.node.requests import EntriesAnswer, EntriesRequest
 from vrl.rollouts.keys import NodeKey
 
 from .payloads import Truth, announcement, check_result, liar_claim
@@ -103,6 +105,26 @@ class Actions:
         answer = dataclasses.replace(held, origin=server, direct=True)
         self.send(server, node.index, answer)
 
+    def _do_FetchEntries(self, node: SimNode, action: E.FetchEntries) -> None:
+        """Entries of a paged manifest's list (specs/committee.md §3.5): the trainer answers (it
+        holds every list it signed); request and answer are the daemon's bytes."""
+        request = EntriesRequest(action.round, committee.List(action.list), action.positions, action.keys).to_bytes()
+        self.metrics.sent(node.index, len(request), 1, "entries")
+        trainer = self.nodes[0].protocol
+        try:
+            if trainer is None or not self.net.reachable(node.index, 0):
+                raise committee.CommitteeError("unreachable", "the trainer is out of reach")
+            answer = EntriesAnswer.of(trainer.rounds.answer(EntriesRequest.from_bytes(request)))
+        except committee.CommitteeError:
+            self.at(self.now + 1.0, self.feed, node, E.Abandoned(action))
+            return
+        self.metrics.received(0, len(request), "entries")
+        size = len(answer.to_bytes())
+        self.metrics.sent(0, size, 1, "entries")
+        self.metrics.received(node.index, size, "entries")
+        when = self.now + 2 * self.config.latency_s + (len(request) + size) / self.config.bandwidth_bps
+        self.at(when, self.feed, node, E.EntriesReceived(action, answer))
+
     def publish_from(self, node: SimNode, topic: str, data: bytes) -> None:
         msg = self.publish(node.index, topic, data)
         if msg is None:
@@ -116,7 +138,8 @@ class Actions:
         elif topic == TOPIC_POLICIES and node.index == 0:
             self.new_version(msg.obj)
         elif topic == TOPIC_MANIFESTS and node.index == 0:
-            self.metrics.manifests.append(tuple(msg.obj.workers))  # nodes forget old rounds (Rounds.forget)
+            # The workers list behind the header, as the trainer holds it (nodes forget old rounds).
+            self.metrics.manifests.append(tuple(node.protocol.rounds.lists[msg.obj.round].content.workers))
             self.metrics.closed_rounds.add(msg.obj.round)
 
     def job(self, node: SimNode, seconds: float, fn, *args) -> None:

@@ -76,15 +76,17 @@ _ABSORBED = (E.GroupReceived, E.VerdictReceived)
 
 def _event_for() -> dict[type, tuple[type, bool]]:
     """Message class -> the event (vrl.node.events.Event) that holds such a message in its one
-    field, or in its first beside ``now`` (as GroupReceived holds a group), and whether it takes ``now``."""
+    field, or in its first beside ``now`` and fields with defaults (as GroupReceived holds a group), and
+    whether it takes ``now``."""
     hints = {}
     for cls in typing.get_args(E.Event):
         if dataclasses.is_dataclass(cls):
             fields = dataclasses.fields(cls)
             names = [f.name for f in fields]
-            if len(fields) == 1 or names[1:] == ["now"]:
+            rest_default = all(f.default is not dataclasses.MISSING for f in fields[2:])
+            if len(fields) == 1 or (names[1:2] == ["now"] and rest_default):
                 kind = fields[0].type if isinstance(fields[0].type, str) else fields[0].type.__name__
-                hints.setdefault(kind, (cls, len(fields) == 2))
+                hints.setdefault(kind, (cls, len(fields) >= 2))
     return {message: hints[message.__name__] for message in GOSSIP_MESSAGES if message.__name__ in hints}
 
 

@@ -335,9 +335,9 @@ class Metrics:
                 row[name.replace("rounds", "median_rounds")] = (statistics.median(row[name]) if row[name] else None)
         # The family's share of the draw weight W in the trainer's last manifest: the f of the
         # escape bound (specs/committee.md §5), as the trainer's view ended the run.
-        manifests = getattr(sim.trainer.protocol, "rounds", None)
-        if manifests is not None and manifests.manifests:
-            weights = manifests.manifests[max(manifests.manifests)].weights
+        rounds = getattr(sim.trainer.protocol, "rounds", None)
+        if rounds is not None and rounds.lists:
+            weights = rounds.lists[max(rounds.lists)].content.weights.entries
             total = sum(w for _, w in weights) or 1
             kinds = {n.key.node_id: n.kind for n in sim.nodes}
             for kind, row in out.items():

@@ -177,10 +177,10 @@ def liar_claim(data: bytes, key: NodeKey) -> bytes:
 def sybil_verdict(key: NodeKey, group: Group, version: int, committee: bool = False) -> SignedVerdict:
     """A fresh key's hard fail of an honest group: a stranger's smear (specs/reputation.md §7).
     In the committee design it claims a committee seat with a proof that is 80 bytes of noise:
-    a receiver refuses it on the table lookup (specs/committee.md §4 step 2), before the proof
-    or the signature would be checked."""
+    a receiver refuses it on its weights path, which no fresh key has (specs/committee.md §4
+    step 2), before the proof or the signature would be checked."""
     draw = {"draw": "committee", "pi": hashlib.sha512(b"sybil" + key.node_id + group.digest).digest()[:80]
-            + bytes(16), "ticket": b""} if committee else {"ticket": audit_ticket(key, group.digest)}
+            + bytes(16), "ticket": b"", "weight": 1} if committee else {"ticket": audit_ticket(key, group.digest)}
     return SignedVerdict(verifier=key.node_id, subject=group.subject, group=group.digest, round=version,
                          policy_version=group.version, rate=1.0, outcome=Outcome.HARD_FAIL,
                          reasons=("reward_mismatch",), digest=hashlib.sha256(key.node_id + group.digest).digest(),
