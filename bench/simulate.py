@@ -243,7 +243,7 @@ def compare(args: argparse.Namespace) -> dict:
                     "rows": rows, "simulated": sim})
     return {"compare": str(args.compare), "notes": args.note,
             "runs_compared": sorted(chosen) if chosen is not None else "all",
-            # The hash seed is recorded: before vrl.node.rounds.Scan.candidates broke ties by digest,
+            # The hash seed is recorded: before vrl.node.scans.Scan.candidates broke ties by digest,
             # committee-design runs differed between processes (an order followed a set of bytes).
             "command": f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', '(random)')} python bench/simulate.py "
                        + " ".join(sys.argv[1:]), "tolerance": TOLERANCE, "runs": out}

@@ -178,7 +178,7 @@ def test_the_trainer_checks_each_group_a_member_states_lost_races_on_so_the_loss
     trainer, manifest, received = round_zero(lazy_audit_rate=0.0)  # no audit draws: only losses ask
     seats = {}
     for key in VERIFIERS:
-        proto, actions = verifier(key, manifest, received)
+        proto, actions = verifier(key, manifest, received, trainer)
         for check in (a for a in actions if isinstance(a, P.Check)):
             seats.setdefault(check.group, proto)
     plain, *stating = sorted(seats)

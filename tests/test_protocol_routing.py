@@ -1,6 +1,6 @@
 """The committee design's routing at scale (specs/network.md §3.5, specs/committee.md §8): members
 fetch exactly their seats by digest, a worker's groups and a member's passes go to the trainer
-alone, failures are gossiped, and the incremental passes over fresh groups (vrl.node.rounds.Scans)
+alone, failures are gossiped, and the incremental passes over fresh groups (vrl.node.scans.Scans)
 answer as a pass over every fresh group would."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from tests.test_protocol_committee import (
     WORKER,
     checked,
     groups,
+    lists,
     node,
     ready,
     round_zero,
     seats,
+    served,
     verifier,
 )
 from vrl.node import committee
@@ -34,8 +36,9 @@ def test_a_member_fetches_exactly_its_seats_by_digest_and_checks_them_once_they_
     for key in VERIFIERS:
         proto = node(key, "verifier")
         ready(proto)
-        actions = proto.handle(P.ManifestReceived(manifest, 2.0))  # it holds no group: it asks for its seats
-        mine = seats(key, manifest, committee.Draw.COMMITTEE)
+        # it holds no group: it asks for its entries, then its seats
+        actions = served(proto, trainer, proto.handle(P.ManifestReceived(manifest, 2.0)))
+        mine = seats(key, trainer, committee.Draw.COMMITTEE)
         assert {a.digest for a in actions if isinstance(a, FetchGroup)} == mine
         assert all(a.version == 0 for a in actions if isinstance(a, FetchGroup))
         assert not [a for a in proto.handle(P.Tick(2.5)) if isinstance(a, FetchGroup)]  # asked once, in flight
@@ -47,7 +50,7 @@ def test_a_member_fetches_exactly_its_seats_by_digest_and_checks_them_once_they_
             missing = sorted(mine)[0]
             other = node(key, "verifier")
             ready(other)
-            other.handle(P.ManifestReceived(manifest, 2.0))
+            served(other, trainer, other.handle(P.ManifestReceived(manifest, 2.0)))
             again = other.handle(P.Abandoned(FetchGroup(missing, 0)))
             assert FetchGroup(missing, 0) in again
 
@@ -66,8 +69,8 @@ def test_a_worker_sends_its_groups_to_the_trainer_alone_and_holds_them():
 def test_passes_go_to_the_trainer_and_failures_are_gossiped():
     trainer, manifest, received = round_zero()
     for key in VERIFIERS:
-        proto, _ = verifier(key, manifest, received)
-        for i, digest in enumerate(sorted(seats(key, manifest, committee.Draw.COMMITTEE))):
+        proto, _ = verifier(key, manifest, received, trainer)
+        for i, digest in enumerate(sorted(seats(key, trainer, committee.Draw.COMMITTEE))):
             reasons = ("reward_mismatch",) if i % 2 else ()
             out = [a for a in proto.handle(P.Checked(digest, reasons, b"\x09" * 32)) if hasattr(a, "topic")]
             (message,) = out
@@ -90,19 +93,15 @@ def test_incremental_decisions_and_checks_equal_a_pass_over_every_fresh_group(sc
     incremental decisions equal NodeProtocol.decided over every fresh group, and the checks it
     asks for are those a pass over every fresh group asks for."""
     trainer, manifest, received = round_zero()
-    digests = sorted(manifest.groups)
+    digests = sorted(lists(trainer).groups)
     verdicts: dict[tuple[int, int, str], SignedVerdict] = {}
     for key in VERIFIERS:
-        proto, _ = verifier(key, manifest, received)
+        proto, _ = verifier(key, manifest, received, trainer)
         v = VERIFIERS.index(key)
-        for digest in seats(key, manifest, committee.Draw.COMMITTEE):
+        for digest in seats(key, trainer, committee.Draw.COMMITTEE):
             g = digests.index(digest)
             for outcome, reasons in (("pass", ()), ("fail", ("reward_mismatch",))):
-                fresh = node(key, "verifier")
-                ready(fresh)
-                for event in received:
-                    fresh.handle(event)
-                fresh.handle(P.ManifestReceived(manifest, 2.0))
+                fresh, _ = verifier(key, manifest, received, trainer)
                 out = [a for a in fresh.handle(P.Checked(digest, reasons, b"\x09" * 32)) if hasattr(a, "data")]
                 verdicts[v, g, outcome] = SignedVerdict.from_bytes(out[0].data)
     now = 6.0
@@ -143,8 +142,8 @@ def test_a_view_fetches_the_group_a_pre_trusted_failure_names_and_counts_it():
     for key in VERIFIERS:
         proto = node(key, "verifier")
         ready(proto)
-        proto.handle(P.ManifestReceived(manifest, 2.0))
-        if digest in seats(key, manifest, committee.Draw.COMMITTEE) | seats(key, manifest, committee.Draw.RECHECK):
+        served(proto, trainer, proto.handle(P.ManifestReceived(manifest, 2.0)))
+        if digest in seats(key, trainer, committee.Draw.COMMITTEE) | seats(key, trainer, committee.Draw.RECHECK):
             continue  # a member fetches it anyway
         lie = SignedVerdict(**{**trainers.__dict__, "verifier": stranger.me, "signature": b""}).signed(stranger.key)
         assert not [a for a in proto.handle(P.VerdictReceived(lie)) if isinstance(a, FetchGroup)]
@@ -155,10 +154,10 @@ def test_a_view_fetches_the_group_a_pre_trusted_failure_names_and_counts_it():
         assert proto.standing(WORKER.node_id).failures > 0
         # A member's failure confirmed by the trainer's quarantines the producer in this view;
         # then a further failure of it teaches nothing: no fetch.
-        member_key = next(k for k in VERIFIERS if digest in seats(k, manifest, committee.Draw.COMMITTEE))
+        member_key = next(k for k in VERIFIERS if digest in seats(k, trainer, committee.Draw.COMMITTEE))
         member = node(member_key, "verifier")
         ready(member)
-        member.handle(P.ManifestReceived(manifest, 2.0))
+        served(member, trainer, member.handle(P.ManifestReceived(manifest, 2.0)))
         member.handle(received[0])
         proto.handle(P.VerdictReceived(checked(member, digest, ("reward_mismatch",))))
         settle(proto)

@@ -170,7 +170,7 @@ def test_records_take_the_devnets_shape_with_fractional_token_means():
 
 def test_a_committee_run_is_the_same_whatever_pythons_hash_seed():
     """The trainer's checks of groups that arrived at one moment (one inbox window) come in digest
-    order, not a set's (vrl.node.rounds.Scan.candidates): a simulation is reproducible across
+    order, not a set's (vrl.node.scans.Scan.candidates): a simulation is reproducible across
     processes. Before, two hash seeds gave different checks and bytes (bench/simulate.py --compare)."""
     import os
     import subprocess

@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from vrl.config import ConfigError
-from vrl.node import committee, forgetting
+from vrl.node import forgetting
 from vrl.node import rounds as routing
 from vrl.node.admission import AdmissionConfig
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
@@ -93,6 +93,7 @@ from vrl.node.reputation import (
     report_of,
 )
 from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld
+from vrl.node.scans import Scans
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.node.tickets import ticket_checks
 from vrl.node.waiting import MAX_PENDING_VERDICTS, MAX_STRANGER_VERDICTS_PER_GROUP, WaitingVerdicts, room_for
@@ -166,15 +167,6 @@ def _flight_key(action: Action) -> tuple:
         case Generate(version) | Plant(version) | Train(version, _):
             return (type(action).__name__.lower(), version)
     return ()
-
-
-def _paged(lists) -> committee.PagedManifest | None:
-    """The lists the trainer stored behind its manifest, as trees; None if no header can commit
-    them (a damaged store: the manifest is still held, for the committees it fixes)."""
-    try:
-        return committee.PagedManifest(lists.content)
-    except CommitteeError:
-        return None
 
 
 def drawn(verdict: SignedVerdict) -> bool:
@@ -252,7 +244,7 @@ class NodeProtocol:
         self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
-        self._evaluated, self.scans, self._fresh_cache = None, routing.Scans(), ((), [])  # see rounds.evaluate, Scans
+        self._evaluated, self.scans, self._fresh_cache = None, Scans(), ((), [])  # see rounds.evaluate, scans.Scans
         # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
         # digest -> version, and the trainer's own hard fail on it (digest -> its round).
         self.group_floor, self.forgotten, self.forgotten_fails = 0, {}, {}
@@ -346,7 +338,7 @@ class NodeProtocol:
                 actions += self._received_verdict(verdict)
             case ManifestReceived(manifest, now, lists):
                 if self.rounds.add(manifest, now):
-                    if lists is not None and self.rounds.hold_lists(_paged(lists)):
+                    if lists is not None and self.rounds.hold_lists(lists.content):
                         # The trainer's own, replayed from its store: every group of it is listed.
                         self.rounds.learn_lists(self.rounds.lists[manifest.round])
                         note_withheld(self, manifest)
@@ -463,7 +455,7 @@ class NodeProtocol:
         forgetting.forget(self, version)
 
     def _touch(self, digest: bytes) -> None:
-        """A group's state moved: the passes that read it look at it again (routing.Scans, and
+        """A group's state moved: the passes that read it look at it again (scans.Scans, and
         the step judge's rules over the batches that list it)."""
         self.scans.touch(digest)
         self.steps.touch(digest)

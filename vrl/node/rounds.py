@@ -30,6 +30,7 @@ from vrl.node.messages import (
 )
 from vrl.node.reputation import ReputationError, withheld_of
 from vrl.node.requests import EntriesAnswer, EntriesRequest
+from vrl.node.scans import scan_key
 from vrl.rollouts.keys import NodeKey
 
 #: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
@@ -107,10 +108,13 @@ class Rounds:
         self.received_at[manifest.round] = now
         return True
 
-    def hold_lists(self, lists: committee.PagedManifest | None) -> bool:
+    def hold_lists(self, content: committee.ManifestContent | committee.PagedManifest) -> bool:
         """Hold the lists behind a held manifest (the trainer's own, replayed from its store):
-        only if they give its header."""
-        if lists is None:
+        only if they give its header (lists no header commits, from a damaged store, are not
+        held; the manifest still is, for the committees it fixes)."""
+        try:
+            lists = content if isinstance(content, committee.PagedManifest) else committee.PagedManifest(content)
+        except committee.CommitteeError:
             return False
         manifest = self.manifests.get(lists.header.round)
         if manifest is None or manifest.header != lists.header:
@@ -676,65 +680,3 @@ def evaluate(node: NodeProtocol, replaying: bool) -> bool:
         return False
     node._evaluated = (node.version or 0, node.now, node.reputation.held())
     return True
-
-
-# -- passes over the fresh groups, incremental (the trainer holds ~12,000 at N = 1,000) ---------
-
-
-def scan_key(node: NodeProtocol) -> tuple:
-    """Everything besides a group's own verdicts, arrival and check in flight that the rules over
-    fresh groups read (committee_checks, ticket_checks, NodeProtocol.decided): while it is
-    unchanged, only the groups touched since the last pass can come out differently."""
-    deadlines = sum(1 for r, at in node.rounds.received_at.items()
-                    if node._fresh(r) and node.now - at >= node.config.submission_window)
-    return (node.version, len(node.loaded), node.rounds.added, len(node.quarantined), len(node.planted),
-            len(node.refused), tuple(sorted(node.suspects.items())), node._evaluated, deadlines,
-            tuple(sorted(v for v in node.policies if node._fresh(v))))
-
-
-class Scan:
-    """Which fresh groups one rule must look at again: all of them when the key moved, else those
-    touched (a verdict, an arrival, a check begun or ended, a step trained on) since its last pass.
-    The same answers as a pass over every fresh group, at the cost of the touched ones."""
-
-    def __init__(self) -> None:
-        self.key: tuple | None = None
-        self.dirty: set[bytes] = set()
-
-    def candidates(self, node: NodeProtocol, key: tuple) -> list[bytes]:
-        if key != self.key:
-            self.key, self.dirty = key, set()
-            return node._fresh_groups()
-        touched, self.dirty = self.dirty, set()
-        fresh = [d for d in touched if d in node.groups and node._fresh(node.groups[d].version)]
-        return sorted(fresh, key=lambda d: (node.groups[d].arrived, d))  # ties (one arrival time) by digest
-
-
-class Scans:
-    """Incremental passes: the checks a node asks for (both designs' rules, committee_checks and
-    vrl.node.tickets.ticket_checks), and the committee design's decisions (the ticket design's
-    depend on the clock, verdict_wait, so they are made over every fresh group)."""
-
-    def __init__(self) -> None:
-        self.checks, self.decisions = Scan(), Scan()
-        self.decided: dict[bytes, bool | None] = {}
-
-    def touch(self, digest: bytes) -> None:
-        self.checks.dirty.add(digest)
-        self.decisions.dirty.add(digest)
-
-    def forget(self, digest: bytes) -> None:
-        """A group no longer held (vrl.node.forgetting): nothing of it is looked at again."""
-        self.checks.dirty.discard(digest)
-        self.decisions.dirty.discard(digest)
-        self.decided.pop(digest, None)
-
-    def decide(self, node: NodeProtocol, fresh: list[bytes]) -> dict[bytes, bool | None]:
-        """NodeProtocol.decided of each fresh group, recomputed for the touched ones only."""
-        key = scan_key(node)
-        if key != self.decisions.key:
-            self.decided = {}
-        for digest in self.decisions.candidates(node, key):
-            self.decided[digest] = node.decided(digest)
-        return {d: self.decided[d] if d in self.decided else self.decided.setdefault(d, node.decided(d))
-                for d in fresh}

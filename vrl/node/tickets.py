@@ -11,7 +11,7 @@ from typing import Any
 
 from vrl.node.events import Action, Check
 from vrl.node.messages import Outcome, audit_ticket, ticket_selected
-from vrl.node.rounds import scan_key
+from vrl.node.scans import scan_key
 
 #: The protocol this rule reads (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
 NodeProtocol = Any
