@@ -442,8 +442,8 @@ def committee_run(args) -> dict:
              "cheats_convicted": all(verdicts.get(n, {}).get("verdict") == "convicted" for n in cheats)}
     result.update(cheats=sorted(names[c] for c in cheats), manifests=len(manifests),
                   committee_size=manifests[-1].committee_size if manifests else None,
-                  eligible_per_round=[len(m.weights) for m in manifests],
-                  groups_per_manifest=[len(m.groups) for m in manifests], checks=checks,
+                  eligible_per_round=[m.weights for m in manifests],
+                  groups_per_manifest=[m.groups for m in manifests], checks=checks,
                   quarantined_by=quarantined_by, failures=failures, audit=audit,
                   command=f"python bench/devnet.py committee --nodes {nodes} --rounds {args.rounds} "
                           f"--deadline {args.deadline:g} --sample {args.sample:g}",
