@@ -369,13 +369,17 @@ class Node:
             return
         await self._feed(P.Abandoned(action))
 
-    async def _serve_entries(self, peer: bytes, data: bytes) -> bytes:
-        """Entries of a round's lists this node holds (the trainer's); an error status else."""
+    def _request(self, kind, peer: bytes, data: bytes):
+        """A request of ``kind`` from ``peer``: a malformed one counts against it (MessageError)."""
         try:
-            request = EntriesRequest.from_bytes(data)
+            return kind.from_bytes(data)
         except MessageError:
             self.transport.penalize(peer)
             raise
+
+    async def _serve_entries(self, peer: bytes, data: bytes) -> bytes:
+        """Entries of a round's lists this node holds (the trainer's); an error status else."""
+        request = self._request(EntriesRequest, peer, data)
         try:
             return EntriesAnswer.of(self.protocol.rounds.answer(request)).to_bytes()
         except committee.CommitteeError as error:
@@ -383,11 +387,7 @@ class Node:
 
     async def _serve_group(self, peer: bytes, data: bytes) -> bytes:
         """A group this node holds, by digest; an error status if it holds none."""
-        try:
-            request = GroupRequest.from_bytes(data)
-        except MessageError:
-            self.transport.penalize(peer)
-            raise
+        request = self._request(GroupRequest, peer, data)
         submission = self.store.group(request.group)
         if submission is None:
             raise LookupError("not here")
