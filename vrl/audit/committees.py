@@ -16,7 +16,7 @@ verifier is its signer, a manifest's trainer its signer.
 
 from __future__ import annotations
 
-from proofs import merkle, vrf
+from proofs import vrf
 from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
@@ -114,15 +114,13 @@ def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes]
         return "not_eligible", Severity.ERROR, "carries an audit ticket in a committee network"
     else:
         try:
-            merkle.verify(header.weights_root, header.weights, (v.weight_at,),
-                          (committee.entry_leaf(v.verifier, v.weight),), v.weight_path)
-        except (merkle.MerkleError, committee.CommitteeError):
+            threshold = committee.check_weight(header, v.verifier, (v.weight_at, v.weight), v.weight_path)
+        except committee.CommitteeError:
             return "not_eligible", Severity.ERROR, "claims a seat, but its weights path does not prove its signer " \
                                                    "in the round's weights list"
-        threshold = header.threshold(v.weight)
     try:
-        merkle.verify(header.groups_root, header.groups, (v.seat,), (v.group,), v.seat_path)
-    except merkle.MerkleError:
+        committee.check_place(header, v.seat, v.group, v.seat_path)
+    except committee.CommitteeError:
         return "not_in_manifest", Severity.ERROR, "judges a group its path does not prove in its round's groups list"
     if v.draw == str(VerdictDraw.NONE):
         return None

@@ -30,7 +30,8 @@ __all__ = [
     "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_SIGNING_DOMAIN", "MANIFEST_V2_DOMAIN",
     "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES", "RECHECK_DOMAIN", "SEAT_DOMAIN",
     "WEIGHT_SCALE", "CommitteeError", "Draw", "Entries", "List", "ManifestContent", "ManifestHeader",
-    "PagedManifest", "WeightsTable", "alpha", "check_entries", "check_seat", "entry_leaf", "escape_bound",
+    "PagedManifest", "WeightsTable", "alpha", "check_entries", "check_place", "check_seat", "check_weight",
+    "entry_leaf", "escape_bound",
     "exact_escape", "quantize_weight", "seat_value", "seats", "smallest_k",
 ]
 
@@ -509,24 +510,37 @@ def seats(beta: bytes, groups: int, threshold: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def check_seat(header: ManifestHeader, verifier: bytes, weight: tuple[int, int], weight_path: tuple[bytes, ...],
-               seat: int, group: bytes, group_path: tuple[bytes, ...]) -> int:
-    """Steps 2 and 3 of a claim (specs/committee.md §4), before any signature: the
-    weights path proves ``verifier || u32be(w)`` at position ``j`` (``not_eligible``), and the
-    groups path proves ``group`` at ``seat`` (``not_in_manifest``). Returns T_v."""
-    _node_id(verifier, "verifier")
-    if type(weight) is not tuple or len(weight) != 2 or type(weight[0]) is not int or type(weight[1]) is not int \
-            or not 1 <= weight[1] <= WEIGHT_SCALE:
-        raise CommitteeError("not_eligible", f"a weights entry is (position, 1 <= w <= {WEIGHT_SCALE}), "
-                                             f"got {shown(weight)}")
+def check_weight(header: ManifestHeader, verifier: bytes, weight: tuple[int, int],
+                 weight_path: tuple[bytes, ...]) -> int:
+    """Step 2 of a claim (specs/committee.md §4): the weights path proves ``verifier ||
+    u32be(w)`` at position ``j`` of ``weight = (j, w)``, else CommitteeError ``not_eligible``.
+    Returns T_v."""
+    if type(verifier) is not bytes or len(verifier) != 32 or type(weight) is not tuple or len(weight) != 2 \
+            or type(weight[0]) is not int or type(weight[1]) is not int or not 1 <= weight[1] <= WEIGHT_SCALE:
+        raise CommitteeError("not_eligible", f"a weights entry is a 32-byte node id and (position, 1 <= w <= "
+                                             f"{WEIGHT_SCALE}), got {shown(verifier)}, {shown(weight)}")
     try:
         merkle.verify(header.weights_root, header.weights, (weight[0],), (entry_leaf(verifier, weight[1]),),
                       weight_path)
     except merkle.MerkleError as e:
         raise CommitteeError("not_eligible", f"{verifier.hex()} with weight {weight[1]} at {weight[0]} "
                                              f"is not in the weights list: {e}") from None
-    try:
-        merkle.verify(header.groups_root, header.groups, (seat,), (_node_id(group, "group"),), group_path)
-    except merkle.MerkleError as e:
-        raise CommitteeError("not_in_manifest", f"group {group.hex()} is not at position {shown(seat)}: {e}") from None
     return header.threshold(weight[1])
+
+
+def check_place(header: ManifestHeader, seat: int, group: bytes, group_path: tuple[bytes, ...]) -> None:
+    """Step 3 of a claim (specs/committee.md §4): the groups path proves ``group`` at ``seat``,
+    else CommitteeError ``not_in_manifest``."""
+    try:
+        merkle.verify(header.groups_root, header.groups, (seat,), (group,), group_path)
+    except merkle.MerkleError as e:
+        raise CommitteeError("not_in_manifest", f"group {shown(group)} is not at position {shown(seat)}: {e}") from None
+
+
+def check_seat(header: ManifestHeader, verifier: bytes, weight: tuple[int, int], weight_path: tuple[bytes, ...],
+               seat: int, group: bytes, group_path: tuple[bytes, ...]) -> int:
+    """Steps 2 and 3 of a claim (specs/committee.md §4), before any signature: the weights
+    entry (:func:`check_weight`) and the place (:func:`check_place`). Returns T_v."""
+    threshold = check_weight(header, verifier, weight, weight_path)
+    check_place(header, seat, group, group_path)
+    return threshold

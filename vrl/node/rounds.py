@@ -347,17 +347,16 @@ class Rounds:
                 threshold = known[1]
             else:
                 try:
-                    merkle.verify(header.weights_root, header.weights, (verdict.weight_at,),
-                                  (committee.entry_leaf(verdict.verifier, verdict.weight),), verdict.weight_path)
-                except (merkle.MerkleError, committee.CommitteeError):
+                    threshold = committee.check_weight(header, verdict.verifier, (verdict.weight_at, verdict.weight),
+                                                       verdict.weight_path)
+                except committee.CommitteeError:
                     return "not_eligible"
-                threshold = header.threshold(verdict.weight)
                 self._eligible[manifest.round, verdict.verifier] = (entry, threshold)
         place = self._place(verdict.group) if verdict.group in self.places else None
         if place is None or place != (manifest.round, verdict.seat, verdict.seat_path):
             try:
-                merkle.verify(header.groups_root, header.groups, (verdict.seat,), (verdict.group,), verdict.seat_path)
-            except merkle.MerkleError:
+                committee.check_place(header, verdict.seat, verdict.group, verdict.seat_path)
+            except committee.CommitteeError:
                 return NOT_IN_MANIFEST
         if verdict.outcome == Outcome.SKIPPED:
             return "skip_in_committee"
