@@ -52,6 +52,30 @@ def test_one_position_is_rfc_6962s_inclusion_proof_listed_left_to_right():
     merkle.verify(tree.root, 8, [5], [RFC6962_LEAVES[5]], tree.prove([5]))
 
 
+def mth(leaves: list[bytes]) -> bytes:
+    """specs/merkle.md §1's recursion, word for word: the reference the packed levels are held to."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return hashlib.sha256(b"\x00" + leaves[0]).digest()
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return hashlib.sha256(b"\x01" + mth(leaves[:k]) + mth(leaves[k:])).digest()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=4), max_size=300))
+def test_the_levels_built_bottom_up_give_the_recursions_root_and_subtrees(leaves):
+    """An odd last node carried up unchanged gives RFC 9162's split at the largest power of two,
+    at every size (specs/merkle.md §1); and a position's proof is the recursion's siblings."""
+    tree = merkle.Tree(leaves)
+    assert tree.root == mth(leaves)
+    if leaves:
+        position = len(leaves) - 1  # the right edge, where the odd nodes are
+        first = tree.prove([position])[0] if len(leaves) > 1 else None
+        k = 1 << ((len(leaves) - 1).bit_length() - 1) if len(leaves) > 1 else 0
+        assert first in (None, mth(leaves[:k]))  # the largest subtree left of it, listed first
+
+
 @st.composite
 def trees_and_positions(draw):
     leaves = draw(st.lists(st.binary(max_size=merkle.MAX_LEAF_BYTES), min_size=1, max_size=70))
