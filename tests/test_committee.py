@@ -231,6 +231,16 @@ def test_the_recheck_committee_is_fresh():
     assert committee.seats(first, len(GROUPS), threshold) != committee.seats(again, len(GROUPS), threshold)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=64, max_size=64), st.integers(1, 300), st.integers(0, 2**64 + 5), st.integers(0, 299))
+def test_seats_are_exactly_the_positions_whose_seat_value_is_under_the_threshold(beta, groups, threshold, at):
+    """specs/committee.md §2, position by position, at the edges too: a threshold equal to a seat
+    value leaves that seat out, one above it takes it in, and 2^64 or more takes every position."""
+    for t in (threshold, committee.seat_value(beta, at % groups), committee.seat_value(beta, at % groups) + 1):
+        assert committee.seats(beta, groups, t) == tuple(i for i in range(groups)
+                                                         if committee.seat_value(beta, i) < t)
+
+
 # -- the paged manifest (specs/committee.md §3, §4) ----------------------------------------------
 
 
