@@ -84,8 +84,8 @@ class Rounds:
         # (verifier, round, draw) -> (pi, beta) once verified: one VRF verification per verifier
         # and round; a different pi for the same triple is verified again (specs/vrf.md §5).
         self._verified: dict[tuple[bytes, int, Draw], tuple[bytes, bytes]] = {}
-        self._positions: dict[int, tuple[int, ...]] = {}  # round -> this node's committee seats
-        self._seated: dict[int, frozenset[int]] = {}  # the same, as a set
+        # round -> this node's committee seats, in order (requests) and as a set (sits(), per group)
+        self._positions: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
         # round -> the positions of its groups list an entries answer proved to this node (by
         # round: a digest a hostile trainer listed in two rounds has one place, two positions)
         self._learnt: dict[int, set[int]] = {}
@@ -135,8 +135,8 @@ class Rounds:
             return
         for round_ in [r for r in self.manifests if r < floor]:
             self.manifests.pop(round_)
-            for table in (self.received_at, self.omitted, self.lists, self.weight, self._positions, self._seated,
-                          self.absent, self._learnt):
+            for table in (self.received_at, self.omitted, self.lists, self.weight, self._positions, self.absent,
+                          self._learnt):
                 table.pop(round_, None)
             self.fetched.discard(round_)
         for digest in [d for d, (r, _, _) in self.places.items() if r < floor]:
@@ -264,14 +264,17 @@ class Rounds:
 
     def positions(self, round_: int) -> tuple[int, ...]:
         """This node's committee seats in round ``round_`` (positions, §3.2), once its weight is known."""
+        return self._seats_of(round_)[0]
+
+    def _seats_of(self, round_: int) -> tuple[tuple[int, ...], frozenset[int]]:
         if round_ not in self._positions:
             entry = self.weight.get(round_)
             if entry is None:
-                return ()
+                return (), frozenset()
             header = self.manifests[round_].header
             beta = self.own(round_, Draw.COMMITTEE)[1]
-            self._positions[round_] = committee.seats(beta, header.groups, header.threshold(entry[1]))
-            self._seated[round_] = frozenset(self._positions[round_])  # sits() asks per group
+            positions = committee.seats(beta, header.groups, header.threshold(entry[1]))
+            self._positions[round_] = (positions, frozenset(positions))
         return self._positions[round_]
 
     # -- draws ------------------------------------------------------------------------------
@@ -293,15 +296,13 @@ class Rounds:
         if entry is None:
             return False
         if draw is Draw.COMMITTEE:
-            self.positions(round_)
-            return position in self._seated[round_]
+            return position in self._seats_of(round_)[1]
         threshold = self.manifests[round_].header.threshold(entry[1])
         return committee.seat_value(self.own(round_, draw)[1], position) < threshold
 
     def seats(self, round_: int) -> frozenset[bytes]:
         """The digests of this node's committee seats in round ``round_`` it has learnt."""
-        self.positions(round_)
-        positions = self._seated.get(round_, frozenset())
+        positions = self._seats_of(round_)[1]
         return frozenset(d for d, (r, p, _) in self.places.items() if r == round_ and p in positions)
 
     def _place(self, digest: bytes) -> tuple[int, int, tuple[bytes, ...]]:
