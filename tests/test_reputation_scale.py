@@ -1,4 +1,4 @@
-"""Reputation at scale (issue 30): the sparse EigenTrust equals the per-dict loop it replaced,
+"""Reputation at scale (issue 30): the sparse and dense EigenTrust equal the per-dict loop they replaced,
 and the sorted report list kept as reports arrive equals a sort of them all."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vrl.node.messages import Outcome
-from vrl.node.reputation import Report, Reputation, ReputationConfig, Withheld, _eigentrust, compute
+from vrl.node.reputation import DENSE_NODES, Report, Reputation, ReputationConfig, Withheld, _eigentrust, compute
 
 NODES = [bytes([i]) * 32 for i in range(1, 9)]
 OUTCOMES = [Outcome.PASS, Outcome.PASS, Outcome.PASS, Outcome.SOFT_FAIL, Outcome.HARD_FAIL]
@@ -57,15 +57,18 @@ reports_strategy = st.lists(st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(reports_strategy, st.sets(st.sampled_from(NODES[:3]), min_size=1), st.integers(0, 8))
-def test_sparse_eigentrust_equals_the_dict_loop(reports, pretrusted, round_index):
+@given(reports_strategy, st.sets(st.sampled_from(NODES[:3]), min_size=1), st.integers(0, 8),
+       st.sampled_from([0, DENSE_NODES]))
+def test_sparse_and_dense_eigentrust_equal_the_dict_loop(reports, pretrusted, round_index, dense_nodes):
+    """Both matrix forms (dense_nodes 0: always sparse; DENSE_NODES: dense for these views of at
+    most 8 nodes) give the reference's weights, and a view without opinions its anchors alone."""
     config = ReputationConfig()
     rate = math.log(2) / config.half_life_rounds
 
     def decay(at):
         return math.exp(-rate * max(round_index - at, 0))
 
-    found = _eigentrust(reports, frozenset(pretrusted), decay, config)
+    found = _eigentrust(reports, frozenset(pretrusted), decay, config, dense_nodes=dense_nodes)
     expected = loop_eigentrust(reports, frozenset(pretrusted), decay, config)
     assert found.keys() == expected.keys()
     for node, weight in expected.items():

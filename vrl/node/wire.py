@@ -25,6 +25,7 @@ builds the map once, and every check is linear in it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -525,4 +526,9 @@ class Signed(Message):
         return dataclasses.replace(unsigned, signature=key.sign(unsigned.signing_payload()))
 
     def signature_ok(self) -> bool:
+        return self._signature_ok
+
+    @functools.cached_property  # immutable, so its bytes decide it once: the gossip validator asks,
+    # then the protocol's claim check (a verdict's §4 step 3), both on the one decoded object
+    def _signature_ok(self) -> bool:
         return signature_valid(getattr(self, self._SIGNER), self.signing_payload(), self.signature)

@@ -210,7 +210,9 @@ class Rollout:
     # -- signing --------------------------------------------------------------------------
     def signed(self, key: NodeKey, **changes: Any) -> Rollout:
         """A copy with ``changes`` applied, the node id set to ``key``'s and a fresh signature."""
-        unsigned = replace(self, **changes, node_id=key.node_id, signature=b"")
+        unsigned = self
+        if changes or self.node_id != key.node_id or self.signature:
+            unsigned = replace(self, **changes, node_id=key.node_id, signature=b"")
         return replace(unsigned, signature=key.sign(unsigned.signing_payload()))
 
     def signature_valid(self) -> bool:

@@ -54,6 +54,7 @@ class Records:
         self.config, self.rng = config, rng
         self.sampling = SamplingParams(1.0, 0, 1.0, max(config.max_new_tokens, math.ceil(config.completion_tokens)),
                                        (0,))
+        self.reward_spec = RewardSpec()  # one for every record: building one checks its terms
 
     def _whole(self, mean: float) -> int:
         """A count whose mean is ``mean``: its floor, plus one at the fraction's rate (a whole
@@ -77,7 +78,7 @@ class Records:
                 completion_tokens=tuple(rng.randrange(1, 50_000) for _ in range(tokens)),
                 finish_reason="length", sampling=self.sampling,
                 behaviour_logprobs=tuple(-rng.random() for _ in range(tokens)),
-                reward=float(rng.random() < 0.5) if reward is None else reward, reward_spec=RewardSpec(),
+                reward=float(rng.random() < 0.5) if reward is None else reward, reward_spec=self.reward_spec,
                 commitment=rng.randbytes(commitment)).signed(key))
         return Group.of(rollouts)
 
