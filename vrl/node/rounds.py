@@ -397,6 +397,12 @@ class _RoundOf(Mapping):
     def __contains__(self, digest: object) -> bool:
         return digest in self._places
 
+    def get(self, digest: bytes, default: Any = None) -> Any:
+        # Mapping.get goes through __getitem__ and a KeyError for every group not listed: 14% of
+        # committee_checks at N = 1,000 (bench/simulate.py), which asks it of every candidate.
+        place = self._places.get(digest)
+        return default if place is None else place[0]
+
     def __iter__(self):
         return iter(self._places)
 
@@ -431,7 +437,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
     def own(digest: bytes) -> SignedVerdict | None:  # the trainer's own verdict on a group, if any
         return node.verdicts.get(digest, {}).get(node.me)
 
-    candidates = node.scans.checks.candidates(node, scan_key(node))
+    candidates = node.scans.checks.candidates(node, scan_key(node), lambda: _check_room(node))
     if node.abandoned_checks:  # a check that could not run is asked again behind those waiting
         candidates.sort(key=lambda d: node.abandoned_checks.get(d, 0))  # stable: arrival order within
     for digest in candidates:
@@ -462,7 +468,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 if room is None:
                     room = _check_room(node)
                 if room <= 0:
-                    node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
+                    node.scans.checks.defer(digest)  # looked at again once there is room
                     continue
                 new = node._check(digest, group.version, VerdictDraw.NONE, b"")
                 if new and claim is not None:
@@ -478,7 +484,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 if room is None:
                     room = _check_room(node)
                 if room <= 0:
-                    node.scans.checks.dirty.add(digest)  # deferred: looked at again on the next pass
+                    node.scans.checks.defer(digest)  # looked at again once there is room
                     continue
             new = node._check(digest, group.version, VerdictDraw(str(seat)), node.rounds.own(round_, seat)[0])
             if seat is Draw.COMMITTEE:

@@ -8,6 +8,7 @@ Pure like the protocol it serves: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: The protocol these passes read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
@@ -34,14 +35,29 @@ class Scan:
     def __init__(self) -> None:
         self.key: tuple | None = None
         self.dirty: set[bytes] = set()
+        # Groups a pass put off for want of room (a batch's worth of checks under way): nothing
+        # but room changes what a pass makes of them unless they are touched or the key moves,
+        # so they come back once there is room, not at every pass. The trainer's ~4,000 fallback
+        # checks of a bootstrap round were re-read at each tick: 60% of its passes' groups, and
+        # most of committee_checks' time at N = 1,000 (bench/simulate.py).
+        self.deferred: set[bytes] = set()
 
-    def candidates(self, node: NodeProtocol, key: tuple) -> list[bytes]:
+    def candidates(self, node: NodeProtocol, key: tuple, room: Callable[[], int] | None = None) -> list[bytes]:
+        """The groups to look at; ``room`` tells how many more checks may start now (groups
+        put off by :meth:`defer` are among them while it is above 0)."""
         if key != self.key:
-            self.key, self.dirty = key, set()
+            self.key, self.dirty, self.deferred = key, set(), set()
             return node._fresh_groups()
         touched, self.dirty = self.dirty, set()
+        if self.deferred and room is not None and room() > 0:
+            touched |= self.deferred
+            self.deferred = set()
         fresh = [d for d in touched if d in node.groups and node._fresh(node.groups[d].version)]
         return sorted(fresh, key=lambda d: (node.groups[d].arrived, d))  # ties (one arrival time) by digest
+
+    def defer(self, digest: bytes) -> None:
+        """A group put off for want of room: looked at again once there is room."""
+        self.deferred.add(digest)
 
 
 class Scans:
@@ -60,6 +76,7 @@ class Scans:
     def forget(self, digest: bytes) -> None:
         """A group no longer held (vrl.node.forgetting): nothing of it is looked at again."""
         self.checks.dirty.discard(digest)
+        self.checks.deferred.discard(digest)
         self.decisions.dirty.discard(digest)
         self.decided.pop(digest, None)
 
