@@ -98,7 +98,8 @@ def config_from(args: argparse.Namespace, nodes: int | None = None) -> SimConfig
     return SimConfig(nodes=nodes, rounds=args.rounds, adversaries=parse_adversaries(args.adversaries),
                      seed=args.seed, design=args.design, warmup=args.warmup, latency_s=args.latency_ms / 1000,
                      bandwidth_bps=args.bandwidth_mbps * 1e6 / 8, loss=args.loss, partition=partition,
-                     churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores, admission=admission,
+                     churn=args.churn, joins=args.joins, topology=args.topology, cores=args.cores, makers=args.makers,
+                     admission=admission,
                      protocol=dict(args.protocol),
                      backfill=args.backfill or ("daemon" if args.compare else "gossip"),
                      **({"cost_file": args.cost} if args.cost else {}), **tokens_from(args.completion_tokens))
@@ -279,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", type=protocol_arg, action="append", default=[], metavar="KEY=VALUE",
                         help="a protocol parameter (vrl.node.params.ProtocolParams), e.g. submission_window=120")
     parser.add_argument("--topology", default="devnet", choices=("devnet", "random"))
+    parser.add_argument("--makers", type=int, default=1,
+                        help="processes that make workers' groups ahead, on the machine's other cores "
+                             "(0: none; the results are the same, vrl.harness.simulator.making)")
     parser.add_argument("--cores", type=int, default=0,
                         help="processors all nodes share, as a devnet on one machine (0: one each)")
     parser.add_argument("--backfill", choices=BACKFILL_MODELS, default=None,

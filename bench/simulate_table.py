@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import sys
 from pathlib import Path
 
@@ -55,7 +54,7 @@ def tickets_floor(nodes: int) -> dict:
     (every producer's first ``newcomer_checks`` groups, by everyone) come on top. Sizes are the
     simulator's real messages (the devnet's record shape)."""
     key = NodeKey.from_seed(bytes(32))
-    group = Records(SimConfig(), random.Random(0)).group(key, 3, 0)
+    group = Records(SimConfig()).group(key, 3, 0)
     verdict = SignedVerdict(key.node_id, key.node_id, group.digest, 3, 3, audit_ticket(key, group.digest), 0.1,
                             Outcome.SKIPPED, (), b"", "torch-2.13.0/cpu-AVX512/float32/sdpa/threads-1").signed(key)
     groups = ProtocolParams().groups_per_round * (nodes - 1)

@@ -209,3 +209,24 @@ def test_false_accusers_cost_rechecks_and_their_scores_but_no_honest_node_or_gro
     # They lose seats as they lose score (specs/committee.md §3.1): a quarter of the nodes, an
     # eighth of the last manifest's weight (with trust alone 0.28, their share of the nodes).
     assert row["weight_share"] < 0.2
+
+
+def test_groups_made_ahead_in_another_process_change_no_result():
+    """A Maker process makes workers' groups ahead (vrl.harness.simulator.making): each group's
+    content is its own stream, so the run is the same, figure for figure, with or without one;
+    only the CPU seconds differ."""
+    def run(makers: int) -> dict:
+        config = SimConfig(nodes=8, rounds=2, design="committee", makers=makers,
+                           adversaries=parse_adversaries("fabricated-reward:0.2,replay:0.2"))
+        summary = Simulation(config).run().summary
+        return {k: v for k, v in summary.items() if "cpu" not in k and "wall" not in k and k != "makers"}, summary
+
+    alone, _ = run(0)
+    ahead, summary = run(1)
+    for table in (alone, ahead):
+        for row in table["per_round"]:
+            row.pop("protocol_cpu_seconds")
+        for who in ("per_node", "per_node_trainer", "per_node_others", "max_node", "totals_per_node"):
+            table[who] = {k: v for k, v in table[who].items() if "cpu" not in k}
+    assert ahead == alone
+    assert summary["makers"] == 1 and summary["maker_cpu_seconds"] > 0

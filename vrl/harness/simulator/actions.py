@@ -168,22 +168,25 @@ class Actions:
     def _do_Generate(self, node: SimNode, action: E.Generate) -> None:
         per_round = node.protocol.config.groups_per_round
         seconds = self.records.tokens * per_round * self.cost.generate_ms_per_token / 1000
+        if node.kind != "replay":  # a replayer's groups depend on its loot when it ends
+            self.maker.ask(node.key, action.version, per_round, _reward(node))
         self.job(node, seconds, self._generated, node, action.version, per_round)
 
     def _generated(self, node: SimNode, version: int, count: int) -> None:
-        groups = []
-        for index in range(count):
-            loot = self._loot(node) if node.kind == "replay" else None
-            if loot is not None:
-                group = self.records.resigned(loot, node.key, index)
-            else:
-                group = self.records.group(node.key, version, index,
-                                           reward=1.0 if node.kind == "fabricated-reward" else None)
-            # A replayer with no loot the network would take makes an honest group (as the
-            # devnet's does, vrl.harness.adversary.CheatingWork.replayed).
-            cheat = "" if node.kind == "replay" and loot is None else node.kind
-            self.truth[group.digest] = Truth(node.index, cheat)
-            groups.append(group)
+        if node.kind != "replay":
+            groups = list(self.maker.take(node.key, version, count, _reward(node)))
+            for group in groups:
+                self.truth[group.digest] = Truth(node.index, node.kind)
+        else:
+            groups = []
+            for index in range(count):
+                loot = self._loot(node)
+                group = (self.records.resigned(loot, node.key, index) if loot is not None
+                         else self.records.group(node.key, version, index))
+                # A replayer with no loot the network would take makes an honest group (as the
+                # devnet's does, vrl.harness.adversary.CheatingWork.replayed).
+                self.truth[group.digest] = Truth(node.index, "replay" if loot is not None else "")
+                groups.append(group)
         if node.kind == "withhold":
             # Submits the half it likes best (the rewarded ones first), holds the rest back.
             groups = sorted(groups, key=lambda g: -sum(r.reward for r in g.rollouts))[:max(1, count // 2)]
@@ -295,3 +298,8 @@ class Actions:
 
     def _do_ConvictTrainer(self, node: SimNode, action: E.ConvictTrainer) -> None:
         pass  # observed from the protocol's state (_observe)
+
+
+def _reward(node: SimNode) -> float | None:
+    """The reward a worker's records state: 1 for the fabricated-reward cheat, else drawn."""
+    return 1.0 if node.kind == "fabricated-reward" else None

@@ -56,6 +56,7 @@ from vrl.node.protocol import NodeProtocol, ProtocolConfig
 from vrl.rollouts.keys import NodeKey
 
 from .actions import Actions
+from .making import Maker
 from .metrics import Metrics
 from .network import Network
 from .payloads import Records, Truth, sybil_verdict
@@ -173,7 +174,8 @@ class Simulation(Actions):
         self.rng = random.Random(c.seed)
         self.cost = CostModel.from_results(c.cost_file, c.step_seconds)
         self.q0 = honest_race_loss()
-        self.records = Records(c, random.Random(c.seed + 1))
+        self.records = Records(c)
+        self.maker = Maker(self.records, c.makers)
         self.queue: list = []
         self._seq = 0
         self._asked = 0  # over_limit's calls
@@ -250,15 +252,18 @@ class Simulation(Actions):
                     self.at(1.0, self.tick, node)
                 self.at(self.net.backfill_at(0.0), self.backfill_pass, node)
         self.at(TICK_SECONDS, self.tick, self.trainer)
-        while self.queue and self.trainer_version < self.last_version:
-            when, _, fn, args = heapq.heappop(self.queue)
-            if when > self.config.deadline_s:
-                self.metrics.stopped = f"simulated deadline {self.config.deadline_s:.0f} s"
-                break
-            if self.over_limit():
-                break
-            self.now = when
-            fn(*args)
+        try:
+            while self.queue and self.trainer_version < self.last_version:
+                when, _, fn, args = heapq.heappop(self.queue)
+                if when > self.config.deadline_s:
+                    self.metrics.stopped = f"simulated deadline {self.config.deadline_s:.0f} s"
+                    break
+                if self.over_limit():
+                    break
+                self.now = when
+                fn(*args)
+        finally:
+            self.metrics.maker_cpu_seconds = self.maker.close()
         self.metrics.cpu_seconds = time.process_time() - cpu_started
         self.metrics.finish(self, time.perf_counter() - started)
         return self.metrics

@@ -78,6 +78,7 @@ class Metrics:
     lost_to_backfill: int = 0
     stopped: str = ""
     cpu_seconds: float = 0.0
+    maker_cpu_seconds: float = 0.0  # the processes that made groups ahead (making.Maker), if any
     summary: dict = field(default_factory=dict)
     manifests: list = field(default_factory=list)  # each manifest the trainer published: its workers
     closed_rounds: set[int] = field(default_factory=set)  # the rounds those manifests closed
@@ -272,7 +273,8 @@ class Metrics:
             "rounds_measured": rounds, "versions": [start, end], "seed": c.seed,
             "adversaries": {s.kind: s.share for s in c.adversaries},
             "simulated_seconds": sim.now, "wall_seconds": wall_seconds,
-            "cpu_seconds": self.cpu_seconds, "stopped": self.stopped or "done",
+            "cpu_seconds": self.cpu_seconds, "maker_cpu_seconds": self.maker_cpu_seconds, "makers": c.makers,
+            "stopped": self.stopped or "done",
             "per_node": per_round(protocol_nodes),
             "per_node_trainer": per_round([0]),
             "per_node_others": per_round(protocol_nodes[1:]),

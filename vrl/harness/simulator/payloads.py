@@ -28,6 +28,7 @@ from vrl.tasks import RewardSpec
 from .spec import BAD_REASONS, LAZY, PLATFORM, SPOOF_LOSS_FACTOR, SPOOFS, SimConfig
 
 _DIGEST = b"vrl/sim/recomputed\x00"
+_RECORDS = b"vrl/sim/records\x00"
 _MODEL = b"vrl/sim/model\x00"
 _OPTIMIZER = b"vrl/sim/optimizer\x00"
 STEP_CONFIG_DOMAIN = b"vrl/sim/step-config\x00"
@@ -48,28 +49,38 @@ def optimizer_hash(version: int) -> bytes:
 
 
 class Records:
-    """Builds a node's signed groups of a round, with synthetic content of the configured size."""
+    """Builds a node's signed groups of a round, with synthetic content of the configured size.
 
-    def __init__(self, config: SimConfig, rng: random.Random) -> None:
-        self.config, self.rng = config, rng
+    Each group draws its content from a stream of its own, seeded by the run's seed, its maker's
+    key, its version and its index (a node makes each version's groups once,
+    vrl.node.protocol's ``generated``): the same group whichever process makes it and in
+    whatever order, so a :class:`Maker` may make them ahead on another core."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
         self.sampling = SamplingParams(1.0, 0, 1.0, max(config.max_new_tokens, math.ceil(config.completion_tokens)),
                                        (0,))
         self.reward_spec = RewardSpec()  # one for every record: building one checks its terms
 
-    def _whole(self, mean: float) -> int:
+    def _rng(self, node_id: bytes, version: int, index: int) -> random.Random:
+        return random.Random(hashlib.sha256(_RECORDS + b"%d/%d/%d/" % (self.config.seed, version, index)
+                                            + node_id).digest())
+
+    @staticmethod
+    def _whole(mean: float, rng: random.Random) -> int:
         """A count whose mean is ``mean``: its floor, plus one at the fraction's rate (a whole
-        ``mean`` draws nothing, so runs of whole counts keep their random streams)."""
+        ``mean`` draws nothing)."""
         whole = math.floor(mean)
-        return whole + (self.rng.random() < mean - whole) if mean != whole else whole
+        return whole + (rng.random() < mean - whole) if mean != whole else whole
 
     def group(self, key: NodeKey, version: int, index: int, reward: float | None = None) -> Group:
-        c, rng = self.config, self.rng
+        c, rng = self.config, self._rng(key.node_id, version, index)
         seed = round_seed(model_hash(version), version)
         task = f"sim-{version}-{index}".ljust(c.task_id_chars, "-")
-        prompt = tuple(rng.randrange(1, 50_000) for _ in range(self._whole(c.prompt_tokens)))
+        prompt = tuple(rng.randrange(1, 50_000) for _ in range(self._whole(c.prompt_tokens, rng)))
         rollouts = []
         for sample in range(c.group_size):
-            tokens = self._whole(c.completion_tokens)
+            tokens = self._whole(c.completion_tokens, rng)
             commitment = c.commitment_bytes or math.ceil(c.commitment_bytes_per_token * tokens)
             rollouts.append(Rollout(
                 node_id=key.node_id, model_hash=model_hash(version), policy_version=version, round_seed=seed,
@@ -81,6 +92,11 @@ class Records:
                 reward=float(rng.random() < 0.5) if reward is None else reward, reward_spec=self.reward_spec,
                 commitment=rng.randbytes(commitment)).signed(key))
         return Group.of(rollouts)
+
+    def groups(self, seed: bytes, version: int, count: int, reward: float | None = None) -> tuple[Group, ...]:
+        """A round's groups of the node whose key has this seed (what a Maker's process is asked)."""
+        key = NodeKey.from_seed(seed)
+        return tuple(self.group(key, version, index, reward) for index in range(count))
 
     def resigned(self, group: Group, key: NodeKey, index: int) -> Group:
         """The replay cheat: another node's records re-signed as one's own (vrl.harness.adversary)."""

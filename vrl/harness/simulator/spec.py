@@ -219,6 +219,9 @@ class SimConfig:
     honest_reject: float = 0.0  # honest checks that soft-fail (calibrate.json: 0 of its honest streams flagged)
     # Processors all nodes share (the devnet's one machine: 2); 0: each node has its own.
     cores: int = 0
+    # Processes that make workers' groups ahead beside the simulation (making.Maker), on other
+    # cores of the machine that runs it; 0: made in the simulation's own. The same results.
+    makers: int = 0
     topology: str = "devnet"  # devnet: each node dials the trainer and the node before it; random: D random peers
     # Seconds between a node's handling passes of its inbox (the daemon ticks every TICK_SECONDS)
     window_s: float = 0.25
@@ -246,6 +249,8 @@ class SimConfig:
             raise SpecError(f"backfill: one of {', '.join(BACKFILL_MODELS)}, got {self.backfill!r}")
         if self.topology not in ("devnet", "random"):
             raise SpecError(f"topology: devnet or random, got {self.topology!r}")
+        if not 0 <= self.makers <= 64:
+            raise SpecError(f"makers: 0 to 64 processes, got {self.makers}")
         for name in ("loss", "churn", "honest_reject"):
             if not 0 <= getattr(self, name) < 1:
                 raise SpecError(f"{name}: a share in [0, 1), got {getattr(self, name)}")
