@@ -7,6 +7,8 @@ import struct
 
 import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import vrl
 from vrl.rollouts.files import FILE_MAGIC, RolloutFileError, RolloutWriter, frame, iter_records
@@ -134,3 +136,21 @@ def test_bad_length_field_mid_file_does_not_lose_later_records(tmp_path, honest)
     items = list(iter_records(path))
     assert isinstance(items[0], RecordError) and "runs past the end" in str(items[0])
     assert items[1] == honest[1]
+
+
+_map_keys = st.one_of(st.text(max_size=6), st.binary(max_size=6))
+_maps = st.recursive(st.one_of(st.integers(-5, 5), st.text(max_size=4), st.binary(max_size=4)),
+                     lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                             st.dictionaries(_map_keys, inner, max_size=5)), max_leaves=20)
+
+
+@given(st.dictionaries(_map_keys, _maps, max_size=8))
+def test_canonical_map_keys_sort_as_their_utf8_bytes(value):
+    """A map's keys, str and bytes alike and mixed, are written in the order of their bytes
+    (a str as its UTF-8), at every depth: what a plain sort gives for keys of one kind."""
+    def reference(v):
+        if isinstance(v, dict):
+            return {k: reference(v[k]) for k in sorted(v, key=lambda k: k.encode() if isinstance(k, str) else k)}
+        return [reference(x) for x in v] if isinstance(v, list) else v
+    assert canonical_bytes(value) == msgpack.packb(reference(value), use_bin_type=True, use_single_float=False,
+                                                   strict_types=True)
