@@ -549,7 +549,11 @@ def _evidence(reports: list[Report], pretrusted: frozenset[bytes], round_index: 
     if not pretrusted:
         raise ValueError("reputation needs at least one pre-trusted node (normally the node itself)")
     decay = _decay(config, round_index)
-    weight = _eigentrust(reports, pretrusted, decay, config)
+    # The first weights only say which accusers count (_confirmed): with no hard fail in the log
+    # there is none to weigh, and this pass over every report (half the trainer's EigenTrust time
+    # at N = 1,000, bench/simulate.py) would change nothing.
+    accused = any(r.outcome == Outcome.HARD_FAIL and r.reporter for r in reports)
+    weight = _eigentrust(reports, pretrusted, decay, config) if accused else {}
     confirmed = _confirmed(reports, pretrusted, weight, config)
     everything = reports + _derived(reports, pretrusted, confirmed)
     weight = _eigentrust(everything, pretrusted, decay, config)
