@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-import numpy as np
-
 from proofs import merkle, vrf
 from vrl.errors import VrlError, shown
 
@@ -44,15 +42,13 @@ RECHECK_DOMAIN = b"vrl/recheck/v1\x00"
 MANIFEST_SIGNING_DOMAIN = b"vrl/round-manifest/v1\x00"
 #: The round manifest's root (specs/committee.md §3.2) and the draw by position (§2).
 MANIFEST_V2_DOMAIN = b"vrl/manifest/v2\x00"
-SEAT_DOMAIN = b"vrl/seat/v2\x00"
-# Seat values one SHA-512 gives: its 64 bytes are 8 big-endian u64s (specs/committee.md §2).
-SEATS_PER_HASH = 8
+SEAT_DOMAIN = b"vrl/seat/v1\x00"
 
 #: A reporter weight (specs/reputation.md §2, in [0, 1]) is carried as an integer in
 #: [1, WEIGHT_SCALE]: 16 bits keep every threshold exact and a table entry small.
 WEIGHT_SCALE = 1 << 16
-#: A round manifest's lists (specs/committee.md §3.2): a member draws on every position of the
-#: groups list once a round (§2), 0.05 s of CPython at 2^18 positions on this project's 2-core
+#: A round manifest's lists (specs/committee.md §3.2): a member hashes every position of the
+#: groups list once a round (§2), 0.42 s of CPython at 2^18 positions on this project's 2-core
 #: machine; 65,536 workers at 4 groups. The sizes are u32 on the wire.
 MAX_PAGED_ENTRIES = 1 << 18
 #: Positions or keys in one ``entries`` request (§3.5): 1,024 keys are 34 KiB, under the 64 KiB
@@ -492,35 +488,35 @@ def check_entries(header: ManifestHeader, answer: Entries, which: List | str, po
 
 
 def seat_value(beta: bytes, position: int) -> int:
-    """u64be(H512("vrl/seat/v2" || 0x00 || beta || u32be(position // 8))[8j:8j+8]), j = position mod 8."""
+    """u64be(H("vrl/seat/v1" || 0x00 || beta || u32be(position))[0:8])."""
     if type(beta) is not bytes or len(beta) != vrf.OUTPUT_BYTES:
         raise CommitteeError("bad_proof", f"beta must be {vrf.OUTPUT_BYTES} bytes, got {shown(beta)}")
     if type(position) is not int or not 0 <= position < 1 << 32:
         raise CommitteeError("bad_entry", f"a position is a u32, got {shown(position)}")
-    at = 8 * (position % SEATS_PER_HASH)
-    return int.from_bytes(hashlib.sha512(SEAT_DOMAIN + beta + _u32(position // SEATS_PER_HASH)).digest()[at:at + 8],
-                          "big")
+    return int.from_bytes(hashlib.sha256(SEAT_DOMAIN + beta + _u32(position)).digest()[:8], "big")
 
 
 def seats(beta: bytes, groups: int, threshold: int) -> tuple[int, ...]:
     """The positions of a groups list of ``groups`` entries that the verifier whose round output
-    is ``beta`` sits on (specs/committee.md §2): one SHA-512 per 8 positions, compared at once.
-    This is a member's whole cost of the draw each round: one SHA-256 a position was 8% of
-    bench/simulate.py at N = 1,000."""
+    is ``beta`` sits on (specs/committee.md §2): one hash a position."""
     seat_value(beta, 0)  # checks beta once
     _count(groups, "groups")
     if threshold <= 0:
         return ()
     if threshold >= _U64:
         return tuple(range(groups))
-    prefix, pack = hashlib.sha512(SEAT_DOMAIN + beta), _U32.pack
-    blocks = []
-    for block in range(-(-groups // SEATS_PER_HASH)):
+    # u64be(digest[0:8]) < T exactly when the digest sorts below T's 8 big-endian bytes (a
+    # longer string with an equal prefix sorts after it): one bytes compare a position, not an
+    # int conversion. The loop is a member's whole cost of the draw, n hashes a round
+    # (bench/simulate.py at N = 1,000 spent 8% of its time here).
+    prefix, below, pack = hashlib.sha256(SEAT_DOMAIN + beta), threshold.to_bytes(8, "big"), _U32.pack
+    out = []
+    for i in range(groups):
         h = prefix.copy()
-        h.update(pack(block))
-        blocks.append(h.digest())
-    values = np.frombuffer(b"".join(blocks), dtype=">u8")[:groups]
-    return tuple(np.flatnonzero(values < np.uint64(threshold)).tolist())
+        h.update(pack(i))
+        if h.digest() < below:
+            out.append(i)
+    return tuple(out)
 
 
 def check_weight(header: ManifestHeader, verifier: bytes, weight: tuple[int, int],
