@@ -218,11 +218,15 @@ def test_groups_made_ahead_in_another_process_change_no_result():
     def run(makers: int) -> dict:
         config = SimConfig(nodes=8, rounds=2, design="committee", makers=makers,
                            adversaries=parse_adversaries("fabricated-reward:0.2,replay:0.2"))
-        summary = Simulation(config).run().summary
+        simulation = Simulation(config)
+        summary = simulation.run().summary
+        made[makers] = simulation.maker.made_ahead
         return {k: v for k, v in summary.items() if "cpu" not in k and "wall" not in k and k != "makers"}, summary
 
+    made: dict[int, int] = {}
     alone, _ = run(0)
     ahead, summary = run(1)
+    assert made[0] == 0 and made[1] > 0  # the second run's groups did come from the maker
     for table in (alone, ahead):
         for row in table["per_round"]:
             row.pop("protocol_cpu_seconds")

@@ -390,7 +390,7 @@ def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, conf
         cols_.append(j)
         vals_.append(-penalty[r.outcome] * d)  # s_ij = sat - unsat (Kamvar §3)
     if not rows_:
-        return {**dict.fromkeys(pretrusted, 1.0), b"": 1.0}
+        return {**dict.fromkeys(sorted(pretrusted), 1.0), b"": 1.0}
     # Ids in sorted order, as the formulas index them; the matrix in that order.
     order = sorted(index)
     position = np.empty(len(index), dtype=np.int64)

@@ -29,8 +29,9 @@ def scan_key(node: NodeProtocol) -> tuple:
 
 class Scan:
     """Which fresh groups one rule must look at again: all of them when the key moved, else those
-    touched (a verdict, an arrival, a check begun or ended, a step trained on) since its last pass.
-    The same answers as a pass over every fresh group, at the cost of the touched ones."""
+    touched (a verdict, an arrival, a check begun or ended, a step trained on) since its last pass,
+    and those it put off for want of room once there is room again. The same answers as a pass
+    over every fresh group, at the cost of those."""
 
     def __init__(self) -> None:
         self.key: tuple | None = None

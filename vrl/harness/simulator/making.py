@@ -46,18 +46,26 @@ class Maker:
                                           initargs=(records.config,)) if processes else None)
         self._asked: dict[tuple[bytes, int], Future] = {}
         self._children = _children_cpu()
+        self.made_ahead = 0  # rounds of groups a maker process made
 
     def ask(self, key: NodeKey, version: int, count: int, reward: float | None = None) -> None:
         """A node's generation of ``version`` started: its groups may be made now."""
-        if self._pool is not None:
+        if self._pool is None:
+            return
+        try:
             self._asked[key.node_id, version] = self._pool.submit(_make, key.private_seed(), version, count, reward)
+        except BrokenProcessPool:  # a maker died: from now on groups are made when taken
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def take(self, key: NodeKey, version: int, count: int, reward: float | None = None) -> tuple[Group, ...]:
         """The node's groups of ``version``: made ahead if they were asked for, else now."""
         future = self._asked.pop((key.node_id, version), None)
         if future is not None:
             try:
-                return future.result()
+                groups = future.result()
+                self.made_ahead += 1
+                return groups
             except BrokenProcessPool:  # a maker died (out of memory): the same groups, made here
                 pass
         return tuple(self.records.group(key, version, index, reward) for index in range(count))
