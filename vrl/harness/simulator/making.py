@@ -33,7 +33,7 @@ def _start(config: SimConfig) -> None:
 
 def _make(seed: bytes, version: int, count: int, reward: float | None) -> tuple[Group, ...]:
     assert _records is not None, "a maker process starts with _start"
-    return _records.groups(seed, version, count, reward)
+    return _records.groups(NodeKey.from_seed(seed), version, count, reward)
 
 
 class Maker:
@@ -68,7 +68,7 @@ class Maker:
                 return groups
             except BrokenProcessPool:  # a maker died (out of memory): the same groups, made here
                 pass
-        return tuple(self.records.group(key, version, index, reward) for index in range(count))
+        return self.records.groups(key, version, count, reward)
 
     def close(self) -> float:
         """Stop the maker processes; the CPU seconds they spent."""

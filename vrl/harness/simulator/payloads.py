@@ -93,9 +93,8 @@ class Records:
                 commitment=rng.randbytes(commitment)).signed(key))
         return Group.of(rollouts)
 
-    def groups(self, seed: bytes, version: int, count: int, reward: float | None = None) -> tuple[Group, ...]:
-        """A round's groups of the node whose key has this seed (what a Maker's process is asked)."""
-        key = NodeKey.from_seed(seed)
+    def groups(self, key: NodeKey, version: int, count: int, reward: float | None = None) -> tuple[Group, ...]:
+        """A node's groups of a round, indices 0 to ``count`` - 1."""
         return tuple(self.group(key, version, index, reward) for index in range(count))
 
     def resigned(self, group: Group, key: NodeKey, index: int) -> Group:
