@@ -53,10 +53,10 @@ def groups(count: int = 4, subject: NodeKey = WORKER, version: int = 0) -> list[
                                   i), 1.0) for i in range(count)]
 
 
-def round_zero(batch_groups: int = 4, **trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P.GroupReceived]]:
+def round_zero(**trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P.GroupReceived]]:
     """The trainer, its round-0 groups, and the manifest it signs once all four are in."""
-    trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=batch_groups, trusted_share=0.0,
-                                                                 node_cap=1.0), **trainer_options)
+    trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=4, trusted_share=0.0, node_cap=1.0),
+                   **trainer_options)
     ready(trainer)
     received = groups()
     def manifests(actions: list) -> list:
