@@ -170,7 +170,7 @@ def verify(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequ
     root is ``expected_root``; returns None, raises MerkleError (``bad_input``, ``bad_proof``
     or ``mismatch``). Work is one hash per leaf and per proof hash, plus one per inner node of
     the walk: at most len(indices) x 33 + len(proof)."""
-    _walk(expected_root, size, indices, leaves, proof)
+    _walk(expected_root, size, indices, leaves, proof, keep=False)
 
 
 def paths(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequence[bytes],
@@ -178,7 +178,7 @@ def paths(expected_root: bytes, size: int, indices: Sequence[int], leaves: Seque
     """Verify as :func:`verify`, then return each position's own one-position proof: every
     sibling on its way to the root is a proof hash or a subtree the walk computed. What a member
     that fetched its seats with one multiproof puts in each claim (specs/committee.md §4)."""
-    known = _walk(expected_root, size, indices, leaves, proof)
+    known = _walk(expected_root, size, indices, leaves, proof, keep=True)
     out = []
     for i in indices:
         path, lo, hi = [], 0, size
@@ -197,8 +197,9 @@ def paths(expected_root: bytes, size: int, indices: Sequence[int], leaves: Seque
 
 
 def _walk(expected_root: bytes, size: int, indices: Sequence[int], leaves: Sequence[bytes],
-          proof: Sequence[bytes]) -> dict[tuple[int, int], bytes]:
-    """The walk of :func:`verify`; returns the hash of every subtree it met, by (lo, hi)."""
+          proof: Sequence[bytes], keep: bool) -> dict[tuple[int, int], bytes]:
+    """The walk of :func:`verify`; with ``keep``, returns the hash of every subtree it met, by
+    (lo, hi) (:func:`paths`), else an empty dict."""
     if type(expected_root) is not bytes or len(expected_root) != HASH_BYTES:
         raise MerkleError("bad_input", f"a root is {HASH_BYTES} bytes, got {_shown(expected_root)}")
     size, indices = _positions(size, indices)
@@ -211,27 +212,68 @@ def _walk(expected_root: bytes, size: int, indices: Sequence[int], leaves: Seque
     for h in proof:
         if type(h) is not bytes or len(h) != HASH_BYTES:
             raise MerkleError("bad_input", f"a proof hash is {HASH_BYTES} bytes, got {_shown(h)}")
-    if len(proof) != proof_length(size, indices):
-        raise MerkleError("bad_proof", f"a proof of these {len(indices)} positions in {size} leaves has "
-                                       f"{proof_length(size, indices)} hashes, got {len(proof)}")
-    hashes = [leaf_hash(leaf) for leaf in leaves]
-    taken = iter(proof)
-    known: dict[tuple[int, int], bytes] = {}
-    # Post-order walk, as Tree._hash: subtrees with no proven position take the next proof hash.
-    stack, out = [(0, size, 0, len(indices), False)], []
-    while stack:
-        lo, hi, i0, i1, children_done = stack.pop()
-        if i0 == i1:
-            out.append(known.setdefault((lo, hi), next(taken)))
-        elif hi - lo == 1:
-            out.append(known.setdefault((lo, hi), hashes[i0]))
-        elif children_done:
-            right, left = out.pop(), out.pop()
-            out.append(known.setdefault((lo, hi), _node(left, right)))
-        else:
-            mid = lo + _split(hi - lo)
-            j = bisect.bisect_left(indices, mid, i0, i1)
-            stack += [(lo, hi, i0, i1, True), (mid, hi, j, i1, False), (lo, mid, i0, j, False)]
-    if not hmac.compare_digest(out[0], expected_root):
+    if len(indices) == 1 and not keep:
+        top = _climb(size, indices[0], leaf_hash(leaves[0]), proof)
+        known: dict[tuple[int, int], bytes] = {}
+    else:
+        top, known = _descend(size, indices, [leaf_hash(leaf) for leaf in leaves], proof, keep)
+    if not hmac.compare_digest(top, expected_root):
         raise MerkleError("mismatch", f"these {len(indices)} leaves and the proof do not give the root")
     return known
+
+
+def _wrong_length(size: int, indices: Sequence[int], proof: Sequence[bytes]) -> MerkleError:
+    return MerkleError("bad_proof", f"a proof of these {len(indices)} positions in {size} leaves has "
+                                    f"{proof_length(size, indices)} hashes, got {len(proof)}")
+
+
+def _climb(size: int, index: int, hashed: bytes, proof: Sequence[bytes]) -> bytes:
+    """The walk for one position, from its leaf hash up: each split on the way down puts the
+    sibling left or right of it. In walk order the proof lists the left siblings top-down, then
+    the right ones bottom-up (specs/merkle.md §2), so both are read from the leaf up without
+    the walk's stack: the one-position check is every claim's (specs/committee.md §4), two a
+    verdict at the trainer."""
+    lo, hi, right_of = 0, size, []
+    while hi - lo > 1:
+        mid = lo + _split(hi - lo)
+        right_of.append(index >= mid)
+        lo, hi = (mid, hi) if index >= mid else (lo, mid)
+    if len(proof) != len(right_of):
+        raise _wrong_length(size, (index,), proof)
+    lefts = sum(right_of)
+    left, right = iter(proof[lefts - 1::-1] if lefts else ()), iter(proof[lefts:])
+    for is_right in reversed(right_of):
+        hashed = _node(next(left), hashed) if is_right else _node(hashed, next(right))
+    return hashed
+
+
+def _descend(size: int, indices: Sequence[int], hashes: list[bytes], proof: Sequence[bytes],
+             keep: bool) -> tuple[bytes, dict[tuple[int, int], bytes]]:
+    """The walk of specs/merkle.md §2, post-order as Tree._hash: subtrees with no proven
+    position take the next proof hash. A proof too short runs out during it, one too long
+    has hashes left after it: either is ``bad_proof``, counted only then."""
+    taken = iter(proof)
+    known: dict[tuple[int, int], bytes] = {}
+    stack, out = [(0, size, 0, len(indices), False)], []
+    try:
+        while stack:
+            lo, hi, i0, i1, children_done = stack.pop()
+            if i0 == i1:
+                out.append(next(taken))
+            elif hi - lo == 1:
+                out.append(hashes[i0])
+            elif children_done:
+                right, left = out.pop(), out.pop()
+                out.append(_node(left, right))
+            else:
+                mid = lo + _split(hi - lo)
+                j = bisect.bisect_left(indices, mid, i0, i1)
+                stack += [(lo, hi, i0, i1, True), (mid, hi, j, i1, False), (lo, mid, i0, j, False)]
+                continue
+            if keep:
+                known[lo, hi] = out[-1]
+    except StopIteration:
+        raise _wrong_length(size, indices, proof) from None
+    if next(taken, None) is not None:
+        raise _wrong_length(size, indices, proof)
+    return out[0], known

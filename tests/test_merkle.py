@@ -96,6 +96,30 @@ def test_every_position_set_proves_with_the_length_the_spec_counts(case):
         assert proof == ()
 
 
+def test_the_one_position_climb_is_the_walk_for_every_position_of_small_trees():
+    """verify takes a leaf-up climb for one position (proofs/merkle.py ``_climb``) and the
+    walk of specs/merkle.md §2 for more: both give the root, and both count a proof one hash
+    short or long as bad_proof, at every position of every tree up to 40 leaves."""
+    for size in range(1, 41):
+        leaves = [b"leaf %d" % i for i in range(size)]
+        tree = merkle.Tree(leaves)
+        for i in range(size):
+            proof = tree.prove([i])
+            merkle.verify(tree.root, size, [i], [leaves[i]], proof)
+            assert merkle.paths(tree.root, size, [i], [leaves[i]], proof) == (proof,)  # the walk
+            for wrong in (proof[:-1], (*proof, proof[0] if proof else tree.root)):
+                if len(wrong) == len(proof):
+                    continue
+                with pytest.raises(MerkleError) as caught:
+                    merkle.verify(tree.root, size, [i], [leaves[i]], wrong)
+                assert caught.value.reason == "bad_proof"
+            if proof:
+                swapped = proof[::-1]
+                if swapped != proof:
+                    with pytest.raises(MerkleError, match="mismatch"):
+                        merkle.verify(tree.root, size, [i], [leaves[i]], swapped)
+
+
 @settings(max_examples=200, deadline=None)
 @given(trees_and_positions(), st.data())
 def test_any_change_to_a_leaf_a_position_or_a_proof_hash_is_refused(case, data):
