@@ -9,7 +9,11 @@ Ed25519 sign and verify of a message of the committee input's size (57 bytes). E
 times ``--calls`` calls of every operation in turn, on fresh keys and inputs; a row's
 microseconds are the median over rounds, and its ratio to Ed25519 is the median of the
 per-round ratios, so both sides of a ratio ran under the same load (this machine is shared).
-Results: ``bench/results/vrf.json``.
+
+Then a member's whole draw of a round (``vrl.node.committee.seats``, specs/committee.md §2) over
+groups lists of 4,096 and 2^18 positions (the cap), under seat rule 1 (a SHA-256 a position)
+and rule 2 (8 positions a SHA-512), side by side in each round, at a threshold of k = 11 among
+1,000 equal verifiers. Results: ``bench/results/vrf.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proofs import vrf  # noqa: E402
+from vrl.node import committee  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The committee input is 57 bytes (specs/vrf.md section 4).
@@ -104,6 +109,7 @@ def main() -> None:
     rows = {name: {"us_median": statistics.median(times), "us_min": min(times), "us_max": max(times),
                    **({"vs": baselines[name], "ratio": ratio(name, baselines[name])} if name in baselines else {})}
             for name, times in runs.items()}
+    draws = draw_seconds(args.rounds, proofs)
     # The simulator's load (bench/simulate.py, N = 1,000): about 20,000 proofs and as many verifications a run.
     simulator_seconds = 20_000 * (rows["vrf.prove"]["us_median"] + rows["vrf.verify"]["us_median"]) / 1e6
     result = {
@@ -115,6 +121,7 @@ def main() -> None:
         "rounds": args.rounds, "calls_per_round": args.calls, "alpha_bytes": ALPHA_BYTES,
         "operations": rows,
         "simulator_20000_prove_and_verify_seconds": simulator_seconds,
+        "draw": draws,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "vrf.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -127,7 +134,31 @@ def main() -> None:
         table.add_row(name, f"{row['us_median']:.1f}", row.get("vs", ""), shown)
     console = Console()
     console.print(table)
+    draw_table = Table(title="A member's draw of a round (committee.seats; medians)")
+    for column in ("positions", "rule 1 ms", "rule 2 ms", "rule 2 / rule 1"):
+        draw_table.add_column(column, justify="right")
+    for n, row in draws.items():
+        draw_table.add_row(f"{int(n):,}", f"{row['rule_1_ms']:.2f}", f"{row['rule_2_ms']:.2f}", f"{row['ratio']:.3f}")
+    console.print(draw_table)
     console.print(f"20,000 proves + 20,000 verifies: {simulator_seconds:.1f} s; wrote bench/results/vrf.json")
+
+
+def draw_seconds(rounds: int, proofs: list[bytes]) -> dict[str, dict[str, float]]:
+    """Per list size, each rule's milliseconds for one member's draw (median over rounds, each
+    over a fresh beta) and the median per-round ratio of rule 2 to rule 1."""
+    threshold = (11 << 64) // 1000  # k = 11 among 1,000 verifiers of equal weight
+    out = {}
+    for n in (4096, committee.MAX_PAGED_ENTRIES):
+        times: dict[int, list[float]] = {1: [], 2: []}
+        for r in range(rounds):
+            beta = vrf.proof_to_hash(proofs[r % len(proofs)])
+            for rule in committee.SEAT_RULES:
+                started = time.perf_counter()
+                committee.seats(beta, n, threshold, rule)
+                times[rule].append((time.perf_counter() - started) * 1e3)
+        out[str(n)] = {"rule_1_ms": statistics.median(times[1]), "rule_2_ms": statistics.median(times[2]),
+                       "ratio": statistics.median(b / a for a, b in zip(times[1], times[2]))}
+    return out
 
 
 if __name__ == "__main__":

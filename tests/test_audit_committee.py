@@ -66,7 +66,7 @@ def seat(key: NodeKey, m: Manifest, member: bool, draw: Draw = Draw.COMMITTEE) -
     pi = vrf.prove(key.private_seed(), header.alpha(draw))
     beta = vrf.proof_to_hash(pi)
     threshold = header.threshold(content.weights.weight(key.node_id))
-    return pi, next(d for i, d in enumerate(content.groups) if (committee.seat_value(beta, i) < threshold) == member)
+    return pi, next(d for i, d in enumerate(content.groups) if (header.seat_value(beta, i) < threshold) == member)
 
 
 def verdict(key: NodeKey, group: bytes, draw: VerdictDraw, pi: bytes = b"", outcome: str = "pass",
@@ -256,7 +256,7 @@ def seated() -> tuple[Manifest, tuple[Submission, ...], tuple[SignedVerdict, ...
         for g in (g for g in CANDIDATES if g not in [c[0] for c in chosen]):
             at = content.groups.index(g.digest)
             seat_ = next(((key, pi) for draw, key, pi, beta, threshold in seats
-                          if draw == wanted and committee.seat_value(beta, at) < threshold), None)
+                          if draw == wanted and header.seat_value(beta, at) < threshold), None)
             if seat_ is not None and count > 0:
                 chosen.append((g, verdict(seat_[0], g.digest, VerdictDraw(str(wanted)), seat_[1], m=m)))
                 count -= 1

@@ -68,15 +68,17 @@ def test_the_exact_escape_never_exceeds_the_bound(honest, adversary, k):
     assert exact_escape(p) <= escape_bound(k, f) * (1 + 1e-12)
 
 
-def test_committee_sizes_have_mean_k_and_variance_at_most_k():
+@pytest.mark.parametrize("rule", committee.SEAT_RULES)
+def test_committee_sizes_have_mean_k_and_variance_at_most_k(rule):
     """E|C| = sum p_v = k (no p_v capped), Var|C| = sum p(1-p) <= k: checked on the 2,000
-    positions of a 200-verifier table drawn with fixed outputs (deterministic, not timing)."""
+    positions of a 200-verifier table drawn with fixed outputs (deterministic, not timing), under
+    either seat rule (rule 2's 8 values a hash are as independent as rule 1's one)."""
     rng = random.Random(30)
     table = WeightsTable(13, tuple(sorted((rng.randbytes(32), rng.randint(32768, 65536)) for _ in range(200))))
     assert sum(table.probability(node) for node, _ in table.entries) == pytest.approx(13, abs=1e-9)
     assert table.variance() <= 13
     betas = {node: rng.randbytes(64) for node, _ in table.entries}
-    seats = {node: set(committee.seats(betas[node], 2000, table.threshold(node))) for node, _ in table.entries}
+    seats = {node: set(committee.seats(betas[node], 2000, table.threshold(node), rule)) for node, _ in table.entries}
     sizes = [sum(i in seats[node] for node, _ in table.entries) for i in range(2000)]
     mean = sum(sizes) / len(sizes)
     variance = sum((s - mean) ** 2 for s in sizes) / len(sizes)
@@ -205,10 +207,16 @@ def test_hostile_manifests_raise_only_committee_error(round_, groups, workers):
         pass
 
 
-@given(st.one_of(st.binary(max_size=80), st.none(), st.integers()), st.one_of(st.integers(-3, 2**33), st.text()))
-def test_hostile_seat_inputs_raise_only_committee_error(beta, position):
+@given(st.one_of(st.binary(max_size=80), st.none(), st.integers()), st.one_of(st.integers(-3, 2**33), st.text()),
+       st.one_of(st.sampled_from(committee.SEAT_RULES), st.integers(-2, 4), st.none(), st.booleans()),
+       st.one_of(st.integers(-3, 600), st.none()), st.one_of(st.integers(-3, 2**65), st.text(max_size=2)))
+def test_hostile_seat_inputs_raise_only_committee_error(beta, position, rule, groups, threshold):
     try:
-        seat_value(beta, position)
+        seat_value(beta, position, rule)
+    except CommitteeError:
+        pass
+    try:
+        committee.seats(beta, groups, threshold, rule)
     except CommitteeError:
         pass
 
@@ -228,17 +236,21 @@ def test_the_recheck_committee_is_fresh():
     _, again = _draw(KEYS[0], manifest, Draw.RECHECK)
     threshold = manifest.weights.threshold(KEYS[0].node_id)
     assert first != again
-    assert committee.seats(first, len(GROUPS), threshold) != committee.seats(again, len(GROUPS), threshold)
+    rule = manifest.seat_rule
+    assert committee.seats(first, len(GROUPS), threshold, rule) != committee.seats(again, len(GROUPS), threshold, rule)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.binary(min_size=64, max_size=64), st.integers(1, 300), st.integers(0, 2**64 + 5), st.integers(0, 299))
-def test_seats_are_exactly_the_positions_whose_seat_value_is_under_the_threshold(beta, groups, threshold, at):
+@given(st.binary(min_size=64, max_size=64), st.integers(1, 300), st.integers(0, 2**64 + 5), st.integers(0, 299),
+       st.sampled_from(committee.SEAT_RULES))
+def test_seats_are_exactly_the_positions_whose_seat_value_is_under_the_threshold(beta, groups, threshold, at, rule):
     """specs/committee.md §2, position by position, at the edges too: a threshold equal to a seat
-    value leaves that seat out, one above it takes it in, and 2^64 or more takes every position."""
-    for t in (threshold, committee.seat_value(beta, at % groups), committee.seat_value(beta, at % groups) + 1):
-        assert committee.seats(beta, groups, t) == tuple(i for i in range(groups)
-                                                         if committee.seat_value(beta, i) < t)
+    value leaves that seat out, one above it takes it in, and 2^64 or more takes every position.
+    Rule 2's draw compares whole blocks at once; each value is still read alone here."""
+    value = committee.seat_value(beta, at % groups, rule)
+    for t in (threshold, value, value + 1):
+        assert committee.seats(beta, groups, t, rule) == tuple(i for i in range(groups)
+                                                               if committee.seat_value(beta, i, rule) < t)
 
 
 # -- the paged manifest (specs/committee.md §3, §4) ----------------------------------------------
@@ -252,7 +264,8 @@ def test_the_header_root_binds_every_field():
     header = _paged().header
     fields = [f for f in header.__dataclass_fields__]
     changed = {"round": 4, "committee_size": 3, "groups": header.groups + 1, "weights": header.weights + 1,
-               "total_weight": header.total_weight + 1, "workers": header.workers + 1}
+               "total_weight": header.total_weight + 1, "workers": header.workers + 1,
+               "seat_rule": 3 - header.seat_rule}
     roots = {header.root}
     for name in fields:
         value = changed.get(name, hashlib.sha256(name.encode()).digest())
@@ -271,10 +284,10 @@ def test_a_member_learns_its_seats_from_the_header_one_entry_and_their_multiproo
         w = int.from_bytes(leaf[32:], "big")
         assert w == paged.content.weights.weight(key.node_id)
         beta = vrf.proof_to_hash(vrf.prove(key.private_seed(), header.alpha(Draw.COMMITTEE)))
-        positions = committee.seats(beta, header.groups, header.threshold(w))
+        positions = header.seats(beta, w)
         assert header.threshold(w) == paged.content.weights.threshold(key.node_id)
         assert positions == tuple(i for i in range(len(GROUPS))
-                                  if committee.seat_value(beta, i) < header.threshold(w))
+                                  if committee.seat_value(beta, i, header.seat_rule) < header.threshold(w))
         answer = committee.check_entries(header, paged.answer(committee.List.GROUPS, positions=positions), "groups",
                                          positions=positions)
         assert answer.leaves == tuple(GROUPS[i] for i in positions)
@@ -356,7 +369,7 @@ def test_hostile_seat_claims_raise_only_committee_error(verifier, weight, weight
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(ANY, min_size=9, max_size=9))
+@given(st.lists(ANY, min_size=10, max_size=10))
 def test_hostile_headers_raise_only_committee_error(fields):
     try:
         header = committee.ManifestHeader(*fields)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -359,3 +362,43 @@ def test_the_map_strategy_reaches_the_decoded_path(cls):
 
     count()
     assert decoded >= 5
+
+
+@pytest.mark.parametrize("seat_rule", [1, 2])
+def test_a_manifest_and_its_lists_are_written_at_the_version_their_seat_rule_needs(seat_rule):
+    """specs/committee.md §2, §3.3 and network.md §8: seat rule 1 is the version-2 manifest and
+    version-1 lists an older trainer signs and stores, byte for byte (no ``seat_rule`` key);
+    rule 2 adds the key at version 3 and 2. Each decodes to its rule, and the header's root
+    is that rule's (another domain), so one manifest's rule is bound by its VRF inputs."""
+    from tests.fuzzing import lists_example
+    from vrl.node import committee
+
+    content = dataclasses.replace(lists_example(), seat_rule=seat_rule)
+    header = committee.PagedManifest(content).header
+    manifest = RoundManifest.of(KEY.node_id, header).signed(KEY)
+    lists = ManifestLists.of(content)
+    for message, version in ((manifest, {1: 2, 2: 3}[seat_rule]), (lists, {1: 1, 2: 2}[seat_rule])):
+        wire_map = msgpack.unpackb(message.to_bytes())
+        assert wire_map["v"] == version and ("seat_rule" in wire_map) == (seat_rule == 2)
+        again = type(message).from_bytes(message.to_bytes())
+        assert again == message and again.seat_rule == seat_rule
+    assert RoundManifest.from_bytes(manifest.to_bytes()).valid()
+    assert ManifestLists.from_bytes(lists.to_bytes()).content == content
+    domain = {1: b"vrl/manifest/v2\x00", 2: b"vrl/manifest/v3\x00"}[seat_rule]
+    assert header.root == hashlib.sha256(domain
+                                         + header.round.to_bytes(8, "big") + header.committee_size.to_bytes(4, "big")
+                                         + header.groups.to_bytes(4, "big") + header.groups_root
+                                         + header.weights.to_bytes(4, "big") + header.total_weight.to_bytes(8, "big")
+                                         + header.weights_root + header.workers.to_bytes(4, "big")
+                                         + header.workers_root).digest()
+
+
+def test_a_manifest_naming_an_unknown_seat_rule_or_a_rule_its_version_cannot_carry_does_not_decode():
+    from tests.fuzzing import lists_example
+    from vrl.node import committee
+
+    header = committee.PagedManifest(lists_example()).header
+    wire_map = msgpack.unpackb(RoundManifest.of(KEY.node_id, header).signed(KEY).to_bytes())
+    for changes in ({"seat_rule": 3}, {"seat_rule": 0}, {"v": 2}, {"seat_rule": "2"}):
+        with pytest.raises(MessageError):
+            RoundManifest.from_bytes(canonical_bytes({**wire_map, **changes}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgpack
 import pytest
 
 from proofs import vrf
@@ -53,10 +54,13 @@ def groups(count: int = 4, subject: NodeKey = WORKER, version: int = 0) -> list[
                                   i), 1.0) for i in range(count)]
 
 
-def round_zero(**trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P.GroupReceived]]:
-    """The trainer, its round-0 groups, and the manifest it signs once all four are in."""
+def round_zero(seat_rule: int = committee.SEAT_RULE,
+               **trainer_options) -> tuple[P.NodeProtocol, RoundManifest, list[P.GroupReceived]]:
+    """The trainer, its round-0 groups, and the manifest it signs once all four are in, under
+    ``seat_rule`` (1: an older trainer's)."""
     trainer = node(TRAINER, "trainer", admission=AdmissionConfig(batch_groups=4, trusted_share=0.0, node_cap=1.0),
                    **trainer_options)
+    trainer.rounds.seat_rule = seat_rule
     ready(trainer)
     received = groups()
     def manifests(actions: list) -> list:
@@ -108,7 +112,7 @@ def seats(key: NodeKey, trainer: P.NodeProtocol, draw: committee.Draw, round_: i
     beta = vrf.proof_to_hash(vrf.prove(key.private_seed(), header.alpha(draw)))
     threshold = header.threshold(content.weights.weight(key.node_id))
     return {content.groups[i] for i in range(header.groups)
-            if committee.seat_value(beta, i) < threshold}
+            if committee.seat_value(beta, i, content.seat_rule) < threshold}
 
 
 def checked(proto: P.NodeProtocol, digest: bytes, reasons: tuple[str, ...] = ()) -> SignedVerdict:
@@ -201,8 +205,13 @@ def test_the_window_stays_open_past_submission_window_while_groups_arrive_but_no
         raise AssertionError("the trickle ran out before the grace did")
 
 
-def test_members_check_exactly_their_seats_and_their_claims_are_accepted():
-    trainer, manifest, received = round_zero()
+@pytest.mark.parametrize("seat_rule", committee.SEAT_RULES)
+def test_members_check_exactly_their_seats_and_their_claims_are_accepted(seat_rule):
+    """Under either seat rule (specs/committee.md §2): rule 1's manifest is version 2 on the wire,
+    as an older trainer signs it, and members follow the rule their manifest names."""
+    trainer, manifest, received = round_zero(seat_rule)
+    assert manifest.seat_rule == seat_rule and manifest.header.seat_rule == seat_rule
+    assert msgpack.unpackb(manifest.to_bytes())["v"] == {1: 2, 2: 3}[seat_rule]
     for key in VERIFIERS:
         proto, actions = verifier(key, manifest, received, trainer)
         mine = seats(key, trainer, committee.Draw.COMMITTEE)

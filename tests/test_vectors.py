@@ -522,17 +522,37 @@ def test_paged_manifest_vectors():
     assert h["groups"] == [len(groups), roots[0].hex()]
     assert h["weights"] == [len(weights), total, roots[1].hex()]
     assert h["workers"] == [len(workers), roots[2].hex()]
-    root = hashlib.sha256(b"vrl/manifest/v2\x00" + h["round"].to_bytes(8, "big") + u32(h["committee_size"])
-                          + u32(len(groups)) + roots[0] + u32(len(weights)) + total.to_bytes(8, "big") + roots[1]
-                          + u32(len(workers)) + roots[2]).digest()
+    body = (h["round"].to_bytes(8, "big") + u32(h["committee_size"]) + u32(len(groups)) + roots[0]
+            + u32(len(weights)) + total.to_bytes(8, "big") + roots[1] + u32(len(workers)) + roots[2])
+    domains = {1: b"vrl/manifest/v2\x00", 2: b"vrl/manifest/v3\x00"}
+    assert h["seat_rule"] == 2 == committee.SEAT_RULE
+    rules = p["seat_rules"]
+    assert rules["manifest_roots"] == {str(r): hashlib.sha256(d + body).hexdigest() for r, d in domains.items()}
+    root = hashlib.sha256(domains[h["seat_rule"]] + body).digest()
     assert root.hex() == p["manifest_root"]
     alpha = b"vrl/committee/v1\x00" + h["round"].to_bytes(8, "big") + root
     assert alpha.hex() == p["alpha_committee"] and len(alpha) == 57
     recheck_alpha = b"vrl/recheck/v1\x00" + h["round"].to_bytes(8, "big") + root
     assert recheck_alpha.hex() == p["alpha_recheck"]
     header = committee.ManifestHeader(h["round"], h["committee_size"], len(groups), roots[0], len(weights), total,
-                                      roots[1], len(workers), roots[2])
+                                      roots[1], len(workers), roots[2], h["seat_rule"])
     assert header.root == root
+
+    def seat_values(beta: bytes, n: int, rule: int) -> list[int]:
+        if rule == 1:  # one SHA-256 a position
+            return [int.from_bytes(hashlib.sha256(b"vrl/seat/v1\x00" + beta + u32(i)).digest()[:8], "big")
+                    for i in range(n)]
+        blocks = b"".join(hashlib.sha512(b"vrl/seat/v2\x00" + beta + u32(b)).digest() for b in range((n + 7) // 8))
+        return [int.from_bytes(blocks[8 * i:8 * i + 8], "big") for i in range(n)]  # 8 u64s a SHA-512
+
+    beta = bytes.fromhex(rules["beta"])
+    for rule in committee.SEAT_RULES:
+        values = seat_values(beta, rules["positions"], rule)
+        assert rules["seat_values"][str(rule)] == values
+        assert [committee.seat_value(beta, i, rule) for i in range(rules["positions"])] == values
+        for threshold in (0, 1 << 62, 1 << 63, 3 << 62, 1 << 64):
+            below = [i for i, x in enumerate(values) if x < threshold]
+            assert list(committee.seats(beta, rules["positions"], threshold, rule)) == below
     sat = set()
     for case in p["verifiers"]:
         node = bytes.fromhex(case["node_id"])
@@ -547,11 +567,10 @@ def test_paged_manifest_vectors():
         beta = vrf.verify(node, bytes.fromhex(case["pi"]), alpha)
         assert beta.hex() == case["beta"]
         assert vrf.verify(node, bytes.fromhex(case["recheck"]["pi"]), recheck_alpha).hex() == case["recheck"]["beta"]
-        values = [int.from_bytes(hashlib.sha256(b"vrl/seat/v1\x00" + beta + u32(i)).digest()[:8], "big")
-                  for i in range(len(groups))]
+        values = seat_values(beta, len(groups), h["seat_rule"])
         assert values == case["seat_values"]
         assert case["seats"] == [i for i, x in enumerate(values) if x < threshold]
-        assert list(committee.seats(beta, len(groups), threshold)) == case["seats"]
+        assert list(header.seats(beta, w)) == case["seats"]
         sat |= {x < threshold for x in values}
         if case["seats"]:
             seat = case["seat_entries"]

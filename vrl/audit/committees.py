@@ -135,7 +135,7 @@ def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes]
     beta = betas[key]
     if beta is None:
         return "bad_proof", Severity.ERROR, "carries a VRF proof that does not verify over the round's alpha"
-    if committee.seat_value(beta, v.seat) >= threshold:
+    if header.seat_value(beta, v.seat) >= threshold:
         return "not_drawn", Severity.ERROR, "claims a seat the verifier's VRF output does not give it"
     return None
 

@@ -5,6 +5,7 @@ the files without running this code."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -263,7 +264,6 @@ def _message_case(message) -> dict:
 
 def _policy_with_delta(key: NodeKey):
     """The version 3 vector's announcement naming a weights delta: a version 4 message (specs/network.md §3.3)."""
-    import dataclasses
 
     h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
     return dataclasses.replace(_policy(key), delta=h(b"delta"), delta_size=567, delta_parent=h(b"blob-2")).signed(key)
@@ -272,7 +272,6 @@ def _policy_with_delta(key: NodeKey):
 def _policy_with_batch_file(key: NodeKey) -> dict:
     """The version 3 vector's step with its batch in a batch file: a version 5 message and the
     file it names (specs/network.md §3.3.1)."""
-    import dataclasses
 
     from vrl.node.messages import BatchFile
 
@@ -497,10 +496,10 @@ def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> 
         w = int.from_bytes(leaf[32:], "big")
         pi = vrf.prove(key.private_seed(), header.alpha(committee.Draw.COMMITTEE))
         beta = vrf.proof_to_hash(pi)
-        positions = committee.seats(beta, header.groups, header.threshold(w))
+        positions = header.seats(beta, w)
         case = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(),
                 "weights_entry": entries(found), "threshold": header.threshold(w), "pi": pi.hex(),
-                "beta": beta.hex(), "seat_values": [committee.seat_value(beta, i) for i in range(header.groups)],
+                "beta": beta.hex(), "seat_values": [header.seat_value(beta, i) for i in range(header.groups)],
                 "seats": list(positions)}
         recheck = vrf.prove(key.private_seed(), header.alpha(committee.Draw.RECHECK))
         case["recheck"] = {"pi": recheck.hex(), "beta": vrf.proof_to_hash(recheck).hex()}
@@ -511,13 +510,23 @@ def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> 
                                        [h.hex() for h in paged.trees[committee.List.WEIGHTS].prove([j])]]}
         verifiers.append(case)
     absent = hashlib.sha256(b"vrl committee vector absent group").digest()
+    # Both seat rules over more positions than the lists hold: rule 2's block counter (8
+    # positions a SHA-512) moves twice in 20, and rule 1's manifest root is v2's.
+    beta = bytes.fromhex(verifiers[0]["beta"])
+    rules = {"beta": beta.hex(), "positions": 20,
+             "manifest_roots": {str(rule): dataclasses.replace(header, seat_rule=rule).root.hex()
+                                for rule in committee.SEAT_RULES},
+             "seat_values": {str(rule): [committee.seat_value(beta, i, rule) for i in range(20)]
+                             for rule in committee.SEAT_RULES}}
     return {"header": {"round": header.round, "committee_size": header.committee_size,
+                       "seat_rule": header.seat_rule,
                        "groups": [header.groups, header.groups_root.hex()],
                        "weights": [header.weights, header.total_weight, header.weights_root.hex()],
                        "workers": [header.workers, header.workers_root.hex()]},
             "manifest_root": header.root.hex(), "alpha_committee": header.alpha(committee.Draw.COMMITTEE).hex(),
             "alpha_recheck": header.alpha(committee.Draw.RECHECK).hex(), "verifiers": verifiers,
-            "absent_key": {"key": absent.hex(), **entries(paged.answer(committee.List.GROUPS, keys=[absent]))}}
+            "absent_key": {"key": absent.hex(), **entries(paged.answer(committee.List.GROUPS, keys=[absent]))},
+            "seat_rules": rules}
 
 
 def merkle_vectors() -> dict:

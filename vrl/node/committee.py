@@ -23,16 +23,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+import numpy as np
+
 from proofs import merkle, vrf
 from vrl.errors import VrlError, shown
 
 __all__ = [
     "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_SIGNING_DOMAIN", "MANIFEST_V2_DOMAIN",
-    "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES", "RECHECK_DOMAIN", "SEAT_DOMAIN",
-    "WEIGHT_SCALE", "CommitteeError", "Draw", "Entries", "List", "ManifestContent", "ManifestHeader",
-    "PagedManifest", "WeightsTable", "alpha", "check_entries", "check_place", "check_seat", "check_weight",
-    "entry_leaf", "escape_bound",
-    "exact_escape", "quantize_weight", "seat_value", "seats", "smallest_k",
+    "MANIFEST_V3_DOMAIN", "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES", "RECHECK_DOMAIN",
+    "SEAT_DOMAIN", "SEAT_RULE", "SEAT_RULES", "SEAT_V2_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw",
+    "Entries", "List", "ManifestContent", "ManifestHeader", "PagedManifest", "WeightsTable", "alpha",
+    "check_entries", "check_place", "check_seat", "check_weight", "entry_leaf", "escape_bound", "exact_escape",
+    "quantize_weight", "seat_value", "seats", "smallest_k",
 ]
 
 # Domain tags (specs/committee.md §2): each ends in the 0x00 separator of specs/README.md.
@@ -40,16 +42,30 @@ COMMITTEE_DOMAIN = b"vrl/committee/v1\x00"
 RECHECK_DOMAIN = b"vrl/recheck/v1\x00"
 #: What the trainer's signature over a manifest message covers (specs/committee.md §3.3).
 MANIFEST_SIGNING_DOMAIN = b"vrl/round-manifest/v1\x00"
-#: The round manifest's root (specs/committee.md §3.2) and the draw by position (§2).
+#: The round manifest's root (specs/committee.md §3.2) and the draw by position (§2), one pair a
+#: seat rule: the root's domain names the rule, so a manifest's VRF inputs bind it.
 MANIFEST_V2_DOMAIN = b"vrl/manifest/v2\x00"
 SEAT_DOMAIN = b"vrl/seat/v1\x00"
+MANIFEST_V3_DOMAIN = b"vrl/manifest/v3\x00"
+SEAT_V2_DOMAIN = b"vrl/seat/v2\x00"
+#: The seat rules a manifest may name (specs/committee.md §2), and the one a trainer writes.
+#: Rule 1 hashes once a position (SHA-256); rule 2 reads 8 positions' seat values from one
+#: SHA-512: a member's draw of n positions a round in a fifth of the time (bench/vrf.py,
+#: bench/results/vrf.json: 29 against 144 ms at 2^18), where rule 1's loop was 7% of
+#: bench/simulate.py at N = 1,000. Manifests of rule 1 are still read: an audit of an older
+#: store, or a member of an older trainer.
+SEAT_RULES = (1, 2)
+SEAT_RULE = 2
+_ROOT_DOMAINS = {1: MANIFEST_V2_DOMAIN, 2: MANIFEST_V3_DOMAIN}
+_SEATS_A_BLOCK = 8  # rule 2's seat values a SHA-512: its 64 bytes are 8 big-endian u64s
 
 #: A reporter weight (specs/reputation.md §2, in [0, 1]) is carried as an integer in
 #: [1, WEIGHT_SCALE]: 16 bits keep every threshold exact and a table entry small.
 WEIGHT_SCALE = 1 << 16
-#: A round manifest's lists (specs/committee.md §3.2): a member hashes every position of the
-#: groups list once a round (§2), 0.42 s of CPython at 2^18 positions on this project's 2-core
-#: machine; 65,536 workers at 4 groups. The sizes are u32 on the wire.
+#: A round manifest's lists (specs/committee.md §3.2): a member draws on every position of the
+#: groups list once a round (§2), 29 ms of CPython at 2^18 positions under seat rule 2 on this
+#: project's 2-core machine (bench/results/vrf.json); 65,536 workers at 4 groups. The sizes are
+#: u32 on the wire.
 MAX_PAGED_ENTRIES = 1 << 18
 #: Positions or keys in one ``entries`` request (§3.5): 1,024 keys are 34 KiB, under the 64 KiB
 #: request limit, and their answer (36-byte leaves and at most 18 hashes each) under the 2 MiB
@@ -244,10 +260,12 @@ class ManifestContent:
     weights: WeightsTable
     groups: tuple[bytes, ...]
     workers: tuple[tuple[bytes, int], ...]
+    seat_rule: int = SEAT_RULE  # the draw's rule (§2): a trainer writes the newest
 
     def __post_init__(self) -> None:
         if type(self.round) is not int or not 0 <= self.round < _U64:
             raise CommitteeError("bad_round", f"round must be a u64, got {shown(self.round)}")
+        _seat_rule(self.seat_rule)
         if not isinstance(self.weights, WeightsTable):
             raise CommitteeError("bad_entry", "weights must be a WeightsTable")
         if type(self.groups) is not tuple or len(self.groups) > MAX_PAGED_ENTRIES:
@@ -329,10 +347,12 @@ class ManifestHeader:
     weights_root: bytes
     workers: int
     workers_root: bytes
+    seat_rule: int  # the draw's rule (§2), named by the manifest and bound by its root
 
     def __post_init__(self) -> None:
         if type(self.round) is not int or not 0 <= self.round < _U64:
             raise CommitteeError("bad_round", f"round must be a u64, got {shown(self.round)}")
+        _seat_rule(self.seat_rule)
         if type(self.committee_size) is not int or not 1 <= self.committee_size <= MAX_COMMITTEE_SIZE:
             raise CommitteeError("bad_size", f"committee size must be in [1, {MAX_COMMITTEE_SIZE}], "
                                              f"got {shown(self.committee_size)}")
@@ -349,9 +369,10 @@ class ManifestHeader:
 
     @property
     def root(self) -> bytes:
-        """manifest_root = H("vrl/manifest/v2" || 0x00 || u64be(r) || u32be(k) || u32be(n) ||
-        groups_root || u32be(m) || u64be(W) || weights_root || u32be(q) || workers_root)."""
-        return hashlib.sha256(MANIFEST_V2_DOMAIN + _u64(self.round) + _u32(self.committee_size)
+        """manifest_root = H(domain || u64be(r) || u32be(k) || u32be(n) || groups_root ||
+        u32be(m) || u64be(W) || weights_root || u32be(q) || workers_root), the domain
+        "vrl/manifest/v2" || 0x00 for seat rule 1 and "vrl/manifest/v3" || 0x00 for rule 2."""
+        return hashlib.sha256(_ROOT_DOMAINS[self.seat_rule] + _u64(self.round) + _u32(self.committee_size)
                               + _u32(self.groups) + self.groups_root
                               + _u32(self.weights) + _u64(self.total_weight) + self.weights_root
                               + _u32(self.workers) + self.workers_root).digest()
@@ -371,6 +392,14 @@ class ManifestHeader:
         if weight == 0 or self.total_weight == 0:
             return 0
         return min(_U64, (self.committee_size * weight << 64) // self.total_weight)
+
+    def seat_value(self, beta: bytes, position: int) -> int:
+        """The seat value at ``position`` under this manifest's seat rule (:func:`seat_value`)."""
+        return seat_value(beta, position, self.seat_rule)
+
+    def seats(self, beta: bytes, weight: int) -> tuple[int, ...]:
+        """The positions a verifier of weight ``weight`` and round output ``beta`` sits on."""
+        return seats(beta, self.groups, self.threshold(weight), self.seat_rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,7 +433,7 @@ class PagedManifest:
         self.header = ManifestHeader(content.round, weights.committee_size,
                                      len(content.groups), self.trees[List.GROUPS].root,
                                      len(weights.entries), weights.total, self.trees[List.WEIGHTS].root,
-                                     len(content.workers), self.trees[List.WORKERS].root)
+                                     len(content.workers), self.trees[List.WORKERS].root, content.seat_rule)
 
     def _keys(self, which: List) -> list[bytes]:
         """Each leaf's key (its first 32 bytes), computed once a list: a keys request is a
@@ -487,36 +516,59 @@ def check_entries(header: ManifestHeader, answer: Entries, which: List | str, po
     return answer
 
 
-def seat_value(beta: bytes, position: int) -> int:
-    """u64be(H("vrl/seat/v1" || 0x00 || beta || u32be(position))[0:8])."""
+def _seat_rule(rule: object) -> int:
+    if type(rule) is not int or rule not in SEAT_RULES:
+        raise CommitteeError("bad_rule", f"a seat rule is one of {SEAT_RULES}, got {shown(rule)}")
+    return rule
+
+
+def seat_value(beta: bytes, position: int, rule: int) -> int:
+    """The seat value of position ``i`` (specs/committee.md §2): under rule 1,
+    u64be(SHA-256("vrl/seat/v1" || 0x00 || beta || u32be(i))[0:8]); under rule 2, the u64be
+    word ``i mod 8`` of SHA-512("vrl/seat/v2" || 0x00 || beta || u32be(i div 8))."""
     if type(beta) is not bytes or len(beta) != vrf.OUTPUT_BYTES:
         raise CommitteeError("bad_proof", f"beta must be {vrf.OUTPUT_BYTES} bytes, got {shown(beta)}")
     if type(position) is not int or not 0 <= position < 1 << 32:
         raise CommitteeError("bad_entry", f"a position is a u32, got {shown(position)}")
-    return int.from_bytes(hashlib.sha256(SEAT_DOMAIN + beta + _u32(position)).digest()[:8], "big")
+    if _seat_rule(rule) == 1:
+        return int.from_bytes(hashlib.sha256(SEAT_DOMAIN + beta + _u32(position)).digest()[:8], "big")
+    block, word = divmod(position, _SEATS_A_BLOCK)
+    digest = hashlib.sha512(SEAT_V2_DOMAIN + beta + _u32(block)).digest()
+    return int.from_bytes(digest[8 * word:8 * word + 8], "big")
 
 
-def seats(beta: bytes, groups: int, threshold: int) -> tuple[int, ...]:
+def seats(beta: bytes, groups: int, threshold: int, rule: int) -> tuple[int, ...]:
     """The positions of a groups list of ``groups`` entries that the verifier whose round output
-    is ``beta`` sits on (specs/committee.md §2): one hash a position."""
-    seat_value(beta, 0)  # checks beta once
+    is ``beta`` sits on under seat rule ``rule`` (specs/committee.md §2): those whose seat value
+    is below ``threshold``."""
+    seat_value(beta, 0, rule)  # checks beta and the rule once
     _count(groups, "groups")
     if threshold <= 0:
         return ()
     if threshold >= _U64:
         return tuple(range(groups))
-    # u64be(digest[0:8]) < T exactly when the digest sorts below T's 8 big-endian bytes (a
-    # longer string with an equal prefix sorts after it): one bytes compare a position, not an
-    # int conversion. The loop is a member's whole cost of the draw, n hashes a round
-    # (bench/simulate.py at N = 1,000 spent 8% of its time here).
-    prefix, below, pack = hashlib.sha256(SEAT_DOMAIN + beta), threshold.to_bytes(8, "big"), _U32.pack
-    out = []
-    for i in range(groups):
+    pack = _U32.pack
+    if rule == 1:
+        # u64be(digest[0:8]) < T exactly when the digest sorts below T's 8 big-endian bytes (a
+        # longer string with an equal prefix sorts after it): one bytes compare a position.
+        prefix, below = hashlib.sha256(SEAT_DOMAIN + beta), threshold.to_bytes(8, "big")
+        out = []
+        for i in range(groups):
+            h = prefix.copy()
+            h.update(pack(i))
+            if h.digest() < below:
+                out.append(i)
+        return tuple(out)
+    # Rule 2: one SHA-512 a block of 8 positions, its words compared at once (numpy reads them
+    # big-endian); the last block's words past ``groups`` are dropped.
+    prefix = hashlib.sha512(SEAT_V2_DOMAIN + beta)
+    blocks = []
+    for b in range(-(-groups // _SEATS_A_BLOCK)):
         h = prefix.copy()
-        h.update(pack(i))
-        if h.digest() < below:
-            out.append(i)
-    return tuple(out)
+        h.update(pack(b))
+        blocks.append(h.digest())
+    values = np.frombuffer(b"".join(blocks), dtype=">u8")[:groups]
+    return tuple(np.flatnonzero(values < np.uint64(threshold)).tolist())
 
 
 def check_weight(header: ManifestHeader, verifier: bytes, weight: tuple[int, int],

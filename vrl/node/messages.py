@@ -78,8 +78,13 @@ TOPIC_VERDICTS = "vrl/verdicts/2"
 TOPIC_POLICIES = "vrl/policies/3"
 TOPIC_STEPS = "vrl/steps/1"
 #: The round manifest is a header since version 2 (specs/committee.md §3.3): version 1 listed
-#: every digest, weight and worker, and is no longer read.
-MANIFEST_VERSION = 2
+#: every digest, weight and worker, and is no longer read. Version 3 names its seat rule
+#: (seat_rule, §2); a manifest of rule 1 is written and read as version 2, the bytes it had.
+MANIFEST_VERSION = 3
+MANIFEST_OLDEST = 2
+#: The lists behind a manifest as the trainer stores them (network.md §8); version 2 adds the
+#: seat rule, and lists of rule 1 are written and read as version 1.
+MANIFEST_LISTS_VERSION = 2
 TOPIC_MANIFESTS = "vrl/manifests/1"  # the committee design only (specs/committee.md §3.3)
 
 GROUP_DOMAIN = b"vrl/group/v1\x00"
@@ -530,7 +535,7 @@ class StepVerdict(Signed):
 # -- round manifests (the committee design, specs/committee.md §3) ------------------------------
 
 
-@message("manifest", MANIFEST_VERSION, topic=TOPIC_MANIFESTS)
+@message("manifest", MANIFEST_VERSION, topic=TOPIC_MANIFESTS, oldest=MANIFEST_OLDEST)
 @dataclass(frozen=True)
 class RoundManifest(Signed):
     """The trainer's signed round manifest (specs/committee.md §3.3): the header of what round
@@ -551,12 +556,15 @@ class RoundManifest(Signed):
     weights_root: bytes = field(metadata=wire(Bin(32)))
     workers: int = field(metadata=wire(Uint(1, committee.MAX_PAGED_ENTRIES)))
     workers_root: bytes = field(metadata=wire(Bin(32)))
+    # Absent before version 3: rule 1, the only one then.
+    seat_rule: int = field(default=1, metadata=wire(Uint(min(committee.SEAT_RULES), max(committee.SEAT_RULES)),
+                                                    since=3))
     signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
 
     @classmethod
     def of(cls, trainer: bytes, header: committee.ManifestHeader) -> RoundManifest:
         return cls(trainer, header.round, header.committee_size, header.groups, header.groups_root, header.weights,
-                   header.total_weight, header.weights_root, header.workers, header.workers_root)
+                   header.total_weight, header.weights_root, header.workers, header.workers_root, header.seat_rule)
 
     def valid(self) -> bool:
         return self._valid
@@ -569,7 +577,8 @@ class RoundManifest(Signed):
     def header(self) -> committee.ManifestHeader:
         """What the manifest fixes, and its root (specs/committee.md §3.2)."""
         return committee.ManifestHeader(self.round, self.committee_size, self.groups, self.groups_root, self.weights,
-                                        self.total_weight, self.weights_root, self.workers, self.workers_root)
+                                        self.total_weight, self.weights_root, self.workers, self.workers_root,
+                                        self.seat_rule)
 
     def _cross_check(self) -> None:
         try:
@@ -578,7 +587,7 @@ class RoundManifest(Signed):
             raise FieldError("groups", str(error)) from None
 
 
-@message("manifest lists", 1)
+@message("manifest lists", MANIFEST_LISTS_VERSION, oldest=1)
 @dataclass(frozen=True)
 class ManifestLists(Message):
     """The lists behind a round manifest's roots (specs/committee.md §3.1), as the trainer stores
@@ -590,12 +599,15 @@ class ManifestLists(Message):
     groups: tuple[bytes, ...] = field(metadata=wire(Listed("key", committee.MAX_PAGED_ENTRIES)))
     weights: tuple[bytes, ...] = field(metadata=wire(Listed("leaf", committee.MAX_PAGED_ENTRIES, 36)))
     workers: tuple[bytes, ...] = field(metadata=wire(Listed("leaf", committee.MAX_PAGED_ENTRIES, 36)))
+    # Absent before version 2: rule 1, the only one then (the manifest's own, RoundManifest).
+    seat_rule: int = field(default=1, metadata=wire(Uint(min(committee.SEAT_RULES), max(committee.SEAT_RULES)),
+                                                    since=2))
 
     @classmethod
     def of(cls, content: committee.ManifestContent) -> ManifestLists:
         return cls(content.round, content.weights.committee_size, content.groups,
                    tuple(committee.entry_leaf(node, w) for node, w in content.weights.entries),
-                   tuple(committee.entry_leaf(node, c) for node, c in content.workers))
+                   tuple(committee.entry_leaf(node, c) for node, c in content.workers), content.seat_rule)
 
     @functools.cached_property
     def content(self) -> committee.ManifestContent:
@@ -603,7 +615,7 @@ class ManifestLists(Message):
             return tuple((leaf[:32], int.from_bytes(leaf[32:], "big")) for leaf in leaves)
 
         return committee.ManifestContent(self.round, committee.WeightsTable(self.committee_size, entries(self.weights)),
-                                         self.groups, entries(self.workers))
+                                         self.groups, entries(self.workers), self.seat_rule)
 
     def _cross_check(self) -> None:
         if any(len(leaf) != 36 for leaf in self.weights + self.workers):

@@ -97,6 +97,9 @@ class Rounds:
         # Rounds below ``floor`` are forgotten (:meth:`forget`): their manifests come again in
         # backfill and must not count twice. ``added`` counts manifests ever held (a pass's key).
         self.floor, self.added = 0, 0
+        # The seat rule of the manifests this node signs when it is the trainer (specs/committee.md
+        # §2): the newest. An older trainer's rule 1 is what a test sets here to play one.
+        self.seat_rule = committee.SEAT_RULE
 
     # -- manifests --------------------------------------------------------------------------
     def add(self, manifest: RoundManifest, now: float) -> bool:
@@ -186,7 +189,7 @@ class Rounds:
         workers.sort()
         table = committee.WeightsTable.heaviest(committee_size, weights)
         lists = committee.PagedManifest(committee.ManifestContent(round_, table, tuple(sorted(listed_digests)),
-                                                                  tuple(workers)))
+                                                                  tuple(workers), self.seat_rule))
         manifest = RoundManifest.of(self.key.node_id, lists.header).signed(self.key)
         self.add(manifest, now)
         self.hold_lists(lists)
@@ -273,7 +276,7 @@ class Rounds:
                 return (), frozenset()
             header = self.manifests[round_].header
             beta = self.own(round_, Draw.COMMITTEE)[1]
-            positions = committee.seats(beta, header.groups, header.threshold(entry[1]))
+            positions = header.seats(beta, entry[1])
             self._positions[round_] = (positions, frozenset(positions))
         return self._positions[round_]
 
@@ -297,8 +300,8 @@ class Rounds:
             return False
         if draw is Draw.COMMITTEE:
             return position in self._seats_of(round_)[1]
-        threshold = self.manifests[round_].header.threshold(entry[1])
-        return committee.seat_value(self.own(round_, draw)[1], position) < threshold
+        header = self.manifests[round_].header
+        return header.seat_value(self.own(round_, draw)[1], position) < header.threshold(entry[1])
 
     def seats(self, round_: int) -> frozenset[bytes]:
         """The digests of this node's committee seats in round ``round_`` it has learnt."""
@@ -382,7 +385,7 @@ class Rounds:
             except vrf.VrfError:
                 return "bad_proof"
             self._verified[verdict.verifier, manifest.round, draw] = (verdict.pi, beta)
-        return None if committee.seat_value(beta, verdict.seat) < threshold else "not_drawn"
+        return None if header.seat_value(beta, verdict.seat) < threshold else "not_drawn"
 
 
 class _RoundOf(Mapping):
