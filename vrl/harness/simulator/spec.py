@@ -250,8 +250,8 @@ class SimConfig:
             raise SpecError(f"backfill: one of {', '.join(BACKFILL_MODELS)}, got {self.backfill!r}")
         if self.topology not in ("devnet", "random"):
             raise SpecError(f"topology: devnet or random, got {self.topology!r}")
-        # More makers than cores only contend (one keeps ahead of N = 1,000 on 2 cores: 134 CPU s
-        # against the simulation's 618, bench/results/simulate-1000-20-makers.json).
+        # More makers than cores only contend (one keeps ahead of N = 1,000 on 2 cores: 113 CPU s
+        # against the simulation's 439, bench/results/simulate-1000-20-makers.json).
         if type(self.makers) is not int or not 0 <= self.makers <= (os.cpu_count() or 1):
             raise SpecError(f"makers: 0 to {os.cpu_count() or 1} processes (this machine's cores), got {self.makers!r}")
         for name in ("loss", "churn", "honest_reject"):
