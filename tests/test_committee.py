@@ -207,9 +207,12 @@ def test_hostile_manifests_raise_only_committee_error(round_, groups, workers):
         pass
 
 
-@given(st.one_of(st.binary(max_size=80), st.none(), st.integers()), st.one_of(st.integers(-3, 2**33), st.text()),
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.binary(min_size=64, max_size=64), st.binary(max_size=80), st.none(), st.integers()),
+       st.one_of(st.integers(-3, 2**33), st.text()),
        st.one_of(st.sampled_from(committee.SEAT_RULES), st.integers(-2, 4), st.none(), st.booleans()),
-       st.one_of(st.integers(-3, 600), st.none()), st.one_of(st.integers(-3, 2**65), st.text(max_size=2)))
+       st.one_of(st.integers(-3, 600), st.none()),
+       st.one_of(st.integers(-3, 2**65), st.text(max_size=2), st.floats(allow_nan=True), st.none()))
 def test_hostile_seat_inputs_raise_only_committee_error(beta, position, rule, groups, threshold):
     try:
         seat_value(beta, position, rule)

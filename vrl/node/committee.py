@@ -543,6 +543,8 @@ def seats(beta: bytes, groups: int, threshold: int, rule: int) -> tuple[int, ...
     is below ``threshold``."""
     seat_value(beta, 0, rule)  # checks beta and the rule once
     _count(groups, "groups")
+    if type(threshold) is not int:
+        raise CommitteeError("bad_weight", f"a threshold is an int, got {shown(threshold)}")
     if threshold <= 0:
         return ()
     if threshold >= _U64:
