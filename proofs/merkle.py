@@ -14,8 +14,9 @@ member that sits on 44 of 4,000 groups proves all of them with about 250 hashes 
 44 x 12, and one that sits on all of them with none.
 
 :class:`Tree` keeps every subtree's hash, packed a level at a time, so that the trainer answers
-each member's request in time proportional to the proof, not to the tree. :func:`verify` checks types, lengths and
-ranges before it hashes anything, does work proportional to its input, and raises only
+each member's request in time proportional to the proof, not to the tree. :func:`verify` checks types and
+ranges before it hashes anything (a proof's length as its walk takes the hashes), does work
+proportional to its input, and raises only
 :class:`MerkleError`; it compares the root in constant time.
 """
 

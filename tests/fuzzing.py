@@ -384,7 +384,8 @@ def message_targets() -> list[Target]:
             RoundManifest(TRAINER.node_id, 0, 1, 1, b"\x01" * 32, 0, 0, b"\x02" * 32, 1, b"\x03" * 32).signed(
                 TRAINER).to_bytes()]),
         Target("manifest lists", ManifestLists.from_bytes, (MessageError,),
-               lambda: [ManifestLists.of(lists_example()).to_bytes()]),
+               lambda: [ManifestLists.of(lists_example()).to_bytes(),  # seat rule 2 (version 2) and 1 (version 1)
+                        ManifestLists.of(dataclasses.replace(lists_example(), seat_rule=1)).to_bytes()]),
         # specs/committee.md §3.5: by position and by key, and an answer with its multiproof.
         Target("entries request", EntriesRequest.from_bytes, (MessageError,), lambda: [
             EntriesRequest(7, committee.List.GROUPS, (0, 2), ()).to_bytes(),

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import random
 
+import msgpack
 import pytest
 import structlog
 
@@ -28,6 +29,7 @@ from vrl.node.proving import Answers
 from vrl.node.requests import SamplingRequest
 from vrl.node.store import Store
 from vrl.node.validation import Validator
+from vrl.rollouts.codec import canonical_bytes
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -123,6 +125,12 @@ def test_the_validator_accepts_ignores_and_rejects_by_what_the_protocol_knows(st
     assert validate(gossip(TOPIC_GROUPS, b"\x93not a group")) is Validation.REJECT
     assert metrics.registry.get_sample_value("vrl_messages_invalid_total", {"topic": TOPIC_GROUPS}) == 1
     assert validate(gossip("/vrl/unknown/1", b"")) is Validation.IGNORE
+    # A later release's version of a known kind: ignored and not counted (specs/network.md §7),
+    # where a version no release wrote is rejected.
+    newer = msgpack.unpackb(announcement.to_bytes())
+    for v, judged in ((99, Validation.IGNORE), (0, Validation.REJECT), ("5", Validation.REJECT)):
+        assert validate(gossip(TOPIC_POLICIES, canonical_bytes({**newer, "v": v}))) is judged
+    assert metrics.registry.get_sample_value("vrl_messages_invalid_total", {"topic": TOPIC_POLICIES}) == 2
     # A policy: another trainer's is ignored, a forged signature rejected.
     stranger = PolicyAnnouncement(STRANGER.node_id, 1, b"\x01" * 32, b"\x02" * 32, 10).signed(STRANGER)
     assert validate(gossip(TOPIC_POLICIES, stranger.to_bytes())) is Validation.IGNORE

@@ -24,6 +24,7 @@ from vrl.node.messages import (
 from vrl.node.metrics import NodeMetrics
 from vrl.node.protocol import NodeProtocol
 from vrl.node.rounds import NO_CLAIM, NO_MANIFEST
+from vrl.node.wire import NewerVersion
 from vrl.rollouts.record import RecordError, Rollout
 
 
@@ -97,6 +98,8 @@ class Validator:
                     return Validation.IGNORE
             else:
                 return Validation.IGNORE
+        except NewerVersion:  # a later release's message: not the forwarder's fault (network.md §7)
+            return Validation.IGNORE
         except MessageError:
             self.metrics.invalid.labels(message.topic).inc()
             return Validation.REJECT

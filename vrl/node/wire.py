@@ -48,6 +48,12 @@ class MessageError(VrlError, ValueError):
     """A message that does not decode; names the kind and the field."""
 
 
+class NewerVersion(MessageError):
+    """A message of a known kind at a version newer than this node reads: what an honest peer
+    of a later release sends, so a validator ignores it rather than count it against the
+    forwarder (specs/network.md §7)."""
+
+
 # -- wire types: what a field's value is on the wire, and its bounds --------------------------------
 
 
@@ -470,6 +476,9 @@ def decode(cls: type[M], data: bytes) -> M:
         if version != schema.version:
             older = schema.older.get(version) if type(version) is int else None
             if older is None:
+                if type(version) is int and version > schema.version:
+                    raise NewerVersion(f"{name}: message version {version} is newer than this node reads "
+                                       f"({schema.version})")
                 raise MessageError(f"{name}: unknown message version {shown(version)}")
             keys = older[0]
     # (Only a request or response has optional fields, so ``keys`` is then the schema's.)
