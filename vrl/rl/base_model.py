@@ -40,9 +40,16 @@ a fixed hash seed, whatever the caller's process has already set: ATen reads
 ``ATEN_CPU_CAPABILITY`` once, at its first kernel, so it cannot be changed inside a running
 process. What stays open, and why: a CPU without AVX2 (ATen falls back to ``default``, another
 hash); an ARM CPU (other kernels and no MKL); another torch or transformers (other kernels,
-other attention code); and Intel against AMD, not measured (no Intel machine here): MKL's AVX2
-branch is documented to agree across Intel CPUs, and on AMD it runs its automatic dispatch;
-``MKL_CBWR=COMPATIBLE`` would make both vendors agree, at about twice the build time. The
+other attention code); and **Intel against AMD: they differ**. On an Intel Xeon of this kind
+(AVX-512, 2 cores) the 20-step vector recipe gives ``b705ef27…`` at 1 thread and ``276a8931…``
+at 2 under ``MKL_CBWR=AVX2``, where AMD gave ``fa38c0c7…`` at either: MKL honours its AVX2
+branch on Intel, whose sums depend on the thread count. ``AVX2,STRICT`` (MKL's strict CNR mode,
+documented as independent of the thread count) gives ``0a615459…`` at 1 and 2 threads, and
+``COMPATIBLE`` ``b3ec8f79…`` at both; none gives AMD's. So the pin is ``AVX2,STRICT``, and the
+vector keeps one entry per vendor, each with the pins it was measured under (an entry made
+under other pins is stale, and its test says so). A base model is therefore per vendor: a
+network of both builds two, which is harmless where the trainer publishes its weights (workers
+fetch them by content hash) and wrong only where every node builds ``base`` itself. The
 build's ``vrl-base.json`` records the platform it ran on, and ``specs/vectors/base_model.json``
 the hashes (``tests/test_base_model.py``).
 """
@@ -77,7 +84,7 @@ from vrl.tasks import Arithmetic, RewardSpec, Task, is_held_out
 #: Intel CPUs); one thread; a fixed hash seed.
 PINNED_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2",
+    "MKL_CBWR": "AVX2,STRICT",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "OMP_NUM_THREADS": "1",
@@ -100,13 +107,25 @@ _STEP_TAG = "vrl-step"  # the child's progress lines on its stdout
 VECTOR_FILE = Path(__file__).resolve().parents[2] / "specs" / "vectors" / "base_model.json"
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor as the kernel names it (``GenuineIntel``, ``AuthenticAMD``), or ``""``
+    where /proc/cpuinfo says nothing: MKL takes another code path on each vendor, so the bits
+    of a build are a function of it (the module docstring)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "vendor_id":
+                return value.strip()
+    return ""
+
+
 def platform() -> dict:
     """What the bits of a build depend on, for ``vrl-base.json`` and the vector."""
     import transformers
 
     return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-            "pinned": PINNED_ENV}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_vendor": cpu_vendor(),
+            "threads": torch.get_num_threads(), "pinned": PINNED_ENV}
 
 
 @contextlib.contextmanager
@@ -271,11 +290,15 @@ def ensure_base_model(config: BaseModelConfig = DEFAULT) -> Path:
 
 
 def vector() -> dict:
-    """specs/vectors/base_model.json's test case: :data:`VECTOR_RECIPE` built as
-    :func:`build_base_model` builds it (the full recipe's hash is added by hand, with its time)."""
+    """specs/vectors/base_model.json with this machine's vendor's entry made anew: :data:`VECTOR_RECIPE`
+    built as :func:`build_base_model` builds it (the full recipe's hash is added by hand, with its time)."""
     with tempfile.TemporaryDirectory() as tmp:
         meta = read_meta(build_base_model(VECTOR_RECIPE, Path(tmp) / "base"))
-    return {"recipe": meta["config"], "model_hash": meta["model_hash"], "platform": meta["platform"]}
+    document = json.loads(VECTOR_FILE.read_text())
+    document["recipe"] = meta["config"]
+    document["builds"][meta["platform"]["cpu_vendor"]] = {"model_hash": meta["model_hash"],
+                                                          "platform": meta["platform"]}
+    return document
 
 
 def _child(argv: list[str]) -> None:
@@ -287,6 +310,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         _child(sys.argv[2:])
     elif sys.argv[1:] == ["--vector"]:
-        print(json.dumps(vector(), indent=1))
+        VECTOR_FILE.write_text(json.dumps(vector(), indent=1) + "\n")
     else:
-        sys.exit("usage: python -m vrl.rl.base_model --vector  (the build itself: vrl build-base-model)")
+        sys.exit("usage: python -m vrl.rl.base_model --vector  (rewrites this CPU vendor's entry of "
+                 "specs/vectors/base_model.json; the build itself: vrl build-base-model)")
