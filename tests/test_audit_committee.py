@@ -16,14 +16,13 @@ from proofs import vrf
 from tests import fuzzing
 from vrl.audit import Severity
 from vrl.node import committee
-from vrl.node.committee import Draw
+from vrl.node.committee import SEATS, Draw
 from vrl.node.messages import (
     ManifestLists,
     PolicyAnnouncement,
     RoundManifest,
     SignedVerdict,
     Submission,
-    VerdictDraw,
     audit_ticket,
 )
 from vrl.node.store import Store
@@ -46,13 +45,13 @@ def manifest(round_: int = 0, weights: tuple = WEIGHTS, groups: tuple = GROUPS) 
     return RoundManifest.of(TRAINER.node_id, paged.header).signed(TRAINER), paged
 
 
-def claim(key: NodeKey, m: Manifest, group: bytes, draw: VerdictDraw) -> dict:
+def claim(key: NodeKey, m: Manifest, group: bytes, draw: Draw) -> dict:
     """The claim fields of ``key``'s verdict on ``group`` (specs/committee.md §4): its place and
     path, and for a drawn check ``key``'s weights entry (A's, for a key not in the list)."""
     paged = m[1]
     at = paged.content.groups.index(group) if group in paged.content.groups else 0
     fields = {"seat": at, "seat_path": paged.trees[committee.List.GROUPS].prove([at])}
-    if draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK):
+    if draw in SEATS:
         nodes = [n for n, _ in paged.content.weights.entries]
         j = nodes.index(key.node_id) if key.node_id in nodes else nodes.index(A.node_id)
         fields.update(weight_at=j, weight=paged.content.weights.entries[j][1],
@@ -69,13 +68,13 @@ def seat(key: NodeKey, m: Manifest, member: bool, draw: Draw = Draw.COMMITTEE) -
     return pi, next(d for i, d in enumerate(content.groups) if (header.seat_value(beta, i) < threshold) == member)
 
 
-def verdict(key: NodeKey, group: bytes, draw: VerdictDraw, pi: bytes = b"", outcome: str = "pass",
+def verdict(key: NodeKey, group: bytes, draw: Draw, pi: bytes = b"", outcome: str = "pass",
             round_: int = 0, m: Manifest | None = None) -> SignedVerdict:
     """(A skip with a seat does not decode at all (vrl.node.messages): no finding needed.) With
     ``m``, the claim its round's lists give (:func:`claim`)."""
-    fields = claim(key, m, group, draw) if m is not None and draw != VerdictDraw.TICKET else {}
+    fields = claim(key, m, group, draw) if m is not None and draw != Draw.TICKET else {}
     return SignedVerdict(key.node_id, fuzzing.KEY.node_id, group, round_, round_,
-                         audit_ticket(key, group) if draw == VerdictDraw.TICKET else b"", 1.0, outcome, (),
+                         audit_ticket(key, group) if draw == Draw.TICKET else b"", 1.0, outcome, (),
                          b"" if outcome == "skipped" else b"\x05" * 32, "p", draw=draw, pi=pi, **fields).signed(key)
 
 
@@ -114,17 +113,17 @@ def test_a_members_claim_stands_and_every_bad_claim_is_found_against_its_signer(
     pi_stranger = vrf.prove(STRANGER.private_seed(), m[1].header.alpha(Draw.COMMITTEE))
     unlisted = hashlib.sha256(b"not listed").digest()
     cases = {  # code -> the verdict that must make it
-        None: verdict(A, member, VerdictDraw.COMMITTEE, pi_a, m=m),
-        "not_drawn": verdict(A, not_member, VerdictDraw.COMMITTEE, pi_a, m=m),
-        "bad_proof": verdict(B, member, VerdictDraw.COMMITTEE, bytes(forged), m=m),
-        "not_eligible": verdict(STRANGER, member, VerdictDraw.COMMITTEE, pi_stranger, m=m),  # A's entry
-        "not_in_manifest": verdict(B, unlisted, VerdictDraw.COMMITTEE, pi_b, m=m),
-        "no_claim": verdict(A, next(d for d in GROUPS if d not in (member, not_member)), VerdictDraw.NONE, m=m),
+        None: verdict(A, member, Draw.COMMITTEE, pi_a, m=m),
+        "not_drawn": verdict(A, not_member, Draw.COMMITTEE, pi_a, m=m),
+        "bad_proof": verdict(B, member, Draw.COMMITTEE, bytes(forged), m=m),
+        "not_eligible": verdict(STRANGER, member, Draw.COMMITTEE, pi_stranger, m=m),  # A's entry
+        "not_in_manifest": verdict(B, unlisted, Draw.COMMITTEE, pi_b, m=m),
+        "no_claim": verdict(A, next(d for d in GROUPS if d not in (member, not_member)), Draw.NONE, m=m),
     }
     # One verdict per (group, verifier) is stored (vrl.node.store): the others on other groups.
-    ticket = verdict(B, GROUPS[-1] if GROUPS[-1] != member else GROUPS[0], VerdictDraw.TICKET)
+    ticket = verdict(B, GROUPS[-1] if GROUPS[-1] != member else GROUPS[0], Draw.TICKET)
     path = write(tmp_path, A, manifests=[m], verdicts=[*cases.values(), ticket,
-                                                       verdict(TRAINER, GROUPS[3], VerdictDraw.NONE, m=m)])
+                                                       verdict(TRAINER, GROUPS[3], Draw.NONE, m=m)])
     found = committee_findings(path)
     by_verdict = {f.evidence["verdict"]: f for f in found}
     assert cases[None].id.hex() not in by_verdict  # the member's claim stands
@@ -138,20 +137,20 @@ def test_a_members_claim_stands_and_every_bad_claim_is_found_against_its_signer(
     # The trainer's reveal of a plant its round's manifest does not list (planted after the round
     # closed, or in a round never closed) claims no seat: no finding; any other signer's is.
     reveal = SignedVerdict(TRAINER.node_id, fuzzing.KEY.node_id, unlisted, 9, 9, b"", 1.0, "hard_fail", ("planted",),
-                           b"\x05" * 32, "p", planted=True, draw=VerdictDraw.NONE).signed(TRAINER)
+                           b"\x05" * 32, "p", planted=True, draw=Draw.NONE).signed(TRAINER)
     assert committee_findings(write(tmp_path / "p", A, manifests=[m], verdicts=[reveal])) == []
     # A recheck seat is drawn from its own alpha: the committee draw's proof does not stand for it.
     recheck_pi, recheck_member = seat(A, m, True, Draw.RECHECK)
     path = write(tmp_path / "r", A, manifests=[m], verdicts=[
-        verdict(A, recheck_member, VerdictDraw.RECHECK, recheck_pi, m=m),
-        verdict(A, next(d for d in GROUPS if d != recheck_member), VerdictDraw.RECHECK, pi_a, m=m)])
+        verdict(A, recheck_member, Draw.RECHECK, recheck_pi, m=m),
+        verdict(A, next(d for d in GROUPS if d != recheck_member), Draw.RECHECK, pi_a, m=m)])
     assert [f.code for f in committee_findings(path)] == ["bad_proof"]
 
 
 def test_a_claim_without_its_manifest_is_a_warning_that_incriminates_no_one(tmp_path):
     m = manifest()
     pi, member = seat(A, m, True)
-    path = write(tmp_path, A, verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi, m=m)],
+    path = write(tmp_path, A, verdicts=[verdict(A, member, Draw.COMMITTEE, pi, m=m)],
                  manifests=[manifest(round_=1)])  # another round's: the run is a committee run
     [f] = committee_findings(path)
     assert (f.code, f.severity, f.subject) == ("manifest_missing", Severity.WARNING, "")
@@ -192,7 +191,7 @@ def test_a_trained_group_its_rounds_manifest_does_not_list_is_found(tmp_path):
 
 
 def test_a_ticket_network_has_no_committees_to_check(tmp_path):
-    path = write(tmp_path, A, verdicts=[verdict(A, GROUPS[0], VerdictDraw.TICKET)])
+    path = write(tmp_path, A, verdicts=[verdict(A, GROUPS[0], Draw.TICKET)])
     with vrl.audit.open([path]) as audit:
         report = audit.run(checks=["committees"])
     assert not [f for f in report.findings if f.check == "committees"]
@@ -203,8 +202,8 @@ def committee_store(tmp_path_factory) -> Path:
     m = manifest()
     pi, member = seat(A, m, True)
     return write(tmp_path_factory.mktemp("committee"), TRAINER, manifests=[m, manifest(round_=1, weights=())],
-                 verdicts=[verdict(A, member, VerdictDraw.COMMITTEE, pi, m=m),
-                           verdict(TRAINER, GROUPS[1], VerdictDraw.NONE, m=m)])
+                 verdicts=[verdict(A, member, Draw.COMMITTEE, pi, m=m),
+                           verdict(TRAINER, GROUPS[1], Draw.NONE, m=m)])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -258,7 +257,7 @@ def seated() -> tuple[Manifest, tuple[Submission, ...], tuple[SignedVerdict, ...
             seat_ = next(((key, pi) for draw, key, pi, beta, threshold in seats
                           if draw == wanted and header.seat_value(beta, at) < threshold), None)
             if seat_ is not None and count > 0:
-                chosen.append((g, verdict(seat_[0], g.digest, VerdictDraw(str(wanted)), seat_[1], m=m)))
+                chosen.append((g, verdict(seat_[0], g.digest, wanted, seat_[1], m=m)))
                 count -= 1
     assert len(chosen) == 4  # 16 groups, two verifiers each seated with probability 1/2: never short
     return m, tuple(g for g, _ in chosen), tuple(v for _, v in chosen)
@@ -287,7 +286,7 @@ def test_members_passes_before_the_announcement_make_untrusted_groups_count_as_c
                  announced=100.0)
     share, committee_errors = share_findings(path)
     assert committee_errors == []  # every claim is a member's: the passes are the committee's own
-    assert {v.draw for v in passes} == {VerdictDraw.COMMITTEE, VerdictDraw.RECHECK}
+    assert {v.draw for v in passes} == {Draw.COMMITTEE, Draw.RECHECK}
     assert share == []
 
 
@@ -308,7 +307,7 @@ def test_without_a_members_pass_the_untrusted_groups_breach_the_trusted_share(tm
     """No verdicts at all; or the same verifiers' passes drawn by ticket, which claim no seat (the
     committees check finds each not_eligible) and make no group checked."""
     m, groups, seated_passes = seated
-    verdicts = [] if passes == "none" else [verdict(KEYS[v.verifier], v.group, VerdictDraw.TICKET)
+    verdicts = [] if passes == "none" else [verdict(KEYS[v.verifier], v.group, Draw.TICKET)
                                             for v in seated_passes]
     path = write(tmp_path, TRAINER, manifests=[m], groups=groups, verdicts=verdicts, policies=[announce(groups)],
                  announced=100.0)
@@ -343,7 +342,7 @@ def test_a_store_without_its_node_toml_is_held_to_a_nodes_own_admission_defaults
     AdmissionConfig's own 0.25 x 16 (vrl train's), a cap of 4: no node_cap, whether or not the
     node.toml is among the inputs. The five are the trainer's own passes, so trusted."""
     groups = CANDIDATES[:5]
-    path = write(tmp_path, TRAINER, groups=groups, verdicts=[verdict(TRAINER, g.digest, VerdictDraw.NONE)
+    path = write(tmp_path, TRAINER, groups=groups, verdicts=[verdict(TRAINER, g.digest, Draw.NONE)
                                                              for g in groups], policies=[announce(groups)],
                  announced=100.0)
     if toml:
@@ -366,7 +365,7 @@ def test_the_weights_table_is_rederived_with_the_withheld_slots_of_earlier_manif
     worker = fuzzing.KEY
     groups = [Submission.of([fuzzing.rollout(i, 2, group_index=g) for i in range(2)]) for g in range(3)]
     passes = [SignedVerdict(TRAINER.node_id, worker.node_id, g.digest, 0, 0, b"", 1.0, "pass", (), b"\x05" * 32,
-                            "p", draw=VerdictDraw.NONE).signed(TRAINER) for g in groups]
+                            "p", draw=Draw.NONE).signed(TRAINER) for g in groups]
     view = Reputation(frozenset({TRAINER.node_id}))
     for v in passes:
         view.add(report_of(v, worker.node_id, 0))

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from tests.test_protocol_committee import VERIFIERS, WORKER, round_zero, verifier
 from vrl.harness.simulator.payloads import liar_claim
 from vrl.node import protocol as P
+from vrl.node.committee import Draw
 from vrl.node.events import Send
-from vrl.node.messages import Outcome, SignedVerdict, VerdictDraw
+from vrl.node.messages import Outcome, SignedVerdict
 from vrl.node.params import ProtocolParams
 from vrl.node.pooling import pooled_evidence
 
@@ -35,7 +36,7 @@ def passes() -> dict[bytes, dict[bytes, SignedVerdict]]:
             (sent,) = [a for a in proto.handle(P.Checked(check.group, (), b"\x09" * 32, TOKENS, 0))
                        if isinstance(a, Send)]
             verdict = SignedVerdict.from_bytes(sent.data)
-            assert verdict.outcome == Outcome.PASS and verdict.draw == VerdictDraw.COMMITTEE
+            assert verdict.outcome == Outcome.PASS and verdict.draw == Draw.COMMITTEE
             out.setdefault(key.node_id, {})[check.group] = verdict
     return out
 
@@ -246,7 +247,7 @@ def test_the_simulators_liars_state_every_race_lost_and_cost_the_trainer_fewer_c
         liars = {n.key.node_id for n in sim.nodes if n.kind == "liar"}
         trainer = sim.nodes[0].protocol
         lies = [v for held in trainer.verdicts.values() for v in held.values()
-                if v.verifier in liars and v.draw == VerdictDraw.COMMITTEE and v.outcome == Outcome.PASS]
+                if v.verifier in liars and v.draw == Draw.COMMITTEE and v.outcome == Outcome.PASS]
         return sim.metrics.counters["checks"][0], lies
 
     bounded, lies = run(1)

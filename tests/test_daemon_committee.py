@@ -14,8 +14,9 @@ from tests.test_node import TRAINER, config, drive, failed_groups, trained_group
 from vrl.harness.adversary import node_for
 from vrl.node import protocol as P
 from vrl.node.catchup import replay_store
+from vrl.node.committee import Draw
 from vrl.node.daemon import Node
-from vrl.node.messages import SignedVerdict, VerdictDraw
+from vrl.node.messages import SignedVerdict
 from vrl.node.startup import protocol_for
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
@@ -93,8 +94,8 @@ def test_a_committee_network_stores_manifests_catches_the_cheat_and_restarts_fro
         assert set(rounds) >= {m.round for m in held[:-1]}, name  # the late joiner's came by backfill
     # Verdicts of the committee design were stored: members' claims, and the trainer's own.
     _, verdicts = stored(tmp_path / "h0")
-    assert {VerdictDraw.NONE} <= {v.draw for v in verdicts}
-    assert all(v.draw != VerdictDraw.TICKET for v in verdicts)
+    assert {Draw.NONE} <= {v.draw for v in verdicts}
+    assert all(v.draw != Draw.TICKET for v in verdicts)
     # A restart: the store replayed into a fresh protocol holds the same manifests and the same
     # counted verdicts, so its committees are drawn, and others' claims checked, as before.
     node = nodes["honest-0"]

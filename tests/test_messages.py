@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vrl.node import wire
+from vrl.node.committee import Draw
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
     VERDICT_VERSION,
@@ -21,7 +22,6 @@ from vrl.node.messages import (
     RoundManifest,
     SignedVerdict,
     Submission,
-    VerdictDraw,
     WeightedDigests,
     audit_ticket,
     topic_of,
@@ -305,7 +305,7 @@ def _consistent_claim(draw: st.DrawFn, fields: dict, spoiled: set) -> None:
     spoiled: a ticket draw is written as version 2, without draw and pi."""
     claim = fields.get("draw")
     seat = {"seat", "seat_path", "weight_at", "weight", "weight_path"}
-    if spoiled & ({"draw", "ticket", "pi", "outcome"} | seat) or claim not in [str(d) for d in VerdictDraw]:
+    if spoiled & ({"draw", "ticket", "pi", "outcome"} | seat) or claim not in [str(d) for d in Draw]:
         return
     proven = claim in ("committee", "recheck")
     fields["ticket"] = draw(st.binary(min_size=64, max_size=64)) if claim == "ticket" else b""

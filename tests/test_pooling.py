@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from tests.test_protocol_committee import VERIFIERS, WORKER, round_zero, verifier
 from vrl.node import protocol as P
+from vrl.node.committee import Draw
 from vrl.node.events import Send
-from vrl.node.messages import Outcome, SignedVerdict, VerdictDraw
+from vrl.node.messages import Outcome, SignedVerdict
 from vrl.node.pooling import Pooled, pooled_convictions, pooled_evidence
 from vrl.node.reputation import Report, ReputationConfig, compute
 from vrl.rollouts.profiles import profile_of_platform
@@ -188,7 +189,7 @@ def test_the_trainer_checks_each_group_a_member_states_lost_races_on_so_the_loss
         (sent,) = [a for a in seats[digest].handle(P.Checked(digest, (), b"\x09" * 32, 200, lost))
                    if isinstance(a, Send)]
         verdict = SignedVerdict.from_bytes(sent.data)
-        assert verdict.outcome == Outcome.PASS and verdict.draw == VerdictDraw.COMMITTEE
+        assert verdict.outcome == Outcome.PASS and verdict.draw == Draw.COMMITTEE
         return [a for a in trainer.handle(P.VerdictReceived(verdict)) if isinstance(a, P.Check)]
 
     assert member_pass(plain, 0) == []

@@ -24,7 +24,6 @@ from vrl.node.messages import (
     RoundManifest,
     SignedVerdict,
     Submission,
-    VerdictDraw,
     audit_ticket,
 )
 from vrl.node.requests import EntriesAnswer, EntriesRequest
@@ -521,7 +520,7 @@ def test_a_members_pass_makes_a_group_verified_for_the_trusted_share_where_no_an
         view.handle(event)
     view.handle(P.ManifestReceived(manifest, 2.0))
     view.handle(P.VerdictReceived(verdict))
-    assert verdict.verifier not in view.reputation.pretrusted and verdict.draw == VerdictDraw.COMMITTEE
+    assert verdict.verifier not in view.reputation.pretrusted and verdict.draw == committee.Draw.COMMITTEE
     assert view.verdicts[digest][verdict.verifier] == verdict
     assert routing.verified(view, digest)
     assert not any(routing.verified(view, d) for d in lists(trainer).groups if d != digest)  # no pass, no check

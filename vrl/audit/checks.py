@@ -21,13 +21,13 @@ from collections.abc import Iterator
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import GroupHead, Progress, Run, StoreIndex, VerdictHead, file_records, finding, short
 from vrl.node.admission import AdmissionConfig
+from vrl.node.committee import SEATS
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.messages import (
     Outcome,
     PolicyAnnouncement,
     SignedVerdict,
     StepVerdict,
-    VerdictDraw,
 )
 from vrl.node.reputation import Report, Reputation, report_of
 from vrl.rollouts.profiles import profile_of_platform
@@ -416,7 +416,7 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
     anchors = {run.trainer} | ({bytes.fromhex(p) for p in run.config.pretrusted} if run.config is not None else set())
     verified: dict[bytes, float] = {}  # group -> when an anchor's pass on it arrived (the trainer's view)
     checked: dict[bytes, float] = {}  # ... or, in the committee design, a member's (the trusted share's)
-    seats = {str(VerdictDraw.COMMITTEE), str(VerdictDraw.RECHECK)} if committee_network(run) else set()
+    seats = SEATS if committee_network(run) else frozenset()
     for v in index.verdicts if index is not None else ():
         if v.outcome == Outcome.PASS and v.verifier in anchors:
             verified.setdefault(v.group, v.received)

@@ -21,14 +21,13 @@ from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
 from vrl.node import committee
-from vrl.node.committee import Draw, WeightsTable
-from vrl.node.messages import RoundManifest, VerdictDraw
+from vrl.node.committee import SEATS, Draw, WeightsTable
+from vrl.node.messages import RoundManifest
 from vrl.node.reputation import ReputationError, withheld_of
 
 CHECK = "committees"
 #: The codes a verdict's claim may be found under (:func:`_refusal` picks one; specs/audit.md §3).
 CLAIM_CODES = ("manifest_missing", "no_claim", "not_in_manifest", "not_eligible", "bad_proof", "not_drawn")
-_SEATS = {str(VerdictDraw.COMMITTEE): Draw.COMMITTEE, str(VerdictDraw.RECHECK): Draw.RECHECK}
 
 
 def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
@@ -87,7 +86,7 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
                 continue  # the trainer's reveal of its own plant (network.md §5.3): no claim to a seat
             reason = _refusal(v, manifests.get(v.policy_version), anchors, betas, stats)
             head = run.groups.get(v.group)
-            if reason is None and v.draw in _SEATS and head is not None and head.subject == v.verifier:
+            if reason is None and v.draw in SEATS and head is not None and head.subject == v.verifier:
                 reason = ("not_drawn", Severity.ERROR, "claims a seat on its signer's own group, never its seat")
             if reason is None:
                 continue
@@ -107,10 +106,10 @@ def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes]
                 "cannot be checked: no audited store holds its round's manifest")
     header = manifest.header
     threshold = 0
-    if v.draw == str(VerdictDraw.NONE):
+    if v.draw == Draw.NONE:
         if v.verifier not in anchors:
             return "no_claim", Severity.ERROR, "claims no seat, and its signer is neither the trainer nor an anchor"
-    elif v.draw not in _SEATS:
+    elif v.draw not in SEATS:
         return "not_eligible", Severity.ERROR, "carries an audit ticket in a committee network"
     else:
         try:
@@ -122,9 +121,9 @@ def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes]
         committee.check_place(header, v.seat, v.group, v.seat_path)
     except committee.CommitteeError:
         return "not_in_manifest", Severity.ERROR, "judges a group its path does not prove in its round's groups list"
-    if v.draw == str(VerdictDraw.NONE):
+    if v.draw == Draw.NONE:
         return None
-    draw = _SEATS[v.draw]
+    draw = Draw(v.draw)
     key = (v.verifier, manifest.round, draw, v.pi)
     if key not in betas:  # one VRF verification per (verifier, round, draw, proof)
         stats["proofs_verified"] += 1

@@ -31,7 +31,7 @@ from vrl.errors import VrlError, shown
 __all__ = [
     "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_SIGNING_DOMAIN", "MANIFEST_V2_DOMAIN",
     "MANIFEST_V3_DOMAIN", "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES", "RECHECK_DOMAIN",
-    "SEAT_DOMAIN", "SEAT_RULE", "SEAT_RULES", "SEAT_V2_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw",
+    "SEATS", "SEAT_DOMAIN", "SEAT_RULE", "SEAT_RULES", "SEAT_V2_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw",
     "Entries", "List", "ManifestContent", "ManifestHeader", "PagedManifest", "WeightsTable", "alpha",
     "check_entries", "check_place", "check_seat", "check_weight", "entry_leaf", "escape_bound", "exact_escape",
     "quantize_weight", "seat_value", "seats", "smallest_k",
@@ -96,10 +96,19 @@ class CommitteeError(VrlError, ValueError):
 
 
 class Draw(StrEnum):
-    """Which committee a claim is for (specs/committee.md §2)."""
+    """What selected a verdict's check (specs/committee.md §4): the value a verdict's ``draw``
+    carries, and for the two VRF committees (:data:`SEATS`) the input a member draws over (§2)."""
 
-    COMMITTEE = "committee"  # the round's first committee
-    RECHECK = "recheck"  # the fresh committee that re-checks a failure (specs/network.md §5.1)
+    TICKET = "ticket"  # the verifier's audit ticket at the subject's rate (specs/network.md §4)
+    COMMITTEE = "committee"  # the round's first committee; pi proves it
+    RECHECK = "recheck"  # the fresh committee that re-checks a failure (specs/network.md §5.1); pi proves it
+    NONE = "none"  # no draw: the trainer's or a pre-trusted anchor's own check
+
+
+#: The draws that claim a seat on a round's VRF committee: a verdict of one carries ``pi``
+#: over that committee's ``alpha`` and a weights entry (specs/committee.md §4).
+SEATS = frozenset({Draw.COMMITTEE, Draw.RECHECK})
+_SEAT_DOMAINS = {Draw.COMMITTEE: COMMITTEE_DOMAIN, Draw.RECHECK: RECHECK_DOMAIN}
 
 
 def smallest_k(f_star: float, eps: float) -> int:
@@ -298,7 +307,9 @@ def alpha(draw: Draw, round_: int, manifest_root: bytes) -> bytes:
         raise CommitteeError("bad_round", f"round must be a u64, got {shown(round_)}")
     if type(manifest_root) is not bytes or len(manifest_root) != 32:
         raise CommitteeError("bad_entry", f"manifest root must be 32 bytes, got {shown(manifest_root)}")
-    domain = {Draw.COMMITTEE: COMMITTEE_DOMAIN, Draw.RECHECK: RECHECK_DOMAIN}[Draw(draw)]
+    domain = _SEAT_DOMAINS.get(draw) if isinstance(draw, str) else None
+    if domain is None:
+        raise CommitteeError("bad_draw", f"only a committee or recheck seat is drawn, not {shown(draw)}")
     return domain + _u64(round_) + manifest_root
 
 

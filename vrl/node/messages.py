@@ -30,6 +30,7 @@ import msgpack
 
 from proofs.vrf import PROOF_BYTES as VRF_PROOF_BYTES
 from vrl.node import committee
+from vrl.node.committee import SEATS, Draw
 from vrl.node.wire import (
     U64,
     Bin,
@@ -94,15 +95,6 @@ STEP_DOMAIN = b"vrl/step-verdict/v1\x00"
 STEP_TICKET_DOMAIN = b"vrl/step-ticket/v1\x00"
 AUDIT_TICKET_DOMAIN = b"vrl/audit-ticket/v1\x00"
 DIGEST_DOMAIN = b"vrl/recomputed/v1\x00"
-
-
-class VerdictDraw(StrEnum):
-    """What selected a verdict's check (specs/committee.md §4)."""
-
-    TICKET = "ticket"  # the verifier's audit ticket at the subject's rate (specs/network.md §4)
-    COMMITTEE = "committee"  # the round's VRF committee; pi proves it
-    RECHECK = "recheck"  # the fresh committee that re-checks a failure; pi proves it
-    NONE = "none"  # no draw: the trainer's or a pre-trusted anchor's own check
 
 
 class Outcome(StrEnum):
@@ -267,7 +259,7 @@ class SignedVerdict(Signed):
     signature: bytes = field(default=b"", metadata=wire(Bin(SIGNATURE_BYTES)))
     # The committee claim (specs/committee.md §4): what selected the check, and for a committee
     # draw the VRF proof over the round manifest's input, checked by the receiver against it.
-    draw: VerdictDraw = field(default=VerdictDraw.TICKET, metadata=wire(Choice(VerdictDraw), since=3))
+    draw: Draw = field(default=Draw.TICKET, metadata=wire(Choice(Draw), since=3))
     pi: bytes = field(default=b"", metadata=wire(Bin(0, VRF_PROOF_BYTES), since=3))
     # The seat it claims in the paged manifest (specs/committee.md §4): the group's position in
     # the round's groups list and its path, and the verifier's weights entry and its path; all
@@ -288,7 +280,7 @@ class SignedVerdict(Signed):
         (:meth:`vrl.node.protocol.NodeProtocol.verdict_refusal`)."""
         if not self.signature_ok():
             return False
-        if self.draw != VerdictDraw.TICKET:
+        if self.draw != Draw.TICKET:
             return True
         return (signature_valid(self.verifier, AUDIT_TICKET_DOMAIN + self.group, self.ticket)
                 and (self.checked or not ticket_selected(self.ticket, self.rate)))
@@ -302,10 +294,10 @@ class SignedVerdict(Signed):
             raise FieldError("races_lost", f"{self.races_lost} races lost of {self.race_tokens} replayed")
         if self.outcome == Outcome.SKIPPED and self.race_tokens:
             raise FieldError("race_tokens", "a skipped check replayed no race")
-        ticket = self.draw == VerdictDraw.TICKET
+        ticket = self.draw == Draw.TICKET
         if len(self.ticket) != (SIGNATURE_BYTES if ticket else 0):
             raise FieldError("ticket", f"a {self.draw} draw carries {'a' if ticket else 'no'} ticket")
-        proven = self.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)
+        proven = self.draw in SEATS
         if len(self.pi) != (VRF_PROOF_BYTES if proven else 0):
             raise FieldError("pi", f"a {self.draw} draw carries {'a' if proven else 'no'} proof")
         if not ticket and self.outcome == Outcome.SKIPPED:

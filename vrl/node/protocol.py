@@ -36,7 +36,7 @@ from vrl.node import forgetting
 from vrl.node import rounds as routing
 from vrl.node.admission import AdmissionConfig
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
-from vrl.node.committee import CommitteeError
+from vrl.node.committee import SEATS, CommitteeError, Draw
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -81,7 +81,6 @@ from vrl.node.messages import (
     PolicyAnnouncement,
     SignedVerdict,
     StepVerdict,
-    VerdictDraw,
     audit_ticket,
     ticket_selected,
 )
@@ -173,9 +172,9 @@ def drawn(verdict: SignedVerdict) -> bool:
     """Whether the verifier's own draw chose this check: its ticket at the rate it states, or
     its committee seat (a claim checked on acceptance, specs/committee.md §4): a check no one
     else's report chose, whose race evidence its sequential test may count."""
-    if verdict.draw == VerdictDraw.COMMITTEE:
+    if verdict.draw == Draw.COMMITTEE:
         return verdict.checked
-    return verdict.draw == VerdictDraw.TICKET and verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
+    return verdict.draw == Draw.TICKET and verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
 
 
 def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
@@ -243,7 +242,7 @@ class NodeProtocol:
         # check under way, the draw its verdict will claim.
         self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
-        self._draws: dict[bytes, tuple[VerdictDraw, bytes]] = {}
+        self._draws: dict[bytes, tuple[Draw, bytes]] = {}
         self._evaluated, self.scans, self._fresh_cache = None, Scans(), ((), [])  # see rounds.evaluate, scans.Scans
         # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
         # digest -> version, and the trainer's own hard fail on it (digest -> its round).
@@ -519,7 +518,7 @@ class NodeProtocol:
         return list(self._fresh_cache[1])
 
     # -- verifying --------------------------------------------------------------------------
-    def _check(self, digest: bytes, version: int, draw: VerdictDraw, pi: bytes) -> list[Action]:
+    def _check(self, digest: bytes, version: int, draw: Draw, pi: bytes) -> list[Action]:
         actions = self._once(Check(digest, version))
         if actions:
             self._draws[digest] = (draw, pi)
@@ -528,7 +527,7 @@ class NodeProtocol:
     def weighs(self, verdict: SignedVerdict) -> bool:
         """Whether a verdict's word counts: its verifier's weight reaches COUNTING_WEIGHT, or, in
         the committee design, it holds a seat its claim proved (specs/committee.md §3.1, §8)."""
-        return verdict.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK) or self.counts(verdict.verifier)
+        return verdict.draw in SEATS or self.counts(verdict.verifier)
 
     def counts(self, verifier: bytes) -> bool:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
@@ -566,8 +565,8 @@ class NodeProtocol:
         if group is None:
             return []
         rate = 1.0 if self.suspect(group.subject) else self.standing(group.subject).check_rate
-        draw, pi = self._draws.pop(digest, (VerdictDraw.NONE, b""))
-        own_draw = draw == VerdictDraw.COMMITTEE if self.committee else ticket_selected(audit_ticket(self.key, digest),
+        draw, pi = self._draws.pop(digest, (Draw.NONE, b""))
+        own_draw = draw == Draw.COMMITTEE if self.committee else ticket_selected(audit_ticket(self.key, digest),
                                                                                           rate)
         if own_draw and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
             reasons = (*reasons, RACE_LOSSES)
@@ -576,16 +575,16 @@ class NodeProtocol:
 
     def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
                          rate: float | None = None, race_tokens: int = 0, races_lost: int = 0,
-                         draw: VerdictDraw = VerdictDraw.NONE, pi: bytes = b"") -> list[Action]:
+                         draw: Draw = Draw.NONE, pi: bytes = b"") -> list[Action]:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
         if group is None or (mine is not None and not _supersedes(outcome, mine)):
             return []
         claim: dict = {}
         if not self.committee:
-            draw, pi = VerdictDraw.TICKET, b""
+            draw, pi = Draw.TICKET, b""
         else:
             claim = self.rounds.claim(digest, draw)
-            if claim is None and not (draw == VerdictDraw.NONE and digest in self.planted):
+            if claim is None and not (draw == Draw.NONE and digest in self.planted):
                 return []  # a place or weight this node has not proven: no one could check it
             # (The trainer's reveal of a plant its round's lists do not hold, planted after the
             # round closed, claims no place: it is its own record; others refuse it, as the audit
@@ -608,7 +607,7 @@ class NodeProtocol:
         """Why this network's design refuses a verdict's claim (specs/committee.md §4), or None;
         ``no_manifest`` (rounds.NO_MANIFEST) while the committee design lacks its round's manifest."""
         if not self.committee:
-            return None if verdict.draw == VerdictDraw.TICKET else WRONG_DESIGN
+            return None if verdict.draw == Draw.TICKET else WRONG_DESIGN
         return self.rounds.refusal(verdict, self.reputation.pretrusted)
 
     def _received_verdict(self, verdict: SignedVerdict) -> list[Action]:

@@ -57,7 +57,7 @@ from scipy.special import betaincinv
 
 from vrl.config import U63, bounded, check_fields
 from vrl.errors import VrlError, shown
-from vrl.node.committee import CommitteeError, ManifestContent, PagedManifest
+from vrl.node.committee import CommitteeError, Draw, ManifestContent, PagedManifest
 from vrl.node.messages import (
     ManifestLists,
     MessageError,
@@ -65,7 +65,6 @@ from vrl.node.messages import (
     RoundManifest,
     SignedVerdict,
     Submission,
-    VerdictDraw,
 )
 from vrl.node.params import ProtocolParams
 from vrl.node.pooling import pooled_convictions
@@ -621,7 +620,7 @@ def report_of(verdict: SignedVerdict, subject: bytes, version: int) -> Report | 
                   verdict.platform, verdict.planted,
                   node_level=verdict.outcome == Outcome.HARD_FAIL and RACE_LOSSES in verdict.reasons,
                   race_tokens=verdict.race_tokens, races_lost=verdict.races_lost,
-                  drawn=verdict.draw == VerdictDraw.COMMITTEE and verdict.checked)
+                  drawn=verdict.draw == Draw.COMMITTEE and verdict.checked)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from proofs import merkle, vrf
 from vrl.node import committee
 from vrl.node.claims import LossClaims
-from vrl.node.committee import Draw
+from vrl.node.committee import SEATS, Draw
 from vrl.node.events import Action, FetchEntries, FetchGroup, Persist, PersistManifest, Publish, Send
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -26,7 +26,6 @@ from vrl.node.messages import (
     Outcome,
     RoundManifest,
     SignedVerdict,
-    VerdictDraw,
 )
 from vrl.node.reputation import ReputationError, withheld_of
 from vrl.node.requests import EntriesAnswer, EntriesRequest
@@ -52,9 +51,6 @@ WRONG_DESIGN = "wrong_design"
 # 5 s later than at once, while its failed groups are held back by their failures alone
 # (specs/network.md §5.2).
 REPUTATION_EVERY_SECONDS = 5.0
-
-_PROVEN = {VerdictDraw.COMMITTEE: Draw.COMMITTEE, VerdictDraw.RECHECK: Draw.RECHECK}
-
 
 class Rounds:
     """Manifests by round, what this node has proven of their lists, and the VRF outputs it
@@ -317,7 +313,7 @@ class Rounds:
             self.places[digest] = (round_, position, path)
         return round_, position, path
 
-    def claim(self, digest: bytes, draw: VerdictDraw) -> dict[str, Any] | None:
+    def claim(self, digest: bytes, draw: Draw) -> dict[str, Any] | None:
         """The claim a verdict of this node on ``digest`` carries (specs/committee.md §4): its
         place and path, and for a drawn check its weights entry and path; None if unproven."""
         place = self.places.get(digest)
@@ -325,7 +321,7 @@ class Rounds:
             return None
         round_, position, path = self._place(digest)
         fields: dict[str, Any] = {"seat": position, "seat_path": path}
-        if draw in _PROVEN:
+        if draw in SEATS:
             entry = self.weight.get(round_)
             if entry is None:
                 return None
@@ -343,10 +339,10 @@ class Rounds:
             return NO_MANIFEST
         header = manifest.header
         threshold = 0
-        if verdict.draw == VerdictDraw.NONE:
+        if verdict.draw == Draw.NONE:
             if verdict.verifier != self.trainer and verdict.verifier not in trusted:
                 return NO_CLAIM
-        elif verdict.draw == VerdictDraw.TICKET:
+        elif verdict.draw == Draw.TICKET:
             return "not_eligible"
         else:
             entry = (verdict.weight_at, verdict.weight, verdict.weight_path)
@@ -371,11 +367,11 @@ class Rounds:
         if not verdict.signature_ok():
             return "bad_signature"
         self.places.setdefault(verdict.group, (manifest.round, verdict.seat, verdict.seat_path))
-        if verdict.draw == VerdictDraw.NONE:
+        if verdict.draw == Draw.NONE:
             return None
         if verdict.verifier == verdict.subject:  # never a member for its own group (§2); the
             return "not_drawn"  # subject is the group's signer, checked once the group is known
-        draw = _PROVEN[verdict.draw]
+        draw = verdict.draw
         known_beta = self._verified.get((verdict.verifier, manifest.round, draw))
         if known_beta is not None and known_beta[0] == verdict.pi:
             beta = known_beta[1]
@@ -455,7 +451,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
         if trainer:
             unchecked = not any(node.weighs(v) for v in others)
             if failed or node.suspect(group.subject):
-                actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
+                actions += node._check(digest, group.version, Draw.NONE, b"")
             else:
                 claim = None
                 if not (any(node._audits(v) for v in others) or (
@@ -473,7 +469,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 if room <= 0:
                     node.scans.checks.defer(digest)  # looked at again once there is room
                     continue
-                new = node._check(digest, group.version, VerdictDraw.NONE, b"")
+                new = node._check(digest, group.version, Draw.NONE, b"")
                 if new and claim is not None:
                     node.rounds.claims.charge(round_, claim, budget)
                 room -= len(new)
@@ -489,7 +485,7 @@ def committee_checks(node: NodeProtocol) -> list[Action]:
                 if room <= 0:
                     node.scans.checks.defer(digest)  # looked at again once there is room
                     continue
-            new = node._check(digest, group.version, VerdictDraw(str(seat)), node.rounds.own(round_, seat)[0])
+            new = node._check(digest, group.version, seat, node.rounds.own(round_, seat)[0])
             if seat is Draw.COMMITTEE:
                 room -= len(new)
             actions += new
@@ -516,7 +512,7 @@ def late_rechecks(node: NodeProtocol) -> list[Action]:
                 or group.subject in node.quarantined):
             node.rounds.late_failures.discard(digest)  # checked, forgotten, moot, or its weights gone
             continue
-        actions += node._check(digest, group.version, VerdictDraw.NONE, b"")
+        actions += node._check(digest, group.version, Draw.NONE, b"")
     return actions
 
 
@@ -524,7 +520,7 @@ def _states_losses(verdict: SignedVerdict) -> bool:
     """Whether a member's drawn check states lost races: the trainer checks the group too, so
     that the pooled test may count them (vrl.node.pooling: a loss counts once a pre-trusted
     check found it). Under the same wait as its audits: a liar's claims delay, never stop, a step."""
-    return verdict.races_lost > 0 and verdict.draw == VerdictDraw.COMMITTEE
+    return verdict.races_lost > 0 and verdict.draw == Draw.COMMITTEE
 
 
 def _fetches(node: NodeProtocol) -> list[Action]:
@@ -677,7 +673,7 @@ def verified(node: NodeProtocol, digest: bytes) -> bool:
     the anchors no longer make (committee.md §8 says why, and what trusted_share bounds then)."""
     anchors = node.reputation.pretrusted
     return any(v.outcome == Outcome.PASS and (v.verifier in anchors or (
-        node.committee and v.draw in (VerdictDraw.COMMITTEE, VerdictDraw.RECHECK)))
+        node.committee and v.draw in SEATS))
         for v in node.verdicts[digest].values())
 
 

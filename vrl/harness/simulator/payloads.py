@@ -19,8 +19,9 @@ import random
 from dataclasses import dataclass
 
 from proofs.sampling_params import SamplingParams
+from vrl.node.committee import Draw
 from vrl.node.events import Checked
-from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, VerdictDraw, audit_ticket
+from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict, audit_ticket
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.record import Rollout, round_seed
 from vrl.tasks import RewardSpec
@@ -184,7 +185,7 @@ def liar_claim(data: bytes, key: NodeKey) -> bytes:
     be a failure, re-checked by the trainer and the recheck committee whatever the budget:
     specs/security.md). Any other verdict goes as it is."""
     verdict = SignedVerdict.from_bytes(data)
-    if verdict.draw != VerdictDraw.COMMITTEE or verdict.outcome != Outcome.PASS or not verdict.race_tokens:
+    if verdict.draw != Draw.COMMITTEE or verdict.outcome != Outcome.PASS or not verdict.race_tokens:
         return data
     return dataclasses.replace(verdict, races_lost=verdict.race_tokens, platform=LIAR_PLATFORM,
                                signature=b"").signed(key).to_bytes()
