@@ -20,11 +20,16 @@ lm-logits/64x256/v1
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from proofs.zk import Circuit, ZkError, felt, felt_int, poseidon
+
+if TYPE_CHECKING:
+    import torch  # imported where used: only zk work pays for it
 
 #: Bytes of a normalized answer the circuit holds: GSM8K and MATH numeric answers in canonical
 #: form ("n:" and a reduced fraction) fit in 32 with room; a longer answer cannot be proven.
@@ -78,21 +83,21 @@ def answer_match_instances(answer: bytes, commitment: bytes, correct: bool) -> t
     return poseidon(answer_codes(answer)), commitment, felt(int(bool(correct)))
 
 
-def _answer_match_module():
+def _answer_match_module() -> torch.nn.Module:
     import torch
 
     class AnswerMatch(torch.nn.Module):
         """correct = relu(1 - sum |answer - reference[:codes]|): 1 exactly when every code
         agrees, since the codes are integers (scale 0)."""
 
-        def forward(self, answer, reference):
+        def forward(self, answer: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
             distance = (answer - reference[:, :ANSWER_CODES]).abs().sum(dim=-1, keepdim=True)
             return torch.relu(1 - distance)
 
     return AnswerMatch()
 
 
-def _answer_match_example():
+def _answer_match_example() -> tuple[torch.Tensor, ...]:
     import torch
 
     return torch.zeros(1, ANSWER_CODES), torch.zeros(1, ANSWER_CODES + SALT_VALUES)
@@ -113,7 +118,7 @@ HIDDEN_SCALE = 13
 MAX_HIDDEN_MAGNITUDE = 1 << 33
 
 
-def quantize_hidden(rows) -> np.ndarray:
+def quantize_hidden(rows: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Hidden-state rows (float32, as captured) as the circuit's integers: ``rint(h * 2^13)``,
     ties to even, exact in float64 (specs/zk.md §10). Shape (rows, hidden), int64."""
     values = np.asarray(rows, dtype=np.float32).astype(np.float64) * float(1 << HIDDEN_SCALE)
@@ -122,7 +127,7 @@ def quantize_hidden(rows) -> np.ndarray:
     return np.rint(values).astype(np.int64)
 
 
-def hidden_hash(quantized: Sequence[int]) -> bytes:
+def hidden_hash(quantized: Iterable[int]) -> bytes:
     """Poseidon of one quantized hidden state, as signed field elements: what a record commits
     per sampled token before any position is challenged."""
     return poseidon([int(v) for v in quantized])
@@ -131,14 +136,14 @@ def hidden_hash(quantized: Sequence[int]) -> bytes:
 def lm_logits_circuit(hidden: int, vocab: int) -> Circuit:
     """The LM-head circuit of one shape (``lm-logits/{hidden}x{vocab}/v1``)."""
 
-    def module():
+    def module() -> torch.nn.Module:
         import torch
 
         head = torch.nn.Linear(hidden, vocab, bias=False)
         torch.nn.init.zeros_(head.weight)  # the keys do not depend on the weights (polycommit)
         return head
 
-    def example():
+    def example() -> tuple[torch.Tensor, ...]:
         import torch
 
         return (torch.zeros(1, hidden),)
@@ -153,7 +158,7 @@ def lm_logits_circuit(hidden: int, vocab: int) -> Circuit:
 _PINNED = {(64, 256): "0c2ce1a69af1e4e784a1fb0aebfbe19b379ab9972d2f618eedd86d80112cfe9c"}
 
 
-def lm_head_module(weight) -> object:
+def lm_head_module(weight: torch.Tensor) -> torch.nn.Module:
     """The circuit's graph with a policy's LM-head weights (vocab x hidden, float32)."""
     import torch
 

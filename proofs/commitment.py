@@ -281,13 +281,13 @@ def check_many(
     A malformed commitment gets its :class:`MalformedCommitment` in its place, so one bad
     record never stops the others from being checked.
     """
-    results: list[CommitmentCheck | MalformedCommitment | None] = [None] * len(row_sets)
+    malformed: dict[int, MalformedCommitment] = {}
     parsed: dict[int, list[tuple[int, np.ndarray]]] = {}
     for which, (data, rows) in enumerate(zip(commitments, row_sets, strict=True)):
         try:
             parsed[which] = parse(data, rows.shape[0])
         except MalformedCommitment as error:
-            results[which] = error
+            malformed[which] = error
     selections = dict(zip(parsed, _selections([row_sets[which] for which in parsed])))
     # Every chunk's polynomial is evaluated at the verifier's own points; chunks with as many
     # coefficients are stacked and evaluated together.
@@ -304,11 +304,12 @@ def check_many(
     for which, chunks in selections.items():
         for index, (_, mine) in enumerate(chunks):
             (closing if index == len(chunks) - 1 else body).append((claimed[which, index].reshape(mine.shape), mine))
+    checked: dict[int, CommitmentCheck] = {}
     if selections:
-        checked = _agreements([row_sets[which].shape[0] for which in selections], body, closing)
-        for which, result in zip(selections, checked):
-            results[which] = result
-    return results  # type: ignore[return-value]  (every slot is filled above)
+        statistics = _agreements([row_sets[which].shape[0] for which in selections], body, closing)
+        checked = dict(zip(selections, statistics, strict=True))
+    # Each commitment either failed to parse or was parsed, selected and checked.
+    return [malformed[which] if which in malformed else checked[which] for which in range(len(row_sets))]
 
 
 def _agreements(n_rows: list[int], body: list[tuple[np.ndarray, np.ndarray]],

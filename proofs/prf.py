@@ -26,6 +26,7 @@ import hashlib
 import math
 
 import numpy as np
+import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 DOMAIN_GUMBEL = b"vrl/gumbel/v1"
@@ -45,26 +46,27 @@ def position_key(sample_seed: bytes, position: int) -> bytes:
     return hashlib.sha256(DOMAIN_GUMBEL + sample_seed + position.to_bytes(4, "big")).digest()
 
 
-def keystream_words(key: bytes, count: int) -> np.ndarray:
+def keystream_words(key: bytes, count: int) -> npt.NDArray[np.uint64]:
     """The first ``count`` little-endian u64 words of the RFC 8439 ChaCha20 keystream under
     ``key`` with an all-zero nonce and the block counter starting at 0."""
     encryptor = Cipher(algorithms.ChaCha20(key, _NONCE), mode=None).encryptor()
     return np.frombuffer(encryptor.update(bytes(8 * count)), dtype="<u8")
 
 
-def raw_words(sample_seed: bytes, position: int, count: int) -> np.ndarray:
+def raw_words(sample_seed: bytes, position: int, count: int) -> npt.NDArray[np.uint64]:
     """The first ``count`` 64-bit noise words for one position (one word per token id)."""
     return keystream_words(position_key(sample_seed, position), count)
 
 
-def to_uniform(words: np.ndarray) -> np.ndarray:
+def to_uniform(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
     return ((words >> np.uint64(12)).astype(np.float64) + 0.5) * _U52_SCALE
 
 
-def to_gumbel(words: np.ndarray) -> np.ndarray:
-    return -np.log(-np.log(to_uniform(words)))
+def to_gumbel(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
+    noise: npt.NDArray[np.float64] = -np.log(-np.log(to_uniform(words)))  # numpy types a ufunc's result Any
+    return noise
 
 
-def gumbel(sample_seed: bytes, position: int, count: int) -> np.ndarray:
+def gumbel(sample_seed: bytes, position: int, count: int) -> npt.NDArray[np.float64]:
     """Standard Gumbel noise in float64 for token ids ``0 .. count-1`` at one position."""
     return to_gumbel(raw_words(sample_seed, position, count))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from proofs import prf
@@ -103,8 +104,9 @@ _RACE_BLOCK_ENTRIES = 1 << 22
 
 
 def _races(
-    scaled: np.ndarray, seeds: list[bytes], positions: list[int], reference: np.ndarray, slack: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    scaled: npt.NDArray[np.float64], seeds: list[bytes], positions: list[int], reference: npt.NDArray[np.int64],
+    slack: float,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Run one seeded race per row; returns ``(winner, best score, reference's score)`` per row.
 
     ``scaled`` is ``z/T`` with ``-inf`` outside the masks; row ``r`` races with the noise of
@@ -170,8 +172,8 @@ def _logprob_of(
 class RaceReplay:
     """The verifier's replay of every sampled position of one rollout."""
 
-    margins: np.ndarray  # raw-logit margin by which each claimed token lost its race (0 = won)
-    logprobs: np.ndarray  # the verifier's logprob of each claimed token
+    margins: npt.NDArray[np.float64]  # raw-logit margin by which each claimed token lost its race (0 = won)
+    logprobs: npt.NDArray[np.float64]  # the verifier's logprob of each claimed token
 
     def worst(self) -> tuple[int, float]:
         """The position that lost by the most, and by how much."""
@@ -202,8 +204,8 @@ def replay(
     rows = torch.arange(len(y), device=y.device)
     _check_racable(z, params)
     if params.greedy:
-        margins = z.max(dim=-1).values - z[rows, y]
-        return RaceReplay(margins.numpy(), np.zeros(len(y)))
+        lost_by = z.max(dim=-1).values - z[rows, y]
+        return RaceReplay(lost_by.numpy(), np.zeros(len(y)))
     admissible = _allowed(z, params, slack)[rows, y].numpy()
     keep = _allowed(z, params)
     keep[rows, y] = True

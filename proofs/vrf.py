@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 from nacl import bindings as _na
 from nacl import exceptions as _nacl_exceptions
@@ -111,7 +112,7 @@ def _alpha(alpha: object) -> bytes:
     return data
 
 
-def _nacl(function, *args) -> bytes:
+def _nacl(function: Callable[..., bytes], *args: bytes) -> bytes:
     """Call a libsodium binding; its refusal (a point it does not accept, an identity result)
     becomes a VrfError."""
     try:

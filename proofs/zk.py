@@ -31,13 +31,20 @@ import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, TypedDict, TypeVar
 
 import msgpack
 
 from proofs.errors import ProofsError
+
+if TYPE_CHECKING:
+    import torch  # imported where used: only zk work pays for it
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: The ezkl release whose circuits, keys and Poseidon these are. Every circuit's settings,
 #: keys and proofs belong to one release: ezkl changed its API and its defaults in each of its
@@ -119,8 +126,10 @@ class Attachment:
             raise MalformedAttachment(f"proof: must be 1 to {MAX_PROOF_BYTES} bytes")
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb([ATTACHMENT_VERSION, self.circuit, self.settings_hash, self.vk_hash, self.srs_hash,
-                              self.subject, list(self.instances), self.proof], use_bin_type=True)
+        fields = [ATTACHMENT_VERSION, self.circuit, self.settings_hash, self.vk_hash, self.srs_hash, self.subject,
+                  list(self.instances), self.proof]
+        packed: bytes = msgpack.packb(fields, use_bin_type=True)  # msgpack has no types: Any to mypy
+        return packed
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Attachment:
@@ -172,7 +181,9 @@ def felt_int(element: bytes) -> int:
 def poseidon(values: Sequence[int]) -> bytes:
     """ezkl's Poseidon hash of integers as field elements: the hash a ``hashed/public`` input
     of scale 0 shows among a proof's instances (specs/zk.md §3; vectors in specs/vectors/zk.json)."""
-    ezkl = _ezkl()
+    _require_ezkl()
+    import ezkl
+
     return bytes.fromhex(ezkl.poseidon_hash([felt(v).hex() for v in values])[0])
 
 
@@ -242,7 +253,10 @@ def dev_srs(directory: Path, logrows: int) -> Srs:
     with _locked(Path(directory)):
         if not path.exists():
             with _staging(path.parent) as staging:
-                _call(_ezkl().gen_srs, str(staging / path.name), logrows)
+                _require_ezkl()
+                import ezkl
+
+                _call(ezkl.gen_srs, str(staging / path.name), logrows)
                 # A link, never a replace: an SRS some proof already names is never overwritten.
                 os.link(staging / path.name, path)
     return Srs(path, _file_sha256(path), True, logrows)
@@ -281,8 +295,8 @@ class Circuit:
 
     id: str
     logrows: int
-    module: Callable[[], object]  # a torch.nn.Module factory
-    example: Callable[[], tuple]  # example inputs (torch tensors), one per graph input
+    module: Callable[[], torch.nn.Module]  # the graph, as a factory
+    example: Callable[[], tuple[torch.Tensor, ...]]  # example inputs, one per graph input
     input_visibility: str = "hashed/public"
     output_visibility: str = "public"
     param_visibility: str = "fixed"
@@ -349,7 +363,7 @@ def build(circuit: Circuit, workdir: Path) -> Built:
     return built
 
 
-def compiled_with(built: Built, module: object) -> Path:
+def compiled_with(built: Built, module: torch.nn.Module) -> Path:
     """``built``'s circuit compiled with the parameters of ``module`` (a torch module of the
     circuit's graph), made once per parameter set, found again by the parameters' SHA-256:
     for circuits whose parameters are ``polycommit``, whose keys fit every parameter set but
@@ -363,15 +377,18 @@ def compiled_with(built: Built, module: object) -> Path:
             _export(built.circuit, staging, module, compile_circuit=False)
             if settings_hash(staging / "settings.json") != built.settings_hash:
                 raise ZkError(f"{built.circuit.id}: these parameters do not lay out as the circuit's graph")
+            _require_ezkl()
+            import ezkl
+
             with _quiet(staging / "ezkl.log"):
-                _call(_ezkl().compile_circuit, str(staging / "circuit.onnx"), str(staging / "circuit.compiled"),
+                _call(ezkl.compile_circuit, str(staging / "circuit.onnx"), str(staging / "circuit.compiled"),
                       str(staging / "settings.json"))
             shutil.rmtree(directory, ignore_errors=True)  # an incomplete one: never a compiled circuit
             os.replace(staging, directory)
     return directory / "circuit.compiled"
 
 
-def _parameters_digest(module: object) -> str:
+def _parameters_digest(module: torch.nn.Module) -> str:
     """SHA-256 over a torch module's parameters: names, shapes, dtypes and bytes, in name order."""
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
@@ -385,7 +402,9 @@ def params_commitment(built: Built, compiled: Path, made: Keys) -> bytes:
     them in a proof (one POINT_BYTES point per polycommit column): they do not depend on the
     inputs (shared/research/ezkl.md §3.3), so zeros are used. One value per parameter set and
     SRS; what a trainer publishes per policy version (specs/zk.md §8)."""
-    ezkl = _ezkl()
+    _require_ezkl()
+    import ezkl
+
     with _staging(built.directory) as scratch:
         zeros = [[0.0] * int(x.numel()) for x in built.circuit.example()]
         (scratch / "input.json").write_text(json.dumps({"input_data": zeros}))
@@ -399,10 +418,12 @@ def params_commitment(built: Built, compiled: Path, made: Keys) -> bytes:
     return b"".join(points)
 
 
-def _export(circuit: Circuit, out: Path, module: object | None = None, compile_circuit: bool = True) -> None:
+def _export(circuit: Circuit, out: Path, module: torch.nn.Module | None = None, compile_circuit: bool = True) -> None:
     import torch
 
-    ezkl = _ezkl()
+    _require_ezkl()
+    import ezkl
+
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
         example = circuit.example()
@@ -412,10 +433,11 @@ def _export(circuit: Circuit, out: Path, module: object | None = None, compile_c
                           opset_version=17, dynamo=False,
                           input_names=[f"input{i}" for i in range(len(example))], output_names=["output0"])
     args = ezkl.PyRunArgs()
-    args.input_visibility, args.output_visibility = circuit.input_visibility, circuit.output_visibility
-    args.param_visibility = circuit.param_visibility
-    args.input_scale = args.param_scale = circuit.scale
-    args.logrows = circuit.logrows
+    # ezkl's stub declares PyRunArgs without its attributes (its pyo3 getters and setters).
+    args.input_visibility, args.output_visibility = circuit.input_visibility, circuit.output_visibility  # type: ignore[attr-defined]
+    args.param_visibility = circuit.param_visibility  # type: ignore[attr-defined]
+    args.input_scale = args.param_scale = circuit.scale  # type: ignore[attr-defined]
+    args.logrows = circuit.logrows  # type: ignore[attr-defined]
     with _quiet(out / "ezkl.log"):  # ezkl prints its layout notes (e.g. on scale 0) to stdout
         _call(ezkl.gen_settings, str(out / "circuit.onnx"), str(out / "settings.json"), py_run_args=args)
         _canonical_order(out / "settings.json")
@@ -450,7 +472,11 @@ def keys(built: Built, srs: Srs) -> Keys:
     with _locked(built.directory.parent):
         if not (directory / "vk.key").exists():
             with _staging(built.directory.parent) as staging:
-                _call(_ezkl().setup, str(built.compiled), str(staging / "vk.key"), str(staging / "pk.key"),
+                _require_ezkl()
+                import ezkl
+
+                # ezkl's stub leaves out the defaults of witness_path and disable_selector_compression.
+                _call(ezkl.setup, str(built.compiled), str(staging / "vk.key"), str(staging / "pk.key"),  # type: ignore[call-arg]
                       srs_path=str(srs.path))
                 os.replace(staging, directory)
     return Keys(built, srs, directory / "vk.key", directory / "pk.key",
@@ -460,7 +486,7 @@ def keys(built: Built, srs: Srs) -> Keys:
 # -- proving and verifying ---------------------------------------------------------------------------
 
 def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs: Srs, workdir: Path,
-          params: object | None = None) -> Attachment:
+          params: torch.nn.Module | None = None) -> Attachment:
     """Prove ``circuit`` on ``inputs`` (one list of integers per graph input, at the circuit's
     scale: value ``v`` stands for ``v / 2^scale``), with the parameters of the torch module
     ``params`` where the circuit's are polycommit. A witness that does not satisfy the circuit
@@ -470,7 +496,9 @@ def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs
     built = build(circuit, workdir)
     made = keys(built, srs)
     compiled = compiled_with(built, params) if params is not None else built.compiled
-    ezkl = _ezkl()
+    _require_ezkl()
+    import ezkl
+
     with _staging(Path(workdir)) as scratch:
         _witness(circuit, inputs, compiled, made, scratch)
         try:
@@ -486,7 +514,7 @@ def prove(circuit: Circuit, inputs: Sequence[Sequence[int]], subject: bytes, srs
 
 
 def outputs(circuit: Circuit, inputs: Sequence[Sequence[int]], workdir: Path, srs: Srs,
-            params: object | None = None) -> list[int]:
+            params: torch.nn.Module | None = None) -> list[int]:
     """What ``circuit`` outputs on ``inputs`` (as :func:`prove` takes them), as signed integers at
     its scale, without proving: the values a proof's output instances would hold."""
     built = build(circuit, workdir)
@@ -497,14 +525,25 @@ def outputs(circuit: Circuit, inputs: Sequence[Sequence[int]], workdir: Path, sr
     return [felt_int(bytes.fromhex(value)) for output in witness["outputs"] for value in output]
 
 
-def _witness(circuit: Circuit, inputs: Sequence[Sequence[int]], compiled: Path, made: Keys, scratch: Path) -> dict:
+class _Witness(TypedDict):
+    """What is read of ezkl's witness JSON (it holds more)."""
+
+    outputs: list[list[str]]  # per graph output, its values as hex field elements
+
+
+def _witness(circuit: Circuit, inputs: Sequence[Sequence[int]], compiled: Path, made: Keys,
+             scratch: Path) -> _Witness:
     """ezkl's witness for ``inputs`` in ``scratch/witness.json``, and as a dict."""
     # v / 2^scale is exact in float64 for |v| < 2^53, so ezkl's own quantization gives v back.
     data = [[float(v) / (1 << circuit.scale) for v in x] for x in inputs]
     (scratch / "input.json").write_text(json.dumps({"input_data": data}))
-    _call(_ezkl().gen_witness, str(scratch / "input.json"), str(compiled), str(scratch / "witness.json"),
+    _require_ezkl()
+    import ezkl
+
+    _call(ezkl.gen_witness, str(scratch / "input.json"), str(compiled), str(scratch / "witness.json"),
           vk_path=str(made.vk), srs_path=str(made.srs.path))
-    return json.loads((scratch / "witness.json").read_text())
+    witness: _Witness = json.loads((scratch / "witness.json").read_text())  # as ezkl 23.0.5 writes it
+    return witness
 
 
 def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: bytes, instances: Sequence[bytes],
@@ -534,21 +573,25 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
         return Reason.WRONG_INSTANCES
     if circuit.proof_bytes and len(attachment.proof) != circuit.proof_bytes:
         return Reason.INVALID_PROOF  # halo2 ignores trailing bytes: a proof has one length, or none
-    polycommit = circuit.param_visibility == "polycommit"
-    if polycommit and (not isinstance(params, bytes) or not params or len(params) % POINT_BYTES):
-        raise ZkError(f"{circuit.id}: checking its proofs needs the parameters' commitment "
-                      f"(a multiple of {POINT_BYTES} bytes)")
-    ezkl = _ezkl()
+    # For polycommit parameters: the points of the commitment the verifier expects.
+    points: list[str] | None = None
+    if circuit.param_visibility == "polycommit":
+        if not isinstance(params, bytes) or not params or len(params) % POINT_BYTES:
+            raise ZkError(f"{circuit.id}: checking its proofs needs the parameters' commitment "
+                          f"(a multiple of {POINT_BYTES} bytes)")
+        points = [params[i:i + POINT_BYTES].hex() for i in range(0, len(params), POINT_BYTES)]
+    _require_ezkl()
+    import ezkl
+
     with _staging(Path(workdir)) as scratch:
         # Only what verify reads: the instances (the verifier's own) and the proof bytes.
         (scratch / "proof.json").write_text(json.dumps({"protocol": None, "proof": list(attachment.proof),
                                                         "instances": [[i.hex() for i in instances]]}))
-        if polycommit:
+        if points is not None:
             # The proof carries the prover's commitment; the verifier's own replaces it, so a
             # proof made with other parameters does not verify (shared/research/ezkl.md §3.3).
             # ezkl reads these witness fields and no others here (measured on 23.0.5; without
             # "version" it logs a warning per proof).
-            points = [params[i:i + POINT_BYTES].hex() for i in range(0, len(params), POINT_BYTES)]
             (scratch / "witness.json").write_text(json.dumps({
                 "inputs": [], "outputs": [], "max_lookup_inputs": 0, "min_lookup_inputs": 0, "max_range_size": 0,
                 "version": EZKL_VERSION, "processed_params": {"polycommit": [points], "poseidon_hash": None}}))
@@ -560,7 +603,9 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
                     raise
                 raise ZkError(f"{circuit.id}: the parameters' commitment is not a curve point") from None
         try:
-            ok = ezkl.verify(str(scratch / "proof.json"), str(built.settings), str(made.vk), srs_path=str(held.path))
+            # ezkl's stub leaves out reduced_srs's default.
+            ok = ezkl.verify(str(scratch / "proof.json"), str(built.settings), str(made.vk),  # type: ignore[call-arg]
+                             srs_path=str(held.path))
         except BaseException as error:  # ezkl raises for a proof that fails; Rust panics are BaseExceptions
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -570,18 +615,18 @@ def verify(attachment: Attachment, circuits: dict[str, Circuit], *, subject: byt
 
 # -- internals ---------------------------------------------------------------------------------------
 
-def _ezkl():
-    """ezkl, imported on first use (4 s; only zk work pays it), at the pinned version."""
+def _require_ezkl() -> None:
+    """Import ezkl on first use (4 s; only zk work pays it), and check it is the pinned
+    version: each caller imports it after this, from the modules already loaded."""
     try:
         import ezkl
     except ImportError:
         raise ZkError(f"zk proofs need ezkl=={EZKL_VERSION}: pip install ezkl=={EZKL_VERSION}") from None
     if getattr(ezkl, "__version__", None) != EZKL_VERSION:
         raise ZkError(f"zk proofs need ezkl=={EZKL_VERSION}, found {getattr(ezkl, '__version__', 'unknown')}")
-    return ezkl
 
 
-def _call(function, *args, **kwargs):
+def _call(function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
     """An ezkl call whose failure is a ZkError naming the step: ezkl raises RuntimeError, and a
     Rust panic (an SRS too small for the circuit, say) arrives as pyo3's PanicException, a
     BaseException."""
@@ -594,7 +639,7 @@ def _call(function, *args, **kwargs):
 
 
 @contextlib.contextmanager
-def _locked(directory: Path):
+def _locked(directory: Path) -> Iterator[None]:
     """Hold ``directory``'s lock (this process's threads and other processes alike), making
     the directory first, private to its user (0700): a verifier builds its circuits and keys
     there and trusts them, so no one else may write into it."""
@@ -617,7 +662,7 @@ _QUIET = threading.Lock()
 
 
 @contextlib.contextmanager
-def _quiet(log: Path):
+def _quiet(log: Path) -> Iterator[None]:
     """Send what native code prints to file descriptors 1 and 2 to ``log`` instead."""
     with _QUIET, log.open("ab") as sink:
         saved = [os.dup(1), os.dup(2)]
@@ -632,7 +677,7 @@ def _quiet(log: Path):
 
 
 @contextlib.contextmanager
-def _staging(parent: Path):
+def _staging(parent: Path) -> Iterator[Path]:
     """A fresh directory beside the destination, removed unless moved into place."""
     parent.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
