@@ -35,9 +35,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from p2p.traffic import Count
 
@@ -181,7 +181,9 @@ def message_id(topic: str, data: bytes) -> bytes:
 
 
 Validator = Callable[[Message], Validation]
-MessageHandler = Callable[[Message], Awaitable[None]]
+#: A coroutine function (an ``async def``): each message's call runs as a task of its own, and
+#: asyncio makes tasks of coroutines only, not of other awaitables.
+MessageHandler = Callable[[Message], Coroutine[Any, Any, None]]
 RequestHandler = Callable[[PeerId, bytes], Awaitable[bytes]]
 
 
