@@ -103,13 +103,13 @@ class BlobStore:
         if data is None:
             path = self._files(digest) if self._files is not None else None
             answer = None if path is None else await asyncio.to_thread(_file_chunk, path, digest, index)
-            return msgpack.packb(answer)
+            return _pack(answer)
         if index >= _chunk_count(len(data)):
-            return msgpack.packb(None)
-        return msgpack.packb([len(data), data[index * CHUNK_BYTES:(index + 1) * CHUNK_BYTES]])
+            return _pack(None)
+        return _pack([len(data), data[index * CHUNK_BYTES:(index + 1) * CHUNK_BYTES]])
 
 
-def _file_chunk(path: Path, digest: bytes, index: int) -> list | None:
+def _file_chunk(path: Path, digest: bytes, index: int) -> list[int | bytes] | None:
     """``[size, chunk index]`` of the file at ``path``, or None if it is gone, unreadable, too
     short for that chunk, or (checked at chunk 0) not the blob ``digest`` names."""
     try:
@@ -188,7 +188,7 @@ class _Malformed(Exception):
 async def _fetch_chunk(transport: Transport, peer: PeerId, digest: bytes, index: int,
                        timeout: float) -> tuple[int, bytes] | None:
     """``(blob size, chunk)``, or None if the peer does not have it."""
-    response = await transport.request(peer, BLOB_PROTOCOL, msgpack.packb([digest, index]),
+    response = await transport.request(peer, BLOB_PROTOCOL, _pack([digest, index]),
                                        timeout=timeout, max_response=MAX_CHUNK_RESPONSE_BYTES)
     decoded = _unpack(response, max_bin_len=CHUNK_BYTES)
     if decoded is None:
@@ -205,6 +205,11 @@ def _decode_request(request: bytes) -> tuple[bytes, int]:
                                                      and index >= 0):
             return digest, index
     raise _Malformed("malformed blob request")
+
+
+def _pack(value: list[int | bytes] | None) -> bytes:
+    packed: bytes = msgpack.packb(value)  # msgpack has no types: Any to mypy
+    return packed
 
 
 def _unpack(data: bytes, *, max_bin_len: int) -> Any:

@@ -38,14 +38,14 @@ class TrioBridge:
 
     def __init__(self, thread_name: str) -> None:
         self._thread_name = thread_name
-        # asyncio side
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # asyncio side; the loop is set by start(), before any call can cross
+        self._loop: asyncio.AbstractEventLoop
         self._thread: threading.Thread | None = None
         self._pending: set[asyncio.Future[Any]] = set()
-        # trio side, set once the thread runs
-        self._ready: concurrent.futures.Future[None] | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
+        # trio side, set once the thread runs, before ``main`` (so before the start is done)
+        self._ready: concurrent.futures.Future[None]
+        self._token: trio.lowlevel.TrioToken
+        self._stop: trio.Event
         self.nursery: trio.Nursery | None = None
         """Where the bridged calls run (None until :meth:`serve` opens it): stopping cancels
         them first, and then what ``main`` set up shuts down without being cancelled itself."""
@@ -78,14 +78,16 @@ class TrioBridge:
     async def stop(self) -> None:
         """Stop serving and wait, within CLOSE_TIMEOUT, for the thread to end."""
         self.to_trio(self._stop.set, quiet=True)
-        await asyncio.to_thread(self._thread.join, CLOSE_TIMEOUT)
+        thread = self._thread
+        if thread is not None:  # None only once join() has forgotten a thread that failed to start
+            await asyncio.to_thread(thread.join, CLOSE_TIMEOUT)
 
     def fail_calls(self) -> None:
         """After :meth:`stop`: fail the calls still waiting; raise if the thread outlived it."""
         for future in self._pending:
             if not future.done():
                 future.set_exception(TransportError("transport closed"))
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             raise TransportError(f"the libp2p thread did not stop within {CLOSE_TIMEOUT} s")
 
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -196,6 +198,8 @@ class TrioBridge:
     def _start_soon(self, task: Callable[[], Awaitable[None]], if_closed: Callable[[], None]) -> None:
         """On the trio thread: start ``task`` in our nursery. An exception here would crash
         trio.run (it is a run_sync_soon callback), so a closed nursery calls ``if_closed``."""
+        # Bridged calls are made once the start is done, and serve() opened the nursery before that.
+        assert self.nursery is not None
         try:
             self.nursery.start_soon(task)
         except RuntimeError:  # the nursery is closed: we are shutting down

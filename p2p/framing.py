@@ -129,7 +129,8 @@ def parse(parser: Parser[T], data: bytes) -> tuple[T, int]:
             piece, at = data[at:at + size], at + size
             size = parser.send(piece)
     except StopIteration as done:
-        return done.value, at
+        value: T = done.value  # a Parser[T] returns a T; StopIteration.value is Any
+        return value, at
 
 
 async def read(stream: ReadStream, parser: Parser[T]) -> T:
@@ -140,7 +141,8 @@ async def read(stream: ReadStream, parser: Parser[T]) -> T:
         while True:
             size = parser.send(await read_exactly(stream, size))
     except StopIteration as done:
-        return done.value
+        value: T = done.value  # as in parse()
+        return value
 
 
 async def read_exactly(stream: ReadStream, size: int) -> bytes:
@@ -196,7 +198,7 @@ class FrameWatch:
     (:class:`VarintFrames`) to tell a frame over the RPC limit from an honest end of stream:
     py-libp2p handles the first itself and says so only in its log."""
 
-    def __init__(self, stream: Any, limit: int) -> None:
+    def __init__(self, stream: ReadStream, limit: int) -> None:
         self._stream = stream
         self.frames = VarintFrames(limit)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import multiaddr
 import trio
@@ -178,7 +178,8 @@ class PolicedPubsub(Pubsub):
             return
         watched = FrameWatch(stream, self.max_inbound_rpc_size)
         try:
-            await self.continuously_read_stream(watched)
+            # FrameWatch is the stream itself to its reader: it forwards every attribute to it.
+            await self.continuously_read_stream(cast(INetStream, watched))
         except (StreamError, IOException, RawConnError):
             pass  # the peer went away, perhaps mid-frame: not its fault as far as we can tell
         except Exception:  # ParseError (a length prefix that never ends), DecodeError, ...
@@ -246,10 +247,22 @@ class PeerWatch(INotifee):
         pass  # as listen
 
 
-@functools.lru_cache(maxsize=4096)
+# The two conversions are cached; each is called through a plain function, because a call of
+# an lru_cache wrapper is typed as taking any hashable arguments, so its callers' arguments would
+# go unchecked.
+
 def raw_key(libp2p_peer_id: bytes) -> PeerId | None:
     """The raw Ed25519 key a libp2p peer id embeds (identity multihash), or None if it is
     not such an id."""
+    return _raw_key(libp2p_peer_id)
+
+
+def libp2p_id(peer: PeerId) -> ID:
+    return _libp2p_id(peer)
+
+
+@functools.lru_cache(maxsize=4096)
+def _raw_key(libp2p_peer_id: bytes) -> PeerId | None:
     key = ID(libp2p_peer_id).extract_public_key()  # None for hashed (RSA) ids or garbage
     if key is None or key.get_type() != KeyType.Ed25519:
         return None
@@ -257,7 +270,7 @@ def raw_key(libp2p_peer_id: bytes) -> PeerId | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def libp2p_id(peer: PeerId) -> ID:
+def _libp2p_id(peer: PeerId) -> ID:
     return ID.from_pubkey(Ed25519PublicKey.from_bytes(peer))
 
 

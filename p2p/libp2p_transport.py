@@ -86,6 +86,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.network.exceptions import SwarmException
 from libp2p.network.stream.exceptions import StreamError
+from libp2p.network.swarm import Swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
@@ -220,11 +221,13 @@ class Libp2pTransport:
         # asyncio side
         self._tasks = _common.Tasks()  # the node's message handlers
         self._closing: asyncio.Future[None] | None = None
-        self._ready: concurrent.futures.Future[None] | None = None  # set once the thread serves
-        # trio side, set once the thread runs
-        self._host: IHost | None = None
-        self._pubsub: PolicedPubsub | None = None
-        self._publish_lock: trio.Lock | None = None
+        self._ready: concurrent.futures.Future[None]  # set by start(); done once the thread serves
+        # trio side, set by _main before anything that reads them runs (the host, its pubsub and
+        # the bridge's nursery all start after)
+        self._host: IHost
+        self._swarm: Swarm  # the host's network
+        self._pubsub: PolicedPubsub
+        self._publish_lock: trio.Lock
         self._stuck: set[ID] = set()  # peers the pacer no longer waits for
         self._known_addresses: dict[ID, list[multiaddr.Multiaddr]] = {}
         self._pending_inbound = 0  # inbound connections being upgraded
@@ -353,15 +356,20 @@ class Libp2pTransport:
                                                outbound_upgrade_timeout=self._limits.handshake_timeout),
         )
         swarm = host.get_network()
+        if not isinstance(swarm, Swarm):  # new_host's network is a Swarm, whose methods are wrapped here
+            raise TransportError(f"py-libp2p's host runs on a {type(swarm).__name__}, not a Swarm")
         swarm.upgrader = GatedUpgrader(swarm.upgrader, self._admits)
-        swarm.upgrade_inbound_raw_conn = functools.partial(self._upgrade_inbound, swarm.upgrade_inbound_raw_conn)
+        # A wrapper in the instance's method slot, on purpose: py-libp2p has no hook before the
+        # upgrade (module docstring), and mypy refuses any assignment to a method.
+        swarm.upgrade_inbound_raw_conn = functools.partial(  # type: ignore[method-assign]
+            self._upgrade_inbound, swarm.upgrade_inbound_raw_conn)
         router = GossipSub(protocols=list(GOSSIP_PROTOCOLS), degree=GOSSIP_DEGREE, degree_low=GOSSIP_DEGREE_LOW,
                            degree_high=GOSSIP_DEGREE_HIGH, heartbeat_interval=HEARTBEAT_SECONDS,
                            spam_protection_enabled=False)
         pubsub = PolicedPubsub(host, router, deliver=self._on_delivery, judge=self._judge,
                                penalize=self._penalize_id, banned=self._banned_id, count=self._traffic.add,
                                strict_signing=True, msg_id_constructor=_gossip_message_id)
-        self._host, self._pubsub = host, pubsub
+        self._host, self._swarm, self._pubsub = host, swarm, pubsub
         host.get_network().register_notifee(PeerWatch(self._peers_changed, self._admits))
         host.set_stream_handler(REQUEST_PROTOCOL, self._on_request_stream)
         async with host.run([self._listen]):
@@ -396,7 +404,7 @@ class Libp2pTransport:
         addresses = self._known_addresses.get(peer)
         if not addresses:
             raise PeerUnavailable(f"no known address for {peer}")
-        network = self._host.get_network()
+        network = self._swarm
         connections = network.get_connections(peer)
         if connections and all(connection.is_closed for connection in connections):
             # Closed but not yet cleaned up (seen right after the peer died): while listed,
@@ -442,7 +450,7 @@ class Libp2pTransport:
         try:
             sender = None if forwarder == self._host.get_id() else raw_key(forwarder.to_bytes())
             ruling = self._police.gossip(sender, _gossip_message_id(raw), functools.partial(self._validate, raw))
-            if ruling.ban:
+            if ruling.ban and sender is not None:  # a ban is a sender's: never one of our own publishes
                 self._hang_up_soon(libp2p_id(sender))
             return ruling.verdict is Validation.ACCEPT
         except Exception:
@@ -453,7 +461,9 @@ class Libp2pTransport:
         """Our subscription's verdict on a gossip message; REJECT if it is not one our peers send."""
         topic = raw.topicIDs[0] if len(raw.topicIDs) == 1 else None
         subscription = self._subscriptions.get(topic) if topic is not None else None
-        message = self._message(topic, raw) if subscription is not None else None
+        if topic is None or subscription is None:
+            return Validation.REJECT
+        message = self._message(topic, raw)
         return Validation.REJECT if message is None else _common.judge(subscription.validator, message)
 
     # -- misbehaving and silent peers (trio thread) --
@@ -478,7 +488,7 @@ class Libp2pTransport:
     async def _hang_up(self, peer: ID) -> None:
         with trio.move_on_after(HANG_UP_TIMEOUT):
             try:
-                await self._host.get_network().close_peer(peer)
+                await self._swarm.close_peer(peer)
             except Exception:
                 log.debug("closing the connections of banned peer %s failed", peer, exc_info=True)
 
@@ -532,13 +542,14 @@ class Libp2pTransport:
 
     async def _exchange(self, peer: ID, protocol: str, data: bytes, timeout: float,
                         max_response: int) -> tuple[int, bytes]:
-        if all(connection.is_closed for connection in self._host.get_network().get_connections(peer)):
+        if all(connection.is_closed for connection in self._swarm.get_connections(peer)):
             await self._dial(peer)
         try:
             stream = await self._host.new_stream(peer, [REQUEST_PROTOCOL])
         except Exception as error:  # as in _dial
             raise PeerUnavailable(f"cannot open a stream to {peer}: {error}") from error
         sent = trio.Event()
+        assert self._bridge.nursery is not None  # a bridged call (this one) runs in it
         # The request is written by a task of its own while we wait for the answer: a server
         # that refuses a request answers before reading it, and our write could then wait
         # forever for flow-control credit. Resetting the stream below ends such a write at a
@@ -609,6 +620,7 @@ class Libp2pTransport:
             if refusal[0] is Status.REQUEST_TOO_LARGE:  # an unknown protocol may be a newer version
                 self._penalize_trio(caller)
             return
+        assert handler is not None  # refuse() refused a request without one
         with trio.move_on_after(head.deadline_ms / 1000) as running:
             status, body = await self._bridge.in_asyncio(_common.serve(handler, caller, data, head.max_response))
         if running.cancelled_caught:  # the caller has given up

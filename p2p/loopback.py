@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import random
 from collections.abc import Callable, Iterable
 
@@ -220,7 +221,7 @@ class LoopbackNetwork:
                 continue
             node = self._nodes[peer]
             src._traffic.add(T.GOSSIP_OUT, message.topic, len(message.data))
-            self._carry(src.peer_id, peer, lambda node=node: node._receive(message, src.peer_id), self._drop_gossip)
+            self._carry(src.peer_id, peer, functools.partial(node._receive, message, src.peer_id), self._drop_gossip)
 
     def _send_request(self, src: LoopbackTransport, dst: PeerId, protocol: str, data: bytes,
                       max_response: int, reply: asyncio.Future[tuple[Status, bytes]]) -> None:
@@ -389,6 +390,7 @@ class LoopbackTransport:
             if refusal[0] is Status.REQUEST_TOO_LARGE:
                 self._penalize(caller)
             return
+        assert handler is not None  # refuse() refused a request without one
         self._traffic.add(T.REQUEST_IN, protocol, len(data))
 
         async def answer() -> None:

@@ -43,7 +43,8 @@ class PeerScores:
         self.limits = self._limits = check_limits(limits)
         self._clock = clock
         self._max_peers = max_peers
-        self._decay = 0.5 ** (DECAY_INTERVAL / limits.invalid_message_halflife)
+        # typeshed types float ** float as Any (a negative base gives a complex); 0.5 is positive
+        self._decay: float = 0.5 ** (DECAY_INTERVAL / limits.invalid_message_halflife)
         self._counts: dict[PeerId, tuple[float, float]] = {}  # peer -> (count, start of its interval)
         self._banned_until: dict[PeerId, float] = {}
         self._lock = threading.Lock()
