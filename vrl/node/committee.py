@@ -142,15 +142,20 @@ def exact_escape(honest_probabilities: Iterable[float]) -> float:
     return out
 
 
-class Standing(Protocol):
-    """What the draw weight reads of a node's standing (vrl.node.reputation.Standing)."""
+class Weighable(Protocol):
+    """What the draw weight reads of a node: :class:`vrl.node.reputation.Standing` satisfies it.
+    A protocol, not that class: reputation imports this module. Read-only, as the frozen
+    standing is."""
 
-    trust: float
-    score: float
-    quarantined: bool
+    @property
+    def trust(self) -> float: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def quarantined(self) -> bool: ...
 
 
-def seat_weights(standings: Mapping[bytes, Standing], trainer: bytes) -> dict[bytes, float]:
+def seat_weights(standings: Mapping[bytes, Weighable], trainer: bytes) -> dict[bytes, float]:
     """Each node's weight in the committee draw (specs/committee.md §3.1): its reporter weight
     (EigenTrust, specs/reputation.md §2) times its score (§5), for every node but the trainer
     that is not quarantined and weighs something. The score is what the log shows of the node,
