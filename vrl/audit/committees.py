@@ -21,13 +21,16 @@ from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
 from vrl.node import committee
-from vrl.node.committee import SEATS, Draw, WeightsTable
+from vrl.node.committee import SEATS, Draw, Refusal, WeightsTable
 from vrl.node.messages import RoundManifest
 from vrl.node.reputation import ReputationError, withheld_of
 
 CHECK = "committees"
-#: The codes a verdict's claim may be found under (:func:`_refusal` picks one; specs/audit.md §3).
-CLAIM_CODES = ("manifest_missing", "no_claim", "not_in_manifest", "not_eligible", "bad_proof", "not_drawn")
+#: The codes a verdict's claim may be found under (:func:`_refusal` picks one; specs/audit.md §3):
+#: a node's refusals but those a stored verdict cannot carry (its signature was checked as the
+#: log was read; a skip is the ``signatures`` pass's) and the ticket design's.
+CLAIM_CODES = (Refusal.MANIFEST_MISSING, Refusal.NO_CLAIM, Refusal.NOT_IN_MANIFEST, Refusal.NOT_ELIGIBLE,
+               Refusal.BAD_PROOF, Refusal.NOT_DRAWN)
 
 
 def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
@@ -87,7 +90,7 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
             reason = _refusal(v, manifests.get(v.policy_version), anchors, betas, stats)
             head = run.groups.get(v.group)
             if reason is None and v.draw in SEATS and head is not None and head.subject == v.verifier:
-                reason = ("not_drawn", Severity.ERROR, "claims a seat on its signer's own group, never its seat")
+                reason = (Refusal.NOT_DRAWN, Severity.ERROR, "claims a seat on its signer's own group, never its seat")
             if reason is None:
                 continue
             code, severity, why = reason
@@ -100,27 +103,29 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
 
 
 def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes],
-             betas: dict, stats: dict) -> tuple[str, Severity, str] | None:
+             betas: dict, stats: dict) -> tuple[Refusal, Severity, str] | None:
     if manifest is None:
-        return ("manifest_missing", Severity.WARNING,
+        return (Refusal.MANIFEST_MISSING, Severity.WARNING,
                 "cannot be checked: no audited store holds its round's manifest")
     header = manifest.header
     threshold = 0
     if v.draw == Draw.NONE:
         if v.verifier not in anchors:
-            return "no_claim", Severity.ERROR, "claims no seat, and its signer is neither the trainer nor an anchor"
+            return (Refusal.NO_CLAIM, Severity.ERROR,
+                    "claims no seat, and its signer is neither the trainer nor an anchor")
     elif v.draw not in SEATS:
-        return "not_eligible", Severity.ERROR, "carries an audit ticket in a committee network"
+        return Refusal.NOT_ELIGIBLE, Severity.ERROR, "carries an audit ticket in a committee network"
     else:
         try:
             threshold = committee.check_weight(header, v.verifier, (v.weight_at, v.weight), v.weight_path)
         except committee.CommitteeError:
-            return "not_eligible", Severity.ERROR, "claims a seat, but its weights path does not prove its signer " \
-                                                   "in the round's weights list"
+            return (Refusal.NOT_ELIGIBLE, Severity.ERROR,
+                    "claims a seat, but its weights path does not prove its signer in the round's weights list")
     try:
         committee.check_place(header, v.seat, v.group, v.seat_path)
     except committee.CommitteeError:
-        return "not_in_manifest", Severity.ERROR, "judges a group its path does not prove in its round's groups list"
+        return (Refusal.NOT_IN_MANIFEST, Severity.ERROR,
+                "judges a group its path does not prove in its round's groups list")
     if v.draw == Draw.NONE:
         return None
     draw = Draw(v.draw)
@@ -133,9 +138,9 @@ def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes]
             betas[key] = None
     beta = betas[key]
     if beta is None:
-        return "bad_proof", Severity.ERROR, "carries a VRF proof that does not verify over the round's alpha"
+        return Refusal.BAD_PROOF, Severity.ERROR, "carries a VRF proof that does not verify over the round's alpha"
     if header.seat_value(beta, v.seat) >= threshold:
-        return "not_drawn", Severity.ERROR, "claims a seat the verifier's VRF output does not give it"
+        return Refusal.NOT_DRAWN, Severity.ERROR, "claims a seat the verifier's VRF output does not give it"
     return None
 
 

@@ -32,7 +32,7 @@ __all__ = [
     "COMMITTEE_DOMAIN", "COMMITTEE_SIZE", "EPSILON", "F_STAR", "MANIFEST_SIGNING_DOMAIN", "MANIFEST_V2_DOMAIN",
     "MANIFEST_V3_DOMAIN", "MAX_COMMITTEE_SIZE", "MAX_ENTRIES_PER_REQUEST", "MAX_PAGED_ENTRIES", "RECHECK_DOMAIN",
     "SEATS", "SEAT_DOMAIN", "SEAT_RULE", "SEAT_RULES", "SEAT_V2_DOMAIN", "WEIGHT_SCALE", "CommitteeError", "Draw",
-    "Entries", "List", "ManifestContent", "ManifestHeader", "PagedManifest", "WeightsTable", "alpha",
+    "Entries", "List", "ManifestContent", "ManifestHeader", "PagedManifest", "Refusal", "WeightsTable", "alpha",
     "check_entries", "check_place", "check_seat", "check_weight", "entry_leaf", "escape_bound", "exact_escape",
     "quantize_weight", "seat_value", "seats", "smallest_k",
 ]
@@ -103,6 +103,22 @@ class Draw(StrEnum):
     COMMITTEE = "committee"  # the round's first committee; pi proves it
     RECHECK = "recheck"  # the fresh committee that re-checks a failure (specs/network.md §5.1); pi proves it
     NONE = "none"  # no draw: the trainer's or a pre-trusted anchor's own check
+
+
+class Refusal(StrEnum):
+    """Why a verdict's committee claim does not stand (specs/committee.md §4, in the order a
+    node checks it), as the node returns it and the audit's ``committees`` check finds it
+    (specs/audit.md §3); CommitteeError's ``reason`` where a claim's path does not prove it."""
+
+    MANIFEST_MISSING = "manifest_missing"  # step 1: not refused by a node, which waits, bounded, for it
+    NOT_ELIGIBLE = "not_eligible"  # step 2: no weights entry proven, or a ticket draw
+    NO_CLAIM = "no_claim"  # step 2: a draw of none from neither the trainer nor an anchor
+    NOT_IN_MANIFEST = "not_in_manifest"  # step 3
+    SKIP_IN_COMMITTEE = "skip_in_committee"  # a committee or recheck draw that skipped its check
+    BAD_SIGNATURE = "bad_signature"  # step 4
+    BAD_PROOF = "bad_proof"  # step 5
+    NOT_DRAWN = "not_drawn"  # step 6, and a seat on its own signer's group (§2)
+    WRONG_DESIGN = "wrong_design"  # a committee claim in a network of the ticket design
 
 
 #: The draws that claim a seat on a round's VRF committee: a verdict of one carries ``pi``
@@ -543,7 +559,7 @@ def seat_value(beta: bytes, position: int, rule: int) -> int:
     u64be(SHA-256("vrl/seat/v1" || 0x00 || beta || u32be(i))[0:8]); under rule 2, the u64be
     word ``i mod 8`` of SHA-512("vrl/seat/v2" || 0x00 || beta || u32be(i div 8))."""
     if type(beta) is not bytes or len(beta) != vrf.OUTPUT_BYTES:
-        raise CommitteeError("bad_proof", f"beta must be {vrf.OUTPUT_BYTES} bytes, got {shown(beta)}")
+        raise CommitteeError(Refusal.BAD_PROOF, f"beta must be {vrf.OUTPUT_BYTES} bytes, got {shown(beta)}")
     if type(position) is not int or not 0 <= position < 1 << 32:
         raise CommitteeError("bad_entry", f"a position is a u32, got {shown(position)}")
     if _seat_rule(rule) == 1:
@@ -596,13 +612,13 @@ def check_weight(header: ManifestHeader, verifier: bytes, weight: tuple[int, int
     Returns T_v."""
     if type(verifier) is not bytes or len(verifier) != 32 or type(weight) is not tuple or len(weight) != 2 \
             or type(weight[0]) is not int or type(weight[1]) is not int or not 1 <= weight[1] <= WEIGHT_SCALE:
-        raise CommitteeError("not_eligible", f"a weights entry is a 32-byte node id and (position, 1 <= w <= "
+        raise CommitteeError(Refusal.NOT_ELIGIBLE, f"a weights entry is a 32-byte node id and (position, 1 <= w <= "
                                              f"{WEIGHT_SCALE}), got {shown(verifier)}, {shown(weight)}")
     try:
         merkle.verify(header.weights_root, header.weights, (weight[0],), (entry_leaf(verifier, weight[1]),),
                       weight_path)
     except merkle.MerkleError as e:
-        raise CommitteeError("not_eligible", f"{verifier.hex()} with weight {weight[1]} at {weight[0]} "
+        raise CommitteeError(Refusal.NOT_ELIGIBLE, f"{verifier.hex()} with weight {weight[1]} at {weight[0]} "
                                              f"is not in the weights list: {e}") from None
     return header.threshold(weight[1])
 
@@ -613,7 +629,8 @@ def check_place(header: ManifestHeader, seat: int, group: bytes, group_path: tup
     try:
         merkle.verify(header.groups_root, header.groups, (seat,), (group,), group_path)
     except merkle.MerkleError as e:
-        raise CommitteeError("not_in_manifest", f"group {shown(group)} is not at position {shown(seat)}: {e}") from None
+        raise CommitteeError(Refusal.NOT_IN_MANIFEST,
+                             f"group {shown(group)} is not at position {shown(seat)}: {e}") from None
 
 
 def check_seat(header: ManifestHeader, verifier: bytes, weight: tuple[int, int], weight_path: tuple[bytes, ...],

@@ -36,7 +36,7 @@ from vrl.node import forgetting
 from vrl.node import rounds as routing
 from vrl.node.admission import AdmissionConfig
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
-from vrl.node.committee import SEATS, CommitteeError, Draw
+from vrl.node.committee import SEATS, CommitteeError, Draw, Refusal
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -91,7 +91,7 @@ from vrl.node.reputation import (
     ReputationConfig,
     report_of,
 )
-from vrl.node.rounds import NO_MANIFEST, WRONG_DESIGN, Rounds, close_rounds, committee_checks, note_withheld
+from vrl.node.rounds import Rounds, close_rounds, committee_checks, note_withheld
 from vrl.node.scans import Scans
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.node.tickets import ticket_checks
@@ -603,16 +603,16 @@ class NodeProtocol:
         return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
 
     # -- verdicts of others: the subject is derived from the group, never taken from the message
-    def verdict_refusal(self, verdict: SignedVerdict) -> str | None:
+    def verdict_refusal(self, verdict: SignedVerdict) -> Refusal | None:
         """Why this network's design refuses a verdict's claim (specs/committee.md §4), or None;
-        ``no_manifest`` (rounds.NO_MANIFEST) while the committee design lacks its round's manifest."""
+        MANIFEST_MISSING while the committee design lacks its round's manifest."""
         if not self.committee:
-            return None if verdict.draw == Draw.TICKET else WRONG_DESIGN
+            return None if verdict.draw == Draw.TICKET else Refusal.WRONG_DESIGN
         return self.rounds.refusal(verdict, self.reputation.pretrusted)
 
     def _received_verdict(self, verdict: SignedVerdict) -> list[Action]:
         refusal = self.verdict_refusal(verdict)
-        if refusal is not None and refusal != NO_MANIFEST:
+        if refusal is not None and refusal != Refusal.MANIFEST_MISSING:
             return []
         if verdict.group in self.groups and refusal is None:
             return [Persist(verdict)] if self._verdict(verdict) else []

@@ -16,7 +16,7 @@ from typing import Any
 from proofs import merkle, vrf
 from vrl.node import committee
 from vrl.node.claims import LossClaims
-from vrl.node.committee import SEATS, Draw
+from vrl.node.committee import SEATS, Draw, Refusal
 from vrl.node.events import Action, FetchEntries, FetchGroup, Persist, PersistManifest, Publish, Send
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -34,13 +34,6 @@ from vrl.rollouts.keys import NodeKey
 
 #: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
 NodeProtocol = Any
-
-#: Why a verdict's committee claim is refused (specs/committee.md §4), besides CommitteeError's
-#: codes (not_eligible, bad_proof, not_drawn).
-NO_MANIFEST = "no_manifest"  # not refused: it waits, bounded, for its round's manifest
-NOT_IN_MANIFEST = "not_in_manifest"
-NO_CLAIM = "no_claim"
-WRONG_DESIGN = "wrong_design"
 
 # A node re-evaluates reputation (EigenTrust over every report held) at most this often within a
 # round, besides at each new round, in either design (specs/reputation.md §2, committee.md §8):
@@ -329,21 +322,21 @@ class Rounds:
         return fields
 
     # -- claims of others -------------------------------------------------------------------
-    def refusal(self, verdict: SignedVerdict, trusted: frozenset[bytes]) -> str | None:
+    def refusal(self, verdict: SignedVerdict, trusted: frozenset[bytes]) -> Refusal | None:
         """Why a verdict's claim does not stand in the committee design (specs/committee.md §4),
-        or None if it does; NO_MANIFEST while its round's manifest is not held. The cheap steps
+        or None if it does; MANIFEST_MISSING while its round's manifest is not held. The cheap steps
         (manifest, weights path, groups path) come before any signature or VRF: a fresh key's
         verdict is refused after a lookup and a path of about 18 hashes."""
         manifest = self.manifests.get(verdict.policy_version)
         if manifest is None:
-            return NO_MANIFEST
+            return Refusal.MANIFEST_MISSING
         header = manifest.header
         threshold = 0
         if verdict.draw == Draw.NONE:
             if verdict.verifier != self.trainer and verdict.verifier not in trusted:
-                return NO_CLAIM
+                return Refusal.NO_CLAIM
         elif verdict.draw == Draw.TICKET:
-            return "not_eligible"
+            return Refusal.NOT_ELIGIBLE
         else:
             entry = (verdict.weight_at, verdict.weight, verdict.weight_path)
             known = self._eligible.get((manifest.round, verdict.verifier))
@@ -354,23 +347,23 @@ class Rounds:
                     threshold = committee.check_weight(header, verdict.verifier, (verdict.weight_at, verdict.weight),
                                                        verdict.weight_path)
                 except committee.CommitteeError:
-                    return "not_eligible"
+                    return Refusal.NOT_ELIGIBLE
                 self._eligible[manifest.round, verdict.verifier] = (entry, threshold)
         place = self._place(verdict.group) if verdict.group in self.places else None
         if place is None or place != (manifest.round, verdict.seat, verdict.seat_path):
             try:
                 committee.check_place(header, verdict.seat, verdict.group, verdict.seat_path)
             except committee.CommitteeError:
-                return NOT_IN_MANIFEST
+                return Refusal.NOT_IN_MANIFEST
         if verdict.outcome == Outcome.SKIPPED:
-            return "skip_in_committee"
+            return Refusal.SKIP_IN_COMMITTEE
         if not verdict.signature_ok():
-            return "bad_signature"
+            return Refusal.BAD_SIGNATURE
         self.places.setdefault(verdict.group, (manifest.round, verdict.seat, verdict.seat_path))
         if verdict.draw == Draw.NONE:
             return None
         if verdict.verifier == verdict.subject:  # never a member for its own group (§2); the
-            return "not_drawn"  # subject is the group's signer, checked once the group is known
+            return Refusal.NOT_DRAWN  # subject is the group's signer, checked once the group is known
         draw = verdict.draw
         known_beta = self._verified.get((verdict.verifier, manifest.round, draw))
         if known_beta is not None and known_beta[0] == verdict.pi:
@@ -379,9 +372,9 @@ class Rounds:
             try:
                 beta = vrf.verify(verdict.verifier, verdict.pi, header.alpha(draw))
             except vrf.VrfError:
-                return "bad_proof"
+                return Refusal.BAD_PROOF
             self._verified[verdict.verifier, manifest.round, draw] = (verdict.pi, beta)
-        return None if header.seat_value(beta, verdict.seat) < threshold else "not_drawn"
+        return None if header.seat_value(beta, verdict.seat) < threshold else Refusal.NOT_DRAWN
 
 
 class _RoundOf(Mapping):

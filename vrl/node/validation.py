@@ -6,6 +6,7 @@ state already knows."""
 from __future__ import annotations
 
 from p2p.transport import Message, Validation
+from vrl.node.committee import Refusal
 from vrl.node.groups import GroupCache
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -23,7 +24,6 @@ from vrl.node.messages import (
 )
 from vrl.node.metrics import NodeMetrics
 from vrl.node.protocol import NodeProtocol
-from vrl.node.rounds import NO_CLAIM, NO_MANIFEST
 from vrl.node.wire import NewerVersion
 from vrl.rollouts.record import RecordError, Rollout
 
@@ -63,10 +63,10 @@ class Validator:
                 # The design's claim first (specs/committee.md §4): in the committee design a
                 # fresh key is refused on a table lookup, before its signature is checked. Every
                 # refusal but these two follows from the signed manifest alike at every node, so
-                # an honest forwarder never sends one: NO_MANIFEST (not yet here; backfill brings
-                # it again) and NO_CLAIM (whom a node pre-trusts is its own configuration).
+                # an honest forwarder never sends one: MANIFEST_MISSING (not yet here; backfill
+                # brings it again) and NO_CLAIM (whom a node pre-trusts is its own configuration).
                 refusal = protocol.verdict_refusal(verdict)
-                if refusal in (NO_MANIFEST, NO_CLAIM):
+                if refusal in (Refusal.MANIFEST_MISSING, Refusal.NO_CLAIM):
                     return Validation.IGNORE
                 if refusal is not None:
                     self.metrics.invalid.labels(message.topic).inc()

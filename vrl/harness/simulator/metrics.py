@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 import msgpack
 
 from p2p.blobs import CHUNK_BYTES
+from vrl.node.committee import Refusal
 from vrl.node.config import TRAINER_ADVERSARIES
 from vrl.node.messages import Outcome
 
 from .spec import LAZY, SPOOFS, CostModel, SimConfig
 
 #: Claim refusals (specs/committee.md §4) that come after the verdict's signature was checked.
-SIGNED_REFUSALS = frozenset({"bad_signature", "bad_proof", "not_drawn"})
+SIGNED_REFUSALS = frozenset({Refusal.BAD_SIGNATURE, Refusal.BAD_PROOF, Refusal.NOT_DRAWN})
 # A chunk's request body on /vrl/blob/1 (p2p.blobs.fetch_blob): msgpack [digest, index], 36
 # bytes (as the devnet's request_out of /vrl/blob/1 counts them, bench/results/devnet-costs.json).
 BLOB_REQUEST_BYTES = len(msgpack.packb([bytes(32), 0]))
@@ -186,7 +187,7 @@ class Metrics:
         self.sybil_messages += 1
         self.sybil_bytes += msg.size
 
-    def sybil_delivery(self, node, msg, refusal: str | None, group_size: int) -> None:
+    def sybil_delivery(self, node, msg, refusal: Refusal | None, group_size: int) -> None:
         if node.kind:
             return  # an honest receiver's cost only
         cost = self.sybil_cost
