@@ -43,6 +43,7 @@ from vrl.node.messages import (
     PolicyAnnouncement,
     RoundManifest,
     SignedVerdict,
+    StepOutcome,
     StepVerdict,
     Submission,
     topic_of,
@@ -268,7 +269,7 @@ class Node:
                 self._spawn(self._events(self.steps.replay(announcement)))
             case P.PersistStep(verdict):
                 self.store.put_step(verdict, time.time())
-                if verdict.outcome == "fraud":
+                if verdict.outcome == StepOutcome.FRAUD:
                     self.log.warning("step reported as fraud", version=verdict.version,
                                      reporter=verdict.verifier.hex()[:8], reasons=list(verdict.reasons))
             case P.ConvictTrainer(trainer, version, reasons, reporters):
