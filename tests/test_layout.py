@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # Lower rank, lower layer. vrl/__init__.py is the public face, so it sits on top with the CLI;
 # so does the harness, which drives the node (vrl.harness imports vrl.node and vrl.cli).
@@ -35,13 +37,21 @@ def layer(module: str) -> int:
 
 
 def imports(path: Path) -> list[tuple[str, list[str], int]]:
-    """``(module, names, line)`` for every import in the file, at any depth (lazy ones too)."""
+    """``(module, names, line)`` for every import in the file, at any depth (lazy ones and
+    ``if TYPE_CHECKING:`` ones too), a relative one (``from .driver import x``) by its
+    absolute name."""
     found = []
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found += [(alias.name, [], node.lineno) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.module, [alias.name for alias in node.names], node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module:
+                found.append((module, [alias.name for alias in node.names], node.lineno))
     return found
 
 
@@ -203,3 +213,21 @@ def test_no_file_in_vrl_is_over_700_lines(tmp_path: Path) -> None:
     (tmp_path / "vrl" / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
     (tmp_path / "vrl" / "small.py").write_text("x = 1\n" * MAX_LINES)
     assert files_over(MAX_LINES, tmp_path) == ["vrl/big.py: 701"]  # the check can fail
+
+
+def test_a_relative_import_is_followed_even_when_only_for_type_checking(tmp_path, monkeypatch):
+    """``from .driver import SimNode`` under ``if TYPE_CHECKING:`` closes a cycle as any import
+    does (the simulator's actions and driver once took each other's names so)."""
+    import tests.test_layout as rules
+
+    (tmp_path / "vrl" / "sim").mkdir(parents=True)
+    for package in ("vrl", "vrl/sim"):
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "vrl" / "sim" / "driver.py").write_text("from .actions import Actions\n")
+    (tmp_path / "vrl" / "sim" / "actions.py").write_text("import typing\nif typing.TYPE_CHECKING:\n"
+                                                       "    from . import driver\n")
+    monkeypatch.setattr(rules, "ROOT", tmp_path)
+    assert rules.vrl_graph() == {"vrl": set(), "vrl.sim": set(), "vrl.sim.driver": {"vrl.sim.actions"},
+                                 "vrl.sim.actions": {"vrl.sim.driver"}}
+    with pytest.raises(AssertionError):
+        rules.test_no_import_cycle()

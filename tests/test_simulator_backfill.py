@@ -247,7 +247,7 @@ def test_the_daemon_model_hands_again_at_a_new_round_what_a_pass_brought_and_the
     whose group it lacks) is handed to it again at the first pass of a new round: from memory, at
     no cost in bytes, with the cursor kept across rounds (vrl.node.catchup.Backfill.deferred); by
     paging the window whole again in the "-round" model. Not at the passes within a round."""
-    from vrl.harness.simulator.driver import Msg
+    from vrl.harness.simulator.nodes import Msg
     from vrl.harness.simulator.stores import daemon_pass
     from vrl.node import events as E
     from vrl.node.messages import TOPIC_VERDICTS

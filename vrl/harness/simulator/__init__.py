@@ -7,14 +7,15 @@ token), what a check finds (the adversary's ground truth; the calibrated honest 
 rate), the time of the trainer's step and of its replays, and generation beyond its time
 (records carry synthetic tokens of realistic size, signed for real). Modules: ``spec``
 (settings, adversary specs, costs), ``network`` (links, gossipsub mesh, latency, faults),
-``payloads`` (real messages, the ground truth), ``driver`` (the clock, the nodes, gossip and
-the inbox), ``actions`` (what each protocol action does, its work charged in time),
-``metrics`` (what is measured, in the calibration's definitions). ``bench/simulate.py`` is
-the command line.
+``payloads`` (real messages, the ground truth), ``nodes`` (a simulated node, a gossiped
+message), ``driver`` (the clock, the nodes, gossip and the inbox), ``actions`` (what each
+protocol action does, its work charged in time), ``stores`` (what each store holds and
+backfill pages), ``making`` (groups made ahead in other processes), ``metrics`` (what is
+measured, in the calibration's definitions). ``bench/simulate.py`` is the command line.
 """
 
 from .driver import Simulation
 from .spec import ALL_ADVERSARIES, AdversarySpec, SimConfig, SpecError, parse_adversaries
 
-__all__ = ["ALL_ADVERSARIES", "AdversarySpec", "SimConfig", "SimConfig", "Simulation", "SpecError",
+__all__ = ["ALL_ADVERSARIES", "AdversarySpec", "SimConfig", "Simulation", "SpecError",
            "parse_adversaries"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import typing
 
 from vrl.harness.adversary import CHEAT_FROM, take_freshest
 from vrl.node import committee
@@ -26,11 +25,9 @@ from vrl.node.messages import (
 from vrl.node.requests import EntriesAnswer, EntriesRequest
 from vrl.rollouts.keys import NodeKey
 
+from .nodes import SimNode
 from .payloads import Truth, announcement, check_result, liar_claim
 from .stores import keep, keep_action
-
-if typing.TYPE_CHECKING:
-    from .driver import SimNode
 
 # The seed of a planted group's throw-away producer (specs/README.md lists it among the local tags).
 CANARY_DOMAIN = b"vrl/sim/canary\x00"

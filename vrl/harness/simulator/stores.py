@@ -48,6 +48,8 @@ from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
 from vrl.node.messages import TOPIC_GROUPS, TOPIC_STEPS, TOPIC_VERDICTS, Outcome, StepOutcome, schema_of
 from vrl.node.requests import BACKFILL_HAVE_MAX, BACKFILL_MAX_MESSAGES, SHORT_ID_BYTES, BackfillPage, BackfillRequest
 
+from .nodes import Msg
+
 BACKFILL_MODELS = ("gossip", "daemon", "gossip-cursor", "daemon-cursor", "gossip-round", "daemon-round",
                    "gossip-full", "daemon-full")
 # A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
@@ -242,8 +244,6 @@ def keep_action(sim, node: int, action) -> None:
     version = next(getattr(message, a) for a in ("policy_version", "version", "round") if hasattr(message, a))
     data = message.to_bytes()
     if not ledger.has(node, version, data):
-        from .driver import Msg  # (the driver imports this module)
-
         topic = schema_of(type(message)).topic
         ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
 
