@@ -29,6 +29,17 @@ def tiny() -> Model:
 
 
 @pytest.fixture(scope="session")
+def quick_base(tmp_path_factory):
+    """The quickly taught base model (support.QUICK), built once per test run (and xdist worker):
+    the tests that train or replay steps read it, none writes to it."""
+    from support import QUICK
+
+    from vrl.rl.base_model import build_base_model
+
+    return build_base_model(QUICK, tmp_path_factory.mktemp("base") / "quick")
+
+
+@pytest.fixture(scope="session")
 def node() -> vrl.NodeKey:
     return vrl.NodeKey.from_seed(b"test-node".ljust(32, b"\0"))
 

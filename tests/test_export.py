@@ -19,13 +19,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_train import QUICK
+from support import QUICK
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 import vrl
 from vrl.cli import app
-from vrl.rl.base_model import build_base_model
 from vrl.rl.checkpoint import MANIFEST
 from vrl.rl.export import PROVENANCE_FILE, ExportError, export, hash_prefix, open_checkpoint
 from vrl.rl.train import TrainConfig, Trainer
@@ -38,10 +37,10 @@ def flat(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[Path, Path, dict]:
+def run(tmp_path_factory, quick_base) -> tuple[Path, Path, dict]:
     """(the base model's directory, a finished 4-step run, its final metrics line)."""
     root = tmp_path_factory.mktemp("export")
-    base = build_base_model(QUICK, root / "base")
+    base = quick_base
     # Steps 3 and 4 must move the weights, or a checkpoint cannot be told from the newest one.
     # A step moves them only if a group's rewards differ; the quick base answers about 15% of
     # sums (measured), so 4 groups of 4 learned nothing in two steps about once in 200 runs

@@ -15,8 +15,8 @@ import hashlib
 
 import pytest
 import torch
+from support import QUICK, ROUND, TRAINER, WORKER
 from test_node import drive
-from test_replay import QUICK, ROUND, TRAINER, WORKER
 
 from p2p.loopback import LoopbackNetwork
 from proofs import zk
@@ -26,7 +26,6 @@ from vrl.node.config import ConfigError, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
 from vrl.node.work import PolicyTrainer, Work, WorkConfig
-from vrl.rl.base_model import build_base_model
 from vrl.rl.step import replay
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.generate import iter_generate
@@ -92,9 +91,9 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def private(tmp_path_factory, zk_workdir, one_thread) -> PrivateStep:
+def private(tmp_path_factory, zk_workdir, one_thread, quick_base) -> PrivateStep:
     root = tmp_path_factory.mktemp("private")
-    base = build_base_model(QUICK, root / "base")
+    base = quick_base
     arithmetic, _ = open_task_set(QUICK.tasks)
     public_tasks, key = commit_answers(arithmetic.task(i) for i in range(96))
     public = TaskList("private", tuple(public_tasks))

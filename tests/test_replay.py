@@ -12,11 +12,10 @@ import hashlib
 
 import pytest
 import torch
-from test_train import QUICK
+from support import QUICK, ROUND, STRANGER, TRAINER, WORKER
 
 from vrl.node.messages import Group, PolicyAnnouncement, StepFault
 from vrl.node.work import PolicyTrainer, Work, WorkConfig, judge_step, tampered
-from vrl.rl.base_model import build_base_model
 from vrl.rl.step import StepConfig, optimizer_bytes, replay
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.generate import iter_generate
@@ -24,9 +23,6 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, platform_tag
 from vrl.rollouts.verify import Expectations
 from vrl.tasks import open_task_set
-
-TRAINER, WORKER, STRANGER = (NodeKey.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
-ROUND = bytes(32)  # the round seed the groups are sampled (and checked) with
 
 
 @dataclasses.dataclass
@@ -61,9 +57,9 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def step(tmp_path_factory, one_thread) -> Step:
+def step(tmp_path_factory, one_thread, quick_base) -> Step:
     root = tmp_path_factory.mktemp("replay")
-    base = build_base_model(QUICK, root / "base")
+    base = quick_base
     config = TrainConfig(model=str(base), task=QUICK.tasks, group_size=4, groups_per_step=8, max_new_tokens=4,
                          learning_rate=1e-3, warmup_steps=1, held_out=8, eval_every=1000, steps=10,
                          checkpoint_every=1)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from support import QUICK
 from typer.testing import CliRunner
 
 import vrl
@@ -22,17 +23,12 @@ from vrl.rl.grpo import GRPOConfig
 from vrl.rl.plots import plot_run
 from vrl.rl.train import RunError, TrainConfig, Trainer
 from vrl.rollouts.forward import decode
-from vrl.rollouts.presets import BaseModelConfig, read_meta
-
-# A smaller, faster build than scripts/build-base-model: one-digit sums, which a few hundred
-# examples teach well enough that sampled groups have mixed rewards.
-QUICK = BaseModelConfig(tasks="arithmetic:digits=1,ops=+", steps=60, batch_size=32, learning_rate=3e-3,
-                        warmup_steps=10, held_out=64)
+from vrl.rollouts.presets import read_meta
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return build_base_model(QUICK, tmp_path_factory.mktemp("base") / "quick")
+def base(quick_base):
+    return quick_base
 
 
 def config(base, **changes) -> TrainConfig:
