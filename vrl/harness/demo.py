@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from vrl import generate, iter_records, load_model, sampling_for, verify, write_rollouts
-from vrl.cli import configure_logging, verdict_table
+from vrl.logs import configure_logging
 from vrl.node.work import tampered
 from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.tables import verdict_table
 from vrl.tasks import Task, TaskList
 
 console = Console(width=None if Console().is_terminal else 150)
