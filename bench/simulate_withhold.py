@@ -87,12 +87,13 @@ def per_message_costs(repeat: int = 2000) -> dict:
 
 class AdmissionPool:
     """How many decided groups each of the trainer's admission draws chose from, and of which
-    kind (honest, withhold, ...): wraps vrl.node.protocol's ``admit`` for the run, measuring only."""
+    kind (honest, withhold, ...): wraps ``admit`` where the trainer's batch rule calls it
+    (vrl.node.batches) for the run, measuring only."""
 
     def __init__(self, simulation: Simulation) -> None:
-        import vrl.node.protocol as protocol
+        import vrl.node.batches as batches
 
-        self.protocol, self.admit, self.steps = protocol, protocol.admit, []
+        self.batches, self.admit, self.steps = batches, batches.admit, []
         kinds = {n.key.node_id: n.kind or "honest" for n in simulation.nodes}
 
         def counted(candidates, config, seed):
@@ -105,10 +106,10 @@ class AdmissionPool:
                                                  for k in sorted(set(kind))}})
             return batch
 
-        protocol.admit = counted
+        batches.admit = counted
 
     def close(self) -> dict:
-        self.protocol.admit = self.admit
+        self.batches.admit = self.admit
         full = sum(s["candidates"] <= s["batch"] for s in self.steps)
         return {"steps": len(self.steps), "steps_with_no_choice": full, "per_step": self.steps}
 
