@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import vrl
 import vrl.audit
 from vrl.audit.index import index_run
-from vrl.audit.reexecute import Models
+from vrl.audit.models import Models
 from vrl.cli import app
 from vrl.node.config import NodeConfig
 from vrl.node.store import Store

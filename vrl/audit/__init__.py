@@ -11,30 +11,35 @@
     report.write_html("audit.html")                      # or report.to_json(); report.exit_code
 
 What each check does, and the bytes of the JSON report, are specs/audit.md.
+
+Importing this package loads no model code: the command line reads its checks
+(:mod:`vrl.audit.registry`) and defaults while ``vrl --help`` starts. An audit imports the
+checks, and torch with them, when it is opened.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from vrl.audit.checks import check_batches, check_duplicates, check_planted, check_reputation, collect_latency
-from vrl.audit.committees import check_committees
-from vrl.audit.evaluation import check_evaluation, check_sampling
 from vrl.audit.findings import Finding, Severity
-from vrl.audit.index import Run, index_run
-from vrl.audit.reexecute import Models, check_accuracy, check_groups, check_steps
-from vrl.audit.replay import StepCheck, replay_step, replay_steps
+from vrl.audit.registry import REGISTRY, CheckContext, Runner, Tally
 from vrl.audit.report import Report
-from vrl.audit.sources import AuditError, Inputs, open_inputs
 
-#: Every check, in the order they run (specs/audit.md §3). ``signatures`` always runs: it is
-#: the pass that reads the log. ``admission`` and ``quarantine`` are one pass over the batches.
-CHECKS = ("signatures", "reputation", "duplicates", "lazy_verifiers", "committees", "admission", "quarantine", "groups",
-          "steps", "accuracy", "evaluation", "sampling")
+if TYPE_CHECKING:
+    from vrl.audit.index import Run
+    from vrl.audit.models import Models
+    from vrl.audit.replay import StepCheck, replay_step, replay_steps
+    from vrl.audit.sources import AuditError, Inputs
+
+#: Every check, in the order they run (specs/audit.md §3; :data:`vrl.audit.registry.REGISTRY`).
+#: ``signatures`` always runs: it is the pass that reads the log.
+CHECKS = REGISTRY.names
 #: The checks that re-execute models, at ``sample``; the others read the whole log.
-REEXECUTING = ("groups", "steps", "accuracy")
+REEXECUTING = tuple(check.name for check in REGISTRY if check.reexecutes)
 #: The default share of re-executed items: the verifiers' own step_audit_rate
 #: (vrl.node.params.ProtocolParams), so an audit costs about what one more verifier did.
 DEFAULT_SAMPLE = 0.25
@@ -42,6 +47,24 @@ DEFAULT_SAMPLE = 0.25
 # vrl.audit.open is called by its module's name; ``from vrl.audit import *`` must not shadow open().
 __all__ = ["CHECKS", "DEFAULT_SAMPLE", "Audit", "AuditError", "Finding", "Report", "Severity", "StepCheck",
            "replay_step", "replay_steps"]
+# The names this package gives from modules that load torch, imported when first asked for.
+_LATER = {"AuditError": "vrl.audit.sources", "StepCheck": "vrl.audit.replay", "replay_step": "vrl.audit.replay",
+          "replay_steps": "vrl.audit.replay"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LATER:
+        return getattr(importlib.import_module(_LATER[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _runners() -> None:
+    """Every declared check bound to its function: the modules whose checks bind their
+    functions to the registry as they are imported, imported."""
+    from vrl.audit import checks, committees, evaluation, reexecute  # noqa: F401
+
+    if unbound := REGISTRY.unbound():
+        raise RuntimeError(f"audit checks declared but run by no function: {', '.join(unbound)}")
 
 
 class Audit:
@@ -49,6 +72,7 @@ class Audit:
     the stores."""
 
     def __init__(self, inputs: Inputs) -> None:
+        _runners()
         self.inputs = inputs
         self.closed = False
 
@@ -72,12 +96,16 @@ class Audit:
         ``allow_dev_srs``. A network whose reward runs code (code/v1) is re-executed only with
         ``allow_code_rewards``: its node.toml, among the inputs, chose that code. Raises
         :class:`AuditError` for an unknown check or a share outside [0, 1]."""
+        from vrl.audit.checks import collect_latency
+        from vrl.audit.index import index_run
+        from vrl.audit.models import Models
+        from vrl.audit.sources import AuditError
+
         if self.closed:
             raise AuditError("this audit is closed: vrl.audit.open() the inputs again")
         chosen = tuple(CHECKS if checks is None else dict.fromkeys([checks] if isinstance(checks, str) else checks))
-        unknown = [c for c in chosen if c not in CHECKS]
-        if unknown:
-            raise AuditError(f"unknown check {unknown[0]!r}; choose from {', '.join(CHECKS)}")
+        if (unknown := REGISTRY.unknown(chosen)) is not None:
+            raise AuditError(unknown)
         _check_share(sample)
         chosen = ("signatures", *(c for c in chosen if c != "signatures"))
         tell = progress or (lambda what, n: None)
@@ -87,56 +115,33 @@ class Audit:
         run = index_run(self.inputs, tell, findings)
         seconds["signatures"] = time.perf_counter() - started
         models: Models | None = None
-        done: set = set()
+        ran: set[Runner] = set()
         for name in chosen[1:]:
             started = time.perf_counter()
-            if name in REEXECUTING and models is None:
+            if REGISTRY[name].reexecutes and models is None:
                 models = Models(run, srs, allow_dev_srs, allow_code_rewards)
-            if name == "reputation":
-                check_reputation(run, findings, tell, sample)
-            elif name == "duplicates":
-                check_duplicates(run, findings, tell, sample)
-            elif name == "lazy_verifiers":
-                check_planted(run, findings, tell, sample)
-            elif name == "committees":
-                check_committees(run, findings, tell, sample)
-            elif name in ("admission", "quarantine") and "batches" not in done:
-                done.add("batches")
-                check_batches(run, findings, tell, sample)
-            elif name == "groups":
-                check_groups(run, findings, tell, sample, models)
-            elif name == "steps":
-                check_steps(run, findings, tell, sample, models)
-            elif name == "accuracy":
-                check_accuracy(run, findings, tell, sample, models)
-            elif name == "evaluation":
-                check_evaluation(run, findings, tell, srs, allow_dev_srs)
-            elif name == "sampling":
-                check_sampling(run, findings, tell, srs, allow_dev_srs)
+            runner = REGISTRY.runner(name)
+            if runner not in ran:  # one pass may run several checks (admission and quarantine)
+                ran.add(runner)
+                runner(CheckContext(run, findings, tell, sample, models, srs, allow_dev_srs))
             seconds[name] = time.perf_counter() - started
         collect_latency(run)
         return _report(run, chosen, sample, findings, seconds, models)
 
     def work(self, sample: float = DEFAULT_SAMPLE) -> dict[str, int]:
-        """How many items each re-executing check will do at ``sample``, for a progress bar."""
+        """How many items each check will tell its progress in at ``sample``, for a progress
+        bar: every check's estimate (:class:`vrl.audit.registry.AuditCheck`)."""
         from vrl.audit.checks import sampled
 
         _check_share(sample)
-        stores = self.inputs.nodes
-        groups = {row[0] for node in stores for row in node.store.group_headers()}
-        versions = max((node.store.counts()["policies"] for node in stores), default=0)
-        return {"signatures": sum(node.store.counts()["groups"] for node in stores),
-                "duplicates": len(groups),
-                "groups": sum(sampled(d, sample) for d in groups),
-                "steps": int(versions * sample) + 1,
-                "evaluation": len(self.inputs.claims),
-                "sampling": len(self.inputs.rollout_files),
-                "accuracy": int(versions * sample) + 2}
+        return REGISTRY.work(Tally(self.inputs, sampled), sample)
 
 
 def _check_share(sample: object) -> None:
     """A share of items is a number in [0, 1]; NaN, infinities and booleans are not."""
     if isinstance(sample, bool) or not (isinstance(sample, (int, float)) and 0.0 <= sample <= 1.0):
+        from vrl.audit.sources import AuditError
+
         raise AuditError(f"sample must be a share between 0 and 1, got {sample!r}")
 
 
@@ -144,6 +149,8 @@ def open(paths: Iterable[str | Path] | str | Path) -> Audit:  # noqa: A001 (the 
     """An :class:`Audit` of these inputs: devnet folders, node folders, node stores
     (``node.sqlite``, opened read-only) and rollout files. Raises :class:`AuditError`, naming
     the path, for one it cannot use."""
+    from vrl.audit.sources import open_inputs
+
     return Audit(open_inputs([Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]))
 
 

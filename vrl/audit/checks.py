@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 from vrl.audit.findings import Finding, Severity
-from vrl.audit.index import GroupHead, Progress, Run, StoreIndex, VerdictHead, file_records, finding, short
+from vrl.audit.index import GroupHead, Run, StoreIndex, VerdictHead, file_records, finding, short
+from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.node.admission import AdmissionConfig
 from vrl.node.committee import SEATS
 from vrl.node.config import NODE_OVERRIDES
@@ -93,12 +94,15 @@ def _as_verdict(v: VerdictHead, head: GroupHead) -> SignedVerdict:
                          race_tokens=v.race_tokens, races_lost=v.races_lost, signature=b"")
 
 
-def check_reputation(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+@REGISTRY.runs("reputation")
+def check_reputation(audit: CheckContext) -> None:
     """Each store's reputation snapshot against the same view replayed from its verdict log;
     and the per-round scores the report plots (the trainer's view where its store is here)."""
+    run, findings, progress = audit.run, audit.findings, audit.progress
     check = "reputation"
     compared = 0
     for index in run.stores:
+        progress(check, 1)
         owner = index.node.owner
         where = str(index.node.store.path)
         snapshot = index.node.store.snapshot()
@@ -197,11 +201,13 @@ def _views_agree(run: Run, findings: list[Finding]) -> None:
 
 # -- duplicates and replays across the whole history -------------------------------------------
 
-def check_duplicates(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+@REGISTRY.runs("duplicates")
+def check_duplicates(audit: CheckContext) -> None:
     """specs/verification.md §6 sees one verify call; this sees the run. A record (its bytes)
     in two groups is a replay; two different records in one sample slot (signer, round seed,
     group, sample) are a node submitting twice for one slot; two groups in one slot are the
     same at the group level."""
+    run, findings, progress = audit.run, audit.findings, audit.progress
     check = "duplicates"
     records: dict[bytes, bytes] = {}  # 16 bytes of the record's SHA-256 -> its group
     slots: dict[bytes, bytes] = {}  # 16 bytes of the slot's hash -> 16 bytes of the record's hash
@@ -257,14 +263,17 @@ def check_duplicates(run: Run, findings: list[Finding], progress: Progress, shar
 
 # -- planted groups, quarantine, admission: the trainer's batches against the rules -----------------
 
-def check_planted(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+@REGISTRY.runs("lazy_verifiers")
+def check_planted(audit: CheckContext) -> None:
     """A pass on a group the trainer planted is a verifier that did not check (its canary is
     known bad: specs/network.md §5.3), whoever it told."""
+    run, findings, progress = audit.run, audit.findings, audit.progress
     check = "lazy_verifiers"
     passes = 0
     said = set()
     for index in run.stores:
         for v in index.verdicts:
+            progress(check, 1)
             if v.group in run.planted and v.outcome == Outcome.PASS and v.id not in said:
                 said.add(v.id)
                 passes += 1
@@ -393,10 +402,12 @@ def _trusted_share(run: Run, findings: list[Finding], a: PolicyAnnouncement, hea
                                 allowed=allowed))
 
 
-def check_batches(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
+@REGISTRY.runs("admission", "quarantine")
+def check_batches(audit: CheckContext) -> None:
     """Every announced batch against the protocol's rules (specs/reputation.md §6, network.md
     §5): known groups only, no planted group, fresh groups, the per-node cap, weights of mean
     1, no group trained twice, and no group of a node quarantined a whole round before."""
+    run, findings, progress = audit.run, audit.findings, audit.progress
     check = "admission"
     # Without a node.toml among the inputs, the settings a node runs when its node.toml sets
     # none: NodeConfig's, which override AdmissionConfig's own (vrl train's) batch_groups and
@@ -428,6 +439,8 @@ def check_batches(run: Run, findings: list[Finding], progress: Progress, share: 
     trained_before: dict[bytes, int] = {}
     batches = 0
     for version, a in run.policies.items():
+        progress(check, 1)
+        progress("quarantine", 1)  # one pass: both checks are done with this version
         if version == 0:
             continue
         batches += 1

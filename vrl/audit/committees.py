@@ -20,6 +20,7 @@ from proofs import vrf
 from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
+from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.node import committee
 from vrl.node.committee import SEATS, Draw, Refusal, WeightsTable
 from vrl.node.messages import RoundManifest
@@ -56,9 +57,11 @@ def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
     return dict(sorted(chosen.items()))
 
 
-def check_committees(run: Run, findings: list[Finding], progress: Progress, share: float) -> None:
-    """Every claim, every table, every trained group's listing (module docstring). ``share`` is
-    not used: the check reads the whole log (one VRF verification per verifier, round and draw)."""
+@REGISTRY.runs(CHECK)
+def check_committees(audit: CheckContext) -> None:
+    """Every claim, every table, every trained group's listing (module docstring). The sample
+    is not used: the check reads the whole log (one VRF verification per verifier, round and draw)."""
+    run, findings, progress = audit.run, audit.findings, audit.progress
     if not committee_network(run):
         run.stats[CHECK] = {"design": "tickets"}
         return
@@ -80,11 +83,11 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
     seen: set[bytes] = set()
     for index in run.stores:
         for v in index.verdicts:
+            progress(CHECK, 1)  # every stored copy: the work estimate counts the stores' rows
             if v.id in seen:
                 continue
             seen.add(v.id)
             stats["claims"] += 1
-            progress(CHECK, 1)
             if v.verifier == run.trainer and v.planted:
                 continue  # the trainer's reveal of its own plant (network.md §5.3): no claim to a seat
             reason = _refusal(v, manifests.get(v.policy_version), anchors, betas, stats)

@@ -5,16 +5,16 @@ files' sampling proofs (specs/zk.md §10); specs/audit.md §3."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
 
 from proofs import zk
-from vrl.audit.findings import Finding, Severity
+from vrl.audit.findings import Severity
 from vrl.audit.index import Run, finding
+from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.zk import ZkFileError, check_claim_file, work_directory
 
 
-def check_evaluation(run: Run, findings: list[Finding], tell: Callable[[str, int], None], srs: Sequence[zk.Srs],
-                     allow_dev: bool) -> None:
+@REGISTRY.runs("evaluation")
+def check_evaluation(audit: CheckContext) -> None:
     """Each claim given: upheld; not upheld by the files it signs (an error against its
     signer); or not judged (a warning against no one): its files are not the ones it signs,
     its model or task file could not be had or is not its own, its signature does not verify."""
@@ -23,6 +23,7 @@ def check_evaluation(run: Run, findings: list[Finding], tell: Callable[[str, int
     from vrl.tasks import TaskFileError, open_task_set
     from vrl.zk import Claim
 
+    run, findings, tell, srs, allow_dev = audit.run, audit.findings, audit.progress, audit.srs, audit.allow_dev_srs
     check = "evaluation"
     upheld = 0
     for path in run.inputs.claims:
@@ -54,8 +55,8 @@ def check_evaluation(run: Run, findings: list[Finding], tell: Callable[[str, int
                         **({"INSECURE: dev SRS allowed": True} if allow_dev else {})}
 
 
-def check_sampling(run: Run, findings: list[Finding], tell: Callable[[str, int], None], srs: Sequence[zk.Srs],
-                   allow_dev: bool) -> None:
+@REGISTRY.runs("sampling")
+def check_sampling(audit: CheckContext) -> None:
     """Each rollout file given with its sampling proofs beside it (``FILE.sampling``, specs/zk.md
     §10): the openings checked against the challenge the file names, at as many positions per
     record as it answers. The file is not signed, so an opening that fails incriminates no one
@@ -64,6 +65,7 @@ def check_sampling(run: Run, findings: list[Finding], tell: Callable[[str, int],
     from vrl.rollouts.record import RecordError
     from vrl.zk.sampling import SamplingProofError, check_openings, openings_path, read_openings
 
+    run, findings, tell, srs, allow_dev = audit.run, audit.findings, audit.progress, audit.srs, audit.allow_dev_srs
     check = "sampling"
     proven = failed = 0
     for path in run.inputs.rollout_files:

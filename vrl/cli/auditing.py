@@ -11,7 +11,20 @@ from typing import Annotated
 
 import typer
 
+from vrl.audit import DEFAULT_SAMPLE
+from vrl.audit.registry import REGISTRY
 from vrl.cli.common import AllowDevSrsOption, app, configure_logging, fail, out, progress, trusted_srs
+
+# --check's help: each check's name and line, from the registry the audit runs.
+_CHECK_HELP = "Run only this check (repeatable): " + "; ".join(
+    f"{check.name}, {check.help}" for check in REGISTRY) + "."
+
+
+def _known_checks(chosen: list[str] | None) -> list[str] | None:
+    """--check's choices are the registry's: another is refused before any input is opened."""
+    if (unknown := REGISTRY.unknown(chosen or ())) is not None:
+        raise typer.BadParameter(unknown)
+    return chosen
 
 
 @app.command()
@@ -19,15 +32,12 @@ def audit(
     paths: Annotated[list[Path], typer.Argument(help="Devnet folders, node folders, node.sqlite stores (opened "
                                                      "read-only), rollout files (.vrl) and evaluation claims "
                                                      "(.claim.json).", show_default=False)],
-    # vrl.audit.DEFAULT_SAMPLE, written out: importing vrl.audit loads torch before --help.
     sample: Annotated[float, typer.Option(help="Share of groups, steps and versions re-executed (hash-drawn: "
-                                               "two audits at one share re-execute the same).")] = 0.25,
+                                               "two audits at one share re-execute the same).")] = DEFAULT_SAMPLE,
     all_items: Annotated[bool, typer.Option("--all", help="Re-execute every group, step and version "
                                                           "(--sample 1).")] = False,
-    check: Annotated[list[str] | None, typer.Option(help="Run only this check (repeatable): signatures, "
-                                                            "reputation, duplicates, lazy_verifiers, admission, "
-                                                            "quarantine, groups, steps, accuracy, evaluation, "
-                                                            "sampling.")] = None,
+    check: Annotated[list[str] | None, typer.Option(help=_CHECK_HELP, metavar="CHECK", callback=_known_checks,
+                                                    show_default=False)] = None,
     html_path: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report "
                                                                      "here.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
@@ -39,10 +49,10 @@ def audit(
                                                      "its task set and records carry, in the code reward's "
                                                      "sandbox.")] = False,
 ):
-    """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, admission,
-    quarantine, groups re-verified, training steps replayed, accuracy re-measured, held-out
-    claims on private test sets (*.claim.json) re-checked. Exit 0: a clean audit; 1:
-    findings; 2: unusable input."""
+    """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, committees
+    drawn again, admission, quarantine, groups re-verified, training steps replayed, accuracy
+    re-measured, held-out claims on private test sets (*.claim.json) and sampling proofs
+    re-checked. Exit 0: a clean audit; 1: findings; 2: unusable input."""
     import vrl.audit as va
 
     trusted = trusted_srs(srs, allow_dev_srs)
