@@ -1,5 +1,6 @@
 """bench/simulate.py's flag parsers: any text is a valid value or a one-line argparse error
-naming the flag, never another exception (a user mistake is never a traceback)."""
+naming the flag, never another exception (a user mistake is never a traceback); and its
+command line: a scenario by its first word, else one run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from simulate import batch_groups_arg, jobs_arg, protocol_arg, tokens_arg  # noqa: E402
+import simulate  # noqa: E402
+from simulate import (  # noqa: E402
+    batch_groups_arg,
+    budgets_arg,
+    jobs_arg,
+    protocol_arg,
+    shares_arg,
+    tokens_arg,
+)
 
 from vrl.node.params import ProtocolParams  # noqa: E402
 
@@ -45,10 +54,8 @@ def test_the_values_a_run_needs_parse():
 
 @settings(max_examples=200, deadline=None)
 @given(texts)
-def test_the_liar_benchs_list_flags_give_a_list_or_an_argparse_error(text):
-    """bench/simulate_liar.py's --shares and --budgets."""
-    from simulate_liar import budgets_arg, shares_arg
-
+def test_the_list_flags_give_a_list_or_an_argparse_error(text):
+    """The scenarios' --shares and --budgets."""
     for parse in (shares_arg, budgets_arg):
         try:
             values = parse(text)
@@ -60,3 +67,13 @@ def test_the_liar_benchs_list_flags_give_a_list_or_an_argparse_error(text):
         else:
             assert all(isinstance(v, int) and 0 <= v <= 2**16 for v in values)
     assert shares_arg("0,0.1") == [0.0, 0.1] and budgets_arg("8,0") == [8, 0]
+
+
+def test_a_scenario_is_named_by_the_first_word_and_one_run_by_none():
+    args, runner = simulate.parse(["--nodes", "100", "--rounds", "20", "--design", "committee", "--json"])
+    assert runner is simulate.one and (args.nodes, args.rounds, args.design, args.json) == (100, 20, "committee", True)
+    args, runner = simulate.parse(["adversaries", "--shares", "0.3", "--families", "lazy", "--out", "a.json"])
+    assert runner is simulate.adversaries and args.shares == [0.3] and args.batch_groups == "round"
+    assert simulate.invocation(args) == "python bench/simulate.py adversaries --shares 0.3 --families lazy --out a.json"
+    args, runner = simulate.parse(["withhold"])
+    assert runner is simulate.withhold and args.nodes == [11, 50] and args.out is None
