@@ -555,11 +555,11 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     check = P.Check(group.digest, 0)
     with monkeypatch.context() as patch:
         patch.setattr(RewardSpec, "reward", no_fork)
-        assert node.protocol._once(check) == [check]
+        assert node.protocol.once(check) == [check]
         asyncio.run(node._check(group.digest, 0))
     assert node.protocol.verdicts[group.digest].get(node.protocol.me) is None
     assert checks_counted() == 0
-    assert node.protocol._once(check) == [check]  # asked for again
+    assert node.protocol.once(check) == [check]  # asked for again
 
     # A check that raises what nothing expected is left for later too: were it neither ended
     # nor abandoned, it would hold a slot of the node's check queue for good (vrl.node.rounds).
@@ -569,9 +569,9 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     with monkeypatch.context() as patch:
         patch.setattr(node.work, "check", broken)
         asyncio.run(node._check(group.digest, 0))
-    assert ("check", group.digest) not in node.protocol._in_flight
+    assert not node.protocol.checking(group.digest)
     assert node.protocol.abandoned_checks[group.digest] == 2 and checks_counted() == 0
-    assert node.protocol._once(check) == [check]
+    assert node.protocol.once(check) == [check]
 
     asyncio.run(node._check(group.digest, 0))  # the sandbox is back
     assert node.protocol.verdicts[group.digest][node.protocol.me].outcome == Outcome.PASS
@@ -603,7 +603,7 @@ def test_a_check_that_cannot_run_now_is_abandoned_after_a_back_off_not_at_once(t
     monkeypatch.setattr(daemon.asyncio, "sleep", sleep)
     monkeypatch.setattr(node, "_feed", recorded)
     digest = b"\x01" * 32  # a seat whose group never came
-    assert node.protocol._once(P.Check(digest, 0)) == [P.Check(digest, 0)]
+    assert node.protocol.once(P.Check(digest, 0)) == [P.Check(digest, 0)]
     asyncio.run(node._check(digest, 0))  # (its abandon asks again at once: that task runs on too)
     abandons = [i for i, (what, _) in enumerate(happened) if what == "abandoned"]
     assert abandons and all(i > 0 and happened[i - 1][0] == "sleep" for i in abandons)

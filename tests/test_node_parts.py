@@ -192,6 +192,7 @@ class Ledger:
     round_started: dict = dataclasses.field(default_factory=dict)
     counting: frozenset = frozenset()
     eligible: int = 0
+    committee: bool = False  # the ticket design: groups come by gossip, not fetched by digest
 
     def group_version(self, digest: bytes) -> int | None:
         return None

@@ -360,7 +360,7 @@ def test_groups_older_than_the_staleness_bound_are_not_checked_or_trained():
     trainer.handle(P.PolicyLoaded(2))
     actions = trainer.handle(P.GroupReceived(held(old, WORKER.node_id, 0, 114), 0.0))
     assert not any(isinstance(a, P.Check) for a in actions)
-    assert not trainer._fresh(0)
+    assert not trainer.fresh(0)
 
 
 def test_config_refuses_unknown_roles():

@@ -294,7 +294,7 @@ def test_the_trainer_re_checks_a_failure_that_comes_after_its_group_went_stale()
             break
     for version in range(1, trainer.config.max_staleness + 2):
         ready(trainer, version)
-    assert not trainer._fresh(0) and 0 in trainer.loaded
+    assert not trainer.fresh(0) and 0 in trainer.loaded
     asked = [a for a in trainer.handle(P.VerdictReceived(accusation)) if isinstance(a, P.Check)]
     assert asked == [P.Check(accusation.group, 0)]
     assert trainer.rounds.late_failures == {accusation.group}

@@ -116,7 +116,7 @@ def test_incremental_decisions_and_checks_equal_a_pass_over_every_fresh_group(sc
             trainer.handle(P.Checked(digest, (), b"\x09" * 32))
         elif kind == "abandon":
             trainer.handle(P.Abandoned(P.Check(digest, 0)))
-        fresh = trainer._fresh_groups()
+        fresh = trainer.fresh_groups()
         assert trainer.scans.decide(trainer, fresh) == {d: trainer.decided(d) for d in fresh}
     # the checks asked for now: the incremental pass against a full one (same state, scans reset)
     incremental = {a.group for a in trainer.pending() if isinstance(a, P.Check)}

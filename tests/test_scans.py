@@ -28,11 +28,11 @@ class View:
     done: set[bytes] = field(default_factory=set)
     capacity: int = 2
 
-    def _fresh(self, version: int) -> bool:
+    def fresh(self, version: int) -> bool:
         return 0 <= self.version - version <= 1
 
-    def _fresh_groups(self) -> list[bytes]:
-        return sorted((d for d, g in self.groups.items() if self._fresh(g.version)),
+    def fresh_groups(self) -> list[bytes]:
+        return sorted((d for d, g in self.groups.items() if self.fresh(g.version)),
                       key=lambda d: (self.groups[d].arrived, d))
 
     def room(self) -> int:
@@ -81,5 +81,5 @@ def test_incremental_candidates_start_the_checks_a_pass_over_every_fresh_group_s
         clock += 1.0
         key = (incremental.version,)
         assert (run_pass(incremental, scan.candidates(incremental, key, incremental.room), scan)
-                == run_pass(full, full._fresh_groups(), None))
+                == run_pass(full, full.fresh_groups(), None))
         assert incremental.under_way == full.under_way

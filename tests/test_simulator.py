@@ -204,7 +204,7 @@ def test_false_accusers_cost_rechecks_and_their_scores_but_no_honest_node_or_gro
     honest_ids = {n.key.node_id for n in sim.nodes if n.index and n.kind == ""}
     accusations = [r.group for r in trainer.reputation.reports() if r.subject in honest_ids and r.outcome != "pass"]
     assert accusations and sum(g in passed for g in accusations) >= 0.85 * len(accusations)
-    assert all(g in passed or ("check", g) in trainer._in_flight for g in accusations)
+    assert all(g in passed or trainer.checking(g) for g in accusations)
     assert min(s.score for s in honest) > 0.5
     # They lose seats as they lose score (specs/committee.md §3.1): a quarter of the nodes, an
     # eighth of the last manifest's weight (with trust alone 0.28, their share of the nodes).

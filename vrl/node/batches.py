@@ -9,30 +9,27 @@ design's :mod:`vrl.node.rounds` rules are; pure like it: no I/O, no clock.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from vrl.node import rounds as routing
 from vrl.node.admission import Candidate, admit
 from vrl.node.events import Action, Train
 from vrl.node.messages import Outcome
-
-#: The protocol these rules read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
-NodeProtocol = Any
+from vrl.node.state import NodeState
 
 # A round's admission draw is seeded by its policy, which no worker knows before the round
 # (specs/reputation.md §6).
 ADMISSION_DOMAIN = b"vrl/admission/v1\x00"
 
 
-def maybe_train(node: NodeProtocol, version: int) -> list[Action]:
+def maybe_train(node: NodeState, version: int) -> list[Action]:
     """Step when a full batch is decided; or when the round has settled (every fresh group
     decided, one of this version among them, nothing new for ``verdict_wait``); or, with
     whatever is decided, after ``round_timeout``."""
-    if version not in node.loaded or ("train", version) in node._in_flight:
+    if version not in node.loaded or node.training(version):
         return []
     if node.config.last_version and version >= node.config.last_version:
         return []
-    fresh = node._fresh_groups()
+    fresh = node.fresh_groups()
     decisions = node.scans.decide(node, fresh) if node.committee else {d: node.decided(d) for d in fresh}
     ready = [d for d, ok in decisions.items() if ok]
     started = node.round_started.get(version, node.now)
@@ -49,14 +46,14 @@ def maybe_train(node: NodeProtocol, version: int) -> list[Action]:
     batch = admit(candidates, node.config.admission, seed)
     if len(batch) < node.config.min_batch_groups:
         return []
-    return node._once(Train(version, tuple((c.group, w) for c, w in batch)))
+    return node.once(Train(version, tuple((c.group, w) for c, w in batch)))
 
 
-def reveal_plants(node: NodeProtocol, version: int) -> list[Action]:
+def reveal_plants(node: NodeState, version: int) -> list[Action]:
     """After the round's batch is fixed, the trainer says which groups it planted (those it
     still holds: a forgotten one's round is long past, vrl.node.forgetting)."""
     actions: list[Action] = []
     for digest, planted_in in sorted(node.planted.items()):
         if planted_in <= version and digest in node.groups and node.me not in node.verdicts[digest]:
-            actions += node._publish_verdict(digest, Outcome.HARD_FAIL, ("planted",), b"")
+            actions += node.publish_verdict(digest, Outcome.HARD_FAIL, ("planted",), b"")
     return actions

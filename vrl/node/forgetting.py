@@ -13,13 +13,10 @@ fail on it, which its rejected-group rule reads.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from vrl.node.messages import Outcome
 from vrl.node.reputation import Report
-
-#: The protocol this part reads (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
-NodeProtocol = Any
+from vrl.node.state import Group, NodeState
 
 
 def group_floor(version: int, max_staleness: int) -> int:
@@ -32,41 +29,31 @@ def group_floor(version: int, max_staleness: int) -> int:
     return version - 2 * max_staleness - 1
 
 
-def forget(node: NodeProtocol, version: int) -> None:
+def forget(node: NodeState, version: int) -> None:
     """At round ``version``, drop the groups below :func:`group_floor` with their verdicts, their
     slots, their check draws and the trainer's lazy-audit draws of their verdicts; a group whose
     check is under way is kept until the floor next moves. A group below the floor is never taken
-    again (:meth:`NodeProtocol._accept_group`), so no verdict on it counts again."""
+    again (:meth:`NodeProtocol.accept_group`), so no verdict on it counts again."""
     floor = group_floor(version, node.config.max_staleness)
     if floor <= node.group_floor:
         return
     node.group_floor = floor
     trainer = node.config.trainer
-    for version in sorted(v for v in node._by_version if v < floor):
+    for version in node.versions_below(floor):
         kept = []
-        for digest in node._by_version.pop(version):
-            if ("check", digest) in node._in_flight:
+        for digest in node.groups_of_version(version):
+            if node.checking(digest):
                 kept.append(digest)  # its verdict will be signed; forgotten at the next floor
                 continue
-            node.groups.pop(digest)
             node.forgotten[digest] = version
-            verdicts = node.verdicts.pop(digest, {})
-            own = verdicts.get(trainer)
+            own = node.drop_group(digest).get(trainer)
             if own is not None and own.outcome == Outcome.HARD_FAIL:
                 node.forgotten_fails[digest] = own.round
-            for verdict in verdicts.values():
-                node._audit_draws.pop(verdict.signature, None)
-            node._draws.pop(digest, None)
-            node.abandoned_checks.pop(digest, None)
-            node.rounds.late_failures.discard(digest)
-            node.scans.forget(digest)
-        if kept:
-            node._by_version[version] = kept
-    for slot in [s for s in node._slots if s[1] < floor and node._slots[s] not in node.groups]:
-        del node._slots[slot]
+        node.keep_groups(version, kept)
+    node.drop_slots_below(floor)
 
 
-def compact(node: NodeProtocol, report: Report, group: Any) -> Report:
+def compact(node: NodeState, report: Report, group: Group) -> Report:
     """The same report (equal field by field), sharing one copy of its verifier id, platform,
     group digest and recomputed digest with the reports already held: a report outlives its
     verdict and group (the reputation keeps every one, specs/reputation.md §2), and each verdict

@@ -29,12 +29,10 @@ One round, in order (``specs/network.md`` §Rounds):
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 
-from vrl.config import ConfigError
 from vrl.node import forgetting
 from vrl.node import rounds as routing
-from vrl.node.admission import AdmissionConfig
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
 from vrl.node.committee import SEATS, CommitteeError, Draw, Refusal
 from vrl.node.events import (
@@ -73,6 +71,7 @@ from vrl.node.events import (
     Trained,
     VerdictReceived,
 )
+from vrl.node.manifests import Rounds
 from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_POLICIES,
@@ -85,20 +84,16 @@ from vrl.node.messages import (
     ticket_selected,
 )
 from vrl.node.params import ROLES, ProtocolParams
-from vrl.node.reputation import (
-    COUNTING_WEIGHT,
-    Reputation,
-    ReputationConfig,
-    report_of,
-)
-from vrl.node.rounds import Rounds, close_rounds, committee_checks, note_withheld
+from vrl.node.reputation import COUNTING_WEIGHT, Reputation, Standing, report_of
+from vrl.node.rounds import REPUTATION_EVERY_SECONDS, close_rounds, committee_checks, note_withheld
 from vrl.node.scans import Scans
+from vrl.node.state import Group, ProtocolConfig
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.node.tickets import ticket_checks
+from vrl.node.verdicts import SOFT_REASONS, drawn, outcome_of, supersedes
 from vrl.node.waiting import MAX_PENDING_VERDICTS, MAX_STRANGER_VERDICTS_PER_GROUP, WaitingVerdicts, room_for
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest
-from vrl.rollouts.verify import Reason
 
 # The events and actions (vrl.node.events), the tunables (vrl.node.params) and the step
 # judge's rules (vrl.node.steps) are named here too: the protocol's vocabulary, as its users
@@ -107,50 +102,11 @@ __all__ = [
     "ADMISSION_DOMAIN", "MAX_PENDING_VERDICTS", "MAX_STRANGER_VERDICTS_PER_GROUP", "ROLES", "SELF_EVIDENT_FAULTS",
     "SOFT_REASONS", "Abandoned", "Action", "BatchFetched", "Check", "Checked", "ConvictTrainer", "Event",
     "EntriesReceived", "FetchBatch", "FetchEntries", "FetchPolicy", "Generate", "Generated", "GroupReceived",
-    "ManifestReceived", "NodeProtocol",
-    "Persist", "PersistManifest", "PersistStep", "Plant", "Planted", "PolicyAnnounced", "PolicyLoaded",
-    "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused", "ReplayStep", "StepReplayed",
-    "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained", "VerdictReceived", "drawn", "outcome_of",
-    "report_of", "step_rule_faults",
+    "ManifestReceived", "NodeProtocol", "Persist", "PersistManifest", "PersistStep", "Plant", "Planted",
+    "PolicyAnnounced", "PolicyLoaded", "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused",
+    "ReplayStep", "StepReplayed", "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained",
+    "VerdictReceived", "drawn", "outcome_of", "report_of", "step_rule_faults",
 ]
-
-# Rejection codes that honest numerical drift can produce just over a threshold: soft fails
-# (specs/network.md §3.2). A behaviour logprob off by more than the tolerance changes no token,
-# reward or commitment: it only skews GRPO's importance ratio, which is truncated (GRPOConfig
-# is_cap). Every other rejection is a record that is not what the claimed model sampled.
-SOFT_REASONS = frozenset({Reason.LOGPROB_MISMATCH})
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProtocolConfig(ProtocolParams):
-    """All a :class:`NodeProtocol` is configured with: the tunables, who this node is to the
-    network, and the reputation and admission parameters."""
-
-    roles: frozenset[str]
-    trainer: bytes  # whose policy announcements this network follows
-    pretrusted: frozenset[bytes] = frozenset()  # bootstrap trust anchors besides this node
-    reputation: ReputationConfig = field(default_factory=ReputationConfig)
-    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        unknown = set(self.roles) - set(ROLES)
-        if unknown or not self.roles:
-            raise ConfigError(f"must be a non-empty subset of {ROLES}, got {sorted(self.roles)}", ("roles",),
-                              type(self).__name__)
-
-
-@dataclass
-class _Group:
-    subject: bytes
-    version: int
-    arrived: float
-    trained: bool = False
-    digest: bytes = b""  # the one copy its reports share (forgetting.compact)
-    # Its records' completion tokens, the most races a check replays (specs/verification.md §7);
-    # None for a group replayed from the store, whose records are not decoded again.
-    tokens: int | None = None
-    recomputed: bytes = b""  # the first recomputed commitment digest a report on it gave, shared alike
 
 
 def _flight_key(action: Action) -> tuple:
@@ -168,27 +124,6 @@ def _flight_key(action: Action) -> tuple:
     return ()
 
 
-def drawn(verdict: SignedVerdict) -> bool:
-    """Whether the verifier's own draw chose this check: its ticket at the rate it states, or
-    its committee seat (a claim checked on acceptance, specs/committee.md §4): a check no one
-    else's report chose, whose race evidence its sequential test may count."""
-    if verdict.draw == Draw.COMMITTEE:
-        return verdict.checked
-    return verdict.draw == Draw.TICKET and verdict.checked and ticket_selected(verdict.ticket, verdict.rate)
-
-
-def _supersedes(outcome: str, earlier: SignedVerdict) -> bool:
-    """One verdict per verifier and group, except that a check replaces the verifier's own
-    skip: a failure others reported made it check after all (specs/network.md §3.2)."""
-    return not earlier.checked and outcome != Outcome.SKIPPED
-
-
-def outcome_of(failed_reasons: tuple[str, ...]) -> str:
-    if not failed_reasons:
-        return Outcome.PASS
-    return Outcome.SOFT_FAIL if set(failed_reasons) <= SOFT_REASONS else Outcome.HARD_FAIL
-
-
 class NodeProtocol:
     """One node's view of the network. Feed it with :meth:`handle`; do what it returns."""
 
@@ -203,7 +138,7 @@ class NodeProtocol:
         self.policies: dict[int, PolicyAnnouncement] = {}
         self._version: tuple[tuple, int | None] = ((), None)  # (key, value): see version
         self.loaded: set[int] = set()
-        self.groups: dict[bytes, _Group] = {}
+        self.groups: dict[bytes, Group] = {}
         self._by_version: dict[int, list[bytes]] = defaultdict(list)  # digests in arrival order
         self.verdicts: dict[bytes, dict[bytes, SignedVerdict]] = defaultdict(dict)
         self.generated: set[int] = set()
@@ -243,11 +178,16 @@ class NodeProtocol:
         self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[Draw, bytes]] = {}
-        self._evaluated, self.scans, self._fresh_cache = None, Scans(), ((), [])  # see rounds.evaluate, scans.Scans
+        self._evaluated: tuple[int, float, int] | None = None  # see evaluated
+        self.scans = Scans()
+        self._fresh_cache: tuple[tuple, list[bytes]] = ((), [])  # see fresh_groups
         # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
         # digest -> version, and the trainer's own hard fail on it (digest -> its round).
-        self.group_floor, self.forgotten, self.forgotten_fails = 0, {}, {}
-        self.shared: dict = {}  # verifier ids and platforms, one copy each (forgetting.compact)
+        self.group_floor = 0
+        self.forgotten: dict[bytes, int] = {}
+        self.forgotten_fails: dict[bytes, int] = {}
+        # Verifier ids and platforms, one copy each (forgetting.compact).
+        self.shared: dict[bytes | str, bytes | str] = {}
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -283,9 +223,62 @@ class NodeProtocol:
     def has(self, role: str) -> bool:
         return role in self.config.roles
 
-    def standing(self, node: bytes):
+    def standing(self, node: bytes) -> Standing:
         """The last evaluation's (rounds.evaluate: at batch boundaries, specs/reputation.md §2)."""
         return self.reputation.last_standing(node, self.version or 0)
+
+    @property
+    def evaluated(self) -> tuple[int, float, int] | None:
+        """The last reputation evaluation's (round, time, evidence held), None before the first."""
+        return self._evaluated
+
+    def groups_of_version(self, version: int) -> Sequence[bytes]:
+        """The digests of the held groups of a policy version, in arrival order."""
+        return self._by_version.get(version, ())
+
+    def versions_below(self, floor: int) -> list[int]:
+        """The policy versions below ``floor`` of which groups are held, in order."""
+        return sorted(v for v in self._by_version if v < floor)
+
+    def checking(self, digest: bytes) -> bool:
+        """Whether a check of the group is under way."""
+        return ("check", digest) in self._in_flight
+
+    def training(self, version: int) -> bool:
+        """Whether the step on ``version`` is under way."""
+        return ("train", version) in self._in_flight
+
+    def checks_under_way(self) -> int:
+        return sum(1 for key in self._in_flight if key[0] == "check")
+
+    # -- the changes the rules make (vrl.node.state.NodeState) -------------------------------
+    def request_evaluation(self) -> None:
+        """Evaluate reputation at the next event, whenever the last evaluation was."""
+        self._evaluated = None
+
+    def drop_group(self, digest: bytes) -> dict[bytes, SignedVerdict]:
+        """Forget a held group with its memos (vrl.node.forgetting); returns its verdicts, forgotten
+        too. Its digest stays in :meth:`groups_of_version` until :meth:`keep_groups`."""
+        self.groups.pop(digest)
+        verdicts = self.verdicts.pop(digest, {})
+        for verdict in verdicts.values():
+            self._audit_draws.pop(verdict.signature, None)
+        self._draws.pop(digest, None)
+        self.abandoned_checks.pop(digest, None)
+        self.rounds.late_failures.discard(digest)
+        self.scans.forget(digest)
+        return verdicts
+
+    def keep_groups(self, version: int, kept: Iterable[bytes]) -> None:
+        """Of a version whose groups are being forgotten, the digests still held."""
+        self._by_version.pop(version, None)
+        if kept := list(kept):
+            self._by_version[version] = kept
+
+    def drop_slots_below(self, floor: int) -> None:
+        """Forget the slots of versions below ``floor`` whose group is no longer held."""
+        for slot in [s for s in self._slots if s[1] < floor and self._slots[s] not in self.groups]:
+            del self._slots[slot]
 
     # -- the Ledger the step judge reads (vrl.node.steps) ------------------------------------
     def group_version(self, digest: bytes) -> int | None:
@@ -332,7 +325,7 @@ class NodeProtocol:
                 self.loaded.add(version)
                 self._in_flight.discard(("fetch", version))
             case GroupReceived(group, now):
-                actions += self._accept_group(group, now)
+                actions += self.accept_group(group, now)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
             case ManifestReceived(manifest, now, lists):
@@ -393,7 +386,7 @@ class NodeProtocol:
             return []
         return actions + self.pending()
 
-    def _accept_group(self, group, now: float) -> list[Action]:
+    def accept_group(self, group, now: float) -> list[Action]:
         """Hold a received (or, in the committee design, own) group: the first of its slot."""
         self._in_flight.discard(("group", digest := group.digest))
         if (self.committee and self.rounds.listed(digest, group.version) is False) or group.version < self.group_floor:
@@ -402,7 +395,7 @@ class NodeProtocol:
                                                            digest) != digest:
             return []
         tokens = sum(len(r.completion_tokens) for r in group.rollouts) if group.rollouts else None
-        self.groups[digest] = _Group(group.subject, group.version, now, digest=digest, tokens=tokens)
+        self.groups[digest] = Group(group.subject, group.version, now, digest=digest, tokens=tokens)
         self._by_version[group.version].append(digest)
         self._touch(digest)
         if group.subject == self.me:
@@ -427,9 +420,9 @@ class NodeProtocol:
         replays, step_actions = self.steps.pending(self, version) if self.has("verifier") else ([], [])
         for v in self._versions_needed(version, replays):
             if v not in self.loaded:
-                actions += self._once(FetchPolicy(self.policies[v]))
+                actions += self.once(FetchPolicy(self.policies[v]))
         if self.has("worker") and version in self.loaded and version not in self.generated:
-            actions += self._once(Generate(version))
+            actions += self.once(Generate(version))
         if self.committee:
             # Rounds no fresh group belongs to, with one to spare (Rounds.forget; specs/security.md,
             # disk and memory growth).
@@ -445,7 +438,7 @@ class NodeProtocol:
         if self.has("trainer"):
             if (self.config.plant_every and version % self.config.plant_every == 0
                     and version not in self.planted_rounds and version in self.loaded):
-                actions += self._once(Plant(version))
+                actions += self.once(Plant(version))
             actions += maybe_train(self, version)
         return actions
 
@@ -459,7 +452,7 @@ class NodeProtocol:
         self.scans.touch(digest)
         self.steps.touch(digest)
 
-    def _once(self, action: Action) -> list[Action]:
+    def once(self, action: Action) -> list[Action]:
         key = _flight_key(action)
         if key in self._in_flight:
             return []
@@ -473,11 +466,11 @@ class NodeProtocol:
         version a fresh group may still use, and each step to replay with its parent."""
         needed = {version}
         if self.has("verifier") or self.has("trainer"):
-            needed |= {v for v, digests in self._by_version.items() if digests and self._fresh(v)}
+            needed |= {v for v, digests in self._by_version.items() if digests and self.fresh(v)}
         needed |= {v for a in replays for v in (a.version - 1, a.version)}
         return sorted(v for v in needed if v in self.policies)
 
-    def _fresh(self, version: int) -> bool:
+    def fresh(self, version: int) -> bool:
         current = self.version
         return current is not None and 0 <= current - version <= self.config.max_staleness
 
@@ -508,18 +501,18 @@ class NodeProtocol:
         group the manifest leaves out is never checked or trained, specs/committee.md §1)."""
         return self.may_hold(version) and not (self.committee and version in self.rounds.manifests)
 
-    def _fresh_groups(self) -> list[bytes]:
+    def fresh_groups(self) -> list[bytes]:
         """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
         # Groups are only added but when the floor moves (forgetting); freshness moves with the version.
         key = (self.version, len(self.groups), self.group_floor)
         if self._fresh_cache[0] != key:
-            fresh = [d for v, digests in self._by_version.items() if self._fresh(v) for d in digests]
+            fresh = [d for v, digests in self._by_version.items() if self.fresh(v) for d in digests]
             self._fresh_cache = (key, sorted(fresh, key=lambda d: self.groups[d].arrived))
         return list(self._fresh_cache[1])
 
     # -- verifying --------------------------------------------------------------------------
-    def _check(self, digest: bytes, version: int, draw: Draw, pi: bytes) -> list[Action]:
-        actions = self._once(Check(digest, version))
+    def start_check(self, digest: bytes, version: int, draw: Draw, pi: bytes) -> list[Action]:
+        actions = self.once(Check(digest, version))
         if actions:
             self._draws[digest] = (draw, pi)
         return actions
@@ -533,7 +526,7 @@ class NodeProtocol:
         """Whether a verifier's word counts: its report weight reaches COUNTING_WEIGHT."""
         return self.standing(verifier).trust >= COUNTING_WEIGHT
 
-    def _audits(self, verdict: SignedVerdict) -> bool:
+    def audits(self, verdict: SignedVerdict) -> bool:
         """Whether the trainer re-checks a pass from a verifier it does not trust outright: a
         draw of its own ticket over the verdict, so the verifier cannot know which."""
         if verdict.outcome != Outcome.PASS or verdict.verifier in self.reputation.pretrusted:
@@ -554,7 +547,7 @@ class NodeProtocol:
     def suspect(self, subject: bytes) -> bool:
         """Whether a race_losses fail on a group of ``subject`` still fresh stands: suspicion
         ends with the freshness window of the last group it was raised on (max_staleness)."""
-        return subject in self.suspects and self._fresh(self.suspects[subject])
+        return subject in self.suspects and self.fresh(self.suspects[subject])
 
     def _checked(self, digest: bytes, reasons: tuple[str, ...], recomputed: bytes, race_tokens: int,
                  races_lost: int) -> list[Action]:
@@ -570,14 +563,14 @@ class NodeProtocol:
                                                                                           rate)
         if own_draw and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
             reasons = (*reasons, RACE_LOSSES)
-        return self._publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
+        return self.publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
                                      race_tokens=race_tokens, races_lost=races_lost, draw=draw, pi=pi)
 
-    def _publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
+    def publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
                          rate: float | None = None, race_tokens: int = 0, races_lost: int = 0,
                          draw: Draw = Draw.NONE, pi: bytes = b"") -> list[Action]:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
-        if group is None or (mine is not None and not _supersedes(outcome, mine)):
+        if group is None or (mine is not None and not supersedes(outcome, mine)):
             return []
         claim: dict = {}
         if not self.committee:
@@ -639,12 +632,12 @@ class NodeProtocol:
         version), not from the verdict: a signed claim that an honest node produced a bad
         group is worth nothing unless that node's signature is on the group."""
         group, earlier = self.groups[verdict.group], self.verdicts[verdict.group].get(verdict.verifier)
-        if (earlier is not None and not _supersedes(verdict.outcome, earlier)) or not self.matches_group(verdict):
+        if (earlier is not None and not supersedes(verdict.outcome, earlier)) or not self.matches_group(verdict):
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
         self._touch(verdict.group)
         if (self.committee and self.has("trainer") and verdict.outcome != Outcome.PASS
-                and verdict.verifier != self.me and not self._fresh(group.version)):
+                and verdict.verifier != self.me and not self.fresh(group.version)):
             self.rounds.late_failures.add(verdict.group)  # re-checked all the same (rounds.late_rechecks)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
@@ -659,8 +652,21 @@ class NodeProtocol:
                 self.suspects[group.subject] = max(group.version, self.suspects.get(group.subject, group.version))
         return True
 
+    def _evaluation_due(self, replaying: bool) -> bool:
+        """Whether to evaluate reputation (and quarantines) now: the first time, when the round moved,
+        and otherwise at most every REPUTATION_EVERY_SECONDS, and only if a report came since. Events
+        absorbed in a batch (``replaying``) evaluate nothing: the batch's next live event does, once.
+        Evidence is reports and withheld records alike (a manifest's records lower a score as a
+        failure report does, specs/committee.md §7.1)."""
+        last = self._evaluated
+        if replaying or (last is not None and last[0] == (self.version or 0) and (
+                self.reputation.held() == last[2] or self.now - last[1] < REPUTATION_EVERY_SECONDS)):
+            return False
+        self._evaluated = (self.version or 0, self.now, self.reputation.held())
+        return True
+
     def _quarantines(self, replaying: bool = False) -> list[Action]:
-        if not routing.evaluate(self, replaying):
+        if not self._evaluation_due(replaying):
             return []
         actions: list[Action] = []
         for node, standing in self.reputation.standings(self.version or 0).items():

@@ -8,23 +8,81 @@ Pure like the protocol it serves: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Set
+from typing import Protocol
 
-#: The protocol these passes read (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
-NodeProtocol = Any
+from vrl.node.manifests import Rounds
+from vrl.node.messages import PolicyAnnouncement
+from vrl.node.params import ProtocolParams
+
+
+class _Held(Protocol):
+    """What a pass reads of a held group (vrl.node.state.Group)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def arrived(self) -> float: ...
+
+
+class Scanned(Protocol):
+    """What the passes read of a node's state (vrl.node.state.NodeView, which imports this
+    module, is a wider view of the same protocol)."""
+
+    @property
+    def config(self) -> ProtocolParams: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def version(self) -> int | None: ...
+
+    @property
+    def policies(self) -> Mapping[int, PolicyAnnouncement]: ...
+
+    @property
+    def loaded(self) -> Set[int]: ...
+
+    @property
+    def groups(self) -> Mapping[bytes, _Held]: ...
+
+    @property
+    def planted(self) -> Mapping[bytes, int]: ...
+
+    @property
+    def refused(self) -> Set[bytes]: ...
+
+    @property
+    def quarantined(self) -> Set[bytes]: ...
+
+    @property
+    def suspects(self) -> Mapping[bytes, int]: ...
+
+    @property
+    def evaluated(self) -> tuple[int, float, int] | None: ...
+
+    @property
+    def rounds(self) -> Rounds: ...
+
+    def fresh(self, version: int) -> bool: ...
+
+    def fresh_groups(self) -> list[bytes]: ...
+
+    def decided(self, digest: bytes) -> bool | None: ...
 
 
 
-def scan_key(node: NodeProtocol) -> tuple:
+def scan_key(node: Scanned) -> tuple:
     """Everything besides a group's own verdicts, arrival and check in flight that the rules over
     fresh groups read (committee_checks, ticket_checks, NodeProtocol.decided): while it is
     unchanged, only the groups touched since the last pass can come out differently."""
     deadlines = sum(1 for r, at in node.rounds.received_at.items()
-                    if node._fresh(r) and node.now - at >= node.config.submission_window)
+                    if node.fresh(r) and node.now - at >= node.config.submission_window)
     return (node.version, len(node.loaded), node.rounds.added, len(node.quarantined), len(node.planted),
-            len(node.refused), tuple(sorted(node.suspects.items())), node._evaluated, deadlines,
-            tuple(sorted(v for v in node.policies if node._fresh(v))))
+            len(node.refused), tuple(sorted(node.suspects.items())), node.evaluated, deadlines,
+            tuple(sorted(v for v in node.policies if node.fresh(v))))
 
 
 class Scan:
@@ -43,17 +101,17 @@ class Scan:
         # most of committee_checks' time at N = 1,000 (bench/simulate.py).
         self.deferred: set[bytes] = set()
 
-    def candidates(self, node: NodeProtocol, key: tuple, room: Callable[[], int] | None = None) -> list[bytes]:
+    def candidates(self, node: Scanned, key: tuple, room: Callable[[], int] | None = None) -> list[bytes]:
         """The groups to look at; ``room`` tells how many more checks may start now (groups
         put off by :meth:`defer` are among them while it is above 0)."""
         if key != self.key:
             self.key, self.dirty, self.deferred = key, set(), set()
-            return node._fresh_groups()
+            return node.fresh_groups()
         touched, self.dirty = self.dirty, set()
         if self.deferred and room is not None and room() > 0:
             touched |= self.deferred
             self.deferred = set()
-        fresh = [d for d in touched if d in node.groups and node._fresh(node.groups[d].version)]
+        fresh = [d for d in touched if d in node.groups and node.fresh(node.groups[d].version)]
         return sorted(fresh, key=lambda d: (node.groups[d].arrived, d))  # ties (one arrival time) by digest
 
     def defer(self, digest: bytes) -> None:
@@ -81,7 +139,7 @@ class Scans:
         self.decisions.dirty.discard(digest)
         self.decided.pop(digest, None)
 
-    def decide(self, node: NodeProtocol, fresh: list[bytes]) -> dict[bytes, bool | None]:
+    def decide(self, node: Scanned, fresh: list[bytes]) -> dict[bytes, bool | None]:
         """NodeProtocol.decided of each fresh group, recomputed for the touched ones only."""
         key = scan_key(node)
         if key != self.decisions.key:

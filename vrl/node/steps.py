@@ -31,6 +31,7 @@ from vrl.node.events import (
     StepStateMissing,
     StepVerdictReceived,
 )
+from vrl.node.manifests import Rounds
 from vrl.node.messages import (
     STEP_TICKET_DOMAIN,
     TOPIC_STEPS,
@@ -116,6 +117,12 @@ class Ledger(Protocol):
     loaded: set[int]
     round_started: dict[int, float]
     now: float
+    committee: bool  # the committee design, whose groups are fetched by digest
+    rounds: Rounds
+
+    def once(self, action: Action) -> list[Action]:
+        """``[action]`` unless the same action is already under way (then ``[]``)."""
+        ...
 
     def group_version(self, digest: bytes) -> int | None:
         """The policy version of a group this node holds or held (None if it never did)."""
@@ -300,10 +307,10 @@ class StepJudge:
                         self._fetching.add(version)
                         actions.append(FetchBatch(a))
                 elif missing := [d for d, _ in batch if ledger.group_version(d) is None]:
-                    if getattr(ledger, "committee", False):
+                    if ledger.committee:
                         # Groups are fetched by digest in the committee design (specs/network.md §3.5).
                         for d in missing:
-                            actions += ledger._once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
+                            actions += ledger.once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
                         # step_wait from this node's first failed fetch of one of them.
                         due = self._unserved_for(("group", version), ledger)
                     else:
@@ -382,7 +389,7 @@ class StepJudge:
         self.verdicts[version][self.me] = verdict
         if faults:
             self._frauds_found.add(version)
-        if not faults and getattr(ledger, "committee", False):
+        if not faults and ledger.committee:
             # No other node acts on a pass (only fraud reports make others replay or convict): in
             # the committee design it is stored, not gossiped, or every node receives
             # step_audit_rate x N of them a round (specs/network.md §3.5).

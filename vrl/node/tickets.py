@@ -7,17 +7,13 @@ design's :func:`vrl.node.rounds.committee_checks` is; pure like it: no I/O, no c
 
 from __future__ import annotations
 
-from typing import Any
-
 from vrl.node.events import Action, Check
 from vrl.node.messages import Outcome, audit_ticket, ticket_selected
 from vrl.node.scans import scan_key
-
-#: The protocol this rule reads (vrl.node.protocol.NodeProtocol; not imported: it imports this module).
-NodeProtocol = Any
+from vrl.node.state import NodeState
 
 
-def ticket_checks(node: NodeProtocol) -> list[Action]:
+def ticket_checks(node: NodeState) -> list[Action]:
     """The checks the state calls for in the ticket design: failures re-checked, the trainer's
     lazy-verifier audits, a suspect's every group, and each group this node's own ticket draws
     at the subject's check rate; a group it does not draw gets a signed skip."""
@@ -39,17 +35,17 @@ def ticket_checks(node: NodeProtocol) -> list[Action]:
         recheck = any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
                       and (node.has("trainer") or node.counts(v.verifier))
                       for v in others)
-        audit = node.has("trainer") and any(node._audits(v) for v in others)
+        audit = node.has("trainer") and any(node.audits(v) for v in others)
         if recheck or audit:
-            actions += node._once(Check(digest, group.version))
+            actions += node.once(Check(digest, group.version))
         elif node.suspect(group.subject) and (node.has("verifier") or node.has("trainer")):
             # A producer a counting verifier's sequential test failed: every group of it is
             # checked, so that this node's own test sees all of them, chosen by no one.
-            actions += node._once(Check(digest, group.version))
-        elif mine is None and node.has("verifier") and ("check", digest) not in node._in_flight:
+            actions += node.once(Check(digest, group.version))
+        elif mine is None and node.has("verifier") and not node.checking(digest):
             rate = node.standing(group.subject).check_rate
             if ticket_selected(audit_ticket(node.key, digest), rate):
-                actions += node._once(Check(digest, group.version))
+                actions += node.once(Check(digest, group.version))
             else:
-                actions += node._publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
+                actions += node.publish_verdict(digest, Outcome.SKIPPED, (), b"", rate=rate)
     return actions

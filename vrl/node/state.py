@@ -1,0 +1,235 @@
+"""A node's protocol state as its rules read it: small typed interfaces over
+:class:`vrl.node.protocol.NodeProtocol`, which the rule modules take instead of the class
+(:mod:`vrl.node.rounds`, :mod:`vrl.node.tickets`, :mod:`vrl.node.batches`,
+:mod:`vrl.node.forgetting`), as :class:`vrl.node.steps.StepJudge` reads its ``Ledger``.
+
+:class:`NodeView` is what a rule reads; :class:`NodeState` adds the few changes a rule makes
+to the protocol's own tables, each a named method, so that the tables themselves stay the
+protocol's (its underscore fields) and each change is one a reader can find. The sub-machines
+(``rounds``, ``scans``, ``reputation``, ``waiting``, ``steps``) are objects with public
+interfaces of their own, which a rule calls directly.
+
+Here too are the two types the protocol and its rules share: its configuration
+(:class:`ProtocolConfig`) and what it holds of a group (:class:`Group`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from vrl.config import ConfigError
+from vrl.node.admission import AdmissionConfig
+from vrl.node.committee import Draw
+from vrl.node.events import Action
+from vrl.node.manifests import Rounds
+from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission
+from vrl.node.params import ROLES, ProtocolParams
+from vrl.node.reputation import Reputation, ReputationConfig, Standing
+from vrl.node.scans import Scans
+from vrl.node.steps import StepJudge
+from vrl.node.waiting import WaitingVerdicts
+from vrl.rollouts.keys import NodeKey
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtocolConfig(ProtocolParams):
+    """All a :class:`NodeProtocol` is configured with: the tunables, who this node is to the
+    network, and the reputation and admission parameters."""
+
+    roles: frozenset[str]
+    trainer: bytes  # whose policy announcements this network follows
+    pretrusted: frozenset[bytes] = frozenset()  # bootstrap trust anchors besides this node
+    reputation: ReputationConfig = field(default_factory=ReputationConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = set(self.roles) - set(ROLES)
+        if unknown or not self.roles:
+            raise ConfigError(f"must be a non-empty subset of {ROLES}, got {sorted(self.roles)}", ("roles",),
+                              type(self).__name__)
+
+
+@dataclass
+class Group:
+    """What a node holds of a group it accepted (the records themselves are the store's)."""
+
+    subject: bytes
+    version: int
+    arrived: float
+    trained: bool = False
+    digest: bytes = b""  # the one copy its reports share (forgetting.compact)
+    # Its records' completion tokens, the most races a check replays (specs/verification.md §7);
+    # None for a group replayed from the store, whose records are not decoded again.
+    tokens: int | None = None
+    recomputed: bytes = b""  # the first recomputed commitment digest a report on it gave, shared alike
+
+
+class NodeView(Protocol):
+    """What the protocol's rules read of a node's state. The containers are the protocol's: a
+    rule reads them, and changes them only through :class:`NodeState`'s methods (or the
+    sub-machines' own)."""
+
+    @property
+    def key(self) -> NodeKey: ...
+
+    @property
+    def me(self) -> bytes: ...
+
+    @property
+    def config(self) -> ProtocolConfig: ...
+
+    @property
+    def committee(self) -> bool:
+        """The committee design (specs/committee.md), else tickets."""
+        ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def policies(self) -> Mapping[int, PolicyAnnouncement]: ...
+
+    @property
+    def loaded(self) -> Set[int]: ...
+
+    @property
+    def groups(self) -> Mapping[bytes, Group]: ...
+
+    @property
+    def verdicts(self) -> Mapping[bytes, Mapping[bytes, SignedVerdict]]:
+        """Group -> verifier -> its verdict."""
+        ...
+
+    @property
+    def planted(self) -> Mapping[bytes, int]: ...
+
+    @property
+    def refused(self) -> Set[bytes]: ...
+
+    @property
+    def quarantined(self) -> Set[bytes]: ...
+
+    @property
+    def suspects(self) -> Mapping[bytes, int]: ...
+
+    @property
+    def round_started(self) -> Mapping[int, float]: ...
+
+    @property
+    def abandoned_checks(self) -> Mapping[bytes, int]: ...
+
+    @property
+    def reputation(self) -> Reputation: ...
+
+    @property
+    def rounds(self) -> Rounds: ...
+
+    @property
+    def scans(self) -> Scans: ...
+
+    @property
+    def waiting(self) -> WaitingVerdicts: ...
+
+    @property
+    def steps(self) -> StepJudge: ...
+
+    @property
+    def version(self) -> int | None:
+        """The current round: the newest announced policy version this node follows."""
+        ...
+
+    @property
+    def evaluated(self) -> tuple[int, float, int] | None:
+        """The last reputation evaluation's (round, time, evidence held), None before the first."""
+        ...
+
+    def has(self, role: str) -> bool: ...
+
+    def standing(self, node: bytes) -> Standing: ...
+
+    def counts(self, verifier: bytes) -> bool: ...
+
+    def weighs(self, verdict: SignedVerdict) -> bool: ...
+
+    def suspect(self, subject: bytes) -> bool: ...
+
+    def audits(self, verdict: SignedVerdict) -> bool:
+        """Whether the trainer re-checks this pass (its lazy-verifier audit draw)."""
+        ...
+
+    def decided(self, digest: bytes) -> bool | None: ...
+
+    def fresh(self, version: int) -> bool:
+        """Whether groups of ``version`` are still usable at the current round."""
+        ...
+
+    def fresh_groups(self) -> list[bytes]:
+        """The digests of the groups still usable, in arrival order."""
+        ...
+
+    def groups_of_version(self, version: int) -> Sequence[bytes]:
+        """The digests of the held groups of a policy version, in arrival order."""
+        ...
+
+    def versions_below(self, floor: int) -> list[int]:
+        """The policy versions below ``floor`` of which groups are held, in order."""
+        ...
+
+    def checking(self, digest: bytes) -> bool:
+        """Whether a check of the group is under way."""
+        ...
+
+    def training(self, version: int) -> bool:
+        """Whether the step on ``version`` is under way."""
+        ...
+
+    def checks_under_way(self) -> int: ...
+
+
+class NodeState(NodeView, Protocol):
+    """A node's state with the changes its rules make: actions asked for once, checks begun,
+    verdicts published, groups accepted and forgotten. ``group_floor``, ``forgotten``,
+    ``forgotten_fails`` and ``shared`` are :mod:`vrl.node.forgetting`'s to write."""
+
+    group_floor: int
+    forgotten: dict[bytes, int]
+    forgotten_fails: dict[bytes, int]
+    shared: dict[bytes | str, bytes | str]
+
+    def once(self, action: Action) -> list[Action]:
+        """``[action]`` unless the same action is already under way (then ``[]``); it is from now on."""
+        ...
+
+    def start_check(self, digest: bytes, version: int, draw: Draw, pi: bytes) -> list[Action]:
+        """Ask once for a check of a group, its verdict to claim ``draw`` with VRF proof ``pi``."""
+        ...
+
+    def publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
+                        rate: float | None = None) -> list[Action]:
+        """Sign this node's verdict on a group, count it, and say where it goes."""
+        ...
+
+    def accept_group(self, group: Submission, now: float) -> list[Action]:
+        """Hold a group, the first of its slot; the verdicts that waited for it are counted."""
+        ...
+
+    def request_evaluation(self) -> None:
+        """Evaluate reputation at the next event, whenever the last evaluation was."""
+        ...
+
+    def drop_group(self, digest: bytes) -> dict[bytes, SignedVerdict]:
+        """Forget a held group with the memos kept for it (its check's draw, its verdicts' audit
+        draws, its abandoned checks, its passes' state); returns its verdicts, forgotten too.
+        Its digest stays in :meth:`groups_of_version` until :meth:`keep_groups`."""
+        ...
+
+    def keep_groups(self, version: int, kept: Iterable[bytes]) -> None:
+        """Of a version whose groups are being forgotten, the digests still held."""
+        ...
+
+    def drop_slots_below(self, floor: int) -> None:
+        """Forget the slots of versions below ``floor`` whose group is no longer held."""
+        ...
