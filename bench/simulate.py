@@ -161,7 +161,7 @@ def options(parser: argparse.ArgumentParser, **defaults) -> None:
 
 def batch_size(batch_groups: str, nodes: int) -> int | None:
     """The groups a step trains on for --batch-groups at ``nodes``: 'round' is every worker's round
-    (devnet_costs.py's "paced" mode: the trainer steps on the round's decided groups, or at
+    (bench/devnet.py costs' "paced" mode: the trainer steps on the round's decided groups, or at
     round_timeout, as a network of N workers would); '' is node.toml's default (None)."""
     if batch_groups == "round":
         return ProtocolParams().groups_per_round * (nodes - 1)
@@ -321,7 +321,7 @@ def show(summary: dict) -> None:
 
 
 def run_settings(settings: dict, run_: dict) -> dict:
-    """SimConfig fields of one devnet run (bench/devnet_costs.py): its design, its node.toml
+    """SimConfig fields of one devnet run (bench/devnet.py costs): its design, its node.toml
     overrides ([protocol] and [admission], the paced mode's batch included), the group's shape
     and the tokens its records carried (read from the trainer's store), and the weights' size."""
     overrides = run_.get("overrides", {})
@@ -347,7 +347,7 @@ def run_settings(settings: dict, run_: dict) -> dict:
 
 
 def compare(args: argparse.Namespace) -> dict:
-    """The simulator beside the real devnet (bench/devnet_costs.py's results) at each N it ran,
+    """The simulator beside the real devnet (bench/devnet.py costs' results) at each N it ran,
     with each run's settings (:func:`run_settings`); runs that failed are skipped."""
     try:
         real = json.loads(Path(args.compare).read_text())

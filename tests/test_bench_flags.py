@@ -1,6 +1,6 @@
 """bench/simulate.py's flag parsers: any text is a valid value or a one-line argparse error
-naming the flag, never another exception (a user mistake is never a traceback); and its
-command line: a scenario by its first word, else one run."""
+naming the flag, never another exception (a user mistake is never a traceback); and the
+command lines of bench/simulate.py and bench/devnet.py: a scenario by its first word."""
 
 from __future__ import annotations
 
@@ -77,3 +77,15 @@ def test_a_scenario_is_named_by_the_first_word_and_one_run_by_none():
     assert simulate.invocation(args) == "python bench/simulate.py adversaries --shares 0.3 --families lazy --out a.json"
     args, runner = simulate.parse(["withhold"])
     assert runner is simulate.withhold and args.nodes == [11, 50] and args.out is None
+
+
+def test_the_devnet_driver_takes_each_scenarios_own_flags_and_defaults():
+    import devnet  # bench/devnet.py
+
+    args, runner = devnet.parse(["committee", "--nodes", "12", "--rounds", "8"])
+    assert runner is devnet.network and (args.nodes, args.rounds, args.port, args.sample) == (12, 8, 25000, 0.1)
+    args, runner = devnet.parse(["costs", "--nodes", "5", "12", "--designs", "committee"])
+    assert runner is devnet.costs and args.nodes == [5, 12] and (args.rounds, args.port) == (5, 27300)
+    assert devnet.invocation(args) == "python bench/devnet.py costs --nodes 5 12 --designs committee"
+    args, runner = devnet.parse(["audit", "--model", "tiny"])
+    assert runner is devnet.audit_costs and (args.port, args.rounds, args.nodes) == (None, 20, 5)

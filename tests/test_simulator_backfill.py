@@ -1,5 +1,5 @@
 """The simulator's model of what the daemon's transport carries, as the calibration against the
-real devnet counts it (bench/devnet_costs.py, issue 30): backfill passes that page each peer's
+real devnet counts it (bench/devnet.py costs, issue 30): backfill passes that page each peer's
 store by cursor (SimConfig.backfill = "daemon", vrl.node.catchup), blob fetches in chunks, the empty
 answer of a direct send, and the devnet run's settings carried to the simulator."""
 

@@ -371,7 +371,7 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     return summary
 
 
-def _events(path: Path | None, offset: int, event: str) -> list[dict]:
+def events(path: Path | None, offset: int, event: str) -> list[dict]:
     """A node's JSON log lines of one event, from ``offset`` (this run's part of the log)."""
     try:
         with open(path, "rb") as handle:
@@ -399,14 +399,14 @@ def trainer_fraud(network: list[DevnetNode]) -> dict:
     """A dishonest trainer's run, from the logs: its first bad version and when it published
     it, and for each node that confirmed the fraud, the version and the seconds it took."""
     trainer = network[0]
-    cheats = _events(trainer.log_path, trainer.log_start, "cheating")
+    cheats = events(trainer.log_path, trainer.log_start, "cheating")
     first = min((c["version"] for c in cheats), default=None)
-    published = {r["version"]: _seconds(r["timestamp"]) for r in _events(
+    published = {r["version"]: _seconds(r["timestamp"]) for r in events(
         trainer.log_path, trainer.log_start, "policy published")}
     start = published.get(first) if first is not None else None
     confirmed = {}
     for node in network[1:]:
-        for record in _events(node.log_path, node.log_start, "TRAINER FRAUD CONFIRMED: following none of its "
+        for record in events(node.log_path, node.log_start, "TRAINER FRAUD CONFIRMED: following none of its "
                                                               "versions from this one on")[:1]:
             seconds = None if start is None else round(_seconds(record["timestamp"]) - start, 1)
             confirmed[node.name] = {"version": record.get("version"), "reasons": record.get("reasons"),

@@ -175,8 +175,8 @@ def honest_race_loss() -> float:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """One simulation. Defaults are those of the devnet the calibration runs (bench/devnet_costs.py:
-    the base model on 2-digit additions, the protocol's default parameters)."""
+    """One simulation. Defaults are those of the devnet the calibration runs (bench/devnet.py
+    costs: the base model on 2-digit additions, the protocol's default parameters)."""
 
     nodes: int = 10
     rounds: int = 5
@@ -184,7 +184,7 @@ class SimConfig:
     seed: int = 0
     design: str = "tickets"  # which verification ProtocolParams selects (the committee branch adds one)
     # Rounds measured after the warm-up ones (start-up dials and version 0's weights are behind
-    # them): the calibration's WARMUP_VERSIONS (bench/devnet_costs.py).
+    # them): the calibration's WARMUP_VERSIONS (bench/devnet.py costs).
     warmup: int = 1
     # Records: group_size samples per group (GenerationConfig's default, 8); the base model's
     # arithmetic rollouts on the devnet average 5.8 prompt and 3.5 completion tokens, with
