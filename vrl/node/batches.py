@@ -30,7 +30,7 @@ def maybe_train(node: NodeState, version: int) -> list[Action]:
     if node.config.last_version and version >= node.config.last_version:
         return []
     fresh = node.fresh_groups()
-    decisions = node.scans.decide(node, fresh) if node.committee else {d: node.decided(d) for d in fresh}
+    decisions = node.design.decisions(node, fresh)
     ready = [d for d, ok in decisions.items() if ok]
     started = node.round_started.get(version, node.now)
     last_arrival = max((node.groups[d].arrived for d in fresh), default=started)

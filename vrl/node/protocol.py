@@ -32,9 +32,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from vrl.node import forgetting
-from vrl.node import rounds as routing
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
 from vrl.node.committee import SEATS, CommitteeError, Draw, Refusal
+from vrl.node.designs import design_of
 from vrl.node.events import (
     Abandoned,
     Action,
@@ -75,7 +75,6 @@ from vrl.node.manifests import Rounds
 from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_POLICIES,
-    TOPIC_VERDICTS,
     Outcome,
     PolicyAnnouncement,
     SignedVerdict,
@@ -85,11 +84,10 @@ from vrl.node.messages import (
 )
 from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import COUNTING_WEIGHT, Reputation, Standing, report_of
-from vrl.node.rounds import REPUTATION_EVERY_SECONDS, close_rounds, committee_checks, note_withheld
+from vrl.node.rounds import REPUTATION_EVERY_SECONDS, note_withheld
 from vrl.node.scans import Scans
 from vrl.node.state import Group, ProtocolConfig
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
-from vrl.node.tickets import ticket_checks
 from vrl.node.verdicts import SOFT_REASONS, drawn, outcome_of, supersedes
 from vrl.node.waiting import MAX_PENDING_VERDICTS, MAX_STRANGER_VERDICTS_PER_GROUP, WaitingVerdicts, room_for
 from vrl.rollouts.keys import NodeKey
@@ -134,6 +132,9 @@ class NodeProtocol:
         RaceTest(race_loss_rate)  # refuses a rate outside (0, 1/2) here, not at the first check
         self.race_loss_rate = race_loss_rate
         self.me = key.node_id
+        # The verification design (vrl.node.designs), and its flag for the daemon's routing.
+        self.design = design_of(config)
+        self.committee = config.verification == "committee"
         self.reputation = Reputation(frozenset({self.me, config.trainer, *config.pretrusted}), config.reputation)
         self.policies: dict[int, PolicyAnnouncement] = {}
         self._version: tuple[tuple, int | None] = ((), None)  # (key, value): see version
@@ -167,7 +168,7 @@ class NodeProtocol:
         self.steps = StepJudge(key, platform, max_staleness=config.max_staleness,
                                step_audit_rate=config.step_audit_rate, step_wait=config.step_wait,
                                stranger_cap=MAX_STRANGER_VERDICTS_PER_GROUP,
-                               step_committee=config.committee_size if config.verification == "committee" else 0)
+                               step_committee=self.design.step_committee(config))
         # The sequential test (specs/verification.md §7): per producer, the evidence of the
         # checks this node's own tickets drew; and the producers some verifier whose word counts
         # failed it on, whose every fresh group this node then checks.
@@ -175,7 +176,6 @@ class NodeProtocol:
         self.suspects: dict[bytes, int] = {}  # producer -> the newest policy version it was accused at
         # The committee design (specs/committee.md): round manifests and VRF draws; and, per
         # check under way, the draw its verdict will claim.
-        self.committee = config.verification == "committee"
         self.rounds = Rounds(key, config.trainer)
         self._draws: dict[bytes, tuple[Draw, bytes]] = {}
         self._evaluated: tuple[int, float, int] | None = None  # see evaluated
@@ -348,8 +348,7 @@ class NodeProtocol:
             case Generated(version, groups):
                 self._in_flight.discard(("generate", version))
                 self.generated.add(version)
-                actions += (routing.submit(self, groups) if self.committee and not self.has("trainer")
-                            else [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups])
+                actions += self.design.publish_groups(self, groups)
             case Checked(group, failed_reasons, digest, race_tokens, races_lost):
                 self._in_flight.discard(("check", group))
                 self.abandoned_checks.pop(group, None)
@@ -389,7 +388,7 @@ class NodeProtocol:
     def accept_group(self, group, now: float) -> list[Action]:
         """Hold a received (or, in the committee design, own) group: the first of its slot."""
         self._in_flight.discard(("group", digest := group.digest))
-        if (self.committee and self.rounds.listed(digest, group.version) is False) or group.version < self.group_floor:
+        if self.design.left_out(self, digest, group.version) or group.version < self.group_floor:
             return []  # after its round's manifest (specs/committee.md §1), or forgotten: never checked or trained
         if digest in self.groups or self._slots.setdefault((group.subject, group.version, group.index),
                                                            digest) != digest:
@@ -423,16 +422,7 @@ class NodeProtocol:
                 actions += self.once(FetchPolicy(self.policies[v]))
         if self.has("worker") and version in self.loaded and version not in self.generated:
             actions += self.once(Generate(version))
-        if self.committee:
-            # Rounds no fresh group belongs to, with one to spare (Rounds.forget; specs/security.md,
-            # disk and memory growth).
-            self.rounds.forget(version - self.config.max_staleness - 1)
-        if self.committee and self.has("trainer"):
-            actions += close_rounds(self)
-        if self.has("verifier") or self.has("trainer"):
-            actions += committee_checks(self) if self.committee else ticket_checks(self)
-        elif self.committee and self.has("worker"):
-            actions += routing.own_listing(self)  # a worker's own groups (specs/committee.md §3.5)
+        actions += self.design.pending(self, version)  # its checks, and what they need first
         if self.has("verifier"):
             actions += step_actions
         if self.has("trainer"):
@@ -499,7 +489,7 @@ class NodeProtocol:
         """Whether a group of ``version`` this node has not seen would still be taken: a version
         it may hold and, in the committee design, a round whose manifest is not here yet (a
         group the manifest leaves out is never checked or trained, specs/committee.md §1)."""
-        return self.may_hold(version) and not (self.committee and version in self.rounds.manifests)
+        return self.may_hold(version) and not self.design.closed(self, version)
 
     def fresh_groups(self) -> list[bytes]:
         """Digests of the groups still usable, in arrival order: the only ones any rule acts on."""
@@ -534,9 +524,7 @@ class NodeProtocol:
         # Drawn over the verdict's id, remembered by its signature: a valid signature names one
         # verdict's bytes, and hashing them again for every pass was a fifth of the trainer's time.
         if verdict.signature not in self._audit_draws:
-            # Divided by k in the committee design: ~lazy_audit_rate x groups_per_round audits of
-            # each verifier a round, as with tickets, not k times more (specs/committee.md §8).
-            rate = self.config.lazy_audit_rate / (self.config.committee_size if self.committee else 1)
+            rate = self.config.lazy_audit_rate / self.design.audit_divisor(self.config)
             self._audit_draws[verdict.signature] = ticket_selected(audit_ticket(self.key, verdict.id), rate)
         return self._audit_draws[verdict.signature]
 
@@ -559,9 +547,8 @@ class NodeProtocol:
             return []
         rate = 1.0 if self.suspect(group.subject) else self.standing(group.subject).check_rate
         draw, pi = self._draws.pop(digest, (Draw.NONE, b""))
-        own_draw = draw == Draw.COMMITTEE if self.committee else ticket_selected(audit_ticket(self.key, digest),
-                                                                                          rate)
-        if own_draw and self.race_test(group.subject).add(race_tokens, races_lost).rejected:
+        if (self.design.own_draw(self, digest, draw, rate)
+                and self.race_test(group.subject).add(race_tokens, races_lost).rejected):
             reasons = (*reasons, RACE_LOSSES)
         return self.publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
                                      race_tokens=race_tokens, races_lost=races_lost, draw=draw, pi=pi)
@@ -572,36 +559,24 @@ class NodeProtocol:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)
         if group is None or (mine is not None and not supersedes(outcome, mine)):
             return []
-        claim: dict = {}
-        if not self.committee:
-            draw, pi = Draw.TICKET, b""
-        else:
-            claim = self.rounds.claim(digest, draw)
-            if claim is None and not (draw == Draw.NONE and digest in self.planted):
-                return []  # a place or weight this node has not proven: no one could check it
-            # (The trainer's reveal of a plant its round's lists do not hold, planted after the
-            # round closed, claims no place: it is its own record; others refuse it, as the audit
-            # expects of such a reveal, specs/audit.md §3.)
-            claim = claim or {}
+        claim = self.design.claim(self, digest, draw, pi)
+        if claim is None:
+            return []
         verdict = SignedVerdict(
             verifier=self.me, subject=group.subject, group=digest, round=self.version or 0,
-            policy_version=group.version, ticket=audit_ticket(self.key, digest) if not self.committee else b"",
+            policy_version=group.version,
             rate=self.standing(group.subject).check_rate if rate is None else rate, outcome=outcome,
             reasons=tuple(sorted(set(reasons))), digest=recomputed, platform=self.platform,
-            planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost, draw=draw,
-            pi=pi, **claim).signed(self.key)
+            planted=digest in self.planted, race_tokens=race_tokens, races_lost=races_lost,
+            **claim).signed(self.key)
         self._verdict(verdict)
-        if self.committee:
-            return routing.route_verdict(self, verdict)
-        return [Publish(TOPIC_VERDICTS, verdict.to_bytes())]
+        return self.design.route(self, verdict)
 
     # -- verdicts of others: the subject is derived from the group, never taken from the message
     def verdict_refusal(self, verdict: SignedVerdict) -> Refusal | None:
         """Why this network's design refuses a verdict's claim (specs/committee.md §4), or None;
         MANIFEST_MISSING while the committee design lacks its round's manifest."""
-        if not self.committee:
-            return None if verdict.draw == Draw.TICKET else Refusal.WRONG_DESIGN
-        return self.rounds.refusal(verdict, self.reputation.pretrusted)
+        return self.design.refusal(self, verdict)
 
     def _received_verdict(self, verdict: SignedVerdict) -> list[Action]:
         refusal = self.verdict_refusal(verdict)
@@ -636,9 +611,7 @@ class NodeProtocol:
             return False
         self.verdicts[verdict.group][verdict.verifier] = verdict
         self._touch(verdict.group)
-        if (self.committee and self.has("trainer") and verdict.outcome != Outcome.PASS
-                and verdict.verifier != self.me and not self.fresh(group.version)):
-            self.rounds.late_failures.add(verdict.group)  # re-checked all the same (rounds.late_rechecks)
+        self.design.counted(self, verdict, group)
         report = report_of(verdict, group.subject, group.version)
         if report is not None:
             self.reputation.add(forgetting.compact(self, report, group))
@@ -682,8 +655,8 @@ class NodeProtocol:
         group = self.groups[digest]
         if group.trained or digest in self.planted or digest in self.refused or group.subject in self.quarantined:
             return False
-        if self.committee and not self.rounds.listed(digest, group.version):
-            return None if self.rounds.listed(digest, group.version) is None else False
+        if not (listed := self.design.listed(self, digest, group.version)):
+            return None if listed is None else False
         verdicts = self.verdicts[digest].values()
         mine = self.verdicts[digest].get(self.me)
         if any(v.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL) for v in verdicts):
@@ -695,6 +668,4 @@ class NodeProtocol:
             return None
         if any(v.outcome == Outcome.PASS and self.weighs(v) for v in verdicts):
             return True  # a pass from a checker that counts; a stranger's pass decides nothing
-        if self.committee:
-            return None  # a member's pass or the trainer's own check decides (specs/committee.md §8)
-        return self.now - group.arrived >= self.config.verdict_wait or None
+        return self.design.unreached(self, group)

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from vrl.node import committee
-from vrl.node.committee import SEATS, Draw
+from vrl.node.committee import Draw
 from vrl.node.events import Action, FetchEntries, FetchGroup, Persist, PersistManifest, Publish, Send
 from vrl.node.manifests import Rounds as Rounds
 from vrl.node.messages import (
@@ -240,7 +240,7 @@ def close_rounds(node: NodeState) -> list[Action]:
         actions.append(PersistManifest(manifest, ManifestLists.of(node.rounds.lists[version].content)))
         # The trainer's evaluation at the close (specs/committee.md §8) includes the withheld
         # records the manifest just implied: only the sums are redone (they move no weight);
-        # its next event takes the evaluation's quarantines (rounds.evaluate: the first time).
+        # its next event takes the evaluation's quarantines (NodeProtocol._evaluation_due: the first time).
         node.reputation.standings(version)
         node.request_evaluation()
         actions.append(Publish(TOPIC_MANIFESTS, manifest.to_bytes()))
@@ -299,6 +299,5 @@ def verified(node: NodeView, digest: bytes) -> bool:
     committee (a seat its claim proved, committee.md §4), the design's check of every group, which
     the anchors no longer make (committee.md §8 says why, and what trusted_share bounds then)."""
     anchors = node.reputation.pretrusted
-    return any(v.outcome == Outcome.PASS and (v.verifier in anchors or (
-        node.committee and v.draw in SEATS))
-        for v in node.verdicts[digest].values())
+    return any(v.outcome == Outcome.PASS and (v.verifier in anchors or node.design.seated(v))
+               for v in node.verdicts[digest].values())

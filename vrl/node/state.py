@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from vrl.config import ConfigError
 from vrl.node.admission import AdmissionConfig
-from vrl.node.committee import Draw
+from vrl.node.committee import Draw, Refusal
 from vrl.node.events import Action
 from vrl.node.manifests import Rounds
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission
@@ -80,6 +80,11 @@ class NodeView(Protocol):
 
     @property
     def config(self) -> ProtocolConfig: ...
+
+    @property
+    def design(self) -> Design:
+        """The verification design, chosen once from ``config.verification`` (vrl.node.designs)."""
+        ...
 
     @property
     def committee(self) -> bool:
@@ -232,4 +237,78 @@ class NodeState(NodeView, Protocol):
 
     def drop_slots_below(self, floor: int) -> None:
         """Forget the slots of versions below ``floor`` whose group is no longer held."""
+        ...
+
+
+class Design(Protocol):
+    """A verification design: who checks which group, what a verdict claims, and when a group
+    is decided (vrl.node.designs: the ticket design and the committee design). The protocol
+    asks its design wherever the two differ, and nowhere else."""
+
+    name: str
+
+    def step_committee(self, config: ProtocolConfig) -> int:
+        """The step judge's committee size (specs/training.md §5); 0 for a step ticket."""
+        ...
+
+    def audit_divisor(self, config: ProtocolConfig) -> int:
+        """What the trainer's lazy-verifier audit rate is divided by, so that it audits each
+        verifier about ``lazy_audit_rate x groups_per_round`` times a round."""
+        ...
+
+    def pending(self, node: NodeState, version: int) -> list[Action]:
+        """The design's part of what is still to do at round ``version``: the checks asked for,
+        and what else the design needs before them (manifests, listings)."""
+        ...
+
+    def publish_groups(self, node: NodeState, groups: Sequence[Submission]) -> list[Action]:
+        """Where this node's newly generated groups go."""
+        ...
+
+    def left_out(self, node: NodeView, digest: bytes, version: int) -> bool:
+        """Whether a group is known never to be checked or trained (so is not taken)."""
+        ...
+
+    def closed(self, node: NodeView, version: int) -> bool:
+        """Whether a round takes no more new groups."""
+        ...
+
+    def own_draw(self, node: NodeView, digest: bytes, draw: Draw, rate: float) -> bool:
+        """Whether this node's own draw chose the check it just made, whose race evidence its
+        sequential test may count (specs/verification.md §7)."""
+        ...
+
+    def claim(self, node: NodeView, digest: bytes, draw: Draw, pi: bytes) -> dict[str, Any] | None:
+        """The draw fields of this node's verdict on a group (draw, pi, ticket and any proven
+        place); None when it could claim nothing another node could check."""
+        ...
+
+    def route(self, node: NodeView, verdict: SignedVerdict) -> list[Action]:
+        """Where this node's own verdict goes."""
+        ...
+
+    def refusal(self, node: NodeView, verdict: SignedVerdict) -> Refusal | None:
+        """Why this design refuses a received verdict's claim, or None."""
+        ...
+
+    def counted(self, node: NodeView, verdict: SignedVerdict, group: Group) -> None:
+        """A verdict on a held group was just counted."""
+        ...
+
+    def listed(self, node: NodeView, digest: bytes, version: int) -> bool | None:
+        """Whether a group may be decided at all: True, False (never), None (not yet known)."""
+        ...
+
+    def unreached(self, node: NodeView, group: Group) -> bool | None:
+        """The decision on a group no failure and no counting pass has reached: True to admit,
+        None to wait."""
+        ...
+
+    def decisions(self, node: NodeView, fresh: list[bytes]) -> dict[bytes, bool | None]:
+        """:meth:`NodeView.decided` of each fresh group."""
+        ...
+
+    def seated(self, verdict: SignedVerdict) -> bool:
+        """Whether a verdict holds a seat its claim proved: the design's own check of a group
+        (admission's trusted share, specs/reputation.md §6)."""
         ...
