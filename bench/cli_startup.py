@@ -1,12 +1,10 @@
 """How long `vrl` takes to answer, per command, against a bare Python start in the same run.
 
-    python bench/cli_startup.py [--repeat 5] [--against DIR]
+    python bench/cli_startup.py [--repeat 5]
 
-Each command runs ``--repeat`` times as its own process, this checkout's `vrl` and, with
-``--against``, another checkout's (a ``git worktree`` of an older commit) side by side; the
-median wall time is printed, with its ratio to ``python -c pass``, the interpreter's own start
-on this machine at this moment. `inspect` reads a small rollout file written first. Results:
-``bench/results/cli_startup.json``.
+Each command runs ``--repeat`` times as its own process; the median wall time is printed, with
+its ratio to ``python -c pass``, the interpreter's own start on this machine at this moment.
+`inspect` reads a small rollout file written first. Results: ``bench/results/cli_startup.json``.
 """
 
 from __future__ import annotations
@@ -30,20 +28,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def vrl_of(checkout: Path) -> list[str]:
-    """The `vrl` command of a checkout, as its console script runs it (``vrl.cli:app``)."""
-    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(checkout)!r}); from vrl.cli import app; app()"]
+# The `vrl` command of this checkout, as its console script runs it (``vrl.cli:app``).
+VRL = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); from vrl.cli import app; app()"]
 
 
-def timed(command: Callable[[int], list[str]], repeat: int) -> float | None:
-    """The median wall time of ``command(i)`` for i in 0 .. repeat - 1, each a process; None
-    when the command fails (an older checkout without it)."""
+def timed(command: Callable[[int], list[str]], repeat: int) -> float:
+    """The median wall time of ``command(i)`` for i in 0 .. repeat - 1, each a process."""
     times = []
     for i in range(repeat):
         started = time.perf_counter()
-        done = subprocess.run(command(i), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if done.returncode != 0:
-            return None
+        subprocess.run(command(i), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -51,7 +45,6 @@ def timed(command: Callable[[int], list[str]], repeat: int) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--against", type=Path, help="another checkout to time side by side")
     args = parser.parse_args()
     import vrl
 
@@ -61,7 +54,6 @@ def main() -> None:
     records = vrl.generate(model, vrl.Arithmetic(digits=1), key, round_seed=bytes(32),
                            sampling=vrl.sampling_for(model, max_new_tokens=4), groups=1, group_size=2)
     vrl.write_rollouts(work / "r.vrl", records)
-    checkouts = {"this": ROOT, **({"against": args.against.resolve()} if args.against else {})}
     commands = {
         "--help": lambda i: ["--help"],
         "--version": lambda i: ["--version"],
@@ -72,21 +64,16 @@ def main() -> None:
     base = timed(lambda i: [sys.executable, "-c", "pass"], args.repeat)
     seconds: dict[str, dict[str, float]] = {}
     for name, command in commands.items():
-        for label, checkout in checkouts.items():
-            def argv(i: int, checkout: Path = checkout, command: Callable[[int], list[str]] = command) -> list[str]:
-                return [*vrl_of(checkout), *command(i)]
-
-            seconds.setdefault(name, {})[label] = timed(argv, args.repeat)
-    table = Table("vrl ...", *(f"{label}: median s (x python -c pass)" for label in checkouts),
+        seconds[name] = {"this": timed(lambda i, command=command: [*VRL, *command(i)], args.repeat)}
+    table = Table("vrl ...", "median s (x python -c pass)",
                   title=f"start-up, median of {args.repeat}; python -c pass {base:.2f} s")
     for name, by in seconds.items():
-        table.add_row(name, *("n/a" if by[label] is None else f"{by[label]:.2f} ({by[label] / base:.1f}x)"
-                              for label in checkouts))
+        table.add_row(name, f"{by['this']:.2f} ({by['this'] / base:.1f}x)")
     Console().print(table)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "cli_startup.json").write_text(json.dumps(
-        {"repeat": args.repeat, "python -c pass": base, "checkouts": {k: str(v) for k, v in checkouts.items()},
-         "seconds": seconds}, indent=1))
+        {"repeat": args.repeat, "python -c pass": base, "checkouts": {"this": str(ROOT)}, "seconds": seconds},
+        indent=1))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """A node's CPU time per received group: the gossip path, and the check a verifier then runs.
 
-    python bench/node_cpu.py                          # this tree, 32 groups
-    python bench/node_cpu.py --against c270bf5        # this tree and another revision, interleaved
-    python bench/node_cpu.py --walk --against 522d110 # the rooms one group walks through (bench/walk.py)
+    python bench/node_cpu.py                # 32 groups, the median of 3 processes
+    python bench/node_cpu.py --walk         # the rooms one group walks through (bench/walk.py)
 
 It drives a real :class:`vrl.node.daemon.Node` (loopback transport, the ``tiny`` preset as the
 policy, one torch thread) through the daemon's own methods, so what is timed is what a node
@@ -13,15 +12,12 @@ does with a group that arrives by gossip:
   prefill; the signed verdict published).
 
 It also counts, per record, how often a record is decoded and its signature checked on the
-way (the counting wraps ``Rollout.from_bytes`` and ``Rollout.signature_valid`` in both trees).
+way (the counting wraps ``Rollout.from_bytes`` and ``Rollout.signature_valid``).
 
-CPU time is ``time.process_time()``, every thread of the process, divided by the groups. With
-``--against REV`` the same measurement runs on a checkout of REV (through ``PYTHONPATH``, in
-its own process) alternately with this tree, ``--repeats`` times each, and the medians and
-their ratio are printed: absolute times are noisy on a shared machine, ratios side by side
-are the result. The measurement itself uses only what both layouts have (``Node``,
-``NodeConfig``, ``Submission``, ``vrl.iter_generate``), so a revision before the
-architecture pass can be measured with it.
+CPU time is ``time.process_time()``, every thread of the process, divided by the groups; each
+of ``--repeats`` measurements runs in a process of its own, and their medians are printed.
+Absolute times are noisy on a shared machine: to compare two revisions, run each one's
+script in its own checkout (``git worktree add``), alternately.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -41,8 +36,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What a revision measured with --against needs from its tree.
-CODE = ("vrl", "proofs", "p2p", "specs")
 
 
 async def settle(node) -> None:
@@ -74,12 +67,8 @@ def verifier(groups: int, group_size: int, new_tokens: int):
                                  for n in (b"trainer", b"verifier", b"worker"))
     with tempfile.TemporaryDirectory() as directory:
         work = dict(model="tiny", task="arithmetic:digits=2", group_size=group_size, max_new_tokens=new_tokens)
-        if "work" in {f.name for f in dataclasses.fields(NodeConfig)}:  # node.toml's tables (issue 14 §2)
-            settings = dict(work=work, protocol=dict(groups_per_round=groups))
-        else:  # a revision before them, measured with --against: every key at the top level
-            settings = dict(work, groups_per_round=groups)
         config = NodeConfig(data_dir=directory, trainer=trainer.node_id.hex(), transport="loopback",
-                            roles=("verifier",), **settings)
+                            roles=("verifier",), work=work, protocol=dict(groups_per_round=groups))
         transport = LoopbackNetwork().transport(verifier.private_seed())
         node = Node(config, transport, verifier)
         model = node.work.skeleton
@@ -94,15 +83,9 @@ def verifier(groups: int, group_size: int, new_tokens: int):
         submissions = [Submission.of(group) for group in made]
         loop = asyncio.new_event_loop()
         loop.run_until_complete(transport.start())  # verdicts are published as on a live node
-        # The validator is the node's ``validate`` collaborator since issue 29, its
-        # ``_validate`` method before; likewise its model thread.
-        validate = getattr(node, "validate", None) or node._validate
         try:
-            yield node, loop, submissions, validate
-            if hasattr(node, "model_thread"):
-                node.model_thread.shutdown()
-            else:
-                node._model_thread.shutdown(wait=True)
+            yield node, loop, submissions, node.validate
+            node.model_thread.shutdown()
             loop.run_until_complete(transport.close())
         finally:
             node.store.close()
@@ -122,9 +105,8 @@ def measure(groups: int, group_size: int, new_tokens: int) -> dict:
     from p2p.transport import Validation
 
     with verifier(groups, group_size, new_tokens) as (node, loop, submissions, validate):
-        # Count what the node does per group: records decoded, signatures checked (both
-        # layouts export Rollout on the package face). Counting costs a call per event, in
-        # both trees alike.
+        # Count what the node does per group: records decoded, signatures checked. Counting
+        # costs a call per event.
         counts = {"decodes": 0, "signature_checks": 0}
         decode, check_signature = vrl.Rollout.from_bytes.__func__, vrl.Rollout.signature_valid
 
@@ -180,16 +162,15 @@ def walks(group_size: int, new_tokens: int) -> dict:
     return {"arrival": arrival.summary(), "check": check.summary()}
 
 
-def _run(pythonpath: str | None, args: argparse.Namespace) -> dict:
+def _run(args: argparse.Namespace) -> dict:
+    """One measurement in a process of its own (one torch thread), as JSON."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, __file__, "--measure", *(["--walk"] if args.walk else []), "--groups",
                            str(args.groups), "--group-size", str(args.group_size),
                            "--new-tokens", str(args.new_tokens)],
                           env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"the measurement failed on {pythonpath or 'this tree'}:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"the measurement failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -198,7 +179,6 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=32)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=8)
-    parser.add_argument("--against", metavar="REV", help="also measure this git revision, interleaved")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)  # one measurement, as JSON
     parser.add_argument("--walk", action="store_true",
@@ -213,20 +193,10 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    trees: dict[str, str | None] = {"this tree": None}
-    with tempfile.TemporaryDirectory() as other:
-        if args.against:
-            # The packages, and specs/: the tolerance table the verifier loads (specs/tolerances.json).
-            subprocess.run(["git", "--work-tree", other, "checkout", args.against, "--", *CODE], cwd=ROOT, check=True)
-            subprocess.run(["git", "reset", "-q", "--", *CODE], cwd=ROOT, check=True)
-            trees[args.against] = other
-        if args.walk:  # a count, not a time: one run each
-            show_walks({name: _run(path, args) for name, path in trees.items()}, args.out)
-            return
-        runs: dict[str, list[dict]] = {name: [] for name in trees}
-        for _ in range(args.repeats):
-            for name, path in trees.items():
-                runs[name].append(_run(path, args))
+    if args.walk:  # a count, not a time: one run
+        show_walks({"this tree": _run(args)}, args.out)
+        return
+    runs = {"this tree": [_run(args) for _ in range(args.repeats)]}
     keys = ("receive_ms_per_group", "check_ms_per_group", "total_ms_per_group", "decodes_per_record",
             "signature_checks_per_record")
     medians = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in runs.items()}
@@ -238,9 +208,6 @@ def main() -> None:
                          justify="right")
     for name, m in medians.items():
         table.add_row(name, *(f"{m[k]:.2f}" for k in keys))
-    if args.against:
-        table.add_row(f"{args.against} / this tree",
-                      *(f"{medians[args.against][k] / medians['this tree'][k]:.2f}x" for k in keys))
     Console().print(table)
     args.out.write_text(json.dumps({"settings": vars(args) | {"out": None}, "medians": medians, "runs": runs},
                                    indent=2) + "\n")

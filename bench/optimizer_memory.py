@@ -1,8 +1,6 @@
 """Peak memory of serializing a step's optimizer state and of the replay's comparison
-(:func:`vrl.rl.step.optimizer_bytes`, :func:`vrl.rl.step.compare`), as they are and as they
-were before (each tensor cloned before ``safetensors.save``; the replay's own file read back
-to compare; each tensor's float64 distance computed whole, not in blocks), each in a process
-of its own so that its peak RSS is its own.
+(:func:`vrl.rl.step.optimizer_bytes`, :func:`vrl.rl.step.compare`), each in a process of its
+own so that its peak RSS is its own, against the state's size.
 
     python bench/optimizer_memory.py                                # the 2-layer 0.5B shape
     python bench/optimizer_memory.py --model qwen2.5-0.5b           # the full one (about 12 GiB)
@@ -45,19 +43,8 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def previous_drift(parent: dict, replayed: dict, claimed: dict) -> None:
-    """vrl.rl.step.relative_drift as it was: each tensor's float64 copies made whole."""
-    import torch
-
-    sum(float((claimed[k].double() - replayed[k].double()).pow(2).sum()) for k in replayed)
-    sum(float((replayed[k].double() - parent.get(k, torch.zeros_like(replayed[k])).double()).pow(2).sum())
-        for k in replayed)
-
-
 def measure(model_name: str, what: str) -> dict:
     import torch
-    from safetensors.torch import load as load_tensors
-    from safetensors.torch import save as save_tensors
 
     import vrl
     from vrl.rl import step
@@ -72,28 +59,14 @@ def measure(model_name: str, what: str) -> dict:
     for p in network.parameters():
         p.grad = None
     state_bytes = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values())
-    if what.startswith("compare"):  # what a replay is handed: the parent's file, the claimed file and weights
+    if what == "compare:now":  # what a replay is handed: the parent's file, the claimed file and weights
         parent_file = step.optimizer_bytes(network, optimizer)
         claimed_file = bytes(parent_file)  # (here the same state)
         claimed = {k: v.detach().clone() for k, v in network.state_dict().items()}
     reset_peak()
     before = rss()
-
-    def previous_bytes() -> bytes:  # as before: each tensor cloned, then serialized
-        return save_tensors({k: v.clone() for k, v in step.optimizer_tensors(network, optimizer).items()})
-
-    if what == "bytes:previous":
-        data = previous_bytes()
-    elif what == "bytes:now":
+    if what == "bytes:now":
         data = step.optimizer_bytes(network, optimizer)
-    elif what == "compare:previous":  # compare() as it was: its own file made with clones, then read back
-        replayed_state = {k: v.detach().cpu() for k, v in network.state_dict().items()}
-        replayed_file = previous_bytes()
-        claimed_moments, replayed_moments = load_tensors(claimed_file), load_tensors(replayed_file)
-        before_moments = load_tensors(parent_file)
-        previous_drift(replayed_state, replayed_state, claimed)
-        previous_drift(before_moments, replayed_moments, claimed_moments)
-        data = replayed_file == claimed_file
     elif what == "compare:now":
         data = step.compare(network, parent_file, network, optimizer, claimed, claimed_file, {}).optimizer_hash
     else:
@@ -112,7 +85,7 @@ def main() -> None:
         print(json.dumps(measure(args.model, args.part)))
         return
     results = {}
-    for part in ("bytes:previous", "bytes:now", "compare:previous", "compare:now"):
+    for part in ("bytes:now", "compare:now"):
         done = subprocess.run([sys.executable, __file__, "--model", args.model, "--part", part], capture_output=True,
                               text=True, check=True)
         results[part] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -19,7 +19,7 @@ torch) is an *edge*, counted once however often it runs:
 Measured by tracing (``sys.setprofile``), so it sees what runs, lazy imports and dynamic
 dispatch included, not what a static reading guesses; coroutines resumed by the event loop
 are counted from their awaiting frame. Issue 29 asked for this walk from ``Node._on_message``;
-``bench/node_cpu.py --against REV`` prints it for both trees.
+``bench/node_cpu.py --walk`` prints it.
 """
 
 from __future__ import annotations
