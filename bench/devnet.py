@@ -43,6 +43,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+from process_memory import available_bytes
 from rich.console import Console
 from rich.table import Table
 
@@ -652,18 +653,10 @@ def process_cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def available_gib() -> float:
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / (1 << 20)
-    return 0.0
-
-
 def wait_for_memory(nodes: int) -> None:
     need = GIB_PER_NODE * nodes + 1.0
     deadline = time.monotonic() + MEMORY_WAIT_SECONDS
-    while (free := available_gib()) < need:
+    while (free := available_bytes() / (1 << 30)) < need:
         if time.monotonic() > deadline:
             raise SystemExit(f"only {free:.1f} GiB available after {MEMORY_WAIT_SECONDS:.0f} s; "
                              f"{nodes} nodes need about {need:.1f} GiB")

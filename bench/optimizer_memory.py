@@ -13,34 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from process_memory import peak_bytes, reset_peak, rss_bytes  # noqa: E402
 
 GiB = 1 << 30
 RESULTS = Path(__file__).resolve().parent / "results" / "optimizer-memory.json"
-
-
-def rss() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak() -> int:
-    """The process's peak RSS since :func:`reset_peak` (VmHWM)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def reset_peak() -> None:
-    """Start the peak over from now (Linux: writing 5 to clear_refs resets VmHWM), so that the
-    setup's own peak is not the measurement's."""
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def measure(model_name: str, what: str) -> dict:
@@ -64,7 +45,7 @@ def measure(model_name: str, what: str) -> dict:
         claimed_file = bytes(parent_file)  # (here the same state)
         claimed = {k: v.detach().clone() for k, v in network.state_dict().items()}
     reset_peak()
-    before = rss()
+    before = rss_bytes()
     if what == "bytes:now":
         data = step.optimizer_bytes(network, optimizer)
     elif what == "compare:now":
@@ -72,8 +53,9 @@ def measure(model_name: str, what: str) -> dict:
     else:
         raise SystemExit(f"unknown measurement {what!r}")
     del data
-    return {"what": what, "optimizer_state_bytes": state_bytes, "rss_before_bytes": before, "peak_rss_bytes": peak(),
-            "peak_over_state": (peak() - before) / state_bytes}
+    peak = peak_bytes()
+    return {"what": what, "optimizer_state_bytes": state_bytes, "rss_before_bytes": before, "peak_rss_bytes": peak,
+            "peak_over_state": (peak - before) / state_bytes}
 
 
 def main() -> None:

@@ -43,12 +43,13 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from process_memory import available_bytes, peak_bytes, rss_bytes
 
 GiB = 1 << 30
 #: What each 0.5B measurement needs free before it starts (MemAvailable): load, generate and
@@ -59,21 +60,6 @@ GiB = 1 << 30
 NEEDS_GIB = {"load": 4, "generate": 5, "verify": 5, "grpo": 20, "replay": 20, "replay-memory": 4}
 OPTIMIZERS = ("adamw", "adamw-checkpointing", "bf16-master", "adamw8bit")
 REWARDS = [1.0, 0.0] * 4  # the group's rewards for the step: random weights answer nothing, so all would be 0
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
-def current_rss_bytes() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def available_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 # -- the measurements (each runs in a child process) -------------------------------------------
@@ -263,14 +249,14 @@ def part_grpo(args, optimizer_name: str) -> dict:
     else:
         optimizer = optimizer_for(network, config)
     before = optimizer_bytes(network, optimizer) if optimizer_name == "adamw" else b""
-    rss_before = current_rss_bytes()
+    rss_before = rss_bytes()
     sync(args)
     started, cpu_started = time.perf_counter(), time.process_time()
     stats = grpo_step(network, optimizer, [rollouts], [1.0], config, 0, model.pad_token_id, rewards=[REWARDS])
     sync(args)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     result = {"optimizer": optimizer_name, "seconds": seconds, "cpu_seconds": cpu_seconds,
-              "peak_rss_bytes": peak_rss_bytes(), "rss_before_step_bytes": rss_before,
+              "peak_rss_bytes": peak_bytes(), "rss_before_step_bytes": rss_before,
               "groups_used": stats["groups_used"],
               "completion_tokens": sum(len(r.completion_tokens) for r in rollouts)}
     # What the optimizer keeps between steps (moments, 8-bit blocks' scales, master weights) and
@@ -307,7 +293,7 @@ def part_replay(args) -> dict:
                                        rewards=[REWARDS])
     sync(args)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
-    peak = peak_rss_bytes()
+    peak = peak_bytes()
     network.zero_grad(set_to_none=True)
     del parent, model
     replayed_hash = vrl.Model("replay", network, None, "float32").model_hash.hex()  # type: ignore[arg-type]
@@ -333,12 +319,12 @@ def part_replay_memory(args) -> dict:
                   torch.tensor(r.completion_tokens), r.sample_seed, r.sampling) for r in rollouts]
     if args.replay_at_once:
         sampler._REPLAY_BLOCK_ENTRIES = 1 << 62  # noqa: SLF001 (every row in one block: the replay before blocks)
-    rss_before = current_rss_bytes()
+    rss_before = rss_bytes()
     started, cpu_started = time.perf_counter(), time.process_time()
     sampler.replay_sequences(sequences, 0.0)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     return {"at_once": args.replay_at_once, "seconds": seconds, "cpu_seconds": cpu_seconds,
-            "peak_rss_bytes": peak_rss_bytes(), "rss_before_replay_bytes": rss_before,
+            "peak_rss_bytes": peak_bytes(), "rss_before_replay_bytes": rss_before,
             "logits_bytes": sum(z.numel() * 4 for z, _, _, _ in sequences)}
 
 
@@ -358,7 +344,7 @@ def run_part(args) -> dict:
         result = part_replay_memory(args)
     else:
         raise SystemExit(f"unknown part {args.part!r}")
-    result.setdefault("peak_rss_bytes", peak_rss_bytes())
+    result.setdefault("peak_rss_bytes", peak_bytes())
     if args.device.startswith("cuda"):
         import torch
 

@@ -29,7 +29,6 @@ import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -795,6 +794,8 @@ def memory(args: argparse.Namespace) -> int:
     Growth per round is a least-squares slope over the second half of the rounds (after the
     bootstrap rounds, in the steady state).
     """
+    from process_memory import peak_bytes, rss_bytes  # this folder (bench/) is first on sys.path
+
     from vrl.node import forgetting
 
     if args.no_forget:
@@ -815,7 +816,7 @@ def memory(args: argparse.Namespace) -> int:
     result = {
         "command": f"PYTHONHASHSEED=0 {invocation(args)}",
         "nodes": args.nodes, "rounds": args.rounds, "design": args.design, "forgetting": not args.no_forget,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_bytes(),
         "cpu_seconds": time.process_time() - started,
         "growth_per_round_second_half": growth,
         "last": samples[-1] if samples else {},
@@ -837,14 +838,6 @@ def memory(args: argparse.Namespace) -> int:
         existing["runs"].append(result)
         args.out.write_text(json.dumps(existing, indent=1) + "\n")
     print(json.dumps(result))
-    return 0
-
-
-def rss_bytes() -> int:
-    """This process's resident set now (Linux: /proc/self/status VmRSS)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
     return 0
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from process_memory import peak_bytes, reset_peak, rss_bytes  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -48,25 +49,6 @@ from vrl.zk import sampling as sampling_proofs  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 console = Console()
-
-
-def _reset_peak() -> None:
-    """Reset this process's VmHWM to its current RSS (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
-def _peak_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def main() -> None:
@@ -128,12 +110,12 @@ def reward(args, workdir: Path) -> dict:
     records = vrl.generate(model, task_set, node, round_seed=seed, sampling=sampling, groups=args.records // 4,
                            group_size=4, score=key.scorer(RewardSpec()))
     timings["generate"] = time.perf_counter() - started
-    _reset_peak()
-    baseline = _rss_bytes()
+    reset_peak()
+    baseline = rss_bytes()
     started = time.perf_counter()
     attachments = prove_rewards(records, key, model.decode, srs, workdir)
     timings["prove"] = time.perf_counter() - started
-    peak = _peak_bytes()
+    peak = peak_bytes()
     started = time.perf_counter()
     proven = proven_correctness(records, attachments, model.decode, [srs], workdir, allow_dev=True)
     timings["check proofs"] = time.perf_counter() - started
@@ -189,12 +171,12 @@ def sampling(args, workdir: Path) -> dict:
     timings["generate with hidden hashes"] = time.perf_counter() - started
     rows = {record_subject(r): x.numpy() for r, x in kept}
     challenge = bytes(range(32))
-    _reset_peak()
-    baseline = _rss_bytes()
+    reset_peak()
+    baseline = rss_bytes()
     started = time.perf_counter()
     openings = sampling_proofs.prove_sampling(model, records, rows, challenge, args.positions, srs, workdir)
     timings["prove"] = time.perf_counter() - started
-    peak = _peak_bytes()
+    peak = peak_bytes()
     started = time.perf_counter()
     checks = sampling_proofs.check_openings(records, openings, model, [srs], workdir, challenge=challenge,
                                             count=args.positions, allow_dev=True)
