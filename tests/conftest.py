@@ -5,6 +5,13 @@ import os
 # Tests never reach the Hub: a Hub id resolves from a cache a test populates itself
 # (tests/test_export.py), and the subprocesses the tests start inherit this.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Under pytest-xdist each worker gets its share of the cores, not all of them: two workers of
+# two OpenMP threads each on two cores spin-wait on one another, and the suite ran slower on
+# both cores than on one. Set before torch is imported, so its pool starts at that size; the
+# node processes the tests start inherit it (they set their own count, NodeConfig.torch_threads).
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(_share)
 
 import pytest  # noqa: E402
 import structlog  # noqa: E402
