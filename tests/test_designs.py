@@ -12,7 +12,7 @@ from vrl.node.designs import CommitteeDesign, TicketDesign, design_of
 from vrl.node.events import Persist, Publish, Send
 from vrl.node.manifests import Rounds
 from vrl.node.messages import TOPIC_VERDICTS, Outcome, SignedVerdict, audit_ticket
-from vrl.node.state import Group, ProtocolConfig
+from vrl.node.state import HeldGroup, ProtocolConfig
 from vrl.rollouts.keys import NodeKey
 
 TRAINER = NodeKey.from_seed(b"T" * 32)
@@ -58,7 +58,7 @@ def test_a_ticket_verdict_claims_its_own_ticket_and_the_design_refuses_any_other
 
 def test_a_ticket_group_no_pass_reached_is_decided_after_verdict_wait():
     tickets, node = TicketDesign(), view(design="tickets")
-    group = Group(WORKER.node_id, 0, arrived=0.0)
+    group = HeldGroup(WORKER.node_id, 0, arrived=0.0)
     assert tickets.unreached(node, group) is None
     node.now = node.config.verdict_wait
     assert tickets.unreached(node, group) is True
@@ -72,7 +72,7 @@ def test_a_committee_verdict_claims_only_a_proven_place_but_a_plants_reveal_clai
     assert committee.claim(node, DIGEST, Draw.NONE, b"") == {"draw": Draw.NONE, "pi": b"", "ticket": b""}
     assert committee.refusal(node, verdict(draw=Draw.COMMITTEE)) == Refusal.MANIFEST_MISSING
     assert committee.listed(node, DIGEST, 0) is None
-    assert committee.unreached(node, Group(WORKER.node_id, 0, 0.0)) is None
+    assert committee.unreached(node, HeldGroup(WORKER.node_id, 0, 0.0)) is None
     assert committee.audit_divisor(node.config) == node.config.committee_size
     assert committee.seated(verdict(draw=Draw.RECHECK)) and not committee.seated(verdict(draw=Draw.NONE))
 
@@ -90,11 +90,11 @@ def test_the_committee_trainer_re_checks_a_failure_that_came_once_its_group_was_
     committee = CommitteeDesign()
     node = view(TRAINER, roles=("trainer",))
     node.fresh = lambda version: False
-    committee.counted(node, verdict(Outcome.PASS), Group(WORKER.node_id, 0, 0.0))
+    committee.counted(node, verdict(Outcome.PASS), HeldGroup(WORKER.node_id, 0, 0.0))
     assert not node.rounds.late_failures
-    committee.counted(node, verdict(Outcome.HARD_FAIL), Group(WORKER.node_id, 0, 0.0))
+    committee.counted(node, verdict(Outcome.HARD_FAIL), HeldGroup(WORKER.node_id, 0, 0.0))
     assert node.rounds.late_failures == {DIGEST}
     member = view(roles=("verifier",))
     member.fresh = lambda version: False
-    committee.counted(member, verdict(Outcome.HARD_FAIL), Group(WORKER.node_id, 0, 0.0))
+    committee.counted(member, verdict(Outcome.HARD_FAIL), HeldGroup(WORKER.node_id, 0, 0.0))
     assert not member.rounds.late_failures

@@ -27,13 +27,13 @@ from vrl.node.events import Action, Publish
 from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_VERDICTS,
+    Group,
     Outcome,
     SignedVerdict,
-    Submission,
     audit_ticket,
     ticket_selected,
 )
-from vrl.node.state import Design, Group, NodeState, NodeView, ProtocolConfig
+from vrl.node.state import Design, HeldGroup, NodeState, NodeView, ProtocolConfig
 from vrl.node.tickets import ticket_checks
 
 
@@ -51,7 +51,7 @@ class TicketDesign:
     def pending(self, node: NodeState, version: int) -> list[Action]:
         return ticket_checks(node) if node.has("verifier") or node.has("trainer") else []
 
-    def publish_groups(self, node: NodeState, groups: Sequence[Submission]) -> list[Action]:
+    def publish_groups(self, node: NodeState, groups: Sequence[Group]) -> list[Action]:
         return [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
 
     def left_out(self, node: NodeView, digest: bytes, version: int) -> bool:
@@ -72,13 +72,13 @@ class TicketDesign:
     def refusal(self, node: NodeView, verdict: SignedVerdict) -> Refusal | None:
         return None if verdict.draw == Draw.TICKET else Refusal.WRONG_DESIGN
 
-    def counted(self, node: NodeView, verdict: SignedVerdict, group: Group) -> None:
+    def counted(self, node: NodeView, verdict: SignedVerdict, group: HeldGroup) -> None:
         return None
 
     def listed(self, node: NodeView, digest: bytes, version: int) -> bool | None:
         return True
 
-    def unreached(self, node: NodeView, group: Group) -> bool | None:
+    def unreached(self, node: NodeView, group: HeldGroup) -> bool | None:
         return node.now - group.arrived >= node.config.verdict_wait or None
 
     def decisions(self, node: NodeView, fresh: list[bytes]) -> dict[bytes, bool | None]:
@@ -114,7 +114,7 @@ class CommitteeDesign:
             actions += rounds.own_listing(node)  # a worker's own groups (specs/committee.md §3.5)
         return actions
 
-    def publish_groups(self, node: NodeState, groups: Sequence[Submission]) -> list[Action]:
+    def publish_groups(self, node: NodeState, groups: Sequence[Group]) -> list[Action]:
         if node.has("trainer"):  # a trainer's own groups are gossiped: it has no one to send them to
             return [Publish(TOPIC_GROUPS, g.to_bytes()) for g in groups]
         return rounds.submit(node, groups)
@@ -144,7 +144,7 @@ class CommitteeDesign:
     def refusal(self, node: NodeView, verdict: SignedVerdict) -> Refusal | None:
         return node.rounds.refusal(verdict, node.reputation.pretrusted)
 
-    def counted(self, node: NodeView, verdict: SignedVerdict, group: Group) -> None:
+    def counted(self, node: NodeView, verdict: SignedVerdict, group: HeldGroup) -> None:
         if (node.has("trainer") and verdict.outcome != Outcome.PASS and verdict.verifier != node.me
                 and not node.fresh(group.version)):
             node.rounds.late_failures.add(verdict.group)  # re-checked all the same (rounds.late_rechecks)
@@ -152,7 +152,7 @@ class CommitteeDesign:
     def listed(self, node: NodeView, digest: bytes, version: int) -> bool | None:
         return node.rounds.listed(digest, version)
 
-    def unreached(self, node: NodeView, group: Group) -> bool | None:
+    def unreached(self, node: NodeView, group: HeldGroup) -> bool | None:
         return None  # a member's pass or the trainer's own check decides (specs/committee.md §8)
 
     def decisions(self, node: NodeView, fresh: list[bytes]) -> dict[bytes, bool | None]:

@@ -16,7 +16,7 @@ import dataclasses
 
 from vrl.node.messages import Outcome
 from vrl.node.reputation import Report
-from vrl.node.state import Group, NodeState
+from vrl.node.state import HeldGroup, NodeState
 
 
 def group_floor(version: int, max_staleness: int) -> int:
@@ -53,15 +53,14 @@ def forget(node: NodeState, version: int) -> None:
     node.drop_slots_below(floor)
 
 
-def compact(node: NodeState, report: Report, group: Group) -> Report:
+def compact(node: NodeState, report: Report, group: HeldGroup) -> Report:
     """The same report (equal field by field), sharing one copy of its verifier id, platform,
     group digest and recomputed digest with the reports already held: a report outlives its
     verdict and group (the reputation keeps every one, specs/reputation.md §2), and each verdict
     decoded brings its own copy of each, ~250 of a report's ~600 bytes (bench/results/protocol-memory.json).
     The verifier ids and platforms are one per node and platform; the digests are the group's."""
-    shared = node.shared
-    reporter = shared.setdefault(report.reporter, report.reporter)
-    platform = shared.setdefault(report.platform, report.platform)
+    reporter = node.shared_ids.setdefault(report.reporter, report.reporter)
+    platform = node.shared_platforms.setdefault(report.platform, report.platform)
     if report.digest and not group.recomputed:
         group.recomputed = report.digest
     digest = group.recomputed if report.digest == group.recomputed else report.digest

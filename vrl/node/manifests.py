@@ -11,7 +11,7 @@ state are :mod:`vrl.node.rounds`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from proofs import merkle, vrf
@@ -112,11 +112,12 @@ class Rounds:
             self.fetched.discard(round_)
         for digest in [d for d, (r, _, _) in self.places.items() if r < floor]:
             del self.places[digest]
-        for table in (self._eligible, self._mine):
-            for key in [k for k in table if k[0] < floor]:
-                del table[key]
-        for key in [k for k in self._verified if k[1] < floor]:
-            del self._verified[key]
+        for eligible in [k for k in self._eligible if k[0] < floor]:
+            del self._eligible[eligible]
+        for mine in [k for k in self._mine if k[0] < floor]:
+            del self._mine[mine]
+        for verified in [k for k in self._verified if k[1] < floor]:
+            del self._verified[verified]
         self.claims.forget(floor)
         self.floor = floor
 
@@ -356,7 +357,7 @@ class Rounds:
         return None if header.seat_value(beta, verdict.seat) < threshold else Refusal.NOT_DRAWN
 
 
-class _RoundOf(Mapping):
+class _RoundOf(Mapping[bytes, int]):
     """A read-only view of ``Rounds.places``: digest -> round."""
 
     def __init__(self, places: dict[bytes, tuple[int, int, Any]]) -> None:
@@ -374,7 +375,7 @@ class _RoundOf(Mapping):
         place = self._places.get(digest)
         return default if place is None else place[0]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         return iter(self._places)
 
     def __len__(self) -> int:

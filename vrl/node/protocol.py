@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from vrl.node import forgetting
 from vrl.node.batches import ADMISSION_DOMAIN, maybe_train, reveal_plants
@@ -75,6 +76,8 @@ from vrl.node.manifests import Rounds
 from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_POLICIES,
+    Batch,
+    Group,
     Outcome,
     PolicyAnnouncement,
     SignedVerdict,
@@ -86,7 +89,7 @@ from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import COUNTING_WEIGHT, Reputation, Standing, report_of
 from vrl.node.rounds import REPUTATION_EVERY_SECONDS, note_withheld
 from vrl.node.scans import Scans
-from vrl.node.state import Group, ProtocolConfig
+from vrl.node.state import HeldGroup, ProtocolConfig
 from vrl.node.steps import SELF_EVIDENT_FAULTS, StepJudge, step_rule_faults
 from vrl.node.verdicts import SOFT_REASONS, drawn, outcome_of, supersedes
 from vrl.node.waiting import MAX_PENDING_VERDICTS, MAX_STRANGER_VERDICTS_PER_GROUP, WaitingVerdicts, room_for
@@ -107,7 +110,11 @@ __all__ = [
 ]
 
 
-def _flight_key(action: Action) -> tuple:
+# What an action under way is known by: its kind and what it names (a version, a digest, ...).
+FlightKey = tuple[Any, ...]
+
+
+def _flight_key(action: Action) -> FlightKey:
     match action:
         case FetchPolicy(a):
             return ("fetch", a.version)
@@ -137,9 +144,10 @@ class NodeProtocol:
         self.committee = config.verification == "committee"
         self.reputation = Reputation(frozenset({self.me, config.trainer, *config.pretrusted}), config.reputation)
         self.policies: dict[int, PolicyAnnouncement] = {}
-        self._version: tuple[tuple, int | None] = ((), None)  # (key, value): see version
+        # (key, value): see version
+        self._version: tuple[tuple[int, ConvictTrainer | None] | tuple[()], int | None] = ((), None)
         self.loaded: set[int] = set()
-        self.groups: dict[bytes, Group] = {}
+        self.groups: dict[bytes, HeldGroup] = {}
         self._by_version: dict[int, list[bytes]] = defaultdict(list)  # digests in arrival order
         self.verdicts: dict[bytes, dict[bytes, SignedVerdict]] = defaultdict(dict)
         self.generated: set[int] = set()
@@ -151,7 +159,7 @@ class NodeProtocol:
         self.quarantined: set[bytes] = set()
         self.now = 0.0
         self.round_started: dict[int, float] = {}
-        self._in_flight: set[tuple] = set()
+        self._in_flight: set[FlightKey] = set()
         # How often each group's check was abandoned (its producer out of reach, a reward not
         # computable here): such a check is asked again behind the others waiting, so a few
         # that cannot run do not hold every slot of the check queue (vrl.node.rounds).
@@ -180,14 +188,15 @@ class NodeProtocol:
         self._draws: dict[bytes, tuple[Draw, bytes]] = {}
         self._evaluated: tuple[int, float, int] | None = None  # see evaluated
         self.scans = Scans()
-        self._fresh_cache: tuple[tuple, list[bytes]] = ((), [])  # see fresh_groups
+        self._fresh_cache: tuple[tuple[int | None, int, int] | tuple[()], list[bytes]] = ((), [])  # see fresh_groups
         # Groups of versions below group_floor are forgotten (vrl.node.forgetting): of each, its
         # digest -> version, and the trainer's own hard fail on it (digest -> its round).
         self.group_floor = 0
         self.forgotten: dict[bytes, int] = {}
         self.forgotten_fails: dict[bytes, int] = {}
         # Verifier ids and platforms, one copy each (forgetting.compact).
-        self.shared: dict[bytes | str, bytes | str] = {}
+        self.shared_ids: dict[bytes, bytes] = {}
+        self.shared_platforms: dict[str, str] = {}
 
     # -- reading the state ------------------------------------------------------------------
     @property
@@ -224,7 +233,7 @@ class NodeProtocol:
         return role in self.config.roles
 
     def standing(self, node: bytes) -> Standing:
-        """The last evaluation's (rounds.evaluate: at batch boundaries, specs/reputation.md §2)."""
+        """The last evaluation's (_evaluation_due: at batch boundaries, specs/reputation.md §2)."""
         return self.reputation.last_standing(node, self.version or 0)
 
     @property
@@ -291,7 +300,7 @@ class NodeProtocol:
             return self.forgotten_fails.get(digest) if trainer == self.config.trainer else None
         return own.round if own.outcome == Outcome.HARD_FAIL else None
 
-    def batch_of(self, version: int):
+    def batch_of(self, version: int) -> Batch | None:
         """The batch of the step that made ``version``: listed in its announcement, or from the
         batch file it names once fetched (vrl.node.steps); None while unknown."""
         a = self.policies.get(version)
@@ -385,7 +394,7 @@ class NodeProtocol:
             return []
         return actions + self.pending()
 
-    def accept_group(self, group, now: float) -> list[Action]:
+    def accept_group(self, group: Group, now: float) -> list[Action]:
         """Hold a received (or, in the committee design, own) group: the first of its slot."""
         self._in_flight.discard(("group", digest := group.digest))
         if self.design.left_out(self, digest, group.version) or group.version < self.group_floor:
@@ -394,7 +403,7 @@ class NodeProtocol:
                                                            digest) != digest:
             return []
         tokens = sum(len(r.completion_tokens) for r in group.rollouts) if group.rollouts else None
-        self.groups[digest] = Group(group.subject, group.version, now, digest=digest, tokens=tokens)
+        self.groups[digest] = HeldGroup(group.subject, group.version, now, digest=digest, tokens=tokens)
         self._by_version[group.version].append(digest)
         self._touch(digest)
         if group.subject == self.me:
@@ -553,7 +562,7 @@ class NodeProtocol:
         return self.publish_verdict(digest, outcome_of(reasons), reasons, recomputed, rate=rate,
                                      race_tokens=race_tokens, races_lost=races_lost, draw=draw, pi=pi)
 
-    def publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
+    def publish_verdict(self, digest: bytes, outcome: Outcome, reasons: tuple[str, ...], recomputed: bytes,
                          rate: float | None = None, race_tokens: int = 0, races_lost: int = 0,
                          draw: Draw = Draw.NONE, pi: bytes = b"") -> list[Action]:
         group, mine = self.groups.get(digest), self.verdicts[digest].get(self.me)

@@ -18,11 +18,11 @@ from vrl.node.messages import (
     TOPIC_GROUPS,
     TOPIC_MANIFESTS,
     TOPIC_VERDICTS,
+    Group,
     ManifestLists,
     Outcome,
     RoundManifest,
     SignedVerdict,
-    Submission,
 )
 from vrl.node.reputation import ReputationError, withheld_of
 from vrl.node.scans import scan_key
@@ -113,7 +113,7 @@ def committee_checks(node: NodeState) -> list[Action]:
                     node.scans.checks.defer(digest)  # looked at again once there is room
                     continue
             new = node.start_check(digest, group.version, seat, node.rounds.own(round_, seat)[0])
-            if seat is Draw.COMMITTEE:
+            if seat is Draw.COMMITTEE and room is not None:  # (counted above for a committee seat)
                 room -= len(new)
             actions += new
     if trainer and node.rounds.late_failures:
@@ -210,7 +210,7 @@ def close_rounds(node: NodeState) -> list[Action]:
     actions: list[Action] = []
     for version in sorted(v for v in node.policies if node.fresh(v) and v not in node.rounds.manifests):
         digests = [d for d in node.groups_of_version(version) if node.groups[d].subject not in node.quarantined]
-        counts = defaultdict(int)
+        counts: defaultdict[bytes, int] = defaultdict(int)
         for d in digests:
             counts[node.groups[d].subject] += 1
         previous = node.rounds.lists.get(version - 1)
@@ -274,7 +274,7 @@ def note_withheld(node: NodeState, manifest: RoundManifest) -> None:
 # -- routing (specs/network.md §3.5) ----------------------------------------------------------
 
 
-def submit(node: NodeState, groups: Iterable[Submission]) -> list[Action]:
+def submit(node: NodeState, groups: Iterable[Group]) -> list[Action]:
     """A worker's groups go to the trainer alone; members fetch them by digest. The worker holds
     its own, as a publisher gets its gossip back."""
     actions: list[Action] = []

@@ -74,7 +74,7 @@ class Scanned(Protocol):
 
 
 
-def scan_key(node: Scanned) -> tuple:
+def scan_key(node: Scanned) -> tuple[object, ...]:
     """Everything besides a group's own verdicts, arrival and check in flight that the rules over
     fresh groups read (committee_checks, ticket_checks, NodeProtocol.decided): while it is
     unchanged, only the groups touched since the last pass can come out differently."""
@@ -92,7 +92,7 @@ class Scan:
     over every fresh group, at the cost of those."""
 
     def __init__(self) -> None:
-        self.key: tuple | None = None
+        self.key: tuple[object, ...] | None = None
         self.dirty: set[bytes] = set()
         # Groups a pass put off for want of room (a batch's worth of checks under way): nothing
         # but room changes what a pass makes of them unless they are touched or the key moves,
@@ -101,7 +101,7 @@ class Scan:
         # most of committee_checks' time at N = 1,000 (bench/simulate.py).
         self.deferred: set[bytes] = set()
 
-    def candidates(self, node: Scanned, key: tuple, room: Callable[[], int] | None = None) -> list[bytes]:
+    def candidates(self, node: Scanned, key: tuple[object, ...], room: Callable[[], int] | None = None) -> list[bytes]:
         """The groups to look at; ``room`` tells how many more checks may start now (groups
         put off by :meth:`defer` are among them while it is above 0)."""
         if key != self.key:

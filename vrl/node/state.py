@@ -10,7 +10,7 @@ protocol's (its underscore fields) and each change is one a reader can find. The
 interfaces of their own, which a rule calls directly.
 
 Here too are the two types the protocol and its rules share: its configuration
-(:class:`ProtocolConfig`) and what it holds of a group (:class:`Group`).
+(:class:`ProtocolConfig`) and what it holds of a group (:class:`HeldGroup`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from vrl.node.admission import AdmissionConfig
 from vrl.node.committee import Draw, Refusal
 from vrl.node.events import Action
 from vrl.node.manifests import Rounds
-from vrl.node.messages import PolicyAnnouncement, SignedVerdict, Submission
+from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict
 from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import Reputation, ReputationConfig, Standing
 from vrl.node.scans import Scans
@@ -53,7 +53,7 @@ class ProtocolConfig(ProtocolParams):
 
 
 @dataclass
-class Group:
+class HeldGroup:
     """What a node holds of a group it accepted (the records themselves are the store's)."""
 
     subject: bytes
@@ -101,11 +101,11 @@ class NodeView(Protocol):
     def loaded(self) -> Set[int]: ...
 
     @property
-    def groups(self) -> Mapping[bytes, Group]: ...
+    def groups(self) -> Mapping[bytes, HeldGroup]: ...
 
     @property
     def verdicts(self) -> Mapping[bytes, Mapping[bytes, SignedVerdict]]:
-        """Group -> verifier -> its verdict."""
+        """Group digest -> verifier -> its verdict."""
         ...
 
     @property
@@ -197,12 +197,13 @@ class NodeView(Protocol):
 class NodeState(NodeView, Protocol):
     """A node's state with the changes its rules make: actions asked for once, checks begun,
     verdicts published, groups accepted and forgotten. ``group_floor``, ``forgotten``,
-    ``forgotten_fails`` and ``shared`` are :mod:`vrl.node.forgetting`'s to write."""
+    ``forgotten_fails`` and the ``shared_`` tables are :mod:`vrl.node.forgetting`'s to write."""
 
     group_floor: int
     forgotten: dict[bytes, int]
     forgotten_fails: dict[bytes, int]
-    shared: dict[bytes | str, bytes | str]
+    shared_ids: dict[bytes, bytes]
+    shared_platforms: dict[str, str]
 
     def once(self, action: Action) -> list[Action]:
         """``[action]`` unless the same action is already under way (then ``[]``); it is from now on."""
@@ -212,12 +213,12 @@ class NodeState(NodeView, Protocol):
         """Ask once for a check of a group, its verdict to claim ``draw`` with VRF proof ``pi``."""
         ...
 
-    def publish_verdict(self, digest: bytes, outcome: str, reasons: tuple[str, ...], recomputed: bytes,
+    def publish_verdict(self, digest: bytes, outcome: Outcome, reasons: tuple[str, ...], recomputed: bytes,
                         rate: float | None = None) -> list[Action]:
         """Sign this node's verdict on a group, count it, and say where it goes."""
         ...
 
-    def accept_group(self, group: Submission, now: float) -> list[Action]:
+    def accept_group(self, group: Group, now: float) -> list[Action]:
         """Hold a group, the first of its slot; the verdicts that waited for it are counted."""
         ...
 
@@ -261,7 +262,7 @@ class Design(Protocol):
         and what else the design needs before them (manifests, listings)."""
         ...
 
-    def publish_groups(self, node: NodeState, groups: Sequence[Submission]) -> list[Action]:
+    def publish_groups(self, node: NodeState, groups: Sequence[Group]) -> list[Action]:
         """Where this node's newly generated groups go."""
         ...
 
@@ -291,7 +292,7 @@ class Design(Protocol):
         """Why this design refuses a received verdict's claim, or None."""
         ...
 
-    def counted(self, node: NodeView, verdict: SignedVerdict, group: Group) -> None:
+    def counted(self, node: NodeView, verdict: SignedVerdict, group: HeldGroup) -> None:
         """A verdict on a held group was just counted."""
         ...
 
@@ -299,7 +300,7 @@ class Design(Protocol):
         """Whether a group may be decided at all: True, False (never), None (not yet known)."""
         ...
 
-    def unreached(self, node: NodeView, group: Group) -> bool | None:
+    def unreached(self, node: NodeView, group: HeldGroup) -> bool | None:
         """The decision on a group no failure and no counting pass has reached: True to admit,
         None to wait."""
         ...

@@ -63,14 +63,14 @@ def step_rule_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement, batch: B
     step that made ``a``, given its parent's announcement, its ``batch`` (inline or from its
     batch file), the policy versions of the batch groups known (digest -> version) and the
     rounds of the trainer's own hard fails on them (digest -> the verdict's round)."""
-    faults = set(_announcement_faults(a, parent))
+    faults: set[str] = set(_announcement_faults(a, parent))
     for digest, _ in batch:
         faults.update(_group_faults(a, group_versions.get(digest), trainer_fails.get(digest), max_staleness))
     return tuple(sorted(faults))
 
 
 def _announcement_faults(a: PolicyAnnouncement, parent: PolicyAnnouncement) -> set[str]:
-    faults = set()
+    faults: set[str] = set()
     if a.parent != parent.model_hash:
         faults.add(StepFault.WRONG_PARENT)
     if a.optimizer_before != parent.optimizer:
@@ -84,7 +84,7 @@ def _group_faults(a: PolicyAnnouncement, version: int | None, fail_round: int | 
                   max_staleness: int) -> tuple[str, ...]:
     """One batch group's part of the rules, from its policy version and the round of the
     trainer's own hard fail on it (each None when unknown)."""
-    faults = ()
+    faults: tuple[str, ...] = ()
     # The trainer's own hard fail, signed while an earlier version was current: it knew
     # before this step's round began (a fail signed in that round may follow the step).
     if fail_round is not None and fail_round < a.version - 1:
@@ -346,8 +346,8 @@ class StepJudge:
         for digest in rules.dirty:
             one = _group_faults(a, ledger.group_version(digest), ledger.trainer_fail(digest, a.trainer),
                                 self.max_staleness)
-            for found, fault in ((rules.rejected, StepFault.REJECTED_GROUP), (rules.stale, StepFault.STALE_GROUP)):
-                (found.add if fault in one else found.discard)(digest)
+            for memo, fault in ((rules.rejected, StepFault.REJECTED_GROUP), (rules.stale, StepFault.STALE_GROUP)):
+                (memo.add if fault in one else memo.discard)(digest)
         rules.dirty.clear()
         faults = set(rules.base)
         if rules.rejected:

@@ -29,7 +29,7 @@ def supersedes(outcome: str, earlier: SignedVerdict) -> bool:
     return not earlier.checked and outcome != Outcome.SKIPPED
 
 
-def outcome_of(failed_reasons: tuple[str, ...]) -> str:
+def outcome_of(failed_reasons: tuple[str, ...]) -> Outcome:
     if not failed_reasons:
         return Outcome.PASS
     return Outcome.SOFT_FAIL if set(failed_reasons) <= SOFT_REASONS else Outcome.HARD_FAIL

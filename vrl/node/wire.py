@@ -63,7 +63,8 @@ class WireType(Protocol):
     reverse (it checks nothing: what a node builds itself is the node's business). ``as_is``:
     the value is its own wire form, so the encoder need not call ``encode``."""
 
-    as_is: bool
+    @property
+    def as_is(self) -> bool: ...
 
     def decode(self, value: Any, name: str) -> Any: ...
 
