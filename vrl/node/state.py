@@ -15,7 +15,7 @@ Here too are the two types the protocol and its rules share: its configuration
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,11 +23,10 @@ from vrl.config import ConfigError
 from vrl.node.admission import AdmissionConfig
 from vrl.node.committee import Draw, Refusal
 from vrl.node.events import Action
-from vrl.node.manifests import Rounds
-from vrl.node.messages import Group, Outcome, PolicyAnnouncement, SignedVerdict
+from vrl.node.messages import Group, Outcome, SignedVerdict
 from vrl.node.params import ROLES, ProtocolParams
 from vrl.node.reputation import Reputation, ReputationConfig, Standing
-from vrl.node.scans import Scans
+from vrl.node.scans import Scanned, Scans
 from vrl.node.steps import StepJudge
 from vrl.node.waiting import WaitingVerdicts
 from vrl.rollouts.keys import NodeKey
@@ -67,10 +66,11 @@ class HeldGroup:
     recomputed: bytes = b""  # the first recomputed commitment digest a report on it gave, shared alike
 
 
-class NodeView(Protocol):
-    """What the protocol's rules read of a node's state. The containers are the protocol's: a
-    rule reads them, and changes them only through :class:`NodeState`'s methods (or the
-    sub-machines' own)."""
+class NodeView(Scanned, Protocol):
+    """What the protocol's rules read of a node's state: what the incremental passes read
+    (:class:`vrl.node.scans.Scanned`: the clock, the round, policies, groups, the fresh ones and
+    their decisions) and the rest below. The containers are the protocol's: a rule reads them,
+    and changes them only through :class:`NodeState`'s methods (or the sub-machines' own)."""
 
     @property
     def key(self) -> NodeKey: ...
@@ -92,33 +92,12 @@ class NodeView(Protocol):
         ...
 
     @property
-    def now(self) -> float: ...
-
-    @property
-    def policies(self) -> Mapping[int, PolicyAnnouncement]: ...
-
-    @property
-    def loaded(self) -> Set[int]: ...
-
-    @property
     def groups(self) -> Mapping[bytes, HeldGroup]: ...
 
     @property
     def verdicts(self) -> Mapping[bytes, Mapping[bytes, SignedVerdict]]:
         """Group digest -> verifier -> its verdict."""
         ...
-
-    @property
-    def planted(self) -> Mapping[bytes, int]: ...
-
-    @property
-    def refused(self) -> Set[bytes]: ...
-
-    @property
-    def quarantined(self) -> Set[bytes]: ...
-
-    @property
-    def suspects(self) -> Mapping[bytes, int]: ...
 
     @property
     def round_started(self) -> Mapping[int, float]: ...
@@ -130,9 +109,6 @@ class NodeView(Protocol):
     def reputation(self) -> Reputation: ...
 
     @property
-    def rounds(self) -> Rounds: ...
-
-    @property
     def scans(self) -> Scans: ...
 
     @property
@@ -140,16 +116,6 @@ class NodeView(Protocol):
 
     @property
     def steps(self) -> StepJudge: ...
-
-    @property
-    def version(self) -> int | None:
-        """The current round: the newest announced policy version this node follows."""
-        ...
-
-    @property
-    def evaluated(self) -> tuple[int, float, int] | None:
-        """The last reputation evaluation's (round, time, evidence held), None before the first."""
-        ...
 
     def has(self, role: str) -> bool: ...
 
@@ -163,16 +129,6 @@ class NodeView(Protocol):
 
     def audits(self, verdict: SignedVerdict) -> bool:
         """Whether the trainer re-checks this pass (its lazy-verifier audit draw)."""
-        ...
-
-    def decided(self, digest: bytes) -> bool | None: ...
-
-    def fresh(self, version: int) -> bool:
-        """Whether groups of ``version`` are still usable at the current round."""
-        ...
-
-    def fresh_groups(self) -> list[bytes]:
-        """The digests of the groups still usable, in arrival order."""
         ...
 
     def groups_of_version(self, version: int) -> Sequence[bytes]:
