@@ -434,7 +434,8 @@ class Node:
         self.log.info("policy loaded", version=announcement.version, model_hash=announcement.model_hash.hex()[:16])
         await self._feed(P.PolicyLoaded(announcement.version))
 
-    async def _fetch_failed(self, failures: dict[int, int], what: str, action: P.Action, error: Exception) -> None:
+    async def _fetch_failed(self, failures: dict[int, int], what: str, action: P.FetchPolicy | P.FetchBatch,
+                            error: Exception) -> None:
         """A fetch of ``action``'s version failed: reported Abandoned after retry_delay's
         back-off for its failures in a row, so a fetch that fails at once does not spin."""
         version = action.announcement.version

@@ -39,7 +39,6 @@ from vrl.node.wire import (
     Flag,
     Listed,
     Message,
-    MessageError,
     Real,
     Signed,
     Text,
@@ -49,6 +48,7 @@ from vrl.node.wire import (
     schema_of,
     wire,
 )
+from vrl.node.wire import MessageError as MessageError  # decoding's error, named with the messages
 from vrl.rollouts.codec import FieldError
 from vrl.rollouts.keys import NODE_ID_BYTES, SIGNATURE_BYTES, NodeKey, signature_valid
 from vrl.rollouts.model import MAX_PLATFORM_BYTES

@@ -58,13 +58,26 @@ from vrl.rollouts.sequential import ALPHA, log_e_value, threshold
 class Report(Protocol):
     """What the test reads of a report (vrl.node.reputation.Report, which imports this module)."""
 
-    reporter: bytes
-    subject: bytes
-    group: bytes
-    platform: str
-    race_tokens: int
-    races_lost: int
-    drawn: bool
+    @property
+    def reporter(self) -> bytes: ...
+
+    @property
+    def subject(self) -> bytes: ...
+
+    @property
+    def group(self) -> bytes: ...
+
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def race_tokens(self) -> int: ...
+
+    @property
+    def races_lost(self) -> int: ...
+
+    @property
+    def drawn(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

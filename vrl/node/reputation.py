@@ -164,6 +164,10 @@ def withheld_of(manifest: ManifestContent, groups_per_round: int) -> list[Withhe
             for node, count in manifest.workers if count < groups_per_round]
 
 
+# A report as its fields in order (Report.sort_key): what orders the reports a node holds.
+ReportKey = tuple[int, bytes, bytes, bytes, str, bytes, str, bool, bool, int, int, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     """One verdict as reputation sees it: ``reporter`` checked ``group`` of ``subject``."""
@@ -190,7 +194,7 @@ class Report:
         if self.outcome not in CHECKED:
             raise ValueError(f"report outcome must be one of {sorted(CHECKED)}, got {self.outcome!r}")
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> ReportKey:
         return (self.round, self.reporter, self.subject, self.group, self.outcome, self.digest, self.platform,
                 self.planted, self.node_level, self.race_tokens, self.races_lost, self.drawn)
 
@@ -225,8 +229,8 @@ class Reputation:
     _last: dict[bytes, Standing] | None = None  # the last recomputation's, kept when reports are added
     # The reports in sort_key order, kept sorted as they come (a merge of two sorted runs per
     # recomputation, not a sort of every report): at N = 1,000 a trainer holds ~10^6 of them.
-    _ordered: list[tuple[tuple, Report]] = field(default_factory=list)
-    _new: list[tuple[tuple, Report]] = field(default_factory=list)
+    _ordered: list[tuple[ReportKey, Report]] = field(default_factory=list)
+    _new: list[tuple[ReportKey, Report]] = field(default_factory=list)
     # (round, worker) -> its withheld record: one manifest per round, the first one held
     _withheld: dict[tuple[int, bytes], Withheld] = field(default_factory=dict)
 
@@ -307,7 +311,7 @@ def _stranger(config: ReputationConfig) -> Standing:
                     0.0, 0)
 
 
-def _first(pair: tuple) -> tuple:
+def _first(pair: tuple[ReportKey, Report]) -> ReportKey:
     return pair[0]
 
 

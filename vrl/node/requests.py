@@ -205,7 +205,7 @@ class BackfillPage(Message):
             raise MessageError(f"backfill page: field 'cursor' must be {'absent' if cursor is None else 'given'},"
                                " as in the request")
         # The same generation names the same positions: a watermark only moves on.
-        if page.cursor is not None and page.cursor[0] == cursor[0] and any(
+        if page.cursor is not None and cursor is not None and page.cursor[0] == cursor[0] and any(
                 new < old for new, old in zip(page.cursor[1:], cursor[1:], strict=True)):
             raise MessageError(f"backfill page: field 'cursor' goes back from {list(cursor)} to {list(page.cursor)}")
         return page

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from vrl.errors import VrlError
 from vrl.node.messages import (
@@ -252,13 +252,13 @@ class Store:
                                  f"{node_id.hex()[:16]}…: give each node a data_dir of its own")
             self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (OWNER_KEY, node_id.hex()))
 
-    def _write(self, sql: str, params: tuple) -> bool:
+    def _write(self, sql: str, params: tuple[object, ...]) -> bool:
         """One committed statement; False when it inserted nothing (already known)."""
         with self._lock:
             cursor = self._db.execute(sql, params)
             return cursor.rowcount > 0
 
-    def _write_all(self, statements: list[tuple[str, tuple]]) -> bool:
+    def _write_all(self, statements: list[tuple[str, tuple[object, ...]]]) -> bool:
         """Statements in one transaction; False when the first inserted nothing."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -304,7 +304,7 @@ class Store:
         # One manifest per round, never replaced: the first accepted is the one every committee
         # of the round is drawn from (specs/committee.md §3.3). The trainer's lists behind it in
         # the same transaction: a crash leaves both or neither.
-        statements = [("INSERT OR IGNORE INTO manifests VALUES (?, ?, ?, ?)",
+        statements: list[tuple[str, tuple[object, ...]]] = [("INSERT OR IGNORE INTO manifests VALUES (?, ?, ?, ?)",
                        (u64(manifest.round), manifest.trainer, manifest.to_bytes(), received))]
         if lists is not None:
             statements.append(("INSERT OR IGNORE INTO manifest_lists VALUES (?, ?)",
@@ -368,7 +368,7 @@ class Store:
         return {d: (_from_u64(v), state) for d, v, state in self._rows("SELECT digest, version, state FROM pruned")}
 
     # -- reads -------------------------------------------------------------------------------
-    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, params).fetchall()
 
@@ -413,12 +413,12 @@ class Store:
         return [(_from_u64(v), tuple(g[i:i + 32] for i in range(0, len(g), 32)), m)
                 for v, g, m in self._rows("SELECT version, groups, metrics FROM trained ORDER BY version")]
 
-    def reputation(self) -> list[tuple]:
+    def reputation(self) -> list[tuple[Any, ...]]:
         return [(node, _from_u64(r), *rest) for node, r, *rest in self._rows(
             "SELECT node, round, score, check_rate, quarantined, trust, checked_groups "
             "FROM reputation ORDER BY score DESC, node")]
 
-    def replay(self) -> Iterator[tuple[str, bytes, tuple]]:
+    def replay(self) -> Iterator[tuple[str, bytes, tuple[Any, ...]]]:
         """Everything stored, as ``(kind, data, extra)``: policies by version (extra: received),
         then round manifests by round (extra: received, and the lists behind it or None), then
         groups by arrival (extra: subject, version, received, planted), then verdicts, then step
@@ -472,7 +472,8 @@ class Store:
                 " ORDER BY k, o, t LIMIT :limit OFFSET :offset",  # noqa: S608
                 {"since": u64(round_index), "limit": limit_messages + 1, "offset": min(after, _MAX_OFFSET),
                  "trainer": trainer, "sender": sender}).fetchall()
-            out, size = [], 0
+            out: list[bytes] = []
+            size = 0
             for kind, row in keys:
                 (data,), = self._db.execute(f"SELECT data FROM {tables[kind]} WHERE rowid=?", (row,))  # noqa: S608
                 if out and (size + len(data) > limit_bytes or len(out) == limit_messages):
