@@ -30,6 +30,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 import msgpack
@@ -165,7 +166,7 @@ class Text(AsIs):
 class Choice:
     """One of a string enum's values, as text; decoded to the enum member."""
 
-    enum: type
+    enum: type[StrEnum]
     members: Mapping[str, Any] = dataclasses.field(init=False, repr=False, compare=False)
 
     as_is: ClassVar[bool] = False
@@ -198,7 +199,7 @@ class Listed:
 
     as_is: ClassVar[bool] = False
 
-    def decode(self, value: Any, name: str) -> tuple:
+    def decode(self, value: Any, name: str) -> tuple[Any, ...]:
         if type(value) is not list or len(value) > self.max_items:
             raise FieldError(name, f"expected a list of at most {self.max_items} {self.item}s")
         if self.item in ("hash", "key"):
@@ -213,7 +214,7 @@ class Listed:
             raise FieldError(name, f"{self.item}s must increase strictly")
         return tuple(value)
 
-    def encode(self, value: tuple) -> list:
+    def encode(self, value: tuple[Any, ...]) -> list[Any]:
         return list(value)
 
 
@@ -296,7 +297,7 @@ class Nullable:
 # -- declaring a message -----------------------------------------------------------------------------
 
 
-def wire(wire_type: WireType, *, since: int = 1, optional: bool = False) -> dict:
+def wire(wire_type: WireType, *, since: int = 1, optional: bool = False) -> dict[str, Any]:
     """Field metadata: the field's wire type (with its bounds), and the message version that
     added it (a request or response has no version: leave it 1). ``optional`` (a request's or
     response's only, default None): the key may be absent, and is, when the value is None."""
@@ -339,7 +340,7 @@ class Schema:
     # wire form, read at once; (name, encode) of the others.
     readers: tuple[tuple[str, Callable[[Any, str], Any]], ...] = dataclasses.field(init=False)
     plain: tuple[str, ...] = dataclasses.field(init=False)
-    read_plain: Callable[[Any], tuple] = dataclasses.field(init=False)
+    read_plain: Callable[[Any], tuple[Any, ...]] = dataclasses.field(init=False)
     writers: tuple[tuple[str, Callable[[Any], Any]], ...] = dataclasses.field(init=False)
     # Each older version still read (oldest .. version - 1): (its keys, and (name, decode or None
     # for a field it lacks, that field's default) in declaration order); the newer fields.
@@ -503,7 +504,7 @@ def decode(cls: type[M], data: bytes) -> M:
     return value
 
 
-def msgpack_map(data: bytes, name: str) -> dict:
+def msgpack_map(data: bytes, name: str) -> dict[Any, Any]:
     """``data`` as a msgpack map with text keys; anything else is a MessageError."""
     try:
         wire = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
