@@ -426,8 +426,11 @@ def test_traffic_counts_payloads_delivered_sent_and_requested(cluster: Cluster) 
         if cluster.kind == "libp2p":  # whole RPCs: every payload written, with its envelope
             rpc = _delta(before[0], cluster.a.traffic(), GOSSIP_RPC_OUT, "rpc")
             assert rpc[1] > sent[0][1]
-        # The request's writer counts once its write returns, which may come after the answer.
+        # A writer counts once its write returns, which may come after the other side has read
+        # it: the request's on a, the response's on b (on a loaded machine b's counter was
+        # still 0 when a had read the answer).
         await until(lambda: _delta(before[0], cluster.a.traffic(), REQUEST_OUT, protocol)[0] == 1, "the request")
+        await until(lambda: _delta(before[1], cluster.b.traffic(), RESPONSE_OUT, protocol)[0] == 1, "the response")
         a_after, b_after = cluster.a.traffic(), cluster.b.traffic()
         assert _delta(before[0], a_after, REQUEST_OUT, protocol) == (1, 50)
         assert _delta(before[0], a_after, RESPONSE_IN, protocol) == (1, 50)
