@@ -16,13 +16,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, TypeVarTuple
 
 import torch
 
-from proofs.sampler import SamplingParams
+from proofs.sampling_params import SamplingParams
+from proofs.zk import Srs
 from vrl.node.messages import Batch, Group, PolicyAnnouncement, StepFault, Submission, recomputed_digest
+from vrl.node.metrics import NodeMetrics
 from vrl.node.weights import from_blob, to_blob
+from vrl.rl.config import TrainConfig
 from vrl.rl.export import load_model
 from vrl.rl.grpo import informative_groups
 from vrl.rl.step import (
@@ -35,15 +38,15 @@ from vrl.rl.step import (
     policy_forward,
     replay,
 )
-from vrl.rl.train import TrainConfig, Trainer
+from vrl.rl.train import Trainer
 from vrl.rollouts.config import GenerationConfig
 from vrl.rollouts.forward import decode
 from vrl.rollouts.generate import Decoder, choose_max_new_tokens, iter_generate
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, bit_exact_platform, platform_tag
 from vrl.rollouts.record import Rollout, round_seed
-from vrl.rollouts.verify import commit, verify
-from vrl.tasks import TaskSet
+from vrl.rollouts.verify import Expectations, commit, verify
+from vrl.tasks import RewardSpec, TaskSet
 from vrl.zk import record_subject
 from vrl.zk.sampling import (
     Check,
@@ -56,24 +59,27 @@ from vrl.zk.sampling import (
 # the round, so no one else can predict or claim it (specs/network.md §5.3).
 CANARY_DOMAIN = b"vrl/canary/v1\x00"
 
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
 
 class ModelThread:
     """The one thread a node's model work runs on, off the event loop; each job's seconds
     are observed by kind (``metrics.step_seconds``, from submission to result, and
     ``metrics.work_seconds`` / ``work_cpu_seconds``, what it ran)."""
 
-    def __init__(self, metrics) -> None:
+    def __init__(self, metrics: NodeMetrics) -> None:
         self.metrics = metrics
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="vrl-model")
 
-    async def run(self, kind: str, fn: Callable, *args):
+    async def run(self, kind: str, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         started = time.perf_counter()
         try:
             return await asyncio.get_running_loop().run_in_executor(self.executor, self._timed, kind, fn, args)
         finally:
             self.metrics.step_seconds.labels(kind).observe(time.perf_counter() - started)
 
-    def _timed(self, kind: str, fn: Callable, args: tuple):
+    def _timed(self, kind: str, fn: Callable[[*Ts], T], args: tuple[*Ts]) -> T:
         """On the model thread: ``fn(*args)``, its seconds counted without the queueing that
         ``step_seconds`` includes (what a job costs, not how long it waited): wall seconds, and
         this thread's CPU seconds, which torch's work is on (``torch_threads`` 1, the default)."""
@@ -122,7 +128,7 @@ class Work:
 
     cheat = ""  # the vrl.node.config.ADVERSARIES entry this work carries out; honest work none
 
-    def __init__(self, key: NodeKey, config: WorkConfig, expectations) -> None:
+    def __init__(self, key: NodeKey, config: WorkConfig, expectations: Callable[[int], Expectations]) -> None:
         self.key, self.config = key, config
         self.skeleton = load_model(config.model, dtype="float32", device=config.device)
         # The canonical sampler with the model's own stop tokens (specs/sampler.md); no top-k/p.
@@ -133,7 +139,7 @@ class Work:
         self.sampling = SamplingParams(config.temperature, 0, 1.0, self.max_new_tokens,
                                        self.skeleton.stop_token_ids)
         self.models: dict[int, Model] = {}
-        self.expectations = expectations  # callable(version) -> Expectations
+        self.expectations = expectations
         # With hidden_states: each new record's rows (record digest -> float32 rows), until the
         # node takes them (take_rows).
         self.rows: dict[bytes, tuple[Rollout, torch.Tensor]] = {}
@@ -162,9 +168,17 @@ class Work:
         return list(iter_generate(
             model, self.config.tasks, self.key, round_seed=round_seed(self.models[version].model_hash, version),
             sampling=self.sampling, groups=self.config.groups_per_round, group_size=self.config.group_size,
-            policy_version=version, reward_spec=self.expectations(version).reward_spec,
+            policy_version=version, reward_spec=self._reward_spec(version),
             batch_size=self.config.generation_batch, decoder=decoder,
             witness=self._keep_rows if self.config.hidden_states else None))
+
+    def _reward_spec(self, version: int) -> RewardSpec:
+        """The reward spec ``version``'s records are scored by, which a node's expectations
+        always pin (generating without one is an error)."""
+        spec = self.expectations(version).reward_spec
+        if spec is None:
+            raise ValueError(f"the expectations of policy version {version} pin no reward spec")
+        return spec
 
     def _keep_rows(self, rollout: Rollout, rows: torch.Tensor) -> None:
         self.rows[record_subject(rollout)] = (rollout, rows)
@@ -175,7 +189,7 @@ class Work:
 
     # -- sampling proofs (specs/zk.md §10, specs/network.md §3.4) ------------------------------
     def check_sampling(self, group: Group, model: Model, answer: bytes, challenge: bytes, positions: int,
-                       srs, workdir: Path) -> tuple[str, ...]:
+                       srs: Srs, workdir: Path) -> tuple[str, ...]:
         """The failure codes of a producer's answer to ``challenge`` (empty when every challenged
         position is proven); an answer that does not decode fails every position."""
         try:
@@ -224,7 +238,7 @@ class Work:
         model = self.models[version]
         (group,) = iter_generate(model, self.config.tasks, canary, round_seed=round_seed(model.model_hash, version),
                                  sampling=self.sampling, groups=[0], group_size=self.config.group_size,
-                                 policy_version=version, reward_spec=self.expectations(version).reward_spec)
+                                 policy_version=version, reward_spec=self._reward_spec(version))
         return Submission.of([tampered(group[0], model, canary), *group[1:]]), canary.node_id
 
 
@@ -290,7 +304,7 @@ class TrainedStep:
     optimizer: bytes  # the optimizer state file after the step
     optimizer_before: bytes  # its hash before the step; empty for version 0
     batch: tuple[tuple[bytes, float], ...]  # (group digest, weight), in the order trained
-    metrics: dict
+    metrics: dict[str, float]
     proofs: tuple[bytes, int] = (b"", 0)  # the reward proofs file's hash and size; none for public tasks
 
 
@@ -390,7 +404,7 @@ class PolicyTrainer:
                 {digest: result for digest, result in checked.items() if result is not None and result.reasons})
 
     def update(self, groups: list[Group], weights: list[float], *, forward: PolicyForward | None = None,
-               rewards: list[list[float]] | None = None) -> dict:
+               rewards: list[list[float]] | None = None) -> dict[str, float]:
         """The GRPO step itself, on exactly the batch announced, with ``rewards``; ``forward``,
         a pass of the current weights over exactly its groups that can learn, saves running it
         again."""
@@ -398,8 +412,9 @@ class PolicyTrainer:
 
     def frozen_copy(self, model: Model) -> Model:
         """A snapshot of the live weights for verification (the live ones keep training)."""
-        return Model(name=model.name, network=copy.deepcopy(model.network).eval(), tokenizer=model.tokenizer,
-                     dtype_name=model.dtype_name)
+        # transformers' PreTrainedModel.eval is unannotated (it returns the model itself).
+        network = copy.deepcopy(model.network).eval()  # type: ignore[no-untyped-call]
+        return Model(name=model.name, network=network, tokenizer=model.tokenizer, dtype_name=model.dtype_name)
 
 
 def tampered(rollout: Rollout, model: Model, key: NodeKey, position: int = 0) -> Rollout:
