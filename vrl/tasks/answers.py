@@ -109,7 +109,7 @@ def _parse(text: str) -> Fraction | None:
 _parse_memoised = functools.lru_cache(maxsize=1 << 14)(_parse)
 
 
-def canonical_number(value: Fraction) -> str:
+def canonical_number(value: Fraction | int) -> str:
     """Stored form of a reference answer: ``42``, ``-7``, ``3/4``, ``-7/2`` (reduced)."""
     return str(Fraction(value))
 
@@ -131,7 +131,8 @@ def extract_answer(completion: str, tag: str | None = "answer") -> str | None:
     if (boxed := last_boxed(completion)) is not None:
         return boxed
     if hashes := _HASHES.findall(completion):
-        return hashes[-1].strip()
+        last: str = hashes[-1]  # one group, so findall gives its text
+        return last.strip()
     tokens = _NUMBER_TOKEN.findall(_normalize(completion))
     return tokens[-1] if tokens else None
 

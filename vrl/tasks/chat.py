@@ -17,10 +17,13 @@ import json
 import re
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vrl.errors import shown
 from vrl.tasks.core import Task, TaskFileError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: Keys a message may have: its role and its text. A template reads other keys (tool calls,
 #: names) that a task's prompt has no use for; dropping one silently would change the prompt.
@@ -78,10 +81,11 @@ def canonical_messages(value: Any, field: str = "prompt") -> str:
 
 def messages_of(task: Task) -> list[dict[str, str]]:
     """A chat task's messages, as a template takes them."""
-    return json.loads(task.prompt)
+    messages: list[dict[str, str]] = json.loads(task.prompt)  # canonical_messages' JSON
+    return messages
 
 
-def prompt_text(task: Task, tokenizer) -> str:
+def prompt_text(task: Task, tokenizer: PreTrainedTokenizerBase) -> str:
     """The text a model is given for ``task``, whose tokens (the tokenizer's encoding, no
     special tokens added: :meth:`vrl.rollouts.model.Model.encode`) a record binds: the prompt
     itself, or a chat task's messages rendered with the tokenizer's chat template and the
@@ -139,7 +143,7 @@ class _PinnedInstant(datetime.datetime):
     """TEMPLATE_CLOCK, formatted by :meth:`strftime` alike on every machine."""
 
     def strftime(self, form: str) -> str:
-        def one(match: re.Match) -> str:
+        def one(match: re.Match[str]) -> str:
             plain, directive = match.group(1) == "-", match.group(2)
             if directive in _NUMBERS:
                 name, width = _NUMBERS[directive]
@@ -166,7 +170,9 @@ def _pinned_clock(task: Task) -> Iterator[None]:
 
     class Pinned(datetime.datetime):
         @classmethod
-        def now(cls, tz=None):  # transformers asks for local time; every machine is given the same
+        def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:  # type: ignore[override]
+            # transformers asks for local time; every machine is given the same instant, a
+            # _PinnedInstant rather than a Pinned (datetime's stub says now() returns Self)
             return _PinnedInstant(*TEMPLATE_CLOCK.timetuple()[:6])
 
     with _CLOCK_LOCK:
@@ -175,8 +181,8 @@ def _pinned_clock(task: Task) -> Iterator[None]:
             raise ChatTemplateError(f"task {shown(task.id)}: the model's chat template reads the clock (strftime_now), "
                                     "and this transformers version's clock cannot be pinned, so another day would "
                                     "render another prompt; use a template that is a function of the messages alone")
-        templates.datetime = Pinned
+        templates.datetime = Pinned  # type: ignore[attr-defined]  # transformers imports datetime, not re-exported
         try:
             yield
         finally:
-            templates.datetime = clock
+            templates.datetime = clock  # type: ignore[attr-defined]  # as above

@@ -69,7 +69,8 @@ def oversized(task: Task) -> str | None:
 class TaskSet(Protocol):
     """Anything that maps an assignment index to a task, the same way on every machine."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only, so a frozen dataclass's field satisfies it
 
     def task(self, index: int) -> Task: ...
 

@@ -253,7 +253,7 @@ def _dataset_rows(path: Path, split: str | None) -> Iterator[tuple[str, str, Any
         raise TaskFileError(f"{where}: cannot read row {number + 1}: {str(error)[:300]}") from error
 
 
-def _string(item: dict, name: str, *, nonempty: bool = False) -> str:
+def _string(item: dict[str, Any], name: str, *, nonempty: bool = False) -> str:
     value = item.get(name)
     if not isinstance(value, str):
         raise TaskFileError(f"field {name!r} missing or not a string")
@@ -273,7 +273,7 @@ def _reference(text: str) -> str:
     return text if value is None else canonical_number(value)
 
 
-def _answer(item: dict) -> str:
+def _answer(item: dict[str, Any]) -> str:
     """The reference of a generic, chat or MATH row: its ``answer`` (text, or an integer, as a
     dataset's integer column holds it), else the last ``\\boxed{}`` of its ``solution``."""
     if "answer" in item or "solution" not in item:
@@ -289,7 +289,7 @@ def _answer(item: dict) -> str:
     return _reference(boxed)
 
 
-def _id(item: dict, default_id: str) -> str:
+def _id(item: dict[str, Any], default_id: str) -> str:
     """A generic, chat or MATH row's id: its ``id`` text, or integer (a dataset's integer
     column) as decimal text; the fallback when it has none."""
     value = item.get("id")

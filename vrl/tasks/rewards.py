@@ -168,7 +168,8 @@ def canonical_bytes(value: Any) -> bytes:
         if isinstance(item, dict):
             return {key: ordered(item[key]) for key in sorted(item)}  # UTF-8 order is code-point order
         return [ordered(v) for v in item] if isinstance(item, list) else item
-    return msgpack.packb(ordered(value), use_bin_type=True, use_single_float=False, strict_types=True)
+    packed: bytes = msgpack.packb(ordered(value), use_bin_type=True, use_single_float=False, strict_types=True)
+    return packed
 
 
 def _show(value: Param) -> str:
@@ -232,7 +233,7 @@ class RewardSpec:
             return None
         answer, *rest = self.terms
         tag = answer.param("tag")
-        if not 0.0 <= answer.weight <= MAX_WEIGHT:
+        if not isinstance(tag, str) or not 0.0 <= answer.weight <= MAX_WEIGHT:
             return None
         if rest and (rest[0].param("tag") != tag or not 0.0 < rest[0].weight <= MAX_WEIGHT):
             return None
@@ -499,7 +500,8 @@ def _typed(text: str, key: str, value: str, kind: type) -> Param:
             if value not in ("true", "false"):
                 raise ValueError
             return value == "true"
-        return kind(value)
+        made: Param = kind(value)  # kind is a default's type: str, int or float
+        return made
     except ValueError:
         raise RewardError("reward", f"{text!r}: {key}={value!r} is not a {kind.__name__}") from None
 
@@ -579,7 +581,8 @@ def _numeric(task: Task, completion: str, params: Params) -> float:
 def _check_numeric(params: Params) -> str | None:
     if not _tag_ok(str(params["tag"])):
         return _TAG_PROBLEM
-    if not (0.0 <= params["abs_tol"] <= MAX_WEIGHT and 0.0 <= params["rel_tol"] <= MAX_WEIGHT):
+    # Each parameter has its default's type here (checked before a check runs): float() is the identity.
+    if not (0.0 <= float(params["abs_tol"]) <= MAX_WEIGHT and 0.0 <= float(params["rel_tol"]) <= MAX_WEIGHT):
         return "abs_tol and rel_tol must be in [0, 1e6]"
     return None
 
@@ -622,7 +625,7 @@ def _length_penalty(task: Task, completion: str, params: Params) -> float:
 
 
 def _check_length(params: Params) -> str | None:
-    if not (0 <= params["free"] <= 1 << 20 and 1 <= params["span"] <= 1 << 20):
+    if not (0 <= int(params["free"]) <= 1 << 20 and 1 <= int(params["span"]) <= 1 << 20):  # ints, as above
         return "free must be in [0, 2^20] and span in [1, 2^20] characters"
     return None
 

@@ -163,7 +163,7 @@ def extract_code(completion: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def limits_problem(params: Mapping) -> str | None:
+def limits_problem(params: Mapping[str, object]) -> str | None:
     """What is wrong with code/v1's parameters, or None."""
     if params["time_ms"] not in TIME_MS or params["memory_mb"] not in MEMORY_MB:
         return (f"time_ms must be in [{TIME_MS.start}, {TIME_MS.stop - 1}] and memory_mb in "
@@ -209,7 +209,7 @@ _scores: OrderedDict[bytes, float] = OrderedDict()
 _scores_lock = threading.Lock()
 
 
-def code_reward(completion: str, tests: str, params: Mapping) -> float:
+def code_reward(completion: str, tests: str, params: Mapping[str, str | int | float | bool]) -> float:
     """1.0 when the completion's code passes ``tests`` within the limits, else 0.0 (no code,
     code or tests too large, a failing assertion, an exception, a timeout, a limit hit).
     :class:`SandboxUnavailable` when this machine cannot run it as specified."""
@@ -264,6 +264,7 @@ def _run(root: Path, output: Path, nonce: str, time_ms: int, memory_mb: int) -> 
     with output.open("wb") as sink:
         child = subprocess.Popen(command, cwd=root, env=_ENV, stdin=subprocess.PIPE, stdout=sink,
                                  stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        assert child.stdin is not None  # stdin=PIPE
         try:
             try:
                 child.stdin.write(nonce.encode() + b"\n")
