@@ -35,7 +35,7 @@ class VrlError(Exception):
     """Base class of vrl's own errors."""
 
 
-def shown(value) -> str:
+def shown(value: object) -> str:
     """``value``'s repr for an error message: whole up to MAX_SHOWN characters, else its start
     and its length. A hostile value may be a megabyte, an integer past repr's 4300 digits, or
     tables nested a thousand deep (reprlib stops at 3 levels)."""

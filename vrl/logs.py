@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 from rich.console import Console
 
 
-class StderrHandler(logging.StreamHandler):
+class StderrHandler(logging.StreamHandler[TextIO]):
     """A handler writing to whatever ``sys.stderr`` is when a record comes (as structlog's
     loggers below do): a redirected or replaced stderr must not leave it writing to a closed file."""
 
     @property
-    def stream(self):
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value) -> None:
+    def stream(self, _value: TextIO) -> None:
         pass  # StreamHandler.__init__ sets one; the current stderr is always the one
 
 
@@ -34,7 +35,8 @@ def configure_logging(json_mode: bool, level: int | None = None) -> None:
     level = level if level is not None else logging.WARNING if json_mode else logging.INFO
     renderer = (structlog.processors.JSONRenderer() if json_mode
                 else structlog.dev.ConsoleRenderer(colors=Console(stderr=True).is_terminal))
-    shared = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso")]
+    shared: list[structlog.typing.Processor] = [structlog.processors.add_log_level,
+                                                structlog.processors.TimeStamper(fmt="iso")]
     structlog.configure(
         processors=[*shared, renderer],
         # Resolve sys.stderr per logger, not once: a redirected or replaced stderr (tests, daemons)
@@ -62,7 +64,7 @@ def configure_logging(json_mode: bool, level: int | None = None) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # as above
     hf_logging.disable_default_handler()  # its errors through the root's handler, as every library's
     hf_logging.enable_propagation()
