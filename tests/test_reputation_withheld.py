@@ -135,7 +135,7 @@ def test_the_audit_recomputes_withheld_slots_from_the_manifests_in_the_log():
            row(trainer, 2, [(HALF, 1)], 3.5, lists_of=[(HALF, 3)]),  # lists its header does not commit
            ("manifest", manifest(trainer, 3, [(HALF, 1)])[0], (3.7, None)),  # no lists: nothing to derive
            ("manifest", b"\x81\xa1x\x01", (4.0, None))]  # undecodable: skipped, as a bad verdict is
-    found = recompute(log, frozenset({trainer.node_id}), at_round=0)
+    found = recompute(log, frozenset({trainer.node_id}), at_version=0)
     assert found.standings[HALF].failures == pytest.approx(2 * ReputationConfig().withheld_weight)
     assert not found.standings[HALF].quarantined
 

@@ -117,20 +117,20 @@ def check_reputation(audit: CheckContext) -> None:
         view = reputation_view(run, owner)
         for _, report in stored_reports(index, math.inf if at is None else at):
             view.add(report)
-        round_index = snapshot[0][1]
-        standings = view.standings(round_index)
+        version = snapshot[0][1]
+        standings = view.standings(version)
         for node, _, score, quarantined in snapshot:
             compared += 1
-            mine = standings.get(node) or view.standing(node, round_index)
+            mine = standings.get(node) or view.standing(node, version)
             if abs(mine.score - score) > SCORE_TOLERANCE or mine.quarantined != quarantined:
                 findings.append(finding(
                     check, "snapshot_mismatch", Severity.ERROR if at else Severity.INFO,
-                    f"{index.node.name}'s reputation of {short(node)} at round {round_index} is {score:.6f}"
+                    f"{index.node.name}'s reputation of {short(node)} at round {version} is {score:.6f}"
                     f"{' (quarantined)' if quarantined else ''}, but its own verdict log gives {mine.score:.6f}"
                     f"{' (quarantined)' if mine.quarantined else ''}"
                     + ("" if at else " (the store does not say when its snapshot was taken: an older node)"),
                     # No subject: whose store it is is the store's own word, not a signature.
-                    store=where, owner=owner.hex(), node=node.hex(), round=round_index, snapshot=score,
+                    store=where, owner=owner.hex(), node=node.hex(), round=version, snapshot=score,
                     replayed=mine.score))
     run.stats[check] = {"snapshot rows compared": compared}
     _reputation_series(run)

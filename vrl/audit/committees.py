@@ -40,20 +40,20 @@ def manifests_of(run: Run, findings: list[Finding]) -> dict[int, RoundManifest]:
     order = sorted(run.stores, key=lambda index: index.node.owner != run.trainer)
     chosen: dict[int, RoundManifest] = {}
     for index in order:
-        for round_, (manifest, _) in sorted(index.manifests.items()):
+        for version, (manifest, _) in sorted(index.manifests.items()):
             if manifest.trainer != run.trainer:
                 findings.append(finding("committees", "foreign_manifest", Severity.WARNING,
-                                        f"{index.node.store.path}: round {round_}'s manifest is signed by "
+                                        f"{index.node.store.path}: round {version}'s manifest is signed by "
                                         f"{short(manifest.trainer)}, not the network's trainer", manifest.trainer,
-                                        round=round_))
+                                        round=version))
                 continue
-            first = chosen.setdefault(round_, manifest)
+            first = chosen.setdefault(version, manifest)
             if first.to_bytes() != manifest.to_bytes():
                 findings.append(finding("committees", "manifest_equivocation", Severity.ERROR,
-                                        f"the trainer signed two different manifests of round {round_} "
+                                        f"the trainer signed two different manifests of round {version} "
                                         f"(roots {first.header.root.hex()[:12]} and "
                                         f"{manifest.header.root.hex()[:12]})", manifest.trainer,
-                                        round=round_, roots=[first.header.root.hex(), manifest.header.root.hex()]))
+                                        round=version, roots=[first.header.root.hex(), manifest.header.root.hex()]))
     return dict(sorted(chosen.items()))
 
 
@@ -172,15 +172,15 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
     groups_per_round = run.protocol.groups_per_round
     reports = stored_reports(index)
     pending = next(reports, None)
-    for round_, (stored, at) in sorted(index.manifests.items(), key=lambda item: item[1][1]):
+    for version, (stored, at) in sorted(index.manifests.items(), key=lambda item: item[1][1]):
         while pending is not None and pending[0] <= at:
             view.add(pending[1])
             pending = next(reports, None)
-        manifest, lists = manifests.get(round_), index.lists.get(round_)
+        manifest, lists = manifests.get(version), index.lists.get(version)
         if manifest is None or manifest.to_bytes() != stored.to_bytes() or lists is None:
             continue
         stats["tables_rederived"] += 1
-        expected = dict(expected_table(view.standings(round_), run.trainer, manifest.committee_size).entries)
+        expected = dict(expected_table(view.standings(version), run.trainer, manifest.committee_size).entries)
         # The withheld slots it implies count from here on, as the trainer noted them after
         # signing it (vrl.node.rounds.note_withheld): a seat weighs the score, which they lower.
         try:
@@ -193,10 +193,10 @@ def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
                         if abs(expected.get(node, 0) - signed.get(node, 0)) > 1)
         if differ:
             findings.append(finding("committees", "weights_differ", Severity.WARNING,
-                                    f"round {round_}'s signed weights table differs from the trainer's view replayed "
+                                    f"round {version}'s signed weights table differs from the trainer's view replayed "
                                     f"from its store for {len(differ)} node(s), e.g. {short(differ[0])}: signed "
                                     f"{signed.get(differ[0], 0)}, replayed {expected.get(differ[0], 0)}",
-                                    run.trainer or b"", round=round_, nodes=[n.hex() for n in differ],
+                                    run.trainer or b"", round=version, nodes=[n.hex() for n in differ],
                                     signed={n.hex(): signed.get(n, 0) for n in differ},
                                     replayed={n.hex(): expected.get(n, 0) for n in differ}))
 
@@ -206,7 +206,7 @@ def _trained_listed(run: Run, manifests: dict[int, RoundManifest], findings: lis
     that arrived after its round closed is never trained): checked against the lists the
     trainer's store holds (each proven to give its signed header)."""
     index = trainer_store(run)
-    listed = {round_: frozenset(lists.groups) for round_, lists in index.lists.items()} if index else {}
+    listed = {v: frozenset(lists.groups) for v, lists in index.lists.items()} if index else {}
     for version, announcement in run.policies.items():
         for digest, _ in run.batches.get(version, ()):
             head = run.groups.get(digest)

@@ -157,9 +157,9 @@ class StoreReader:
 
     def manifests(self) -> Iterator[tuple[int, bytes, float]]:
         """``(round column, data, received)`` of the round manifests (specs/committee.md §3.3), by round."""
-        for round_, data, received in self._stream("manifests", "round, data, received", "round",
+        for version, data, received in self._stream("manifests", "round, data, received", "round",
                                                    ((bytes, 8), bytes, float)):
-            yield _u64(round_), data, received
+            yield _u64(version), data, received
 
     def manifest_lists(self) -> Iterator[tuple[int, bytes]]:
         """``(round column, data)`` of the lists behind the round manifests the trainer signed
@@ -167,8 +167,8 @@ class StoreReader:
         than schema 5."""
         if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='manifest_lists'").fetchone():
             return
-        for round_, data in self._stream("manifest_lists", "round, data", "round", ((bytes, 8), bytes)):
-            yield _u64(round_), data
+        for version, data in self._stream("manifest_lists", "round, data", "round", ((bytes, 8), bytes)):
+            yield _u64(version), data
 
     def group_headers(self) -> Iterator[tuple[bytes, bytes, int, float, bool]]:
         """``(digest, subject, version, received, planted)`` by arrival, without the records."""

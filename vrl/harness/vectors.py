@@ -447,10 +447,10 @@ def vrf_vectors() -> dict:
         rfc.append({"example": example, "sk": sk, "pk": vrf.public_key(bytes.fromhex(sk)).hex(), "alpha": alpha,
                     "pi": pi.hex(), "beta": vrf.proof_to_hash(pi).hex()})
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
-    round_, root = 7, hashlib.sha256(b"vrl test vector manifest").digest()
-    alpha = committee.alpha(committee.Draw.COMMITTEE, round_, root)  # specs/committee.md §2
+    version, root = 7, hashlib.sha256(b"vrl test vector manifest").digest()
+    alpha = committee.alpha(committee.Draw.COMMITTEE, version, root)  # specs/committee.md §2
     pi = vrf.prove(key.private_seed(), alpha)
-    node = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(), "round": round_,
+    node = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(), "round": version,
             "manifest_root": root.hex(), "alpha": alpha.hex(), "pi": pi.hex(),
             "beta": vrf.verify(key.node_id, pi, alpha).hex()}
     return {"suite": "ECVRF-EDWARDS25519-SHA512-TAI", "suite_string": vrf.SUITE.hex(), "rfc9381": rfc, "node": node}

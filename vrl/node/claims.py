@@ -64,19 +64,19 @@ class LossClaims:
         return any(own(d) is None for v in claims for charged in self._charged.get(v.verifier, {}).values()
                    for d in charged)
 
-    def charge(self, round_: int, claim: SignedVerdict, budget: int) -> None:
-        """Charge the trainer's check of ``claim.group``, a group of ``round_``, to
+    def charge(self, version: int, claim: SignedVerdict, budget: int) -> None:
+        """Charge the trainer's check of ``claim.group``, a group of ``version``, to
         ``claim.verifier`` (nothing is kept without a budget)."""
         if budget:
-            self._charged.setdefault(claim.verifier, {}).setdefault(round_, {})[claim.group] = claim.races_lost
+            self._charged.setdefault(claim.verifier, {}).setdefault(version, {})[claim.group] = claim.races_lost
 
     def forget(self, floor: int) -> None:
         """Drop every round below ``floor`` (vrl.node.rounds.Rounds.forget): its groups are no
         longer fresh, so no claim on them asks for a check, and its charges no longer count."""
         for member in list(self._charged):
             rounds = self._charged[member]
-            for round_ in [r for r in rounds if r < floor]:
-                del rounds[round_]
+            for version in [r for r in rounds if r < floor]:
+                del rounds[version]
             if not rounds:
                 del self._charged[member]
 

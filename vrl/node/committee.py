@@ -322,16 +322,16 @@ class ManifestContent:
         return {node: groups_per_round - count for node, count in self.workers if count < groups_per_round}
 
 
-def alpha(draw: Draw, round_: int, manifest_root: bytes) -> bytes:
+def alpha(draw: Draw, version: int, manifest_root: bytes) -> bytes:
     """The VRF input: domain || u64be(round) || manifest_root (57 bytes for the committee)."""
-    if type(round_) is not int or not 0 <= round_ < _U64:
-        raise CommitteeError("bad_round", f"round must be a u64, got {shown(round_)}")
+    if type(version) is not int or not 0 <= version < _U64:
+        raise CommitteeError("bad_round", f"round must be a u64, got {shown(version)}")
     if type(manifest_root) is not bytes or len(manifest_root) != 32:
         raise CommitteeError("bad_entry", f"manifest root must be 32 bytes, got {shown(manifest_root)}")
     domain = _SEAT_DOMAINS.get(draw) if isinstance(draw, str) else None
     if domain is None:
         raise CommitteeError("bad_draw", f"only a committee or recheck seat is drawn, not {shown(draw)}")
-    return domain + _u64(round_) + manifest_root
+    return domain + _u64(version) + manifest_root
 
 
 # -- the paged manifest (specs/committee.md §3, §4) ----------------------------------------------

@@ -104,12 +104,12 @@ class Rounds:
         or fetch names it."""
         if floor <= self.floor:
             return
-        for round_ in [r for r in self.manifests if r < floor]:
-            self.manifests.pop(round_)
+        for version in [r for r in self.manifests if r < floor]:
+            self.manifests.pop(version)
             for table in (self.received_at, self.omitted, self.lists, self.weight, self._positions, self.absent,
                           self._learnt):
-                table.pop(round_, None)
-            self.fetched.discard(round_)
+                table.pop(version, None)
+            self.fetched.discard(version)
         for digest in [d for d, (r, _, _) in self.places.items() if r < floor]:
             del self.places[digest]
         for eligible in [k for k in self._eligible if k[0] < floor]:
@@ -132,10 +132,10 @@ class Rounds:
             return place[0] == version
         return False if version in self.lists or digest in self.absent.get(version, ()) else None
 
-    def close(self, round_: int, committee_size: int, groups: Iterable[tuple[bytes, bytes]],
+    def close(self, version: int, committee_size: int, groups: Iterable[tuple[bytes, bytes]],
               weights: Mapping[bytes, float], now: float,
               rank: Callable[[bytes], Any] = lambda worker: worker) -> RoundManifest:
-        """The trainer's manifest of round ``round_``: ``groups`` as (digest, subject), the
+        """The trainer's manifest of round ``version``: ``groups`` as (digest, subject), the
         eligible verifiers' draw weights (committee.seat_weights, specs/committee.md §3.1); signed,
         and held with its lists.
 
@@ -157,7 +157,7 @@ class Rounds:
             listed_digests += digests
         workers.sort()
         table = committee.WeightsTable.heaviest(committee_size, weights)
-        lists = committee.PagedManifest(committee.ManifestContent(round_, table, tuple(sorted(listed_digests)),
+        lists = committee.PagedManifest(committee.ManifestContent(version, table, tuple(sorted(listed_digests)),
                                                                   tuple(workers), self.seat_rule))
         manifest = RoundManifest.of(self.key.node_id, lists.header).signed(self.key)
         self.add(manifest, now)
@@ -168,9 +168,9 @@ class Rounds:
     def learn_lists(self, lists: committee.PagedManifest) -> None:
         """Every group of held lists is proven listed (the trainer's own): its place, with the
         path put in its own verdicts' claims computed when a claim needs it."""
-        round_ = lists.header.round
+        version = lists.header.round
         for position, digest in enumerate(lists.content.groups):
-            self.places.setdefault(digest, (round_, position, None))  # type: ignore[arg-type]
+            self.places.setdefault(digest, (version, position, None))  # type: ignore[arg-type]
 
     # -- entries (specs/committee.md §3.5) ---------------------------------------------------
     def answer(self, request: EntriesRequest) -> committee.Entries:
@@ -220,42 +220,42 @@ class Rounds:
                 self.omitted.setdefault(fetch.round, {})[self.key.node_id] = len(absent)
         return learnt
 
-    def wanted(self, round_: int) -> tuple[str, tuple[int, ...], tuple[bytes, ...]] | None:
-        """The next entries request this member needs for its committee seats of ``round_``:
+    def wanted(self, version: int) -> tuple[str, tuple[int, ...], tuple[bytes, ...]] | None:
+        """The next entries request this member needs for its committee seats of ``version``:
         its own weights entry first, then its seats' digests (at most a request's worth);
         None when it has them all, or sits on nothing."""
-        if round_ not in self.weight:
+        if version not in self.weight:
             return (committee.List.WEIGHTS, (), (self.key.node_id,))
-        positions = self.positions(round_)
-        known = self._learnt.get(round_, set())
+        positions = self.positions(version)
+        known = self._learnt.get(version, set())
         missing = tuple(i for i in positions if i not in known)
         if not missing:
             return None
         return (committee.List.GROUPS, missing[:committee.MAX_ENTRIES_PER_REQUEST], ())
 
 
-    def positions(self, round_: int) -> tuple[int, ...]:
-        """This node's committee seats in round ``round_`` (positions, §3.2), once its weight is known."""
-        return self._seats_of(round_)[0]
+    def positions(self, version: int) -> tuple[int, ...]:
+        """This node's committee seats in round ``version`` (positions, §3.2), once its weight is known."""
+        return self._seats_of(version)[0]
 
-    def _seats_of(self, round_: int) -> tuple[tuple[int, ...], frozenset[int]]:
-        if round_ not in self._positions:
-            entry = self.weight.get(round_)
+    def _seats_of(self, version: int) -> tuple[tuple[int, ...], frozenset[int]]:
+        if version not in self._positions:
+            entry = self.weight.get(version)
             if entry is None:
                 return (), frozenset()
-            header = self.manifests[round_].header
-            beta = self.own(round_, Draw.COMMITTEE)[1]
+            header = self.manifests[version].header
+            beta = self.own(version, Draw.COMMITTEE)[1]
             positions = header.seats(beta, entry[1])
-            self._positions[round_] = (positions, frozenset(positions))
-        return self._positions[round_]
+            self._positions[version] = (positions, frozenset(positions))
+        return self._positions[version]
 
     # -- draws ------------------------------------------------------------------------------
-    def own(self, round_: int, draw: Draw) -> tuple[bytes, bytes]:
+    def own(self, version: int, draw: Draw) -> tuple[bytes, bytes]:
         """This node's (pi, beta) for a round and draw: one VRF evaluation, kept."""
-        if (round_, draw) not in self._mine:
-            pi = vrf.prove(self.key.private_seed(), self.manifests[round_].header.alpha(draw))
-            self._mine[round_, draw] = (pi, vrf.proof_to_hash(pi))
-        return self._mine[round_, draw]
+        if (version, draw) not in self._mine:
+            pi = vrf.prove(self.key.private_seed(), self.manifests[version].header.alpha(draw))
+            self._mine[version, draw] = (pi, vrf.proof_to_hash(pi))
+        return self._mine[version, draw]
 
     def sits(self, digest: bytes, draw: Draw) -> bool:
         """Whether this node sits on ``digest``'s committee of that draw: its place is proven, and
@@ -263,28 +263,28 @@ class Rounds:
         place = self.places.get(digest)
         if place is None or place[0] not in self.manifests:
             return False
-        round_, position, _ = place
-        entry = self.weight.get(round_)
+        version, position, _ = place
+        entry = self.weight.get(version)
         if entry is None:
             return False
         if draw is Draw.COMMITTEE:
-            return position in self._seats_of(round_)[1]
-        header = self.manifests[round_].header
-        return header.seat_value(self.own(round_, draw)[1], position) < header.threshold(entry[1])
+            return position in self._seats_of(version)[1]
+        header = self.manifests[version].header
+        return header.seat_value(self.own(version, draw)[1], position) < header.threshold(entry[1])
 
-    def seats(self, round_: int) -> frozenset[bytes]:
-        """The digests of this node's committee seats in round ``round_`` it has learnt."""
-        positions = self._seats_of(round_)[1]
-        return frozenset(d for d, (r, p, _) in self.places.items() if r == round_ and p in positions)
+    def seats(self, version: int) -> frozenset[bytes]:
+        """The digests of this node's committee seats in round ``version`` it has learnt."""
+        positions = self._seats_of(version)[1]
+        return frozenset(d for d, (r, p, _) in self.places.items() if r == version and p in positions)
 
     def _place(self, digest: bytes) -> tuple[int, int, tuple[bytes, ...]]:
         """A known place with its path: the trainer's own lists' paths are computed when first
         needed (a claim, or a verdict's claim to compare with), then kept."""
-        round_, position, path = self.places[digest]
+        version, position, path = self.places[digest]
         if path is None:
-            path = self.lists[round_].trees[committee.List.GROUPS].prove([position])
-            self.places[digest] = (round_, position, path)
-        return round_, position, path
+            path = self.lists[version].trees[committee.List.GROUPS].prove([position])
+            self.places[digest] = (version, position, path)
+        return version, position, path
 
     def claim(self, digest: bytes, draw: Draw) -> dict[str, Any] | None:
         """The claim a verdict of this node on ``digest`` carries (specs/committee.md §4): its
@@ -292,10 +292,10 @@ class Rounds:
         place = self.places.get(digest)
         if place is None:
             return None
-        round_, position, path = self._place(digest)
+        version, position, path = self._place(digest)
         fields: dict[str, Any] = {"seat": position, "seat_path": path}
         if draw in SEATS:
-            entry = self.weight.get(round_)
+            entry = self.weight.get(version)
             if entry is None:
                 return None
             fields.update(weight_at=entry[0], weight=entry[1], weight_path=entry[2])

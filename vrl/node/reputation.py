@@ -271,31 +271,31 @@ class Reputation:
             self._new = []
         return [r for _, r in self._ordered]
 
-    def standing(self, node: bytes, round_index: int) -> Standing:
-        return self.standings(round_index).get(node) or self._newcomer(node)
+    def standing(self, node: bytes, version: int) -> Standing:
+        return self.standings(version).get(node) or self._newcomer(node)
 
-    def standings(self, round_index: int) -> dict[bytes, Standing]:
+    def standings(self, version: int) -> dict[bytes, Standing]:
         """Every node's standing from every report and withheld record held: :func:`compute`,
         recomputed whenever either was added or the round moved (only the sums when only
         withheld records came: they move no reporter weight)."""
-        key = (len(self._reports), len(self._withheld), round_index)
+        key = (len(self._reports), len(self._withheld), version)
         if self._cache is None or self._cache[:3] != key:
             reports = self.reports()
-            if self._evidence is None or self._evidence[:2] != (len(self._reports), round_index):
-                self._evidence = (len(self._reports), round_index,
-                                  _evidence(reports, self.pretrusted, round_index, self.config))
+            if self._evidence is None or self._evidence[:2] != (len(self._reports), version):
+                self._evidence = (len(self._reports), version,
+                                  _evidence(reports, self.pretrusted, version, self.config))
             self._cache = (*key, _settle(self._evidence[2], reports, self.withheld(), self.config))
             self._last = self._cache[3]
         return self._cache[3]
 
-    def last(self, round_index: int) -> dict[bytes, Standing]:
+    def last(self, version: int) -> dict[bytes, Standing]:
         """The standings of the last recomputation, whatever was added since (a node that
         evaluates reputation at batch boundaries reads these between them, specs/committee.md
         §8); a recomputation only if there was none yet."""
-        return self._last if self._last is not None else self.standings(round_index)
+        return self._last if self._last is not None else self.standings(version)
 
-    def last_standing(self, node: bytes, round_index: int) -> Standing:
-        return self.last(round_index).get(node) or self._newcomer(node)
+    def last_standing(self, node: bytes, version: int) -> Standing:
+        return self.last(version).get(node) or self._newcomer(node)
 
     def _newcomer(self, node: bytes) -> Standing:
         if node in self.pretrusted:
@@ -518,11 +518,11 @@ def withholding(reports: list[Report], withheld: Iterable[Withheld], weight: Map
     return out
 
 
-def compute(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
+def compute(reports: list[Report], pretrusted: frozenset[bytes], version: int,
             config: ReputationConfig, withheld: Iterable[Withheld] = ()) -> dict[bytes, Standing]:
-    """Every node's :class:`Standing` as of ``round_index``, from the reports and the withheld
+    """Every node's :class:`Standing` as of ``version``, from the reports and the withheld
     slots round manifests imply (item 7) alone."""
-    return _settle(_evidence(reports, pretrusted, round_index, config), reports, withheld, config)
+    return _settle(_evidence(reports, pretrusted, version, config), reports, withheld, config)
 
 
 @dataclass(frozen=True)
@@ -530,7 +530,7 @@ class _Evidence:
     """What the reports alone give (EigenTrust, confirmations, the sums): a view keeps it while
     only withheld records come, which move no reporter weight (specs/committee.md §7.1)."""
 
-    round_index: int
+    version: int
     pretrusted: frozenset[bytes]
     weight: dict[bytes, float]
     quarantined: set[bytes]
@@ -539,19 +539,19 @@ class _Evidence:
     checked: dict[bytes, set[bytes]]
 
 
-def _decay(config: ReputationConfig, round_index: int):
+def _decay(config: ReputationConfig, version: int):
     decay_rate = math.log(2) / config.half_life_rounds
 
     def decay(at: int) -> float:
-        return math.exp(-decay_rate * max(round_index - at, 0))
+        return math.exp(-decay_rate * max(version - at, 0))
     return decay
 
 
-def _evidence(reports: list[Report], pretrusted: frozenset[bytes], round_index: int,
+def _evidence(reports: list[Report], pretrusted: frozenset[bytes], version: int,
               config: ReputationConfig) -> _Evidence:
     if not pretrusted:
         raise ValueError("reputation needs at least one pre-trusted node (normally the node itself)")
-    decay = _decay(config, round_index)
+    decay = _decay(config, version)
     # The first weights only say which accusers count (_confirmed): with no hard fail in the log
     # there is none to weigh, and this pass over every report (half the trainer's EigenTrust time
     # at N = 1,000, bench/simulate.py) would change nothing.
@@ -582,7 +582,7 @@ def _evidence(reports: list[Report], pretrusted: frozenset[bytes], round_index: 
             failures[r.subject] += w * (config.soft_weight if r.outcome == Outcome.SOFT_FAIL else config.hard_weight)
         if r.reporter and weight.get(r.reporter, 0.0) >= COUNTING_WEIGHT:
             checked[r.subject].add(r.group)
-    return _Evidence(round_index, pretrusted, weight, quarantined, dict(passes), dict(failures), dict(checked))
+    return _Evidence(version, pretrusted, weight, quarantined, dict(passes), dict(failures), dict(checked))
 
 
 def _settle(evidence: _Evidence, reports: list[Report], withheld: Iterable[Withheld],
@@ -592,7 +592,7 @@ def _settle(evidence: _Evidence, reports: list[Report], withheld: Iterable[Withh
     passes = defaultdict(float, evidence.passes)
     failures = defaultdict(float, evidence.failures)
     checked = defaultdict(set, evidence.checked)
-    decay = _decay(config, evidence.round_index)
+    decay = _decay(config, evidence.version)
     for worker, extra in withholding(reports, withheld, weight, decay, config).items():
         failures[worker] += extra
 
@@ -645,16 +645,16 @@ class Recomputed:
 
 
 def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes],
-              at_round: int | None = None, groups_per_round: int = ProtocolParams.groups_per_round) -> Recomputed:
+              at_version: int | None = None, groups_per_round: int = ProtocolParams.groups_per_round) -> Recomputed:
     """Reputation from a store's log (:meth:`vrl.node.store.Store.replay`, in the order it
-    was written), trusting ``anchors``, as of ``at_round`` (default: the newest round a
+    was written), trusting ``anchors``, as of ``at_version`` (default: the newest round a
     verdict names). Who a verdict is about is its group's signer, never the verdict's word.
     A round manifest (kind ``manifest``) signed by an anchor, with the lists behind it (the
     trainer's store holds them), adds the withheld slots they imply (specs/committee.md §7), the
     first one of its round only, as the protocol uses it."""
     view = Reputation(anchors)
     invalid = 0
-    rounds = [0]
+    versions = [0]
     groups: dict[bytes, tuple[bytes, int]] = {}  # digest -> (signer of its records, policy version)
     manifests: set[int] = set()
     for kind, data, extra in log:
@@ -679,8 +679,8 @@ def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes]
         if not verdict.valid() or (verdict.checked and report is None):
             invalid += 1
             continue
-        rounds.append(verdict.policy_version)
+        versions.append(verdict.policy_version)
         if report is not None:
             view.add(report)
-    at = max(rounds) if at_round is None else at_round
+    at = max(versions) if at_version is None else at_version
     return Recomputed(at, view.standings(at), len(view.reports()), invalid)

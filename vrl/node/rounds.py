@@ -67,8 +67,9 @@ def committee_checks(node: NodeState) -> list[Action]:
     if node.abandoned_checks:  # a check that could not run is asked again behind those waiting
         candidates.sort(key=lambda d: node.abandoned_checks.get(d, 0))  # stable: arrival order within
     for digest in candidates:
-        group, round_ = node.groups[digest], node.rounds.round_of.get(digest)
-        if (round_ is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
+        # listed_in: the version whose manifest lists the group, which a check must prove it sits on
+        group, listed_in = node.groups[digest], node.rounds.round_of.get(digest)
+        if (listed_in is None or group.subject == node.me or digest in node.planted or node.me in node.verdicts[digest]
                 or group.version not in node.loaded or group.subject in node.quarantined
                 or node.checking(digest)):  # under way: its end touches it again
             continue
@@ -82,7 +83,7 @@ def committee_checks(node: NodeState) -> list[Action]:
             else:
                 claim = None
                 if not (any(node.audits(v) for v in others) or (
-                        unchecked and node.now - node.rounds.received_at[round_] >= node.config.submission_window)):
+                        unchecked and node.now - node.rounds.received_at[listed_in] >= node.config.submission_window)):
                     claims = [v for v in others if _states_losses(v)]
                     if not claims:
                         continue
@@ -98,7 +99,7 @@ def committee_checks(node: NodeState) -> list[Action]:
                     continue
                 new = node.start_check(digest, group.version, Draw.NONE, b"")
                 if new and claim is not None:
-                    node.rounds.claims.charge(round_, claim, budget)
+                    node.rounds.claims.charge(listed_in, claim, budget)
                 room -= len(new)
                 actions += new
         elif node.has("verifier"):
@@ -112,7 +113,7 @@ def committee_checks(node: NodeState) -> list[Action]:
                 if room <= 0:
                     node.scans.checks.defer(digest)  # looked at again once there is room
                     continue
-            new = node.start_check(digest, group.version, seat, node.rounds.own(round_, seat)[0])
+            new = node.start_check(digest, group.version, seat, node.rounds.own(listed_in, seat)[0])
             if seat is Draw.COMMITTEE and room is not None:  # (counted above for a committee seat)
                 room -= len(new)
             actions += new
@@ -162,26 +163,26 @@ def _fetches(node: NodeState) -> list[Action]:
     new, and a network of 1,000 with a tenth cheating fails ~400 groups in their first round."""
     actions: list[Action] = []
     wanted: list[tuple[bytes, int]] = []
-    for round_ in sorted(node.rounds.manifests):
-        if node.fresh(round_) and round_ in node.loaded and round_ not in node.rounds.fetched:
+    for version in sorted(node.rounds.manifests):
+        if node.fresh(version) and version in node.loaded and version not in node.rounds.fetched:
             # First its weights entry, then its seats' digests (specs/committee.md §3.5).
-            entries = node.rounds.wanted(round_)
+            entries = node.rounds.wanted(version)
             if entries is not None:
-                actions += node.once(FetchEntries(round_, str(entries[0]), entries[1], entries[2]))
-            missing = [d for d in sorted(node.rounds.seats(round_)) if d not in node.groups]
+                actions += node.once(FetchEntries(version, str(entries[0]), entries[1], entries[2]))
+            missing = [d for d in sorted(node.rounds.seats(version)) if d not in node.groups]
             if entries is None and not missing:
-                node.rounds.fetched.add(round_)  # groups are never dropped: nothing of it to fetch again
-            wanted += [(d, round_) for d in missing]
+                node.rounds.fetched.add(version)  # groups are never dropped: nothing of it to fetch again
+            wanted += [(d, version) for d in missing]
     for verdict in node.waiting:
-        round_ = node.rounds.round_of.get(verdict.group)
-        if (round_ is not None and node.fresh(round_) and round_ in node.loaded
+        version = node.rounds.round_of.get(verdict.group)
+        if (version is not None and node.fresh(version) and version in node.loaded
                 and verdict.outcome in (Outcome.HARD_FAIL, Outcome.SOFT_FAIL)
                 and ((verdict.verifier in node.reputation.pretrusted and verdict.subject not in node.quarantined)
                      or (node.weighs(verdict) and node.rounds.sits(verdict.group, Draw.RECHECK)))):
-            wanted.append((verdict.group, round_))
-    for digest, round_ in wanted:
+            wanted.append((verdict.group, version))
+    for digest, version in wanted:
         if digest not in node.groups:
-            actions += node.once(FetchGroup(digest, round_))
+            actions += node.once(FetchGroup(digest, version))
     return actions
 
 
@@ -190,14 +191,14 @@ def own_listing(node: NodeState) -> list[Action]:
     groups list (specs/committee.md §3.5): what the trainer left out is then its own evidence
     (``rounds.omitted``), since the workers list that implies its withheld slots is behind a root."""
     actions: list[Action] = []
-    for round_ in sorted(node.rounds.manifests):
-        if not node.fresh(round_):
+    for version in sorted(node.rounds.manifests):
+        if not node.fresh(version):
             continue
-        unknown = tuple(sorted(d for d in node.groups_of_version(round_) if node.groups[d].subject == node.me
-                               and d not in node.planted and node.rounds.listed(d, round_) is None))
+        unknown = tuple(sorted(d for d in node.groups_of_version(version) if node.groups[d].subject == node.me
+                               and d not in node.planted and node.rounds.listed(d, version) is None))
         if unknown:
             keys = unknown[:committee.MAX_ENTRIES_PER_REQUEST]
-            actions += node.once(FetchEntries(round_, str(committee.List.GROUPS), (), keys))
+            actions += node.once(FetchEntries(version, str(committee.List.GROUPS), (), keys))
     return actions
 
 

@@ -315,9 +315,9 @@ class Store:
         return self._write("INSERT OR IGNORE INTO trained VALUES (?, ?, ?)",
                            (u64(version), b"".join(groups), metrics_json))
 
-    def put_reputation(self, round_index: int, rows: list[tuple[bytes, float, float, bool, float, int]],
+    def put_reputation(self, version: int, rows: list[tuple[bytes, float, float, bool, float, int]],
                        at: float | None = None) -> None:
-        """Replace the snapshot with ``rows``, as of round ``round_index``, computed at ``at``
+        """Replace the snapshot with ``rows``, as of round ``version``, computed at ``at``
         (the clock the ``received`` columns use): an auditor replays the verdicts received by
         then and must get these rows (specs/audit.md §3, ``reputation``)."""
         with self._lock:
@@ -329,7 +329,7 @@ class Store:
                 else:  # a snapshot of unknown time: no earlier time may be taken for it
                     self._db.execute("DELETE FROM meta WHERE key=?", (SNAPSHOT_AT_KEY,))
                 self._db.executemany("INSERT INTO reputation VALUES (?, ?, ?, ?, ?, ?, ?)", [
-                    (node, u64(round_index), score, rate, int(q), trust, checked)
+                    (node, u64(version), score, rate, int(q), trust, checked)
                     for node, score, rate, q, trust, checked in rows])
                 self._db.execute("COMMIT")
             except BaseException:
@@ -441,16 +441,16 @@ class Store:
         for version, groups, _ in self.trained_versions():
             yield "trained", b"", (version, groups)
 
-    def since(self, round_index: int, limit_bytes: int, after: int = 0,
+    def since(self, version: int, limit_bytes: int, after: int = 0,
               limit_messages: int = BACKFILL_MAX_MESSAGES, trainer: bytes | None = None,
               sender: bytes = _NOBODY) -> tuple[list[bytes], int | None]:
-        """Gossip messages of versions >= ``round_index`` for a peer catching up (backfill):
+        """Gossip messages of versions >= ``version`` for a peer catching up (backfill):
         policies, round manifests, groups, verdicts and step verdicts in a stable order (a
         manifest before the groups and verdicts its round's claims are checked against), at most ``limit_bytes`` and
         ``limit_messages`` of them from position ``after``; returns them and the next position,
         or None at the end.
 
-        ``round_index`` and ``after`` are u64 from a peer's request: the version compares as a
+        ``version`` and ``after`` are u64 from a peer's request: the version compares as a
         BLOB; an offset past SQLite's signed range skips everything, as any past the end does.
         Only the keys are sorted; each message's bytes are read once it is known to fit, so a
         request costs one page's bytes in memory, however large the store. ``trainer`` and
@@ -470,7 +470,7 @@ class Store:
                 f" UNION ALL SELECT 3, version, id, rowid FROM verdicts WHERE version >= :since{only('verdicts')}"
                 f" UNION ALL SELECT 4, version, id, rowid FROM steps WHERE version >= :since{only('steps')})"
                 " ORDER BY k, o, t LIMIT :limit OFFSET :offset",  # noqa: S608
-                {"since": u64(round_index), "limit": limit_messages + 1, "offset": min(after, _MAX_OFFSET),
+                {"since": u64(version), "limit": limit_messages + 1, "offset": min(after, _MAX_OFFSET),
                  "trainer": trainer, "sender": sender}).fetchall()
             out: list[bytes] = []
             size = 0
@@ -491,10 +491,10 @@ class Store:
         return tuple(self._db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]  # noqa: S608
                      for table, _ in _SERVED)
 
-    def held_since(self, round_index: int, marks: tuple[int, ...] | None, salt: bytes,
+    def held_since(self, version: int, marks: tuple[int, ...] | None, salt: bytes,
                    limit: int = BACKFILL_HAVE_MAX) -> tuple[bytes, tuple[int, ...]]:
         """What a backfill client names before the bodies cross (``have``, specs/network.md §6):
-        ``salt`` and the short ids of the messages of versions >= ``round_index`` this store took
+        ``salt`` and the short ids of the messages of versions >= ``version`` this store took
         past ``marks`` (one rowid per table of :data:`_SERVED`; None: all of them), at most
         ``limit`` (the first kinds first, the newest first within one); and the marks now. Empty
         bytes when it took none. Memory: the ids and one row at a time; time: those rows, read
@@ -509,15 +509,15 @@ class Store:
                 rows = self._db.execute(
                     f"SELECT data FROM {table} WHERE rowid > :mark AND rowid <= :top AND {served}"  # noqa: S608
                     " ORDER BY rowid DESC LIMIT :limit",
-                    {"mark": mark, "top": top, "since": u64(round_index), "limit": limit - len(ids)})
+                    {"mark": mark, "top": top, "since": u64(version), "limit": limit - len(ids)})
                 ids += [short_id(salt, data) for (data,) in rows]  # streamed: a row at a time
         return (salt + b"".join(ids) if ids else b""), tops
 
-    def page(self, round_index: int, cursor: tuple[int, ...], limit_bytes: int,
+    def page(self, version: int, cursor: tuple[int, ...], limit_bytes: int,
              limit_messages: int = BACKFILL_MAX_MESSAGES, held: frozenset[bytes] = frozenset(),
              salt: bytes = b"", trainer: bytes | None = None, sender: bytes = _NOBODY) -> Page:
         """A backfill page by cursor (specs/network.md §6): the messages of versions >=
-        ``round_index`` stored past ``cursor`` (``[generation, w_1 .. w_5]``, one rowid
+        ``version`` stored past ``cursor`` (``[generation, w_1 .. w_5]``, one rowid
         watermark per table of :data:`_SERVED`), table by table in the order of kinds, each in
         rowid (append) order, at most ``limit_bytes`` and ``limit_messages`` of them, less those
         whose short id under ``salt`` is in ``held`` (the client holds them: the request's
@@ -529,7 +529,7 @@ class Store:
         A cursor of another generation, or with a watermark above its table's largest rowid (the
         store was reset, or the cursor is not one of ours), is a full pass: every watermark 0. A
         table the page got past takes its largest rowid as watermark (its rows not served were
-        of older versions or planted: never served for this ``round_index`` or a larger one, or
+        of older versions or planted: never served for this ``version`` or a larger one, or
         held by the client). Memory and time: one page's bytes, as :meth:`since`; with ``held``,
         at most ``limit_messages`` rows and BACKFILL_SCAN_BYTES read, each hashed once."""
         out: list[bytes] = []
@@ -545,7 +545,7 @@ class Store:
                 rows = self._db.execute(
                     f"SELECT rowid, length(data) FROM {table} WHERE rowid > :mark AND {served}"  # noqa: S608
                     " ORDER BY rowid LIMIT :limit", {"mark": marks[index], "limit": limit_messages - scanned + 1,
-                                                     "since": u64(round_index), "trainer": trainer, "sender": sender})
+                                                     "since": u64(version), "trainer": trainer, "sender": sender})
                 for row, length in rows.fetchall():
                     if scanned and (size + length > limit_bytes or read + length > BACKFILL_SCAN_BYTES
                                     or scanned == limit_messages):

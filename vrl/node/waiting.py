@@ -91,10 +91,10 @@ class WaitingVerdicts:
             self._drop(verdict.id)
         return taken
 
-    def take_round(self, round_: int) -> list[SignedVerdict]:
-        """The verdicts of policy version ``round_``, oldest first, no longer held: that round's
+    def take_round(self, version: int) -> list[SignedVerdict]:
+        """The verdicts of policy version ``version``, oldest first, no longer held: that round's
         manifest has come, so their claims can be judged now."""
-        taken = [v for v in self._held.values() if v.policy_version == round_]
+        taken = [v for v in self._held.values() if v.policy_version == version]
         for verdict in taken:
             self._drop(verdict.id)
         return taken
