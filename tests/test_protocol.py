@@ -45,6 +45,8 @@ def held(sub: Submission, subject: bytes, version: int, index: int) -> Group:
 
 
 def node(key: NodeKey, *roles: str, **options) -> P.NodeProtocol:
+    """A node of the ticket design, these tests' (the committee design's: test_protocol_committee.py)."""
+    options = {"verification": "tickets", **options}
     config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id, **options)
     return P.NodeProtocol(key, config, platform="test", race_loss_rate=RACE_LOSS_RATE)
 
@@ -66,7 +68,7 @@ def verdict_from(key: NodeKey, sub: Submission, subject: bytes, outcome: str, di
 
 def test_a_worker_fetches_the_policy_generates_once_and_publishes_its_groups():
     worker = node(WORKER, "worker")
-    assert kinds(worker.handle(P.PolicyAnnounced(announcement(0)))) == ["FetchPolicy"]
+    assert kinds(worker.handle(P.PolicyAnnounced(announcement(0)))) == ["PersistPolicy", "FetchPolicy"]
     assert kinds(worker.handle(P.PolicyLoaded(0))) == ["Generate"]
     assert worker.handle(P.Tick(1.0)) == []  # already under way
     groups = (submission(1), submission(2))
@@ -78,14 +80,15 @@ def test_a_worker_fetches_the_policy_generates_once_and_publishes_its_groups():
 def test_policies_from_anyone_but_the_trainer_are_ignored():
     worker = node(WORKER, "worker")
     forged = PolicyAnnouncement(CHEAT.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(CHEAT)
-    assert worker.handle(P.PolicyAnnounced(forged)) == [] and worker.version is None
+    # Stored, as every announcement that validated is (an audit's evidence), and not followed.
+    assert worker.handle(P.PolicyAnnounced(forged)) == [P.PersistPolicy(forged)] and worker.version is None
 
 
 def test_a_verifier_checks_a_newcomer_and_signs_a_verdict_with_its_digest():
     verifier = node(VERIFIER, "verifier")
     ready(verifier)
     sub = submission(1)
-    assert kinds(verifier.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 101), 0.0))) == ["Check"]
+    assert kinds(verifier.handle(P.GroupReceived(held(sub, WORKER.node_id, 0, 101), 0.0))) == ["PersistGroup", "Check"]
     (publish,) = verifier.handle(P.Checked(sub.digest, (), b"\x09" * 32))
     assert publish.topic == TOPIC_VERDICTS
     verdict = SignedVerdict.from_bytes(publish.data)
@@ -104,7 +107,8 @@ def test_a_trusted_node_is_spot_checked_and_skips_are_signed_and_provable():
     assert verifier.standing(WORKER.node_id).check_rate < 0.2
     checked = skipped = 0
     for i in range(1000, 1100):
-        actions = verifier.handle(P.GroupReceived(held(submission(i), WORKER.node_id, 0, i), 0.0))
+        stored, *actions = verifier.handle(P.GroupReceived(held(submission(i), WORKER.node_id, 0, i), 0.0))
+        assert isinstance(stored, P.PersistGroup)
         if kinds(actions) == ["Check"]:
             checked += 1
             verifier.handle(P.Abandoned(actions[0]))

@@ -54,6 +54,9 @@ def chain(length: int, batch: dict[int, tuple[Group, ...]] | None = None, **chan
 
 
 def verifier(key: NodeKey = VERIFIER, platform: str = PLATFORM, **options) -> P.NodeProtocol:
+    """A verifier of the ticket design, whose step verdicts and batch groups come by gossip,
+    unless ``verification`` says otherwise."""
+    options = {"verification": "tickets", **options}
     config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id, pretrusted=frozenset(
         options.pop("pretrusted", ())), **options)
     return P.NodeProtocol(key, config, platform=platform, race_loss_rate=1e-3)
@@ -110,7 +113,8 @@ def test_self_evident_faults_convict_at_once_and_the_node_stops_following_the_tr
         assert [(c.version, c.reasons) for c in convictions] == [(2, (fault,))], fault
         assert node.version == 1 and not node.follows(2)
         later = chain(4)[3]
-        assert node.handle(P.PolicyAnnounced(later)) == [] and 3 not in node.policies  # ignored from now on
+        # Stored (an audit's evidence) and ignored from now on.
+        assert node.handle(P.PolicyAnnounced(later)) == [P.PersistPolicy(later)] and 3 not in node.policies
 
 
 def test_training_on_a_group_the_trainer_itself_failed_a_round_earlier_is_fraud():
@@ -158,7 +162,8 @@ def test_a_long_forgotten_group_in_a_batch_is_still_stale_and_rejected_where_it_
     assert published_steps(feed(node, chain(7)[1:])) == []
     assert old.digest not in node.groups and old.digest not in node.verdicts  # forgotten: version 0 < 6 - 3
     assert node.forgotten[old.digest] == 0 and node.group_version(old.digest) == 0
-    assert node.handle(P.GroupReceived(old, 0.0)) == [] and old.digest not in node.groups  # never taken again
+    # Stored as it came, and never taken again.
+    assert node.handle(P.GroupReceived(old, 0.0)) == [P.PersistGroup(old, 0.0)] and old.digest not in node.groups
     actions = feed(node, [chain(8, {7: (old,)})[7]])
     assert [v.reasons for v in published_steps(actions)] == [(StepFault.REJECTED_GROUP, StepFault.STALE_GROUP)]
     assert not [a for a in actions if isinstance(a, P.FetchGroup)]  # not looked for as a missing group

@@ -437,14 +437,14 @@ def node_for(adversary: str):
         if adversary == "replay":
             # The replayer sees every group its node stores, by gossip or by backfill, once:
             # it wraps the group cache's door from outside.
-            arrived, overheard = node.groups.arrived, node.work.overheard
+            persist, overheard = node.groups.persist, node.work.overheard
 
-            def spied(message_id: bytes, data: bytes, received: float):
-                group, new = arrived(message_id, data, received)
+            def spied(group: Group, received: float) -> bool:
+                new = persist(group, received)
                 if new:
                     overheard(group)
-                return group, new
-            node.groups.arrived = spied
+                return new
+            node.groups.persist = spied  # type: ignore[method-assign]  # the cheat's own wiring
             node.work.takes = node.protocol.takes_new_groups
         if adversary == "trainer-rejected-group":
             honest, cheat, protocol = node.training.train, node.trainer, node.protocol

@@ -196,27 +196,20 @@ class Node:
 
     # -- incoming ------------------------------------------------------------------------------
     async def _on_message(self, message: Message) -> None:
-        """A gossip message the transport already ran :attr:`validate` on: store, then feed."""
+        """A gossip message the transport already ran :attr:`validate` on, fed as its event.
+        What is stored of it is the protocol's call, by its Persist actions."""
         if self._stopping:
             return  # the transport may still deliver while the node shuts down
         now = time.time()
         if message.topic == TOPIC_GROUPS:
-            group, new = self.groups.arrived(message.msg_id, message.data, now)
-            if new:
-                self.metrics.groups_received.inc()
-            await self._feed(P.GroupReceived(group, now))
+            await self._feed(P.GroupReceived(self.groups.group_of(message.msg_id, message.data), now))
         elif message.topic == TOPIC_VERDICTS:
-            # Stored by the protocol's Persist, once its group is known and agrees with it.
             await self._feed(P.VerdictReceived(SignedVerdict.from_bytes(message.data)))
         elif message.topic == TOPIC_POLICIES:
-            announcement = PolicyAnnouncement.from_bytes(message.data)
-            self.store.put_policy(announcement, now)
-            await self._feed(P.PolicyAnnounced(announcement))
+            await self._feed(P.PolicyAnnounced(PolicyAnnouncement.from_bytes(message.data)))
         elif message.topic == TOPIC_STEPS:
-            # Stored by the protocol's PersistStep, once it names a known announcement.
             await self._feed(P.StepVerdictReceived(StepVerdict.from_bytes(message.data)))
         elif message.topic == TOPIC_MANIFESTS:
-            # Stored by the protocol's PersistManifest: the trainer's, the first of its round.
             await self._feed(P.ManifestReceived(RoundManifest.from_bytes(message.data), now))
 
     async def _feed(self, event: P.Event) -> None:
@@ -256,6 +249,11 @@ class Node:
                 self._spawn(self._events(self.training.train(version, batch)))
             case P.Quarantine(node, purged):
                 self.log.warning("quarantined", peer=node.hex()[:8], purged_groups=len(purged))
+            case P.PersistGroup(group, received):
+                if self.groups.persist(group, received):
+                    self.metrics.groups_received.inc()
+            case P.PersistPolicy(announcement):
+                self.store.put_policy(announcement, time.time())
             case P.Persist(verdict):
                 if self.store.put_verdict(verdict, time.time()):
                     self.metrics.verdicts.labels(verdict.outcome).inc()

@@ -150,6 +150,9 @@ Event = (Abandoned | Tick | PolicyAnnounced | PolicyLoaded | GroupReceived | Ver
 
 @dataclass(frozen=True)
 class Publish:
+    """Gossip one of this node's own messages on ``topic``. The daemon stores it first, so
+    that what a node says is acknowledged before anyone can have heard it (specs/network.md
+    §6: a peer's backfill of this node's store finds everything it gossiped)."""
     topic: str
     data: bytes
 
@@ -224,6 +227,21 @@ class Persist:
 
 
 @dataclass(frozen=True)
+class PersistGroup:
+    """Store this received group, under the signer and version of its records, before it is
+    acted on: a check or a training step of it must find it after a restart."""
+    group: Group
+    received: float
+
+
+@dataclass(frozen=True)
+class PersistPolicy:
+    """Store this received policy announcement: the versions a restarted node follows are
+    replayed from the store (vrl.node.catchup.replay_store)."""
+    announcement: PolicyAnnouncement
+
+
+@dataclass(frozen=True)
 class FetchEntries:
     """Ask for entries of one list of round ``round``'s paged manifest, by position or by key
     (specs/committee.md §3.5): the trainer first, then peers. The daemon feeds the answer as
@@ -267,4 +285,5 @@ class ConvictTrainer:
 
 
 Action = (Publish | Send | FetchGroup | FetchPolicy | FetchBatch | Generate | Check | Plant | Train | Quarantine
-          | Persist | ReplayStep | PersistStep | ConvictTrainer | PersistManifest | FetchEntries)
+          | Persist | PersistGroup | PersistPolicy | ReplayStep | PersistStep | ConvictTrainer | PersistManifest
+          | FetchEntries)

@@ -52,14 +52,13 @@ class GroupCache:
         group = self.decoded.pop(message_id, None)
         return group if group is not None else decode_group(data)
 
-    def arrived(self, message_id: bytes, data: bytes, received: float) -> tuple[Group, bool]:
-        """A validated group message, stored (under the signer and version of its records) and
-        held decoded: the group, and whether the store did not have it yet."""
-        group = self.group_of(message_id, data)
+    def persist(self, group: Group, received: float) -> bool:
+        """Store a validated group (under the signer and version of its records) and hold it
+        decoded: whether the store did not have it yet."""
         new = self.store.put_group(group.submission, group.subject, group.version, received)
         if new:
             self.keep(group)
-        return group, new
+        return new
 
     def keep(self, group: Group) -> None:
         """Hold a stored group's decoded records for its check and training step."""

@@ -54,7 +54,9 @@ from vrl.node.events import (
     GroupReceived,
     ManifestReceived,
     Persist,
+    PersistGroup,
     PersistManifest,
+    PersistPolicy,
     PersistStep,
     Plant,
     Planted,
@@ -103,7 +105,8 @@ __all__ = [
     "ADMISSION_DOMAIN", "MAX_PENDING_VERDICTS", "MAX_STRANGER_VERDICTS_PER_GROUP", "ROLES", "SELF_EVIDENT_FAULTS",
     "SOFT_REASONS", "Abandoned", "Action", "BatchFetched", "Check", "Checked", "ConvictTrainer", "Event",
     "EntriesReceived", "FetchBatch", "FetchEntries", "FetchPolicy", "Generate", "Generated", "GroupReceived",
-    "ManifestReceived", "NodeProtocol", "Persist", "PersistManifest", "PersistStep", "Plant", "Planted",
+    "ManifestReceived", "NodeProtocol", "Persist", "PersistGroup", "PersistManifest", "PersistPolicy", "PersistStep",
+    "Plant", "Planted",
     "PolicyAnnounced", "PolicyLoaded", "ProtocolConfig", "ProtocolParams", "Publish", "Quarantine", "Refused",
     "ReplayStep", "StepReplayed", "StepStateMissing", "StepVerdictReceived", "Tick", "Train", "Trained",
     "VerdictReceived", "drawn", "outcome_of", "report_of", "step_rule_faults",
@@ -329,11 +332,18 @@ class NodeProtocol:
                     self._touch(key[1])
                 actions += self.steps.handle(event, self)
             case PolicyAnnounced(a):
+                # Every announcement that validated is kept, followed or not: a trainer's two
+                # announcements of one version are the audit's evidence (specs/audit.md).
+                actions.append(PersistPolicy(a))
                 self._announced(a)
             case PolicyLoaded(version):
                 self.loaded.add(version)
                 self._in_flight.discard(("fetch", version))
             case GroupReceived(group, now):
+                # Every group that validated is kept, taken or not (a second group in a taken
+                # slot, one after its round closed): what a node was sent is what an audit and a
+                # peer's backfill read, and a check or a training step of it survives a restart.
+                actions.append(PersistGroup(group, now))
                 actions += self.accept_group(group, now)
             case VerdictReceived(verdict):
                 actions += self._received_verdict(verdict)
