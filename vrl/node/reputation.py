@@ -48,8 +48,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -367,8 +368,8 @@ def _races_differ(anchor: Report, report: Report) -> bool:
 DENSE_NODES = 128
 
 
-def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, config: ReputationConfig,
-                dense_nodes: int = DENSE_NODES) -> dict[bytes, float]:
+def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay: Callable[[int], float],
+                config: ReputationConfig, dense_nodes: int = DENSE_NODES) -> dict[bytes, float]:
     """Each node's reporter weight in [0, 1]; pre-trusted nodes weigh 1.
 
     The power iteration runs on a sparse matrix (scipy), or a dense one for views of at most
@@ -422,7 +423,8 @@ def _eigentrust(reports: list[Report], pretrusted: frozenset[bytes], decay, conf
     return weights
 
 
-def _transition(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, size: int, dense: bool):
+def _transition(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, size: int,
+                dense: bool) -> tuple[np.ndarray | csr_matrix, np.ndarray]:
     """C^T from the local opinions s_ij (duplicates summed in report order), and which nodes hold
     no opinion: c_ij = max(s_ij, 0) / sum_j max(s_ij, 0); a node with none defers to p (Kamvar §4.5)."""
     if dense:
@@ -431,16 +433,16 @@ def _transition(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, size: in
         local = np.where(local > 0, local, 0.0)
         totals = local.sum(axis=1)
     else:
-        local = csr_matrix((values, (rows, cols)), shape=(size, size))
-        local.sum_duplicates()
-        local.data = np.where(local.data > 0, local.data, 0.0)
-        local.eliminate_zeros()
-        totals = np.asarray(local.sum(axis=1)).ravel()
+        sparse = csr_matrix((values, (rows, cols)), shape=(size, size))
+        sparse.sum_duplicates()
+        sparse.data = np.where(sparse.data > 0, sparse.data, 0.0)
+        sparse.eliminate_zeros()
+        totals = np.asarray(sparse.sum(axis=1)).ravel()
     opinionless = totals <= 0
     scale = np.where(opinionless, 0.0, 1.0 / np.where(opinionless, 1.0, totals))
     if dense:
         return (local * scale[:, None]).T.copy(), opinionless
-    return csr_matrix(local.multiply(scale[:, None])).T.tocsr(), opinionless
+    return csr_matrix(sparse.multiply(scale[:, None])).T.tocsr(), opinionless
 
 
 def _confirmed(reports: list[Report], pretrusted: frozenset[bytes], weight: Mapping[bytes, float],
@@ -496,8 +498,8 @@ def _counts_against(report: Report, cleared: set[bytes], convicted: set[bytes]) 
     return report.group not in cleared
 
 
-def withholding(reports: list[Report], withheld: Iterable[Withheld], weight: Mapping[bytes, float], decay,
-                config: ReputationConfig) -> dict[bytes, float]:
+def withholding(reports: list[Report], withheld: Iterable[Withheld], weight: Mapping[bytes, float],
+                decay: Callable[[int], float], config: ReputationConfig) -> dict[bytes, float]:
     """Each worker's failure evidence from its withheld slots (specs/committee.md §7): per record,
     ``decay(round) * missing * max(withheld_weight, P / listed)``, ``P`` the summed weight of
     the pass reports on the worker's groups of that round (by non-empty reporters). A missing
@@ -539,7 +541,7 @@ class _Evidence:
     checked: dict[bytes, set[bytes]]
 
 
-def _decay(config: ReputationConfig, version: int):
+def _decay(config: ReputationConfig, version: int) -> Callable[[int], float]:
     decay_rate = math.log(2) / config.half_life_rounds
 
     def decay(at: int) -> float:
@@ -644,7 +646,7 @@ class Recomputed:
         return sorted(self.standings.items(), key=lambda item: (-item[1].score, item[0]))
 
 
-def recompute(log: Iterable[tuple[str, bytes, tuple]], anchors: frozenset[bytes],
+def recompute(log: Iterable[tuple[str, bytes, tuple[Any, ...]]], anchors: frozenset[bytes],
               at_version: int | None = None, groups_per_round: int = ProtocolParams.groups_per_round) -> Recomputed:
     """Reputation from a store's log (:meth:`vrl.node.store.Store.replay`, in the order it
     was written), trusting ``anchors``, as of ``at_version`` (default: the newest round a
