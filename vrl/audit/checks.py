@@ -49,7 +49,7 @@ ACCURACY_PROBLEMS_ACROSS_PLATFORMS = 2
 EXPECTED_ACCURACY_ACROSS_PLATFORMS = 0.005
 # Expected accuracy on the trainer's own platform: the mean of per-problem probabilities, which
 # a float32 sum in batches and a float64 sum of the same values put 4e-10 to 8e-9 apart
-# (measured on a 20-version base-model devnet, bench/audit.py: 0.2150936994 against
+# (measured on a 20-version base-model devnet, python bench/devnet.py audit: 0.2150936994 against
 # 0.2150936914); 1e-6 is far above that and far below one problem's share (1/128).
 EXPECTED_ACCURACY_SAME_PLATFORM = 1e-6
 # Which groups and versions a sampled check re-executes: a hash of the item, not a choice, so

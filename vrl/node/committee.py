@@ -177,8 +177,8 @@ def seat_weights(standings: Mapping[bytes, Weighable], trainer: bytes) -> dict[b
     that is not quarantined and weighs something. The score is what the log shows of the node,
     its contradicted accusations and unfounded race claims included (reputation.md §4 rule 3),
     so a verifier that accuses honest groups loses seats as it loses score; trust alone left a
-    false accuser 0.18-0.21 of weight, near an honest node's (bench/simulate_adversaries.py,
-    accuse)."""
+    false accuser 0.18-0.21 of weight, near an honest node's (python bench/simulate.py adversaries
+    --families accuse)."""
     return {peer: s.trust * s.score for peer, s in standings.items()
             if peer != trainer and not s.quarantined and s.trust * s.score > 0}
 
