@@ -14,6 +14,7 @@ import structlog
 
 from p2p.transport import Message, Validation, message_id
 from vrl.node import protocol as P
+from vrl.node.designs import TicketDesign
 from vrl.node.groups import GroupCache
 from vrl.node.messages import (
     TOPIC_GROUPS,
@@ -144,14 +145,15 @@ def test_the_validator_accepts_ignores_and_rejects_by_what_the_protocol_knows(st
 
 def test_the_validator_says_which_refusals_wait_and_in_what_version(store, honest):
     """Validator.waits (specs/network.md §6: backfill offers such a message again): a group of
-    a version not announced here yet waits in its version; a verdict whose group is not here
-    waits; a step verdict of a version ahead waits; once what they waited for is here, or for a
+    a version not announced here yet waits in its version; in the ticket design, a verdict whose
+    group is not here waits; a step verdict of a version ahead waits; once what they waited for is here, or for a
     refusal that holds for good, nothing waits."""
     from tests.test_store_cursor import verdict
     from vrl.node.messages import StepVerdict
 
     a, b, _ = groups_of(honest)
-    protocol = P.NodeProtocol(VERIFIER, P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id),
+    protocol = P.NodeProtocol(VERIFIER, P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id,
+                                                         verification="tickets"),  # a verdict waits for its group
                               platform="test", race_loss_rate=1e-3)
     validate = Validator(protocol, len(a.rollouts), GroupCache(store, structlog.get_logger()), NodeMetrics())
     group = gossip(TOPIC_GROUPS, a.to_bytes())
@@ -192,7 +194,7 @@ class Ledger:
     round_started: dict = dataclasses.field(default_factory=dict)
     counting: frozenset = frozenset()
     eligible: int = 0
-    committee: bool = False  # the ticket design: groups come by gossip, not fetched by digest
+    design: TicketDesign = dataclasses.field(default_factory=TicketDesign)  # groups by gossip, not by digest
 
     def group_version(self, digest: bytes) -> int | None:
         return None

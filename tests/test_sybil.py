@@ -48,6 +48,8 @@ def verdict(key: NodeKey, group: bytes, subject: bytes, outcome: str, *, version
 
 
 def trainer_view(roles=("trainer", "verifier"), **options) -> P.NodeProtocol:
+    """A trainer of the ticket design, whose verdicts these strangers sign (audit tickets)."""
+    options = {"verification": "tickets", **options}
     config = P.ProtocolConfig(roles=frozenset(roles), trainer=TRAINER.node_id,
                               admission=AdmissionConfig(batch_groups=1000), **options)
     proto = P.NodeProtocol(TRAINER, config, platform="test", race_loss_rate=1e-3)
@@ -235,7 +237,7 @@ def test_a_strangers_fail_on_a_group_the_trainer_skipped_is_re_checked_not_a_blo
 
 
 def test_only_a_counting_reporters_fail_makes_a_plain_verifier_re_check():
-    config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id)
+    config = P.ProtocolConfig(roles=frozenset({"verifier"}), trainer=TRAINER.node_id, verification="tickets")
     verifier = P.NodeProtocol(VERIFIER, config, platform="test", race_loss_rate=1e-3)
     verifier.handle(P.PolicyAnnounced(announcement(0)))
     verifier.handle(P.PolicyLoaded(0))

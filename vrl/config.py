@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import enum
 import functools
 import math
 import re
@@ -169,8 +170,15 @@ _EXPECTED = {str: "a string", int: "an integer", float: "a number", bool: "a boo
 
 
 def _scalar(hint, value, meta: Mapping):
-    """``value`` checked as one ``hint`` (str, int, float or bool); returns it normalized.
-    Raises a keyless :class:`ConfigError` (the caller knows the key)."""
+    """``value`` checked as one ``hint`` (str, int, float, bool or a StrEnum, whose member a
+    string names); returns it normalized. Raises a keyless :class:`ConfigError` (the caller
+    knows the key)."""
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        if not isinstance(value, str):
+            raise ConfigError(f"expected a string, got {shown(value)} ({_kind(value)})")
+        if value not in {m.value for m in hint}:
+            raise ConfigError(f"expected one of {', '.join(repr(m.value) for m in hint)}, got {shown(value)}")
+        return hint(value)
     if hint is bool:
         ok = type(value) is bool
     elif hint in (int, float):  # a bool is an int to Python, never to a config; TOML writes 1 for 1.0

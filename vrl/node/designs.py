@@ -33,6 +33,7 @@ from vrl.node.messages import (
     audit_ticket,
     ticket_selected,
 )
+from vrl.node.params import Verification
 from vrl.node.state import Design, HeldGroup, NodeState, NodeView, ProtocolConfig
 from vrl.node.tickets import ticket_checks
 
@@ -40,7 +41,8 @@ from vrl.node.tickets import ticket_checks
 class TicketDesign:
     """Audit tickets (specs/network.md §5): a verifier's own draw per group, gossiped."""
 
-    name = "tickets"
+    name = Verification.TICKETS
+    manifests = False
 
     def step_committee(self, config: ProtocolConfig) -> int:
         return 0
@@ -93,7 +95,8 @@ class CommitteeDesign:
     """Round manifests and VRF committees (specs/committee.md); its rules are vrl.node.rounds,
     its part of the state vrl.node.manifests.Rounds."""
 
-    name = "committee"
+    name = Verification.COMMITTEE
+    manifests = True
 
     def step_committee(self, config: ProtocolConfig) -> int:
         return config.committee_size
@@ -162,9 +165,10 @@ class CommitteeDesign:
         return verdict.draw in SEATS
 
 
-DESIGNS: dict[str, type[TicketDesign] | type[CommitteeDesign]] = {"tickets": TicketDesign, "committee": CommitteeDesign}
+DESIGNS: dict[Verification, type[TicketDesign] | type[CommitteeDesign]] = {
+    Verification.TICKETS: TicketDesign, Verification.COMMITTEE: CommitteeDesign}
 
 
 def design_of(config: ProtocolConfig) -> Design:
-    """The design ``config.verification`` names (one of params.VERIFICATION_DESIGNS)."""
+    """The design ``config.verification`` names."""
     return DESIGNS[config.verification]()

@@ -5,14 +5,20 @@ to the network; :mod:`vrl.node.config` reads them from node.toml."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from vrl.config import U63, bounded, check_fields, checked, one_of
+from vrl.config import U63, bounded, check_fields
 from vrl.node.committee import COMMITTEE_SIZE, MAX_COMMITTEE_SIZE
 
 ROLES = ("worker", "verifier", "trainer")
-#: Which groups a verifier checks (specs/network.md §4): audit tickets, or VRF committees
-#: (specs/committee.md). Set alike on every node of a network.
-VERIFICATION_DESIGNS = ("tickets", "committee")
+
+
+class Verification(StrEnum):
+    """Which groups a verifier checks: the verification design (vrl.node.designs), set alike on
+    every node of a network. A node.toml names it by its value."""
+
+    TICKETS = "tickets"  # audit tickets: every verifier draws for every group (specs/network.md §4)
+    COMMITTEE = "committee"  # VRF committees over the trainer's round manifests (specs/committee.md)
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,13 @@ class ProtocolParams:
     # backfill asks every 5 s (vrl.node.daemon.BACKFILL_EVERY_SECONDS): 30 s is six passes.
     step_wait: float = field(default=30.0, metadata=bounded(0, 86400, open_low=True))
 
-    # Which groups a verifier checks: "tickets" (specs/network.md §4, every verifier draws for
-    # every group: ~0.1 x groups_per_round x N checks a round) or "committee" (specs/committee.md:
-    # ~committee_size x groups_per_round, flat in N). Tickets stay the default until the
-    # simulator (bench/simulate.py) and a devnet have measured the committee design.
-    verification: str = field(default="tickets", metadata=checked(one_of(VERIFICATION_DESIGNS)))
+    # Which groups a verifier checks. Committees, because their cost is flat in N: a verifier
+    # checks ~committee_size x groups_per_round groups a round (44 at k = 11; 32.0, 43.4 and 44.2
+    # measured at N = 10, 100 and 1,000, bench/results/simulate-scale.json; specs/committee.md §6),
+    # where with tickets each verifier draws for every group, ~0.1 x groups_per_round x N checks
+    # a round (40 at N = 100, 400 at N = 1,000). Tickets remain: the swarm's consumer checks
+    # (vrl.node.designs) build on them.
+    verification: Verification = field(default=Verification.COMMITTEE)
     # k, the expected committee size (specs/committee.md §5): the smallest k with
     # exp(-k (1 - 0.45)) <= 1e-3. The trainer signs it into each round manifest.
     committee_size: int = field(default=COMMITTEE_SIZE, metadata=bounded(1, MAX_COMMITTEE_SIZE))

@@ -24,7 +24,7 @@ from vrl.node.admission import AdmissionConfig
 from vrl.node.committee import Draw, Refusal
 from vrl.node.events import Action
 from vrl.node.messages import Group, Outcome, SignedVerdict
-from vrl.node.params import ROLES, ProtocolParams
+from vrl.node.params import ROLES, ProtocolParams, Verification
 from vrl.node.reputation import Reputation, ReputationConfig, Standing
 from vrl.node.scans import Scanned, Scans
 from vrl.node.steps import StepJudge
@@ -88,7 +88,8 @@ class NodeView(Scanned, Protocol):
 
     @property
     def committee(self) -> bool:
-        """The committee design (specs/committee.md), else tickets."""
+        """The committee design (specs/committee.md), else tickets. What a rule asks of the
+        design itself is ``design.manifests`` (or the design's own method)."""
         ...
 
     @property
@@ -202,7 +203,11 @@ class Design(Protocol):
     is decided (vrl.node.designs: the ticket design and the committee design). The protocol
     asks its design wherever the two differ, and nowhere else."""
 
-    name: str
+    name: Verification
+    #: Whether the design closes each round with the trainer's signed manifest (specs/committee.md
+    #: §3.4): groups go to the trainer and are fetched by digest, passes are not gossiped, and
+    #: manifests are a topic of its own.
+    manifests: bool
 
     def step_committee(self, config: ProtocolConfig) -> int:
         """The step judge's committee size (specs/training.md §5); 0 for a step ticket."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vrl.node.events import (
     Abandoned,
@@ -44,6 +44,9 @@ from vrl.node.messages import (
 )
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import bit_exact_platform
+
+if TYPE_CHECKING:  # state.py imports this module
+    from vrl.node.state import Design
 
 # Step faults that signed data alone proves (specs/training.md §5): the announcements, the
 # trainer's own verdicts and the groups' records, and the reward proofs file the announcement
@@ -117,7 +120,7 @@ class Ledger(Protocol):
     loaded: set[int]
     round_started: dict[int, float]
     now: float
-    committee: bool  # the committee design, whose groups are fetched by digest
+    design: Design  # its manifests (design.manifests): groups fetched by digest, passes kept
     rounds: Rounds
 
     def once(self, action: Action) -> list[Action]:
@@ -307,7 +310,7 @@ class StepJudge:
                         self._fetching.add(version)
                         actions.append(FetchBatch(a))
                 elif missing := [d for d, _ in batch if ledger.group_version(d) is None]:
-                    if ledger.committee:
+                    if ledger.design.manifests:
                         # Groups are fetched by digest in the committee design (specs/network.md §3.5).
                         for d in missing:
                             actions += ledger.once(FetchGroup(d, ledger.rounds.round_of.get(d, a.version - 1)))
@@ -389,7 +392,7 @@ class StepJudge:
         self.verdicts[version][self.me] = verdict
         if faults:
             self._frauds_found.add(version)
-        if not faults and ledger.committee:
+        if not faults and ledger.design.manifests:
             # No other node acts on a pass (only fraud reports make others replay or convict): in
             # the committee design it is stored, not gossiped, or every node receives
             # step_audit_rate x N of them a round (specs/network.md §3.5).

@@ -55,7 +55,7 @@ class Validator:
                         or len(group.rollouts) != self.group_size
                         or not protocol.takes_group(group.version, group.digest)
                         or protocol.slot_taken(group.subject, group.version, group.index, group.digest)
-                        or (protocol.committee and protocol.rounds.listed(group.digest, group.version) is False)):
+                        or protocol.design.left_out(protocol, group.digest, group.version)):
                     return Validation.IGNORE
                 self.groups.remember(message.msg_id, group)
             elif message.topic == TOPIC_VERDICTS:
@@ -86,7 +86,7 @@ class Validator:
                     return Validation.IGNORE
             elif message.topic == TOPIC_MANIFESTS:
                 manifest = RoundManifest.from_bytes(message.data)
-                if manifest.trainer != protocol.config.trainer or not protocol.committee:
+                if manifest.trainer != protocol.config.trainer or not protocol.design.manifests:
                     return Validation.IGNORE
                 if not manifest.valid():
                     return Validation.REJECT
@@ -119,7 +119,7 @@ class Validator:
             if message.topic == TOPIC_VERDICTS:
                 verdict = SignedVerdict.from_bytes(message.data)
                 version = verdict.policy_version
-                if protocol.committee and version not in protocol.rounds.manifests:
+                if protocol.design.manifests and version not in protocol.rounds.manifests:
                     return version if version >= protocol.rounds.floor else None  # (below: forgotten)
                 return version if verdict.group not in protocol.groups else None
             if message.topic == TOPIC_GROUPS:
