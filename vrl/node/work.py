@@ -173,11 +173,9 @@ class Work:
             witness=self._keep_rows if self.config.hidden_states else None))
 
     def _reward_spec(self, version: int) -> RewardSpec:
-        """The reward spec ``version``'s records are scored by, which a node's expectations
-        always pin (generating without one is an error)."""
+        """The reward spec ``version``'s records are scored by."""
         spec = self.expectations(version).reward_spec
-        if spec is None:
-            raise ValueError(f"the expectations of policy version {version} pin no reward spec")
+        assert spec is not None  # a node's expectations pin the network's (Node._expectations)
         return spec
 
     def _keep_rows(self, rollout: Rollout, rows: torch.Tensor) -> None:
