@@ -23,12 +23,12 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 import structlog
 
 from p2p.transport import MAX_RESPONSE_BYTES, Transport, TransportError
-from proofs.zk import ZkError
+from proofs.zk import Srs, ZkError
 from vrl.config import ConfigError
 from vrl.node.blobs import Blobs
 from vrl.node.config import NodeConfig, ZkConfig
@@ -39,7 +39,11 @@ from vrl.node.requests import SamplingRequest
 from vrl.node.work import ModelThread, Work
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model
+from vrl.tasks import TaskList
 from vrl.zk.sampling import SamplingProofError, answer_challenge, head_weight, prover_init, write_witness
+
+if TYPE_CHECKING:
+    from vrl.zk import AnswerKey
 
 SAMPLING_PROTOCOL = "/vrl/sampling/1"
 #: What one opening of a sampling answer may take (an lm-logits attachment is 14.2 KB and its
@@ -60,9 +64,12 @@ PROVE_SECONDS_PER_POSITION = 4.0
 #: 2 MiB, so 64 of them bound the cache at 128 MiB.
 MAX_KEPT_ANSWERS = 64
 
-# The SRS proofs are made and checked against (a proofs.zk.Srs), and the zk directory that
-# holds the circuits and keys.
-Setup = tuple[Any, Path]
+# The SRS proofs are made and checked against, and the zk directory that holds the circuits
+# and keys.
+Setup = tuple[Srs, Path]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 def sampling_setup(config: NodeConfig, model: Model) -> Setup:
@@ -95,7 +102,7 @@ def sampling_setup(config: NodeConfig, model: Model) -> Setup:
         raise ConfigError(str(error), ("zk", "srs")) from None
 
 
-def private_setup(config: NodeConfig, tasks) -> tuple[Any, Setup]:
+def private_setup(config: NodeConfig, tasks: TaskList) -> tuple[AnswerKey | None, Setup]:
     """The answer key (a trainer's) and the SRS the reward proofs of a network of private
     tasks are made and checked against, with the zk directory (specs/zk.md §11)."""
     from proofs import zk
@@ -139,7 +146,7 @@ class Prover:
         self.pool: ProcessPoolExecutor | None = None
         self.lock: asyncio.Lock | None = None  # one job in the prover process at a time
 
-    async def run(self, kind: str, fn: Callable, *args):
+    async def run(self, kind: str, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """``fn(*args)`` in the prover process, one job at a time: a job whose caller gave up
         while it waited (a verifier's timeout) is cancelled here, before it costs any proving.
         A prover that died (out of memory, killed) raises BrokenProcessPool, and a fresh one
@@ -203,7 +210,7 @@ class Proving:
     def __init__(self, zk: ZkConfig, directory: Path, key: NodeKey, transport: Transport, work: Work,
                  groups: GroupCache, blobs: Blobs, model_thread: ModelThread, metrics: NodeMetrics,
                  log: structlog.BoundLogger, *, sampling: Setup | None = None, rewards: Setup | None = None,
-                 answer_key=None) -> None:
+                 answer_key: AnswerKey | None = None) -> None:
         self.zk, self.directory, self.key, self.transport, self.work = zk, directory, key, transport, work
         self.groups, self.blobs, self.model_thread, self.log = groups, blobs, model_thread, log
         self.sampling, self.rewards, self.answer_key = sampling, rewards, answer_key
@@ -260,6 +267,7 @@ class Proving:
             self.log.warning("no sampling proofs", group=group.digest.hex()[:12],
                              producer=group.subject.hex()[:8], error=type(error).__name__)
             return ("sampling_missing",)
+        assert self.sampling is not None  # the daemon challenges only where its config asks for sampling proofs
         srs, workdir = self.sampling
         try:
             return await self.model_thread.run("sampling proofs", self.work.check_sampling, group, model, answer,
@@ -288,6 +296,7 @@ class Proving:
         model = self.work.models.get(group.version)  # taken now: the version may be let go while it waits
         if model is None:
             raise MessageError(f"sampling request: version {group.version} is no longer held here")
+        assert self.sampling is not None  # served only where the config keeps hidden states, which need the SRS
         srs, workdir = self.sampling
         try:
             answer = await self.prover.run("prove", answer_challenge, head_weight(model), group.rollouts,
@@ -312,6 +321,8 @@ class Proving:
         as a verifier will, and trains on what they show."""
         from vrl.zk import attachments_bytes, named_proofs, proof_plan, prove_statements, training_rewards
 
+        # Asked of the trainer of a private task set only, which holds the key and the setup.
+        assert self.rewards is not None and self.answer_key is not None
         srs, workdir = self.rewards
         decode = self.work.skeleton.decode
         records = [list(g.rollouts) for g in groups]
@@ -339,6 +350,7 @@ class Proving:
         proof is missing or fails: the step is at fault."""
         from vrl.zk import step_rewards
 
+        assert self.rewards is not None  # asked on a network of private tasks only, which has the setup
         srs, workdir = self.rewards
         rewards, fault = step_rewards([list(g.rollouts) for g in groups], proofs, self.work.skeleton.decode, [srs],
                                       workdir, allow_dev=srs.dev)
