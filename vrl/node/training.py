@@ -13,6 +13,7 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import TypedDict
 
 import structlog
 
@@ -33,6 +34,25 @@ from vrl.rollouts.model import platform_tag
 from vrl.zk.rewards import max_proofs_bytes
 
 
+class Shortcut(TypedDict, total=False):
+    """The announcement's optional files: a weights delta from its parent's weights file, and a
+    committee network's batch file (each by hash and size)."""
+
+    delta: bytes
+    delta_size: int
+    delta_parent: bytes
+    batch_file: bytes
+    batch_size: int
+
+
+def whole(groups: list[Group | None]) -> list[Group]:
+    """``groups``, every one there; a LookupError where one is not (no longer decodes)."""
+    present = [g for g in groups if g is not None]
+    if len(present) < len(groups):
+        raise LookupError(f"{len(groups) - len(present)} of the batch's groups are not in the store")
+    return present
+
+
 class Training:
     """The trainer role of a node: ``trainer`` stepped on the batches ``protocol`` admits.
     ``keep`` is how many policy versions the node's work holds (max_staleness + 1)."""
@@ -45,8 +65,9 @@ class Training:
         self.metrics, self.log, self.keep = metrics, log, keep
 
     async def train(self, version: int, batch: tuple[tuple[bytes, float], ...]) -> AsyncIterator[P.Event]:
-        groups = [self.groups.body(digest) for digest, _ in batch]  # stored, so never None
+        bodies = [self.groups.body(digest) for digest, _ in batch]  # stored: None only if one no longer decodes
         try:
+            groups = whole(bodies)
             rewards, proofs = (await self.proving.prove_rewards(groups) if self.proving.answer_key is not None
                                else (None, (b"", 0)))
             step, refused = await self.model_thread.run("train", self.trainer.step, groups, [w for _, w in batch],
@@ -109,8 +130,10 @@ class Training:
         of ``parent`` (the previous version's announcement; specs/network.md §6.1), if this node
         holds that file and the delta is the smaller; else None (the announcement names the full
         file only)."""
-        path = self.blobs.directory / parent.blob.hex() if parent is not None else None
-        if path is None or not path.exists():
+        if parent is None:
+            return None
+        path = self.blobs.directory / parent.blob.hex()
+        if not path.exists():
             return None
         try:
             delta = deltas.encode(path.read_bytes(), blob)
@@ -126,8 +149,8 @@ class Training:
         it names is stored and served first (the full file too: late joiners need it)."""
         version = self.trainer.version
         parent = self.protocol.policies.get(version - 1)
-        shortcut = {} if delta is None else {"delta": self.blobs.keep(delta[0]), "delta_size": len(delta[0]),
-                                             "delta_parent": delta[1]}
+        shortcut: Shortcut = {} if delta is None else {
+            "delta": self.blobs.keep(delta[0]), "delta_size": len(delta[0]), "delta_parent": delta[1]}
         if self.protocol.committee and step.batch:
             # A committee network's batch goes in a file that only its step's replayers fetch
             # (specs/network.md §3.3.1): listed inline, every node would receive 40 bytes a group.
@@ -190,8 +213,8 @@ class StepReplay:
         version = announcement.version
         parent = self.protocol.policies.get(version - 1)
         batch = self.protocol.batch_of(version)
-        groups = [self.groups.body(digest) for digest, _ in batch or ()]
-        if (parent is None or batch is None or any(g is None for g in groups) or version not in self.work.models
+        groups = [g for digest, _ in batch or () if (g := self.groups.body(digest)) is not None]
+        if (parent is None or batch is None or len(groups) < len(batch) or version not in self.work.models
                 or version - 1 not in self.work.models):
             yield P.Abandoned(P.ReplayStep(announcement))
             return
