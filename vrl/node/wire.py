@@ -364,12 +364,16 @@ class Schema:
         set_(self, "read_plain", values if len(plain) != 1 else (lambda value: (values(value),)))
         set_(self, "writers", tuple((f.name, f.type.encode) for f in self.fields
                                     if not f.type.as_is and not f.optional))
-        oldest = self.version if self.oldest is None else self.oldest
-        set_(self, "older", {} if self.version is None else {
-            w: (frozenset(f.name for f in self.fields if f.since <= w) | envelope.keys(),
-                tuple((f.name, f.type.decode if f.since <= w else None, f.default) for f in self.fields))
-            for w in range(oldest, self.version)})
-        set_(self, "newer", tuple(f for f in self.fields if self.version is not None and f.since > oldest))
+        if self.version is None:
+            set_(self, "older", {})
+            set_(self, "newer", ())
+        else:
+            oldest = self.version if self.oldest is None else self.oldest
+            set_(self, "older", {
+                w: (frozenset(f.name for f in self.fields if f.since <= w) | envelope.keys(),
+                    tuple((f.name, f.type.decode if f.since <= w else None, f.default) for f in self.fields))
+                for w in range(oldest, self.version)})
+            set_(self, "newer", tuple(f for f in self.fields if f.since > oldest))
 
     def written_version(self, value: Any) -> int | None:
         """The version ``value`` is written at: the lowest one whose fields carry its values."""
@@ -383,6 +387,9 @@ class Message:
     """What every message has: its bytes, and itself from bytes (:func:`encode`, :func:`decode`)."""
 
     _wire_schema: ClassVar[Schema]
+    # Every message class is a frozen dataclass (message() refuses any other): what
+    # dataclasses.fields and dataclasses.replace take.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def to_bytes(self) -> bytes:
         return encode(self)
@@ -451,7 +458,8 @@ def wire_map(value: Message, omit: str | None = None) -> dict[str, Any]:
     for name, write in schema.optional:
         if (field_value := getattr(value, name)) is not None:
             wire[name] = write(field_value)
-    if schema.newer and (at := schema.written_version(value)) != schema.version:
+    # (A message with newer fields has an oldest version: it is written at that one or later.)
+    if schema.newer and (at := schema.written_version(value)) is not None and at != schema.version:
         for field in schema.newer:
             if field.since > at:
                 del wire[field.name]
