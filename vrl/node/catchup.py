@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable
+from typing import TypedDict
 
 import structlog
 
@@ -43,6 +44,14 @@ FIRST_CURSOR = (0,) * (1 + BACKFILL_CURSOR_TABLES)
 # oldest goes, and the peer it came from is paged whole at the next round (Backfill.rewind).
 DEFERRED_MAX_MESSAGES = 4096
 DEFERRED_MAX_BYTES = 16 << 20
+
+
+class Served(TypedDict, total=False):
+    """The keywords a committee network's page is served with (Store.page's ``trainer`` and
+    ``sender``): the trainer, and to the trainer, this node, the sender of what it sent it."""
+
+    trainer: bytes
+    sender: bytes
 
 
 def _never(message: Message) -> int | None:
@@ -93,7 +102,7 @@ class Backfill:
             self.transport.penalize(peer)
             raise
         # The asker is known by its connection's key, not by anything it says (specs/security.md).
-        served = {} if self.committee is None else {
+        served: Served = {} if self.committee is None else {
             "trainer": self.committee[0], **({"sender": self.committee[1]} if peer == self.committee[0] else {})}
         # Off the event loop: a page is a SQLite read of up to 1 MiB (8 MiB read with ``have``).
         if request.cursor is None:  # by position, as before cursors (specs/network.md §6)
@@ -136,7 +145,7 @@ class Backfill:
             known = self.cursors.get(peer)
             # A larger ``since`` serves a subset of a smaller one's rows, so a cursor holds for it.
             cursor = known[1] if known is not None and known[0] <= since else FIRST_CURSOR
-            after: int | None = 0
+            after = 0
             for _ in range(BACKFILL_MAX_PAGES):
                 try:
                     raw = await self.transport.request(peer, BACKFILL_PROTOCOL, BackfillRequest(
@@ -147,7 +156,6 @@ class Backfill:
                         self.transport.penalize(peer)  # its page breaks specs/network.md §6
                     self.log.info("backfill from peer stopped", peer=peer.hex()[:8], error=str(error))
                     break
-                after = page.next
                 for data in page.messages:
                     topic = topic_of(data)
                     if topic is None or self.store.has(topic, data):
@@ -159,10 +167,12 @@ class Backfill:
                     if judged is not Validation.REJECT:
                         self._defer(message)
                 # Once the page's messages are handled: a pass cut short resumes after them.
+                assert page.cursor is not None  # BackfillPage.from_bytes refused a page without one
                 cursor = page.cursor
                 self.cursors[peer] = (since, cursor)
-                if after is None:
+                if page.next is None:
                     break
+                after = page.next
         # What the pages brought (a manifest, a group, a policy) may be what a deferred message waited for.
         async for message in self._reoffer(since, everything=False):
             yield message
@@ -256,6 +266,6 @@ def replay_store(store: Store, protocol: P.NodeProtocol) -> None:
             protocol.handle(P.StepVerdictReceived(StepVerdict.from_bytes(data)), replaying=True)
         elif kind == "trained":
             version, groups = extra
-            announcement = store.policy(version)
-            if announcement is not None:
-                protocol.handle(P.Trained(announcement, groups), replaying=True)
+            announced = store.policy(version)
+            if announced is not None:
+                protocol.handle(P.Trained(announced, groups), replaying=True)
