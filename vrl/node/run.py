@@ -12,12 +12,19 @@ import asyncio
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from p2p.transport import Transport
 from vrl.node.config import ConfigError, NodeConfig, listen_host_port
 from vrl.rollouts.keys import KeyFileError, NodeKey
+
+if TYPE_CHECKING:
+    from vrl.node.daemon import Node
+
+    # What makes a node from its config, transport, key and log: the honest Node, or a cheat's.
+    Build = Callable[[NodeConfig, Transport, NodeKey, structlog.BoundLogger], Node]
 
 
 def node_key(config: NodeConfig) -> NodeKey:
@@ -57,7 +64,8 @@ def open_transport(config: NodeConfig, key: NodeKey) -> Transport:
                            limits=config.transport_limits)
 
 
-def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, build: Callable | None = None):
+def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log: structlog.BoundLogger,
+              build: Build | None = None) -> Node:
     """The node ``build`` makes (``build(config, transport, key, log)``; a
     :class:`~vrl.node.daemon.Node` when None), with what only loading finds wrong (the model,
     the task file) named by key."""
@@ -65,7 +73,9 @@ def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, build
     from vrl.tasks import TaskFileError
 
     if build is None:
-        from vrl.node.daemon import Node as build
+        from vrl.node.daemon import Node
+
+        build = Node
     try:
         return build(config, transport, key, log)
     except ModelError as error:  # the device was checked by preflight: this is the model
@@ -74,7 +84,7 @@ def open_node(config: NodeConfig, transport: Transport, key: NodeKey, log, build
         raise ConfigError(str(error), ("work", "task")) from None
 
 
-async def serve(config: NodeConfig, build: Callable | None = None) -> None:
+async def serve(config: NodeConfig, build: Build | None = None) -> None:
     """Run until SIGINT or SIGTERM, then shut down cleanly (the store is always consistent).
     ``build`` makes the node (:func:`open_node`): an honest one by default, or a cheat's
     (``vrl.harness.adversary.node_for``)."""
