@@ -22,7 +22,7 @@ import json
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeVar, TypeVarTuple
 
 import numpy as np
 import structlog
@@ -49,6 +49,17 @@ DTYPE_WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 
 # A safetensors header longer than this is not one the project writes (its JSON is about 100
 # bytes per tensor; 100 MB is safetensors' own limit).
 MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class Run(Protocol):
+    """What runs ``fn(*args)`` off the event loop as a job of ``kind`` (the node's model thread,
+    vrl.node.work.ModelThread.run)."""
+
+    def __call__(self, kind: str, fn: Callable[[*Ts], T], *args: *Ts) -> Awaitable[T]: ...
 
 
 class DeltaError(VrlError, ValueError):
@@ -129,7 +140,8 @@ def encode(parent: bytes, target: bytes) -> bytes:
         raise DeltaError("the two files do not have the same tensors, shapes and dtypes: no delta between them")
     # The XOR is let go once in planes, and zstd reads the planes in place: twice the file's size at most.
     planes = _planes(np.bitwise_xor(np.frombuffer(parent, np.uint8), np.frombuffer(target, np.uint8)), regions)
-    body = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True).compress(planes)
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True)
+    body = compressor.compress(planes.data)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, CODEC_ZSTD, hashlib.sha256(parent).digest(),
                           hashlib.sha256(target).digest(), len(target), len(regions))
     return header + b"".join(_REGION.pack(length, width) for length, width in regions) + body
@@ -195,7 +207,7 @@ def rebuild(parent: bytes, delta: bytes) -> bytes:
 
 
 async def fetch_weights(blobs: Blobs, announcement: PolicyAnnouncement, max_size: int,
-                        run: Callable[..., Awaitable[Any]], log: structlog.BoundLogger) -> bytes:
+                        run: Run, log: structlog.BoundLogger) -> bytes:
     """The weights file of ``announcement``, hash-checked against its ``blob``: rebuilt from its
     delta when it names one and this node holds the delta's parent file, else (and on any failure
     of the delta: unavailable, truncated, against another parent, corrupt, rebuilding to another
