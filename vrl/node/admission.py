@@ -64,7 +64,8 @@ def admit(candidates: Iterable[Candidate], config: AdmissionConfig, seed: bytes)
     """
     def key(c: Candidate) -> float:
         u = (int.from_bytes(hashlib.sha256(ADMIT_DOMAIN + seed + c.group).digest()[:8], "big") + 1) / (2**64 + 1)
-        return u ** (1.0 / c.score)
+        drawn: float = u ** (1.0 / c.score)  # float ** float is typed Any (a complex for a base < 0); u > 0
+        return drawn
 
     ranked = sorted((c for c in candidates if c.score > 0), key=lambda c: (-key(c), c.group))
     per_node_cap = math.ceil(config.node_cap * config.batch_groups)

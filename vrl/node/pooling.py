@@ -150,15 +150,13 @@ def pooled_evidence(reports: Sequence[Report], pretrusted: frozenset[bytes], wei
         else:
             g.member_tokens = max(g.member_tokens, r.race_tokens)
             g.m = max(g.m, r.races_lost)
-    totals: dict[bytes, list] = {}
+    totals: dict[bytes, tuple[int, int, float]] = {}  # (tokens, lost, q0) by producer
     for g in groups.values():
         if not g.drawn:
             continue  # only re-checks reached it: someone chose it, perhaps for its losses
         tokens = max(g.anchor_tokens if g.anchor_tokens >= 0 else g.member_tokens, 0)
-        total = totals.setdefault(g.subject, [0, 0, 0.0])
-        total[0] += tokens
-        total[1] += min(g.lost(), tokens)
-        total[2] = max(total[2], g.q0)
+        so_far, lost, q0 = totals.get(g.subject, (0, 0, 0.0))
+        totals[g.subject] = (so_far + tokens, lost + min(g.lost(), tokens), max(q0, g.q0))
     return {subject: Pooled(*total) for subject, total in totals.items()}
 
 

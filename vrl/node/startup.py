@@ -11,7 +11,7 @@ from vrl.config import ConfigError, as_kwargs
 from vrl.node import protocol as P
 from vrl.node.config import NodeConfig
 from vrl.node.work import PolicyTrainer, Work
-from vrl.rl.train import TrainConfig
+from vrl.rl.config import TrainConfig
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import context_length, platform_tag
 from vrl.rollouts.profiles import profile_of
