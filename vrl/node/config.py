@@ -24,7 +24,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import base58
 from multiaddr import Multiaddr
@@ -175,7 +175,7 @@ def bootstrap_address(text: str) -> str | None:
 # * generation_batch = 32 in [work] (vrl train: 128, a step of 16 x 8). A default round of
 #   4 x 8 is one pass either way; the node keeps the 32 it has always had, so a round of more
 #   than 32 rollouts is batched, hence sampled, as before.
-NODE_OVERRIDES: dict[str, dict] = {
+NODE_OVERRIDES: dict[str, dict[str, object]] = {
     "work": {"generation_batch": 32},
     "train": {"warmup_steps": 5, "held_out": 128, "eval_every": 1},
     "admission": {"batch_groups": 12, "node_cap": 0.34},
@@ -223,7 +223,10 @@ class ZkConfig:
                 raise ConfigError(problem, (name,), type(self).__name__)
 
 
-def _table(name: str, cls):
+T = TypeVar("T")
+
+
+def _table(name: str, cls: type[T]) -> T:
     """A table of node.toml: ``cls``'s defaults, and the node's own from NODE_OVERRIDES. A
     table given as a dict (a file's, or a caller's) is layered on these."""
     return field(default_factory=functools.partial(cls, **NODE_OVERRIDES.get(name, {})))
@@ -290,23 +293,23 @@ class NodeConfig:
         return Path(self.data_dir)
 
     @classmethod
-    def from_toml(cls, path: str | Path, **overrides) -> NodeConfig:
+    def from_toml(cls, path: str | Path, **overrides: object) -> NodeConfig:
         """Read and check a node.toml; every error is a :class:`ConfigError` that starts with the path."""
         with reading(path):
             return cls.from_dict(read_toml(path), base=Path(path).resolve().parent, **overrides)
 
     @classmethod
-    def from_toml_bytes(cls, data: bytes, path: str | Path, **overrides) -> NodeConfig:
+    def from_toml_bytes(cls, data: bytes, path: str | Path, **overrides: object) -> NodeConfig:
         """A node.toml's content, as if read from ``path`` (which names it in errors and anchors
         a relative data_dir). Any input gives a config or a :class:`ConfigError`."""
         with reading(path):
             return cls.from_dict(parse_toml(data), base=Path(path).resolve().parent, **overrides)
 
     @classmethod
-    def from_dict(cls, data: dict, base: Path | None = None, **overrides) -> NodeConfig:
+    def from_dict(cls, data: dict[str, object], base: Path | None = None, **overrides: object) -> NodeConfig:
         """A config from a table (what tomllib returns); a relative data_dir is taken relative
         to ``base`` when one is given, so the result holds the path to use from anywhere."""
-        config = build(cls, {**data, **overrides} if isinstance(data, dict) else data)
+        config: NodeConfig = build(cls, {**data, **overrides} if isinstance(data, dict) else data)
         if base is not None and not config.path.is_absolute():
             config = dataclasses.replace(config, data_dir=str(base / config.data_dir))
         return config
