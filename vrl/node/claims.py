@@ -41,13 +41,13 @@ class LossClaims:
     def used(self, member: bytes, own: Own) -> int:
         """The member's open and unconfirmed charges over the rounds kept, releasing the
         confirmed ones."""
-        rounds = self._charged.get(member)
-        if not rounds:
+        by_version = self._charged.get(member)
+        if not by_version:
             return 0
-        for charged in rounds.values():
+        for charged in by_version.values():
             for digest in [d for d, stated in charged.items() if (v := own(d)) is not None and v.races_lost >= stated]:
                 del charged[digest]
-        return sum(len(charged) for charged in rounds.values())
+        return sum(len(charged) for charged in by_version.values())
 
     def pick(self, claims: Sequence[SignedVerdict], budget: int, own: Own) -> SignedVerdict | None:
         """The claim the trainer's check of a group is charged to: of the members with room, the
@@ -74,12 +74,12 @@ class LossClaims:
         """Drop every round below ``floor`` (vrl.node.rounds.Rounds.forget): its groups are no
         longer fresh, so no claim on them asks for a check, and its charges no longer count."""
         for member in list(self._charged):
-            rounds = self._charged[member]
-            for version in [r for r in rounds if r < floor]:
-                del rounds[version]
-            if not rounds:
+            by_version = self._charged[member]
+            for version in [r for r in by_version if r < floor]:
+                del by_version[version]
+            if not by_version:
                 del self._charged[member]
 
     def held(self) -> int:
         """Digests held over every member and round: at most ``B`` per member."""
-        return sum(len(charged) for rounds in self._charged.values() for charged in rounds.values())
+        return sum(len(charged) for by_version in self._charged.values() for charged in by_version.values())
