@@ -1,4 +1,4 @@
-"""The counters the calibration against real devnets reads (bench/devnet_costs.py, issue 30):
+"""The counters the calibration against real devnets reads (bench/devnet.py costs, issue 30):
 payload traffic exported from the transport, and the model thread's seconds per job."""
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries
-from vrl.harness.simulator.driver import EVENT_FOR, design_field
+from vrl.harness.simulator.driver import EVENT_FOR
 from vrl.harness.simulator.spec import assign
 from vrl.node.events import PolicyAnnounced, StepVerdictReceived, VerdictReceived
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, StepVerdict
+from vrl.node.params import Verification
 
 
 def summary(**settings) -> dict:
@@ -52,7 +53,8 @@ def test_a_replayer_copies_only_groups_the_network_still_takes():
     In the committee design groups go to the trainer alone and a member fetches its seats only
     once the manifest has closed their round, so a copy would be refused: the replayer has
     nothing to copy and makes honest groups (specs/security.md, replay of another's group)."""
-    tickets = summary(nodes=6, rounds=4, adversaries=parse_adversaries("replay"))["rounds_to_quarantine"]["replay"]
+    tickets = summary(nodes=6, rounds=4, design="tickets",
+                      adversaries=parse_adversaries("replay"))["rounds_to_quarantine"]["replay"]
     assert tickets["cheated"] == tickets["quarantined_by_trainer"] == 1
     sim = Simulation(SimConfig(nodes=8, rounds=4, design="committee", adversaries=parse_adversaries("replay")))
     run = sim.run(cpu_limit_s=120).summary
@@ -132,10 +134,7 @@ def test_bad_specs_say_what_is_wrong(text):
 
 
 def test_the_design_protocol_params_selects_runs_with_every_action_handled():
-    switch = design_field()
-    if switch is None:
-        pytest.skip("this tree's ProtocolParams has only today's design")
-    for design in switch.metadata.get("choices", ()) or ("tickets", "committee"):
+    for design in Verification:
         run = summary(nodes=6, rounds=2, design=design, adversaries=parse_adversaries("fabricated-reward"))
         assert run["unhandled"] == {} and run["rounds_measured"] == 2, design
         assert run["honest_false_quarantines"] == 0 and run["bad_groups_trained"] == 0, design

@@ -241,7 +241,7 @@ class Actions:
 
     def _trained(self, node: SimNode, version: int, batch) -> None:
         self.metrics.trained(self, batch)
-        a = self._announcement(node.key, version + 1, tuple(batch), node.protocol.committee)
+        a = self._announcement(node.key, version + 1, tuple(batch), node.protocol.design.manifests)
         self.feed(node, E.Trained(a, tuple(d for d, _ in batch)))
 
     def _announcement(self, key: NodeKey, version: int, batch: tuple, in_file: bool = False) -> PolicyAnnouncement:

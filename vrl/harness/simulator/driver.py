@@ -49,7 +49,6 @@ from vrl.node.messages import (
     decode_group,
     schema_of,
 )
-from vrl.node.params import ProtocolParams
 from vrl.node.protocol import NodeProtocol, ProtocolConfig
 from vrl.rollouts.keys import NodeKey
 
@@ -59,7 +58,7 @@ from .metrics import Metrics
 from .network import Network
 from .nodes import Msg, SimNode
 from .payloads import Records, Truth, sybil_verdict
-from .spec import PLATFORM, CostModel, SimConfig, SpecError, assign, honest_race_loss, sybil_slots
+from .spec import PLATFORM, CostModel, SimConfig, assign, honest_race_loss, sybil_slots
 from .stores import StoreLedger, daemon_pass, gossip_pass, keep
 
 # The seed of a simulated node's key (specs/README.md lists it among the local tags).
@@ -106,8 +105,8 @@ class TrainerProtocol(NodeProtocol):
         floor = forgetting.group_floor(version, self.config.max_staleness)
         if floor <= self.group_floor:
             return
-        before = {d: frozenset(self.verdicts.get(d, ())) for v, digests in self._by_version.items() if v < floor
-                  for d in digests}
+        before = {d: frozenset(self.verdicts.get(d, ())) for v in self.versions_below(floor)
+                  for d in self.groups_of_version(v)}
         super().forget(version)
         self.counted_on_forgotten.update((d, who) for d, who in before.items() if d not in self.groups)
 
@@ -116,12 +115,6 @@ class TrainerProtocol(NodeProtocol):
         if digest in self.groups:
             return self.verdicts.get(digest, {})
         return self.counted_on_forgotten.get(digest)
-
-
-def design_field() -> dataclasses.Field | None:
-    """The ProtocolParams field that selects the verification design: the str field whose
-    default is "tickets" (today's design). None when this tree has only today's design."""
-    return next((f for f in dataclasses.fields(ProtocolParams) if f.default == "tickets"), None)
 
 
 class Simulation(Actions):
@@ -139,12 +132,7 @@ class Simulation(Actions):
         self._asked = 0  # over_limit's calls
         self.now = 0.0
         self._limits: tuple = (time.perf_counter(), time.process_time(), None, None)
-        overrides = dict(c.protocol)
-        switch = design_field()
-        if switch is not None:
-            overrides[switch.name] = c.design
-        elif c.design != "tickets":
-            raise SpecError(f"design {c.design!r}: this tree's ProtocolParams has only today's design (tickets)")
+        overrides = {**c.protocol, "verification": c.design}
         self.last_version = c.warmup + c.rounds
         # A node's [admission] table as node.toml gives it (vrl.node.config.NODE_OVERRIDES: batches
         # of 12, node_cap 0.34), as the calibration's devnet runs; config.admission overrides it.
@@ -530,7 +518,7 @@ class Simulation(Actions):
         # The honest groups of the two newest rounds that have any (fresh, max_staleness 2; the older
         # one's manifest held, so both of §4's refusals are exercised): a version may have none (N = 8).
         targets = [g for v in sorted(self.version_groups)[-2:] for g in self.version_groups[v]]
-        committee = self.trainer.protocol.committee
+        committee = self.trainer.protocol.design.manifests
         for node in self.nodes:
             if node.kind != "sybil":
                 continue

@@ -1,4 +1,4 @@
-"""What a simulation measures, in the definitions the devnet calibration shares (bench/devnet_costs.py):
+"""What a simulation measures, in the definitions the devnet calibration shares (bench/devnet.py costs):
 
 * checks: Check actions a node carries out (one full verification of a group), per round;
 * verify-seconds: the model-thread time those checks were charged (spec.CostModel);
@@ -259,7 +259,7 @@ class Metrics:
         # and could still close (fresh: within max_staleness of its version); in the ticket
         # design, which closes no round, a group published after the last announcement.
         fresh_from = end - trainer.protocol.config.max_staleness
-        if c.design == "committee":
+        if trainer.protocol.design.manifests:
             pending = {d for d in missing
                        if (v := self.honest_groups[d][1]) >= fresh_from and v not in self.closed_rounds}
         else:
@@ -267,7 +267,7 @@ class Metrics:
         lost = [d for d in missing if d not in pending]
         made = {v for _, v in self.honest_groups.values()}  # a version no worker generated for has no round to close
         never_closed = (sorted((set(range(start, fresh_from)) & made) - self.closed_rounds)
-                        if c.design == "committee" else [])
+                        if trainer.protocol.design.manifests else [])
         dropped = sum(1 for g, v in self.verdicts_of_honest if (who := counted(g)) is not None and v not in who)
         self.summary = {
             "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vrl.errors import VrlError
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES
+from vrl.node.params import ProtocolParams, Verification
 from vrl.rollouts.profiles import profile_of_platform
 
 from .stores import BACKFILL_MODELS
@@ -182,7 +183,7 @@ class SimConfig:
     rounds: int = 5
     adversaries: tuple[AdversarySpec, ...] = ()
     seed: int = 0
-    design: str = "tickets"  # which verification ProtocolParams selects (the committee branch adds one)
+    design: Verification = ProtocolParams.verification  # the verification design: the node's default
     # Rounds measured after the warm-up ones (start-up dials and version 0's weights are behind
     # them): the calibration's WARMUP_VERSIONS (bench/devnet.py costs).
     warmup: int = 1
@@ -246,6 +247,9 @@ class SimConfig:
             raise SpecError(f"nodes: a network needs a trainer and a worker, got {self.nodes}")
         if self.rounds < 1:
             raise SpecError(f"rounds: at least 1, got {self.rounds}")
+        if self.design not in {v.value for v in Verification}:
+            raise SpecError(f"design: one of {', '.join(Verification)}, got {self.design!r}")
+        object.__setattr__(self, "design", Verification(self.design))  # given as its name (bench/simulate.py)
         if self.backfill not in BACKFILL_MODELS:
             raise SpecError(f"backfill: one of {', '.join(BACKFILL_MODELS)}, got {self.backfill!r}")
         if self.topology not in ("devnet", "random"):

@@ -292,7 +292,7 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bo
     mine = ledger.keys[me]
     named = ledger.named(me, since) if have else frozenset()
     trainer = sim.trainer.key.node_id
-    committee = have and node.protocol.committee
+    committee = have and node.protocol.design.manifests
     offered: set[int] = set()
     for peer in sorted(net.links[me]):
         if sim.nodes[peer].protocol is None or not net.reachable(me, peer):
