@@ -62,6 +62,7 @@ from vrl.node.catchup import BACKFILL_PROTOCOL  # noqa: E402
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES  # noqa: E402
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS  # noqa: E402
 from vrl.node.messages import PolicyAnnouncement, SignedVerdict, StepVerdict, Submission  # noqa: E402
+from vrl.node.params import ProtocolParams, Verification  # noqa: E402
 from vrl.node.store import Store  # noqa: E402
 from vrl.rl.base_model import ensure_base_model  # noqa: E402
 
@@ -423,7 +424,7 @@ def committee_run(args) -> dict:
     if args.reaudit is None:
         result = one_run(f"committee-{nodes}", nodes, COMMITTEE_CHEATS, args.rounds, args.deadline, args.port,
                          work=WORK,
-                         protocol={"verification": "committee", "plant_every": 2})
+                         protocol={"verification": Verification.COMMITTEE, "plant_every": 2})
     else:  # the books of a finished run closed again (the audit changed): what its stores say
         run = json.loads((RESULTS / "devnet-committee.json").read_text())[0]  # that run's own record
         result = analyse(args.reaudit, nodes, COMMITTEE_CHEATS, run["seconds"])
@@ -505,6 +506,8 @@ def plot_learning(results: list[dict], path: Path) -> None:
 # The first announced version after version 0: by then every node has dialled, backfilled and
 # loaded version 0's weights, costs a long-running node does not pay each round.
 WARMUP_VERSIONS = 1
+# The design of a recorded run that names none: runs recorded before --designs were of the ticket design.
+BEFORE_DESIGNS = Verification.TICKETS
 POLL_SECONDS = 0.25  # a round lasts seconds (bench/results/devnet-throughput.json: ~6 s at N = 5)
 # Free memory a node process needs: the base model in torch, its store and libp2p; measured
 # at ~0.45 GiB RSS per node on this machine kind; 0.6 leaves a margin.
@@ -524,8 +527,9 @@ def costs_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", nargs="+", choices=["default", "paced"], default=["default", "paced"],
                         help="default: the devnet's admission (batches of 12); paced: a batch of every worker's "
                              "groups, one generation a round")
-    parser.add_argument("--designs", nargs="+", choices=["tickets", "committee"], default=["tickets"],
-                        help="the verification design (ProtocolParams.verification) of each run")
+    parser.add_argument("--designs", nargs="+", type=Verification, choices=tuple(Verification),
+                        default=[ProtocolParams.verification],
+                        help="the verification design (ProtocolParams.verification, its default) of each run")
     parser.add_argument("--set", nargs="+", default=[], metavar="TABLE.KEY=VALUE", dest="sets",
                         help="node.toml overrides of every node of every run (protocol.groups_per_round=2); "
                              "recorded in each run, and the simulator's comparison uses them")
@@ -582,7 +586,7 @@ def costs(args: argparse.Namespace) -> None:
         result = json.loads(args.out.read_text())
         result["settings"]["nodes"] = sorted(set(result["settings"]["nodes"]) | set(args.nodes))
         for run in result["runs"]:
-            run.setdefault("design", "tickets")  # runs from before --designs were of the ticket design
+            run.setdefault("design", BEFORE_DESIGNS)
         # A run of the same nodes, mode, design and overrides is replaced; others are kept.
         same = json.dumps(parse_sets(args.sets), sort_keys=True)
         result["runs"] = [r for r in result["runs"] if args.no_run or (
@@ -616,7 +620,7 @@ def costs(args: argparse.Namespace) -> None:
                           + f"; groups/round {run['network']['groups_published_per_round']:.1f}")
     if args.simulate:
         for run in result["runs"]:
-            if run["nodes"] in args.nodes and run.get("design", "tickets") in args.designs and "per_node" in run:
+            if run["nodes"] in args.nodes and run.get("design", BEFORE_DESIGNS) in args.designs and "per_node" in run:
                 run["simulator"] = {options or "(one core per node)": simulated(result["settings"], run, options)
                                     for options in args.simulate_with}
                 args.out.write_text(json.dumps(result, indent=1))
@@ -795,14 +799,12 @@ def admission_for(mode: str, nodes: int, groups_per_round: int | None = None) ->
     (vrl.node.config.NODE_OVERRIDES), so that a round is one generation of every worker."""
     if mode == "default":
         return {}
-    from vrl.node.params import ProtocolParams
-
     return {"batch_groups": (groups_per_round or ProtocolParams().groups_per_round) * (nodes - 1)}
 
 
 def costs_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "default",
-            design: str = "tickets", sets: dict | None = None) -> dict:
-    """``design``: ProtocolParams.verification, "tickets" (the default) or "committee";
+            design: Verification = ProtocolParams.verification, sets: dict | None = None) -> dict:
+    """``design``: ProtocolParams.verification (its default, committee, unless given);
     ``sets``: node.toml overrides ({table: {key: value}}, :func:`parse_sets`) of every node."""
     wait_for_memory(nodes)
     sets = sets or {}
@@ -810,7 +812,7 @@ def costs_run(nodes: int, rounds: int, deadline: float, port: int, mode: str = "
     last = WARMUP_VERSIONS + rounds
     admission = {**admission_for(mode, nodes, sets.get("protocol", {}).get("groups_per_round")),
                  **sets.get("admission", {})}
-    protocol = {**({"verification": design} if design != "tickets" else {}), **sets.get("protocol", {})}
+    protocol = {"verification": design, **sets.get("protocol", {})}
     tables = {name: values for name, values in sets.items() if name not in ("protocol", "admission", "work")}
     network = devnet.plan(directory, nodes, [], port, rounds=last, work={**WORK, **sets.get("work", {})},
                           **({"admission": admission} if admission else {}),
@@ -948,12 +950,12 @@ def simulated(settings: dict, run: dict, options: str = "") -> dict:
         one, out = Path(scratch) / "run.json", Path(scratch) / "compare.json"
         one.write_text(json.dumps({"settings": settings, "runs": [run]}))
         command = [sys.executable, str(Path(__file__).resolve().parent / "simulate.py"), "--compare", str(one),
-                   "--design", run.get("design", "tickets"), "--out", str(out), *options.split()]
+                   "--design", run.get("design", BEFORE_DESIGNS), "--out", str(out), *options.split()]
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0 or not out.exists():
             return {"failure": (done.stderr or done.stdout)[-2000:]}
         compared = json.loads(out.read_text())["runs"][0]
-    return {"command": f"python bench/simulate.py --compare <this run> --design {run.get('design', 'tickets')} "
+    return {"command": f"python bench/simulate.py --compare <this run> --design {run.get('design', BEFORE_DESIGNS)} "
                        f"{options}".strip(),
             "tolerance": 0.20, "rows": compared["rows"],
             "within": sum(r["within"] for r in compared["rows"]), "of": len(compared["rows"])}

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from enum import StrEnum
 from pathlib import Path
 
 from rich.console import Console
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
 from vrl.harness.simulator.stores import BACKFILL_MODELS  # noqa: E402
-from vrl.node.params import ProtocolParams  # noqa: E402
+from vrl.node.params import ProtocolParams, Verification  # noqa: E402
 
 console = Console(stderr=True)
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,8 +89,10 @@ def protocol_arg(text: str) -> tuple[str, float | int | str]:
     if key not in defaults or not value:
         raise argparse.ArgumentTypeError(f"KEY=VALUE with KEY one of ProtocolParams' fields, got {text!r}")
     kind = type(defaults[key])
+    if issubclass(kind, StrEnum) and value not in {m.value for m in kind}:  # verification
+        raise argparse.ArgumentTypeError(f"{key}: one of {', '.join(kind)}, got {value!r}")
     try:
-        return key, kind(value) if kind in (int, float, str) else value
+        return key, kind(value) if kind in (int, float, str) or issubclass(kind, StrEnum) else value
     except ValueError:
         raise argparse.ArgumentTypeError(f"{key}: not a {kind.__name__}: {value!r}") from None
 
@@ -130,7 +133,7 @@ OPTIONS = {
     "nodes": (int, "nodes, the trainer (node 0) among them"),
     "rounds": (int, "rounds measured"),
     "warmup": (int, "rounds run before the measured ones"),
-    "design": (str, "the verification design ProtocolParams selects"),
+    "design": (Verification, "the verification design ProtocolParams selects"),
     "seed": (int, "the simulation's seed"),
     "batch_groups": (batch_groups_arg, "groups a step trains on: a number, or 'round' (every worker's round); "
                                        "'': node.toml's (vrl.node.config.NODE_OVERRIDES)"),
@@ -204,7 +207,7 @@ def one_options(parser: argparse.ArgumentParser) -> None:
     options(parser, nodes=10, rounds=5, warmup=1)
     parser.add_argument("--adversaries", default="",
                         help=f"kind:share,... of {', '.join(sorted(ALL_ADVERSARIES))}")
-    options(parser, design="tickets", seed=0)
+    options(parser, design=ProtocolParams.verification, seed=0)  # the node's default
     parser.add_argument("--latency-ms", type=float, default=1.0, help="one-way latency per hop")
     parser.add_argument("--bandwidth-mbps", type=float, default=100.0, help="per link")
     parser.add_argument("--loss", type=float, default=0.0, help="share of gossip deliveries missed (backfilled)")
@@ -326,7 +329,7 @@ def run_settings(settings: dict, run_: dict) -> dict:
     overrides = run_.get("overrides", {})
     tables = run_.get("tables") or settings.get("tables", {})
     protocol = {k: v for k, v in overrides.get("protocol", {}).items() if k != "verification"}
-    out = {"design": run_.get("design", "tickets"), "protocol": protocol,
+    out = {"design": run_.get("design", Verification.TICKETS), "protocol": protocol,  # (runs before --designs)
            "admission": dict(run_.get("admission_overrides") or {}),
            "group_size": int(tables.get("work", {}).get("group_size") or settings.get("group_size") or 8)}
     if run_.get("max_new_tokens"):
@@ -429,7 +432,7 @@ ADVERSARY_KEPT = ("adversaries", "rounds_measured", "stopped", "cpu_seconds", "w
 
 
 def adversaries_options(parser: argparse.ArgumentParser) -> None:
-    options(parser, nodes=100, rounds=12, warmup=1, design="committee")
+    options(parser, nodes=100, rounds=12, warmup=1, design=Verification.COMMITTEE)
     parser.add_argument("--shares", default="0.1,0.3,0.45", type=shares_arg, help="each family's shares of the nodes")
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"of {', '.join(FAMILIES)}")
     options(parser, batch_groups="round", cpu_limit=None, seed=0, completion_tokens=None)
@@ -551,7 +554,7 @@ def liar(args: argparse.Namespace) -> int:
            "machine": machine("shared with other jobs; one run at a time"),
            "seats_per_member_per_round": "~k x groups_per_round x N_w / N_v (specs/committee.md §6)",
            "settings": {"nodes": args.nodes, "rounds": args.rounds, "warmup": args.warmup, "batch_groups": batch,
-                        "seed": args.seed, "design": "committee", "protocol": dict(args.protocol)},
+                        "seed": args.seed, "design": Verification.COMMITTEE, "protocol": dict(args.protocol)},
            "runs": {}}
     table = Table(title=f"N = {args.nodes}, committee design: liars against the trainer's loss confirmations")
     for column in ("liars", "budget", "trainer checks/round", "charged to liars", "liars quarantined",
@@ -559,7 +562,7 @@ def liar(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right")
     for share in args.shares:
         for budget in args.budgets:
-            config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design="committee",
+            config = SimConfig(nodes=args.nodes, rounds=args.rounds, warmup=args.warmup, design=Verification.COMMITTEE,
                                seed=args.seed, adversaries=parse_adversaries(f"liar:{share}" if share else ""),
                                admission=admission(batch),
                                protocol={**dict(args.protocol), "loss_claim_budget": budget})
@@ -665,14 +668,14 @@ def withhold(args: argparse.Namespace) -> int:
     earlier = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
     out = {"commands": [*earlier.get("commands", [earlier["command"]] if "command" in earlier else []),
                         invocation(args)], "machine": machine("shared with other jobs; one run at a time"),
-           "design": "committee", "what": what(withhold), "runs": earlier.get("runs", {}),
+           "design": Verification.COMMITTEE, "what": what(withhold), "runs": earlier.get("runs", {}),
            "per_message_costs": per_message_costs()}
     print(f"per message: {out['per_message_costs']}", file=sys.stderr)
     for nodes in args.nodes:
         runs = {}
         for name, (adversaries_, churn) in WITHHOLD_RUNS.items():
             config = SimConfig(nodes=nodes, rounds=args.rounds, adversaries=parse_adversaries(adversaries_),
-                               seed=args.seed, design="committee", churn=churn)
+                               seed=args.seed, design=Verification.COMMITTEE, churn=churn)
             started = time.perf_counter()
             simulation = Simulation(config)
             pool = AdmissionPool(simulation)
@@ -772,7 +775,7 @@ class AdmissionPool:
 
 def memory_options(parser: argparse.ArgumentParser) -> None:
     options(parser, nodes=100, rounds=40)
-    parser.add_argument("--design", default="committee", choices=("committee", "tickets"))
+    parser.add_argument("--design", type=Verification, default=Verification.COMMITTEE, choices=tuple(Verification))
     options(parser, seed=0)
     parser.add_argument("--no-forget", action="store_true",
                         help="switch vrl.node.forgetting off in the same code: what forgetting saves")
@@ -989,7 +992,7 @@ def tickets_floor(nodes: int) -> dict:
     groups = ProtocolParams().groups_per_round * (nodes - 1)
     verdicts = groups * (nodes - 2)
     received = groups * len(group.to_bytes()) + verdicts * len(verdict.to_bytes())
-    return {"nodes": nodes, "design": "tickets", "kind": "arithmetic lower bound, not simulated",
+    return {"nodes": nodes, "design": Verification.TICKETS, "kind": "arithmetic lower bound, not simulated",
             "checks_per_round_at_least": ReputationConfig().check_floor * groups,
             "bytes_in_per_round_at_least": received, "messages_in_per_round_at_least": groups + verdicts,
             "group_bytes": len(group.to_bytes()), "verdict_bytes": len(verdict.to_bytes()),

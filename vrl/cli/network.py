@@ -63,9 +63,10 @@ def devnet(
     deadline: Annotated[float, typer.Option(help="Stop after this many seconds whatever happened.")] = 900.0,
     plant_every: Annotated[int, typer.Option(help="The trainer plants a known-bad group every N rounds "
                                                   "(0: never).")] = 2,
-    verification: Annotated[str, typer.Option(help="Which groups a verifier checks: tickets (every group at its "
-                                                   "producer's check rate) or committee (VRF committees of the "
-                                                   "trainer's round manifests, specs/committee.md).")] = "tickets",
+    verification: Annotated[str | None, typer.Option(help="Which groups a verifier checks: committee (VRF "
+                                                          "committees of the trainer's round manifests, "
+                                                          "specs/committee.md; a node's default) or tickets "
+                                                          "(every group at its producer's check rate).")] = None,
     answers: Annotated[Path | None, typer.Option(help="Private tasks: --task is a public file of committed "
                                                     "references and this its answer key, which only the trainer "
                                                     "gets; it proves every trained record's reward.")] = None,
@@ -80,8 +81,13 @@ def devnet(
     import tempfile
 
     from vrl.harness import devnet as dn
+    from vrl.node.params import ProtocolParams, Verification
 
     configure_logging(False)
+    if verification is None:
+        verification = ProtocolParams.verification
+    elif verification not in {v.value for v in Verification}:
+        raise fail(f"--verification: one of {', '.join(Verification)}, got {verification!r}")
     kinds = [k for k in adversaries.split(",") if k]
     if model == "base":
         from vrl.rl.base_model import ensure_base_model
