@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import structlog
 import torch
@@ -60,6 +61,17 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.record import round_seed
 from vrl.rollouts.verify import Expectations, Reason
 from vrl.tasks import TaskList
+
+if TYPE_CHECKING:
+    from vrl.zk import AnswerKey
+
+
+class _Decodes(Protocol):
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self: ...
+
+
+R = TypeVar("R", bound=_Decodes)
 
 __all__ = ["BACKFILL_PROTOCOL", "ENTRIES_PROTOCOL", "GROUP_PROTOCOL", "SAMPLING_PROTOCOL", "SEND_PROTOCOL", "Node"]
 
@@ -127,7 +139,10 @@ class Node:
         self.tasks, self.private = startup.open_tasks(config, self.log)
         # A network of private tasks (specs/zk.md §11): the trainer holds the answer key and
         # proves each trained record's correctness; every node checks those proofs.
-        self.answer_key, reward_proofs = private_setup(config, self.tasks) if self.private else (None, None)
+        private_tasks = self.tasks if self.private and isinstance(self.tasks, TaskList) else None
+        self.answer_key: AnswerKey | None = None
+        self.answer_key, reward_proofs = (private_setup(config, private_tasks) if private_tasks is not None
+                                          else (None, None))
         startup.check_reward(config, self.private)
         self.reward_spec = config.work.reward_spec  # checked when the config was made
         torch.set_num_threads(config.torch_threads)
@@ -143,8 +158,8 @@ class Node:
                 startup.train_config(config, self.work.max_new_tokens), config.path / "trainer", key,
                 # The tasks this node read once: the trainer trains on what its checks expect,
                 # even if the file changes on disk meanwhile (a private set's answers opened).
-                tasks=self.tasks if self.answer_key is None else TaskList(self.tasks.name, tuple(
-                    self.answer_key.opened(self.tasks.tasks))))
+                tasks=self.tasks if self.answer_key is None or private_tasks is None else TaskList(
+                    private_tasks.name, tuple(self.answer_key.opened(private_tasks.tasks))))
         startup.check_cheat(config, self.work, self.trainer)
         sampling = (sampling_setup(config, self.work.skeleton)
                     if config.zk.hidden_states or config.zk.sampling_positions else None)
@@ -167,7 +182,7 @@ class Node:
             self.model_thread, self.metrics, self.log, keep=config.protocol.max_staleness + 1)
         self.steps = StepReplay(self.protocol, self.work, self.groups, self.blobs, self.proving, self.model_thread,
                                 self.metrics, self.log, private=self.private)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._stopping = False
         self._feeding = 0  # events whose actions are under way (_feed)
         self._reputation_round: int | None = None
@@ -178,13 +193,13 @@ class Node:
                             sampling=self.work.sampling, reward_spec=self.reward_spec,
                             correctness_later=self.private)
 
-    def _spawn(self, coroutine) -> asyncio.Task:
+    def _spawn(self, coroutine: Coroutine[Any, Any, object]) -> asyncio.Task[object]:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         return task
 
-    def _finished(self, task: asyncio.Task) -> None:
+    def _finished(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.log.error("task failed", error=repr(task.exception()))
@@ -246,7 +261,10 @@ class Node:
             case P.Plant(version):
                 self._spawn(self._plant(version))
             case P.Train(version, batch):
-                self._spawn(self._events(self.training.train(version, batch)))
+                if self.training is None:  # the protocol asks a trainer only (its role)
+                    self.log.error("a Train action on a node that is not the trainer", version=version)
+                else:
+                    self._spawn(self._events(self.training.train(version, batch)))
             case P.Quarantine(node, purged):
                 self.log.warning("quarantined", peer=node.hex()[:8], purged_groups=len(purged))
             case P.PersistGroup(group, received):
@@ -354,7 +372,10 @@ class Node:
         against its peer and the next is asked; none answered: Abandoned."""
         request = EntriesRequest(action.round, committee.List(action.list), action.positions, action.keys).to_bytes()
         manifest = self.protocol.rounds.manifests.get(action.round)
-        for peer in self._direct_peers() if manifest is not None else []:
+        if manifest is None:  # forgotten meanwhile: nothing could prove an answer
+            await self._feed(P.Abandoned(action))
+            return
+        for peer in self._direct_peers():
             try:
                 data = await self.transport.request(peer, ENTRIES_PROTOCOL, request, timeout=DIRECT_TIMEOUT_SECONDS)
                 answer = EntriesAnswer.from_bytes(data)
@@ -368,7 +389,7 @@ class Node:
             return
         await self._feed(P.Abandoned(action))
 
-    def _request(self, kind, peer: bytes, data: bytes):
+    def _request(self, kind: type[R], peer: bytes, data: bytes) -> R:
         """A request of ``kind`` from ``peer``: a malformed one counts against it (MessageError)."""
         try:
             return kind.from_bytes(data)
