@@ -64,7 +64,7 @@ def configure_logging(json_mode: bool, level: int | None = None) -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # as above
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     hf_logging.disable_default_handler()  # its errors through the root's handler, as every library's
     hf_logging.enable_propagation()

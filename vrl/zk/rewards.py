@@ -32,12 +32,14 @@ from proofs.circuits import (
     reference_commitment,
     salt_values,
 )
+from proofs.sampling_params import SamplingParams
 from vrl.errors import VrlError
 from vrl.rollouts.files import write_bytes_atomic
-from vrl.rollouts.keys import signature_valid, write_new_private
-from vrl.rollouts.record import Rollout
+from vrl.rollouts.keys import NodeKey, signature_valid, write_new_private
+from vrl.rollouts.model import Model
+from vrl.rollouts.record import RecordError, Rollout
 from vrl.rollouts.verify import proven_answer
-from vrl.tasks import Task
+from vrl.tasks import RewardSpec, Task
 from vrl.tasks.answers import COMMITTED_PREFIX, answer_form, committed_reference
 from vrl.tasks.files import task_row
 
@@ -96,7 +98,7 @@ class AnswerKey:
             if commitment is not None and (task.id not in self.entries or self.commitment(task.id) != commitment):
                 raise ZkFileError(f"task {task.id!r}: the answer key does not open its committed reference")
 
-    def scorer(self, reward_spec) -> Callable[[Task, str], float]:
+    def scorer(self, reward_spec: RewardSpec) -> Callable[[Task, str], float]:
         """Rewards from the key, for generation over a committed task set (``vrl generate
         --answers``): what a verifier with the proofs recomputes."""
         def score(task: Task, completion: str) -> float:
@@ -424,7 +426,7 @@ def evaluation_seed(model_hash: bytes, task_digest: bytes) -> bytes:
     return hashlib.sha256(EVALUATION_DOMAIN + model_hash + task_digest).digest()
 
 
-def evaluation_sampling(model, max_new_tokens: int):
+def evaluation_sampling(model: Model, max_new_tokens: int) -> SamplingParams:
     """How an evaluation decodes: greedily (temperature 0), one sample per task. Sampling
     noise would give the evaluator draws to try until one flatters (a fresh node key is a
     fresh seed); the greedy answer is one, whoever asks. ``max_new_tokens`` is the claim's."""
@@ -460,12 +462,13 @@ class Claim:
         return self.correct / self.total if self.total else 0.0
 
     def signing_bytes(self) -> bytes:
-        return CLAIM_DOMAIN + msgpack.packb(
+        packed: bytes = msgpack.packb(
             [self.model_hash, self.task_set, self.tasks, self.max_new_tokens, self.correct, self.total,
              self.evaluator, self.records, self.records_sha256, self.proofs_sha256, self.model, self.task_file],
             use_bin_type=True)
+        return CLAIM_DOMAIN + packed
 
-    def signed(self, key) -> Claim:
+    def signed(self, key: NodeKey) -> Claim:
         """The claim signed by ``key`` (a NodeKey), which becomes its evaluator."""
         unsigned = dataclasses.replace(self, evaluator=key.node_id, signature=b"")
         return dataclasses.replace(unsigned, signature=key.sign(unsigned.signing_bytes()))
@@ -505,7 +508,7 @@ class Claim:
         except (KeyError, TypeError, ValueError) as error:
             raise ZkFileError(f"{path}: {error}") from None
         return cls(hashes[0], hashes[1], counts[0], counts[1], counts[2], counts[3], hashes[2], records, hashes[3],
-                   hashes[4], *locators, signature)
+                   hashes[4], locators[0], locators[1], signature)
 
 
 def _hex(value: object, size: int, name: str) -> bytes:
@@ -528,8 +531,8 @@ def regular_file_bytes(path: Path, limit: int) -> bytes:
     return data
 
 
-def evaluate_private(model, public: Sequence[Task], key: AnswerKey, node, *, max_new_tokens: int, srs: zk.Srs,
-                     workdir: Path, records_name: str, model_locator: str = "", task_file: str = "",
+def evaluate_private(model: Model, public: Sequence[Task], key: AnswerKey, node: NodeKey, *, max_new_tokens: int,
+                     srs: zk.Srs, workdir: Path, records_name: str, model_locator: str = "", task_file: str = "",
                      on_progress: Callable[[int], None] | None = None,
                      ) -> tuple[list[Rollout], list[zk.Attachment], Claim]:
     """Answer every task of ``public`` greedily (at the evaluation's seed), score the answers
@@ -580,7 +583,8 @@ def write_claim(out: Path, records: Sequence[Rollout], attachments: Sequence[zk.
 
 
 def attachments_bytes(attachments: Sequence[zk.Attachment]) -> bytes:
-    return msgpack.packb([ZK_FILE_FORMAT, [a.to_bytes() for a in attachments]], use_bin_type=True)
+    packed: bytes = msgpack.packb([ZK_FILE_FORMAT, [a.to_bytes() for a in attachments]], use_bin_type=True)
+    return packed
 
 
 @dataclass(frozen=True)
@@ -600,7 +604,7 @@ class ClaimCheck:
         return not self.problems and not self.unchecked
 
 
-def check_claim_file(path: Path, model, public: Sequence[Task], srs: Sequence[zk.Srs], workdir: Path, *,
+def check_claim_file(path: Path, model: Model, public: Sequence[Task], srs: Sequence[zk.Srs], workdir: Path, *,
                      allow_dev: bool = False) -> tuple[Claim, ClaimCheck]:
     """Read a claim and the records and proofs files beside it, and check it (:func:`check_claim`).
     Raises ZkFileError for a claim file that cannot be read; files that are not the ones the
@@ -629,7 +633,8 @@ def check_claim_file(path: Path, model, public: Sequence[Task], srs: Sequence[zk
     return claim, check_claim(claim, records, attachments, model, public, srs, workdir, allow_dev=allow_dev)
 
 
-def check_claim(claim: Claim, records: Sequence[Rollout | object], attachments: Sequence[zk.Attachment], model,
+def check_claim(claim: Claim, records: Sequence[Rollout | RecordError], attachments: Sequence[zk.Attachment],
+                model: Model,
                 public: Sequence[Task], srs: Sequence[zk.Srs], workdir: Path, *, allow_dev: bool = False) -> ClaimCheck:
     """Re-check a claim from its records and proofs alone (specs/zk.md §9): its signature, the
     model and task set it names, every record verified greedily at the evaluation's seed with

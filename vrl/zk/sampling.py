@@ -39,8 +39,10 @@ import torch
 from proofs import commitment, sampler, zk
 from proofs.circuits import CIRCUITS, HIDDEN_SCALE, hidden_hash, lm_head_module, lm_logits_split, quantize_hidden
 from proofs.errors import MalformedCommitment, UndefinedRace
+from proofs.sampling_params import SamplingParams
 from vrl.errors import VrlError
 from vrl.rollouts.files import write_bytes_atomic
+from vrl.rollouts.model import Model
 from vrl.rollouts.record import HIDDEN_HASH_BYTES, Rollout
 from vrl.zk.rewards import ZkFileError, record_subject, regular_file_bytes
 
@@ -91,7 +93,7 @@ class Check(enum.StrEnum):
 
 # -- what a proof is about ------------------------------------------------------------------------
 
-def circuit_for(model) -> zk.Circuit:
+def circuit_for(model: Model) -> zk.Circuit:
     """The lm-logits circuit of ``model``'s LM head; a SamplingProofError naming the shape for
     a model no circuit covers (a head with a bias, or larger than the micro preset's)."""
     if model.dtype_name != "float32":
@@ -108,11 +110,11 @@ def circuit_for(model) -> zk.Circuit:
     return circuit
 
 
-def head_module(model) -> torch.nn.Module:
+def head_module(model: Model) -> torch.nn.Module:
     return lm_head_module(torch.from_numpy(head_weight(model)))
 
 
-def head_commitment(model, srs: zk.Srs, workdir: Path) -> bytes:
+def head_commitment(model: Model, srs: zk.Srs, workdir: Path) -> bytes:
     """The commitment to ``model``'s LM-head weights under ``srs``: what the trainer publishes
     once per policy version, and what a verifier holding the weights derives itself. Kept for
     the last few (model, SRS) pairs: a node checks many groups of one version."""
@@ -206,14 +208,15 @@ class Opening:
     row: bytes  # the hidden state it committed: float32, little-endian
     attachment: zk.Attachment  # lm-logits proof: instances are q(row), then the logits
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[int | bytes]:
         return [self.record, self.position, self.row, self.attachment.to_bytes()]
 
 
 def openings_bytes(challenge: bytes, openings: Sequence[Opening]) -> bytes:
     """A ``vrl/sampling/v1`` file's bytes: what ``vrl prove --kind sampling`` writes and a node
     answers a challenge with."""
-    return msgpack.packb([SAMPLING_FORMAT, challenge, [o.to_list() for o in openings]], use_bin_type=True)
+    packed: bytes = msgpack.packb([SAMPLING_FORMAT, challenge, [o.to_list() for o in openings]], use_bin_type=True)
+    return packed
 
 
 def write_openings(path: Path | str, challenge: bytes, openings: Sequence[Opening]) -> None:
@@ -252,7 +255,7 @@ def openings_from_bytes(data: bytes, path: Path | str = "<bytes>") -> tuple[byte
     return fields[1], openings
 
 
-def _unpack(data: bytes, path) -> object:
+def _unpack(data: bytes, path: Path | str) -> object:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True, max_map_len=0, max_ext_len=0)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
@@ -261,7 +264,7 @@ def _unpack(data: bytes, path) -> object:
 
 # -- proving --------------------------------------------------------------------------------------
 
-def prove_sampling(model, rollouts: Sequence[Rollout], witness: dict[bytes, np.ndarray], challenge: bytes,
+def prove_sampling(model: Model, rollouts: Sequence[Rollout], witness: dict[bytes, np.ndarray], challenge: bytes,
                    count: int, srs: zk.Srs, workdir: Path,
                    on_proof: Callable[[int], None] | None = None) -> list[Opening]:
     """Answer ``challenge`` for every record: open ``count`` positions of each with a proof."""
@@ -269,9 +272,10 @@ def prove_sampling(model, rollouts: Sequence[Rollout], witness: dict[bytes, np.n
     return prove_with_head(head_weight(model), rollouts, witness, challenge, count, srs, workdir, on_proof)
 
 
-def head_weight(model) -> np.ndarray:
+def head_weight(model: Model) -> np.ndarray:
     """The LM head's weights (vocabulary x hidden, float32): all proving needs of the model."""
-    return model.network.get_output_embeddings().weight.detach().to(torch.float32).cpu().numpy()
+    weight: np.ndarray = model.network.get_output_embeddings().weight.detach().to(torch.float32).cpu().numpy()
+    return weight
 
 
 def prove_with_head(weight: np.ndarray, rollouts: Sequence[Rollout], witness: dict[bytes, np.ndarray],
@@ -339,7 +343,7 @@ def answer_challenge(weight: np.ndarray, rollouts: Sequence[Rollout], witness_fi
     return openings_bytes(challenge, openings)
 
 
-def supported(sampling) -> bool:
+def supported(sampling: SamplingParams) -> bool:
     """Whether sampling proofs cover records sampled so: temperature (or greedy) without a top-k
     or top-p mask. A mask's edge moves with the logits' rounding, and a proof's logits are
     rounded: the set of tokens raced could differ from the producer's (specs/zk.md §10)."""
@@ -363,7 +367,7 @@ class PositionCheck:
     logprob_error: float = math.nan
 
 
-def check_openings(rollouts: Sequence[Rollout], openings: Sequence[Opening], model, srs: Sequence[zk.Srs],
+def check_openings(rollouts: Sequence[Rollout], openings: Sequence[Opening], model: Model, srs: Sequence[zk.Srs],
                    workdir: Path, *, challenge: bytes | None = None, count: int = 0, allow_dev: bool = False,
                    drift: float | None = None) -> list[PositionCheck]:
     """Check every opening about one of ``rollouts`` and, given the ``challenge`` and ``count``
@@ -407,7 +411,7 @@ def check_openings(rollouts: Sequence[Rollout], openings: Sequence[Opening], mod
     return sorted(results, key=lambda c: (c.record, c.position))
 
 
-def _own_logits(model, rollouts: Sequence[Rollout], indices: set[int]) -> dict[int, torch.Tensor]:
+def _own_logits(model: Model, rollouts: Sequence[Rollout], indices: set[int]) -> dict[int, torch.Tensor]:
     """The verifier's own logits for the records opened: one prefill each (what stage 5 of
     re-execution computes; a few milliseconds a record on the micro preset)."""
     from vrl.rollouts.forward import prefill

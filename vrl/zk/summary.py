@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from proofs import zk
 from proofs.circuits import ANSWER_MATCH
+from vrl.rollouts.model import Model
 from vrl.rollouts.record import RecordError, Rollout
 from vrl.zk.rewards import proven_correctness, read_attachments, work_directory
 from vrl.zk.sampling import PositionCheck, SamplingProofError, check_openings, read_openings
@@ -40,12 +42,12 @@ class RewardProofs:
     dev_srs_allowed: bool
     by_record: Mapping[int, bool | str]  # by record index: what verify(proven=) takes
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"file": str(self.file), "attachments": self.attachments, "dev_srs_allowed": self.dev_srs_allowed,
                 "proven": self.proven, "failed": dict(self.failed)}
 
 
-def check_reward_proofs(path: Path, records: Sequence[Rollout | RecordError], model, *, srs: Path | None,
+def check_reward_proofs(path: Path, records: Sequence[Rollout | RecordError], model: Model, *, srs: Path | None,
                         allow_dev: bool) -> RewardProofs:
     """The proofs in the companion file ``path`` checked against ``records`` (``model`` decodes
     their answers), under the SRS ``srs`` names and, when allowed or present, the dev one.
@@ -73,7 +75,7 @@ class SamplingProofs:
     dev_srs_allowed: bool
     checks: tuple[PositionCheck, ...]  # each check's record is its index in the rollout file
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"file": str(self.file), "challenge": self.challenge.hex(), "challenge_given": self.challenge_given,
                 "positions": self.positions, "proven": self.proven, "failed": dict(self.failed),
                 "records_failed": self.records_failed, "max_margin": self.max_margin,
@@ -82,7 +84,7 @@ class SamplingProofs:
                            for c in self.checks]}
 
 
-def check_sampling_proofs(path: Path, records: Sequence[Rollout | RecordError], model, *, srs: Path | None,
+def check_sampling_proofs(path: Path, records: Sequence[Rollout | RecordError], model: Model, *, srs: Path | None,
                           allow_dev: bool, challenge: bytes | None, count: int, drift: float) -> SamplingProofs:
     """The openings in the sampling file ``path`` checked against ``records`` (specs/zk.md
     §8.4): with the ``challenge`` the verifier issued, every one of the ``count`` positions per
@@ -90,7 +92,7 @@ def check_sampling_proofs(path: Path, records: Sequence[Rollout | RecordError], 
     ``drift`` is the verifier's profile's race margin (check_openings). Raises
     SamplingProofError for an unusable file or another challenge, ZkError for an unreadable SRS."""
     in_file = [i for i, r in enumerate(records) if isinstance(r, Rollout)]  # damaged records have no proofs
-    decoded = [records[i] for i in in_file]
+    decoded = [r for r in records if isinstance(r, Rollout)]  # the records of in_file, in its order
     issued, openings = read_openings(path)
     if challenge is not None and challenge != issued:
         raise SamplingProofError(f"{path}: answers challenge {issued.hex()[:16]}..., not the one given")
