@@ -42,7 +42,7 @@ def from_blob(skeleton: Model, blob: bytes, *, blob_hash: bytes, model_hash: byt
     if set(tensors) != set(live) or any(tensors[k].shape != live[k].shape for k in live):
         raise WeightsError(f"{name}: tensor names or shapes differ from the {skeleton.name} architecture")
     network.load_state_dict(tensors)
-    network.eval().requires_grad_(False)  # type: ignore[no-untyped-call]  # transformers' eval is unannotated
+    network.eval().requires_grad_(False)
     model = Model(name=name, network=network, tokenizer=skeleton.tokenizer, dtype_name=skeleton.dtype_name)
     if model.model_hash != model_hash:
         raise WeightsError(f"{name}: weights hash to {model.model_hash.hex()[:16]}, "

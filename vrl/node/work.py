@@ -410,9 +410,8 @@ class PolicyTrainer:
 
     def frozen_copy(self, model: Model) -> Model:
         """A snapshot of the live weights for verification (the live ones keep training)."""
-        # transformers' PreTrainedModel.eval is unannotated (it returns the model itself).
-        network = copy.deepcopy(model.network).eval()  # type: ignore[no-untyped-call]
-        return Model(name=model.name, network=network, tokenizer=model.tokenizer, dtype_name=model.dtype_name)
+        return Model(name=model.name, network=copy.deepcopy(model.network).eval(), tokenizer=model.tokenizer,
+                     dtype_name=model.dtype_name)
 
 
 def tampered(rollout: Rollout, model: Model, key: NodeKey, position: int = 0) -> Rollout:
