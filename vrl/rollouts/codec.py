@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from vrl.errors import VrlError
+
+T = TypeVar("T")
 
 
 class FieldError(VrlError, ValueError):
@@ -29,7 +31,8 @@ class FieldError(VrlError, ValueError):
 
 def canonical_bytes(value: Any) -> bytes:
     """The one encoding of ``value`` (a map, list, int, float, str, bytes or bool, nested)."""
-    return msgpack.packb(_sorted(value), use_bin_type=True, use_single_float=False, strict_types=True)
+    packed: bytes = msgpack.packb(_sorted(value), use_bin_type=True, use_single_float=False, strict_types=True)
+    return packed
 
 
 def _sorted(value: Any) -> Any:
@@ -57,7 +60,7 @@ def _key_bytes(key: str | bytes) -> bytes:
 
 # -- field readers: each raises FieldError naming the field -----------------------------------
 
-def take(wire: dict, name: str, kind: type, prefix: str = "") -> Any:
+def take(wire: dict[str, Any], name: str, kind: type[T], prefix: str = "") -> T:
     field = prefix + name
     if name not in wire:
         raise FieldError(field, "missing")
@@ -67,35 +70,35 @@ def take(wire: dict, name: str, kind: type, prefix: str = "") -> Any:
     return value
 
 
-def fixed_bytes(wire: dict, name: str, size: int) -> bytes:
+def fixed_bytes(wire: dict[str, Any], name: str, size: int) -> bytes:
     value = take(wire, name, bytes)
     if len(value) != size:
         raise FieldError(name, f"expected {size} bytes, got {len(value)}")
     return value
 
 
-def integer(wire: dict, name: str, low: int, high: int, prefix: str = "") -> int:
+def integer(wire: dict[str, Any], name: str, low: int, high: int, prefix: str = "") -> int:
     value = take(wire, name, int, prefix)
     if not low <= value <= high:
         raise FieldError(prefix + name, f"{value} is outside [{low}, {high}]")
     return value
 
 
-def text(wire: dict, name: str, limit: int) -> str:
+def text(wire: dict[str, Any], name: str, limit: int) -> str:
     value = take(wire, name, str)
     if len(value.encode()) > limit:
         raise FieldError(name, f"longer than {limit} bytes")
     return value
 
 
-def real(wire: dict, name: str, prefix: str = "") -> float:
+def real(wire: dict[str, Any], name: str, prefix: str = "") -> float:
     value = take(wire, name, float, prefix)
     if not math.isfinite(value):
         raise FieldError(prefix + name, "not finite")
     return value
 
 
-def packed_array(wire: dict, name: str, code: str, limit: int) -> tuple:
+def packed_array(wire: dict[str, Any], name: str, code: str, limit: int) -> tuple[Any, ...]:
     value = take(wire, name, bytes)
     if len(value) % 4:
         raise FieldError(name, f"{len(value)} bytes is not a whole number of 4-byte items")

@@ -7,7 +7,7 @@ head, such as logit soft-capping).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from proofs.sampler import SamplingParams, sample
+from proofs.sampler import sample
+from proofs.sampling_params import SamplingParams
 from vrl.rollouts.model import Model, network_device
 
 #: Where inputs are assembled before one copy each to the network's device, and where the
@@ -24,13 +25,15 @@ HOST = torch.device("cpu")
 
 
 @contextmanager
-def _capture_head_input(network: torch.nn.Module):
+def _capture_head_input(network: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
     captured: list[torch.Tensor] = []
 
-    def hook(_module: torch.nn.Module, args: tuple) -> None:
+    def hook(_module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
         captured.append(args[0].detach())
 
-    handle = network.get_output_embeddings().register_forward_pre_hook(hook)
+    # A transformers model's method, which torch's Module.__getattr__ types as a tensor or module.
+    head: torch.nn.Module = network.get_output_embeddings()  # type: ignore[operator]
+    handle = head.register_forward_pre_hook(hook)
     try:
         yield captured
     finally:
@@ -155,8 +158,10 @@ def decode(
             step += 1
             if on_step is not None:
                 on_step()
+    reasons = [reason for reason in finish if reason is not None]
+    assert len(reasons) == batch  # a sequence leaves the batch only once it has its reason
     return [
-        Decoded(tokens[b], np.asarray(logprobs[b], dtype=np.float32), finish[b], torch.stack(rows[b]))
+        Decoded(tokens[b], np.asarray(logprobs[b], dtype=np.float32), reasons[b], torch.stack(rows[b]))
         for b in range(batch)
     ]
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from proofs import commitment
-from proofs.sampler import SamplingParams
+from proofs.sampling_params import SamplingParams
 from vrl.errors import shown
 from vrl.rollouts.forward import Decoded, decode
 from vrl.rollouts.keys import NodeKey
@@ -209,9 +210,10 @@ def _generate_groups(run: _Run, group_indices: list[int]) -> Iterator[list[Rollo
     """One batch: the groups ``group_indices`` of ``run``, decoded together."""
     model, task_set, key, round_seed, sampling = run.model, run.task_set, run.key, run.round_seed, run.sampling
     group_size, stats, witness = run.group_size, run.stats, run.witness
-    assigned = [(g, in_order(task_set, g) if run.ordered else assign(task_set, round_seed, key.node_id, g))
-                for g in group_indices]
-    if any(task is None for _, task in assigned):
+    found = [(g, in_order(task_set, g) if run.ordered else assign(task_set, round_seed, key.node_id, g))
+             for g in group_indices]
+    assigned = [(g, task) for g, task in found if task is not None]
+    if len(assigned) < len(found):
         raise ValueError(f"groups {group_indices[0]}..{group_indices[-1]} run past the end of task set "
                          f"{task_set.name!r}")
     jobs = [(g, task, index) for g, task in assigned for index in range(group_size)]
@@ -266,6 +268,6 @@ def _generate_groups(run: _Run, group_indices: list[int]) -> Iterator[list[Rollo
         yield rollouts[start : start + group_size]
 
 
-def generate(model: Model, tasks: TaskSet, key: NodeKey, **options) -> list[Rollout]:
+def generate(model: Model, tasks: TaskSet, key: NodeKey, **options: Any) -> list[Rollout]:
     """All groups for ``tasks`` as one list; see :func:`iter_generate` for the options."""
     return [rollout for group in iter_generate(model, tasks, key, **options) for rollout in group]

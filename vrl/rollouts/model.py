@@ -14,13 +14,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 import torch
 from blake3 import blake3
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from vrl.errors import VrlError
 from vrl.rollouts.presets import BUILT, PRESETS, base_model_dir, build_preset
@@ -82,7 +84,7 @@ class Model:
 
     name: str
     network: PreTrainedModel = field(repr=False)
-    tokenizer: PreTrainedTokenizerFast = field(repr=False)
+    tokenizer: PreTrainedTokenizerBase = field(repr=False)  # AutoTokenizer may give a slow (SentencePiece) one
     dtype_name: str
 
     @cached_property
@@ -137,7 +139,7 @@ class Model:
 
     def decode(self, tokens: list[int]) -> str:
         known = [t for t in tokens if t < len(self.tokenizer)]
-        return self.tokenizer.decode(known, skip_special_tokens=True)
+        return cast(str, self.tokenizer.decode(known, skip_special_tokens=True))  # one sequence: one text
 
     def save(self, directory: str | Path) -> Path:
         """Write a Hugging Face directory (safetensors) that :func:`load_model` reads back."""
@@ -219,6 +221,7 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
             flag = "" if text == "base" else f" --model {text}"
             raise ModelError(f"the {text} model is not built yet ({path}); run ./scripts/build-base-model{flag}")
         text = str(path)
+    tokenizer: PreTrainedTokenizerBase
     if text in PRESETS:
         network, tokenizer = build_preset(text)
         dtype_name = dtype or "float32"
@@ -243,7 +246,8 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
         if dtype_name not in DTYPES:
             raise ModelError(f"{path}: unsupported weight dtype {dtype_name}")
         name = text if path != Path(text).expanduser() else path.name  # a Hub id keeps its name
-    network = network.to(device=target, dtype=DTYPES[dtype_name]).eval()
+    # transformers' `to` is wrapped by a decorator whose type loses the bound self.
+    network = network.to(device=target, dtype=DTYPES[dtype_name]).eval()  # type: ignore[call-arg]
     network.requires_grad_(False)
     return Model(name=name, network=network, tokenizer=tokenizer, dtype_name=dtype_name)
 
@@ -274,7 +278,7 @@ def hub_snapshot(repo_id: str) -> Path:
     that says which of the forms the spec was tried as."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]  # in a computed __all__
 
     try:
         validate_repo_id(repo_id)
@@ -301,7 +305,7 @@ def hub_snapshot(repo_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def _quiet_progress():
+def _quiet_progress() -> Iterator[None]:
     """transformers' "Loading weights" bar off while a model loads: a library call prints no
     progress of its own to a caller's terminal (the CLI shows its own, with rich)."""
     from transformers.utils import logging as hf_logging

@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -209,5 +209,6 @@ def base_model_dir(config: BaseModelConfig = DEFAULT) -> Path:
     return data_dir() / "base" / f"{config.preset}-{config.digest()}"
 
 
-def read_meta(directory: Path) -> dict:
-    return json.loads((directory / META_FILE).read_text())
+def read_meta(directory: Path) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads((directory / META_FILE).read_text())  # written by the build, a JSON map
+    return meta

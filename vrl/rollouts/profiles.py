@@ -20,10 +20,14 @@ from dataclasses import dataclass, fields
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from vrl.errors import VrlError
+
+if TYPE_CHECKING:
+    from vrl.rollouts.model import Model
 
 #: The table, written by ``bench/calibrate.py --write-table`` (specs/verification.md §5) to
 #: specs/ and here. Read as package data: an installed wheel has it where this module is.
@@ -133,9 +137,10 @@ def read_profiles(path: Path, *, table_format: str | None = TABLE_FORMAT) -> dic
     for name, row in data["profiles"].items():
         try:
             limits = row["tolerances"]
-            tolerances = Tolerances(**{key: type_(limits[key]) for key, type_ in
-                                       ((n, int if n in ("commitment_rows_fully_missed",
-                                                         "commitment_closing_misses") else float) for n in names)})
+            given: dict[str, Any] = {key: type_(limits[key]) for key, type_ in
+                                     ((n, int if n in ("commitment_rows_fully_missed",
+                                                       "commitment_closing_misses") else float) for n in names)}
+            tolerances = Tolerances(**given)
             q0 = float(row["race_loss_rate"])
             values = [float(getattr(tolerances, n)) for n in names]
             if not (0 < q0 < 0.5 and all(math.isfinite(v) and v >= 0 for v in values)
@@ -168,7 +173,7 @@ def _fallback(name: str) -> Profile:
     return Profile(name, loosest.tolerances, loosest.race_loss_rate, False, f"fallback to {loosest.name}")
 
 
-def profile_of(model, producer: str = SAME) -> Profile:
+def profile_of(model: Model, producer: str = SAME) -> Profile:
     """The profile of verifying with ``model`` (its device, dtype and attention) a producer
     on device kind ``producer`` (``same`` by default)."""
     from vrl.rollouts.model import network_device  # the model module imports torch and transformers

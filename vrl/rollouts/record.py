@@ -234,7 +234,7 @@ _NESTED = {"sampling": {"temperature", "top_k", "top_p", "max_new_tokens", "stop
 _LEGACY_REWARD = {"correct", "format", "tag"}
 
 
-def _from_wire(wire: dict) -> Rollout:
+def _from_wire(wire: dict[str, Any]) -> Rollout:
     version = take(wire, "v", int)
     if version not in READABLE_VERSIONS:
         raise RecordError("v", f"unknown record version {version} (this reader knows "
@@ -309,7 +309,7 @@ def _from_wire(wire: dict) -> Rollout:
     )
 
 
-def _reward_spec(wire: dict, version: int) -> RewardSpec:
+def _reward_spec(wire: dict[str, Any], version: int) -> RewardSpec:
     """The record's reward spec: v3's array of terms, or v2's ``{correct, format, tag}`` as
     the spec it maps to (specs/record.md §1)."""
     if "reward_spec" not in wire:

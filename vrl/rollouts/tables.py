@@ -3,14 +3,20 @@ demo (vrl.harness.demo) with it. Light: rich only, so ``vrl --help`` imports it 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:
+    from vrl.rollouts.verify import Verdict
 
-def verdict_table(verdicts, title: str = "verification"):
+
+def verdict_table(verdicts: Iterable[Verdict], title: str = "verification") -> Group:
     """The verdicts as a table readable at 80 columns (every header and reason code whole; the
     task, the one free text, takes what is left and wraps), then each rejection's stage and
     sentence on a line of its own below it, where it has the whole width."""

@@ -28,6 +28,7 @@ import torch
 from proofs import commitment, sampler
 from proofs.circuits import ANSWER_BYTES
 from proofs.errors import MalformedCommitment, ProofsError
+from proofs.sampling_params import SamplingParams
 from vrl.rollouts.forward import HOST, Prefilled, prefill
 from vrl.rollouts.model import Model, context_length
 from vrl.rollouts.profiles import Tolerances, profile_of
@@ -148,7 +149,7 @@ class Expectations:
 
     tasks: TaskSet | None = None
     round_seed: bytes | None = None
-    sampling: sampler.SamplingParams | None = None
+    sampling: SamplingParams | None = None
     reward_spec: RewardSpec | None = None
     max_tokens: int | None = None
     # An evaluation's records: group g answers task g of the list, every task once, held-out
@@ -214,7 +215,7 @@ class Verdict:
         §7); ``(0, 0)`` for a record that stopped before stage 5."""
         return int(self.scores.get("race_tokens", 0)), int(self.scores.get("races_lost", 0))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index, "accepted": self.accepted, "stage": self.stage.name.lower(),
             "reason": self.reason, "message": self.message, "node_id": self.node_id,
@@ -229,7 +230,7 @@ class _Rejected(Exception):
         self.reason, self.message = reason, message
 
 
-def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tuple, Any]) -> None:
+def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tuple[object, ...], Any]) -> None:
     """Stage 3. ``seen`` memoises, within one call of :func:`verify`, the tokenization of each
     prompt and the assignment of each group: a group's members repeat both."""
     if rollout.model_hash != model.model_hash:
@@ -274,7 +275,7 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
                         f"{len(rollout.prompt_tokens)} prompt and {len(rollout.completion_tokens)} "
                         f"completion tokens exceed the verifier's limit of {expect.max_tokens} (--max-tokens)")
     if expect.tasks is not None:
-        slot = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
+        slot: tuple[object, ...] = ("task", rollout.round_seed, rollout.node_id, rollout.group_index)
         if slot not in seen:
             assigned = (in_order(expect.tasks, rollout.group_index) if expect.in_order
                         else assign(expect.tasks, rollout.round_seed, rollout.node_id, rollout.group_index))
@@ -301,7 +302,7 @@ def _binding(rollout: Rollout, model: Model, expect: Expectations, seen: dict[tu
 
 def _group_problems(rollouts: dict[int, Rollout]) -> dict[int, _Rejected]:
     """Whole-group rules: every sample index once, members agreeing on the group's terms."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
+    groups: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for index, rollout in rollouts.items():
         groups[rollout.group_key].append(index)
     problems: dict[int, _Rejected] = {}
@@ -448,7 +449,7 @@ def _checks_after_prefill(rollout: Rollout, agreement: commitment.CommitmentChec
                         f"claims reward {rollout.reward}, recomputed {recomputed_reward}")
 
 
-def _replay(sequences: list[tuple[torch.Tensor, torch.Tensor, bytes, sampler.SamplingParams]],
+def _replay(sequences: list[tuple[torch.Tensor, torch.Tensor, bytes, SamplingParams]],
             slack: float) -> list[sampler.RaceReplay | ProofsError]:
     """The race replay of a batch, with the sampler's refusal kept per record: records that
     share sampling parameters are replayed together, so when the sampler refuses a batch
@@ -504,19 +505,21 @@ def verify(
     def finish(index: int, rejected: _Rejected | None, scores: dict[str, float] | None = None,
                recomputed: bytes = b"") -> None:
         item = items[index]
-        about = {}
+        node_id, task_id, sample_index = "", "", -1  # Verdict's defaults, for a record that did not decode
         if isinstance(item, Rollout):
-            about = {"node_id": item.node_id.hex(), "task_id": item.task_id, "sample_index": item.sample_index}
+            node_id, task_id, sample_index = item.node_id.hex(), item.task_id, item.sample_index
         reason, message = (Reason.OK, "all checks passed") if rejected is None else (rejected.reason, rejected.message)
-        verdicts[index] = Verdict(index, rejected is None, reason.stage, reason, message,
-                                  scores=MappingProxyType(scores or {}), recomputed=recomputed, **about)
+        verdicts[index] = Verdict(index, rejected is None, reason.stage, reason, message, node_id=node_id,
+                                  task_id=task_id, sample_index=sample_index,
+                                  scores=MappingProxyType(scores or {}), recomputed=recomputed)
         if on_progress is not None:
             on_progress(1)
 
     # Ed25519 verification releases the GIL: the records' signatures are checked on every core.
-    decoded = [index for index, item in enumerate(items) if isinstance(item, Rollout)]
+    rollouts = {index: item for index, item in enumerate(items) if isinstance(item, Rollout)}
+    decoded = list(rollouts)
     signed = dict.fromkeys(decoded, True) if signatures_checked else dict(
-        zip(decoded, map_in_slices(lambda index: items[index].signature_valid(), decoded)))
+        zip(decoded, map_in_slices(lambda index: rollouts[index].signature_valid(), decoded)))
     for index, item in enumerate(items):
         if isinstance(item, RecordError):
             finish(index, _Rejected(_UNDECODABLE[item.kind], str(item.at(index))))
@@ -527,7 +530,7 @@ def verify(
     for index, problem in _group_problems(alive).items():
         finish(index, problem)
         del alive[index]
-    seen: dict[tuple, Any] = {}
+    seen: dict[tuple[object, ...], Any] = {}
     for index in list(alive):
         try:
             _binding(alive[index], model, expect, seen)
