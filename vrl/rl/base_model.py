@@ -68,6 +68,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -119,7 +120,7 @@ def cpu_vendor() -> str:
     return ""
 
 
-def platform() -> dict:
+def platform() -> dict[str, Any]:
     """What the bits of a build depend on, for ``vrl-base.json`` and the vector."""
     import transformers
 
@@ -278,7 +279,7 @@ def is_pinned_build(path: Path) -> bool:
     them). One made without them has the bits of the machine it ran on, not those every other
     machine builds, so it is rebuilt rather than used."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        return read_meta(path).get("platform", {}).get("pinned") == PINNED_ENV
+        return bool(read_meta(path).get("platform", {}).get("pinned") == PINNED_ENV)
     return False
 
 
@@ -289,12 +290,12 @@ def ensure_base_model(config: BaseModelConfig = DEFAULT) -> Path:
     return path if is_pinned_build(path) else build_base_model(config, path)
 
 
-def vector() -> dict:
+def vector() -> dict[str, Any]:
     """specs/vectors/base_model.json with this machine's vendor's entry made anew: :data:`VECTOR_RECIPE`
     built as :func:`build_base_model` builds it (the full recipe's hash is added by hand, with its time)."""
     with tempfile.TemporaryDirectory() as tmp:
         meta = read_meta(build_base_model(VECTOR_RECIPE, Path(tmp) / "base"))
-    document = json.loads(VECTOR_FILE.read_text())
+    document: dict[str, Any] = json.loads(VECTOR_FILE.read_text())
     document["recipe"] = meta["config"]
     document["builds"][meta["platform"]["cpu_vendor"]] = {"model_hash": meta["model_hash"],
                                                           "platform": meta["platform"]}

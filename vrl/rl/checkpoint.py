@@ -26,6 +26,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 import torch
@@ -59,7 +60,7 @@ class Manifest:
     files: dict[str, str]  # every name of FILES -> its SHA-256, hex
 
 
-def _brief(value) -> str:
+def _brief(value: object) -> str:
     """A JSON value for an error message: a scalar cut short, a container by its type only
     (printing one nested 900 deep could itself overflow the stack)."""
     if isinstance(value, (list, dict)):
@@ -159,7 +160,7 @@ def remove_stale_partials(directory: str | Path) -> list[Path]:
     return removed
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Split an optimizer state dict into tensors (for safetensors) and the JSON-able rest."""
     state = optimizer.state_dict()
     tensors, scalars = {}, {}
@@ -173,7 +174,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
 
 
 def save(directory: str | Path, step: int, network: torch.nn.Module, optimizer: torch.optim.Optimizer,
-         state: dict) -> Path:
+         state: dict[str, Any]) -> Path:
     """Write checkpoint ``step`` under ``directory``; returns its path."""
     directory = Path(directory)
     final = directory / f"{PREFIX}{step:08d}"
@@ -216,7 +217,8 @@ def prune(directory: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _optimizer_state(path: Path, rest, moments: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> dict:
+def _optimizer_state(path: Path, rest: object, moments: dict[str, torch.Tensor],
+                     optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer state dict that ``state.json``'s ``optimizer`` and the moments describe,
     checked against ``optimizer``'s parameters (count, ids, shapes)."""
     where = path / "state.json"
@@ -240,7 +242,7 @@ def _optimizer_state(path: Path, rest, moments: dict[str, torch.Tensor], optimiz
                 raise CheckpointError(
                     f"{where}: optimizer: parameter ids must be distinct integers, got {_brief(index)}")
             parameters[index] = parameter
-    state: dict[int, dict] = {}
+    state: dict[int, dict[str, Any]] = {}
     for key, value in [*moments.items(), *rest["scalars"].items()]:
         index, _, slot = key.partition(".")
         if not index.isdecimal() or int(index) not in parameters or not slot:
@@ -253,7 +255,7 @@ def _optimizer_state(path: Path, rest, moments: dict[str, torch.Tensor], optimiz
     return {"state": state, "param_groups": groups}
 
 
-def verified(path: Path) -> tuple[Manifest, dict]:
+def verified(path: Path) -> tuple[Manifest, dict[str, Any]]:
     """Check every file of checkpoint ``path`` against its manifest, then read its state;
     loads no tensor."""
     manifest = read_manifest(path)
@@ -299,7 +301,7 @@ def _fitting_weights(path: Path, network: torch.nn.Module) -> dict[str, torch.Te
     return weights
 
 
-def load_weights(path: str | Path, network: torch.nn.Module) -> dict:
+def load_weights(path: str | Path, network: torch.nn.Module) -> dict[str, Any]:
     """Verify ``path`` completely, then load only its weights into ``network`` (no optimizer:
     what exporting or serving a trained policy needs); returns its state."""
     path = Path(path)
@@ -309,7 +311,7 @@ def load_weights(path: str | Path, network: torch.nn.Module) -> dict:
     return state
 
 
-def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Verify ``path`` completely, then load it into ``network`` and ``optimizer``; returns its state."""
     path = Path(path)
     _, state = verified(path)
@@ -326,7 +328,7 @@ def load(path: str | Path, network: torch.nn.Module, optimizer: torch.optim.Opti
 
 
 def load_latest(directory: str | Path, network: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                fall_back: bool = True) -> tuple[Path, dict] | None:
+                fall_back: bool = True) -> tuple[Path, dict[str, Any]] | None:
     """Load the newest checkpoint under ``directory`` that verifies: ``(its path, its state)``,
     or None if there is none at all. Each newer one skipped is logged with the reason; if none
     verifies, the :class:`CheckpointError` lists them all. Without ``fall_back`` only the newest

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import structlog
 
@@ -101,7 +101,9 @@ class LearnerConfig:
         check_fields(self, LearnerConfig)  # a subclass's further fields are its own to check
 
 
-_REWARD = RewardSpec().as_legacy()  # the reward's defaults are the spec's (specs/rewards.md §2): (1.0, 0.0, "")
+_LEGACY = RewardSpec().as_legacy()  # the reward's defaults are the spec's (specs/rewards.md §2): (1.0, 0.0, "")
+assert _LEGACY is not None  # the default spec is one a v2 record states
+_REWARD: tuple[float, float, str] = _LEGACY
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ class TrainConfig(LearnerConfig, GenerationConfig):
         return RewardSpec.legacy(self.reward_correct, self.reward_format, self.answer_tag)
 
     @classmethod
-    def from_toml(cls, path: Path, **overrides) -> TrainConfig:
+    def from_toml(cls, path: Path, **overrides: Any) -> TrainConfig:
         """Read a TOML file (top-level keys as here, GRPO keys under ``[grpo]``), then apply
         overrides (the flags; see :meth:`from_dict`). A mistake in the file is a
         :class:`~vrl.config.ConfigError` naming the file, the table and the key."""
@@ -154,7 +156,7 @@ class TrainConfig(LearnerConfig, GenerationConfig):
         return cls.from_dict(asdict(config), **overrides) if overrides else config
 
     @classmethod
-    def from_saved(cls, path: Path, **overrides) -> TrainConfig:
+    def from_saved(cls, path: Path, **overrides: Any) -> TrainConfig:
         """A run's own ``config.toml``, as this or an earlier vrl wrote it, for ``--resume``:
         keys an earlier version wrote that this one retired (:data:`RETIRED_KEYS`) are dropped
         with a warning, so an upgrade alone does not strand a run. A file a user gives
@@ -173,7 +175,7 @@ class TrainConfig(LearnerConfig, GenerationConfig):
         return cls.from_dict(asdict(config), **overrides) if overrides else config
 
     @classmethod
-    def from_dict(cls, data: dict, **overrides) -> TrainConfig:
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> TrainConfig:
         """A config from a table (what tomllib reads) and overrides (flags, ``grpo`` a dict of
         its own; None is a flag not given). Unknown keys, wrong types and values out of range
         are a :class:`~vrl.config.ConfigError` naming the table and the key."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from proofs.sampler import SamplingParams
+from proofs.sampling_params import SamplingParams
 from vrl.rollouts.forward import decode
 from vrl.rollouts.model import Model
 from vrl.tasks import HELD_OUT_SHARE, RewardSpec, Task, TaskSet, is_held_out

@@ -26,6 +26,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 from safetensors import SafetensorError
@@ -33,6 +34,7 @@ from safetensors import SafetensorError
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rollouts.config import GenerationConfig
+from vrl.rollouts.files import fsync
 from vrl.rollouts.model import DTYPES, Model, ModelError
 from vrl.rollouts.model import load_model as load_hf_model
 
@@ -62,7 +64,7 @@ class TrainedPolicy:
     version: int
     source: Path
 
-    def provenance(self) -> dict:
+    def provenance(self) -> dict[str, Any]:
         return {"source": str(self.source), "version": self.version, "base": self.base,
                 "model_hash": self.model.model_hash.hex(), "dtype": self.model.dtype_name}
 
@@ -165,7 +167,9 @@ def load_model(spec: str | Path, *, dtype: str | None = None, attention: str = "
     model.network.config._attn_implementation = attention
     if dtype in (None, model.dtype_name):
         return model
-    return Model(name=model.name, network=model.network.to(DTYPES[dtype]), tokenizer=model.tokenizer,
+    # transformers' `to` is wrapped by a decorator whose type loses the bound self.
+    return Model(name=model.name, network=model.network.to(DTYPES[dtype]),  # type: ignore[arg-type]
+                 tokenizer=model.tokenizer,
                  dtype_name=dtype)
 
 
@@ -231,12 +235,12 @@ def export(policy: TrainedPolicy, out: str | Path, *, dtype: str = "float32") ->
                                                           indent=2, sort_keys=True) + "\n")
         for file in staging.iterdir():
             file.chmod(0o644)  # safetensors writes its file private; a model directory is for sharing
-            checkpoint.fsync(file)
-        checkpoint.fsync(staging)
+            fsync(file)
+        fsync(staging)
         # Checked above; a file put at out meanwhile makes this fail and change nothing
         # (only an empty directory would be replaced, which loses nothing).
         os.rename(staging, out)
-        checkpoint.fsync(out.parent)
+        fsync(out.parent)
     except (OSError, SafetensorError) as error:  # a full disk is a SafetensorError from safetensors' writer
         raise ExportError(f"{out}: cannot be written: {getattr(error, 'strerror', None) or error}") from None
     finally:

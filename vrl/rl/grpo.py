@@ -97,7 +97,9 @@ def policy_loss(
         raise ValueError("max_completion_tokens (an int > 0) is required for aggregation 'constant'")
 
     keep = mask.bool()
-    pad = lambda t: t.masked_fill(~keep, 0.0)  # noqa: E731
+    def pad(t: torch.Tensor) -> torch.Tensor:
+        return t.masked_fill(~keep, 0.0)
+
     logp = pad(logprobs)
     old = pad((logprobs if old_logprobs is None else old_logprobs).detach())
     mu = pad(behaviour_logprobs.detach())
@@ -123,6 +125,7 @@ def policy_loss(
     elif config.aggregation == "sequence":
         loss = (masked.sum(1) / m.sum(1).clamp(min=1)).mean()  # 1/G sum_i 1/|o_i| sum_t, GRPO eq. 3
     else:
+        assert max_completion_tokens is not None  # required for 'constant', checked above
         loss = masked.sum() / (logp.shape[0] * max_completion_tokens)  # constant normaliser, Dr. GRPO §3.1
 
     n = tokens.clamp(min=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 PANELS = (
     ("held_out_accuracy", "held-out accuracy"),
@@ -15,7 +16,7 @@ PANELS = (
 )
 
 
-def read_metrics(path: Path) -> list[dict]:
+def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 

@@ -31,8 +31,8 @@ from safetensors.torch import save as save_tensors
 
 from vrl.config import U63, bounded, check_fields
 from vrl.errors import VrlError
+from vrl.rl.config import GRPOConfig
 from vrl.rl.grpo import (
-    GRPOConfig,
     group_advantages,
     informative_groups,
     k3_estimate,
@@ -274,14 +274,14 @@ def grpo_step(network: torch.nn.Module, optimizer: torch.optim.Optimizer, groups
              "is_weight_mean": 1.0, "is_truncated_fraction": 0.0}
     if not groups:
         return stats
-    rewards = torch.tensor([[r.reward for r in g] for g in groups] if rewards is None else rewards, device=HOST)
-    keep = informative_groups(rewards) if informative is None else torch.tensor(informative, device=HOST)
+    table = torch.tensor([[r.reward for r in g] for g in groups] if rewards is None else rewards, device=HOST)
+    keep = informative_groups(table) if informative is None else torch.tensor(informative, device=HOST)
     stats["groups_zero_variance"] = int((~keep).sum())
     if not bool(keep.any()):
         return stats  # no gradient at all: the weights and the optimizer stay as they were
     groups = [g for g, k in zip(groups, keep.tolist()) if k]
     weights = [w for w, k in zip(weights, keep.tolist()) if k]
-    advantages = group_advantages(rewards[keep], config.grpo.advantage, config.grpo.std_eps)
+    advantages = group_advantages(table[keep], config.grpo.advantage, config.grpo.std_eps)
     advantages = weight_advantages(advantages, torch.tensor(weights, dtype=advantages.dtype, device=HOST)).reshape(-1)
     rollouts = [r for g in groups for r in g]
     ref_logprobs = None
@@ -292,7 +292,8 @@ def grpo_step(network: torch.nn.Module, optimizer: torch.optim.Optimizer, groups
         raise ValueError("a reference policy is required when grpo.kl_beta > 0")
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate_at(step_index)
-    old_logprobs, totals = None, {}
+    old_logprobs = None
+    totals: dict[str, float] = {}
     for iteration in range(config.grpo.iterations):  # mu steps on one batch, GRPO Algorithm 1
         if forward is None or iteration > 0:
             forward = policy_forward(network, rollouts, config.temperature, pad)
@@ -307,7 +308,7 @@ def grpo_step(network: torch.nn.Module, optimizer: torch.optim.Optimizer, groups
         if in_loss is None and ref_logprobs is not None:
             loss_stats["kl"] = _mean_k3(logprobs.detach(), ref_logprobs, mask)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         torch.nn.utils.clip_grad_norm_(network.parameters(), config.grad_clip)
         optimizer.step()
         for name, value in {**loss_stats, "loss": float(loss.detach())}.items():

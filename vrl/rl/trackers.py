@@ -25,7 +25,7 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from vrl.errors import VrlError
 
@@ -51,7 +51,7 @@ def report_to(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for name in names if name != "all"))
 
 
-def scalars(record: dict) -> dict[str, float]:
+def scalars(record: dict[str, Any]) -> dict[str, float]:
     """The numbers of a ``metrics.jsonl`` record, which a tracker plots: a nested table's
     entries as ``table/key`` (``rejected_reasons/reward_mismatch``), strings (the model hash),
     flags (``final``) and the step itself (the x-axis) left out."""
@@ -114,7 +114,7 @@ class Wandb:
 
     name = "wandb"
 
-    def __init__(self, run_dir: Path, config: dict) -> None:
+    def __init__(self, run_dir: Path, config: dict[str, Any]) -> None:
         try:
             import wandb
         except ImportError:
@@ -143,13 +143,14 @@ class Trackers:
     """The trackers a run reports to; :meth:`log` takes a ``metrics.jsonl`` record after it is
     written. A tracker that raises is warned about (``warn``) and left out from then on."""
 
-    def __init__(self, names: Iterable[str], run_dir: Path, config: dict, config_toml: str, start_step: int,
+    def __init__(self, names: Iterable[str], run_dir: Path, config: dict[str, Any], config_toml: str, start_step: int,
                  warn: Callable[..., None]) -> None:
         self.warn = warn
         self.active: list[Tracker] = []
         self.failures: dict[str, str] = {}  # tracker name: what failed, for the run's summary
-        openers = {"tensorboard": lambda: TensorBoard(run_dir, config_toml, start_step),
-                   "wandb": lambda: Wandb(run_dir, config)}
+        openers: dict[str, Callable[[], Tracker]] = {
+            "tensorboard": lambda: TensorBoard(run_dir, config_toml, start_step),
+            "wandb": lambda: Wandb(run_dir, config)}
         try:
             for name in dict.fromkeys(names):
                 self.active.append(openers[name]())
@@ -157,7 +158,7 @@ class Trackers:
             self.close()  # the ones opened already
             raise
 
-    def log(self, record: dict) -> None:
+    def log(self, record: dict[str, Any]) -> None:
         values = scalars(record)
         for tracker in list(self.active):
             try:

@@ -30,11 +30,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import structlog
 import torch
 
-from proofs.sampler import SamplingParams
+from proofs.sampling_params import SamplingParams
 from vrl.errors import VrlError
 from vrl.rl import checkpoint
 from vrl.rl.config import TrainConfig
@@ -125,11 +126,11 @@ class Trainer:
                            "or choose another directory")
         # The newest checkpoint (that verifies, with fall_back: each damaged newer one is logged
         # with the reason, and if none verifies the CheckpointError names them all).
-        loaded = checkpoint.load_latest(checkpoints, self.network, self.optimizer, fall_back=fall_back) if (
+        latest = checkpoint.load_latest(checkpoints, self.network, self.optimizer, fall_back=fall_back) if (
             resume) else None
-        self.resumed_state: dict = {}  # what advance() saved beside the checkpoint resumed from
-        if loaded is not None:
-            path, state = loaded
+        self.resumed_state: dict[str, Any] = {}  # what advance() saved beside the checkpoint resumed from
+        if latest is not None:
+            path, state = latest
             self.step_index, self.resumed_state = state["step"], state
             self.log("resumed", checkpoint=str(path), step=self.step_index)
         # Steps after the checkpoint (or all, if a run died before its first one) are redone.
@@ -156,7 +157,7 @@ class Trainer:
 
         def before(line: str) -> bool:
             try:
-                return json.loads(line).get("step", 0) < step
+                return bool(json.loads(line).get("step", 0) < step)
             except json.JSONDecodeError:
                 return False
 
@@ -165,7 +166,7 @@ class Trainer:
         staging.write_text("".join(line + "\n" for line in kept))
         os.replace(staging, self.metrics_path)
 
-    def _append_metrics(self, record: dict) -> None:
+    def _append_metrics(self, record: dict[str, Any]) -> None:
         """The one place a step's metrics are recorded: its line in metrics.jsonl, on disk, then
         the same record to the trackers, which cannot change or lose that line."""
         with self.metrics_path.open("a") as handle:
@@ -187,9 +188,9 @@ class Trainer:
         }
 
     # -- one round -------------------------------------------------------------------------
-    def step(self) -> dict:
+    def step(self) -> dict[str, Any]:
         config, step = self.config, self.step_index
-        record: dict = {"step": step, "policy_version": step}
+        record: dict[str, Any] = {"step": step, "policy_version": step}
         model = self.policy()
         record["model_hash"] = model.model_hash.hex()
         seed = round_seed(model.model_hash, step)
@@ -252,7 +253,7 @@ class Trainer:
         self._append_metrics(record)
         return record
 
-    def advance(self, state: dict | None = None) -> Model:
+    def advance(self, state: dict[str, Any] | None = None) -> Model:
         """Make the current weights policy version ``step + 1``; the checkpoint, when one is
         due, is on disk before this returns, with ``state`` (JSON-able) beside the model hash,
         read back as :attr:`resumed_state`. Returns the new policy."""
@@ -274,7 +275,7 @@ class Trainer:
 
     def update(self, groups: list[list[Rollout]], weights: list[float] | None = None, *,
                forward: PolicyForward | None = None, informative: list[bool] | None = None,
-               rewards: list[list[float]] | None = None) -> dict:
+               rewards: list[list[float]] | None = None) -> dict[str, Any]:
         """One GRPO step on whole groups (:func:`vrl.rl.step.grpo_step`); ``weights`` (one per
         group, >= 0; e.g. the node's admission weights from :func:`vrl.node.admission.admit`)
         scale each group's advantages. ``forward``, a :func:`policy_forward` of the current
@@ -287,7 +288,8 @@ class Trainer:
                          self.tokenizer.pad_token_id, reference=self.reference, track_kl=self.config.track_kl,
                          forward=forward, informative=informative, rewards=rewards)
 
-    def run(self, on_step: Callable[[dict], None] | None = None, deadline: float | None = None) -> dict:
+    def run(self, on_step: Callable[[dict[str, Any]], None] | None = None,
+            deadline: float | None = None) -> dict[str, Any]:
         """Steps until ``config.steps`` (or ``time.perf_counter()`` passes ``deadline``), then
         evaluates the final policy and returns that record. The trackers are closed at the end,
         however it ends."""
@@ -296,7 +298,7 @@ class Trainer:
                 record = self.step()
                 if on_step is not None:
                     on_step(record)
-            final = {"step": self.step_index, "policy_version": self.step_index, "final": True}
+            final: dict[str, Any] = {"step": self.step_index, "policy_version": self.step_index, "final": True}
             model = self.policy()
             final["model_hash"] = model.model_hash.hex()
             final.update(self.evaluate(model))
