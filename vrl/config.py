@@ -27,9 +27,12 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import tomli_w
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 from vrl.errors import VrlError, shown
 
 
@@ -71,6 +74,7 @@ MAX_TOML_BYTES = 1 << 20
 MAX_PATH_BYTES = 4096
 # TOML integers are signed 64-bit (toml.io v1.0.0, "Integer"): no file holds a larger count.
 U63 = 2**63 - 1
+_Config = TypeVar("_Config", bound="DataclassInstance")  # a config dataclass that build() makes from a table
 
 
 def read_toml(path: str | Path) -> dict:
@@ -288,7 +292,7 @@ def _unknown(cls, key, known: list[str]) -> str:
     return f"unknown key {shown(key)} ({hint})"
 
 
-def build(cls, data, base=None):
+def build(cls: type[_Config], data: object, base: _Config | None = None) -> _Config:
     """A ``cls`` from a TOML table: the table's keys over ``base`` (an instance: the defaults
     to layer it on; else the class's own). Unknown and missing keys are refused by name, arrays
     become tuples, then ``cls`` checks every value itself. Errors name the table's keys."""
