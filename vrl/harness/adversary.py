@@ -31,6 +31,7 @@ from vrl.node.daemon import Node
 from vrl.node.messages import Group, Outcome, recomputed_digest
 from vrl.node.protocol import NodeProtocol
 from vrl.node.work import CheckResult, PolicyTrainer, Work, WorkConfig, tampered
+from vrl.rl.step import PolicyForward
 from vrl.rollouts.forward import HOST, Decoded, decode, prefill
 from vrl.rollouts.generate import Decoder, iter_generate
 from vrl.rollouts.keys import NodeKey
@@ -336,14 +337,14 @@ class CheatingWork(Work):
         if self.cheat == "replay" and group.subject != self.key.node_id:
             self.seen_groups = [*self.seen_groups[-15:], group.rollouts]
 
-    def check(self, group: Group, version: int) -> CheckResult:
+    def check(self, group: Group, version: int, forward: PolicyForward | None = None) -> CheckResult:
         if self.cheat == "lazy-verifier":
             # Approves unseen; the digest it must attach is made up (copying the prover's own
             # commitments is the best it can do without a prefill), and so is the evidence: every
             # race won, which is what an honest group mostly shows.
             return CheckResult((), recomputed_digest([r.commitment for r in group.rollouts]),
                                sum(len(r.completion_tokens) for r in group.rollouts), 0)
-        return super().check(group, version)
+        return super().check(group, version, forward)
 
 
 # A dishonest trainer trains honestly up to this version, so that a devnet first shows the
