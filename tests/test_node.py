@@ -24,28 +24,32 @@ TRAINER = NodeKey.from_seed(b"trainer".ljust(32, b"\0"))
 WORKERS = [NodeKey.from_seed(f"worker-{i}".encode().ljust(32, b"\0")) for i in range(3)]
 
 
-def config(data_dir: Path, plant_every: int = 0, train: dict | None = None, **changes) -> NodeConfig:
-    """A small, fast node; its tables are given as node.toml gives them, on the node's defaults."""
+def config(data_dir: Path, plant_every: int = 0, train: dict | None = None, verification: str | None = None,
+           **changes) -> NodeConfig:
+    """A small, fast node; its tables are given as node.toml gives them, on the node's defaults
+    (``verification``: the design, if not the node's default)."""
     return NodeConfig(data_dir=str(data_dir), trainer=TRAINER.node_id.hex(), transport="loopback",
                       work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
                       protocol={"groups_per_round": 2, "verdict_wait": 0.5, "round_timeout": 5.0,
-                                "plant_every": plant_every},
+                                "plant_every": plant_every, **({"verification": verification} if verification else {})},
                       admission={"batch_groups": 4, "node_cap": 0.5, "trusted_share": 0.0},
                       train={"held_out": 8, "eval_every": 1, "warmup_steps": 1, **(train or {})}, **changes)
 
 
 async def run_network(tmp_path: Path, adversary: str = "", rounds: int = 2, deadline: float = 150.0,
-                      until=None, plant_every: int = 0, train: dict | None = None) -> dict[str, Node]:
+                      until=None, plant_every: int = 0, train: dict | None = None,
+                      verification: str | None = None) -> dict[str, Node]:
     """Trainer (+verifier), two honest worker-verifiers and one worker that may cheat; runs
     until the trainer has published ``rounds`` new versions (or ``until(nodes)`` holds) or
-    the deadline passes. ``train``: keys of the trainer's [train] table."""
+    the deadline passes. ``train``: keys of the trainer's [train] table; ``verification``: the
+    design, if not the node's default."""
     network = LoopbackNetwork(seed=1)
     specs = {
         "trainer": (TRAINER, config(tmp_path / "trainer", roles=("trainer", "verifier"), plant_every=plant_every,
-                                    train=train)),
-        "honest-0": (WORKERS[0], config(tmp_path / "w0")),
-        "honest-1": (WORKERS[1], config(tmp_path / "w1")),
-        "suspect": (WORKERS[2], config(tmp_path / "w2", adversary=adversary, roles=(
+                                    train=train, verification=verification)),
+        "honest-0": (WORKERS[0], config(tmp_path / "w0", verification=verification)),
+        "honest-1": (WORKERS[1], config(tmp_path / "w1", verification=verification)),
+        "suspect": (WORKERS[2], config(tmp_path / "w2", adversary=adversary, verification=verification, roles=(
             ("worker", "verifier") if adversary == "lazy-verifier" else ("worker",)))),
     }
     nodes = {name: node_for(cfg.adversary)(cfg, network.transport(key.private_seed()), key)
@@ -123,9 +127,7 @@ def test_honest_network_trains_on_verified_groups_from_every_worker(tmp_path):
     assert subjects and set(subjects) <= {w.node_id for w in WORKERS}
     assert not trainer.protocol.quarantined
     # Every verdict in every store is signed and carries a digest when it checked.
-    store = Store(tmp_path / "w0" / "node.sqlite")
-    verdicts = [SignedVerdict.from_bytes(d) for k, d, _ in store.replay() if k == "verdict"]
-    store.close()
+    verdicts = [v for name in ("trainer", "w0", "w1") for v in stored_verdicts(tmp_path / name / "node.sqlite")]
     assert verdicts and all(v.valid() for v in verdicts)
     assert all(len(v.digest) == 32 for v in verdicts if v.checked)
     # Honest verifiers on one platform recompute identical digests for the same group.
@@ -143,8 +145,11 @@ def test_a_cheating_worker_is_caught_quarantined_and_never_trained_on(tmp_path, 
     # Until two versions are out and the cheat is quarantined (or the deadline passes): a
     # replayer has nothing to copy before another node's group reaches it, so its cheat, the
     # failed check and the re-check can come after the second version.
+    # A replayer copies the groups the ticket design gossips; in the committee design it has none
+    # to copy (groups go to the trainer alone: tests/test_simulator.py, the replayer).
     nodes = asyncio.run(run_network(tmp_path, adversary=adversary, until=lambda nodes: (
-        (nodes["trainer"].protocol.version or 0) >= 2 and cheat in nodes["trainer"].protocol.quarantined)))
+        (nodes["trainer"].protocol.version or 0) >= 2 and cheat in nodes["trainer"].protocol.quarantined),
+        verification="tickets" if adversary == "replay" else None))
     trainer = nodes["trainer"]
     assert cheat in trainer.protocol.quarantined
     assert not set(trained_groups(tmp_path / "trainer" / "node.sqlite")) & failed_groups(
@@ -228,8 +233,11 @@ def test_every_validator_and_handler_survives_malformed_and_mutated_messages(tmp
 
     async def fuzz() -> None:
         network = LoopbackNetwork()
-        node = Node(config(tmp_path / "fuzz"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
-        worker = Node(config(tmp_path / "w"), network.transport(WORKERS[1].private_seed()), WORKERS[1])
+        # The ticket design, whose verdicts (audit tickets) need no manifest to be accepted.
+        node = Node(config(tmp_path / "fuzz", verification="tickets"), network.transport(WORKERS[0].private_seed()),
+                    WORKERS[0])
+        worker = Node(config(tmp_path / "w", verification="tickets"), network.transport(WORKERS[1].private_seed()),
+                      WORKERS[1])
         policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
         node.protocol.policies[0] = policy
         worker.work.install(0, worker.work.skeleton, 3)
@@ -340,8 +348,9 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
     async def attack() -> None:
         network = LoopbackNetwork(seed=3)
         victim_key, honest_key = WORKERS[0], WORKERS[1]
-        node = Node(config(tmp_path / "victim", roles=("worker", "verifier")), network.transport(
-            victim_key.private_seed()), victim_key)
+        # The ticket design, whose verdicts (audit tickets) a page may carry without a manifest.
+        node = Node(config(tmp_path / "victim", roles=("worker", "verifier"), verification="tickets"),
+                    network.transport(victim_key.private_seed()), victim_key)
         await node.transport.start()
         policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
         node.protocol.handle(__import__("vrl.node.protocol", fromlist=["P"]).PolicyAnnounced(policy))
@@ -384,14 +393,16 @@ def test_fifty_sybil_peers_serving_hostile_backfill_pages_neither_crash_nor_move
     asyncio.run(asyncio.wait_for(attack(), 120))
 
 
-def verifier_and_worker(tmp_path: Path) -> tuple[Node, Node]:
+def verifier_and_worker(tmp_path: Path, verification: str | None = None) -> tuple[Node, Node]:
     """Two nodes that know policy 0, the worker holding its weights: to hand the first groups
     the second makes, through the daemon's own validator and handler."""
     from vrl.node.messages import PolicyAnnouncement
 
     network = LoopbackNetwork()
-    node = Node(config(tmp_path / "v"), network.transport(WORKERS[0].private_seed()), WORKERS[0])
-    worker = Node(config(tmp_path / "w"), network.transport(WORKERS[1].private_seed()), WORKERS[1])
+    node = Node(config(tmp_path / "v", verification=verification), network.transport(WORKERS[0].private_seed()),
+                WORKERS[0])
+    worker = Node(config(tmp_path / "w", verification=verification), network.transport(WORKERS[1].private_seed()),
+                  WORKERS[1])
     policy = PolicyAnnouncement(TRAINER.node_id, 0, b"\x01" * 32, b"\x02" * 32, 10).signed(TRAINER)
     for n in (node, worker):
         n.protocol.policies[0] = policy
@@ -542,7 +553,7 @@ def test_a_check_this_machine_cannot_reward_now_is_asked_again_not_judged(tmp_pa
     def no_fork(self, task, text):
         raise RewardUnavailable("reward_spec[0]", "the sandbox cannot fork: resource temporarily unavailable")
 
-    node, worker = verifier_and_worker(tmp_path)
+    node, worker = verifier_and_worker(tmp_path, verification="tickets")  # a check its own ticket drew
     # Version 0 is the model both hold, so that the group's round seed is the one expected.
     policy = PolicyAnnouncement(TRAINER.node_id, 0, node.work.skeleton.model_hash, b"\x02" * 32, 10).signed(TRAINER)
     for n in (node, worker):
