@@ -25,7 +25,8 @@ import torch
 from transformers import DynamicCache
 
 from p2p.transport import Transport
-from proofs.sampler import SamplingParams, replay, replay_sequences, sample
+from proofs.sampler import replay, replay_sequences, sample
+from proofs.sampling_params import SamplingParams
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import Group, Outcome, recomputed_digest
@@ -378,9 +379,10 @@ class CheatingTrainer(PolicyTrainer):
                            protocol: NodeProtocol) -> tuple[tuple[bytes, float], ...]:
         """trainer-rejected-group: the batch admission picked, and the fresh groups it failed
         itself a round or more ago (``protocol``: its node's state)."""
-        if self.cheat != "trainer-rejected-group" or not self._cheating():
+        current = protocol.version
+        if self.cheat != "trainer-rejected-group" or not self._cheating() or current is None:
             return batch
-        listed, current = {d for d, _ in batch}, protocol.version
+        listed = {d for d, _ in batch}
         failed = sorted(d for d, verdicts in protocol.verdicts.items()
                         if (own := verdicts.get(protocol.me)) is not None and own.outcome == Outcome.HARD_FAIL
                         and own.round < current and d in protocol.groups and d not in listed
@@ -438,7 +440,9 @@ def node_for(adversary: str):
         if adversary == "replay":
             # The replayer sees every group its node stores, by gossip or by backfill, once:
             # it wraps the group cache's door from outside.
-            persist, overheard = node.groups.persist, node.work.overheard
+            spy = node.work
+            assert isinstance(spy, CheatingWork)  # work_for("replay") made it
+            persist, overheard = node.groups.persist, spy.overheard
 
             def spied(group: Group, received: float) -> bool:
                 new = persist(group, received)
@@ -446,13 +450,16 @@ def node_for(adversary: str):
                     overheard(group)
                 return new
             node.groups.persist = spied  # type: ignore[method-assign]  # the cheat's own wiring
-            node.work.takes = node.protocol.takes_new_groups
+            spy.takes = node.protocol.takes_new_groups
         if adversary == "trainer-rejected-group":
-            honest, cheat, protocol = node.training.train, node.trainer, node.protocol
+            # A trainer cheat: the node trains, with trainer_for's CheatingTrainer.
+            training, cheat, protocol = node.training, node.trainer, node.protocol
+            assert training is not None and isinstance(cheat, CheatingTrainer)
+            honest = training.train
 
             def train(version: int, batch: tuple[tuple[bytes, float], ...]):
                 return honest(version, cheat.with_failed_groups(batch, protocol))
-            node.training.train = train
+            training.train = train  # type: ignore[method-assign]  # the cheat's own wiring
         return node
     return build
 

@@ -11,6 +11,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -238,7 +239,7 @@ def share_blobs(directory: Path) -> int:
 # * 60 rounds: the 50-round run still rose at its end (+0.1 point a round over its last 15),
 #   and 60 at about 4.4 s each keep the devnet under 5 minutes.
 ROUNDS = 60
-DEVNET_SETTINGS = {
+DEVNET_SETTINGS: dict[str, dict[str, Any]] = {
     "work": {"model": "base", "group_size": 16},
     # the trainer plants a known-bad group every 2 rounds, to catch verifiers that pass it. The
     # ticket design, on which the settings above and their round times were measured: a committee
@@ -249,7 +250,7 @@ DEVNET_SETTINGS = {
 }
 
 
-def local_devnet(nodes: int = 4, rounds: int = ROUNDS, settings: dict | None = None) -> Path:
+def local_devnet(nodes: int = 4, rounds: int = ROUNDS, settings: dict[str, dict[str, Any]] | None = None) -> Path:
     """The main job: a network of mutually distrusting nodes on 127.0.0.1, one of them cheating,
     training GRPO on what survives verification; then its learning curve. Returns the devnet's
     directory (its nodes' logs, stores and configs)."""

@@ -98,7 +98,7 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
     out = []
     for i, key in enumerate(keys):
         kind = cheats.get(i, "")
-        roles = ("trainer", "verifier") if i == 0 else ("worker", "verifier")
+        roles: tuple[str, ...] = ("trainer", "verifier") if i == 0 else ("worker", "verifier")
         if not verification:
             roles = tuple(r for r in roles if r != "verifier")
             # Nothing is checked, so no node ever earns trust: the naive trainer admits all.
@@ -129,7 +129,7 @@ def _resolved(settings: dict) -> dict:
     """``[work]``'s model and task made absolute when they name a local directory or file, as
     the node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path),
     and ``[zk]``'s answer key and SRS file."""
-    from vrl.rollouts.model import PRESETS
+    from vrl.rollouts.presets import PRESETS
 
     work = dict(settings.get("work", {}))
     model, task = work.get("model"), work.get("task")
@@ -227,6 +227,8 @@ def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, d
 
 def _last_line(path: Path | None) -> str:
     """A node's last log line, its "event" or "error" when it is JSON; for a failure message."""
+    if path is None:  # a node not started has no log
+        return ""
     try:
         with open(path, "rb") as handle:
             handle.seek(max(0, handle.seek(0, os.SEEK_END) - 4096))
@@ -244,6 +246,8 @@ def _last_line(path: Path | None) -> str:
 def _started_as(path: Path | None, offset: int = 0) -> str | None:
     """The node id a node's log says it started as (its "node started" line after ``offset``),
     if it got there."""
+    if path is None:
+        return None
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
@@ -362,7 +366,7 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
         stop(network)
     summary.update(seconds=time.monotonic() - started, first_accuracy=(first or {}).get("held_out_accuracy"),
                    first_expected_accuracy=(first or {}).get("expected_accuracy"),
-                   exit_codes={n.name: n.process.returncode for n in network},
+                   exit_codes={n.name: n.process.returncode if n.process is not None else None for n in network},
                    nodes={n.peer: {"name": n.name, "adversary": n.config.adversary} for n in network},
                    directory=str(network[0].config.path.parent))
     summary["failure"] = failure or watch.final(summary, scraped)
@@ -373,6 +377,8 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
 
 def events(path: Path | None, offset: int, event: str) -> list[dict]:
     """A node's JSON log lines of one event, from ``offset`` (this run's part of the log)."""
+    if path is None:
+        return []
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
