@@ -172,7 +172,7 @@ class Node:
         self._fetch_failures: dict[int, int] = {}
         self._batch_failures: dict[int, int] = {}
         self.catchup = Backfill(transport, self.store, self.validate, self.log, waits=self.validate.waits,
-                                committee=(bytes.fromhex(config.trainer), key.node_id) if self.protocol.committee
+                                committee=(bytes.fromhex(config.trainer), key.node_id) if self.protocol.design.manifests
                                 else None)
         self.proving = Proving(config.zk, config.path, key, transport, self.work, self.groups, self.blobs,
                                self.model_thread, self.metrics, self.log, sampling=sampling, rewards=reward_proofs,
@@ -581,10 +581,10 @@ class Node:
         topics = (TOPIC_POLICIES, TOPIC_GROUPS, TOPIC_VERDICTS, TOPIC_STEPS)
         # The committee design's round manifests (specs/committee.md §3.3), before any verdict
         # of their rounds can count; a ticket network has none.
-        for topic in topics + ((TOPIC_MANIFESTS,) if self.protocol.committee else ()):
+        for topic in topics + ((TOPIC_MANIFESTS,) if self.protocol.design.manifests else ()):
             self.transport.subscribe(topic, self._on_message, self.validate)
         self.transport.set_handler(BACKFILL_PROTOCOL, self.catchup.serve)
-        if self.protocol.committee:  # specs/network.md §3.5
+        if self.protocol.design.manifests:  # specs/network.md §3.5
             self.transport.set_handler(SEND_PROTOCOL, self._serve_send, max_request=BACKFILL_MAX_MESSAGE_BYTES)
             self.transport.set_handler(GROUP_PROTOCOL, self._serve_group)
             self.transport.set_handler(ENTRIES_PROTOCOL, self._serve_entries)

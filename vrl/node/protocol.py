@@ -142,9 +142,7 @@ class NodeProtocol:
         RaceTest(race_loss_rate)  # refuses a rate outside (0, 1/2) here, not at the first check
         self.race_loss_rate = race_loss_rate
         self.me = key.node_id
-        # The verification design (vrl.node.designs), and its flag for the daemon's routing.
-        self.design = design_of(config)
-        self.committee = config.verification == "committee"
+        self.design = design_of(config)  # the verification design (vrl.node.designs)
         self.reputation = Reputation(frozenset({self.me, config.trainer, *config.pretrusted}), config.reputation)
         self.policies: dict[int, PolicyAnnouncement] = {}
         # (key, value): see version

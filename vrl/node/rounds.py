@@ -255,7 +255,7 @@ def note_withheld(node: NodeState, manifest: RoundManifest) -> None:
     holds is not this network's: it implies nothing (it is still held, for the committees it
     fixes). What this node held of the round that the lists leave out is kept in ``rounds.omitted``."""
     lists = node.rounds.lists.get(manifest.round)
-    if not node.committee or lists is None:
+    if not node.design.manifests or lists is None:
         return
     omitted: dict[bytes, int] = defaultdict(int)
     for digest in node.groups_of_version(manifest.round):

@@ -87,12 +87,6 @@ class NodeView(Scanned, Protocol):
         ...
 
     @property
-    def committee(self) -> bool:
-        """The committee design (specs/committee.md), else tickets. What a rule asks of the
-        design itself is ``design.manifests`` (or the design's own method)."""
-        ...
-
-    @property
     def groups(self) -> Mapping[bytes, HeldGroup]: ...
 
     @property

@@ -151,7 +151,7 @@ class Training:
         parent = self.protocol.policies.get(version - 1)
         shortcut: Shortcut = {} if delta is None else {
             "delta": self.blobs.keep(delta[0]), "delta_size": len(delta[0]), "delta_parent": delta[1]}
-        if self.protocol.committee and step.batch:
+        if self.protocol.design.manifests and step.batch:
             # A committee network's batch goes in a file that only its step's replayers fetch
             # (specs/network.md §3.3.1): listed inline, every node would receive 40 bytes a group.
             file = BatchFile(self.key.node_id, version, step.batch).to_bytes()
