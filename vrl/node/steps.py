@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from vrl.node.events import (
     Abandoned,
@@ -44,9 +44,6 @@ from vrl.node.messages import (
 )
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import bit_exact_platform
-
-if TYPE_CHECKING:  # state.py imports this module
-    from vrl.node.state import Design
 
 # Step faults that signed data alone proves (specs/training.md §5): the announcements, the
 # trainer's own verdicts and the groups' records, and the reward proofs file the announcement
@@ -113,6 +110,15 @@ class _Rules:
     stale: set[bytes] = field(default_factory=set)
 
 
+class Manifested(Protocol):
+    """What the step judge reads of the verification design (vrl.node.state.Design)."""
+
+    @property
+    def manifests(self) -> bool:
+        """Whether the design closes rounds with a manifest: groups fetched by digest, passes kept."""
+        ...
+
+
 class Ledger(Protocol):
     """What the step judge reads of the rest of a node's protocol state."""
 
@@ -120,8 +126,10 @@ class Ledger(Protocol):
     loaded: set[int]
     round_started: dict[int, float]
     now: float
-    design: Design  # its manifests (design.manifests): groups fetched by digest, passes kept
     rounds: Rounds
+
+    @property
+    def design(self) -> Manifested: ...
 
     def once(self, action: Action) -> list[Action]:
         """``[action]`` unless the same action is already under way (then ``[]``)."""
