@@ -23,11 +23,12 @@ Exit codes of ``verify``: 0 every rollout accepted, 1 any rejected, 2 unusable i
 # `vrl --help` lists them in (not the alphabetical one isort would give).
 # isort: off
 from vrl.cli.common import app, configure_logging
-from vrl.cli.rollouts import generate, inspect, keygen, verdict_table, verify
+from vrl.cli.rollouts import generate, inspect, keygen, verify
 from vrl.cli.zk import commit_answers_command, evaluate, prove
 from vrl.cli.training import build_base_model_command, export, train
 from vrl.cli.network import devnet, node, reputation
 from vrl.cli.auditing import audit
+from vrl.rollouts.tables import verdict_table
 # isort: on
 
 __all__ = [

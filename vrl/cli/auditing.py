@@ -48,7 +48,7 @@ def audit(
     allow_code_rewards: Annotated[bool, typer.Option(help="Re-execute a network whose reward runs code (code/v1) "
                                                      "its task set and records carry, in the code reward's "
                                                      "sandbox.")] = False,
-):
+) -> None:
     """Re-check a whole run: signatures, reputation, duplicates, lazy verifiers, committees
     drawn again, admission, quarantine, groups re-verified, training steps replayed, accuracy
     re-measured, held-out claims on private test sets (*.claim.json) and sampling proofs

@@ -9,7 +9,7 @@ helper imports what it needs when called."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
@@ -20,6 +20,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 # Every command's logging; below the CLI, since the harness's scripts set it up alike.
 from vrl.logs import StderrHandler as StderrHandler
 from vrl.logs import configure_logging as configure_logging
+
+if TYPE_CHECKING:  # `vrl --help` imports none of them
+    from proofs.zk import Srs
+    from vrl.rollouts.model import Model
+    from vrl.tasks import RewardSpec, TaskSet
+    from vrl.zk import AnswerKey
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Verifiable-compute RL rollouts: generate, commit, sign and verify.")
@@ -112,7 +118,7 @@ def parse_challenge(text: str | None) -> bytes | None:
     return value
 
 
-def task_set(spec: str, columns: str = ""):
+def task_set(spec: str, columns: str = "") -> TaskSet:
     """Open a task set, warning about skipped lines; unusable input exits 2."""
     from vrl.tasks import TaskFileError, open_task_set
 
@@ -125,7 +131,7 @@ def task_set(spec: str, columns: str = ""):
     return tasks
 
 
-def answer_key(path: Path):
+def answer_key(path: Path) -> AnswerKey:
     from vrl.zk import AnswerKey, ZkFileError
 
     try:
@@ -134,7 +140,7 @@ def answer_key(path: Path):
         raise fail(str(error)) from None
 
 
-def srs_for(srs: Path | None, dev: bool, logrows: int):
+def srs_for(srs: Path | None, dev: bool, logrows: int) -> Srs:
     """The SRS a prover uses: the user's file, or (``--dev-srs``) the dev one, made once."""
     from proofs import zk
     from vrl.zk import work_directory
@@ -147,7 +153,7 @@ def srs_for(srs: Path | None, dev: bool, logrows: int):
         raise fail(str(error)) from None
 
 
-def trusted_srs(srs: Path | None, allow_dev: bool) -> list:
+def trusted_srs(srs: Path | None, allow_dev: bool) -> list[Srs]:
     """The SRS files a verifier holds (vrl.zk.summary.trusted_srs); an unreadable one exits 2."""
     from proofs import zk
     from vrl.zk.summary import trusted_srs as held
@@ -158,7 +164,7 @@ def trusted_srs(srs: Path | None, allow_dev: bool) -> list:
         raise fail(str(error)) from None
 
 
-def pinned_reward(reward: list[str] | None):
+def pinned_reward(reward: list[str] | None) -> RewardSpec | None:
     """The reward spec ``--reward`` terms name, or None when none is given."""
     from vrl.tasks import RewardError, parse_spec
 
@@ -168,7 +174,7 @@ def pinned_reward(reward: list[str] | None):
         raise fail(f"--reward {error.problem}") from None
 
 
-def open_model(model: str, dtype: str | None, device: str):
+def open_model(model: str, dtype: str | None, device: str) -> Model:
     """The model ``--model`` names (vrl.rl.export.load_model); one that cannot be loaded exits 2."""
     from vrl.rl.export import load_model
     from vrl.rollouts.model import ModelError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -42,11 +42,16 @@ from vrl.cli.common import (
 from vrl.rollouts.tables import verdict_table
 
 if TYPE_CHECKING:  # imported by the command that uses it: vrl.zk loads torch
+    import torch
+
+    from vrl.rollouts.record import Rollout
     from vrl.zk.summary import SamplingProofs
 
 
 @app.command()
-def keygen(out_path: Annotated[Path, typer.Option("--out", help="Where to write the PEM key (never overwritten).")]):
+def keygen(
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write the PEM key (never overwritten).")],
+) -> None:
     """Create an Ed25519 node key."""
     from vrl.rollouts.keys import NodeKey
 
@@ -90,7 +95,7 @@ def generate(
                                                 "sampling proofs, and keep the rows in OUT.hidden (vrl prove "
                                                 "--kind sampling).")] = False,
     reward: RewardOption = None,
-):
+) -> None:
     """Generate committed, signed rollouts: --groups whole groups of the tasks this key is assigned."""
     configure_logging(json_output)
     from proofs.errors import InvalidParameters
@@ -136,7 +141,7 @@ def generate(
     stats = GenerationStats()
     log.info("generating", model=loaded.name, model_hash=loaded.model_hash.hex()[:16], tasks=tasks.name,
              groups=groups, group_size=group_size, node_id=node_key.node_id.hex()[:16])
-    witness_rows: list | None = None
+    witness_rows: list[tuple[Rollout, torch.Tensor]] | None = None
     if hidden_states:
         from vrl.zk.sampling import SamplingProofError, circuit_for, supported, witness_path, write_witness
 
@@ -220,7 +225,7 @@ def verify(
                                                         "--reward). Without it a record's own is recomputed, except "
                                                         "one that runs code (code/v1), which is run only when named "
                                                         "here.")] = None,
-):
+) -> None:
     """Verify every rollout in a file, and test each producer's sampling over all of its rollouts.
     Exit 0 all accepted, 1 any rejected, any producer's sequential test failed or any sampling
     proof failed, 2 unusable input."""
@@ -313,7 +318,7 @@ def _sampling_line(summary: SamplingProofs) -> str:
 
 
 @app.command()
-def inspect(rollouts: RolloutsArgument, json_output: JsonOption = False):
+def inspect(rollouts: RolloutsArgument, json_output: JsonOption = False) -> None:
     """List the records of a rollout file, or the proofs of a companion file (.zk, .sampling), without
     verifying them."""
     from vrl.rollouts.files import RolloutFileError, iter_records
@@ -323,7 +328,7 @@ def inspect(rollouts: RolloutsArgument, json_output: JsonOption = False):
         return _inspect_proofs(rollouts, json_output)
     if rollouts.suffix == ".sampling":
         return _inspect_openings(rollouts, json_output)
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON rows, as --json prints them
     try:
         for index, item in enumerate(iter_records(rollouts)):
             if isinstance(item, RecordError):
@@ -369,6 +374,7 @@ def _inspect_proofs(path: Path, json_output: bool) -> None:
         attachments = read_attachments(path)
     except ZkFileError as error:
         raise fail(str(error)) from None
+    rows: list[dict[str, Any]]  # JSON rows, as --json prints them
     rows = [{"index": i, "circuit": a.circuit, "subject": a.subject.hex(), "srs": a.srs_hash.hex(),
              "vk": a.vk_hash.hex(), "instances": [x.hex() for x in a.instances], "proof_bytes": len(a.proof)}
             for i, a in enumerate(attachments)]
@@ -391,6 +397,7 @@ def _inspect_openings(path: Path, json_output: bool) -> None:
         challenge, openings = read_openings(path)
     except SamplingProofError as error:
         raise fail(str(error)) from None
+    rows: list[dict[str, Any]]  # as above
     rows = [{"index": i, "record": o.record.hex(), "position": o.position, "circuit": o.attachment.circuit,
              "srs": o.attachment.srs_hash.hex(), "vk": o.attachment.vk_hash.hex(),
              "instances": len(o.attachment.instances), "proof_bytes": len(o.attachment.proof)}

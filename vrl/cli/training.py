@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,6 +25,9 @@ from vrl.cli.common import (
 )
 from vrl.errors import VrlError
 
+if TYPE_CHECKING:  # typer vendors click, and exports its HelpFormatter nowhere public
+    from typer._click import Context, HelpFormatter
+
 
 class _TrainCommand(typer.core.TyperCommand):
     """``vrl train``, whose help shows each flag's default: the default of the config key the
@@ -33,13 +36,15 @@ class _TrainCommand(typer.core.TyperCommand):
     given; their ranges are the config's too (a value out of range is refused naming the key).
     Read when the help is shown: every other command starts without importing the configs."""
 
-    def format_help(self, ctx, formatter) -> None:
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         from vrl.rl.config import TrainConfig
 
         defaults = TrainConfig()
         owners = {f.name: config for config in (defaults, defaults.grpo) for f in dataclasses.fields(config)}
         for param in self.params:
-            if param.name in owners and "[default:" not in (param.help or ""):  # once a process
+            # typer's own parameters have a help (click's base class has none); added once a process.
+            if (isinstance(param, (typer.core.TyperOption, typer.core.TyperArgument)) and param.name in owners
+                    and "[default:" not in (param.help or "")):
                 value = getattr(owners[param.name], param.name)
                 shown = (",".join(value) or "none") if isinstance(value, tuple) else value
                 param.help = f"{param.help or ''}  [default: {shown}]".strip()
@@ -76,12 +81,13 @@ def train(
         "(WANDB_MODE=offline: files only)."))] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="JSON logs and a JSON summary; no progress bar.")] = False,
-):
+) -> None:
     """GRPO on verified rollouts: generate, verify, update, publish a policy version; repeat."""
     configure_logging(json_output, logging.INFO)  # --json: a JSON line per step on stderr, as promised
+    from vrl.rl.config import TrainConfig
     from vrl.rl.plots import plot_run
     from vrl.rl.trackers import report_to as trackers_named
-    from vrl.rl.train import TrainConfig, Trainer
+    from vrl.rl.train import Trainer
 
     try:
         trackers = None if report_to is None else trackers_named(report_to)
@@ -112,7 +118,7 @@ def train(
         steps_bar = bar.add_task("GRPO steps", total=settings.steps, completed=trainer.step_index)
         unlearnable: list[int] = []  # steps no group could be learned from, said once
 
-        def report(record: dict) -> None:
+        def report(record: dict[str, Any]) -> None:
             if record["groups_used"] == 0 and record["groups_zero_variance"] and not unlearnable:
                 unlearnable.append(record["step"])
                 # GRPO learns from differences within a group (specs/training.md §4; DAPO §3.2):
@@ -158,7 +164,7 @@ def export(
     dtype: Annotated[str, typer.Option(help="How the weights are stored: float32 keeps the version's model "
                                             "hash; bfloat16 or float16 halve the size.")] = "float32",
     json_output: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
-):
+) -> None:
     """Write a trained policy as a standard Hugging Face directory (model and tokenizer,
     safetensors) that transformers, vLLM and TRL load as is."""
     configure_logging(json_output)
@@ -202,7 +208,7 @@ def build_base_model_command(
                                             "preset, whose tokens zk proofs can cover).")] = "base",
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory (default: the data directory).")] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even if it is cached.")] = False,
-):
+) -> None:
     """Supervised fine-tuning of a preset on the arithmetic format (cached; about 3 minutes for base)."""
     configure_logging(False)
     from vrl.rl.base_model import build_base_model, is_pinned_build

@@ -6,7 +6,7 @@ Exit codes of ``evaluate --check``: 0 a claim upheld, 1 not upheld, 2 unusable i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -33,6 +33,9 @@ from vrl.cli.common import (
     trusted_srs,
 )
 
+if TYPE_CHECKING:  # the commands import what they run: `vrl --help` loads no torch
+    from proofs.zk import Srs
+
 
 @app.command("commit-answers")
 def commit_answers_command(
@@ -41,7 +44,7 @@ def commit_answers_command(
     key_path: Annotated[Path, typer.Option("--key", help="Private answer key to write (never overwritten).")],
     columns: Annotated[str, typer.Option(help=COLUMNS_HELP + " The public file is written in vrl's own "
                                          "field names.")] = "",
-):
+) -> None:
     """Publish a task set with its reference answers as salted commitments; keep the key (specs/zk.md §7)."""
     configure_logging(False)
     from vrl.zk import ZkFileError, commit_answers, write_key, write_task_file
@@ -85,7 +88,7 @@ def prove(
     out_path: Annotated[Path | None, typer.Option("--out", help="File to write; default FILE.zk (reward) or "
                                                      "FILE.sampling (sampling).")] = None,
     json_output: JsonOption = False,
-):
+) -> None:
     """Prove the rewards of a rollout file's records of private tasks, or the tokens a challenge
     picks in each record; write the proofs beside it."""
     configure_logging(json_output)
@@ -132,7 +135,7 @@ def prove(
     _proved(len(records), len(attachments), f"proofs ({len(statements)} distinct)", target, chosen, json_output)
 
 
-def _proved(records: int, proofs: int, what: str, target: Path, srs, json_output: bool) -> None:
+def _proved(records: int, proofs: int, what: str, target: Path, srs: Srs, json_output: bool) -> None:
     """What ``vrl prove`` reports: the proofs written, and whether they are insecure."""
     if json_output:
         out.print_json(data={"records": records, "proofs": proofs, "out": str(target), "srs": srs.sha256.hex(),
@@ -199,7 +202,7 @@ def evaluate(
     dev_srs: Annotated[bool, typer.Option(help="Prove against this machine's dev SRS: INSECURE.")] = False,
     allow_dev_srs: AllowDevSrsOption = False,
     json_output: JsonOption = False,
-):
+) -> None:
     """Held-out accuracy on a private test set, proven (specs/zk.md §9): make a claim with
     --answers, --key and --out; check one, without the answers, with --check. Exit 0 a claim
     made or upheld, 1 a claim its own signed files do not uphold, 2 unusable input or a claim
