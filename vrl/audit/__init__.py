@@ -30,6 +30,7 @@ from vrl.audit.registry import REGISTRY, CheckContext, Runner, Tally
 from vrl.audit.report import Report
 
 if TYPE_CHECKING:
+    from proofs.zk import Srs
     from vrl.audit.index import Run
     from vrl.audit.models import Models
     from vrl.audit.replay import StepCheck, replay_step, replay_steps
@@ -87,7 +88,7 @@ class Audit:
         self.closed = True
 
     def run(self, checks: Iterable[str] | None = None, sample: float = DEFAULT_SAMPLE,
-            progress: Callable[[str, int], None] | None = None, *, srs: Sequence = (),
+            progress: Callable[[str, int], None] | None = None, *, srs: Sequence[Srs] = (),
             allow_dev_srs: bool = False, allow_code_rewards: bool = False) -> Report:
         """Run ``checks`` (default: all of :data:`CHECKS`), re-executing a ``sample`` share of
         the groups, steps and versions (1.0: all of them). ``progress(check, n)`` is told as
@@ -159,7 +160,7 @@ def _report(run: Run, checks: tuple[str, ...], sample: float, findings: list[Fin
     from vrl.rollouts.model import platform_tag
 
     names = {node.owner.hex(): node.name for node in run.inputs.nodes if node.owner is not None}
-    nodes: dict[str, dict] = {}
+    nodes: dict[str, dict[str, Any]] = {}
     for index in run.stores:
         for head in index.groups.values():
             if head.subject.hex() not in nodes:

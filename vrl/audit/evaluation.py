@@ -5,12 +5,17 @@ files' sampling proofs (specs/zk.md §10); specs/audit.md §3."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from proofs import zk
 from vrl.audit.findings import Severity
 from vrl.audit.index import Run, finding
 from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.zk import ZkFileError, check_claim_file, work_directory
+
+if TYPE_CHECKING:
+    from vrl.rollouts.model import Model
+    from vrl.rollouts.record import Rollout
 
 
 @REGISTRY.runs("evaluation")
@@ -97,7 +102,7 @@ def check_sampling(audit: CheckContext) -> None:
                         **({"INSECURE: dev SRS allowed": True} if allow_dev else {})}
 
 
-def _model_of(records, run: Run):
+def _model_of(records: list[Rollout], run: Run) -> Model:
     """The model the records claim, among those the audit can load: the network's, and the
     presets whose head has a sampling circuit (micro, base-micro when built)."""
     from vrl.rl.export import load_model

@@ -38,6 +38,6 @@ class Finding:
     def __post_init__(self) -> None:
         object.__setattr__(self, "evidence", MappingProxyType(dict(self.evidence)))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"check": self.check, "code": self.code, "severity": str(self.severity), "subject": self.subject,
                 "sentence": self.sentence, "evidence": dict(self.evidence)}

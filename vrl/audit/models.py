@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from proofs.sampler import SamplingParams
+from proofs.sampling_params import SamplingParams
+from proofs.zk import Srs
 from vrl.audit.index import Run
 from vrl.node.messages import Group, PolicyAnnouncement
 from vrl.node.weights import WeightsError, from_blob
@@ -28,7 +29,7 @@ _MODELS_KEPT = 2
 class Models:
     """The network's base model, and policy versions loaded from their weights by hash."""
 
-    def __init__(self, run: Run, srs: Sequence = (), allow_dev: bool = False, allow_code: bool = False) -> None:
+    def __init__(self, run: Run, srs: Sequence[Srs] = (), allow_dev: bool = False, allow_code: bool = False) -> None:
         """``srs`` and ``allow_dev``: what a private task set's reward proofs are checked
         against (specs/zk.md §11). ``allow_code``: re-execute a network whose reward runs code
         its task set and records carry (code/v1), which the inputs' node.toml names."""
@@ -39,13 +40,14 @@ class Models:
         self.tasks = None
         self.max_new_tokens = 0  # the network's, once its task set is open
         self.problem: str | None = None  # why nothing can be re-executed, if so
-        spec = run.config.work.model if run.config is not None else None
-        if spec is None:
+        work = run.config.work if run.config is not None else None
+        if work is None or work.model is None:
             self.problem = "no node.toml among the inputs names the network's model"
             return
+        spec = work.model
         # The inputs' node.toml names the reward, so a network's audit would run code an
         # audited folder chose: only when the auditor asks for it (specs/audit.md §1).
-        if (running := run.config.work.reward_spec.runs_code()) and not allow_code:
+        if (running := work.reward_spec.runs_code()) and not allow_code:
             self.problem = (f"the network's reward ({', '.join(running)}) runs code its task set and records carry; "
                             "re-execute it with --allow-code-rewards (allow_code_rewards=True)")
             return
@@ -55,10 +57,10 @@ class Models:
             self.problem = f"the network's model cannot be loaded here: {error}"
             return
         try:
-            self.tasks, _ = open_task_set(run.config.work.task, run.config.work.columns)
+            self.tasks, _ = open_task_set(work.task, work.columns)
             self.private = any(committed_reference(t.answer) for t in getattr(self.tasks, "tasks", ()))
             # As the nodes chose it, when their [work] leaves it to the task set.
-            self.max_new_tokens = choose_max_new_tokens(self._base, self.tasks, run.config.work.max_new_tokens)[0]
+            self.max_new_tokens = choose_max_new_tokens(self._base, self.tasks, work.max_new_tokens)[0]
         except (TaskFileError, ValueError) as error:
             self.problem = f"the network's task set cannot be opened here: {error}"
 
@@ -86,6 +88,7 @@ class Models:
         return model
 
     def expectations(self, a: PolicyAnnouncement) -> Expectations:
+        assert self.run.config is not None  # else __init__ set a problem, and nothing is re-executed
         work = self.run.config.work
         return Expectations(tasks=self.tasks, round_seed=round_seed(a.model_hash, a.version),
                             sampling=SamplingParams(work.temperature, 0, 1.0, self.max_new_tokens,

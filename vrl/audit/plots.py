@@ -13,6 +13,11 @@ import math
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Lines a plot tells apart by colour: matplotlib's default cycle (tab10) less its grey, which
 #: draws the pooled rest. Past these, two lines would share a colour and the legend would no
@@ -40,7 +45,7 @@ def label(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "\u2026"
 
 
-def decade(value: float, _position=None) -> str:
+def decade(value: float, _position: object = None) -> str:
     """A log axis's tick as plain text: ``10⁻¹²`` where matplotlib would write TeX."""
     exponent = round(math.log10(value)) if value > 0 else 0
     if value <= 0 or not math.isclose(value, 10.0 ** exponent, rel_tol=1e-9):
@@ -49,7 +54,7 @@ def decade(value: float, _position=None) -> str:
 
 
 @contextmanager
-def figures(series: dict, name: Callable[[str], str], worst: list[str]) -> Iterator[list[tuple[str, object]]]:
+def figures(series: dict[str, Any], name: Callable[[str], str], worst: list[str]) -> Iterator[list[tuple[str, Figure]]]:
     """``(title, figure)`` for every series the checks filled, drawn (laid out, every tick
     labelled) so their texts can be measured; closed on leaving. ``name`` gives a node's
     label, ``worst`` the nodes, worst first (:meth:`vrl.audit.Report.worst_first`)."""
@@ -74,7 +79,7 @@ def figures(series: dict, name: Callable[[str], str], worst: list[str]) -> Itera
                 plt.close(figure)
 
 
-def png(figure) -> tuple[str, int, int]:
+def png(figure: Figure) -> tuple[str, int, int]:
     """The figure as a PNG data URL, and its width and height on the page in CSS pixels."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=RENDER_DPI)
@@ -83,7 +88,8 @@ def png(figure) -> tuple[str, int, int]:
             round(width * PAGE_DPI), round(height * PAGE_DPI))
 
 
-def _reputation(plt, series, name, worst):
+def _reputation(plt: ModuleType, series: dict[str, Any], name: Callable[[str], str], worst: list[str],
+                ) -> tuple[str, Figure] | None:
     reputation = series.get("reputation", {})
     if not reputation.get("nodes"):
         return None
@@ -111,7 +117,8 @@ def _reputation(plt, series, name, worst):
     return "Reputation per node over rounds", figure
 
 
-def _rejections(plt, series, name, worst):
+def _rejections(plt: ModuleType, series: dict[str, Any], name: Callable[[str], str], worst: list[str],
+                ) -> tuple[str, Figure] | None:
     rejections = series.get("rejections", {})
     if not rejections:
         return None
@@ -126,7 +133,8 @@ def _rejections(plt, series, name, worst):
     return "Rejections by reason", figure
 
 
-def _latency(plt, series, name, worst):
+def _latency(plt: ModuleType, series: dict[str, Any], name: Callable[[str], str], worst: list[str],
+             ) -> tuple[str, Figure] | None:
     latency = {k: v for k, v in series.get("latency", {}).items() if v}
     if not latency:
         return None
@@ -142,7 +150,8 @@ def _latency(plt, series, name, worst):
     return "Check latency", figure
 
 
-def _accuracy(plt, series, name, worst):
+def _accuracy(plt: ModuleType, series: dict[str, Any], name: Callable[[str], str], worst: list[str],
+              ) -> tuple[str, Figure] | None:
     accuracy = series.get("accuracy", [])
     if not accuracy:
         return None
@@ -165,7 +174,8 @@ def _accuracy(plt, series, name, worst):
     return "Held-out accuracy per version", figure
 
 
-def _steps(plt, series, name, worst):
+def _steps(plt: ModuleType, series: dict[str, Any], name: Callable[[str], str], worst: list[str],
+           ) -> tuple[str, Figure] | None:
     steps = series.get("steps", [])
     if not steps:
         return None

@@ -25,7 +25,7 @@ from vrl.audit.checks import (
     trainer_index,
 )
 from vrl.audit.findings import Finding, Severity
-from vrl.audit.index import Run, finding, short
+from vrl.audit.index import Run, VerdictHead, finding, short
 from vrl.audit.models import Models
 from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.audit.replay import StepCheck, replay_steps, threads_of
@@ -88,7 +88,7 @@ def check_groups(audit: CheckContext) -> None:
         run.stats[check] = {"candidates": len(candidates), "re-verified": 0}
         return
     trained_in = {d: version for version, batch in run.batches.items() for d, _ in batch}
-    verdicts = defaultdict(list)
+    verdicts: defaultdict[bytes, list[VerdictHead]] = defaultdict(list)
     for index in run.stores:
         for v in index.verdicts:
             if v.group in candidates:
@@ -97,11 +97,11 @@ def check_groups(audit: CheckContext) -> None:
     for digest in sorted(candidates):
         by_version[run.groups[digest].version].append(digest)
     done, failed_groups = 0, 0
-    reasons_seen: Counter = Counter()
+    reasons_seen: Counter[str] = Counter()
     for version in sorted(by_version):
         a = run.policies.get(version)
         model = models.version(a) if a is not None else None
-        if model is None:
+        if a is None or model is None:
             findings.append(finding(check, "weights_unavailable", Severity.WARNING,
                                      f"{len(by_version[version])} groups of version {version} not re-verified: its "
                                      f"weights are not among the inputs", version=version))
@@ -139,15 +139,15 @@ def check_groups(audit: CheckContext) -> None:
                                              f"version {trained_in[digest]} trained group {digest.hex()[:16]} of "
                                              f"{short(head.subject)}, which fails re-verification ({counts})",
                                              run.trainer or b"", group=digest.hex(), version=trained_in[digest]))
-            evidence = tuple(map(sum, zip(*(r.race_evidence for r in results))))
+            evidence = (sum(r.race_evidence[0] for r in results), sum(r.race_evidence[1] for r in results))
             _judge_verdicts(run, findings, verdicts[digest], digest, outcome, digest_here, mine, evidence)
     run.stats[check] = {"candidates": len(candidates), "re-verified": done, "failing": failed_groups,
                         "share": share}
     run.series["reverified"] = {"groups": done, "failing": failed_groups, "reasons": dict(reasons_seen)}
 
 
-def _judge_verdicts(run: Run, findings: list[Finding], verdicts, digest: bytes, outcome: str, digest_here: bytes,
-                    platform: str, evidence: tuple[int, int]) -> None:
+def _judge_verdicts(run: Run, findings: list[Finding], verdicts: list[VerdictHead], digest: bytes, outcome: str,
+                    digest_here: bytes, platform: str, evidence: tuple[int, int]) -> None:
     check = "lazy_verifiers"
     for v in verdicts:
         if v.outcome == Outcome.SKIPPED or (v.verifier == run.trainer and v.planted):
@@ -236,6 +236,7 @@ def check_steps(audit: CheckContext) -> None:
         step_sources.add(located[1].label)
         return located[0]
 
+    assert run.config is not None  # models has no problem (above): the inputs' node.toml was read
     unreplayable = []
     for result in replay_steps(run.policies.values(), blob=blob, group=run.decoded, base=models.base,
                                share=share, max_staleness=run.config.protocol.max_staleness, trainer_fails=fails,
@@ -309,8 +310,8 @@ def check_accuracy(audit: CheckContext) -> None:
     # A claim is the trainer's own record (its store's trained table); another store's rows
     # under that name are no claim of the trainer's.
     index = trainer_index(run)
-    own = index is not None and index.node.owner == run.trainer
-    claims = {v: m for v, (_, m) in (index.trained.items() if own else ())
+    own = index if index is not None and index.node.owner == run.trainer else None
+    claims = {v: m for v, (_, m) in (own.trained.items() if own is not None else ())
               if "held_out_accuracy" in m and v in run.policies}
     if not claims:
         run.stats[check] = {"claimed versions": 0}
@@ -325,6 +326,8 @@ def check_accuracy(audit: CheckContext) -> None:
                                  "answers; an evaluation claim (vrl evaluate) makes it checkable"))
         run.stats[check] = {"claimed versions": len(claims), "re-measured": 0}
         return
+    # models has no problem (above): the inputs' node.toml was read and its task set opened.
+    assert run.config is not None and models.tasks is not None
     work, count = run.config.work, run.config.train.held_out
     evaluation = held_out(models.tasks, count)
     spec = work.reward_spec  # the network's reward ([work] reward), as its nodes pinned it

@@ -127,22 +127,26 @@ def replay_step(announcement: PolicyAnnouncement, parent: PolicyAnnouncement, *,
     before = file(announcement.optimizer_before, f"optimizer state of version {parent.version}")
     after = file(announcement.optimizer, f"optimizer state of version {announcement.version}")
     proofs = file(announcement.proofs, "reward proofs") if rewards is not None and announcement.proofs else b""
-    if missing:
+    present = [g for g in groups if g is not None]
+    # Whatever is None was named in missing: the other tests only say so to the type checker.
+    if (missing or config is None or before is None or after is None or proofs is None
+            or weights[0] is None or weights[1] is None or len(present) < len(groups)):
         return StepCheck(announcement.version, (), tuple(missing), False, False, 0.0, 0.0, 0.0)
+    groups_held, weights_held = present, [weights[0], weights[1]]
     try:
         parent_model, claimed = (
             from_blob(base, w, blob_hash=a.blob, model_hash=a.model_hash, name=f"policy@{a.version}")
-            for w, a in zip(weights, (parent, announcement)))
+            for w, a in zip(weights_held, (parent, announcement)))
     except WeightsError:  # the weights file is not the announced model: no step made it
         return StepCheck(announcement.version, (StepFault.WEIGHTS_MISMATCH,), (), False, False, float("inf"), 0.0, 0.0)
     started = time.perf_counter()
-    trained, unproven = rewards(groups, proofs) if rewards is not None else (None, None)
+    trained, unproven = rewards(groups_held, proofs) if rewards is not None else (None, None)
     if unproven in _SRS_NOT_HELD:  # the auditor lacks the network's SRS: its own gap, not the trainer's fault
         return StepCheck(announcement.version, (), (f"the SRS its reward proofs were made against ({unproven}; "
                                                     "give it with --srs, or --allow-dev-srs)",), False, False, 0.0,
                          0.0, 0.0)
     with threads_of(announcement.platform, parent_model):
-        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups, base, trained,
+        judged = judge_step(announcement, parent_model, claimed, config, before, after, groups_held, base, trained,
                             batch=batch)
     seconds = time.perf_counter() - started
     result = judged.replay

@@ -9,10 +9,15 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vrl.audit.findings import Finding, Severity
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 REPORT_VERSION = 1
 #: A node's verdict, worst first (specs/audit.md §5).
@@ -26,10 +31,10 @@ class Report:
     findings: list[Finding]
     checks: tuple[str, ...]
     sample: float
-    inputs: list[dict]  # one entry per store or file read: name, path, owner, counts
-    nodes: dict[str, dict]  # hex node id -> name, role, what it did
-    stats: dict[str, dict] = field(default_factory=dict)
-    series: dict = field(default_factory=dict)
+    inputs: list[dict[str, Any]]  # one entry per store or file read: name, path, owner, counts
+    nodes: dict[str, dict[str, Any]]  # hex node id -> name, role, what it did
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    series: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     platform: str = ""
 
@@ -53,7 +58,7 @@ class Report:
         known = self.nodes.get(node, {}).get("name")
         return f"{known} ({node[:8]})" if known else node[:8]
 
-    def verdicts_by_node(self) -> dict[str, dict]:
+    def verdicts_by_node(self) -> dict[str, dict[str, Any]]:
         """Per node: its role, its errors and warnings by code, and one word: clean or not."""
         out = {}
         nodes = dict(self.nodes)
@@ -68,10 +73,10 @@ class Report:
                          "verdict": "convicted" if errors else ("suspect" if warnings else "clean")}
         return out
 
-    def worst_first(self) -> list[tuple[str, dict]]:
+    def worst_first(self) -> list[tuple[str, dict[str, Any]]]:
         """:meth:`verdicts_by_node`'s items, the convicted first, then the suspect, then the clean;
         by name within each, numbers read as numbers (``node-2`` before ``node-10``), unnamed last."""
-        def key(item):
+        def key(item: tuple[str, dict[str, Any]]) -> tuple[int, bool, list[int | str], str]:
             node, info = item
             name = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", info.get("name") or "")]
             return VERDICTS.index(info["verdict"]), not name[0] and len(name) == 1, name, node
@@ -79,12 +84,13 @@ class Report:
         return sorted(self.verdicts_by_node().items(), key=key)
 
     # -- outputs --------------------------------------------------------------------------------------
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The report as JSON values (specs/audit.md §5); a non-finite number (a replay that
         moved nothing where the claim moved, drift inf) is written as its string, since JSON has none."""
-        return _finite(self._json())
+        data: dict[str, Any] = _finite(self._json())  # a map stays a map
+        return data
 
-    def _json(self) -> dict:
+    def _json(self) -> dict[str, Any]:
         return {"report": REPORT_VERSION, "clean": self.clean, "exit_code": self.exit_code,
                 "checks": list(self.checks), "sample": self.sample, "platform": self.platform,
                 "inputs": self.inputs, "nodes": self.verdicts_by_node(),
@@ -104,7 +110,7 @@ class Report:
         return path
 
 
-def _finite(value):
+def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
@@ -120,9 +126,9 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 or noun == str(Severity.INFO) else f"{n} {noun}s"
 
 
-def looked_at(stats: dict) -> str:
+def looked_at(stats: dict[str, Any]) -> str:
     """A check's stats as one line: ``replayed 12, replayed from node-0 (archive tier) 12``."""
-    def value(v) -> str:
+    def value(v: object) -> str:
         return ", ".join(f"{k} {n}" for k, n in v.items()) if isinstance(v, dict) else str(v)
 
     return ", ".join(f"{k} {value(v)}" for k, v in stats.items()) or "-"
@@ -134,7 +140,7 @@ def _severities(report: Report) -> str:
 
 # -- the terminal -------------------------------------------------------------------------------------
 
-def summary_tables(report: Report):
+def summary_tables(report: Report) -> tuple[Table, Table, Table]:
     """Rich renderables: the verdict per node, then the findings (worst first, at most
     ``limit`` rows, the rest counted), then what each check looked at."""
     from rich.markup import escape
@@ -184,7 +190,8 @@ code{font-size:12px}img{max-width:100%;height:auto}h1 small,h2 small{font-weight
 details{margin:-1em 0 1.5em}summary{cursor:pointer;color:#05a;padding:3px 0}"""
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, str]], noun: str, spell=lambda n, kind: f"{n} {kind}") -> str:
+def _table(head: tuple[str, ...], rows: list[tuple[str, str]], noun: str,
+           spell: Callable[[int, str], str] = lambda n, kind: f"{n} {kind}") -> str:
     """A table of ``(kind, <tr>)`` rows, in order: the first :data:`SHOWN_ROWS` shown, the rest
     folded into a <details> whose summary counts them by kind, each as ``spell(n, kind)`` says
     (``75 more nodes: 9 suspect, 66 clean``)."""
@@ -225,7 +232,7 @@ def _html(report: Report) -> str:
     ordered = sorted(report.findings, key=lambda f: (-f.severity, f.check, f.code))
     parts.append(f"<h2>Findings <small>{_severities(report)}</small></h2>")
     if ordered:  # what kinds, how many, naming whom: the list below can be long
-        kinds: dict[tuple, list[Finding]] = {}
+        kinds: dict[tuple[Severity, str, str], list[Finding]] = {}
         for f in ordered:
             kinds.setdefault((f.severity, f.check, f.code), []).append(f)
         parts.append("<table><tr><th>severity</th><th>check</th><th>code</th><th>findings</th><th>nodes named</th>"
