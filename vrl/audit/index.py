@@ -14,6 +14,7 @@ Who a finding incriminates is derived from signatures, never from a field a mess
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -311,9 +312,12 @@ def _signed(decode: Callable, data: bytes, what: str, where: str, findings: list
                                 f"{where}: a stored {what} does not decode ({error})", store=where))
         return None
     if not message.valid():
+        # Its id where it has one (a verdict, an announcement); a round manifest has none: its bytes' hash.
+        ident = getattr(message, "id", None)
+        ident = ident if isinstance(ident, bytes) else hashlib.sha256(data).digest()
         findings.append(finding("signatures", "bad_signature", Severity.ERROR,
-                                f"{where}: {what} {message.id.hex()[:16]} is not signed by the key it names",
-                                store=where, id=message.id.hex()))
+                                f"{where}: {what} {ident.hex()[:16]} is not signed by the key it names",
+                                store=where, id=ident.hex()))
         return None
     return message
 
