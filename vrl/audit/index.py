@@ -20,6 +20,8 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.sources import Inputs, NodeInput
@@ -46,6 +48,13 @@ from vrl.rollouts.record import RecordError, Rollout
 
 def short(node: bytes) -> str:
     return node.hex()[:8]
+
+
+class _SignedMessage(Protocol):
+    def valid(self) -> bool: ...
+
+
+_Signed = TypeVar("_Signed", bound=_SignedMessage)  # a signed message type that _signed decodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +101,7 @@ class StoreIndex:
     policies: dict[int, PolicyAnnouncement] = field(default_factory=dict)
     verdicts: list[VerdictHead] = field(default_factory=list)  # in received order
     steps: list[StepVerdict] = field(default_factory=list)
-    trained: dict[int, tuple[tuple[bytes, ...], dict]] = field(default_factory=dict)
+    trained: dict[int, tuple[tuple[bytes, ...], dict[str, Any]]] = field(default_factory=dict)
     announced_at: dict[int, float] = field(default_factory=dict)  # when this node received each version
     # Round manifests (the committee design) signed by their trainer: round -> (manifest, received).
     manifests: dict[int, tuple[RoundManifest, float]] = field(default_factory=dict)
@@ -119,8 +128,8 @@ class Run:
     # batch of it is left out (a finding says which).
     batches: dict[int, Batch] = field(default_factory=dict)
     rollout_records: int = 0
-    series: dict = field(default_factory=dict)  # what the HTML report plots, filled by the checks
-    stats: dict = field(default_factory=dict)  # per check: what it looked at
+    series: dict[str, Any] = field(default_factory=dict)  # what the HTML report plots, filled by the checks
+    stats: dict[str, Any] = field(default_factory=dict)  # per check: what it looked at
 
     @property
     def protocol(self) -> ProtocolParams:
@@ -128,7 +137,8 @@ class Run:
         node runs when its node.toml sets none (vrl.node.config.NODE_OVERRIDES)."""
         if self.config is not None:
             return self.config.protocol
-        return ProtocolParams(**NODE_OVERRIDES.get("protocol", {}))
+        defaults: dict[str, Any] = NODE_OVERRIDES.get("protocol", {})  # ProtocolParams' own keys and types
+        return ProtocolParams(**defaults)
 
     def group_bytes(self, digest: bytes) -> bytes | None:
         """A group's bytes by digest from any store, hashed again: a row filed under a digest
@@ -166,7 +176,7 @@ class Run:
 Progress = Callable[[str, int], None]  # (what, items done since the last call)
 
 
-def finding(check: str, code: str, severity: Severity, sentence: str, subject: bytes = b"", **evidence) -> Finding:
+def finding(check: str, code: str, severity: Severity, sentence: str, subject: bytes = b"", **evidence: Any) -> Finding:
     return Finding(check, code, severity, sentence, subject.hex() if subject else "", evidence)
 
 
@@ -183,7 +193,7 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
             findings.append(finding(check, "config_disagrees", Severity.WARNING,
                                     f"{node.name}'s node.toml names another trainer or [work] table than "
                                     f"{inputs.nodes[0].name}'s; the audit follows the first", node=node.name))
-    checked = Counter()
+    checked: Counter[str] = Counter()
     for number, node in enumerate(inputs.nodes):
         index = StoreIndex(node)
         where = str(node.store.path)
@@ -290,10 +300,10 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
             run.groups.setdefault(digest, head)
             if own and head.planted:
                 run.planted.add(digest)
-        for v in index.verdicts:
+        for head_v in index.verdicts:
             # The trainer reveals its plants with a signed hard fail whose reason is "planted".
-            if v.verifier == trainer and v.planted:
-                run.planted.add(v.group)
+            if head_v.verifier == trainer and head_v.planted:
+                run.planted.add(head_v.group)
     run.canaries = {run.groups[d].subject for d in run.planted if d in run.groups}
     _policies_and_equivocation(run, findings)
     _batches(run, findings)
@@ -303,7 +313,8 @@ def index_run(inputs: Inputs, progress: Progress, findings: list[Finding]) -> Ru
     return run
 
 
-def _signed(decode: Callable, data: bytes, what: str, where: str, findings: list[Finding]):
+def _signed(decode: Callable[[bytes], _Signed], data: bytes, what: str, where: str,
+            findings: list[Finding]) -> _Signed | None:
     """A stored signed message decoded and its signature checked, or None and a finding."""
     try:
         message = decode(data)
@@ -362,7 +373,7 @@ def _batches(run: Run, findings: list[Finding]) -> None:
                                     version=version))
 
 
-def file_records(path, findings: list[Finding]) -> Iterator[Rollout | RecordError]:
+def file_records(path: Path | str, findings: list[Finding]) -> Iterator[Rollout | RecordError]:
     """A rollout file's records; a file that became unreadable since it was opened is a finding."""
     try:
         yield from iter_records(path)
@@ -370,7 +381,7 @@ def file_records(path, findings: list[Finding]) -> Iterator[Rollout | RecordErro
         findings.append(finding("signatures", "damaged_file", Severity.WARNING, str(error), file=str(path)))
 
 
-def _rollout_files(run: Run, findings: list[Finding], checked: Counter) -> None:
+def _rollout_files(run: Run, findings: list[Finding], checked: Counter[str]) -> None:
     for path in run.inputs.rollout_files:
         for item in file_records(path, findings):
             if isinstance(item, RecordError):
