@@ -20,6 +20,8 @@ from vrl import generate, iter_records, load_model, sampling_for, verify, write_
 from vrl.logs import configure_logging
 from vrl.node.work import tampered
 from vrl.rollouts.keys import NodeKey
+from vrl.rollouts.model import Model
+from vrl.rollouts.record import Rollout
 from vrl.rollouts.tables import verdict_table
 from vrl.tasks import Task, TaskList
 
@@ -28,13 +30,13 @@ console = Console(width=None if Console().is_terminal else 150)
 TASKS = TaskList("demo", tuple(Task(f"add-{a}-{b}", f"{a}+{b}=", str(a + b)) for a, b in ((2, 3), (17, 25), (40, 2))))
 
 
-def tampered_groups(honest: list, model, node: NodeKey) -> list[tuple[str, int, list]]:
+def tampered_groups(honest: list[Rollout], model: Model, node: NodeKey) -> list[tuple[str, int, list[Rollout]]]:
     """One cheat per kind a verifier must catch, each inside its whole group (a group is
     submitted whole), re-signed so every signature is valid: (name, index of the cheat, group)."""
     thief = NodeKey.from_seed(b"thief".ljust(32, b"\0"))
     first, second, fourth = honest[0], honest[1], honest[3]
     edited = tampered(second, model, node, position=len(second.completion_tokens) // 2)
-    cheats = [
+    cheats: list[tuple[str, NodeKey, dict[str, Any], Rollout]] = [
         ("fabricated reward", node, dict(reward=1.0 - first.reward), first),
         ("token edited, commitment redone by prefill", node,
          dict(completion_tokens=edited.completion_tokens, commitment=edited.commitment), second),
@@ -82,7 +84,7 @@ def main() -> None:
     audit_devnet(local_devnet())
 
 
-def zk_proofs(model, node: NodeKey) -> None:
+def zk_proofs(model: Model, node: NodeKey) -> None:
     """The optional zk proofs (specs/zk.md), each honest one accepted and a tampered copy
     rejected: a reward proven against a reference answer nobody is shown, and a sampled
     token proven from the hidden state its record committed (the micro preset's head)."""
@@ -239,7 +241,7 @@ def share_blobs(directory: Path) -> int:
 # * 60 rounds: the 50-round run still rose at its end (+0.1 point a round over its last 15),
 #   and 60 at about 4.4 s each keep the devnet under 5 minutes.
 ROUNDS = 60
-DEVNET_SETTINGS: dict[str, dict[str, Any]] = {
+DEVNET_SETTINGS: dict[str, Any] = {
     "work": {"model": "base", "group_size": 16},
     # the trainer plants a known-bad group every 2 rounds, to catch verifiers that pass it. The
     # ticket design, on which the settings above and their round times were measured: a committee
@@ -250,7 +252,7 @@ DEVNET_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def local_devnet(nodes: int = 4, rounds: int = ROUNDS, settings: dict[str, dict[str, Any]] | None = None) -> Path:
+def local_devnet(nodes: int = 4, rounds: int = ROUNDS, settings: dict[str, Any] | None = None) -> Path:
     """The main job: a network of mutually distrusting nodes on 127.0.0.1, one of them cheating,
     training GRPO on what survives verification; then its learning curve. Returns the devnet's
     directory (its nodes' logs, stores and configs)."""
@@ -279,7 +281,7 @@ def local_devnet(nodes: int = 4, rounds: int = ROUNDS, settings: dict[str, dict[
     return directory
 
 
-def learning_curve(trainer_dir: Path) -> list[dict]:
+def learning_curve(trainer_dir: Path) -> list[dict[str, Any]]:
     """Held-out accuracy per policy version, as the trainer recorded it with each version it
     published (its store's ``trained`` table): version 0 is the base model."""
     import json
@@ -331,7 +333,7 @@ def paired_gain(trainer_dir: Path, version: int) -> tuple[float, float, int]:
 TABLE_ROWS = 12
 
 
-def learning_table(curve: list[dict]) -> Table:
+def learning_table(curve: list[dict[str, Any]]) -> Table:
     """Sampled and expected held-out accuracy, and a bar, for about :data:`TABLE_ROWS` of the
     evaluated versions: version 0, every ``n``-th after it, and the last."""
     table = Table(title="held-out accuracy per policy version", title_justify="left")
@@ -353,7 +355,7 @@ def learning_table(curve: list[dict]) -> Table:
 SIGNIFICANT = 1.96
 
 
-def learning_verdict(curve: list[dict], paired: tuple[float, float, int]) -> str:
+def learning_verdict(curve: list[dict[str, Any]], paired: tuple[float, float, int]) -> str:
     """The change from version 0 to the last one, against the noise of its measurement.
 
     Expected accuracy is the main number: it has no sampling noise, and its standard error

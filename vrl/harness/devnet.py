@@ -19,6 +19,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console, Group
@@ -48,7 +49,7 @@ class DevnetNode:
     key: NodeKey
     config: NodeConfig
     metrics_port: int
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     log_start: int = 0  # where this run's lines begin in the log (a reused --dir appends)
 
@@ -58,7 +59,7 @@ class DevnetNode:
 
 
 def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, verification: bool = True,
-         rounds: int = 0, **settings) -> list[DevnetNode]:
+         rounds: int = 0, **settings: Any) -> list[DevnetNode]:
     """Keys, configs and ports for every node (written to ``directory/node-i/``).
 
     ``settings`` are node.toml's keys and tables (``work={"model": "tiny"}``), the same for
@@ -120,12 +121,12 @@ def plan(directory: Path, nodes: int, adversaries: list[str], base_port: int, ve
     return out
 
 
-def _within(settings: dict, **tables: dict) -> dict:
+def _within(settings: dict[str, Any], **tables: dict[str, Any]) -> dict[str, Any]:
     """node.toml's ``settings`` with more keys in its tables."""
     return {**settings, **{name: {**settings.get(name, {}), **keys} for name, keys in tables.items()}}
 
 
-def _resolved(settings: dict) -> dict:
+def _resolved(settings: dict[str, Any]) -> dict[str, Any]:
     """``[work]``'s model and task made absolute when they name a local directory or file, as
     the node would read them (a preset, ``base`` or an arithmetic spec is a name, not a path),
     and ``[zk]``'s answer key and SRS file."""
@@ -169,7 +170,11 @@ def stop(nodes: list[DevnetNode]) -> None:
             node.process.wait(5)
 
 
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
+#: A node's metrics: (name, sorted label items) -> value.
+Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Metrics:
     """One node's metrics as ``{(name, sorted label items): value}``; empty if it is not up."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
@@ -183,12 +188,12 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
     return values
 
 
-def total(metrics: dict, name: str, **labels) -> float:
+def total(metrics: Metrics, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in metrics.items()
                if n == name and all(dict(ls).get(k) == val for k, val in labels.items()))
 
 
-def status_table(nodes: list[DevnetNode], scraped: list[dict]) -> tuple[Table, dict]:
+def status_table(nodes: list[DevnetNode], scraped: list[Metrics]) -> tuple[Table, dict[str, Any]]:
     trainer = scraped[0]
     table = Table(title="vrl devnet (reputation and state as the trainer sees them)", title_justify="left")
     for column in ("node", "role", "rollouts", "checked", "failed", "skipped", "reputation", "state"):
@@ -276,7 +281,7 @@ class Watch:
     reached: set[str] = field(default_factory=set)  # names that have shown a peer
     identified: set[str] = field(default_factory=set)  # names whose started id was checked
 
-    def observe(self, now: float, scraped: list[dict]) -> str | None:
+    def observe(self, now: float, scraped: list[Metrics]) -> str | None:
         """A failure seen at ``now`` (monotonic seconds) in one scrape of every node, or None."""
         for node, metrics in zip(self.nodes, scraped):
             code = node.process.poll() if node.process is not None else None
@@ -310,11 +315,11 @@ class Watch:
                         f"since the network came up (log: {node.log_path})")
         return None
 
-    def final(self, summary: dict, scraped: list[dict]) -> str | None:
+    def final(self, summary: dict[str, Any], scraped: list[Metrics]) -> str | None:
         """What the end of a run shows: a network that never got past version 0 failed."""
         if summary.get("policy_version", 0) >= 1:
             return None
-        trainer = scraped[0] if scraped else {}
+        trainer: Metrics = scraped[0] if scraped else {}
         produced = sum(total(m, "vrl_rollouts_produced_total") for m in scraped[1:])
         peers = ", ".join(f"{n.name} {total(m, 'vrl_peers'):.0f}" for n, m in zip(self.nodes, scraped))
         return (f"the network never got past policy version 0 in {summary.get('seconds', 0):.0f} s (the trainer "
@@ -323,7 +328,7 @@ class Watch:
 
 
 def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadline_s: float, base_port: int,
-        console: Console, verification: bool = True, **settings) -> dict:
+        console: Console, verification: bool = True, **settings: Any) -> dict[str, Any]:
     """Start, watch until ``rounds`` versions, a failure or the deadline, stop; returns the
     summary. ``summary["failure"]`` is None for a run that worked, else why it did not: a node
     exited, nodes could not reach each other (:class:`Watch`), or the network never got past
@@ -331,14 +336,14 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     network = plan(directory, nodes, adversaries, base_port, verification, rounds=rounds, **settings)
     start(network)
     started = time.monotonic()
-    summary: dict = {}
-    first: dict | None = None
+    summary: dict[str, Any] = {}
+    first: dict[str, Any] | None = None
     reached: float | None = None
     watch = Watch(network)
     # With a dishonest trainer, the run is over once every honest verifier has convicted it.
     judges = {n.name for n in network[1:] if not n.config.adversary} if network[0].config.adversary else set()
     failure: str | None = None
-    scraped: list[dict] = []
+    scraped: list[Metrics] = []
     try:
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             while time.monotonic() - started < deadline_s:
@@ -375,7 +380,7 @@ def run(directory: Path, nodes: int, adversaries: list[str], rounds: int, deadli
     return summary
 
 
-def events(path: Path | None, offset: int, event: str) -> list[dict]:
+def events(path: Path | None, offset: int, event: str) -> list[dict[str, Any]]:
     """A node's JSON log lines of one event, from ``offset`` (this run's part of the log)."""
     if path is None:
         return []
@@ -401,7 +406,7 @@ def _seconds(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def trainer_fraud(network: list[DevnetNode]) -> dict:
+def trainer_fraud(network: list[DevnetNode]) -> dict[str, Any]:
     """A dishonest trainer's run, from the logs: its first bad version and when it published
     it, and for each node that confirmed the fraud, the version and the seconds it took."""
     trainer = network[0]
@@ -423,7 +428,7 @@ def trainer_fraud(network: list[DevnetNode]) -> dict:
 
 
 
-def outcome_line(summary: dict) -> str:
+def outcome_line(summary: dict[str, Any]) -> str:
     """What a finished devnet did, in one line: versions, accuracy, cheats caught."""
     cheats = [node["name"] for node in summary["nodes"].values() if node["adversary"] and node["name"] != "trainer"]
     caught = [name for name in cheats if name in summary["quarantined"]]
