@@ -16,8 +16,9 @@ import copy
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, MutableSequence
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableSequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import structlog
@@ -27,11 +28,13 @@ from transformers import DynamicCache
 from p2p.transport import Transport
 from proofs.sampler import replay, replay_sequences, sample
 from proofs.sampling_params import SamplingParams
+from vrl.node import protocol as P
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES, NodeConfig
 from vrl.node.daemon import Node
 from vrl.node.messages import Group, Outcome, recomputed_digest
 from vrl.node.protocol import NodeProtocol
 from vrl.node.work import CheckResult, PolicyTrainer, Work, WorkConfig, tampered
+from vrl.rl.config import TrainConfig
 from vrl.rl.step import PolicyForward
 from vrl.rollouts.forward import HOST, Decoded, decode, prefill
 from vrl.rollouts.generate import Decoder, iter_generate
@@ -39,7 +42,7 @@ from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, network_device
 from vrl.rollouts.record import Rollout
 from vrl.rollouts.sequential import RaceTest
-from vrl.rollouts.verify import Verdict
+from vrl.rollouts.verify import Expectations, Verdict
 from vrl.tasks import TaskSet
 from vrl.tasks.answers import committed_reference
 
@@ -57,7 +60,8 @@ def _per_channel(weight: torch.Tensor, _generator: torch.Generator, bits: int = 
     (computed in float32, so that a bfloat16 model's grid is the integer one)."""
     levels = 2 ** (bits - 1) - 1
     scale = weight.float().abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / levels
-    return (torch.round(weight.float() / scale).clamp(-levels, levels) * scale).to(weight.dtype)
+    quantized: torch.Tensor = (torch.round(weight.float() / scale).clamp(-levels, levels) * scale).to(weight.dtype)
+    return quantized
 
 
 def _perturb(weight: torch.Tensor, generator: torch.Generator, relative: float = 0.01) -> torch.Tensor:
@@ -132,7 +136,7 @@ Draw = Callable[[list[list[int]], list[bytes], SamplingParams], list[list[int]]]
 
 
 def spoofed_groups(model: Model, kind: str, strength: float, tasks: TaskSet, key: NodeKey,
-                   **options) -> Iterator[list[Rollout]]:
+                   **options: Any) -> Iterator[list[Rollout]]:
     """Whole signed GRPO groups whose tokens the ``kind`` spoof (one of :data:`SPOOFS`) sampled
     at ``strength`` (its unit: :data:`SPOOF_STRENGTHS`), each committed, given behaviour
     logprobs, rewarded and signed as the claimed ``model`` would have. ``options`` are
@@ -236,7 +240,8 @@ class _Lockstep:
         out = self.network(input_ids=input_ids.to(self.device), attention_mask=self.mask.to(self.device),
                            position_ids=self.positions.to(self.device), past_key_values=self.cache, use_cache=True,
                            logits_to_keep=1)
-        return out.logits[:, -1].to(HOST)
+        logits: torch.Tensor = out.logits[:, -1].to(HOST)  # transformers' output is untyped
+        return logits
 
 
 def claimed_paperwork(model: Model, prompts: list[list[int]], seeds: list[bytes], sampling: SamplingParams,
@@ -289,7 +294,8 @@ class CheatingWork(Work):
     """A node that cheats as ``kind`` says (one of :data:`~vrl.node.config.ADVERSARIES`) and
     otherwise works as an honest node does."""
 
-    def __init__(self, key: NodeKey, config: WorkConfig, expectations, *, kind: str) -> None:
+    def __init__(self, key: NodeKey, config: WorkConfig, expectations: Callable[[int], Expectations], *,
+                 kind: str) -> None:
         if kind not in ADVERSARIES or kind in TRAINER_ADVERSARIES:
             raise ValueError(f"unknown adversary {kind!r}; choose from {', '.join(ADVERSARIES)}")
         super().__init__(key, config, expectations)
@@ -363,7 +369,8 @@ class CheatingTrainer(PolicyTrainer):
     :data:`~vrl.node.config.TRAINER_ADVERSARIES`) from step CHEAT_FROM on, each the way a real
     dishonest trainer would, and announces the step as an honest one would."""
 
-    def __init__(self, config, run_dir, key: NodeKey, tasks: TaskSet | None = None, *, kind: str) -> None:
+    def __init__(self, config: TrainConfig, run_dir: Path, key: NodeKey, tasks: TaskSet | None = None, *,
+                 kind: str) -> None:
         if kind not in TRAINER_ADVERSARIES:
             raise ValueError(f"unknown trainer adversary {kind!r}; "
                              f"choose from {', '.join(sorted(TRAINER_ADVERSARIES))}")
@@ -391,7 +398,8 @@ class CheatingTrainer(PolicyTrainer):
             self.log.warning("cheating", kind=self.cheat, version=self.version + 1, groups=len(failed[:2]))
         return (*batch, *((d, 1.0) for d in failed[:2]))
 
-    def update(self, groups: list[Group], weights: list[float], *, forward=None, rewards=None) -> dict:
+    def update(self, groups: list[Group], weights: list[float], *, forward: PolicyForward | None = None,
+               rewards: list[list[float]] | None = None) -> dict[str, float]:
         # The honest pass over the batch (forward) serves only a step on that very batch.
         if not self._cheating() or self.cheat == "trainer-rejected-group":
             return super().update(groups, weights, forward=forward, rewards=rewards)
@@ -428,14 +436,14 @@ class CheatingTrainer(PolicyTrainer):
         return metrics
 
 
-def node_for(adversary: str):
+def node_for(adversary: str) -> Callable[..., Node]:
     """What builds a node, ``build(config, transport, key, log=None)``: an honest
     :class:`~vrl.node.daemon.Node`, or for a node configured to cheat (``adversary`` in
     node.toml), one with the cheat's work and trainer (:func:`work_for`, :func:`trainer_for`),
     wired as the cheat needs."""
     work, trainer = work_for(adversary), trainer_for(adversary)
 
-    def build(config: NodeConfig, transport: Transport, key: NodeKey, log=None) -> Node:
+    def build(config: NodeConfig, transport: Transport, key: NodeKey, log: structlog.BoundLogger | None = None) -> Node:
         node = Node(config, transport, key, log, work, trainer)
         if adversary == "replay":
             # The replayer sees every group its node stores, by gossip or by backfill, once:
@@ -457,14 +465,14 @@ def node_for(adversary: str):
             assert training is not None and isinstance(cheat, CheatingTrainer)
             honest = training.train
 
-            def train(version: int, batch: tuple[tuple[bytes, float], ...]):
+            def train(version: int, batch: tuple[tuple[bytes, float], ...]) -> AsyncIterator[P.Event]:
                 return honest(version, cheat.with_failed_groups(batch, protocol))
             training.train = train  # type: ignore[method-assign]  # the cheat's own wiring
         return node
     return build
 
 
-def trainer_for(adversary: str):
+def trainer_for(adversary: str) -> Callable[..., PolicyTrainer]:
     """What does a node's trainer role: :class:`~vrl.node.work.PolicyTrainer`, or for a node
     configured as a dishonest trainer, :class:`CheatingTrainer` doing that cheat."""
     if adversary not in TRAINER_ADVERSARIES:
@@ -472,7 +480,7 @@ def trainer_for(adversary: str):
     return functools.partial(CheatingTrainer, kind=adversary)
 
 
-def work_for(adversary: str):
+def work_for(adversary: str) -> Callable[..., Work]:
     """What does a node's model work: :class:`~vrl.node.work.Work`, or for a node configured
     to cheat (``adversary`` in node.toml), :class:`CheatingWork` doing that cheat."""
     if not adversary or adversary in TRAINER_ADVERSARIES:
