@@ -27,7 +27,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tomli_w
 
@@ -77,7 +77,7 @@ U63 = 2**63 - 1
 _Config = TypeVar("_Config", bound="DataclassInstance")  # a config dataclass that build() makes from a table
 
 
-def read_toml(path: str | Path) -> dict:
+def read_toml(path: str | Path) -> dict[str, Any]:
     """The table a TOML file holds; any problem is a :class:`ConfigError` (without the path:
     callers read inside :func:`reading`)."""
     try:
@@ -88,7 +88,7 @@ def read_toml(path: str | Path) -> dict:
     return parse_toml(data)
 
 
-def parse_toml(data: bytes) -> dict:
+def parse_toml(data: bytes) -> dict[str, Any]:
     """A TOML document's table; any input gives a table or a :class:`ConfigError`."""
     if len(data) > MAX_TOML_BYTES:
         raise ConfigError(f"larger than {MAX_TOML_BYTES} bytes; not a config file")
@@ -104,12 +104,12 @@ def parse_toml(data: bytes) -> dict:
         raise ConfigError("nested too deeply") from None
 
 
-def to_toml(config) -> str:
+def to_toml(config: DataclassInstance) -> str:
     """A config dataclass as TOML: its scalars, then a table per nested config."""
     return tomli_w.dumps(dataclasses.asdict(config))
 
 
-def as_kwargs(config) -> dict:
+def as_kwargs(config: DataclassInstance) -> dict[str, Any]:
     """A config's fields by name, nested configs kept as they are (one level, unlike asdict):
     what passes one config's values on to another that shares its fields."""
     return {spec.name: getattr(config, spec.name) for spec in dataclasses.fields(config)}
@@ -136,12 +136,12 @@ class Range:
         return f"{'(' if self.open_low else '['}{self.low}, {self.high}{')' if self.open_high else ']'}"
 
 
-def bounded(low: float, high: float = math.inf, *, open_low: bool = False, open_high: bool = False) -> dict:
+def bounded(low: float, high: float = math.inf, *, open_low: bool = False, open_high: bool = False) -> dict[str, Any]:
     """Field metadata: the range of a number (a float must also be finite)."""
     return {"range": Range(low, high, open_low, open_high)}
 
 
-def checked(check: Callable[[str], str | None]) -> dict:
+def checked(check: Callable[[str], str | None]) -> dict[str, Any]:
     """Field metadata: ``check(item)`` returns what is wrong with one string (or each string of
     a tuple), or None."""
     return {"check": check}
@@ -164,7 +164,7 @@ def path_like(text: str) -> str | None:
 
 # -- the generic checks ----------------------------------------------------------------------------
 
-def _kind(value) -> str:
+def _kind(value: object) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
              tuple: "an array", dict: "a table"}
     return next((name for kind, name in names.items() if type(value) is kind), f"a {type(value).__name__}")
@@ -173,7 +173,7 @@ def _kind(value) -> str:
 _EXPECTED = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
 
 
-def _scalar(hint, value, meta: Mapping):
+def _scalar(hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:  # a type hint; a TOML value
     """``value`` checked as one ``hint`` (str, int, float, bool or a StrEnum, whose member a
     string names); returns it normalized. Raises a keyless :class:`ConfigError` (the caller
     knows the key)."""
@@ -214,17 +214,17 @@ def _scalar(hint, value, meta: Mapping):
 
 
 @functools.cache
-def _hints(cls) -> dict:
+def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _default(spec: dataclasses.Field):
+def _default(spec: dataclasses.Field[Any]) -> Any:
     if spec.default is not dataclasses.MISSING:
         return spec.default
     return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else None
 
 
-def check_fields(config, cls: type | None = None) -> None:
+def check_fields(config: DataclassInstance, cls: type[DataclassInstance] | None = None) -> None:
     """Check every field of ``config`` (those of ``cls`` only, when given: a subclass's other
     fields are its own business) against its annotation and metadata; ints given for floats
     become floats, and a table given as a dict becomes its dataclass, layered on the field's
@@ -233,7 +233,7 @@ def check_fields(config, cls: type | None = None) -> None:
     hints = _hints(cls or type(config))
     for spec in dataclasses.fields(cls or config):
         hint, value = hints[spec.name], getattr(config, spec.name)
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a hint is a class, never an instance
             value = _table(hint, value, spec.name, _default(spec))  # its errors name the table
         else:
             try:
@@ -249,14 +249,14 @@ def check_fields(config, cls: type | None = None) -> None:
         object.__setattr__(config, spec.name, value)  # normalized (1 -> 1.0); frozen otherwise
 
 
-def _item(name: str, index: int, hint, value, meta: Mapping):
+def _item(name: str, index: int, hint: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     try:
         return _scalar(hint, value, meta)
     except ConfigError as error:
         raise ConfigError(error.problem, (f"{name}[{index}]",)) from None
 
 
-def _table(cls, value, name: str, base):
+def _table(cls: type[_Config], value: object, name: str, base: _Config | None) -> _Config:
     """A nested config field: a TOML table built and checked like the file itself, on ``base``
     (the field's default: its container may set defaults of its own). Errors name the table."""
     if isinstance(value, cls):
@@ -271,15 +271,15 @@ def _table(cls, value, name: str, base):
     return table
 
 
-def _printable(key) -> str:
+def _printable(key: str) -> str:
     """A key for an error message: as written when it is a plain name, else its repr, cut."""
     return key if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(key)) else shown(key)
 
 
-def _unknown(cls, key, known: list[str]) -> str:
+def _unknown(cls: type, key: str, known: list[str]) -> str:
     """What to say of a key ``cls`` does not have: where it went, the table it belongs in, or
     the known key it resembles."""
-    moved = getattr(cls, "moved_keys", {})
+    moved: dict[str, str] = getattr(cls, "moved_keys", {})  # a config's retired keys: where each went
     if key in moved:
         return moved[key]
     hints = _hints(cls)
