@@ -13,12 +13,14 @@ trainer holds every group and every pass (sent to it, specs/network.md §3.5), a
 own, the groups it fetched, and what was gossiped.
 
 A node stores (vrl.node.daemon): what it publishes or sends (``_store_own``), every group and
-policy it accepts (``_on_message``), a received verdict once its group is known
-(``Persist``), a manifest and a step verdict once they count (``PersistManifest``,
-``PersistStep``), and its own verdicts and step verdicts that it stores without sending
-(``Persist``, ``PersistStep`` of its own). The simulator absorbs received groups and verdicts
-with ``replaying=True`` (no actions), so a received verdict is taken as stored when the
-receiver holds its group after it was handled; one whose group comes later is not counted
+policy it accepts (the protocol's ``PersistGroup(group, received)`` and
+``PersistPolicy(announcement)`` actions, vrl.node.events, which the daemon carries out), a
+received verdict once its group is known (``Persist``), a manifest and a step verdict once they
+count (``PersistManifest``, ``PersistStep``), and its own verdicts and step verdicts that it
+stores without sending (``Persist``, ``PersistStep`` of its own). The simulator stores what a
+node accepts as it is handled (:func:`keep`), not by those actions: it absorbs received groups
+and verdicts with ``replaying=True`` (no actions), so a received verdict is taken as stored when
+the receiver holds its group after it was handled; one whose group comes later is not counted
 (its bytes are a verdict's, ~500, against pages of groups).
 
 ``"gossip"`` (the default, and specs/network.md §3.5's target for the committee design): a
