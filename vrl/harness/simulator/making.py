@@ -44,7 +44,7 @@ class Maker:
         # spawn, not fork: the simulation has imported torch, whose threads a fork would not carry
         self._pool = (ProcessPoolExecutor(processes, multiprocessing.get_context("spawn"), initializer=_start,
                                           initargs=(records.config,)) if processes else None)
-        self._asked: dict[tuple[bytes, int], Future] = {}
+        self._asked: dict[tuple[bytes, int], Future[tuple[Group, ...]]] = {}
         self._children = _children_cpu()
         self.made_ahead = 0  # rounds of groups a maker process made
 

@@ -17,6 +17,7 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass
+from typing import TypedDict
 
 from proofs.sampling_params import SamplingParams
 from vrl.node.committee import Draw
@@ -112,6 +113,21 @@ def blob_of(version: int) -> bytes:
     return hashlib.sha256(b"blob" + model_hash(version)).digest()
 
 
+class _Delta(TypedDict, total=False):
+    """An announcement's weights delta (specs/network.md §6.1): none, or all three."""
+
+    delta: bytes
+    delta_size: int
+    delta_parent: bytes
+
+
+class _BatchFile(TypedDict, total=False):
+    """An announcement's batch file (specs/network.md §3.3.1): none, or both."""
+
+    batch_file: bytes
+    batch_size: int
+
+
 def announcement(trainer: NodeKey, version: int, batch: tuple[tuple[bytes, float], ...], weights_bytes: int,
                  optimizer_bytes: int = 0, delta_bytes: int = 0, batch_file: bytes = b"") -> PolicyAnnouncement:
     """The trainer's announcement of ``version``, bound to its step as an honest trainer's is
@@ -120,10 +136,10 @@ def announcement(trainer: NodeKey, version: int, batch: tuple[tuple[bytes, float
     ``delta_bytes`` against the parent's file (specs/network.md §6.1) if that is nonzero. With
     ``batch_file`` (the :func:`batch_file` of the batch: a committee network's trainer,
     vrl.node.training) the announcement names it instead of listing the batch."""
-    delta = ({"delta": hashlib.sha256(b"delta" + model_hash(version)).digest(), "delta_size": delta_bytes,
-              "delta_parent": blob_of(version - 1)} if version and 0 < delta_bytes < weights_bytes else {})
-    named = ({"batch_file": hashlib.sha256(batch_file).digest(), "batch_size": len(batch_file)} if batch_file
-             else {})
+    delta: _Delta = ({"delta": hashlib.sha256(b"delta" + model_hash(version)).digest(), "delta_size": delta_bytes,
+                      "delta_parent": blob_of(version - 1)} if version and 0 < delta_bytes < weights_bytes else {})
+    named: _BatchFile = ({"batch_file": hashlib.sha256(batch_file).digest(), "batch_size": len(batch_file)}
+                         if batch_file else {})
     return PolicyAnnouncement(
         trainer.node_id, version, model_hash(version), blob_of(version),
         weights_bytes, parent=model_hash(version - 1) if version else b"", batch=() if named else batch,
