@@ -7,27 +7,36 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVarTuple
 
 from vrl.harness.adversary import CHEAT_FROM, take_freshest
 from vrl.node import committee
 from vrl.node import events as E
 from vrl.node.messages import (
-    TOPIC_GROUPS,
-    TOPIC_MANIFESTS,
-    TOPIC_POLICIES,
     TOPIC_VERDICTS,
+    Batch,
     BatchFile,
     Group,
     Outcome,
     PolicyAnnouncement,
+    RoundManifest,
+    SignedVerdict,
     StepFault,
 )
 from vrl.node.requests import EntriesAnswer, EntriesRequest
 from vrl.rollouts.keys import NodeKey
 
-from .nodes import SimNode
-from .payloads import Truth, announcement, check_result, liar_claim
-from .stores import keep, keep_action
+from .making import Maker
+from .metrics import Metrics
+from .network import Network
+from .nodes import Msg, SimNode, TrainerProtocol
+from .payloads import Records, Truth, announcement, check_result, liar_claim
+from .spec import CostModel, SimConfig
+from .stores import StoreLedger, keep, keep_action
+
+Ts = TypeVarTuple("Ts")
 
 # The seed of a planted group's throw-away producer (specs/README.md lists it among the local tags).
 CANARY_DOMAIN = b"vrl/sim/canary\x00"
@@ -47,7 +56,38 @@ FETCH_REQUEST_BYTES = 48
 class Actions:
     """``do(node, action)``: each action dispatched by its type's name to ``_do_<Name>``."""
 
-    def do(self, node: SimNode, action) -> None:
+    # The simulation's state that the actions act on, as driver.Simulation sets it.
+    config: SimConfig
+    rng: random.Random
+    cost: CostModel
+    q0: float  # the honest race-loss rate a check's sequential test is against
+    records: Records
+    maker: Maker
+    now: float
+    nodes: list[SimNode]
+    trainer_protocol: TrainerProtocol
+    net: Network
+    metrics: Metrics
+    contention: float
+    truth: dict[bytes, Truth]
+    _own: dict[bytes, Group]
+    version_groups: dict[int, list[Group]]
+    trainer_version: int
+    group_msgs: dict[bytes, Msg]
+    batch_files: dict[bytes, bytes]
+    ledger: StoreLedger | None
+
+    if TYPE_CHECKING:  # the clock and the gossip, driver.Simulation's
+        @property
+        def trainer(self) -> SimNode: ...
+        def at(self, when: float, fn: Callable[[*Ts], object], *args: *Ts) -> None: ...
+        def feed(self, node: SimNode, event: E.Event, absorb: bool = False) -> None: ...
+        def decode(self, origin: int, topic: str, data: bytes) -> Msg | None: ...
+        def publish(self, origin: int, topic: str, data: bytes) -> Msg | None: ...
+        def send(self, origin: int, peer: int, msg: Msg) -> None: ...
+        def new_version(self, a: PolicyAnnouncement) -> None: ...
+
+    def do(self, node: SimNode, action: E.Action) -> None:
         self.metrics.actions[type(action).__name__] += 1
         handler = getattr(self, f"_do_{type(action).__name__}", None)
         if handler is not None:
@@ -78,11 +118,11 @@ class Actions:
         # /vrl/send/1's answer is empty: a message each way, no bytes (p2p.traffic counts it).
         self.metrics.sent(peer, 0, 1, "direct answer")
         self.metrics.received(node.index, 0, "direct answer")
-        if action.topic == TOPIC_GROUPS:
+        if isinstance(msg.obj, Group):
             self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
             if node.kind == "" and node.index:
                 self.version_groups.setdefault(msg.obj.version, []).append(msg.obj)
-        elif action.topic == TOPIC_VERDICTS:
+        elif isinstance(msg.obj, SignedVerdict):
             self.metrics.published_verdict(self, node, msg.obj)
 
     def _do_FetchGroup(self, node: SimNode, action: E.FetchGroup) -> None:
@@ -90,12 +130,13 @@ class Actions:
         peer in reach that does (its producer does); the request is a digest and a version."""
         self.metrics.sent(node.index, FETCH_REQUEST_BYTES, 1, "fetch")
         held = self.group_msgs.get(action.digest)
-        server = next((i for i in [0] + ([held.origin] if held else [])
-                       if held is not None and self.nodes[i].protocol is not None
-                       and self.nodes[i].protocol.group_version(action.digest) is not None  # held, or stored
-                       and self.net.reachable(node.index, i)),
-                      None)
-        if server is None:
+        server = None if held is None else next(
+            (i for i in (0, held.origin)
+             if (p := self.nodes[i].protocol) is not None
+             and p.group_version(action.digest) is not None  # held, or stored
+             and self.net.reachable(node.index, i)),
+            None)
+        if held is None or server is None:
             self.at(self.now + 1.0, self.feed, node, E.Abandoned(action))
             return
         self.metrics.received(server, FETCH_REQUEST_BYTES, "fetch")
@@ -126,20 +167,21 @@ class Actions:
         msg = self.publish(node.index, topic, data)
         if msg is None:
             return
-        if topic == TOPIC_GROUPS:
-            self.metrics.published_group(node, msg.obj, self.truth.get(msg.obj.digest), self.now)
+        obj = msg.obj  # (of the topic's class: Simulation.decode)
+        if isinstance(obj, Group):
+            self.metrics.published_group(node, obj, self.truth.get(obj.digest), self.now)
             if node.kind == "" and node.index:
-                self.version_groups.setdefault(msg.obj.version, []).append(msg.obj)
-        elif topic == TOPIC_VERDICTS:
-            self.metrics.published_verdict(self, node, msg.obj)
-        elif topic == TOPIC_POLICIES and node.index == 0:
-            self.new_version(msg.obj)
-        elif topic == TOPIC_MANIFESTS and node.index == 0:
+                self.version_groups.setdefault(obj.version, []).append(obj)
+        elif isinstance(obj, SignedVerdict):
+            self.metrics.published_verdict(self, node, obj)
+        elif isinstance(obj, PolicyAnnouncement) and node.index == 0:
+            self.new_version(obj)
+        elif isinstance(obj, RoundManifest) and node.index == 0:
             # The workers list behind the header, as the trainer holds it (nodes forget old rounds).
-            self.metrics.manifests.append(tuple(node.protocol.rounds.lists[msg.obj.round].content.workers))
-            self.metrics.closed_rounds.add(msg.obj.round)
+            self.metrics.manifests.append(tuple(self.trainer_protocol.rounds.lists[obj.round].content.workers))
+            self.metrics.closed_rounds.add(obj.round)
 
-    def job(self, node: SimNode, seconds: float, fn, *args) -> None:
+    def job(self, node: SimNode, seconds: float, fn: Callable[[*Ts], object], *args: *Ts) -> None:
         """One job on the node's model thread: it starts when the thread is free."""
         start = max(self.now, node.busy_until)
         node.busy_until = start + seconds * self.contention
@@ -157,12 +199,14 @@ class Actions:
             return
         # vrl.node.deltas.fetch_weights: the delta when the node holds the parent's file (it loaded
         # the version before: a node keeps max_staleness + 1 versions' files), else the whole file.
+        assert node.protocol is not None  # (a sybil slot runs no protocol: it has no actions)
         size = a.delta_size if a.delta and a.version - 1 in node.protocol.loaded else a.size
         self.metrics.blob(node.index, server, size)
         seconds = self.config.latency_s + size / self.config.bandwidth_bps
         self.at(self.now + seconds, self.feed, node, E.PolicyLoaded(a.version))
 
     def _do_Generate(self, node: SimNode, action: E.Generate) -> None:
+        assert node.protocol is not None
         per_round = node.protocol.config.groups_per_round
         seconds = self.records.tokens * per_round * self.cost.generate_ms_per_token / 1000
         if node.kind != "replay":  # a replayer's groups depend on its loot when it ends
@@ -196,7 +240,9 @@ class Actions:
     def _loot(node: SimNode) -> Group | None:
         """The replay cheat's freshest loot that the network would still take, taken out of its
         loot (as vrl.harness.adversary.CheatingWork.replayed)."""
-        return take_freshest(node.seen, lambda group: node.protocol.takes_new_groups(group.version))
+        p = node.protocol
+        assert p is not None
+        return take_freshest(node.seen, lambda group: p.takes_new_groups(group.version))
 
     def _do_Check(self, node: SimNode, action: E.Check) -> None:
         truth = self.truth.get(action.group)
@@ -204,7 +250,8 @@ class Actions:
         held = self.group_msgs.get(action.group)
         # The group's own completion tokens: a check replays each of them (specs/verification.md §7),
         # and a receiver refuses a verdict stating more than the group has.
-        tokens = sum(len(r.completion_tokens) for r in held.obj.rollouts) if held is not None else self.records.tokens
+        tokens = (sum(len(r.completion_tokens) for r in held.obj.rollouts)
+                  if held is not None and isinstance(held.obj, Group) else self.records.tokens)
         checked, share = check_result(truth, action.group, node.kind, subject, tokens, self.q0,
                                       self.config.honest_reject, self.rng, node.key.node_id)
         seconds = share * self.records.tokens * self.cost.verify_ms_per_token / 1000
@@ -229,22 +276,26 @@ class Actions:
             batch = (*batch, *self._failed_by_trainer(node, batch))
         self.job(node, self.cost.step_seconds, self._trained, node, action.version, batch)
 
-    def _failed_by_trainer(self, node: SimNode, batch) -> tuple:
+    def _failed_by_trainer(self, node: SimNode, batch: Batch) -> Batch:
         """vrl.harness.adversary.CheatingTrainer.with_failed_groups: fresh groups it failed itself
         a round or more ago, two at most, listed in the batch."""
         p, listed = node.protocol, {d for d, _ in batch}
+        assert p is not None
+        version = p.version
+        assert version is not None, "a Train comes to a trainer that follows a version"
         failed = sorted(d for d, verdicts in p.verdicts.items()
                         if (own := verdicts.get(p.me)) is not None and own.outcome == Outcome.HARD_FAIL
-                        and own.round < p.version and d in p.groups and d not in listed
-                        and 0 <= p.version - p.groups[d].version <= p.config.max_staleness)
+                        and own.round < version and d in p.groups and d not in listed
+                        and 0 <= version - p.groups[d].version <= p.config.max_staleness)
         return tuple((d, 1.0) for d in failed[:2])
 
-    def _trained(self, node: SimNode, version: int, batch) -> None:
+    def _trained(self, node: SimNode, version: int, batch: Batch) -> None:
         self.metrics.trained(self, batch)
+        assert node.protocol is not None
         a = self._announcement(node.key, version + 1, tuple(batch), node.protocol.design.manifests)
         self.feed(node, E.Trained(a, tuple(d for d, _ in batch)))
 
-    def _announcement(self, key: NodeKey, version: int, batch: tuple, in_file: bool = False) -> PolicyAnnouncement:
+    def _announcement(self, key: NodeKey, version: int, batch: Batch, in_file: bool = False) -> PolicyAnnouncement:
         """As vrl.node.training announces: a committee network's batch in a file it serves."""
         c = self.config
         file = BatchFile(key.node_id, version, batch).to_bytes() if in_file and batch else b""
@@ -267,7 +318,7 @@ class Actions:
     def _do_ReplayStep(self, node: SimNode, action: E.ReplayStep) -> None:
         a = action.announcement
         # The step's config, and the optimizer states before and after, fetched from the trainer.
-        parent = self.trainer.protocol.policies.get(a.version - 1)
+        parent = self.trainer_protocol.policies.get(a.version - 1)
         self.metrics.counters["step_replays"][node.index] += 1
         self.metrics.blob(node.index, 0, a.optimizer_size + (parent.optimizer_size if parent else 0) + 1024)
         self.job(node, self.cost.step_seconds, self._replayed, node, a)
@@ -278,7 +329,7 @@ class Actions:
         replayed = a.model_hash if not faults else hashlib.sha256(b"replayed" + a.model_hash).digest()
         self.feed(node, E.StepReplayed(a.version, tuple(str(f) for f in faults), replayed, 1.0 if faults else 0.0))
 
-    def _do_StepVerdict(self, node: SimNode, action) -> None:  # (not an action today; kept generic)
+    def _do_StepVerdict(self, node: SimNode, action: object) -> None:  # (not an action today; kept generic)
         self.metrics.unhandled["StepVerdict"] += 1
 
     def _do_Quarantine(self, node: SimNode, action: E.Quarantine) -> None:
@@ -290,7 +341,7 @@ class Actions:
     def _do_PersistStep(self, node: SimNode, action: E.PersistStep) -> None:
         keep_action(self, node.index, action)
 
-    def _do_PersistManifest(self, node: SimNode, action) -> None:
+    def _do_PersistManifest(self, node: SimNode, action: E.PersistManifest) -> None:
         keep_action(self, node.index, action)
 
     def _do_ConvictTrainer(self, node: SimNode, action: E.ConvictTrainer) -> None:

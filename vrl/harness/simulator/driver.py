@@ -31,35 +31,41 @@ import math
 import random
 import time
 import typing
+from collections.abc import Callable
+from typing import Any, TypeVarTuple
 
 from vrl.node import events as E
-from vrl.node import forgetting
 from vrl.node.admission import AdmissionConfig
 from vrl.node.config import NODE_OVERRIDES
 from vrl.node.daemon import BACKFILL_EVERY_SECONDS, TICK_SECONDS
 from vrl.node.messages import (
     GOSSIP_MESSAGES,
     TOPIC_GROUPS,
-    TOPIC_POLICIES,
-    TOPIC_STEPS,
     TOPIC_VERDICTS,
     Group,
     MessageError,
     PolicyAnnouncement,
+    SignedVerdict,
+    StepVerdict,
+    Submission,
     decode_group,
-    schema_of,
 )
 from vrl.node.protocol import NodeProtocol, ProtocolConfig
+from vrl.node.wire import schema_of
 from vrl.rollouts.keys import NodeKey
 
 from .actions import Actions
 from .making import Maker
 from .metrics import Metrics
 from .network import Network
-from .nodes import Msg, SimNode
+from .nodes import Gossiped, Msg, SimNode, TrainerProtocol
 from .payloads import Records, Truth, sybil_verdict
 from .spec import PLATFORM, CostModel, SimConfig, assign, honest_race_loss, sybil_slots
-from .stores import StoreLedger, daemon_pass, gossip_pass, keep
+from .stores import GossipMark, StoreLedger, daemon_pass, gossip_pass, keep
+
+Ts = TypeVarTuple("Ts")
+#: The clock's queue: (when, order of scheduling, what runs then, its arguments), a heap.
+Scheduled = tuple[float, int, Callable[..., object], tuple[object, ...]]
 
 # The seed of a simulated node's key (specs/README.md lists it among the local tags).
 NODE_KEY_DOMAIN = b"vrl/sim/node\x00"
@@ -73,48 +79,24 @@ IDLE_TICK_SECONDS = 5.0
 _ABSORBED = (E.GroupReceived, E.VerdictReceived)
 
 
-def _event_for() -> dict[type, tuple[type, bool]]:
+def _event_for() -> dict[type, tuple[Callable[..., E.Event], bool]]:
     """Message class -> the event (vrl.node.events.Event) that holds such a message in its one
     field, or in its first beside ``now`` and fields with defaults (as GroupReceived holds a group), and
     whether it takes ``now``."""
-    hints = {}
+    hints: dict[str, tuple[Callable[..., E.Event], bool]] = {}
     for cls in typing.get_args(E.Event):
+        event: Callable[..., E.Event] = cls  # an event's class, made from its fields
         if dataclasses.is_dataclass(cls):
             fields = dataclasses.fields(cls)
             names = [f.name for f in fields]
             rest_default = all(f.default is not dataclasses.MISSING for f in fields[2:])
             if len(fields) == 1 or (names[1:2] == ["now"] and rest_default):
                 kind = fields[0].type if isinstance(fields[0].type, str) else fields[0].type.__name__
-                hints.setdefault(kind, (cls, len(fields) >= 2))
+                hints.setdefault(kind, (event, len(fields) >= 2))
     return {message: hints[message.__name__] for message in GOSSIP_MESSAGES if message.__name__ in hints}
 
 
 EVENT_FOR = _event_for()
-
-
-class TrainerProtocol(NodeProtocol):
-    """The trainer's protocol, unchanged, that remembers for the run's metrics (groups lost,
-    honest verdicts not counted) who had verdicts counted on each group it forgets
-    (vrl.node.forgetting): the metrics read the whole run, the protocol keeps a few rounds."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.counted_on_forgotten: dict[bytes, frozenset[bytes]] = {}
-
-    def forget(self, version: int) -> None:
-        floor = forgetting.group_floor(version, self.config.max_staleness)
-        if floor <= self.group_floor:
-            return
-        before = {d: frozenset(self.verdicts.get(d, ())) for v in self.versions_below(floor)
-                  for d in self.groups_of_version(v)}
-        super().forget(version)
-        self.counted_on_forgotten.update((d, who) for d, who in before.items() if d not in self.groups)
-
-    def counted(self, digest: bytes) -> frozenset[bytes] | dict | None:
-        """The verifiers whose verdicts on a group were counted (None: never held)."""
-        if digest in self.groups:
-            return self.verdicts.get(digest, {})
-        return self.counted_on_forgotten.get(digest)
 
 
 class Simulation(Actions):
@@ -127,11 +109,13 @@ class Simulation(Actions):
         self.q0 = honest_race_loss()
         self.records = Records(c)
         self.maker = Maker(self.records, c.makers)
-        self.queue: list = []
+        self.queue: list[Scheduled] = []
         self._seq = 0
         self._asked = 0  # over_limit's calls
         self.now = 0.0
-        self._limits: tuple = (time.perf_counter(), time.process_time(), None, None)
+        # (wall-clock and CPU seconds when the run started, its limits on them)
+        self._limits: tuple[float, float, float | None, float | None] = (time.perf_counter(), time.process_time(),
+                                                                         None, None)
         overrides = {**c.protocol, "verification": c.design}
         self.last_version = c.warmup + c.rounds
         # A node's [admission] table as node.toml gives it (vrl.node.config.NODE_OVERRIDES: batches
@@ -139,7 +123,7 @@ class Simulation(Actions):
         self.admission = AdmissionConfig(**{**NODE_OVERRIDES["admission"], **c.admission})
         self.round_bytes: dict[int, int] = {}  # gossip bytes published per round: what peers' stores hold
         self.round_messages: dict[int, int] = {}  # and messages
-        self.params = {**overrides, "last_version": self.last_version}
+        self.params: dict[str, Any] = {**overrides, "last_version": self.last_version}  # ProtocolConfig's
         kinds = assign(c.adversaries, c.nodes)
         self.sybils = sybil_slots(c.adversaries, c.nodes)
         self.net = Network(c.nodes + self.sybils, c.topology, random.Random(c.seed + 2), c.latency_s,
@@ -152,6 +136,9 @@ class Simulation(Actions):
                 self.nodes.append(SimNode(i, key, "sybil", None))
                 continue
             self.nodes.append(self._node(i, key, kinds.get(i, "")))
+        trainer = self.nodes[0].protocol
+        assert isinstance(trainer, TrainerProtocol)
+        self.trainer_protocol = trainer  # what the metrics read of the whole run
         self.metrics = Metrics(c, self.nodes, self.cost)
         # Processor sharing, crudely: with `cores` set, every node's compute runs nodes / cores
         # times slower (all busy at once: an upper bound), as on the devnet's one machine.
@@ -163,7 +150,10 @@ class Simulation(Actions):
         self.group_msgs: dict[bytes, Msg] = {}  # every group made, for fetches by digest (pruned as rounds age)
         self.batch_files: dict[bytes, bytes] = {}  # the trainer's batch files by hash (vrl.node.training)
         self.ledger = StoreLedger() if c.backfill.startswith("daemon") else None  # what each store holds (stores.py)
-        self.backfill_marks: dict[int, object] = {}  # per node, the backfill model's (stores.gossip_pass, daemon_pass)
+        # Per node, what its last backfill pass left for the next: the "gossip" models' (stores.gossip_pass), the
+        # "daemon" models' (the since of its last pass, stores.daemon_pass).
+        self.gossip_marks: dict[int, GossipMark] = {}
+        self.daemon_marks: dict[int, int] = {}
 
     # -- set-up ------------------------------------------------------------------------------------
     def _key(self, i: int) -> NodeKey:
@@ -182,7 +172,7 @@ class Simulation(Actions):
         return self.nodes[0]
 
     # -- the clock -------------------------------------------------------------------------------
-    def at(self, when: float, fn, *args) -> None:
+    def at(self, when: float, fn: Callable[[*Ts], object], *args: *Ts) -> None:
         self._seq += 1
         heapq.heappush(self.queue, (when, self._seq, fn, args))
 
@@ -238,12 +228,13 @@ class Simulation(Actions):
         self.at(self.now + (TICK_SECONDS if node.index == 0 else IDLE_TICK_SECONDS), self.tick, node)
 
     # -- feeding the protocol --------------------------------------------------------------------
-    def handle(self, node: SimNode, event, absorb: bool = False) -> list:
+    def handle(self, node: SimNode, event: E.Event, absorb: bool = False) -> list[E.Action]:
         """The node's protocol fed one event; the wall time it took is the protocol's own CPU
         cost, counted per node (what a real node's event loop spends on it)."""
         # perf_counter, not process_time: the latter is a ~7 us system call on this VM, twice per
         # event 43% of the run at N = 1,000 (py-spy). The wall time of one short call is its CPU
         # time unless the process is preempted inside it, which the shared machine makes rare.
+        assert node.protocol is not None  # (a sybil slot runs no protocol: nothing is fed to it)
         started = time.perf_counter()
         actions = node.protocol.handle(event, replaying=absorb)
         cpu = time.perf_counter() - started
@@ -254,7 +245,7 @@ class Simulation(Actions):
             node.cpu_until = max(node.cpu_until, self.now) + cpu * self.contention
         return actions
 
-    def feed(self, node: SimNode, event, absorb: bool = False) -> None:
+    def feed(self, node: SimNode, event: E.Event, absorb: bool = False) -> None:
         actions = self.handle(node, event, absorb)
         self._observe(node)
         for action in actions:
@@ -262,6 +253,7 @@ class Simulation(Actions):
 
     def _observe(self, node: SimNode) -> None:
         p = node.protocol
+        assert p is not None
         if len(p.quarantined) != node.known_quarantined:
             node.known_quarantined = len(p.quarantined)
             self.metrics.quarantines(self, node, p.quarantined)
@@ -272,12 +264,15 @@ class Simulation(Actions):
     def decode(self, origin: int, topic: str, data: bytes) -> Msg | None:
         """A message decoded once (what every receiver is handed), or None if it does not decode."""
         cls = TOPIC_CLASS.get(topic)
+        obj: Gossiped
         try:
             if topic == TOPIC_GROUPS:
                 obj = self._own.pop(data, None) or decode_group(data)
                 version, valid = obj.version, True
             elif cls is not None:
-                obj = cls.from_bytes(data)
+                decoded = cls.from_bytes(data)
+                assert not isinstance(decoded, Submission)  # (TOPIC_GROUPS': decoded as a Group above)
+                obj = decoded
                 version = next((getattr(obj, a) for a in ("policy_version", "version", "round") if hasattr(obj, a)), 0)
                 valid = obj.valid() if hasattr(obj, "valid") else True
             else:
@@ -287,7 +282,7 @@ class Simulation(Actions):
             self.metrics.unhandled[f"undecodable {topic}"] += 1
             return None
         msg = Msg(topic, data, obj, origin, version, valid)
-        if topic == TOPIC_GROUPS:
+        if isinstance(obj, Group):
             self.group_msgs[obj.digest] = msg
         return msg
 
@@ -391,8 +386,8 @@ class Simulation(Actions):
         if fed:
             self.feed(node, E.Tick(self.now))
 
-    def event_of(self, msg: Msg):
-        if msg.topic == TOPIC_GROUPS:
+    def event_of(self, msg: Msg) -> E.Event | None:
+        if isinstance(msg.obj, Group):
             return E.GroupReceived(msg.obj, self.now)
         found = EVENT_FOR.get(type(msg.obj))
         if found is None:
@@ -403,19 +398,20 @@ class Simulation(Actions):
 
     def validate(self, node: SimNode, msg: Msg) -> bool:
         """vrl.node.validation.Validator's accept, against this receiver's state."""
-        p, obj = node.protocol, msg.obj
+        p, obj = node.protocol, msg.obj  # (obj of the topic's class: decode)
+        assert p is not None
         if not msg.valid:
             return False
-        if msg.topic == TOPIC_GROUPS:
+        if isinstance(obj, Group):
             return not (obj.subject in p.quarantined or obj.index >= p.config.groups_per_round
                         or len(obj.rollouts) != self.config.group_size
                         or not p.takes_group(obj.version, obj.digest)
                         or p.slot_taken(obj.subject, obj.version, obj.index, obj.digest))
-        if msg.topic == TOPIC_VERDICTS:
+        if isinstance(obj, SignedVerdict):
             return p.matches_group(obj) is not False and p.room_for(obj)
-        if msg.topic == TOPIC_POLICIES:
+        if isinstance(obj, PolicyAnnouncement):
             return obj.trainer == p.config.trainer
-        if msg.topic == TOPIC_STEPS:
+        if isinstance(obj, StepVerdict):
             return obj.trainer == p.config.trainer and p.may_hold(obj.version)
         # A message kind a newer design added (a round manifest): what the validator asks of any
         # signed message, and that a trainer's message is the configured trainer's.
@@ -426,13 +422,15 @@ class Simulation(Actions):
         whether it goes on past the design's claim check: in the committee design a verdict is
         refused (REJECT) or ignored (no manifest yet) by vrl.node.validation.Validator before its
         signature, as here; a group's records are signature-checked as it is decoded."""
-        refusal = node.protocol.verdict_refusal(msg.obj) if msg.topic == TOPIC_VERDICTS else None
+        assert node.protocol is not None
+        refusal = node.protocol.verdict_refusal(msg.obj) if isinstance(msg.obj, SignedVerdict) else None
         self.metrics.sybil_delivery(node, msg, refusal, self.config.group_size)
         return refusal is None
 
     def backfill(self, node: SimNode) -> None:
         """What a node missed (offline, across a partition) comes by backfill, if still in its
         window (vrl.node.daemon: rounds >= version - 1); the rest is lost to it."""
+        assert node.protocol is not None
         missed, node.missed = node.missed, []
         since = max((node.protocol.version or 0) - 1, 0)
         when = self.net.backfill_at(self.now)
@@ -452,6 +450,7 @@ class Simulation(Actions):
         Backfill.pull, specs/network.md §6), keeping what it lacks, in pages of at most
         BACKFILL_PAGE_BYTES, BACKFILL_MAX_PAGES of them (stores.py: a peer's log is its store, or
         everything gossiped in those rounds; SimConfig.backfill)."""
+        assert node.protocol is not None
         if node.index not in self.net.offline and node.protocol.version is not None:
             model = self.config.backfill
             full, per_round = model.endswith("-full"), model.endswith("-round")
@@ -467,7 +466,7 @@ class Simulation(Actions):
         """The trainer announced a version: a round ends. Churn, joins, partitions and sybils act here."""
         self.trainer_version = a.version
         self.metrics.round_ended(self, a.version)
-        oldest = a.version - self.trainer.protocol.config.max_staleness - 2  # no fetch names an older group
+        oldest = a.version - self.trainer_protocol.config.max_staleness - 2  # no fetch names an older group
         for digest in [d for d, m in self.group_msgs.items() if m.round < oldest]:
             del self.group_msgs[digest]
         if self.ledger is not None:
@@ -507,9 +506,9 @@ class Simulation(Actions):
         self.nodes.append(node)
         self.metrics.grow(node)
         self.metrics.joined += 1
-        for version in sorted(self.trainer.protocol.policies):
+        for version in sorted(self.trainer_protocol.policies):
             if version >= a.version - 1:  # what its first backfill brings (rounds >= version - 1)
-                self.feed(node, E.PolicyAnnounced(self.trainer.protocol.policies[version]))
+                self.feed(node, E.PolicyAnnounced(self.trainer_protocol.policies[version]))
         self.at(self.now + 1.0, self.tick, node)
 
     def flood(self, version: int) -> None:
@@ -518,13 +517,13 @@ class Simulation(Actions):
         # The honest groups of the two newest rounds that have any (fresh, max_staleness 2; the older
         # one's manifest held, so both of §4's refusals are exercised): a version may have none (N = 8).
         targets = [g for v in sorted(self.version_groups)[-2:] for g in self.version_groups[v]]
-        committee = self.trainer.protocol.design.manifests
+        committee = self.trainer_protocol.design.manifests
         for node in self.nodes:
             if node.kind != "sybil":
                 continue
             key = NodeKey.from_seed(self.rng.randbytes(32))
             self.metrics.sybil_keys += 1
-            for index in range(self.trainer.protocol.config.groups_per_round):
+            for index in range(self.trainer_protocol.config.groups_per_round):
                 group = self.records.group(key, version, index, reward=1.0)
                 self.truth[group.digest] = Truth(-1, "sybil")
                 self._own[group.to_bytes()] = group

@@ -28,15 +28,19 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import msgpack
 
 from p2p.blobs import CHUNK_BYTES
 from vrl.node.committee import Refusal
 from vrl.node.config import TRAINER_ADVERSARIES
-from vrl.node.messages import Outcome
+from vrl.node.messages import Batch, Group, Outcome, SignedVerdict
 
+from .nodes import Msg, SimNode, TrainerProtocol
+from .payloads import Truth
 from .spec import LAZY, SPOOFS, CostModel, SimConfig
 
 #: Claim refusals (specs/committee.md §4) that come after the verdict's signature was checked.
@@ -48,21 +52,59 @@ BY_KIND = "bytes:"  # the prefix of the counters of bytes by kind (Metrics.sent,
 COUNTERS = ("checks", "verify_seconds", "bytes_in", "bytes_out", "messages_in", "messages_out", "blob_bytes",
             "backfill_bytes", "protocol_cpu_seconds", "step_replays")
 
+#: The run's report (Metrics.finish), as bench/simulate.py prints and writes it: a JSON map.
+Summary = dict[str, Any]
+#: Per-node figures of a set of nodes (Metrics.finish's per_round): counters per round, and
+#: ``bytes_by_kind``, the bytes per round of each kind.
+PerNode = dict[str, float | dict[str, float]]
+#: A manifest's workers list: (worker, groups listed).
+Workers = tuple[tuple[bytes, int], ...]
+
+
+class Run(Protocol):
+    """What the metrics read of the simulation (driver.Simulation): the clock, the nodes, the
+    ground truth of each group and the trainer's protocol."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def nodes(self) -> list[SimNode]: ...
+    @property
+    def truth(self) -> Mapping[bytes, Truth]: ...
+    @property
+    def trainer_version(self) -> int: ...
+    @property
+    def trainer_protocol(self) -> TrainerProtocol: ...
+
+
+class QuarantineRow(TypedDict):
+    """Rounds to quarantine of one adversary kind (Metrics.finish's ``rounds_to_quarantine``)."""
+
+    nodes: int
+    cheated: int
+    quarantined_by_trainer: int
+    rounds_trainer: list[int]
+    rounds_median_honest: list[int]
+    honest_views_missing: int
+    median_rounds_trainer: NotRequired[float | None]
+    median_rounds_median_honest: NotRequired[float | None]
+    weight_share: NotRequired[float]  # the kind's share of the draw weight in the trainer's last manifest
+
 
 @dataclass
 class Metrics:
     config: SimConfig
-    nodes: list
+    nodes: list[SimNode]
     cost: CostModel
     counters: dict[str, list[float]] = field(default_factory=dict)
     snapshots: dict[int, tuple[float, dict[str, list[float]]]] = field(default_factory=dict)
-    unhandled: Counter = field(default_factory=Counter)
-    actions: Counter = field(default_factory=Counter)
+    unhandled: Counter[str] = field(default_factory=Counter)
+    actions: Counter[str] = field(default_factory=Counter)
     first_bad: dict[int, float] = field(default_factory=dict)  # adversary node -> when it first cheated
     quarantined_at: dict[tuple[int, bytes], float] = field(default_factory=dict)  # (observer, subject) -> when
-    trained_bad: Counter = field(default_factory=Counter)
-    trained_by_kind: Counter = field(default_factory=Counter)  # by the group's truth
-    trained_by_maker: Counter = field(default_factory=Counter)  # honest groups, by their maker's kind
+    trained_bad: Counter[str] = field(default_factory=Counter)
+    trained_by_kind: Counter[str] = field(default_factory=Counter)  # by the group's truth
+    trained_by_maker: Counter[str] = field(default_factory=Counter)  # honest groups, by their maker's kind
     honest_groups: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # digest -> (maker, version)
     verdicts_of_honest: list[tuple[bytes, bytes]] = field(default_factory=list)  # (group, verifier) checked
     withheld: int = 0
@@ -71,7 +113,7 @@ class Metrics:
     sybil_messages: int = 0
     # What the flood cost honest receivers (specs/committee.md §7): per delivery, bytes, the
     # signature checks it reached, and which claim step refused it, if one did.
-    sybil_cost: Counter = field(default_factory=Counter)
+    sybil_cost: Counter[str] = field(default_factory=Counter)
     checks_of_sybil_groups: list[int] = field(default_factory=list)  # the checker of each
     left: int = 0
     joined: int = 0
@@ -80,8 +122,8 @@ class Metrics:
     stopped: str = ""
     cpu_seconds: float = 0.0
     maker_cpu_seconds: float = 0.0  # the processes that made groups ahead (making.Maker), if any
-    summary: dict = field(default_factory=dict)
-    manifests: list = field(default_factory=list)  # each manifest the trainer published: its workers
+    summary: Summary = field(default_factory=dict)
+    manifests: list[Workers] = field(default_factory=list)  # each manifest the trainer published: its workers
     closed_rounds: set[int] = field(default_factory=set)  # the rounds those manifests closed
     published_at: dict[bytes, float] = field(default_factory=dict)  # honest group -> when
 
@@ -89,7 +131,7 @@ class Metrics:
         self.counters = {name: [0.0] * len(self.nodes) for name in COUNTERS}
         self.index_of = {n.key.node_id: n.index for n in self.nodes}
 
-    def grow(self, node) -> None:
+    def grow(self, node: SimNode) -> None:
         for values in self.counters.values():
             values.append(0.0)
         self.index_of[node.key.node_id] = node.index
@@ -151,14 +193,14 @@ class Metrics:
         self.counters["checks"][i] += 1
         self.counters["verify_seconds"][i] += seconds
 
-    def published_group(self, node, group, truth, now: float) -> None:
+    def published_group(self, node: SimNode, group: Group, truth: Truth | None, now: float) -> None:
         if truth is not None and (truth.bad or truth.cheat in SPOOFS) and node.kind:
             self.first_bad.setdefault(node.index, now)
         elif node.kind in ("", "withhold", "lazy", "lazy-verifier") or node.kind in TRAINER_ADVERSARIES:
             self.honest_groups[group.digest] = (node.index, group.version)
             self.published_at[group.digest] = now
 
-    def published_verdict(self, sim, node, verdict) -> None:
+    def published_verdict(self, sim: Run, node: SimNode, verdict: SignedVerdict) -> None:
         if not verdict.checked:
             return
         truth = sim.truth.get(verdict.group)
@@ -169,7 +211,7 @@ class Metrics:
         if node.kind == "":
             self.verdicts_of_honest.append((verdict.group, verdict.verifier))
 
-    def trained(self, sim, batch) -> None:
+    def trained(self, sim: Run, batch: Batch) -> None:
         for digest, _ in batch:
             truth = sim.truth.get(digest)
             kind = "" if truth is None else truth.cheat
@@ -179,15 +221,15 @@ class Metrics:
             if truth is not None and truth.bad:
                 self.trained_bad[truth.cheat] += 1
 
-    def quarantines(self, sim, observer, quarantined: set[bytes]) -> None:
+    def quarantines(self, sim: Run, observer: SimNode, quarantined: set[bytes]) -> None:
         for subject in quarantined:
             self.quarantined_at.setdefault((observer.index, subject), sim.now)
 
-    def sybil_message(self, msg) -> None:
+    def sybil_message(self, msg: Msg) -> None:
         self.sybil_messages += 1
         self.sybil_bytes += msg.size
 
-    def sybil_delivery(self, node, msg, refusal: Refusal | None, group_size: int) -> None:
+    def sybil_delivery(self, node: SimNode, msg: Msg, refusal: Refusal | None, group_size: int) -> None:
         if node.kind:
             return  # an honest receiver's cost only
         cost = self.sybil_cost
@@ -202,7 +244,7 @@ class Metrics:
                 cost["signature_checks"] += 1
             cost[f"verdicts_refused_{refusal or 'not'}"] += 1
 
-    def round_ended(self, sim, version: int) -> None:
+    def round_ended(self, sim: Run, version: int) -> None:
         self.snapshots[version] = (sim.now, {k: list(v) for k, v in self.counters.items()})
 
     # -- the report ------------------------------------------------------------------------------
@@ -210,7 +252,7 @@ class Metrics:
         """The round a moment falls in: the newest version announced by then."""
         return max((v for v, (at, _) in self.snapshots.items() if at <= t), default=0)
 
-    def finish(self, sim, wall_seconds: float) -> None:
+    def finish(self, sim: Run, wall_seconds: float) -> None:
         c = self.config
         versions = sorted(self.snapshots)
         start = c.warmup if c.warmup in self.snapshots else versions[0]
@@ -218,13 +260,13 @@ class Metrics:
         rounds = end - start
         protocol_nodes = [n.index for n in sim.nodes if n.protocol is not None]
 
-        def per_round(indices: list[int]) -> dict:
+        def per_round(indices: list[int]) -> PerNode:
             if rounds <= 0 or not indices:
                 return {}
             before, after = self.snapshots[start][1], self.snapshots[end][1]
-            out = {}
+            out: dict[str, float] = {}
             for name in (*COUNTERS, *(name for name in after if name.startswith(BY_KIND))):
-                earlier = before.get(name, ())
+                earlier = before.get(name, [])
                 values = [(after[name][i] - (earlier[i] if i < len(earlier) else 0.0)) / rounds
                           for i in indices if i < len(after[name])]
                 out[name] = statistics.fmean(values)
@@ -249,17 +291,17 @@ class Metrics:
         honest = [n for n in sim.nodes if n.protocol is not None and n.kind == ""]
         honest_ids = {n.key.node_id for n in honest}
         false = {(o, s) for (o, s) in self.quarantined_at if s in honest_ids and sim.nodes[o].kind == ""}
-        trainer = sim.nodes[0]
-        counted = trainer.protocol.counted  # held or forgotten, over the whole run (driver.TrainerProtocol)
+        trainer = sim.trainer_protocol
+        counted = trainer.counted  # held or forgotten, over the whole run (nodes.TrainerProtocol)
         last_announced = self.snapshots[end][0]
         missing = [d for d, (maker, v) in self.honest_groups.items()
                    if counted(d) is None and start <= v < end
-                   and sim.nodes[maker].key.node_id not in trainer.protocol.quarantined]
+                   and sim.nodes[maker].key.node_id not in trainer.quarantined]
         # Still open at the stop: in the committee design a round the trainer has not closed yet
         # and could still close (fresh: within max_staleness of its version); in the ticket
         # design, which closes no round, a group published after the last announcement.
-        fresh_from = end - trainer.protocol.config.max_staleness
-        if trainer.protocol.design.manifests:
+        fresh_from = end - trainer.config.max_staleness
+        if trainer.design.manifests:
             pending = {d for d in missing
                        if (v := self.honest_groups[d][1]) >= fresh_from and v not in self.closed_rounds}
         else:
@@ -267,7 +309,7 @@ class Metrics:
         lost = [d for d in missing if d not in pending]
         made = {v for _, v in self.honest_groups.values()}  # a version no worker generated for has no round to close
         never_closed = (sorted((set(range(start, fresh_from)) & made) - self.closed_rounds)
-                        if trainer.protocol.design.manifests else [])
+                        if trainer.design.manifests else [])
         dropped = sum(1 for g, v in self.verdicts_of_honest if (who := counted(g)) is not None and v not in who)
         self.summary = {
             "design": c.design, "nodes": c.nodes, "rounds_requested": c.rounds, "warmup": c.warmup,
@@ -295,7 +337,7 @@ class Metrics:
             "honest_groups_published": sum(1 for _, v in self.honest_groups.values() if start <= v < end),
             "withheld_groups": self.withheld,
             "honest_verdicts_not_counted_by_trainer": dropped,
-            "trainer_waiting_verdicts": trainer.protocol.waiting_verdicts,
+            "trainer_waiting_verdicts": trainer.waiting_verdicts,
             "sybil": {"keys": self.sybil_keys, "messages": self.sybil_messages, "bytes_published": self.sybil_bytes,
                       "bytes_per_key_per_receiver": self.sybil_bytes / self.sybil_keys if self.sybil_keys else 0.0},
             "sybil_cost_at_honest_nodes": self._sybil_cost(sim, honest),
@@ -310,10 +352,10 @@ class Metrics:
                            "step_seconds": self.cost.step_seconds, "source": self.cost.source},
         }
 
-    def _rounds_to_quarantine(self, sim, honest: list) -> dict:
-        out: dict[str, dict] = defaultdict(lambda: {"nodes": 0, "cheated": 0, "quarantined_by_trainer": 0,
-                                                    "rounds_trainer": [], "rounds_median_honest": [],
-                                                    "honest_views_missing": 0})
+    def _rounds_to_quarantine(self, sim: Run, honest: list[SimNode]) -> dict[str, QuarantineRow]:
+        out: dict[str, QuarantineRow] = defaultdict(lambda: {"nodes": 0, "cheated": 0, "quarantined_by_trainer": 0,
+                                                             "rounds_trainer": [], "rounds_median_honest": [],
+                                                             "honest_views_missing": 0})
         for node in sim.nodes:
             if node.protocol is None or not node.kind or node.kind in TRAINER_ADVERSARIES:
                 continue
@@ -334,12 +376,12 @@ class Metrics:
             if middle != float("inf"):
                 row["rounds_median_honest"].append(self.version_at(middle) - first)
         for row in out.values():
-            for name in ("rounds_trainer", "rounds_median_honest"):
-                row[name.replace("rounds", "median_rounds")] = (statistics.median(row[name]) if row[name] else None)
+            row["median_rounds_trainer"] = _median(row["rounds_trainer"])
+            row["median_rounds_median_honest"] = _median(row["rounds_median_honest"])
         # The family's share of the draw weight W in the trainer's last manifest: the f of the
         # escape bound (specs/committee.md §5), as the trainer's view ended the run.
-        rounds = getattr(sim.trainer.protocol, "rounds", None)
-        if rounds is not None and rounds.lists:
+        rounds = sim.trainer_protocol.rounds
+        if rounds.lists:
             weights = rounds.lists[max(rounds.lists)].content.weights.entries
             total = sum(w for _, w in weights) or 1
             kinds = {n.key.node_id: n.kind for n in sim.nodes}
@@ -347,14 +389,14 @@ class Metrics:
                 row["weight_share"] = sum(w for node, w in weights if kinds.get(node) == kind) / total
         return dict(out)
 
-    def _sybil_cost(self, sim, honest: list) -> dict:
+    def _sybil_cost(self, sim: Run, honest: list[SimNode]) -> dict[str, float]:
         """A flood's cost per fresh key at each honest node (means over the honest nodes): what
         specs/committee.md §7 bounds. ``state_*``: what the trainer keeps of the flood's keys."""
         keys = self.sybil_keys
         if not keys or not honest:
             return {}
         per = len(honest) * keys
-        trainer = sim.nodes[0].protocol
+        trainer = sim.trainer_protocol
         fresh = {n.key.node_id for n in sim.nodes if n.kind == "sybil"}  # (slots; the keys are minted per round)
         honest_ids = {n.key.node_id for n in sim.nodes if n.protocol is not None}
         stranger_verdicts = sum(1 for verdicts in trainer.verdicts.values() for v in verdicts
@@ -374,13 +416,14 @@ class Metrics:
         })
         return out
 
-    def _withholding(self, sim) -> dict:
+    def _withholding(self, sim: Run) -> dict[str, int | dict[str, float]]:
         """Withholding workers against honest ones at the trainer (specs/committee.md §7): the
         slots its manifests record as withheld, the score and failure evidence the trainer's view
         gives each kind (median over its nodes), and groups trained per group submitted."""
-        trainer = sim.nodes[0].protocol
+        trainer = sim.trainer_protocol
         records = trainer.reputation.withheld()
-        kinds: dict[str, list] = defaultdict(list)
+        # kind -> per node: its score, failures, passes, slots withheld, whether quarantined
+        kinds: dict[str, list[tuple[float, float, float, int, bool]]] = defaultdict(list)
         for node in sim.nodes[1:]:
             if node.protocol is None or node.kind not in ("", "withhold"):
                 continue
@@ -388,11 +431,11 @@ class Metrics:
             slots = sum(r.missing for r in records if r.worker == node.key.node_id)
             kinds[node.kind or "honest"].append((standing.score, standing.failures, standing.passes, slots,
                                                  standing.quarantined))
-        published = Counter()
+        published: Counter[str] = Counter()
         for maker, _ in self.honest_groups.values():  # (withheld groups were never published)
             if maker > 0 and sim.nodes[maker].kind in ("", "withhold"):
                 published[sim.nodes[maker].kind or "honest"] += 1
-        out = {"withheld_slots_in_manifests": sum(r.missing for r in records),
+        out: dict[str, int | dict[str, float]] = {"withheld_slots_in_manifests": sum(r.missing for r in records),
                "manifests": len(self.manifests)}
         for kind, rows in kinds.items():
             # Counted as published is: by the maker's kind (a replayer's honest groups are neither).
@@ -405,7 +448,7 @@ class Metrics:
                          "trained_per_node": trained / len(rows)}
         return out
 
-    def _conviction(self, sim, honest: list) -> dict:
+    def _conviction(self, sim: Run, honest: list[SimNode]) -> dict[str, str | int | None]:
         cheat = sim.nodes[0].kind
         if cheat not in TRAINER_ADVERSARIES:
             return {}
@@ -422,7 +465,11 @@ def _cheat_from() -> int:
     return CHEAT_FROM
 
 
-def _max_node(metrics: Metrics, start: int, end: int, rounds: int, indices: list[int]) -> dict:
+def _median(values: list[int]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _max_node(metrics: Metrics, start: int, end: int, rounds: int, indices: list[int]) -> dict[str, float]:
     if rounds <= 0:
         return {}
     before, after = metrics.snapshots[start][1], metrics.snapshots[end][1]

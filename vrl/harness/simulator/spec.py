@@ -13,16 +13,18 @@ import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vrl.errors import VrlError
 from vrl.node.config import ADVERSARIES, TRAINER_ADVERSARIES
 from vrl.node.params import ProtocolParams, Verification
 from vrl.rollouts.profiles import profile_of_platform
 
-from .stores import BACKFILL_MODELS
-
 RESULTS = Path(__file__).resolve().parents[3] / "bench" / "results"
 
+#: What a backfill pass costs (SimConfig.backfill): the models of vrl.harness.simulator.stores.
+BACKFILL_MODELS = ("gossip", "daemon", "gossip-cursor", "daemon-cursor", "gossip-round", "daemon-round",
+                   "gossip-full", "daemon-full")
 #: The simulator's own adversaries, beside every cheat the devnet has (vrl.node.config.ADVERSARIES):
 SIM_ADVERSARIES = {
     "lazy": "a lazy verifier: passes what it is asked to check without running the model (= lazy-verifier)",
@@ -239,8 +241,10 @@ class SimConfig:
     # (the first pass of a round pages the window whole); "-full": every pass the whole window,
     # as before cursors.
     backfill: str = "gossip"
-    protocol: dict = field(default_factory=dict)  # ProtocolParams overrides
-    admission: dict = field(default_factory=dict)  # AdmissionConfig overrides (over NODE_OVERRIDES')
+    # ProtocolParams and AdmissionConfig overrides (the latter over NODE_OVERRIDES'): fields and
+    # their values, as node.toml's [protocol] and [admission] tables give them
+    protocol: dict[str, Any] = field(default_factory=dict)
+    admission: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes < 2:

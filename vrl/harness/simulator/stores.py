@@ -45,15 +45,21 @@ import functools
 import itertools
 import math
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import Protocol
 
+from vrl.node import events as E
 from vrl.node.catchup import BACKFILL_MAX_PAGES, BACKFILL_PAGE_BYTES
-from vrl.node.messages import TOPIC_GROUPS, TOPIC_STEPS, TOPIC_VERDICTS, Outcome, StepOutcome, schema_of
+from vrl.node.messages import Group, Outcome, SignedVerdict, StepOutcome, StepVerdict
 from vrl.node.requests import BACKFILL_HAVE_MAX, BACKFILL_MAX_MESSAGES, SHORT_ID_BYTES, BackfillPage, BackfillRequest
+from vrl.node.wire import schema_of
 
-from .nodes import Msg
+from .metrics import Metrics
+from .network import Network
+from .nodes import Msg, SimNode
+from .spec import BACKFILL_MODELS as BACKFILL_MODELS  # the models this module's passes are (bench/simulate.py)
+from .spec import SimConfig
 
-BACKFILL_MODELS = ("gossip", "daemon", "gossip-cursor", "daemon-cursor", "gossip-round", "daemon-round",
-                   "gossip-full", "daemon-full")
 # A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
 # message a bin header (3 bytes up to 64 KiB, 5 above: a group of the base model is ~6 KB).
 PAGE_OVERHEAD_BYTES = len(BackfillPage((), None).to_bytes())
@@ -65,6 +71,45 @@ CURSOR = (1 << 63, 1, 40, 4000, 4000, 1)
 REQUEST_BYTES = len(BackfillRequest(1, 1, CURSOR).to_bytes())
 FULL_REQUEST_BYTES = len(BackfillRequest(1, 1).to_bytes())  # a request by position (the "-full" models)
 CURSOR_BYTES = len(BackfillPage((), None, CURSOR).to_bytes()) - len(BackfillPage((), None).to_bytes())
+
+
+#: What a node's "gossip" model pass leaves for its next (gossip_pass): the pass's ``since``,
+#: and per version the bytes and messages gossiped by then.
+GossipMark = tuple[int, dict[int, tuple[int, int]]]
+
+
+class Holding(Protocol):
+    """What storing a message reads of the simulation (driver.Simulation): the stores, if
+    modelled (the "daemon" models), and the nodes."""
+
+    @property
+    def ledger(self) -> StoreLedger | None: ...
+    @property
+    def nodes(self) -> list[SimNode]: ...
+
+
+class Backfilling(Holding, Protocol):
+    """What a backfill pass reads and moves of the simulation (driver.Simulation)."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def config(self) -> SimConfig: ...
+    @property
+    def net(self) -> Network: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def trainer(self) -> SimNode: ...
+    @property
+    def round_bytes(self) -> Mapping[int, int]: ...
+    @property
+    def round_messages(self) -> Mapping[int, int]: ...
+    @property
+    def gossip_marks(self) -> dict[int, GossipMark]: ...
+    @property
+    def daemon_marks(self) -> dict[int, int]: ...
+    def deliver(self, node: SimNode, msg: Msg, when: float) -> None: ...
 
 
 def have_bytes(named: int) -> int:
@@ -83,7 +128,7 @@ class StoreLedger:
 
     def __init__(self) -> None:
         self.held: list[dict[int, list[int]]] = []  # node -> version -> [bytes, messages]
-        self.keys: list[dict[int, dict[int, object]]] = []  # node -> version -> hash of the bytes -> Msg
+        self.keys: list[dict[int, dict[int, Msg | None]]] = []  # node -> version -> hash of the bytes -> Msg
         # (asker, peer) -> (since, version -> (bytes, messages) of the peer's store paged so far):
         # the asker's cursor on that peer and the ``since`` it was last used for (keys are in the
         # order stored, as rowids are).
@@ -107,7 +152,7 @@ class StoreLedger:
     def has(self, node: int, version: int, data: bytes) -> bool:
         return hash(data) in self.keys[node].get(version, ())
 
-    def put(self, node: int, version: int, data: bytes, msg: object = None) -> None:
+    def put(self, node: int, version: int, data: bytes, msg: Msg | None = None) -> None:
         """``node`` stores one message of ``version`` (again: a no-op, as the store's)."""
         key = hash(data)
         seen = self.keys[node][version]
@@ -119,8 +164,8 @@ class StoreLedger:
         slot[1] += 1
         self.order[node][key] = self.stored[node]
         self.stored[node] += 1
-        verdict = getattr(msg, "obj", None) if getattr(msg, "topic", None) == TOPIC_VERDICTS else None
-        if verdict is not None and verdict.outcome != Outcome.PASS:
+        verdict = msg.obj if msg is not None else None
+        if isinstance(verdict, SignedVerdict) and verdict.outcome != Outcome.PASS:
             self.failed[node].add(verdict.group)
 
     def named(self, node: int, since: int) -> frozenset[int]:
@@ -162,9 +207,10 @@ class StoreLedger:
         ``per_round``; ``full``: every pass from no cursor."""
         known = self.cursors.get((me, peer))
         holds = known is not None and not full and (known[0] == since if per_round else known[0] <= since)
-        marks = known[1] if holds else {}
+        marks = known[1] if known is not None and holds else {}
         size = count = 0
-        start, now = {}, {}
+        start: dict[int, int] = {}
+        now: dict[int, tuple[int, int]] = {}
         for version, (b, m) in self.held[peer].items():
             if version >= since:
                 old_b, old_m = marks.get(version, (0, 0))
@@ -189,22 +235,23 @@ def pages(size: int, messages: int) -> tuple[int, int]:
     return count, round(share * (size + MESSAGE_OVERHEAD_BYTES * messages)) + count * PAGE_OVERHEAD_BYTES
 
 
-def gossip_pass(sim, node, full: bool, per_round: bool = False, have: bool = False) -> None:
+def gossip_pass(sim: Backfilling, node: SimNode, full: bool, per_round: bool = False, have: bool = False) -> None:
     """The ``"gossip"`` model's pass: from each reachable peer, what the network gossiped in the
     window since this node's last pass (of the same ``since`` when ``per_round``; all of it when
-    ``full``). ``sim.backfill_marks[node]``: (the last pass's since, version -> (bytes, messages)
+    ``full``). ``sim.gossip_marks[node]``: (the last pass's since, version -> (bytes, messages)
     gossiped by then). With ``have`` the node names what it received of that (every message it
     did not miss: ``SimNode.lacked``), and a peer pages only what it missed; a node's first pass
     names nothing (a fresh node holds nothing of the window). Messages stored by a peer after the
     node's last pass that the node stored before it (a pass racing the gossip) are not modelled."""
+    assert node.protocol is not None and node.protocol.version is not None  # (Simulation.backfill_pass)
     since = max(node.protocol.version - 1, 0)
-    known = sim.backfill_marks.get(node.index)
+    known = sim.gossip_marks.get(node.index)
     holds = known is not None and not full and (known[0] == since if per_round else known[0] <= since)
-    marks = known[1] if holds else {}
+    marks = known[1] if known is not None and holds else {}
     window = {v: (b, sim.round_messages.get(v, 0)) for v, b in sim.round_bytes.items() if v >= since}
     new = sum(b - marks.get(v, (0, 0))[0] for v, (b, _) in window.items())
     new_messages = sum(m - marks.get(v, (0, 0))[1] for v, (_, m) in window.items())
-    sim.backfill_marks[node.index] = (since, window)
+    sim.gossip_marks[node.index] = (since, window)
     lacked, node.lacked = node.lacked, [0, 0]
     named = 0
     if have and known is not None:
@@ -219,38 +266,38 @@ def gossip_pass(sim, node, full: bool, per_round: bool = False, have: bool = Fal
             sim.metrics.backfilled(node.index, peer, page + extra, count, request)
 
 
-def keep(sim, node: int, msg) -> None:
+def keep(sim: Holding, node: int, msg: Msg) -> None:
     """``node`` stored ``msg`` (its own, or one it accepted), as the daemon does: a received
     verdict only if its group is held (Persist), any other message as it is accepted."""
     ledger = sim.ledger
     if ledger is None:
         return
     ledger.grow(node + 1)
-    if msg.topic == TOPIC_VERDICTS and msg.origin != node:
+    if isinstance(msg.obj, SignedVerdict) and msg.origin != node:
         protocol = sim.nodes[node].protocol
         if protocol is None or protocol.group_version(msg.obj.group) is None:  # neither held nor forgotten
             return
     ledger.put(node, msg.round, msg.data, msg)
 
 
-def keep_action(sim, node: int, action) -> None:
+def keep_action(sim: Holding, node: int, action: E.Persist | E.PersistStep | E.PersistManifest) -> None:
     """A Persist, PersistStep or PersistManifest action: the store takes the message (a
     received one again is a no-op; the node's own verdicts the design stores and does not send)."""
     ledger = sim.ledger
     if ledger is None:
         return
     ledger.grow(node + 1)
-    message = getattr(action, "verdict", None) or getattr(action, "manifest", None)
-    if message is None:
-        return
-    version = next(getattr(message, a) for a in ("policy_version", "version", "round") if hasattr(message, a))
+    message = action.manifest if isinstance(action, E.PersistManifest) else action.verdict
+    version = (message.policy_version if isinstance(message, SignedVerdict)
+               else message.version if isinstance(message, StepVerdict) else message.round)
     data = message.to_bytes()
     if not ledger.has(node, version, data):
         topic = schema_of(type(message)).topic
+        assert topic is not None  # (a gossiped message's schema names its topic)
         ledger.put(node, version, data, Msg(topic, data, message, node, version, True, direct=True))
 
 
-def _served(key: int, msg, named: frozenset[int], committee: bool, trainer: bytes, sender: bytes | None,
+def _served(key: int, msg: Msg | None, named: frozenset[int], committee: bool, trainer: bytes, sender: bytes | None,
             failed: set[bytes]) -> bool:
     """Whether a peer's store serves ``msg`` in a pass of daemon_pass: not if the asker named it
     as held; in the committee design (``committee``, with ``have``: the daemon as it runs now)
@@ -260,17 +307,18 @@ def _served(key: int, msg, named: frozenset[int], committee: bool, trainer: byte
         return False
     if not committee:
         return True
-    if msg.topic == TOPIC_GROUPS:
-        return msg.obj.subject == sender
-    if msg.topic == TOPIC_VERDICTS:
-        v = msg.obj
+    v = msg.obj  # (of the topic's class: Simulation.decode)
+    if isinstance(v, Group):
+        return v.subject == sender
+    if isinstance(v, SignedVerdict):
         return v.outcome != Outcome.PASS or v.verifier == sender or (v.verifier == trainer and v.group in failed)
-    if msg.topic == TOPIC_STEPS:
-        return msg.obj.outcome != StepOutcome.PASS
+    if isinstance(v, StepVerdict):
+        return v.outcome != StepOutcome.PASS
     return True
 
 
-def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bool = False) -> None:
+def daemon_pass(sim: Backfilling, node: SimNode, full: bool = False, per_round: bool = False,
+                have: bool = False) -> None:
     """One backfill pass of ``node`` as the daemon runs it (vrl.node.catchup.Backfill.pull):
     every connected peer's window stored since the node's cursor on it (all of it when
     ``full``, the passes before cursors; from no cursor at a new round when ``per_round``),
@@ -286,9 +334,10 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bo
     gossips (Store._GOSSIPED: no group, no pass but the trainer's on a group a failure it stored
     names, no step pass), and to the trainer what it sent it (its groups and passes)."""
     ledger, net, me = sim.ledger, sim.net, node.index
+    assert ledger is not None and node.protocol is not None  # (the "daemon" models keep the stores)
     since = max((node.protocol.version or 0) - 1, 0)
-    new_round = sim.backfill_marks.get(me) != since
-    sim.backfill_marks[me] = since
+    new_round = sim.daemon_marks.get(me) != since
+    sim.daemon_marks[me] = since
     remembered = not full and not per_round and new_round
     ledger.grow(len(sim.nodes))
     mine = ledger.keys[me]
@@ -310,7 +359,7 @@ def daemon_pass(sim, node, full: bool = False, per_round: bool = False, have: bo
             for version, held in ledger.keys[peer].items():
                 if version >= since:
                     for key, msg in itertools.islice(held.items(), start[version], None):
-                        if served(key, msg):
+                        if msg is not None and served(key, msg):
                             size, messages = size + len(msg.data), messages + 1
         count, size = pages(size, messages)
         size += 0 if full else count * CURSOR_BYTES
