@@ -10,28 +10,36 @@ import hashlib
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from blake3 import blake3
 
 from proofs import commitment, merkle, prf, vrf
-from proofs.sampler import SamplingParams, sample
+from proofs.sampler import sample
+from proofs.sampling_params import SamplingParams
 from vrl.node import committee
 from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import load_model, weights_hash
 from vrl.rollouts.record import Rollout, round_seed, sample_seed
 from vrl.tasks import Arithmetic, RewardSpec, Task, assign, assignment_draws, assignment_index, is_held_out, parse_spec
 
+if TYPE_CHECKING:
+    from vrl.node.messages import PolicyAnnouncement, Submission
+
 VECTORS = Path(__file__).resolve().parents[2] / "specs" / "vectors"
 SEED = hashlib.sha256(b"vrl test vector seed").digest()
+
+#: A vector, or a case of one: a JSON object of the inputs and what they give (hex for bytes).
+Vector = dict[str, Any]
 
 
 def logits_case(vocab: int = 16) -> list[float]:
     return [round(math.sin(1.7 * i) * 2.5 + 0.1 * i, 6) for i in range(vocab)]
 
 
-def sampler_vectors() -> dict:
+def sampler_vectors() -> Vector:
     noise = [{"position": p, "key": prf.position_key(SEED, p).hex(),
               "words": [f"{w:016x}" for w in prf.raw_words(SEED, p, 4)],
               "gumbel": [float(g) for g in prf.gumbel(SEED, p, 4)]} for p in (0, 1, 255)]
@@ -56,13 +64,13 @@ def commitment_rows() -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
 
 
-def commitment_vectors() -> dict:
+def commitment_vectors() -> Vector:
     rows = commitment_rows()
     bits = (rows.view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
     return {"rows_bf16_bits": bits, "commitment": commitment.build(rows).hex()}
 
 
-def record_vectors() -> dict:
+def record_vectors() -> Vector:
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     rollout = Rollout(
         node_id=key.node_id, model_hash=hashlib.sha256(b"model").digest(), policy_version=7,
@@ -96,7 +104,7 @@ REWARD_CASES = [
 ]
 
 
-def reward_vectors() -> list[dict]:
+def reward_vectors() -> list[Vector]:
     cases = []
     for texts, reference, completions in REWARD_CASES:
         spec = parse_spec(texts)
@@ -107,7 +115,7 @@ def reward_vectors() -> list[dict]:
     return cases
 
 
-def task_vectors() -> dict:
+def task_vectors() -> Vector:
     node = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest()).node_id
     generators = [Arithmetic(), Arithmetic(digits=3, operations="+-*", terms=3)]
     return {
@@ -135,7 +143,7 @@ def _held_out_prompts(count: int) -> list[str]:
     return [p for p in sums if is_held_out(Task("t", p, ""))][:count]
 
 
-def _draws(node: bytes, group: int) -> list[dict]:
+def _draws(node: bytes, group: int) -> list[Vector]:
     """Each draw assignment makes for a group of the default arithmetic set, up to the one it keeps."""
     draws = []
     for attempt, task in enumerate(assignment_draws(Arithmetic(), bytes(range(32)), node, group)):
@@ -149,11 +157,12 @@ def _skipping_groups(node: bytes, count: int) -> list[int]:
     return [g for g in range(10_000) if len(_draws(node, g)) > 1][:count]
 
 
-def network_vectors() -> dict:
+def network_vectors() -> Vector:
     """Group digest, audit ticket and draw, recomputed digest, a verdict, a policy
     announcement (specs/network.md); a reputation and an admission case (specs/reputation.md)."""
     from vrl.node.admission import AdmissionConfig, Candidate, admit
     from vrl.node.messages import (
+        Outcome,
         SignedVerdict,
         Submission,
         audit_ticket,
@@ -165,14 +174,14 @@ def network_vectors() -> dict:
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     submission = Submission((b"record-0", b"record-1"))
     ticket = audit_ticket(key, submission.digest)
-    verdict = SignedVerdict(key.node_id, bytes(32), submission.digest, 5, 4, ticket, 0.25, "hard_fail",
+    verdict = SignedVerdict(key.node_id, bytes(32), submission.digest, 5, 4, ticket, 0.25, Outcome.HARD_FAIL,
                             ("reward_mismatch",), recomputed_digest([b"c0", b""]), "torch-2.13.0/cpu/float32/threads-1"
                             ).signed(key)
     policy = _policy(key)
     a, b, c = (bytes([i]) * 32 for i in (1, 2, 3))
-    reports = [Report(0, a, b, bytes([g]) * 32, "pass") for g in range(10)] + [
-        Report(1, a, c, b"\x40" * 32, "hard_fail"), Report(1, b, c, b"\x40" * 32, "hard_fail"),
-        Report(1, b, a, b"\x41" * 32, "pass")]
+    reports = [Report(0, a, b, bytes([g]) * 32, Outcome.PASS) for g in range(10)] + [
+        Report(1, a, c, b"\x40" * 32, Outcome.HARD_FAIL), Report(1, b, c, b"\x40" * 32, Outcome.HARD_FAIL),
+        Report(1, b, a, b"\x41" * 32, Outcome.PASS)]
     standings = compute(reports, frozenset({a}), 2, ReputationConfig())
     candidates = [Candidate(bytes([g]) * 32, bytes([g % 3]) * 32, (0.9, 0.3, 0.6)[g % 3]) for g in range(12)]
     withheld_case = _withheld_vectors(a, b)
@@ -207,7 +216,7 @@ def network_vectors() -> dict:
     }
 
 
-def _backfill_vectors(submission) -> dict:
+def _backfill_vectors(submission: Submission) -> Vector:
     """specs/network.md §6: a request by position, a client's first request by cursor, a page
     answering it (the group's message, a cursor of generation 0x0123456789abcdef), and a
     request by that cursor naming the group's message as held (``have``: salt 0x00..07)."""
@@ -224,15 +233,16 @@ def _backfill_vectors(submission) -> dict:
             "since": 4, "cursor": list(cursor)}
 
 
-def _withheld_vectors(a: bytes, b: bytes) -> dict:
+def _withheld_vectors(a: bytes, b: bytes) -> Vector:
     """Withheld records (specs/reputation.md §4 rule 5, §5; specs/committee.md §7.1): worker
     0x05 listed with 2 of 4 groups in round 3, both passed (one by two reporters); worker 0x06
     listed with 1 of 4 in round 4, with no pass (the floor w_withheld per slot)."""
+    from vrl.node.messages import Outcome
     from vrl.node.reputation import Report, ReputationConfig, Withheld, compute
 
     w, v = bytes([5]) * 32, bytes([6]) * 32
-    reports = [Report(3, a, w, b"\x50" * 32, "pass"), Report(3, a, w, b"\x51" * 32, "pass"),
-               Report(3, b, w, b"\x50" * 32, "pass"), Report(2, a, b, b"\x52" * 32, "pass")]
+    reports = [Report(3, a, w, b"\x50" * 32, Outcome.PASS), Report(3, a, w, b"\x51" * 32, Outcome.PASS),
+               Report(3, b, w, b"\x50" * 32, Outcome.PASS), Report(2, a, b, b"\x52" * 32, Outcome.PASS)]
     withheld = [Withheld(3, w, 2, 2), Withheld(4, v, 1, 3)]
     standings = compute(reports, frozenset({a}), 5, ReputationConfig(), withheld)
     return {"pretrusted": [a.hex()], "round": 5, "groups_per_round": 4,
@@ -245,31 +255,34 @@ def _withheld_vectors(a: bytes, b: bytes) -> dict:
                           for n in (w, v)}}
 
 
-def _policy(key: NodeKey):
+def _h(label: bytes) -> bytes:
+    """The SHA-256 of a label: the announcements' stand-in hashes."""
+    return hashlib.sha256(label).digest()
+
+
+def _policy(key: NodeKey) -> PolicyAnnouncement:
     """Version 3, trained from version 2 on two groups, with reward proofs (specs/network.md §3.3)."""
     from vrl.node.messages import PolicyAnnouncement
 
-    h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
-    return PolicyAnnouncement(key.node_id, 3, h(b"model"), h(b"blob"), 1234, parent=h(b"parent"),
-                              batch=((h(b"group-a"), 1.0), (h(b"group-b"), 0.5)), config=h(b"config"),
-                              optimizer_before=h(b"optimizer-2"), optimizer=h(b"optimizer-3"), optimizer_size=2468,
-                              platform="torch-2.13.0/cpu-AVX512/float32/default/threads-1", proofs=h(b"proofs"),
+    return PolicyAnnouncement(key.node_id, 3, _h(b"model"), _h(b"blob"), 1234, parent=_h(b"parent"),
+                              batch=((_h(b"group-a"), 1.0), (_h(b"group-b"), 0.5)), config=_h(b"config"),
+                              optimizer_before=_h(b"optimizer-2"), optimizer=_h(b"optimizer-3"), optimizer_size=2468,
+                              platform="torch-2.13.0/cpu-AVX512/float32/default/threads-1", proofs=_h(b"proofs"),
                               proofs_size=4100).signed(key)
 
 
-def _message_case(message) -> dict:
+def _message_case(message: PolicyAnnouncement) -> Vector:
     return {"message": message.to_bytes().hex(), "signing_payload": message.signing_payload().hex(),
             "id": message.id.hex()}
 
 
-def _policy_with_delta(key: NodeKey):
+def _policy_with_delta(key: NodeKey) -> PolicyAnnouncement:
     """The version 3 vector's announcement naming a weights delta: a version 4 message (specs/network.md §3.3)."""
 
-    h = lambda label: hashlib.sha256(label).digest()  # noqa: E731
-    return dataclasses.replace(_policy(key), delta=h(b"delta"), delta_size=567, delta_parent=h(b"blob-2")).signed(key)
+    return dataclasses.replace(_policy(key), delta=_h(b"delta"), delta_size=567, delta_parent=_h(b"blob-2")).signed(key)
 
 
-def _policy_with_batch_file(key: NodeKey) -> dict:
+def _policy_with_batch_file(key: NodeKey) -> Vector:
     """The version 3 vector's step with its batch in a batch file: a version 5 message and the
     file it names (specs/network.md §3.3.1)."""
 
@@ -282,7 +295,7 @@ def _policy_with_batch_file(key: NodeKey) -> dict:
     return {**_message_case(named), "batch_file": file.hex()}
 
 
-def _weights_delta() -> dict:
+def _weights_delta() -> Vector:
     """A parent weights file, a target of the same layout (a float32 and a bfloat16 tensor, a few
     values changed), the byte planes of their XOR and the delta (specs/network.md §6.1)."""
     from safetensors.torch import save
@@ -301,7 +314,7 @@ def _weights_delta() -> dict:
             "parent_hash": hashlib.sha256(parent).hexdigest(), "target_hash": hashlib.sha256(target).hexdigest()}
 
 
-def training_vectors() -> dict:
+def training_vectors() -> Vector:
     """A step config file, an optimizer state file, a step ticket and a step verdict
     (specs/training.md)."""
     from vrl.node.messages import STEP_TICKET_DOMAIN, StepOutcome, StepVerdict, ticket_selected
@@ -338,7 +351,7 @@ def training_vectors() -> dict:
     }
 
 
-def model_vectors() -> dict:
+def model_vectors() -> Vector:
     linear = _linear_example()
     entries = {}
     for name, tensor in sorted(linear.state_dict().items()):
@@ -352,7 +365,7 @@ def model_vectors() -> dict:
     }
 
 
-def sequential_vectors() -> dict:
+def sequential_vectors() -> Vector:
     """The sequential test's grid, e-values and decisions on fixed evidence (specs/verification.md §7)."""
     from vrl.rollouts.sequential import ALPHA, RaceTest, alternatives, log_e_value, threshold
 
@@ -364,7 +377,7 @@ def sequential_vectors() -> dict:
     return {"alpha": ALPHA, "threshold": threshold(), "grid_q0_1e-3": list(alternatives(1e-3)), "cases": cases}
 
 
-def zk_vectors() -> dict:
+def zk_vectors() -> Vector:
     """Field elements, Poseidon hashes, a reference commitment, answer-match instances and an
     attachment's bytes (specs/zk.md)."""
     from proofs import zk
@@ -406,7 +419,7 @@ def zk_vectors() -> dict:
     }
 
 
-def _task_set_vectors() -> dict:
+def _task_set_vectors() -> Vector:
     """An evaluation claim's task set digest and round seed (specs/zk.md §9): a plain task and a
     chat task, and the plain task whose text is the chat task's messages, which is another set."""
     from vrl.tasks.chat import canonical_messages
@@ -440,7 +453,7 @@ RFC_9381_B3_INPUTS = [
 ]
 
 
-def vrf_vectors() -> dict:
+def vrf_vectors() -> Vector:
     rfc = []
     for example, sk, alpha in RFC_9381_B3_INPUTS:
         pi = vrf.prove(bytes.fromhex(sk), bytes.fromhex(alpha))
@@ -448,15 +461,15 @@ def vrf_vectors() -> dict:
                     "pi": pi.hex(), "beta": vrf.proof_to_hash(pi).hex()})
     key = NodeKey.from_seed(hashlib.sha256(b"vrl test vector key").digest())
     version, root = 7, hashlib.sha256(b"vrl test vector manifest").digest()
-    alpha = committee.alpha(committee.Draw.COMMITTEE, version, root)  # specs/committee.md §2
-    pi = vrf.prove(key.private_seed(), alpha)
+    node_alpha = committee.alpha(committee.Draw.COMMITTEE, version, root)  # specs/committee.md §2
+    pi = vrf.prove(key.private_seed(), node_alpha)
     node = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(), "round": version,
-            "manifest_root": root.hex(), "alpha": alpha.hex(), "pi": pi.hex(),
-            "beta": vrf.verify(key.node_id, pi, alpha).hex()}
+            "manifest_root": root.hex(), "alpha": node_alpha.hex(), "pi": pi.hex(),
+            "beta": vrf.verify(key.node_id, pi, node_alpha).hex()}
     return {"suite": "ECVRF-EDWARDS25519-SHA512-TAI", "suite_string": vrf.SUITE.hex(), "rfc9381": rfc, "node": node}
 
 
-def committee_vectors() -> dict:
+def committee_vectors() -> Vector:
     """specs/committee.md: a weights table, a round's lists and their header, both VRF inputs,
     three verifiers' weights entries, proofs, seat values, seats and claims, a key shown absent,
     withholding, and the escape bound and k for fixed (f*, eps)."""
@@ -478,18 +491,18 @@ def committee_vectors() -> dict:
             **_paged_vectors(manifest, keys), "bounds": bounds, "smallest_k": smallest}
 
 
-def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> dict:
+def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> Vector:
     """specs/committee.md §10 over the same content: the header and its root, each verifier's
     weights entry by key, its seats by position and their entries, a claim's two paths, and a
     key shown absent by its neighbours."""
     paged = committee.PagedManifest(manifest)
     header = paged.header
 
-    def entries(answer: committee.Entries) -> dict:
+    def entries(answer: committee.Entries) -> Vector:
         return {"positions": list(answer.positions), "leaves": [leaf.hex() for leaf in answer.leaves],
                 "proof": [h.hex() for h in answer.proof]}
 
-    verifiers = []
+    verifiers: list[Vector] = []
     for key in keys:
         found = paged.answer(committee.List.WEIGHTS, keys=[key.node_id])
         j, leaf = found.found()[key.node_id]
@@ -497,10 +510,10 @@ def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> 
         pi = vrf.prove(key.private_seed(), header.alpha(committee.Draw.COMMITTEE))
         beta = vrf.proof_to_hash(pi)
         positions = header.seats(beta, w)
-        case = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(),
-                "weights_entry": entries(found), "threshold": header.threshold(w), "pi": pi.hex(),
-                "beta": beta.hex(), "seat_values": [header.seat_value(beta, i) for i in range(header.groups)],
-                "seats": list(positions)}
+        case: Vector = {"private_key_seed": key.private_seed().hex(), "node_id": key.node_id.hex(),
+                        "weights_entry": entries(found), "threshold": header.threshold(w), "pi": pi.hex(),
+                        "beta": beta.hex(), "seat_values": [header.seat_value(beta, i) for i in range(header.groups)],
+                        "seats": list(positions)}
         recheck = vrf.prove(key.private_seed(), header.alpha(committee.Draw.RECHECK))
         case["recheck"] = {"pi": recheck.hex(), "beta": vrf.proof_to_hash(recheck).hex()}
         if positions:
@@ -529,7 +542,7 @@ def _paged_vectors(manifest: committee.ManifestContent, keys: list[NodeKey]) -> 
             "seat_rules": rules}
 
 
-def merkle_vectors() -> dict:
+def merkle_vectors() -> Vector:
     """specs/merkle.md: roots of lists of 0 to 9 leaves, and multiproofs of position sets in a
     tree of 13, the one-position case included."""
     leaves = [hashlib.sha256(b"vrl merkle vector leaf %d" % i).digest()[: 1 + i % 32] for i in range(13)]
