@@ -190,6 +190,29 @@ def test_a_trained_group_its_rounds_manifest_does_not_list_is_found(tmp_path):
     assert committee_findings(listed) == []
 
 
+def test_a_members_verdict_replays_as_the_drawn_evidence_its_node_counted(tmp_path):
+    """The reputation check rebuilds a store's view from its verdicts: a member's claim is drawn
+    evidence (vrl.node.reputation.report_of), so a rebuild that lost the claim weighed every
+    committee network's races otherwise, and found its own nodes' snapshots forged."""
+    from vrl.audit.checks import stored_reports
+    from vrl.audit.index import index_run
+    from vrl.audit.sources import open_inputs
+    from vrl.node.reputation import report_of
+
+    m = manifest()
+    group = fuzzing.group()
+    pi, _ = seat(A, m, True)
+    claimed = SignedVerdict(**{**verdict(A, group.digest, Draw.COMMITTEE, pi, m=m).__dict__, "race_tokens": 16,
+                               "signature": b""}).signed(A)
+    inputs = open_inputs(write(tmp_path, B, manifests=[m], groups=[group], verdicts=[claimed]))
+    try:
+        [index] = index_run(inputs, lambda *_: None, []).stores
+        [(_, report)] = stored_reports(index)
+    finally:
+        inputs.close()
+    assert report == report_of(claimed, fuzzing.KEY.node_id, 0) and report.drawn
+
+
 def test_a_ticket_network_has_no_committees_to_check(tmp_path):
     path = write(tmp_path, A, verdicts=[verdict(A, GROUPS[0], Draw.TICKET)])
     with vrl.audit.open([path]) as audit:

@@ -22,15 +22,16 @@ from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import GroupHead, Run, StoreIndex, VerdictHead, file_records, finding, short
 from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.node.admission import AdmissionConfig
-from vrl.node.committee import SEATS
-from vrl.node.config import NODE_OVERRIDES
+from vrl.node.committee import SEATS, Draw
+from vrl.node.config import node_default
 from vrl.node.messages import (
     Outcome,
     PolicyAnnouncement,
     SignedVerdict,
     StepVerdict,
 )
-from vrl.node.reputation import Report, Reputation, report_of
+from vrl.node.params import Verification
+from vrl.node.reputation import Report, Reputation, ReputationError, Standing, Withheld, report_of, withheld_of
 from vrl.rollouts.profiles import profile_of_platform
 from vrl.rollouts.record import Rollout
 from vrl.rollouts.sequential import RACE_LOSSES, RaceTest, threshold
@@ -55,6 +56,10 @@ EXPECTED_ACCURACY_SAME_PLATFORM = 1e-6
 # Which groups and versions a sampled check re-executes: a hash of the item, not a choice, so
 # two audits of one run at one share re-execute the same items (steps: vrl.audit.replay.SAMPLE_DOMAIN).
 ITEM_DOMAIN = b"vrl/audit-item/v1\x00"
+
+#: A batch entry as the checks read it: the group's digest, its weight, and the group's head
+#: where some store holds the group.
+BatchHead = tuple[bytes, float, GroupHead | None]
 
 
 def sampled(key: bytes, share: float) -> bool:
@@ -87,11 +92,26 @@ def stored_reports(index: StoreIndex, until: float = math.inf) -> Iterator[tuple
             yield v.received, report
 
 
+def withheld_records(run: Run, index: StoreIndex, until: float = math.inf) -> Iterator[Withheld]:
+    """What the round manifests whose lists ``index``'s store holds, stored by ``until``, say
+    their workers withheld: in the committee design they lower a score in that node's view as
+    its reports do (vrl.node.rounds.note_withheld, specs/committee.md §7.1). Lists naming a
+    worker with more groups than a round holds imply nothing, as at the node."""
+    for version, lists in sorted(index.lists.items()):
+        held = index.manifests.get(version)
+        if held is None or held[1] > until:
+            continue
+        try:
+            yield from withheld_of(lists, run.protocol.groups_per_round)
+        except ReputationError:
+            continue
+
+
 def _as_verdict(v: VerdictHead, head: GroupHead) -> SignedVerdict:
     return SignedVerdict(verifier=v.verifier, subject=head.subject, group=v.group, round=v.round,
                          policy_version=v.policy_version, ticket=b"", rate=0.0, outcome=Outcome(v.outcome),
                          reasons=v.reasons, digest=v.digest, platform=v.platform, planted=v.planted,
-                         race_tokens=v.race_tokens, races_lost=v.races_lost, signature=b"")
+                         race_tokens=v.race_tokens, races_lost=v.races_lost, draw=Draw(v.draw), signature=b"")
 
 
 @REGISTRY.runs("reputation")
@@ -115,8 +135,11 @@ def check_reputation(audit: CheckContext) -> None:
             continue
         at = index.node.store.snapshot_at()
         view = reputation_view(run, owner)
-        for _, report in stored_reports(index, math.inf if at is None else at):
+        until = math.inf if at is None else at
+        for _, report in stored_reports(index, until):
             view.add(report)
+        for record in withheld_records(run, index, until):
+            view.add_withheld(record)
         version = snapshot[0][1]
         standings = view.standings(version)
         for node, _, score, quarantined in snapshot:
@@ -142,7 +165,7 @@ def trainer_index(run: Run) -> StoreIndex | None:
     return next((s for s in run.stores if s.node.owner == run.trainer), run.stores[0] if run.stores else None)
 
 
-def rounds_of_view(run: Run, index: StoreIndex, owner: bytes | None) -> Iterator[tuple[int, dict]]:
+def rounds_of_view(run: Run, index: StoreIndex, owner: bytes | None) -> Iterator[tuple[int, dict[bytes, Standing]]]:
     """``(version, standings)`` for each round of the trainer's announcements, in ``owner``'s
     view as ``index``'s log rebuilds it: the verdicts received before that round's announcement."""
     view = reputation_view(run, owner)
@@ -160,7 +183,7 @@ def _reputation_series(run: Run) -> None:
     index = trainer_index(run)
     if index is None or not run.policies:
         return
-    series: dict[str, list] = defaultdict(list)
+    series: dict[str, list[tuple[int, float, bool]]] = defaultdict(list)
     for version, standings in rounds_of_view(run, index, index.node.owner):
         for node, standing in standings.items():
             if node not in run.canaries:
@@ -344,12 +367,13 @@ def committee_network(run: Run) -> bool:
     """Whether the run used the committee design: its node.toml says so, or (no node.toml
     among the inputs) some store holds a round manifest."""
     if run.config is not None:
-        return run.config.protocol.verification == "committee"
+        return run.config.protocol.verification == Verification.COMMITTEE
     return any(index.manifests for index in run.stores)
 
 
-def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnnouncement, heads: list,
-              admission: AdmissionConfig, staleness: int, standings: dict, verified: dict[bytes, float]) -> None:
+def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnnouncement, heads: list[BatchHead],
+              admission: AdmissionConfig, staleness: int, standings: dict[bytes, Standing],
+              verified: dict[bytes, float]) -> None:
     """A batch that is not full, while a group the trainer itself had passed a whole round
     before (so it was decided and trusted: vrl.node.protocol.NodeProtocol.decided, Candidate.
     trusted), fresh, of a node under the cap with a score above 0, and failed by no one, was
@@ -378,8 +402,8 @@ def _left_out(run: Run, findings: list[Finding], index: StoreIndex, a: PolicyAnn
                                 groups=[d.hex() for d in digests]))
 
 
-def _trusted_share(run: Run, findings: list[Finding], a: PolicyAnnouncement, heads: list, admission: AdmissionConfig,
-                   standings: dict, verified: set[bytes]) -> None:
+def _trusted_share(run: Run, findings: list[Finding], a: PolicyAnnouncement, heads: list[BatchHead],
+                   admission: AdmissionConfig, standings: dict[bytes, Standing], verified: set[bytes]) -> None:
     """specs/reputation.md §6: untrusted groups fill at most ``(1 - trusted_share)`` of a batch,
     and at most ``trusted * (1 - share) / share`` of it. Trusted as the trainer's view, rebuilt
     from the log, stood when the batch was announced: a node's score reaching trusted_score,
@@ -413,8 +437,7 @@ def check_batches(audit: CheckContext) -> None:
     # none: NodeConfig's, which override AdmissionConfig's own (vrl train's) batch_groups and
     # node_cap (vrl.node.config.NODE_OVERRIDES); AdmissionConfig() would hold a default node to
     # a cap of 4 where it takes 5, and to 8 untrusted groups where it takes 6.
-    admission = (run.config.admission if run.config is not None
-                 else AdmissionConfig(**NODE_OVERRIDES.get("admission", {})))
+    admission = run.config.admission if run.config is not None else node_default("admission", AdmissionConfig)
     staleness = run.protocol.max_staleness
     cap = math.ceil(admission.node_cap * admission.batch_groups)
     index = trainer_index(run)
@@ -448,8 +471,9 @@ def check_batches(audit: CheckContext) -> None:
         if (batch := run.batches.get(version)) is None:
             continue  # its batch file is in no folder (a finding of the index says so)
         heads = [(d, w, run.groups.get(d)) for d, w in batch]
+        announced = index.announced_at.get(version, math.inf) if index is not None else math.inf
         _trusted_share(run, findings, a, heads, admission, views.get(version, {}),
-                       {d for d, t in checked.items() if t <= index.announced_at.get(version, math.inf)})
+                       {d for d, t in checked.items() if t <= announced})
         if index is not None:
             _left_out(run, findings, index, a, heads, admission, staleness, views.get(version, {}), verified)
         if len(batch) > admission.batch_groups:
@@ -529,7 +553,7 @@ def collect_latency(run: Run) -> None:
     """For the report: each store owner's own checks, from the group's arrival to its verdict;
     and the rejections by reason, once per verdict."""
     latency: dict[str, list[float]] = defaultdict(list)
-    reasons: Counter = Counter()
+    reasons: Counter[str] = Counter()
     counted = set()
     for index in run.stores:
         owner = index.node.owner
