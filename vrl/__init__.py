@@ -13,6 +13,7 @@ The audit library's public API::
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 # Where each public name lives. Imported on first use (PEP 562), so that ``import vrl`` (and
 # ``vrl --help``, ``vrl keygen``) does not pay for torch and transformers until a name needs them.
@@ -35,7 +36,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'vrl' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -16,14 +16,17 @@ verifier is its signer, a manifest's trainer its signer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from proofs import vrf
 from vrl.audit.checks import committee_network, reputation_view, stored_reports
 from vrl.audit.findings import Finding, Severity
 from vrl.audit.index import Progress, Run, StoreIndex, VerdictHead, finding, short
 from vrl.audit.registry import REGISTRY, CheckContext
 from vrl.node import committee
-from vrl.node.committee import SEATS, Draw, Refusal, WeightsTable
+from vrl.node.committee import SEATS, Draw, Refusal, Weighable, WeightsTable
 from vrl.node.messages import RoundManifest
+from vrl.node.params import Verification
 from vrl.node.reputation import ReputationError, withheld_of
 
 CHECK = "committees"
@@ -63,7 +66,7 @@ def check_committees(audit: CheckContext) -> None:
     is not used: the check reads the whole log (one VRF verification per verifier, round and draw)."""
     run, findings, progress = audit.run, audit.findings, audit.progress
     if not committee_network(run):
-        run.stats[CHECK] = {"design": "tickets"}
+        run.stats[CHECK] = {"design": Verification.TICKETS.value}
         return
     manifests = manifests_of(run, findings)
     stats = {"manifests": len(manifests), "claims": 0, "proofs_verified": 0, "tables_rederived": 0}
@@ -73,12 +76,13 @@ def check_committees(audit: CheckContext) -> None:
     run.stats[CHECK] = stats
 
 
-def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict,
+def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict[str, int],
             progress: Progress) -> None:
     """Each distinct stored verdict of the committee design against its round's manifest, in
     the order of specs/committee.md §4 (its steps 2 to 6; step 1, holding the manifest, is a
     warning here: the audited stores may lack it)."""
-    anchors = {run.trainer} | ({bytes.fromhex(p) for p in run.config.pretrusted} if run.config else set())
+    anchors = ({run.trainer} if run.trainer is not None else set()) | (
+        {bytes.fromhex(p) for p in run.config.pretrusted} if run.config else set())
     betas: dict[tuple[bytes, int, Draw, bytes], bytes | None] = {}
     seen: set[bytes] = set()
     for index in run.stores:
@@ -106,7 +110,8 @@ def _claims(run: Run, manifests: dict[int, RoundManifest], findings: list[Findin
 
 
 def _refusal(v: VerdictHead, manifest: RoundManifest | None, anchors: set[bytes],
-             betas: dict, stats: dict) -> tuple[Refusal, Severity, str] | None:
+             betas: dict[tuple[bytes, int, Draw, bytes], bytes | None],
+             stats: dict[str, int]) -> tuple[Refusal, Severity, str] | None:
     if manifest is None:
         return (Refusal.MANIFEST_MISSING, Severity.WARNING,
                 "cannot be checked: no audited store holds its round's manifest")
@@ -152,12 +157,12 @@ def trainer_store(run: Run) -> StoreIndex | None:
     return next((s for s in run.stores if s.node.owner == run.trainer and run.trainer is not None), None)
 
 
-def expected_table(standings: dict, trainer: bytes | None, committee_size: int) -> WeightsTable:
+def expected_table(standings: Mapping[bytes, Weighable], trainer: bytes | None, committee_size: int) -> WeightsTable:
     """specs/committee.md §3.1: the table the trainer's view implies."""
     return WeightsTable.heaviest(committee_size, committee.seat_weights(standings, trainer or b""))
 
 
-def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict) -> None:
+def _tables(run: Run, manifests: dict[int, RoundManifest], findings: list[Finding], stats: dict[str, int]) -> None:
     """Each manifest's weights table against the trainer's view replayed from its own store over
     the reports it had stored when it stored the manifest (its own, stored as it was published).
     A rebuild from arrival times, as the ``admission`` check's trust is: a difference is a

@@ -17,9 +17,10 @@ import shutil
 import sqlite3
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from vrl.errors import VrlError
@@ -27,6 +28,9 @@ from vrl.node.config import NodeConfig
 from vrl.node.store import OWNER_KEY, SCHEMA_VERSION, SNAPSHOT_AT_KEY
 from vrl.rollouts.files import FILE_MAGIC
 from vrl.rollouts.keys import KeyFileError, NodeKey
+
+if TYPE_CHECKING:
+    from vrl.rl.export import TrainedPolicy
 
 STORE_FILE = "node.sqlite"
 CONFIG_FILE = "node.toml"
@@ -98,15 +102,14 @@ class StoreReader:
                 raise AuditError(f"{self.path}: table {table!r} lacks columns {sorted(columns - have)}")
 
     def close(self) -> None:
-        db = getattr(self, "_db", None)
+        db: sqlite3.Connection | None = self.__dict__.pop("_db", None)  # absent: never opened, or closed
         if db is not None:
             db.close()
-            self._db = None
         if self._copy is not None:
             shutil.rmtree(self._copy, ignore_errors=True)
             self._copy = None
 
-    def _stream(self, table: str, columns: str, order: str, types: tuple) -> Iterator[tuple]:
+    def _stream(self, table: str, columns: str, order: str, types: tuple[_Kind, ...]) -> Iterator[tuple[Any, ...]]:
         """``columns`` of every row of ``table`` in ``order``, one row at a time: the order is
         taken over the row ids alone (sorting whole rows would copy every message's bytes into
         a temporary B-tree), then each row is read by its id. A row whose columns do not have
@@ -221,7 +224,11 @@ class _Digests:
     """The type of a column of concatenated 32-byte digests."""
 
 
-def _fits(value: object, kind: type | tuple[type, int]) -> bool:
+#: What a column holds: a type, or bytes of one length as ``(bytes, n)``.
+_Kind = type | tuple[type[bytes], int]
+
+
+def _fits(value: object, kind: _Kind) -> bool:
     """Whether a column's value is what the node writes there: an int is a float column's
     value too (SQLite keeps 1.0 as 1); received times and scores must be finite."""
     if kind is _Digests:
@@ -320,7 +327,7 @@ def _node_folder(folder: Path, name: str) -> NodeInput:
     return NodeInput(name, StoreReader(folder / STORE_FILE), config, blob_dir if blob_dir.is_dir() else None, key_id)
 
 
-def open_inputs(paths: list[Path] | str | Path) -> Inputs:
+def open_inputs(paths: Sequence[str | Path] | str | Path) -> Inputs:
     """Sort ``paths`` into stores, rollout files and claims: a devnet folder (``node-*/``
     folders), a node folder (with ``node.sqlite``), a ``.sqlite`` store, a rollout file, or an
     evaluation claim (``*.claim.json``). Raises
@@ -372,7 +379,7 @@ def open_inputs(paths: list[Path] | str | Path) -> Inputs:
     return inputs
 
 
-def announced_policy(model_hash: str | None, source: str | Path, *, device: str = "cpu"):
+def announced_policy(model_hash: str | None, source: str | Path, *, device: str = "cpu") -> TrainedPolicy:
     """Policy version ``model_hash`` (hex, or a prefix of at least 8 digits; None: the newest
     version whose weights are there) as a node folder or a devnet folder holds it: the
     announcement, its weights blob (checked against the announced blob hash and model hash),

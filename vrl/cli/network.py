@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -20,7 +20,7 @@ def node(
     config_path: Annotated[Path, typer.Option("--config", help="node.toml (see README: roles, listen, bootstrap...)")],
     json_logs: Annotated[bool, typer.Option("--json", help="JSON log lines (structlog) instead of console "
                                                            "logs.")] = False,
-):
+) -> None:
     """Run a node daemon until SIGINT/SIGTERM: worker, verifier and/or trainer on a libp2p network."""
     from vrl.node.config import ConfigError, NodeConfig
     from vrl.node.run import serve
@@ -73,7 +73,7 @@ def devnet(
     srs: Annotated[Path | None, typer.Option(help="With --answers: the network's public KZG SRS file.")] = None,
     dev_srs: Annotated[bool, typer.Option(help="With --answers: a single-party test SRS (INSECURE).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-):
+) -> None:
     """Start N real node processes on 127.0.0.1, show them live, stop after ROUNDS policy versions.
 
     Exits 1, saying why, when a node dies, the nodes cannot reach each other, or the network
@@ -93,19 +93,20 @@ def devnet(
         from vrl.rl.base_model import ensure_base_model
 
         ensure_base_model()
-    zk: dict = {}
+    zk: dict[str, str | bool] = {}
     if answers is not None:  # specs/zk.md §11: the key goes to the trainer's node.toml only (dn.plan)
         if (srs is None) == (not dev_srs):
             raise fail("--answers needs the network's SRS: --srs PATH, or --dev-srs (INSECURE)")
         zk = {"answers": str(answers), **({"srs": str(srs)} if srs is not None else {"dev_srs": True})}
     elif srs is not None or dev_srs:
         raise fail("--srs and --dev-srs are for a network of private tasks: give --answers too")
+    extra: dict[str, Any] = {"zk": zk} if zk else {}  # node.toml tables: zk only when asked for
     directory = directory or Path(tempfile.mkdtemp(prefix="vrl-devnet-"))  # resolved once, by dn.plan
     try:
         summary = dn.run(directory, nodes, kinds, rounds, deadline, base_port, err,
                          work={"model": model, "task": task},
                          protocol={"plant_every": plant_every, "verification": verification},
-                         **({"zk": zk} if zk else {}))
+                         **extra)
     except ValueError as error:
         raise fail(str(error)) from None
     if json_out:
@@ -123,7 +124,7 @@ def reputation(
     at_round: Annotated[int | None, typer.Option("--round", help="Evaluate as of this round (default: "
                                                                  "newest).")] = None,
     json_out: JsonOption = False,
-):
+) -> None:
     """Recompute every node's reputation from the signed verdicts in a store, as an auditor would."""
     from vrl.node.reputation import recompute
     from vrl.node.store import Store, StoreError
@@ -142,16 +143,17 @@ def reputation(
         found = recompute(store.replay(), anchors, at_round)
     finally:
         store.close()
-    rows = [{"node": n.hex(), "score": s.score, "check_rate": s.check_rate, "quarantined": s.quarantined,
-             "trust": s.trust, "checked_groups": s.checked_groups} for n, s in found.ranked()]
+    ranked = found.ranked()
     if json_out:
+        rows = [{"node": n.hex(), "score": s.score, "check_rate": s.check_rate, "quarantined": s.quarantined,
+                 "trust": s.trust, "checked_groups": s.checked_groups} for n, s in ranked]
         out.print_json(json.dumps({"invalid_verdicts": found.invalid_verdicts, "nodes": rows}))
         return
     table = Table(title=f"reputation recomputed from {found.reports} reports ({found.invalid_verdicts} invalid "
                         "verdicts skipped)", title_justify="left")
     for column in ("node", "score", "check rate", "trust", "checked groups", "quarantined"):
         table.add_column(column, justify="left" if column == "node" else "right")
-    for row in rows:
-        table.add_row(row["node"][:16], f"{row['score']:.3f}", f"{row['check_rate']:.2f}", f"{row['trust']:.2f}",
-                      str(row["checked_groups"]), "[red]yes[/]" if row["quarantined"] else "no")
+    for n, s in ranked:
+        table.add_row(n.hex()[:16], f"{s.score:.3f}", f"{s.check_rate:.2f}", f"{s.trust:.2f}",
+                      str(s.checked_groups), "[red]yes[/]" if s.quarantined else "no")
     out.print(table)

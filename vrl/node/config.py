@@ -51,7 +51,8 @@ from vrl.node.storage import StorageConfig
 from vrl.rl.config import GRPOConfig, LearnerConfig
 from vrl.rollouts.config import GenerationConfig
 
-__all__ = ["ADVERSARIES", "NODE_OVERRIDES", "TRAINER_ADVERSARIES", "ConfigError", "NodeConfig", "listen_host_port"]
+__all__ = ["ADVERSARIES", "NODE_OVERRIDES", "TRAINER_ADVERSARIES", "ConfigError", "NodeConfig", "listen_host_port",
+           "node_default"]
 
 
 # What a node may be configured to cheat at (``adversary``, ``vrl devnet --adversaries``): the
@@ -226,10 +227,16 @@ class ZkConfig:
 T = TypeVar("T")
 
 
+def node_default(name: str, cls: type[T]) -> T:
+    """Table ``name`` of a node.toml that sets none of it: ``cls``'s defaults under the node's
+    own from NODE_OVERRIDES."""
+    return cls(**NODE_OVERRIDES.get(name, {}))
+
+
 def _table(name: str, cls: type[T]) -> T:
-    """A table of node.toml: ``cls``'s defaults, and the node's own from NODE_OVERRIDES. A
-    table given as a dict (a file's, or a caller's) is layered on these."""
-    return field(default_factory=functools.partial(cls, **NODE_OVERRIDES.get(name, {})))
+    """A table of node.toml: :func:`node_default`. A table given as a dict (a file's, or a
+    caller's) is layered on it."""
+    return field(default_factory=functools.partial(node_default, name, cls))
 
 
 @dataclass(frozen=True)
