@@ -8,9 +8,9 @@ steer once the round seed is public, and the verifier recomputes the same assign
 problem in 16, by the hash of its prompt, is held out for evaluation: assignment draws again
 (attempt 1, 2, ...) when it lands on one, so no round ever trains on a held-out problem.
 
-Two task sets: the built-in :class:`~vrl.tasks.arithmetic.Arithmetic` generator, and a
-:class:`TaskList` read from a file or dataset directory (GSM8K, MATH, generic or chat rows:
-:mod:`vrl.tasks.files`).
+Three task sets: the built-in :class:`~vrl.tasks.arithmetic.Arithmetic` generator, reasoning-gym's
+procedural datasets (:class:`~vrl.tasks.gym.GymTasks`, ``gym:DATASET``), and a :class:`TaskList`
+read from a file or dataset directory (GSM8K, MATH, generic or chat rows: :mod:`vrl.tasks.files`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from vrl.tasks.core import (
     is_held_out,
 )
 from vrl.tasks.files import parse_columns, read_task_file
+from vrl.tasks.gym import GymError, GymTasks
 from vrl.tasks.rewards import RewardError, RewardFunction, RewardSpec, RewardTerm, parse_spec, term
 
 #: Skipped rows a file without a usable one shows the reasons of: the first few tell a wrong
@@ -40,17 +41,23 @@ SHOWN_PROBLEMS = 5
 
 
 def open_task_set(spec: str, columns: str = "") -> tuple[TaskSet, list[TaskFileError]]:
-    """``arithmetic[:digits=N,ops=+-*,terms=N]``, a task file, or a dataset directory
-    (``DIR:SPLIT`` chooses a split); returns the set and skipped rows. ``columns`` maps the
-    fields rows are read by to the file's columns (``"prompt=question,answer=solution"``).
+    """``arithmetic[:digits=N,ops=+-*,terms=N]``, ``gym:DATASET[:KEY=VALUE,...][+DATASET...]``
+    (reasoning-gym), a task file, or a dataset directory (``DIR:SPLIT`` chooses a split);
+    returns the set and skipped rows. ``columns`` maps the fields rows are read by to the
+    file's columns (``"prompt=question,answer=solution"``).
 
     Raises :class:`TaskFileError` when a file is unreadable or has no usable task (naming the
-    first few reasons), and ``ValueError`` for a bad arithmetic spec.
+    first few reasons), and ``ValueError`` for a bad arithmetic or gym spec (a gym one is a
+    :class:`GymError`, one line naming the dataset or key).
     """
     if spec == "arithmetic" or spec.startswith("arithmetic:"):
         if columns:
             raise TaskFileError(f"{spec}: columns name a task file's columns; the arithmetic set has none")
         return Arithmetic.parse(spec), []
+    if _is_gym(spec):
+        if columns:
+            raise TaskFileError(f"{spec}: columns name a task file's columns; a gym task set has none")
+        return GymTasks.parse(spec), []
     path, split = _path_and_split(spec)
     tasks, problems = read_task_file(path, columns=parse_columns(columns), split=split)
     if not tasks:
@@ -71,15 +78,26 @@ def _path_and_split(spec: str) -> tuple[Path, str | None]:
     return Path(spec), None
 
 
+def _is_gym(spec: str) -> bool:
+    """Whether a spec names reasoning-gym tasks (``gym`` alone is one, missing its dataset)."""
+    return spec == "gym" or spec.startswith("gym:")
+
+
 def task_spec(text: str) -> str | None:
-    """What is wrong with a task spec (config field metadata), or None: an arithmetic spec is
-    parsed here; a task file's path is only read when the task set is opened."""
+    """What is wrong with a task spec (config field metadata), or None: an arithmetic or gym
+    spec is parsed here (a gym one imports reasoning-gym); a task file's path is only read
+    when the task set is opened."""
     if problem := path_like(text):
         return problem
     if text == "arithmetic" or text.startswith("arithmetic:"):
         try:
             Arithmetic.parse(text)
         except ValueError as error:
+            return str(error)
+    if _is_gym(text):
+        try:
+            GymTasks.parse(text)
+        except GymError as error:
             return str(error)
     return None
 
@@ -94,7 +112,7 @@ def columns_spec(text: str) -> str | None:
 
 
 __all__ = [
-    "HELD_OUT_SHARE", "Arithmetic", "RewardError", "RewardFunction", "RewardSpec", "RewardTerm", "Task",
-    "TaskFileError", "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index", "columns_spec",
-    "in_order", "is_held_out", "open_task_set", "parse_spec", "read_task_file", "task_spec", "term",
+    "HELD_OUT_SHARE", "Arithmetic", "GymError", "GymTasks", "RewardError", "RewardFunction", "RewardSpec",
+    "RewardTerm", "Task", "TaskFileError", "TaskList", "TaskSet", "assign", "assignment_draws", "assignment_index",
+    "columns_spec", "in_order", "is_held_out", "open_task_set", "parse_spec", "read_task_file", "task_spec", "term",
 ]

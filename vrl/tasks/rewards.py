@@ -27,6 +27,7 @@ from typing import Any
 import msgpack
 
 from vrl.errors import VrlError, shown
+from vrl.tasks import gym  # reasoning-gym itself is imported only when a gym task is built or scored
 from vrl.tasks.answers import answer_form, answers_match, committed_reference, extract_answer, has_format, parse_number
 from vrl.tasks.core import Task
 
@@ -536,7 +537,7 @@ def registry() -> dict[tuple[str, int], RewardFunction]:
 
     Cached: entry points are read once per process (call ``registry.cache_clear()`` after
     installing a package into a running one)."""
-    found: dict[tuple[str, int], RewardFunction] = {(f.name, f.version): f for f in BUILT_IN}
+    found: dict[tuple[str, int], RewardFunction] = {(f.name, f.version): f for f in BUILT_IN + LIBRARY_BACKED}
     origin = {key: "vrl" for key in found}
     for point in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda p: (p.name, p.value)):
         where = f"entry point {point.name} = {point.value}"
@@ -678,4 +679,22 @@ BUILT_IN: tuple[RewardFunction, ...] = (
     RewardFunction("code", 1, {"time_ms": 5000, "memory_mb": 512, "python": PYTHON}, _code, _check_code,
                    checks_answer=True, runs_code=True, unavailable=_code_unavailable,
                    summary="1 when the completion's last ```python block passes the reference's tests"),
+)
+
+
+# -- rewards a pinned library scores (specs/rewards.md §3.7) -------------------------------------
+
+
+def _gym(task: Task, completion: str, params: Params) -> float:
+    try:
+        return gym.score(task, completion, str(params["tag"]))
+    except gym.GymUnavailable as error:  # another release of the library, or none: this machine cannot tell
+        raise RewardUnavailable("reward_spec", str(error)) from None
+
+
+#: Built in, scored by a pinned library; their vectors need a whole task: specs/vectors/gym.json.
+LIBRARY_BACKED: tuple[RewardFunction, ...] = (
+    RewardFunction("gym", 1, {"tag": "answer", "library": gym.VETTED}, _gym, gym.check_params, checks_answer=True,
+                   unavailable=gym.params_unavailable,
+                   summary="reasoning-gym's own score_answer of the <tag> answer, for the entry the task id names"),
 )
