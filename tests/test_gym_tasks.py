@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vrl.rl.evaluate import held_out
 from vrl.tasks import (
     HELD_OUT_SHARE,
     GymError,
@@ -28,6 +29,7 @@ from vrl.tasks import (
     TaskFileError,
     assign,
     gym,
+    in_order,
     is_held_out,
     open_task_set,
     parse_spec,
@@ -129,6 +131,10 @@ def test_one_prompt_in_sixteen_is_held_out_and_assignment_never_draws_one():
     assigned = [assign(tasks, seed, bytes(32), g) for g in range(200)]
     assert not any(map(is_held_out, assigned))
     assert len({t.id for t in assigned}) > 190
+    assert in_order(tasks, 0) is None  # a generated set has no end: an evaluation draws held-out ones
+    evaluation = held_out(tasks, 16)
+    assert len(evaluation) == 16 and all(map(is_held_out, evaluation))
+    assert not {t.prompt for t in evaluation} & {t.prompt for t in assigned}
 
 
 # -- the reward -----------------------------------------------------------------------------------
@@ -211,6 +217,21 @@ def test_a_scorer_that_raises_or_an_overlong_answer_scores_zero(monkeypatch):
     assert spec.reward(made, f"<answer>{made.answer}</answer>") == 0.0
 
 
+_HOSTILE = st.text(alphabet=st.sampled_from("<>/answer 0123456789-+.,[](){}'\"\\\n\u00e9\x00"), max_size=60)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(spec=st.sampled_from(["gym:chain_sum", "gym:leg_counting", "gym:basic_arithmetic", "gym:propositional_logic",
+                             "gym:advanced_geometry", "gym:boxnet"]),
+       index=st.integers(0, 3), text=_HOSTILE, tagged=st.booleans())
+def test_any_completion_scores_a_finite_number_or_nothing_raises(spec, index, text, tagged):
+    """Whatever a completion holds, gym/v1 is a finite float in [0, 1]: a scorer that cannot
+    read an answer finds it wrong; it never makes a verifier's reward an error."""
+    task = GymTasks.parse(spec).task(index)
+    value = parse_spec(["gym"]).reward(task, f"<answer>{text}</answer>" if tagged else text)
+    assert type(value) is float and 0.0 <= value <= 1.0
+
+
 # -- specs and their errors ---------------------------------------------------------------------------
 
 
@@ -221,6 +242,7 @@ def test_a_scorer_that_raises_or_an_overlong_answer_scores_zero(monkeypatch):
     ("gym:Chain", "is not a dataset name"),
     ("gym:countdown", "countdown is refused: its scorer evaluates the answer as Python"),
     ("gym:word_ladder", "word_ladder is refused: its problems differ between processes"),
+    ("gym:game_of_life_halting", "game_of_life_halting is refused: its scorer gives full marks to any"),
     ("gym:composite", "no dataset 'composite'"),
     ("gym:chain_sum:min_term=2", "chain_sum has no config key 'min_term' (it has allow_negation, max_digits,"),
     ("gym:chain_sum:min_terms=two", "min_terms='two': expected an integer"),
@@ -247,6 +269,20 @@ def test_a_gym_set_is_opened_and_checked_as_config_and_has_no_columns():
     assert task_spec(CHAIN) is None
     with pytest.raises(TaskFileError, match="a gym task set has none"):
         open_task_set(CHAIN, columns="prompt=question")
+
+
+def test_a_nodes_config_names_the_bad_gym_spec_in_one_line(tmp_path):
+    """task_spec is the [work] task field's check: a node.toml's mistake is one line naming the
+    file, the key and the dataset's own key (tests/test_config.py's mistakes, for gym)."""
+    from vrl.node.config import ConfigError, NodeConfig
+
+    path = tmp_path / "node.toml"
+    path.write_text(f'data_dir = "d"\ntrainer = "{"ab" * 32}"\n[work]\ntask = "gym:chain_sum:min_term=2"\n')
+    with pytest.raises(ConfigError) as caught:
+        NodeConfig.from_toml(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: [work] task") and "no config key 'min_term'" in message
+    assert "\n" not in message
 
 
 _DATASETS = ["chain_sum", "leg_counting", "basic_arithmetic", "countdown", "composite", "nope", "Chain", ""]

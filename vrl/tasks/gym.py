@@ -77,6 +77,10 @@ NOT_DETERMINISTIC = frozenset({
     "codeio", "intermediate_integration", "isomorphic_strings", "knight_swap", "list_functions",
     "polynomial_multiplication", "ransom_note", "word_ladder",
 })
+#: Datasets whose scorer gives full marks to wrong answers: game_of_life_halting compares
+#: ``bool(answer) == bool(reference)``, so any non-empty answer scores 1.0. Found by scoring the
+#: answer "zzz" on 3 tasks of every offered dataset of 0.1.25 (the others score it below 0.3).
+SCORES_ANY_ANSWER = frozenset({"game_of_life_halting"})
 #: reasoning-gym's own mixer: a gym spec mixes datasets itself (``a+b``), by a hash of the index.
 NOT_OFFERED = frozenset({"composite"})
 
@@ -236,6 +240,9 @@ def parse_part(text: str) -> Part:
     if dataset in NOT_DETERMINISTIC:
         raise GymError(f"gym: {dataset} is refused: its problems differ between processes (hash seed or global "
                        "random state), so a verifier would not rebuild the task it was given")
+    if dataset in SCORES_ANY_ANSWER:
+        raise GymError(f"gym: {dataset} is refused: its scorer gives full marks to any non-empty answer, a reward "
+                       "every completion earns")
     fields = _fields(datasets[dataset][1])
     config: dict[str, Value] = {}
     for item in options.split(",") if options else ():
