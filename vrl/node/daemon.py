@@ -285,7 +285,9 @@ class Node:
                 self._spawn(self._events(self.steps.replay(announcement)))
             case P.PersistStep(verdict):
                 self.store.put_step(verdict, time.time())
-                if verdict.outcome == StepOutcome.FRAUD:
+                if verdict.verifier == self.key.node_id:  # its own pass, stored not gossiped (committees)
+                    self._judged(verdict)
+                elif verdict.outcome == StepOutcome.FRAUD:
                     self.log.warning("step reported as fraud", version=verdict.version,
                                      reporter=verdict.verifier.hex()[:8], reasons=list(verdict.reasons))
             case P.ConvictTrainer(trainer, version, reasons, reporters):
@@ -433,10 +435,15 @@ class Node:
         elif topic == TOPIC_STEPS:
             step = StepVerdict.from_bytes(data)
             self.store.put_step(step, now)
-            self.metrics.steps_replayed.labels(step.outcome).inc()
-            (self.log.error if step.reasons else self.log.info)(
-                "step judged", version=step.version, outcome=str(step.outcome), reasons=list(step.reasons),
-                drift=step.drift)
+            self._judged(step)
+
+    def _judged(self, step: StepVerdict) -> None:
+        """This node's own judgement of a step, published or (a pass in the committee design)
+        only stored: counted and logged alike."""
+        self.metrics.steps_replayed.labels(step.outcome).inc()
+        (self.log.error if step.reasons else self.log.info)(
+            "step judged", version=step.version, outcome=str(step.outcome), reasons=list(step.reasons),
+            drift=step.drift)
 
     async def _fetch_policy(self, announcement: PolicyAnnouncement) -> None:
         try:
