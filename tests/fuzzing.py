@@ -502,7 +502,10 @@ class NodeUnderFire:
         worker = NodeKey.from_seed(hashlib.sha256(b"vrl fuzz worker").digest())
         config = NodeConfig(data_dir=str(directory), trainer=TRAINER.node_id.hex(), transport="loopback",
                             work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 2, "max_new_tokens": 4},
-                            protocol={"groups_per_round": 1})
+                            # Tickets: a verdict is stored as it arrives. Under committees one
+                            # waits for its round's manifest (specs/committee.md §4 step 1), and
+                            # this node's check is that what it accepted stays stored.
+                            protocol={"groups_per_round": 1, "verification": "tickets"})
         self.loop = asyncio.new_event_loop()
         self.node = Node(config, LoopbackNetwork().transport(worker.private_seed()), worker)
         self.node.protocol.handle(P.PolicyAnnounced(policy(0)))

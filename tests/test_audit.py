@@ -43,8 +43,11 @@ def run_dir(tmp_path_factory) -> Path:
                          deadline_s=300, base_port=random.Random().randrange(20000, 27000),
                          console=Console(file=open("/dev/null", "w")),
                          work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
+                         # Tickets: these tests tamper with what that design puts in every
+                         # store (each verdict gossiped to all, each batch in its announcement).
+                         # The committee design's run is audited in tests/test_devnet_committee.py.
                          protocol={"groups_per_round": 2, "verdict_wait": 1.0, "plant_every": 2,
-                                   "step_audit_rate": 1.0},
+                                   "step_audit_rate": 1.0, "verification": "tickets"},
                          train={"held_out": 8})
     assert summary["failure"] is None, summary
     assert summary["quarantined"] == ["worker-3"], summary

@@ -28,7 +28,10 @@ VERIFIER = NodeKey.from_seed(b"zk-verifier".ljust(32, b"\0"))
 
 def config(data_dir, **changes) -> NodeConfig:
     tables = {"work": {"model": "micro", "task": "arithmetic:digits=1", "group_size": 2, "max_new_tokens": 4},
-              "protocol": {"groups_per_round": 1, "verdict_wait": 0.5, "round_timeout": 5.0},
+              # Tickets: the one verifier checks every group of a newcomer (specs/network.md §4);
+              # a committee of four nodes might seat it on neither worker's group.
+              "protocol": {"groups_per_round": 1, "verdict_wait": 0.5, "round_timeout": 5.0,
+                           "verification": "tickets"},
               "admission": {"batch_groups": 2, "node_cap": 0.5, "trusted_share": 0.0},
               "train": {"held_out": 8, "eval_every": 1, "warmup_steps": 1}}
     return NodeConfig(data_dir=str(data_dir), trainer=TRAINER.node_id.hex(), transport="loopback",
