@@ -42,7 +42,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vrl.config import ConfigError  # noqa: E402
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries  # noqa: E402
-from vrl.harness.simulator.stores import BACKFILL_MODELS  # noqa: E402
+from vrl.harness.simulator.spec import BACKFILL_MODELS  # noqa: E402
 from vrl.node.params import ProtocolParams, Verification  # noqa: E402
 
 console = Console(stderr=True)

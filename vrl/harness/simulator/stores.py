@@ -57,7 +57,6 @@ from vrl.node.wire import schema_of
 from .metrics import Metrics
 from .network import Network
 from .nodes import Msg, SimNode
-from .spec import BACKFILL_MODELS as BACKFILL_MODELS  # the models this module's passes are (bench/simulate.py)
 from .spec import SimConfig
 
 # A page's msgpack framing: the map, its keys and ``next`` (the empty page's encoding), and per
