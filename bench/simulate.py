@@ -852,10 +852,9 @@ def kept(sim: Simulation) -> dict[str, int]:
         p = node.protocol
         if p is None:
             continue
-        sizes["groups"] += len(p.groups)
-        sizes["verdicts"] += sum(len(v) for v in p.verdicts.values())
-        sizes["slots"] += len(p._slots)
-        sizes["audit_draws"] += len(p._audit_draws)
+        held = p.held()
+        for part in ("groups", "verdicts", "slots", "audit_draws"):
+            sizes[part] += held[part]
         sizes["forgotten"] += len(getattr(p, "forgotten", ()))
         sizes["reports"] += len(p.reputation)
         sizes["waiting_verdicts"] += p.waiting_verdicts

@@ -30,9 +30,7 @@ def run(monkeypatch: pytest.MonkeyPatch, forget: bool, design: str) -> Simulatio
 
 def kept(p) -> dict[str, int]:
     """The sizes of what a protocol keeps per group and per verdict."""
-    return {"groups": len(p.groups), "verdicts": sum(len(v) for v in p.verdicts.values()), "slots": len(p._slots),
-            "audit_draws": len(p._audit_draws),
-            "by_version": sum(len(p.groups_of_version(v)) for v in p.versions_below(p.version + 1))}
+    return p.held()
 
 
 @pytest.mark.parametrize("design", list(Verification))

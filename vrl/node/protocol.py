@@ -230,6 +230,13 @@ class NodeProtocol:
         """Verdicts held until their group arrives (at most MAX_PENDING_VERDICTS)."""
         return len(self.waiting)
 
+    def held(self) -> dict[str, int]:
+        """How many entries each of the protocol's per-group and per-verdict maps holds now:
+        what forgetting bounds (specs/network.md §2.1), as a memory measurement reads it."""
+        return {"groups": len(self.groups), "verdicts": sum(len(v) for v in self.verdicts.values()),
+                "slots": len(self._slots), "audit_draws": len(self._audit_draws),
+                "by_version": sum(len(d) for d in self._by_version.values())}
+
     def has(self, role: str) -> bool:
         return role in self.config.roles
 
