@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import os
 
 # Tests never reach the Hub: a Hub id resolves from a cache a test populates itself
@@ -29,6 +30,21 @@ settings.load_profile("vrl")
 ROUND = bytes(range(32))
 TASKS = vrl.Arithmetic(digits=1)
 
+# The files whose tests take minutes, longest first (./scripts/test --durations=25 on a 2-core
+# AMD EPYC, 2026-12-03: test_private_tasks' trained, proven step 329 s, test_private_network
+# 128 s, test_zk_rewards' setup 107 s, test_devnet 174 s, test_export 194 s ...). With
+# --dist loadfile each file is one unit of work, handed out in collection order: collected
+# first, these start at once on the workers, instead of one of them starting last and being
+# the whole run's tail.
+SLOW_FILES = ("test_private_tasks.py", "test_export.py", "test_devnet.py", "test_private_network.py",
+              "test_node_zk.py", "test_zk_rewards.py", "test_node.py", "test_devnet_committee.py",
+              "test_deltas.py", "test_audit.py", "test_sampling_proofs.py", "test_base_model.py", "test_zk.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {name: rank for rank, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(SLOW_FILES)))  # stable: a file's order kept
+
 
 @pytest.fixture(scope="session")
 def tiny() -> Model:
@@ -37,13 +53,23 @@ def tiny() -> Model:
 
 @pytest.fixture(scope="session")
 def quick_base(tmp_path_factory):
-    """The quickly taught base model (support.QUICK), built once per test run (and xdist worker):
-    the tests that train or replay steps read it, none writes to it."""
+    """The quickly taught base model (support.QUICK), built once per test run: the first xdist
+    worker to ask builds it, under a lock in the run's shared temporary folder, and the others
+    wait and read it (build_base_model publishes by rename). The tests that train or replay
+    steps read it; none writes to it."""
     from support import QUICK
 
     from vrl.rl.base_model import build_base_model
 
-    return build_base_model(QUICK, tmp_path_factory.mktemp("base") / "quick")
+    shared = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = shared.parent  # every worker's basetemp is a folder of the run's
+    out = shared / "quick-base"
+    with open(shared / "quick-base.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir():
+            build_base_model(QUICK, out)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ verifier accepts it before any proof exists, the trainer proves each trained rec
 correctness (one proof per distinct answer to a task), trains on what its proofs show and
 binds them in its announcement; a verifier's replay on the proven rewards agrees bit for bit,
 and a step whose proofs are missing, broken or renamed, or which trained on other rewards, is
-a fault."""
+a fault. The network of nodes doing all of this: tests/test_private_network.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import hashlib
 import pytest
 import torch
 from support import QUICK, ROUND, TRAINER, WORKER
-from test_node import drive
 
 from p2p.loopback import LoopbackNetwork
 from proofs import zk
@@ -29,7 +28,6 @@ from vrl.node.work import PolicyTrainer, Work, WorkConfig
 from vrl.rl.step import replay
 from vrl.rl.train import TrainConfig
 from vrl.rollouts.generate import iter_generate
-from vrl.rollouts.keys import NodeKey
 from vrl.rollouts.model import Model, platform_tag
 from vrl.rollouts.verify import Expectations, Reason, verify
 from vrl.tasks import RewardSpec, TaskList, open_task_set
@@ -308,65 +306,6 @@ def test_a_private_task_sets_settings_are_checked_at_the_boundary(tmp_path, zk_w
                     answers=str(tmp_path / "key.jsonl"))
     assert trainer.private and trainer.answer_key is not None
     asyncio.run(trainer.transport.close())
-
-
-# -- a network -----------------------------------------------------------------------------------
-
-WORKERS = [NodeKey.from_seed(f"private-worker-{i}".encode().ljust(32, b"\0")) for i in range(2)]
-
-
-def test_a_private_network_trains_on_proven_rewards_and_its_steps_replay_clean(private, tmp_path, monkeypatch):
-    """Loopback, bounded: a trainer holding the key and two workers holding only the public
-    file; every node replays every step (step_audit_rate 1) from the proofs it binds."""
-    monkeypatch.setenv("VRL_ZK_DIR", str(private.workdir))
-    write_task_file(tmp_path / "public.jsonl", private.public.tasks)
-    write_key(tmp_path / "key.jsonl", private.key)
-
-    def config(name: str, roles: tuple[str, ...], **zk_table) -> NodeConfig:
-        return NodeConfig(data_dir=str(tmp_path / name), trainer=TRAINER.node_id.hex(), transport="loopback",
-                          roles=roles, zk={"dev_srs": True, **zk_table},
-                          work={"model": str(private.base), "task": str(tmp_path / "public.jsonl"), "group_size": 4,
-                                "max_new_tokens": 4},
-                          protocol={"groups_per_round": 2, "verdict_wait": 0.5, "round_timeout": 5.0,
-                                    "step_audit_rate": 1.0, "plant_every": 0},
-                          admission={"batch_groups": 4, "node_cap": 0.5, "trusted_share": 0.0},
-                          train={"held_out": 8, "eval_every": 1, "warmup_steps": 1})
-
-    async def go():
-        network = LoopbackNetwork(seed=5)
-        nodes = {"trainer": Node(config("t", ("trainer", "verifier"), answers=str(tmp_path / "key.jsonl")),
-                                 network.transport(TRAINER.private_seed()), TRAINER)}
-        for i, key in enumerate(WORKERS):
-            nodes[f"w{i}"] = Node(config(f"w{i}", ("worker", "verifier")), network.transport(key.private_seed()), key)
-        for node in nodes.values():
-            await node.transport.start()
-        for name, node in nodes.items():
-            if name != "trainer":
-                node.config = dataclasses.replace(node.config, bootstrap=(nodes["trainer"].transport.addresses()[0],))
-
-        def replayed(nodes) -> bool:  # both workers judged version 1's step
-            return all(nodes[n].key.node_id in nodes[n].protocol.step_verdicts.get(1, {}) for n in ("w0", "w1"))
-        return await drive(nodes, 240.0, replayed)
-
-    nodes = asyncio.run(go())
-    trainer = nodes["trainer"].protocol
-    assert trainer.version is not None and trainer.version >= 1, "no version trained"
-    first = trainer.policies[1]
-    # Listed in the announcement, or in its batch file (specs/network.md §3.3.1), which a
-    # replayer fetched: w0 judged version 1's step.
-    trained = nodes["w0"].protocol.batch_of(1)
-    assert trained is not None
-    batch = [r for d, _ in trained for r in nodes["trainer"].groups.body(d).rollouts]
-    decode = nodes["trainer"].work.skeleton.decode
-    assert any(SPEC.given_form(decode(list(r.completion_tokens))) for r in batch), "no answer: nothing to prove"
-    assert first.proofs and first.proofs_size, "records gave answers, and the step bound no proofs"
-    assert len(trained) >= 1 and all(r.reward == 0.0 for r in batch)  # the workers claimed no correctness
-    for name in ("w0", "w1"):
-        node = nodes[name]
-        mine = node.protocol.step_verdicts[1].get(node.key.node_id)
-        assert mine is not None and mine.outcome == "pass", (name, mine)
-        assert node.protocol.convicted is None
-        assert node.answer_key is None  # it never held the answers
 
 
 def test_vrl_devnet_takes_a_private_task_set_only_with_the_networks_srs(tmp_path):
