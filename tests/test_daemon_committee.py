@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from p2p.loopback import LoopbackNetwork
+from tests.support import COMMITTEE
 from tests.test_node import TRAINER, config, drive, failed_groups, trained_groups
 from vrl.harness.adversary import node_for
 from vrl.node import protocol as P
@@ -22,9 +23,6 @@ from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 
 KEYS = [NodeKey.from_seed(f"committee-{i}".encode().ljust(32, b"\0")) for i in range(4)]
-COMMITTEE = {"verification": "committee", "committee_size": 2, "submission_window": 4.0}
-
-
 def committee_config(data_dir: Path, **changes) -> object:
     base = config(data_dir, **changes)
     return dataclasses.replace(base, protocol=dataclasses.replace(base.protocol, **COMMITTEE))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2p.loopback import LoopbackNetwork
-from tests.test_daemon_committee import COMMITTEE
+from tests.support import COMMITTEE
 from tests.test_node import TRAINER, WORKERS, config
 from vrl.node import committee
 from vrl.node.daemon import Node

@@ -9,7 +9,6 @@ that a devnet failed (:class:`vrl.harness.devnet.Watch`) is tested on its own, o
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +16,12 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.support import free_port
 from vrl.cli import app
 from vrl.harness import devnet
 from vrl.node.config import NodeConfig
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
-
-
-def free_port() -> int:
-    return random.Random().randrange(20000, 27000)  # below the ephemeral range: outgoing dials take those
 
 
 def test_a_three_node_libp2p_devnet_quarantines_the_cheater_and_trains(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 
 import vrl.audit
-from tests.test_devnet import free_port
+from tests.support import free_port
 from vrl.harness import devnet
 from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.test_simulator import timeless
+from tests.support import timeless
 from vrl.harness.simulator import SimConfig, Simulation, parse_adversaries
 from vrl.node import forgetting
 from vrl.node.params import ProtocolParams, Verification

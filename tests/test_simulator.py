@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support import timeless
 from vrl.harness.simulator import ALL_ADVERSARIES, SimConfig, Simulation, SpecError, parse_adversaries
 from vrl.harness.simulator.driver import EVENT_FOR
 from vrl.harness.simulator.spec import assign
@@ -19,15 +20,6 @@ from vrl.node.params import Verification
 
 def summary(**settings) -> dict:
     return Simulation(SimConfig(**settings)).run(cpu_limit_s=120).summary
-
-
-def timeless(value):
-    """A summary less what this machine's clock measured (wall and CPU seconds)."""
-    if isinstance(value, dict):
-        return {k: timeless(v) for k, v in value.items() if "cpu" not in k and "wall" not in k}
-    if isinstance(value, list):
-        return [timeless(v) for v in value]
-    return value
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another():
