@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from pathlib import Path
 
 # Tests never reach the Hub: a Hub id resolves from a cache a test populates itself
 # (tests/test_export.py), and the subprocesses the tests start inherit this.
@@ -51,19 +52,24 @@ def tiny() -> Model:
     return vrl.load_model("tiny")
 
 
+def run_shared(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this run shares (each worker's basetemp is a folder of
+    the run's), for what is built once per run rather than once per worker."""
+    shared = tmp_path_factory.getbasetemp()
+    return shared.parent if "PYTEST_XDIST_WORKER" in os.environ else shared
+
+
 @pytest.fixture(scope="session")
 def quick_base(tmp_path_factory):
     """The quickly taught base model (support.QUICK), built once per test run: the first xdist
-    worker to ask builds it, under a lock in the run's shared temporary folder, and the others
-    wait and read it (build_base_model publishes by rename). The tests that train or replay
-    steps read it; none writes to it."""
+    worker to ask builds it, under a lock in the run's shared folder, and the others wait and
+    read it (build_base_model publishes by rename). The tests that train or replay steps read
+    it; none writes to it."""
     from support import QUICK
 
     from vrl.rl.base_model import build_base_model
 
-    shared = tmp_path_factory.getbasetemp()
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        shared = shared.parent  # every worker's basetemp is a folder of the run's
+    shared = run_shared(tmp_path_factory)
     out = shared / "quick-base"
     with open(shared / "quick-base.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -125,11 +131,13 @@ def _torch_threads():
 
 @pytest.fixture(scope="session")
 def zk_workdir(tmp_path_factory):
-    """One work directory for every zk test: the circuits are built, the dev SRS made and the
-    keys set up once (about 30 s here), as a verifier's cache would keep them."""
+    """One work directory for every zk test of the run, on every xdist worker: the circuits are
+    built, the dev SRS made and the keys set up once (ezkl's gen_srs 20 s and setup 19 s of CPU
+    here), as a verifier's cache would keep them. proofs.zk locks the directory across
+    processes while it builds, so the first worker to ask builds and the others read."""
     from proofs import zk
     from proofs.circuits import ANSWER_MATCH
 
-    workdir = tmp_path_factory.mktemp("zk")
+    workdir = run_shared(tmp_path_factory) / "zk"
     zk.dev_srs(workdir, ANSWER_MATCH.logrows)
     return workdir

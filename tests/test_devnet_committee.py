@@ -1,9 +1,15 @@
 """A real libp2p devnet of the committee design (specs/committee.md): five `vrl node` processes
 on 127.0.0.1, one cheating. It quarantines the cheat, trains none of its groups, every node
 stores the trainer's round manifests, and `vrl audit` of the folder (which re-derives every
-committee, specs/audit.md) finds the honest nodes clean. Bounded by a round count and a deadline."""
+committee, specs/audit.md) finds the honest nodes clean. Bounded by a round count and a deadline.
+
+The design is the default one, so this run is also the suite's check of the daemon as an
+operator starts it: a relative --dir, each node on its planned key, weights fetched by hash
+over libp2p, a clean SIGTERM shutdown (tests/test_devnet.py runs the trainer's cheat)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rich.console import Console
 
@@ -14,9 +20,10 @@ from vrl.node.store import Store
 from vrl.rollouts.keys import NodeKey
 
 
-def test_a_five_node_committee_devnet_quarantines_the_cheat_and_audits_clean(tmp_path):
+def test_a_five_node_committee_devnet_quarantines_the_cheat_and_audits_clean(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --dir, as a user types it
     directory = tmp_path / "dn"
-    summary = devnet.run(directory, 5, ["fabricated-reward"], rounds=3, deadline_s=300, base_port=free_port(),
+    summary = devnet.run(Path("dn"), 5, ["fabricated-reward"], rounds=3, deadline_s=300, base_port=free_port(),
                          console=Console(file=open("/dev/null", "w")),
                          work={"model": "tiny", "task": "arithmetic:digits=1", "group_size": 4, "max_new_tokens": 4},
                          protocol={"groups_per_round": 2, "verdict_wait": 1.0, "plant_every": 0,
@@ -25,6 +32,9 @@ def test_a_five_node_committee_devnet_quarantines_the_cheat_and_audits_clean(tmp
     assert summary["failure"] is None, summary
     assert summary["policy_version"] >= 3, summary
     assert summary["quarantined"] == ["worker-4"], summary
+    assert all(code == 0 for code in summary["exit_codes"].values()), summary  # clean SIGTERM shutdown
+    assert not (directory / "node-1" / "dn").exists()  # each node used the key it was planned with
+    assert '"event": "policy loaded"' in (directory / "node-1" / "node.log").read_text()  # weights by hash
     cheat = NodeKey.load(directory / "node-4" / "node.pem").node_id
     stores = [Store(directory / f"node-{i}" / "node.sqlite") for i in range(5)]
     try:

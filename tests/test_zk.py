@@ -167,11 +167,12 @@ def test_the_decoder_takes_any_bytes_and_raises_only_its_own_error(data):
 
 def test_every_build_of_a_circuit_derives_the_same_keys(proven, tmp_path):
     """ezkl writes some settings in a random order, and the key follows it: the builder sorts
-    them (specs/zk.md §3), so two fresh builds agree, with the pinned settings hash."""
-    first = zk.keys(zk.build(ANSWER_MATCH, tmp_path / "a"), proven.srs)
-    second = zk.keys(zk.build(ANSWER_MATCH, tmp_path / "b"), proven.srs)
-    assert first.vk_hash == second.vk_hash == proven.right.vk_hash
-    assert first.built.settings_hash == ANSWER_MATCH.settings_hash
+    them (specs/zk.md §3), so a fresh build agrees with the run's own, with the pinned settings
+    hash. One fresh build, not more: unsorted, two builds differed half the time, so each run
+    catches a regression with even odds at 19 s of ezkl setup, and CI runs it on every change."""
+    fresh = zk.keys(zk.build(ANSWER_MATCH, tmp_path / "fresh"), proven.srs)
+    assert fresh.vk_hash == proven.right.vk_hash
+    assert fresh.built.settings_hash == ANSWER_MATCH.settings_hash
 
 
 def test_a_proof_with_bytes_appended_is_invalid(proven):
