@@ -107,8 +107,11 @@ def private(tmp_path_factory, zk_workdir, one_thread, quick_base) -> PrivateStep
     v0 = trainer.current()
     a0 = announce(trainer, v0, None)
     work.install(0, trainer.frozen_copy(v0.model), keep=4)
+    # Two groups of four: enough for what the tests assert (an answer given twice, so one proof
+    # serves two records; a group whose rewards differ; a right answer), and each distinct answer
+    # is an answer-match proof of 22 CPU-seconds here.
     groups = [Group.of(g) for g in iter_generate(v0.model, public, WORKER, round_seed=ROUND, sampling=work.sampling,
-                                                 groups=3, group_size=4, policy_version=0)]
+                                                 groups=2, group_size=4, policy_version=0)]
     decode = work.skeleton.decode
     srs = zk.dev_srs(zk_workdir, ANSWER_MATCH.logrows)
     records = [list(g.rollouts) for g in groups]
